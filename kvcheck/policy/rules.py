@@ -1,0 +1,264 @@
+"""Capacity (KV1xx) and engine-safety (KV2xx) rules, applied to one role's target and measurement.
+
+Each rule's documentation lives in its `define_rule` call: docs/rules.md is generated from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.policy.registry import define_rule, finding
+from kvcheck.report.model import Finding, Severity
+
+# The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
+# transferring a placeholder's KV (sglang.md section 8.1).
+ADMISSION_FIX_VERSION = Version("0.5.22")
+
+define_rule(
+    "KV101",
+    "error",
+    "a role's KV pool is below min_headroom x context_length",
+    """The pool is what one request can hold at most. A pool smaller than the advertised window
+    means full-length requests cannot be served: they are refused, truncated, or (in disaggregated
+    releases before the admission fixes) answered from stale KV pages. Fix: give the pool more
+    memory (raise --mem-fraction-static, use a wider TP degree or an FP8 KV cache), or advertise no
+    more than the largest context that fits.""",
+)
+define_rule(
+    "KV102",
+    "error",
+    "the engine's own context length is below the advertised window",
+    """The engine refuses prompts at its own context_len (--context-length, or what it derives
+    from the model's config). Clients promised a longer window get errors. Fix: set
+    --context-length to the advertised window (and make sure the model supports it), or advertise
+    the engine's context length.""",
+)
+define_rule(
+    "KV103",
+    "error",
+    "--max-total-tokens caps a role's pool below the window",
+    """--max-total-tokens only ever lowers the pool the engine sizes. A cap below the window makes
+    the role unable to hold one full-length request, whatever memory it has. Fix: remove the cap
+    or raise it to at least min_headroom x context_length.""",
+)
+define_rule(
+    "KV104",
+    "warning",
+    "prefill and decode admit different request lengths",
+    """In a disaggregated deployment both roles apply their own input limit (max_req_input_len,
+    derived from each role's pool and context length). When they differ, a prompt can be accepted
+    by one role and refused, or mishandled, by the other. Fix: size both pools (or set the same
+    --context-length) so that both admit the same lengths.""",
+)
+define_rule(
+    "KV201",
+    "error",
+    "a disaggregated role runs an SGLang release without the admission fixes (below 0.5.22)",
+    """Before 0.5.22 a disaggregated role that marked an over-long prompt as rejected still went
+    through the KV transfer with a one-token placeholder, and decode generated from stale pages of
+    earlier requests: HTTP 200 with another tenant's data. Fix: deploy SGLang 0.5.22 or later for
+    every disaggregated role.""",
+)
+define_rule(
+    "KV202",
+    "warning",
+    "--allow-auto-truncate is on: over-long prompts are cut silently",
+    """With --allow-auto-truncate the engine cuts prompts longer than its input limit instead of
+    answering HTTP 400, so clients get answers to a prompt they did not send. Fix: drop the flag
+    unless clients are told their prompts may be truncated.""",
+)
+define_rule(
+    "KV203",
+    "warning",
+    "a disaggregated role runs without --disaggregation-enable-kv-checksum",
+    """The KV checksum makes decode verify the pages prefill transferred before using them; a
+    mismatch aborts the request with HTTP 500 instead of generating from wrong KV. Fix: add
+    --disaggregation-enable-kv-checksum to both prefill and decode roles.""",
+)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The manifest's policy block: headroom factor, ignored rules, severity overrides."""
+
+    min_headroom: float = 1.0
+    ignore: frozenset[str] = frozenset()
+    severity: Mapping[str, Severity] = field(default_factory=dict)
+
+    def apply(self, findings: Sequence[Finding]) -> list[Finding]:
+        """Drop ignored rules and apply severity overrides."""
+        out = []
+        for item in findings:
+            if item.rule in self.ignore:
+                continue
+            override = self.severity.get(item.rule)
+            if override and override != item.severity:
+                item = Finding(item.rule, override, item.role, item.message, item.hint, item.location)
+            out.append(item)
+        return out
+
+
+def effective_args(target: RoleTarget, measurement: PoolMeasurement | None) -> dict[str, Any]:
+    """The role's engine args: what the manifest set, completed by what the engine resolved."""
+    args = dict(measurement.resolved_args) if measurement is not None else {}
+    args.update({k: v for k, v in target.args.items() if v is not None})
+    return args
+
+
+def _parse_version(text: str | None) -> Version | None:
+    if not text:
+        return None
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return None
+
+
+def _disaggregation_mode(args: Mapping[str, Any]) -> str | None:
+    mode = args.get("disaggregation_mode")
+    return None if mode in (None, "null", "") else str(mode)
+
+
+def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
+    """What would fit: the largest window the pool holds, plus any settings a backend worked out."""
+    pool = measurement.pool_tokens or 0
+    fits = int(pool / target.min_headroom)
+    parts = [f"the largest context that fits this pool is {fits:,} tokens"]
+    if target.min_headroom != 1.0:
+        parts[0] += f" (with min_headroom {target.min_headroom:g})"
+    for text in measurement.details.get("fit_hints", ()):
+        parts.append(str(text))
+    if len(parts) == 1:
+        parts.append(
+            "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "
+            "cache (`kvcheck plan` computes the settings that fit)"
+        )
+    return "; ".join(parts)
+
+
+def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Finding]:
+    """Apply KV101-KV103 and KV201-KV203 to one role."""
+    found: list[Finding] = []
+    args = effective_args(target, measurement)
+    required = target.required_tokens
+    role = target.name
+
+    if measurement.pool_tokens is not None and measurement.pool_tokens < required:
+        pool = measurement.pool_tokens
+        what = "predicted pool" if measurement.source == "estimate" else "pool"
+        found.append(
+            finding(
+                "KV101",
+                role,
+                f"{what} holds {pool:,} tokens, below the {required:,} required "
+                f"({target.min_headroom:g} x context_length {target.context_length:,}); "
+                f"short by {required - pool:,} tokens ({pool / required:.1%} of the window)",
+                hint=shortfall_hint(target, measurement),
+                location=target.location,
+            )
+        )
+
+    explicit_ctx = target.args.get("context_length")
+    if explicit_ctx is not None and int(explicit_ctx) < target.context_length:
+        found.append(
+            finding(
+                "KV102",
+                role,
+                f"--context-length {int(explicit_ctx):,} is below the advertised window "
+                f"{target.context_length:,}",
+                hint=f"set context-length: {target.context_length} (or advertise {int(explicit_ctx):,})",
+                location=target.arg_location("context_length"),
+            )
+        )
+    elif measurement.context_len is not None and measurement.context_len < target.context_length:
+        found.append(
+            finding(
+                "KV102",
+                role,
+                f"the engine's context length is {measurement.context_len:,} tokens, below the "
+                f"advertised window {target.context_length:,}",
+                hint=(
+                    f"set context-length: {target.context_length} in the role's args if the model "
+                    f"supports it, or advertise {measurement.context_len:,}"
+                ),
+                location=target.location,
+            )
+        )
+
+    cap = args.get("max_total_tokens")
+    if cap is not None and int(cap) < required:
+        found.append(
+            finding(
+                "KV103",
+                role,
+                f"--max-total-tokens {int(cap):,} caps the pool below the {required:,} required",
+                hint=f"remove max-total-tokens or set it to at least {required}",
+                location=target.arg_location("max_total_tokens"),
+            )
+        )
+
+    mode = _disaggregation_mode(args)
+    version_text = measurement.engine_version or target.engine_version
+    version = _parse_version(version_text)
+    if mode is not None and version is not None and version < ADMISSION_FIX_VERSION:
+        found.append(
+            finding(
+                "KV201",
+                role,
+                f"disaggregated {mode} role runs SGLang {version_text}, which lacks the admission "
+                f"fixes of {ADMISSION_FIX_VERSION} (over-long prompts can be answered from stale KV)",
+                hint=f"deploy SGLang {ADMISSION_FIX_VERSION} or later",
+                location=target.arg_location("disaggregation_mode"),
+            )
+        )
+    if args.get("allow_auto_truncate"):
+        found.append(
+            finding(
+                "KV202",
+                role,
+                "--allow-auto-truncate is on: prompts over the input limit are cut silently",
+                hint="remove allow-auto-truncate so over-long prompts get HTTP 400",
+                location=target.arg_location("allow_auto_truncate"),
+            )
+        )
+    if mode is not None and not args.get("disaggregation_enable_kv_checksum"):
+        found.append(
+            finding(
+                "KV203",
+                role,
+                f"disaggregated {mode} role runs without --disaggregation-enable-kv-checksum",
+                hint="add disaggregation-enable-kv-checksum: true to both prefill and decode args",
+                location=target.arg_location("disaggregation_mode"),
+            )
+        )
+    return found
+
+
+def evaluate_deployment(
+    targets: Sequence[RoleTarget], measurements: Sequence[PoolMeasurement]
+) -> list[Finding]:
+    """Cross-role rules: KV104 (prefill and decode admission limits differ)."""
+    limits: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
+    for target, measurement in zip(targets, measurements, strict=True):
+        mode = _disaggregation_mode(effective_args(target, measurement))
+        if mode in limits and measurement.max_input_tokens is not None:
+            limits[mode].append((target.name, measurement.max_input_tokens))
+    found = []
+    for p_name, p_limit in limits["prefill"]:
+        for d_name, d_limit in limits["decode"]:
+            if p_limit != d_limit:
+                found.append(
+                    finding(
+                        "KV104",
+                        None,
+                        f"{p_name} admits prompts up to {p_limit:,} tokens but {d_name} up to "
+                        f"{d_limit:,}: a prompt between the two is treated differently by each role",
+                        hint="size both roles' pools and context lengths so their input limits match",
+                    )
+                )
+    return found

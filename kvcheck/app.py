@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
 from kvcheck.report.model import Finding, Report, RoleResult, role_status
 
@@ -62,3 +67,122 @@ def judge(
         findings=tuple(findings),
         strict=strict,
     )
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Everything `kvcheck verify` takes, as the CLI collected it."""
+
+    manifest: Path
+    mode: str = "measure"
+    roles: tuple[str, ...] = ()
+    strict: bool = False
+    timeout_s: float = 1800.0
+    logs_dir: Path | None = None
+    gpu_check: bool = True
+    dummy_weights: bool = False
+    progress: bool | None = None  # None: only when stderr is a terminal
+
+
+def _build_measure(options: VerifyOptions) -> Backend:
+    from kvcheck.backends.estimate import EstimateBackend
+    from kvcheck.backends.measure import MeasureBackend
+
+    return MeasureBackend(
+        timeout_s=options.timeout_s,
+        logs_dir=options.logs_dir,
+        gpu_check=options.gpu_check,
+        dummy_weights=options.dummy_weights,
+        progress=options.progress,
+        estimator=EstimateBackend(offline=True),
+    )
+
+
+def _build_estimate(options: VerifyOptions) -> Backend:
+    from kvcheck.backends.estimate import EstimateBackend
+
+    return EstimateBackend()
+
+
+BACKENDS: dict[str, Callable[[VerifyOptions], Backend]] = {
+    "measure": _build_measure,
+    "estimate": _build_estimate,
+}
+
+
+def select_roles(targets: Sequence[RoleTarget], names: Sequence[str], source: str) -> list[RoleTarget]:
+    """The roles named with --role (all when none), in manifest order; unknown names are input errors."""
+    if not names:
+        return list(targets)
+    known = [t.name for t in targets]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parts = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise InputError(
+            f"{source}: no role {', '.join(parts)}; the manifest's roles are: {', '.join(known)}"
+        )
+    return [t for t in targets if t.name in names]
+
+
+def _check_measurable(targets: Sequence[RoleTarget], source: str) -> None:
+    """Measure mode boots engines on listed GPUs: a role without them is an input error up front."""
+    issues = []
+    for target in targets:
+        if not target.gpus:
+            where = target.location
+            issues.append(
+                InputIssue(
+                    source,
+                    where.line if where else None,
+                    where.column if where else None,
+                    f"roles.{target.name}.gpus",
+                    "measure mode needs the GPU indices the role boots on (or use --mode estimate)",
+                )
+            )
+        if not target.model_path:
+            issues.append(InputIssue(source, None, None, "model.path", "measure mode needs model.path"))
+    if issues:
+        raise ManifestError(issues)
+
+
+def verify(options: VerifyOptions) -> Report:
+    """The gate: load the manifest, obtain every selected role's pool, judge it."""
+    from kvcheck.manifest.load import load_manifest
+
+    if options.mode not in BACKENDS:
+        raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
+    loaded = load_manifest(options.manifest)
+    targets = select_roles(loaded.targets, options.roles, loaded.display_path)
+    if options.mode == "measure":
+        _check_measurable(targets, loaded.display_path)
+    backend = BACKENDS[options.mode](options)
+    measurements = backend.measure(targets)
+    extra: list[Finding] = []
+    if loaded.catalogue_note:
+        extra.append(
+            finding(
+                "KV204",
+                None,
+                loaded.catalogue_note,
+                hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
+            )
+        )
+    return judge(
+        command="verify",
+        mode=backend.mode,
+        source=loaded.display_path,
+        targets=targets,
+        measurements=measurements,
+        policy=loaded.policy,
+        strict=options.strict,
+        extra_findings=extra,
+        context_length=loaded.manifest.context_length,
+    )
+
+
+def with_min_headroom(targets: Sequence[RoleTarget], min_headroom: float) -> list[RoleTarget]:
+    """Targets with another headroom factor (audit and logs take it as an option)."""
+    return [replace(t, min_headroom=min_headroom) for t in targets]

@@ -262,3 +262,14 @@ def evaluate_deployment(
                     )
                 )
     return found
+
+
+define_rule(
+    "KV204",
+    "warning",
+    "no flag catalogue for the declared SGLang release; a neighbouring release's stood in",
+    """kvcheck checks engine arguments against the flag catalogue of the declared SGLang release.
+    When it ships none for that release, the nearest older catalogued release is used, so a flag
+    added or removed in between may be judged wrongly. Fix: upgrade kvcheck, or generate the
+    release's catalogue with tools/gen_flag_catalogue.py.""",
+)

@@ -1,0 +1,295 @@
+"""Command line: collect options, call the app, render the report, exit with its code. No logic."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvcheck import __version__
+from kvcheck.errors import KvcheckError
+from kvcheck.report.model import EXIT_INTERNAL, Report
+from kvcheck.report.render import FORMATTERS, TableFormat
+
+
+def _stderr(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def emit(report: Report, fmt: str, output: Path | None) -> int:
+    """Render the report to stdout (or --output) and return its exit code."""
+    if fmt == "table":
+        color = output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        width = 100 if output is not None or not sys.stdout.isatty() else None
+        formatter = TableFormat(color=color, width=width or click.get_terminal_size()[0])
+    else:
+        formatter = FORMATTERS[fmt]()
+    text = formatter.render(report)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+        _stderr(f"kvcheck: report written to {output} (verdict {report.verdict}, exit {report.exit_code})")
+    return report.exit_code
+
+
+def run_guarded(action: Callable[[], int]) -> None:
+    """Turn kvcheck's own errors into their exit codes and anything else into exit 4."""
+    try:
+        code = action()
+    except KvcheckError as exc:
+        _stderr(f"kvcheck: error: {exc.message}")
+        if exc.hint:
+            _stderr(f"kvcheck: hint: {exc.hint}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _stderr("kvcheck: interrupted; every engine kvcheck started has been stopped")
+        sys.exit(130)
+    except click.exceptions.ClickException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence, reported as a kvcheck bug
+        _stderr(f"kvcheck: internal error (a bug in kvcheck {__version__}): {type(exc).__name__}: {exc}")
+        if os.environ.get("KVCHECK_DEBUG"):
+            traceback.print_exc()
+        else:
+            _stderr("kvcheck: rerun with KVCHECK_DEBUG=1 for the traceback")
+        _stderr("kvcheck: please report it to the kvcheck maintainers with the command line and the traceback")
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(code)
+
+
+def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--format, --output and --strict, which every checking command takes."""
+    func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
+    func = click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        help="Write the report to this file instead of stdout.",
+    )(func)
+    func = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(sorted(FORMATTERS)),
+        default="table",
+        show_default=True,
+        help="Report format.",
+    )(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="kvcheck")
+def main() -> None:
+    """Gate LLM-serving rollouts on the KV-cache pool each engine role really holds.
+
+    Exit codes: 0 pass, 1 a finding blocks the rollout, 2 invalid input, 3 could not check
+    (fail closed), 4 internal error.
+    """
+
+
+@main.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option(
+    "--mode",
+    type=click.Choice(["measure", "estimate"]),
+    default="measure",
+    show_default=True,
+    help="measure: boot each role with the real engine; estimate: predict pools, no GPU needed.",
+)
+@click.option("--role", "roles", multiple=True, help="Check only this role (repeatable).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=1800,
+    show_default=True,
+    help="Seconds each role's engine may take to report its pool.",
+)
+@click.option(
+    "--logs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep each role's engine log in this folder.",
+)
+@click.option(
+    "--no-gpu-check",
+    is_flag=True,
+    help="Skip the GPU inventory (for an engine.command that runs the engine in a container or scheduler).",
+)
+@click.option(
+    "--dummy-weights",
+    is_flag=True,
+    help="Boot with --load-format dummy: same memory layout without reading the checkpoint.",
+)
+@report_options
+def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict):
+    """Check every role of MANIFEST: its KV pool must hold the advertised context window."""
+    from kvcheck import app
+
+    options = app.VerifyOptions(
+        manifest=manifest,
+        mode=mode,
+        roles=tuple(roles),
+        strict=strict,
+        timeout_s=timeout_s,
+        logs_dir=logs_dir,
+        gpu_check=not no_gpu_check,
+        dummy_weights=dummy_weights,
+    )
+    run_guarded(lambda: emit(app.verify(options), fmt, output))
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option(
+    "--context-length",
+    type=click.IntRange(min=1),
+    help="The advertised window to check each pool against (default: the context_len the log states).",
+)
+@click.option(
+    "--min-headroom",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Each pool must hold this many times the window.",
+)
+@report_options
+def logs(files, context_length, min_headroom, fmt, output, strict):
+    """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
+    from kvcheck import app
+    from kvcheck.backends.logs import read_logs
+    from kvcheck.policy.rules import PolicyConfig
+
+    def action() -> int:
+        targets, measurements = read_logs(files, context_length=context_length, min_headroom=min_headroom)
+        report = app.judge(
+            command="logs",
+            mode="logs",
+            source=", ".join(files),
+            targets=targets,
+            measurements=measurements,
+            policy=PolicyConfig(min_headroom=min_headroom),
+            strict=strict,
+            context_length=context_length,
+        )
+        return emit(report, fmt, output)
+
+    run_guarded(action)
+
+
+@main.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
+@report_options
+def plan(manifest, roles, fmt, output, strict):
+    """For each role: the largest context that fits and the settings that would hold the window."""
+    from kvcheck.plan import PlanOptions, run_plan
+
+    options = PlanOptions(manifest=manifest, roles=tuple(roles), strict=strict)
+    run_guarded(lambda: emit(run_plan(options), fmt, output))
+
+
+@main.command()
+def schema():
+    """Print the manifest's JSON Schema (for editors' YAML language servers and CI linters)."""
+    from kvcheck.manifest.model import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@main.command()
+@click.argument("code", required=False)
+def rules(code):
+    """List every rule code with its severity, or explain one (kvcheck rules KV101)."""
+    from kvcheck.policy.registry import all_rules
+
+    known = all_rules()
+    if code is None:
+        for rule in known.values():
+            click.echo(f"{rule.code}  {rule.severity:<7}  {rule.title}")
+        return
+    rule = known.get(code.upper())
+    if rule is None:
+        _stderr(f"kvcheck: error: unknown rule code '{code}'")
+        sys.exit(2)
+    click.echo(f"{rule.code} ({rule.severity}): {rule.title}\n\n{rule.doc}")
+
+
+@main.command()
+@click.argument("urls", nargs=-1)
+@click.option(
+    "--fleet",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A fleet file: one URL per line, or YAML mapping names to URLs (with context_length, role).",
+)
+@click.option(
+    "--context-length",
+    type=click.IntRange(min=1),
+    help="Check every pool against this window (default: each server's own served context).",
+)
+@click.option(
+    "--min-headroom",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Each pool must hold this many times the window.",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(path_type=Path),
+    help="Judge the servers as the roles of this manifest (with --endpoint ROLE=URL).",
+)
+@click.option("--endpoint", "endpoints", multiple=True, help="ROLE=URL: the live server of a manifest role.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10, show_default=True,
+              help="Seconds per request to one server.")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Retries per server on connection errors and 5xx answers (with backoff).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Servers asked at the same time.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="CA certificates to verify the servers' TLS certificates with.")
+@click.option("--insecure", is_flag=True, help="Do NOT verify TLS certificates (says so loudly).")
+@click.option("--token-env", metavar="VAR",
+              help="Name of an environment variable holding a bearer token (never printed).")
+@report_options
+def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeout_s, retries, concurrency,
+          ca_bundle, insecure, token_env, fmt, output, strict):
+    """Ask running SGLang servers (URL... or --fleet) for their pool and check it."""
+    from kvcheck.backends.audit import AuditOptions, run_audit
+
+    options = AuditOptions(
+        urls=tuple(urls),
+        fleet=fleet,
+        context_length=context_length,
+        min_headroom=min_headroom,
+        manifest=manifest,
+        endpoints=tuple(endpoints),
+        timeout_s=timeout_s,
+        retries=retries,
+        concurrency=concurrency,
+        ca_bundle=ca_bundle,
+        insecure=insecure,
+        token_env=token_env,
+        strict=strict,
+    )
+    run_guarded(lambda: emit(run_audit(options), fmt, output))
+
+
+@main.command()
+@click.argument("url")
+@report_options
+def probe(url, fmt, output, strict):
+    """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
+    from kvcheck.probe import ProbeOptions, run_probe
+
+    options = ProbeOptions(url=url, strict=strict)
+    run_guarded(lambda: emit(run_probe(options), fmt, output))

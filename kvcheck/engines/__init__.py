@@ -1,0 +1,1 @@
+"""Engine-specific knowledge; one sub-package per engine."""

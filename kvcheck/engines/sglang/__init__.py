@@ -1,0 +1,1 @@
+"""Everything kvcheck knows about SGLang: flags, command line, logs, server answers."""

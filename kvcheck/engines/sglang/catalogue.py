@@ -1,0 +1,311 @@
+"""SGLang's command-line flags per release, read from the catalogues in profiles/sglang/.
+
+The catalogues are generated from the released wheels by tools/gen_flag_catalogue.py. Lookup
+mirrors SGLang's argparse: `-` and `_` are interchangeable in manifests, a leading `--` is allowed,
+aliases resolve to their flag, and any unique prefix of a long flag is accepted (allow_abbrev).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.errors import InputError
+from kvcheck.profiles import profile_path
+
+CATALOGUE_SCHEMA = "kvcheck/sglang-flags/v1"
+
+# Flags a manifest must not carry: kvcheck sets them itself or they hide arguments from the check.
+RESERVED_FLAGS = {
+    "model-path": "set model.path instead; kvcheck passes it as --model-path",
+    "config": "put the config file's arguments in the manifest's args, so kvcheck can check them",
+}
+
+
+class FlagError(ValueError):
+    """A manifest argument that SGLang's argparse would reject (or that kvcheck cannot check)."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One SGLang server flag as argparse declares it."""
+
+    name: str  # "--tp-size"
+    field: str | None
+    aliases: tuple[str, ...]
+    type: str
+    nargs: str | int | None
+    store_true: bool
+    action: str | None
+    default: Any
+    choices: tuple[Any, ...] | None
+    deprecated: bool
+
+    @property
+    def key(self) -> str:
+        """The field name under which kvcheck stores the value (underscores)."""
+        return self.field or self.name[2:].replace("-", "_")
+
+    @property
+    def boolean_optional(self) -> bool:
+        return self.action == "BooleanOptionalAction"
+
+
+@dataclass(frozen=True)
+class RemovedFlag:
+    flag: str
+    last_version: str
+    replacement: str | None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The flags of one SGLang release."""
+
+    version: str
+    flags: tuple[Flag, ...]
+    removed: Mapping[str, RemovedFlag]
+    allow_abbrev: bool = True
+    _names: dict[str, Flag] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names: dict[str, Flag] = {}
+        for flag in self.flags:
+            names[flag.name] = flag
+            for alias in flag.aliases:
+                names[alias] = flag
+        object.__setattr__(self, "_names", names)
+
+    def resolve(self, key: str) -> Flag:
+        """The flag a manifest key names, or FlagError with SGLang's verdict and a suggestion."""
+        norm = "--" + key.strip().lstrip("-").replace("_", "-")
+        names = self._names
+        if norm in names:
+            return names[norm]
+        bare = norm[2:]
+        if bare in RESERVED_FLAGS:
+            raise FlagError(f"'{bare}' cannot be set in args: {RESERVED_FLAGS[bare]}")
+        removed = self.removed.get(norm)
+        prefix_matches = sorted(n for n in names if n.startswith(norm)) if self.allow_abbrev else []
+        if removed is not None:
+            text = f"flag '{norm}' was removed in SGLang {self.version} (last in {removed.last_version})"
+            if removed.replacement:
+                text += f"; use '{removed.replacement}'"
+            if len(prefix_matches) > 1:
+                text += f" (as a prefix it is ambiguous: {', '.join(prefix_matches)}; argparse exits 2)"
+            raise FlagError(text)
+        if len(prefix_matches) == 1:
+            return names[prefix_matches[0]]
+        if len(prefix_matches) > 1:
+            shown = ", ".join(prefix_matches[:6]) + (", ..." if len(prefix_matches) > 6 else "")
+            raise FlagError(
+                f"'{norm}' is an ambiguous abbreviation in SGLang {self.version} (matches {shown}); "
+                "argparse exits 2"
+            )
+        close = difflib.get_close_matches(norm, list(names), n=1, cutoff=0.6)
+        text = f"unknown SGLang flag '{bare}' (SGLang {self.version})"
+        if close:
+            text += f" (did you mean '{close[0][2:]}'?)"
+        raise FlagError(text)
+
+    def coerce(self, flag: Flag, value: Any) -> Any:
+        """The typed value argparse would produce, or FlagError."""
+        if flag.store_true or flag.boolean_optional:
+            if not isinstance(value, bool):
+                raise FlagError(f"'{flag.name[2:]}' is a switch: write true or false, not {value!r}")
+            if flag.store_true and flag.choices is None and value is False and flag.default is True:
+                raise FlagError(f"'{flag.name[2:]}' cannot be turned off from the command line")
+            return value
+        if flag.nargs in ("+", "*") or isinstance(flag.nargs, int):
+            items = value if isinstance(value, list) else [value]
+            if flag.nargs == "+" and not items:
+                raise FlagError(f"'{flag.name[2:]}' needs at least one value")
+            if isinstance(flag.nargs, int) and len(items) != flag.nargs:
+                raise FlagError(f"'{flag.name[2:]}' takes exactly {flag.nargs} values")
+            return [self._coerce_one(flag, item) for item in items]
+        if isinstance(value, list):
+            raise FlagError(f"'{flag.name[2:]}' takes one value, not a list")
+        return self._coerce_one(flag, value)
+
+    def _coerce_one(self, flag: Flag, value: Any) -> Any:
+        name = flag.name[2:]
+        if value is None:
+            raise FlagError(f"'{name}' needs a value (remove the key to use SGLang's default)")
+        kind = flag.type
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FlagError(f"'{name}' must be an integer, not {value!r}")
+            out: Any = value
+        elif kind == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise FlagError(f"'{name}' must be a number, not {value!r}")
+            out = float(value)
+        elif kind == "human_readable_int":
+            out = parse_human_readable_int(name, value)
+        elif kind == "json":
+            if isinstance(value, dict | list):
+                out = value
+            elif isinstance(value, str):
+                try:
+                    out = json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
+            else:
+                raise FlagError(f"'{name}' must be a JSON object or string, not {value!r}")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise FlagError(f"'{name}' must be true or false, not {value!r}")
+            out = value
+        else:
+            if isinstance(value, dict | list) or isinstance(value, bool):
+                raise FlagError(f"'{name}' takes a single text value, not {value!r}")
+            out = str(value) if not isinstance(value, str) else value
+        if flag.choices is not None:
+            allowed = [str(c) for c in flag.choices]
+            if str(out) not in allowed:
+                close = difflib.get_close_matches(str(out), allowed, n=1, cutoff=0.5)
+                text = f"'{name}' must be one of {', '.join(allowed)}; got {out!r}"
+                if close:
+                    text += f" (did you mean '{close[0]}'?)"
+                raise FlagError(text)
+        return out
+
+    def argv(self, flag: Flag, value: Any) -> list[str]:
+        """The command-line tokens for one validated value."""
+        if flag.store_true:
+            return [flag.name] if value else []
+        if flag.boolean_optional:
+            return [flag.name] if value else ["--no-" + flag.name[2:]]
+        if isinstance(value, list) and flag.type != "json":
+            return [flag.name, *(_render(v) for v in value)]
+        if flag.type == "json" and not isinstance(value, str):
+            return [flag.name, json.dumps(value, separators=(",", ":"))]
+        return [flag.name, _render(value)]
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() is False:
+        return repr(value)
+    return str(value)
+
+
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def parse_human_readable_int(name: str, value: Any) -> int:
+    """SGLang's human_readable_int: 1k=1000, 1Mi=1048576, case-sensitive, decimals only for SI."""
+    if isinstance(value, bool):
+        raise FlagError(f"'{name}' must be an integer such as 131072, 128k or 1Mi, not {value!r}")
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        raise FlagError(f"'{name}' must be an integer such as 131072, 128k or 1Mi, not {value!r}")
+    text = value.strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _IEC:
+            if "." in number:
+                raise FlagError(f"'{name}': decimals are not allowed with IEC suffixes ({text!r})")
+            return int(number) * _IEC[suffix]
+        try:
+            return int(Decimal(number) * _SI[suffix])
+        except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+            raise FlagError(f"'{name}': invalid number {text!r}") from exc
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise FlagError(
+            f"'{name}' must be an integer such as 131072, 128k or 1Mi (suffixes are case-sensitive), "
+            f"not {value!r}"
+        ) from exc
+
+
+def _flag_from_json(item: Mapping[str, Any]) -> Flag:
+    choices = item.get("choices")
+    return Flag(
+        name=item["flag"],
+        field=item.get("field"),
+        aliases=tuple(item.get("aliases") or ()),
+        type=item.get("type") or "str",
+        nargs=item.get("nargs"),
+        store_true=bool(item.get("store_true")),
+        action=item.get("action"),
+        default=item.get("default"),
+        choices=tuple(choices) if choices is not None else None,
+        deprecated=bool(item.get("deprecated")),
+    )
+
+
+def catalogue_versions() -> list[str]:
+    """SGLang versions that ship a catalogue, oldest first."""
+    folder = profile_path("sglang")
+    versions = []
+    for path in folder.glob("flags-*.json"):
+        text = path.stem.removeprefix("flags-")
+        try:
+            Version(text)
+        except InvalidVersion:
+            continue
+        versions.append(text)
+    return sorted(versions, key=Version)
+
+
+@cache
+def _load(version: str) -> Catalogue:
+    path = profile_path("sglang", f"flags-{version}.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("schema") != CATALOGUE_SCHEMA:
+        raise InputError(f"{path}: not a kvcheck SGLang flag catalogue (schema {data.get('schema')!r})")
+    removed = {
+        r["flag"]: RemovedFlag(r["flag"], r["last_version"], r.get("replacement"))
+        for r in data.get("removed", [])
+    }
+    return Catalogue(
+        version=str(data["sglang_version"]),
+        flags=tuple(_flag_from_json(item) for item in data["flags"]),
+        removed=removed,
+        allow_abbrev=bool(data.get("allow_abbrev", True)),
+    )
+
+
+def load_catalogue(version: str) -> tuple[Catalogue, str | None]:
+    """The catalogue for `version`, plus a note when a nearby release's catalogue stands in.
+
+    A version without its own catalogue gets the nearest older catalogued release (flags are
+    mostly added, rarely removed, between neighbours); a version older than every catalogue is an
+    input error, since its flags cannot be known.
+    """
+    try:
+        wanted = Version(str(version))
+    except InvalidVersion as exc:
+        raise InputError(f"'{version}' is not a version number (write it like \"0.5.23\")") from exc
+    available = catalogue_versions()
+    if not available:
+        raise InputError("no SGLang flag catalogue is installed; reinstall kvcheck")
+    exact = [v for v in available if Version(v) == wanted]
+    if exact:
+        return _load(exact[0]), None
+    older = [v for v in available if Version(v) < wanted]
+    if not older:
+        raise InputError(
+            f"SGLang {version} is older than every flag catalogue kvcheck ships "
+            f"({', '.join(available)}); its flags cannot be checked",
+            hint="deploy a supported release, or generate its catalogue with tools/gen_flag_catalogue.py",
+        )
+    chosen = older[-1]
+    note = (
+        f"no flag catalogue for SGLang {version}; arguments were checked against {chosen}, "
+        "the nearest older release"
+    )
+    return _load(chosen), note

@@ -1,0 +1,1 @@
+"""The deployment manifest: pydantic models, positional YAML loading, expansion into RoleTargets."""

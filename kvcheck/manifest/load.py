@@ -1,0 +1,296 @@
+"""Read a manifest file into validated RoleTargets, reporting every problem with file:line:column."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from kvcheck.backends.base import EstimateInputs, RoleTarget
+from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, load_catalogue
+from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.manifest.model import EstimateSpec, Manifest
+from kvcheck.manifest.yamlpos import Positions, dotted, load_yaml_with_positions
+from kvcheck.policy.rules import PolicyConfig
+from kvcheck.report.model import Location
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A validated manifest with the roles ready for a backend."""
+
+    path: Path
+    display_path: str
+    manifest: Manifest
+    targets: tuple[RoleTarget, ...]
+    policy: PolicyConfig
+    catalogue_note: str | None  # set when another release's flag catalogue stood in
+
+
+def _read_text(path: Path, display: str) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise InputError(f"{display}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{display}: is a directory, not a manifest file") from exc
+    except OSError as exc:
+        raise InputError(f"{display}: cannot read: {exc.strerror}") from exc
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise InputError(f"{display}: {len(raw):,} bytes is too large for a manifest")
+    if b"\x00" in raw:
+        raise InputError(f"{display}: is a binary file, not a YAML manifest")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{display}: is not UTF-8 text (byte {exc.start})") from exc
+
+
+def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """The field names allowed at `path` inside `model`, for "did you mean" suggestions."""
+    current: Any = model
+    for part in path:
+        if isinstance(part, int) or current is None:
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        if part not in fields:
+            # dict-valued fields (roles, args): the key is a name, the next part descends into its value
+            return []
+        annotation = fields[part].annotation
+        current = _unwrap_model(annotation)
+        if current is None and path and part == "roles":
+            from kvcheck.manifest.model import RoleSpec
+
+            current = RoleSpec
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(path: tuple[str | int, ...]) -> list[str]:
+    from kvcheck.manifest.model import RoleSpec
+
+    if len(path) >= 2 and path[0] == "roles":
+        return _model_fields(RoleSpec, tuple(path[2:]))
+    return _model_fields(Manifest, path)
+
+
+def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> list[InputIssue]:
+    issues = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            allowed = _allowed_keys(loc[:-1])
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            message = f"unknown key '{key}'"
+            if close:
+                message += f" (did you mean '{close[0]}'?)"
+            elif allowed:
+                message += f" (allowed here: {', '.join(allowed)})"
+            where = positions.of_key(loc)
+        elif kind == "missing":
+            message = f"missing required key '{loc[-1]}'"
+            where = positions.of_value(loc[:-1])
+        else:
+            message = error["msg"]
+            if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(
+                error["input"], dict | list
+            ):
+                message += f" (got {error['input']!r})"
+            where = positions.of_value(loc)
+        line, column = where if where else (None, None)
+        issues.append(InputIssue(file, line, column, dotted(loc), message))
+    return issues
+
+
+def _merge_estimate(*specs: EstimateSpec | None) -> EstimateInputs:
+    values: dict[str, Any] = {}
+    for spec in specs:
+        if spec is not None:
+            values.update({k: v for k, v in spec.model_dump().items() if v is not None})
+    return EstimateInputs(**values)
+
+
+def _validate_args(
+    args: Mapping[str, Any],
+    base: tuple[str | int, ...],
+    catalogue: Catalogue,
+    file: str,
+    positions: Positions,
+    issues: list[InputIssue],
+) -> dict[str, tuple[Any, Any, tuple[str | int, ...]]]:
+    """Field name -> (flag, typed value, path of the key); bad entries become issues."""
+    out: dict[str, tuple[Any, Any, tuple[str | int, ...]]] = {}
+    for key, value in args.items():
+        path = (*base, key)
+        try:
+            flag = catalogue.resolve(key)
+        except FlagError as exc:
+            where = positions.of_key(path)
+            issues.append(InputIssue(file, *(where or (None, None)), dotted(path), str(exc)))
+            continue
+        try:
+            typed = catalogue.coerce(flag, value)
+        except FlagError as exc:
+            where = positions.of_value(path)
+            issues.append(InputIssue(file, *(where or (None, None)), dotted(path), str(exc)))
+            continue
+        if flag.key in out and out[flag.key][2][:-1] == base:
+            where = positions.of_key(path)
+            other = dotted(out[flag.key][2])
+            issues.append(
+                InputIssue(file, *(where or (None, None)), dotted(path), f"sets the same flag as {other}")
+            )
+            continue
+        out[flag.key] = (flag, typed, path)
+    return out
+
+
+def _parallel_gpus(args: Mapping[str, Any]) -> int:
+    """GPUs a role's parallel settings need: TP x PP, times DP replicas outside attention DP."""
+    tp = int(args.get("tp_size") or 1)
+    pp = int(args.get("pp_size") or 1)
+    dp = int(args.get("dp_size") or 1)
+    attention_dp = bool(args.get("enable_dp_attention")) or int(args.get("attn_dp_size") or 1) > 1
+    return tp * pp * (1 if attention_dp else dp)
+
+
+def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedManifest:
+    """Load, validate and expand a manifest; raises ManifestError with every issue found."""
+    path = Path(path)
+    display = display or str(path)
+    text = _read_text(path, display)
+    data, positions, issues = load_yaml_with_positions(text, display)
+    if data is None:
+        raise InputError(f"{display}: the manifest is empty")
+    if not isinstance(data, dict):
+        raise InputError(f"{display}:1:1: the manifest must be a YAML mapping, not {type(data).__name__}")
+
+    manifest: Manifest | None = None
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        issues.extend(_pydantic_issues(exc, display, positions))
+
+    # Engine arguments are checked against the declared release even when other keys are wrong,
+    # so one run reports every problem.
+    version = data.get("engine", {}).get("version") if isinstance(data.get("engine"), dict) else None
+    catalogue: Catalogue | None = None
+    catalogue_note = None
+    if isinstance(version, str):
+        try:
+            catalogue, catalogue_note = load_catalogue(version)
+        except InputError as exc:
+            where = positions.of_value(("engine", "version"))
+            issues.append(InputIssue(display, *(where or (None, None)), "engine.version", exc.message))
+
+    shared: dict[str, tuple[Any, Any, tuple[str | int, ...]]] = {}
+    role_args: dict[str, dict[str, tuple[Any, Any, tuple[str | int, ...]]]] = {}
+    if catalogue is not None:
+        if isinstance(data.get("args"), dict):
+            shared = _validate_args(data["args"], ("args",), catalogue, display, positions, issues)
+        for name, role in (data.get("roles") or {}).items() if isinstance(data.get("roles"), dict) else ():
+            if isinstance(role, dict) and isinstance(role.get("args"), dict):
+                role_args[name] = _validate_args(
+                    role["args"], ("roles", name, "args"), catalogue, display, positions, issues
+                )
+
+    targets: list[RoleTarget] = []
+    if manifest is not None and catalogue is not None:
+        for name, role in manifest.roles.items():
+            merged = {**shared, **role_args.get(name, {})}
+            args = {key: value for key, (_, value, _) in merged.items()}
+            argv: list[str] = []
+            for _key, (flag, value, _) in merged.items():
+                argv.extend(catalogue.argv(flag, value))
+            arg_locations = {}
+            for key, (_, _, arg_path) in merged.items():
+                where = positions.of_key(arg_path)
+                arg_locations[key] = Location(display, *(where or (None, None)))
+            role_where = positions.of_key(("roles", name))
+            role_location = Location(display, *(role_where or (None, None)))
+
+            nnodes = int(args.get("nnodes") or 1)
+            need = _parallel_gpus(args)
+            if role.gpus and len(role.gpus) * nnodes != need:
+                where = positions.of_value(("roles", name, "gpus"))
+                issues.append(
+                    InputIssue(
+                        display,
+                        *(where or (None, None)),
+                        f"roles.{name}.gpus",
+                        f"{len(role.gpus)} GPU(s) x {nnodes} node(s) = {len(role.gpus) * nnodes}, but the "
+                        f"role's parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
+                    )
+                )
+            config = manifest.model.config
+            config_path = (path.parent / config).resolve() if config else None
+            targets.append(
+                RoleTarget(
+                    name=name,
+                    context_length=manifest.context_length,
+                    min_headroom=manifest.policy.min_headroom,
+                    engine_version=manifest.engine.version,
+                    args=args,
+                    argv_args=tuple(argv),
+                    gpus=tuple(role.gpus),
+                    gpu=role.gpu or manifest.gpu,
+                    model_path=manifest.model.path,
+                    model_config=config_path,
+                    engine_command=tuple(manifest.engine.command),
+                    env={**manifest.engine.env, **role.env},
+                    estimate=_merge_estimate(manifest.estimate, role.estimate),
+                    location=role_location,
+                    arg_locations=arg_locations,
+                )
+            )
+
+    if manifest is not None:
+        from kvcheck.policy.registry import all_rules
+
+        known = all_rules()
+        for field_name, codes in (("ignore", manifest.policy.ignore), ("severity", manifest.policy.severity)):
+            for i, code in enumerate(codes):
+                if code not in known:
+                    sub = ("policy", field_name, i) if field_name == "ignore" else ("policy", field_name, code)
+                    where = positions.of_value(sub) if field_name == "ignore" else positions.of_key(sub)
+                    close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
+                    message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+                    issues.append(InputIssue(display, *(where or (None, None)), dotted(sub), message))
+
+    if issues:
+        issues.sort(key=lambda i: (i.line or 0, i.column or 0))
+        raise ManifestError(issues, hint="`kvcheck schema` prints every key the manifest accepts")
+    assert manifest is not None
+    policy = PolicyConfig(
+        min_headroom=manifest.policy.min_headroom,
+        ignore=frozenset(manifest.policy.ignore),
+        severity=dict(manifest.policy.severity),
+    )
+    return LoadedManifest(
+        path=path,
+        display_path=display,
+        manifest=manifest,
+        targets=tuple(targets),
+        policy=policy,
+        catalogue_note=catalogue_note,
+    )

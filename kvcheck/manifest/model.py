@@ -1,0 +1,122 @@
+"""The deployment manifest as pydantic models: strict (unknown keys are errors), typed, documented.
+
+`kvcheck schema` prints the JSON Schema generated from these models.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND
+
+RULE_CODE = r"^KV\d{3}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
+
+
+class ModelSpec(_Strict):
+    """What the engine loads."""
+
+    path: str = Field(description="What the engine loads: a Hugging Face repo id or a local folder (--model-path).")
+    config: str | None = Field(
+        default=None,
+        description="config.json for estimate mode (relative to the manifest); defaults to the one in a "
+        "local `path`, else the Hugging Face Hub when online.",
+    )
+
+
+class EngineSpec(_Strict):
+    """Which engine, which release, and how to start it."""
+
+    name: Literal["sglang"] = Field(default="sglang", description="The serving engine; only sglang for now.")
+    version: str = Field(description='The release you deploy, e.g. "0.5.23"; checked against what boots.')
+    command: list[str] = Field(
+        default=list(DEFAULT_ENGINE_COMMAND),
+        min_length=1,
+        description="How to start the engine (argv prefix); kvcheck appends --model-path and the args.",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every role.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        if isinstance(value, float):
+            raise ValueError('write the version as a quoted string, e.g. "0.5.23" (YAML reads 0.5 as a number)')
+        return value
+
+
+class EstimateSpec(_Strict):
+    """Figures that only estimate mode uses; each one left out is derived (config, GPU profile)."""
+
+    weights_gib_per_gpu: float | None = Field(default=None, gt=0, description="Weight memory per GPU rank, GiB.")
+    gpu_memory_mib: int | None = Field(default=None, gt=0, description="nvidia-smi memory.total of the GPU, MiB.")
+    pre_baseline_mib: float | None = Field(
+        default=None, ge=0, description="Memory taken before SGLang's baseline (CUDA context, NCCL), MiB."
+    )
+
+
+class RoleSpec(_Strict):
+    """One server of the deployment (prefill, decode, or a single unified server)."""
+
+    gpus: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="GPU indices on the measuring host (per host when nnodes > 1)."
+    )
+    gpu: str | None = Field(default=None, description="This role's GPU type when it differs from the top-level gpu.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments; override the shared args.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment; overrides engine.env.")
+    estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for this role.")
+
+    @field_validator("gpus")
+    @classmethod
+    def _unique_gpus(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError("a GPU index is listed twice")
+        return value
+
+
+class PolicySpec(_Strict):
+    """How strict the gate is."""
+
+    min_headroom: float = Field(
+        default=1.0, gt=0, description="Each pool must hold min_headroom x context_length tokens."
+    )
+    ignore: list[Annotated[str, Field(pattern=RULE_CODE)]] = Field(
+        default_factory=list, description="Rule codes to skip, e.g. [KV203]."
+    )
+    severity: dict[Annotated[str, Field(pattern=RULE_CODE)], Literal["error", "warning", "info"]] = Field(
+        default_factory=dict, description="Severity overrides per rule code, e.g. {KV104: error}."
+    )
+
+
+class Manifest(_Strict):
+    """A deployment to gate: the window promised to clients, the model, the engine and its roles."""
+
+    name: str | None = Field(default=None, description="Free text shown in reports.")
+    context_length: int = Field(gt=0, description="REQUIRED: the context window promised to clients, tokens.")
+    model: ModelSpec
+    engine: EngineSpec
+    gpu: str | None = Field(default=None, description="GPU type (H100, H200, B200, ... or the name nvidia-smi prints).")
+    args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments shared by all roles.")
+    roles: dict[str, RoleSpec] = Field(min_length=1, description="The servers of the deployment, by name.")
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for every role.")
+
+    @field_validator("context_length", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number of tokens")
+        return value
+
+
+def json_schema() -> dict[str, Any]:
+    """The manifest's JSON Schema (draft 2020-12), for editors' YAML language servers and CI linters."""
+    schema = Manifest.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "urn:kvcheck:manifest:v1"
+    schema["title"] = "kvcheck deployment manifest"
+    return schema

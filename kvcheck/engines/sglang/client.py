@@ -1,0 +1,582 @@
+"""Ask a running SGLang server for its KV pool and limits: /server_info, /v1/models and /metrics.
+
+Everything a live server says about its pool goes through here, so that the audit command and the
+measure backend's loopback cross-check read the same fields the same way. Fail closed: an answer that
+cannot be had, or is not SGLang's, raises `EndpointError` (exit 3) with the reason; never a default.
+
+Security: TLS is verified by default; the bearer token is sent only to the origin it was given for
+(a redirect to another scheme, host or port is followed without it) and never appears in a message,
+a repr or a report (`redact_args` and `redact_command` also hide the server's own secrets, such as
+the `api_key` that `/server_info` echoes back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shlex
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvcheck import __version__
+from kvcheck.errors import EndpointError, InputError
+
+INFO_PATHS = ("/server_info", "/get_server_info")  # 0.5.x name first; older releases only have the second
+MODELS_PATH = "/v1/models"
+METRICS_PATH = "/metrics"
+MAX_REDIRECTS = 5
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a server_info for hundreds of DP ranks stays far below this
+RETRY_STATUSES = frozenset({500, 502, 503, 504})  # 503 also while a server is still starting
+
+# Gauges SGLang sets once at startup (metrics_collector.emit_constants); one series per scheduler rank.
+CONSTANT_GAUGES = (
+    "sglang:max_total_num_tokens",
+    "sglang:max_total_num_tokens_swa",
+    "sglang:context_len",
+    "sglang:page_size",
+    "sglang:num_pages",
+    "sglang:kv_cache_memory_usage_gb",
+    "sglang:weight_memory_usage_gb",
+    "sglang:startup_available_gpu_memory_gb",
+)
+
+# Keys of the server-info payload that are not ServerArgs fields (scheduler info and envelope).
+NON_ARG_KEYS = frozenset(
+    {
+        "internal_states",
+        "version",
+        "launch_command",
+        "status",
+        "max_total_num_tokens",
+        "max_req_input_len",
+        "startup_time",
+        "hicache_object_layout",
+        "kv_event_sources",
+        "kv_events",
+        "frontend",
+    }
+)
+
+REDACTED = "REDACTED"  # shell-safe, so a redacted launch command stays copy-pastable
+_SECRET_NAME = re.compile(r"api[_-]?key|secret|passw(or)?d|credential|private[_-]?key|(^|[_-])token$", re.I)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for argument names that hold secrets (`api_key`, `admin_api_key`, `hf_token`, ...)."""
+    return bool(_SECRET_NAME.search(name.lstrip("-")))
+
+
+def redact_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The args with every secret-looking value replaced, so a report never leaks the server's keys."""
+    return {
+        key: (REDACTED if is_secret_name(key) and value not in (None, "", False) else value)
+        for key, value in args.items()
+    }
+
+
+def redact_command(command: str) -> str:
+    """A launch command with the values of secret flags (`--api-key X`, `--api-key=X`) hidden."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return REDACTED  # unbalanced quotes: cannot tell where a secret ends, show nothing
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
+            out.append(word.split("=", 1)[0] + "=" + REDACTED)
+        elif word.startswith("--") and is_secret_name(word):
+            out.append(word)
+            hide_next = True
+        else:
+            out.append(word)
+    return shlex.join(out)
+
+
+def validate_base_url(url: str) -> httpx.URL:
+    """The server's base URL, checked: http(s), a host, no credentials, query or fragment."""
+    text = url.strip()
+    try:
+        parsed = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise InputError(f"{url!r} is not a valid URL: {exc}") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InputError(
+            f"{url!r} is not an http(s) URL of a server",
+            hint="write the scheme and host, e.g. http://10.0.0.5:30000",
+        )
+    if parsed.userinfo:
+        raise InputError(
+            f"{display_url(parsed)}: credentials in the URL are not accepted",
+            hint="put the bearer token in an environment variable and pass --token-env NAME",
+        )
+    if parsed.query or parsed.fragment:
+        raise InputError(f"{display_url(parsed)}: the server URL must not carry a query or fragment")
+    return parsed.copy_with(path=parsed.path.rstrip("/") or "/")
+
+
+def display_url(url: httpx.URL | str) -> str:
+    """A URL fit for messages and reports: scheme, host, port and path only (never userinfo or query)."""
+    try:
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<invalid URL>"
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    path = parsed.path.rstrip("/")
+    return f"{parsed.scheme}://{host}{port}{path}"
+
+
+def make_ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
+    """One TLS context for many clients: True = system/certifi CAs, a path = that CA bundle, False = insecure.
+
+    Building a context loads the whole CA store (tens of ms), so an audit of hundreds of endpoints
+    builds it once and hands it to every client.
+    """
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if isinstance(verify, str):
+        path = Path(verify)
+        if not path.exists():
+            raise InputError(f"CA bundle {verify} does not exist", hint="--ca-bundle takes a PEM file or a folder")
+        try:
+            if path.is_dir():
+                return ssl.create_default_context(capath=str(path))
+            return ssl.create_default_context(cafile=str(path))
+        except (ssl.SSLError, OSError) as exc:
+            raise InputError(f"CA bundle {verify} could not be loaded: {exc}") from exc
+    return httpx.create_ssl_context(verify=bool(verify), trust_env=True)
+
+
+def parse_prometheus(text: str, names: tuple[str, ...] = CONSTANT_GAUGES) -> dict[str, float]:
+    """The minimum over all series (ranks) of each wanted gauge in a Prometheus text exposition."""
+    wanted = set(names)
+    found: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parsed = _parse_sample(line)
+        if parsed is None:
+            continue
+        name, value = parsed
+        if name not in wanted or not math.isfinite(value):
+            continue
+        found[name] = min(found.get(name, value), value)
+    return found
+
+
+def _parse_sample(line: str) -> tuple[str, float] | None:
+    """`name{labels} value [timestamp]` -> (name, value); None for anything else."""
+    match = re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line)
+    if match is None:
+        return None
+    name, rest = match.group(0), line[match.end() :]
+    if rest.startswith("{"):
+        in_quotes = escaped = False
+        for index, char in enumerate(rest):
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_quotes = not in_quotes
+            elif char == "}" and not in_quotes:
+                rest = rest[index + 1 :]
+                break
+        else:
+            return None
+    parts = rest.split()
+    if not parts:
+        return None
+    try:
+        return name, float(parts[0])
+    except ValueError:
+        return None
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer from JSON (bools are not counts), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What one SGLang server says about its pool, its limits and its resolved arguments (tokens)."""
+
+    url: str  # base URL as displayed (no credentials)
+    version: str | None
+    max_total_num_tokens: int | None  # first scheduler's logical pool, tokens
+    max_req_input_len: int | None  # prompts of this many tokens or more are refused
+    dp_token_capacities: tuple[int, ...]  # internal_states[i].memory_usage.token_capacity, one per DP rank
+    swa_token_capacities: tuple[int, ...]  # sliding-window pools (hybrid SWA models), one per DP rank
+    context_length_arg: int | None  # the user's --context-length (None when unset), not what is served
+    served_context_len: int | None  # /v1/models max_model_len, else the sglang:context_len gauge
+    resolved_args: Mapping[str, Any]  # every ServerArgs field in the payload, secrets redacted
+    launch_command: str | None  # secrets redacted
+    endpoint: str  # which info endpoint answered: /server_info or /get_server_info
+    metrics: Mapping[str, float] = field(default_factory=dict)  # constant gauges (min over ranks); {} without --enable-metrics
+    redirected_to: str | None = None  # final URL when the info request was redirected
+    notes: tuple[str, ...] = ()  # optional figures that could not be read, and why
+
+    @property
+    def pool_tokens(self) -> int | None:
+        """The pool one request can use: the smallest DP rank's, else the server-wide figure."""
+        if self.dp_token_capacities:
+            return min(self.dp_token_capacities)
+        return self.max_total_num_tokens
+
+
+def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
+    """Turn a server-info JSON payload into a ServerInfo; raise EndpointError when it is not SGLang's."""
+    if not isinstance(payload, dict) or ("max_total_num_tokens" not in payload and "internal_states" not in payload):
+        raise EndpointError(
+            f"{url}{endpoint}: the answer is JSON but not SGLang's server info "
+            "(neither max_total_num_tokens nor internal_states)",
+            hint="check that the URL points at an SGLang server (not a router, gateway or another engine)",
+        )
+    max_total = _count(payload.get("max_total_num_tokens"))
+    if payload.get("max_total_num_tokens") is not None and max_total is None:
+        raise EndpointError(
+            f"{url}{endpoint}: max_total_num_tokens is {payload['max_total_num_tokens']!r}, not a token count"
+        )
+    notes: list[str] = []
+    capacities: list[int] = []
+    swa: list[int] = []
+    states = payload.get("internal_states")
+    if states is not None and not isinstance(states, list):
+        raise EndpointError(f"{url}{endpoint}: internal_states is {type(states).__name__}, not a list")
+    for rank, state in enumerate(states or []):
+        usage = state.get("memory_usage") if isinstance(state, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        capacity = _count(usage.get("token_capacity"))
+        if capacity is not None:
+            capacities.append(capacity)
+        elif usage.get("token_capacity") is not None:
+            raise EndpointError(
+                f"{url}{endpoint}: internal_states[{rank}].memory_usage.token_capacity is "
+                f"{usage['token_capacity']!r}, not a token count"
+            )
+        swa_capacity = _count(usage.get("token_capacity_swa"))
+        if swa_capacity:
+            swa.append(swa_capacity)
+    if states and capacities and len(capacities) != len(states):
+        notes.append(f"only {len(capacities)} of {len(states)} DP ranks state their token_capacity")
+    if max_total is None and not capacities:
+        raise EndpointError(
+            f"{url}{endpoint}: SGLang answered without a pool figure "
+            "(no max_total_num_tokens, no internal_states[].memory_usage.token_capacity)",
+            hint="the server may still be starting; retry once /health answers 200",
+        )
+    args = {k: v for k, v in payload.items() if k not in NON_ARG_KEYS}
+    launch = payload.get("launch_command")
+    version = payload.get("version")
+    return ServerInfo(
+        url=url,
+        version=str(version) if version not in (None, "") else None,
+        max_total_num_tokens=max_total,
+        max_req_input_len=_count(payload.get("max_req_input_len")),
+        dp_token_capacities=tuple(capacities),
+        swa_token_capacities=tuple(swa),
+        context_length_arg=_count(payload.get("context_length")),
+        served_context_len=None,
+        resolved_args=redact_args(args),
+        launch_command=redact_command(launch) if isinstance(launch, str) else None,
+        endpoint=endpoint,
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One HTTP answer, body read in full (bounded)."""
+
+    status: int
+    reason: str
+    url: httpx.URL
+    content_type: str
+    body: bytes
+    redirected: bool
+
+
+class SglangClient:
+    """A small, strict HTTP client for one SGLang server (thread-confined; one per endpoint)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
+        token: str | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if timeout_s <= 0:
+            raise InputError(f"timeout must be positive, got {timeout_s:g} s")
+        if retries < 0:
+            raise InputError(f"retries must be 0 or more, got {retries}")
+        self._base = validate_base_url(base_url)
+        self.url = display_url(self._base)
+        self._timeout_s = float(timeout_s)
+        self._retries = int(retries)
+        self._backoff_s = float(backoff_s)
+        self._token = token or None
+        self._sleep = sleep
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s),
+            verify=make_ssl_context(verify),
+            follow_redirects=False,  # handled in _send so that credentials never leave their origin
+            trust_env=True,
+            transport=transport,
+            headers={"User-Agent": f"kvcheck/{__version__}", "Accept": "application/json, text/plain;q=0.9"},
+        )
+
+    def __repr__(self) -> str:
+        return f"SglangClient({self.url!r}, token={'<set>' if self._token else None})"
+
+    def __enter__(self) -> SglangClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- public calls -------------------------------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        """Pool, limits and resolved args from /server_info (/get_server_info on older releases),
+        completed with the served context (/v1/models) and the constant metrics (/metrics)."""
+        answer, endpoint = None, INFO_PATHS[0]
+        for endpoint in INFO_PATHS:
+            answer = self._get(endpoint)
+            if answer.status != 404:
+                break
+        assert answer is not None
+        if answer.status == 404:
+            raise EndpointError(
+                f"{self.url}: neither /server_info nor /get_server_info exists (HTTP 404)",
+                hint="check that the URL points at an SGLang server, not a router or another engine",
+            )
+        self._raise_for_status(answer, endpoint)
+        info = parse_server_info(self._json(answer, endpoint), url=self.url, endpoint=endpoint)
+        notes = list(info.notes)
+        try:
+            served = self.served_context()
+        except EndpointError as exc:
+            served = None
+            notes.append(f"{MODELS_PATH}: {exc.message}")
+        try:
+            metrics = self.metrics()
+        except EndpointError as exc:
+            metrics = {}
+            notes.append(f"{METRICS_PATH}: {exc.message}")
+        if served is None and "sglang:context_len" in metrics:
+            served = int(metrics["sglang:context_len"])
+        return dataclasses.replace(
+            info,
+            served_context_len=served,
+            metrics=metrics,
+            redirected_to=display_url(answer.url) if answer.redirected else None,
+            notes=tuple(notes),
+        )
+
+    def served_context(self) -> int | None:
+        """The context window the server serves (/v1/models `max_model_len`); None if it has no such endpoint."""
+        answer = self._get(MODELS_PATH)
+        if answer.status == 404:
+            return None
+        self._raise_for_status(answer, MODELS_PATH)
+        payload = self._json(answer, MODELS_PATH)
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            raise EndpointError(f"{self.url}{MODELS_PATH}: the answer has no model list ('data')")
+        for card in data:  # LoRA adapters are listed with max_model_len null; the base model has it
+            length = _count(card.get("max_model_len")) if isinstance(card, dict) else None
+            if length:
+                return length
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        """SGLang's constant gauges (min over ranks); {} when the server runs without --enable-metrics."""
+        answer = self._get(METRICS_PATH)
+        if answer.status == 404:
+            return {}
+        self._raise_for_status(answer, METRICS_PATH)
+        return parse_prometheus(answer.body.decode("utf-8", errors="replace"))
+
+    # -- transport --------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> _Answer:
+        """GET with bounded retries (connect errors, timeouts, 5xx) and exponential backoff."""
+        url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
+        attempts = self._retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                answer = self._send(url)
+            except httpx.TransportError as exc:
+                tls = _tls_reason(exc)
+                if tls is not None:
+                    raise self._tls_error(url, tls) from exc
+                if attempt < attempts:
+                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                    continue
+                raise self._transport_error(url, exc, attempts) from exc
+            if answer.status in RETRY_STATUSES and attempt < attempts:
+                self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                continue
+            return answer
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _send(self, url: httpx.URL) -> _Answer:
+        """One GET, following up to MAX_REDIRECTS redirects; the token stays with its origin."""
+        origin = _origin(url)
+        send_token = self._token is not None
+        redirected = False
+        for _ in range(MAX_REDIRECTS + 1):
+            headers = {"Authorization": f"Bearer {self._token}"} if send_token else {}
+            request = self._client.build_request("GET", url, headers=headers)
+            started = time.monotonic()
+            response = self._client.send(request, stream=True)
+            try:
+                location = response.headers.get("location")
+                if response.is_redirect and location:
+                    try:
+                        next_url = url.join(location)
+                    except httpx.InvalidURL as exc:
+                        raise EndpointError(f"{display_url(url)}: redirect to an invalid URL") from exc
+                    if next_url.scheme not in ("http", "https"):
+                        raise EndpointError(f"{display_url(url)}: redirect to a non-HTTP URL refused")
+                    if _origin(next_url) != origin:
+                        send_token = False  # never hand the token to another scheme, host or port
+                    url, redirected = next_url, True
+                    continue
+                body = self._read_body(response, url, started)
+                return _Answer(
+                    status=response.status_code,
+                    reason=response.reason_phrase,
+                    url=url,
+                    content_type=response.headers.get("content-type", ""),
+                    body=body,
+                    redirected=redirected,
+                )
+            finally:
+                response.close()
+        raise EndpointError(f"{self.url}: more than {MAX_REDIRECTS} redirects")
+
+    def _read_body(self, response: httpx.Response, url: httpx.URL, started: float) -> bytes:
+        """The body, bounded in size and in total time (a server that trickles bytes is a timeout)."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise EndpointError(f"{display_url(url)}: answer larger than {MAX_BODY_BYTES // 2**20} MiB")
+            if time.monotonic() - started > self._timeout_s:
+                raise httpx.ReadTimeout("body not complete within the timeout")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, REDACTED) if self._token else text
+
+    def _snippet(self, answer: _Answer) -> str:
+        text = answer.body[:160].decode("utf-8", errors="replace")
+        text = " ".join(text.split())
+        return self._redact(text)
+
+    def _raise_for_status(self, answer: _Answer, path: str) -> None:
+        if 200 <= answer.status < 300:
+            return
+        where = f"{self.url}{path}"
+        if answer.status in (401, 403):
+            if self._token:
+                hint = "the server refused the token: check the variable --token-env names"
+            else:
+                hint = "the server wants a token: put it in an environment variable and pass --token-env NAME"
+            raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
+        detail = self._snippet(answer)
+        attempts = f" after {self._retries + 1} attempts" if answer.status in RETRY_STATUSES and self._retries else ""
+        raise EndpointError(
+            f"{where}: HTTP {answer.status} {answer.reason}{attempts}" + (f": {detail}" if detail else "")
+        )
+
+    def _json(self, answer: _Answer, path: str) -> Any:
+        try:
+            return json.loads(answer.body)
+        except ValueError as exc:
+            kind = answer.content_type.split(";")[0].strip() or "no content type"
+            raise EndpointError(
+                f"{self.url}{path}: the answer is not JSON ({kind}: {self._snippet(answer)!r})",
+                hint="check that the URL points at an SGLang server",
+            ) from exc
+
+    def _tls_error(self, url: httpx.URL, reason: str) -> EndpointError:
+        if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
+            return EndpointError(
+                f"{display_url(url)}: TLS certificate verification failed ({reason})",
+                hint="pass --ca-bundle FILE with the CA that signed the server's certificate "
+                "(--insecure skips verification; not for production)",
+            )
+        return EndpointError(
+            f"{display_url(url)}: TLS handshake failed ({reason})",
+            hint="check that the server speaks HTTPS on this port (else use http://)",
+        )
+
+    def _transport_error(self, url: httpx.URL, exc: httpx.TransportError, attempts: int) -> EndpointError:
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, httpx.TimeoutException):
+            return EndpointError(
+                f"{display_url(url)}: no complete answer within {self._timeout_s:g} s{tries}",
+                hint="raise --timeout if the server is known to be slow",
+            )
+        if isinstance(exc, httpx.ConnectError):
+            return EndpointError(
+                f"{display_url(url)}: cannot connect{tries}: {self._redact(str(exc)) or type(exc).__name__}",
+                hint="check that the server is running and reachable from here (host, port, proxy settings)",
+            )
+        return EndpointError(
+            f"{display_url(url)}: the connection failed{tries}: {self._redact(str(exc)) or type(exc).__name__}"
+        )
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return (url.scheme, url.host.lower(), url.port or default)
+
+
+def _tls_reason(exc: BaseException) -> str | None:
+    """The TLS failure behind a transport error, if there is one (never retried: it will not heal)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {current.verify_message}"
+        if isinstance(current, ssl.SSLError):
+            return str(current.reason or current)
+        current = current.__cause__ or current.__context__
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text and "handshake" in text.lower():
+        return text
+    return None

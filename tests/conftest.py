@@ -1,0 +1,55 @@
+"""Shared fixtures: the repository root, the shared real-world data, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+EXAMPLES = REPO_ROOT / "docs" / "examples"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data beside the checkout; tests that need it skip where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is absent")
+    return SHARED_DATA
+
+
+@dataclass(frozen=True)
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_kvcheck(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                stdin: str | None = None, timeout: float = 120) -> CliResult:
+    """Run `python -m kvcheck ARGS` as a user would, with this checkout on the path."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.pop("KVCHECK_DEBUG", None)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvcheck", *args],
+        cwd=cwd or REPO_ROOT,
+        env=full_env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def kvcheck():
+    return run_kvcheck

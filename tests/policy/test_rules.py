@@ -1,0 +1,156 @@
+"""The capacity and engine-safety rules, case by case, as the contract states them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.app import judge
+from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.policy.registry import all_rules
+from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
+from kvcheck.report.model import Finding, Location
+
+WINDOW = 1_048_576
+
+
+def target(name="prefill", *, args=None, version="0.5.23", headroom=1.0, window=WINDOW, locations=None):
+    return RoleTarget(
+        name=name,
+        context_length=window,
+        min_headroom=headroom,
+        engine_version=version,
+        args=args or {},
+        argv_args=(),
+        location=Location("m.yaml", 10, 3),
+        arg_locations=locations or {},
+    )
+
+
+def measured(pool, *, role="prefill", max_input=None, context_len=None, version=None, resolved=None):
+    return PoolMeasurement(role=role, source="measure", pool_tokens=pool, max_input_tokens=max_input,
+                           context_len=context_len, engine_version=version, resolved_args=resolved or {})
+
+
+def codes(findings: list[Finding]) -> list[str]:
+    return [f.rule for f in findings]
+
+
+def test_pool_below_window_is_kv101_with_the_largest_context_that_fits() -> None:
+    [found] = evaluate_role(target(), measured(681_280))
+    assert (found.rule, found.severity, found.role) == ("KV101", "error", "prefill")
+    assert "681,280" in found.message and "short by 367,296 tokens" in found.message
+    assert found.hint.startswith("the largest context that fits this pool is 681,280 tokens")
+    assert found.location == Location("m.yaml", 10, 3)
+
+
+def test_pool_exactly_at_window_passes() -> None:
+    assert evaluate_role(target(), measured(WINDOW)) == []
+    assert codes(evaluate_role(target(), measured(WINDOW - 1))) == ["KV101"]
+
+
+def test_headroom_raises_the_requirement_and_rounds_up() -> None:
+    t = target(headroom=1.25, window=1000)
+    assert t.required_tokens == 1250
+    assert codes(evaluate_role(t, measured(1249))) == ["KV101"]
+    assert evaluate_role(t, measured(1250)) == []
+    [found] = evaluate_role(t, measured(1000))
+    assert found.hint.startswith("the largest context that fits this pool is 800 tokens (with min_headroom 1.25)")
+
+
+def test_unmeasured_pool_is_not_judged_by_capacity_rules() -> None:
+    assert evaluate_role(target(), measured(None)) == []
+
+
+def test_explicit_context_length_below_window_is_kv102_at_the_arg() -> None:
+    where = Location("m.yaml", 7, 3)
+    [found] = evaluate_role(
+        target(args={"context_length": 131072}, locations={"context_length": where}), measured(WINDOW * 2)
+    )
+    assert found.rule == "KV102" and found.location == where
+    assert "--context-length 131,072" in found.message
+
+
+def test_engine_context_below_window_is_kv102() -> None:
+    assert codes(evaluate_role(target(), measured(WINDOW * 2, context_len=202_752))) == ["KV102"]
+    assert evaluate_role(target(), measured(WINDOW * 2, context_len=WINDOW)) == []
+
+
+def test_max_total_tokens_cap_is_kv103() -> None:
+    found = evaluate_role(target(args={"max_total_tokens": 500_000}), measured(500_000))
+    assert codes(found) == ["KV101", "KV103"]
+    assert evaluate_role(target(args={"max_total_tokens": WINDOW}), measured(WINDOW)) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("0.5.21", ["KV201"]), ("0.5.22", []), ("0.5.23", []), ("0.4.10.post2", ["KV201"]), ("not-a-version", [])],
+)
+def test_old_release_on_a_disaggregated_role_is_kv201(version, expected) -> None:
+    args = {"disaggregation_mode": "prefill", "disaggregation_enable_kv_checksum": True}
+    assert codes(evaluate_role(target(args=args, version=version), measured(WINDOW))) == expected
+
+
+def test_old_release_without_disaggregation_is_fine() -> None:
+    assert evaluate_role(target(version="0.5.10"), measured(WINDOW)) == []
+
+
+def test_measured_version_wins_over_the_declared_one() -> None:
+    args = {"disaggregation_mode": "decode", "disaggregation_enable_kv_checksum": True}
+    assert codes(evaluate_role(target(args=args), measured(WINDOW, version="0.5.21"))) == ["KV201"]
+
+
+def test_auto_truncate_is_kv202_also_when_only_the_server_reports_it() -> None:
+    assert codes(evaluate_role(target(args={"allow_auto_truncate": True}), measured(WINDOW))) == ["KV202"]
+    assert codes(evaluate_role(target(), measured(WINDOW, resolved={"allow_auto_truncate": True}))) == ["KV202"]
+
+
+def test_disaggregated_role_without_checksum_is_kv203() -> None:
+    assert codes(evaluate_role(target(args={"disaggregation_mode": "decode"}), measured(WINDOW))) == ["KV203"]
+    assert codes(evaluate_role(target(args={"disaggregation_mode": "null"}), measured(WINDOW))) == []
+
+
+def test_prefill_and_decode_limits_differ_is_kv104() -> None:
+    targets = [target("p", args={"disaggregation_mode": "prefill"}), target("d", args={"disaggregation_mode": "decode"})]
+    [found] = evaluate_deployment(targets, [measured(1, role="p", max_input=681_274), measured(1, role="d", max_input=1_048_570)])
+    assert (found.rule, found.severity, found.role) == ("KV104", "warning", None)
+    same = [measured(1, role="p", max_input=10), measured(1, role="d", max_input=10)]
+    assert evaluate_deployment(targets, same) == []
+
+
+def test_policy_ignore_and_severity_override() -> None:
+    policy = PolicyConfig(ignore=frozenset({"KV203"}), severity={"KV202": "error"})
+    report = judge(
+        command="verify", mode="measure", source="m.yaml",
+        targets=[target(args={"disaggregation_mode": "decode", "allow_auto_truncate": True})],
+        measurements=[measured(WINDOW)], policy=policy,
+    )
+    assert [(f.rule, f.severity) for f in report.findings] == [("KV202", "error")]
+    assert (report.verdict, report.exit_code) == ("fail", 1)
+
+
+def test_strict_turns_warnings_into_failures() -> None:
+    kwargs = dict(command="verify", mode="measure", source="m.yaml",
+                  targets=[target(args={"allow_auto_truncate": True})], measurements=[measured(WINDOW)],
+                  policy=PolicyConfig())
+    assert judge(**kwargs).exit_code == 0
+    strict = judge(**kwargs, strict=True)
+    assert (strict.roles[0].status, strict.exit_code) == ("fail", 1)
+
+
+def test_a_role_that_could_not_be_measured_is_exit_3_and_a_failure_beats_it() -> None:
+    broken = PoolMeasurement(role="d", source="measure", pool_tokens=None,
+                             findings=(Finding("KV301", "error", "d", "exited with status 137"),))
+    report = judge(command="verify", mode="measure", source="m.yaml", targets=[target("d")],
+                   measurements=[broken], policy=PolicyConfig())
+    assert (report.roles[0].status, report.verdict, report.exit_code) == ("error", "error", 3)
+    both = judge(command="verify", mode="measure", source="m.yaml", targets=[target("p"), target("d")],
+                 measurements=[measured(10, role="p"), broken], policy=PolicyConfig())
+    assert [r.status for r in both.roles] == ["fail", "error"]
+    assert (both.verdict, both.exit_code) == ("fail", 1)
+
+
+def test_every_rule_has_documentation() -> None:
+    rules = all_rules()
+    for code in ("KV101", "KV102", "KV103", "KV104", "KV201", "KV202", "KV203", "KV204"):
+        assert code in rules
+        assert len(rules[code].doc) > 80 and "Fix:" in rules[code].doc

@@ -100,7 +100,7 @@ def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> l
         if kind == "extra_forbidden":
             key = str(loc[-1])
             allowed = _allowed_keys(loc[:-1])
-            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            close = suggest(key, allowed)
             message = f"unknown key '{key}'"
             if close:
                 message += f" (did you mean '{close[0]}'?)"
@@ -111,7 +111,7 @@ def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> l
             message = f"missing required key '{loc[-1]}'"
             where = positions.of_value(loc[:-1])
         else:
-            message = error["msg"]
+            message = error["msg"].removeprefix("Value error, ")
             if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(
                 error["input"], dict | list
             ):
@@ -120,6 +120,15 @@ def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> l
         line, column = where if where else (None, None)
         issues.append(InputIssue(file, line, column, dotted(loc), message))
     return issues
+
+
+def suggest(key: str, allowed: list[str]) -> list[str]:
+    """The likely intended key: a close spelling, or a key that the typed one starts or ends with."""
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        return close
+    norm = key.lower().replace("-", "_")
+    return [a for a in allowed if norm.startswith(a) or norm.endswith(a) or a.startswith(norm)][:1]
 
 
 def _merge_estimate(*specs: EstimateSpec | None) -> EstimateInputs:
@@ -174,6 +183,31 @@ def _parallel_gpus(args: Mapping[str, Any]) -> int:
     return tp * pp * (1 if attention_dp else dp)
 
 
+def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[InputIssue]:
+    """policy.ignore and policy.severity must name rules that exist (a typo would silence nothing)."""
+    from kvcheck.policy.registry import all_rules
+
+    if not isinstance(policy, dict):
+        return []
+    known = all_rules()
+    found = []
+    ignore = policy.get("ignore")
+    severity = policy.get("severity")
+    entries: list[tuple[tuple[str | int, ...], Any, bool]] = []
+    if isinstance(ignore, list):
+        entries += [(("policy", "ignore", i), code, False) for i, code in enumerate(ignore)]
+    if isinstance(severity, dict):
+        entries += [(("policy", "severity", code), code, True) for code in severity]
+    for sub, code, is_key in entries:
+        if not isinstance(code, str) or code in known:
+            continue
+        where = positions.of_key(sub) if is_key else positions.of_value(sub)
+        close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
+        message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+        found.append(InputIssue(file, *(where or (None, None)), dotted(sub), message))
+    return found
+
+
 def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedManifest:
     """Load, validate and expand a manifest; raises ManifestError with every issue found."""
     path = Path(path)
@@ -205,13 +239,39 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
 
     shared: dict[str, tuple[Any, Any, tuple[str | int, ...]]] = {}
     role_args: dict[str, dict[str, tuple[Any, Any, tuple[str | int, ...]]]] = {}
+    args_broken: set[str] = set()  # roles whose merged args had an invalid entry
     if catalogue is not None:
+        before = len(issues)
         if isinstance(data.get("args"), dict):
             shared = _validate_args(data["args"], ("args",), catalogue, display, positions, issues)
+        shared_broken = len(issues) > before
         for name, role in (data.get("roles") or {}).items() if isinstance(data.get("roles"), dict) else ():
+            before = len(issues)
             if isinstance(role, dict) and isinstance(role.get("args"), dict):
                 role_args[name] = _validate_args(
                     role["args"], ("roles", name, "args"), catalogue, display, positions, issues
+                )
+            if shared_broken or len(issues) > before:
+                args_broken.add(name)
+
+    if catalogue is not None and isinstance(data.get("roles"), dict):
+        for name, role in data["roles"].items():
+            gpus = role.get("gpus") if isinstance(role, dict) else None
+            if not isinstance(gpus, list) or not gpus or name in args_broken:
+                continue  # without valid parallel settings the GPU count cannot be judged
+            args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
+            nnodes = int(args.get("nnodes") or 1)
+            need = _parallel_gpus(args)
+            if len(gpus) * nnodes != need:
+                where = positions.of_value(("roles", name, "gpus"))
+                issues.append(
+                    InputIssue(
+                        display,
+                        *(where or (None, None)),
+                        f"roles.{name}.gpus",
+                        f"{len(gpus)} GPU(s) x {nnodes} node(s) = {len(gpus) * nnodes}, but the role's "
+                        f"parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
+                    )
                 )
 
     targets: list[RoleTarget] = []
@@ -229,19 +289,6 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
             role_where = positions.of_key(("roles", name))
             role_location = Location(display, *(role_where or (None, None)))
 
-            nnodes = int(args.get("nnodes") or 1)
-            need = _parallel_gpus(args)
-            if role.gpus and len(role.gpus) * nnodes != need:
-                where = positions.of_value(("roles", name, "gpus"))
-                issues.append(
-                    InputIssue(
-                        display,
-                        *(where or (None, None)),
-                        f"roles.{name}.gpus",
-                        f"{len(role.gpus)} GPU(s) x {nnodes} node(s) = {len(role.gpus) * nnodes}, but the "
-                        f"role's parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
-                    )
-                )
             config = manifest.model.config
             config_path = (path.parent / config).resolve() if config else None
             targets.append(
@@ -264,18 +311,7 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
                 )
             )
 
-    if manifest is not None:
-        from kvcheck.policy.registry import all_rules
-
-        known = all_rules()
-        for field_name, codes in (("ignore", manifest.policy.ignore), ("severity", manifest.policy.severity)):
-            for i, code in enumerate(codes):
-                if code not in known:
-                    sub = ("policy", field_name, i) if field_name == "ignore" else ("policy", field_name, code)
-                    where = positions.of_value(sub) if field_name == "ignore" else positions.of_key(sub)
-                    close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
-                    message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
-                    issues.append(InputIssue(display, *(where or (None, None)), dotted(sub), message))
+    issues.extend(_check_rule_codes(data.get("policy"), display, positions))
 
     if issues:
         issues.sort(key=lambda i: (i.line or 0, i.column or 0))

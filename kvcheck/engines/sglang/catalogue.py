@@ -30,6 +30,10 @@ RESERVED_FLAGS = {
 }
 
 
+# Flag types whose single command-line token is JSON text (SGLang parses it with json/orjson).
+JSON_TYPES = frozenset({"json", "json_list_type", "parse_cuda_graph_config_arg"})
+
+
 class FlagError(ValueError):
     """A manifest argument that SGLang's argparse would reject (or that kvcheck cannot check)."""
 
@@ -75,6 +79,7 @@ class Catalogue:
     removed: Mapping[str, RemovedFlag]
     allow_abbrev: bool = True
     _names: dict[str, Flag] = field(init=False, repr=False, compare=False)
+    _extra_option_strings: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names: dict[str, Flag] = {}
@@ -83,18 +88,24 @@ class Catalogue:
             for alias in flag.aliases:
                 names[alias] = flag
         object.__setattr__(self, "_names", names)
+        extra = {"--help"} | {"--no-" + f.name[2:] for f in self.flags if f.boolean_optional}
+        object.__setattr__(self, "_extra_option_strings", frozenset(extra))
 
     def resolve(self, key: str) -> Flag:
         """The flag a manifest key names, or FlagError with SGLang's verdict and a suggestion."""
         norm = "--" + key.strip().lstrip("-").replace("_", "-")
         names = self._names
+        bare = norm[2:]
+        reserved = names.get(norm)
+        for name in (bare, reserved.name[2:] if reserved else None):
+            if name in RESERVED_FLAGS:
+                raise FlagError(f"'{bare}' cannot be set in args: {RESERVED_FLAGS[name]}")
         if norm in names:
             return names[norm]
-        bare = norm[2:]
-        if bare in RESERVED_FLAGS:
-            raise FlagError(f"'{bare}' cannot be set in args: {RESERVED_FLAGS[bare]}")
         removed = self.removed.get(norm)
-        prefix_matches = sorted(n for n in names if n.startswith(norm)) if self.allow_abbrev else []
+        # argparse also counts the --no-X forms and -h/--help when it matches prefixes.
+        option_strings = set(names) | self._extra_option_strings
+        prefix_matches = sorted(n for n in option_strings if n.startswith(norm)) if self.allow_abbrev else []
         if removed is not None:
             text = f"flag '{norm}' was removed in SGLang {self.version} (last in {removed.last_version})"
             if removed.replacement:
@@ -102,8 +113,10 @@ class Catalogue:
             if len(prefix_matches) > 1:
                 text += f" (as a prefix it is ambiguous: {', '.join(prefix_matches)}; argparse exits 2)"
             raise FlagError(text)
-        if len(prefix_matches) == 1:
+        if len(prefix_matches) == 1 and prefix_matches[0] in names:
             return names[prefix_matches[0]]
+        if len(prefix_matches) == 1:
+            raise FlagError(f"'{norm}' abbreviates '{prefix_matches[0]}', which a manifest cannot set")
         if len(prefix_matches) > 1:
             shown = ", ".join(prefix_matches[:6]) + (", ..." if len(prefix_matches) > 6 else "")
             raise FlagError(
@@ -118,7 +131,7 @@ class Catalogue:
 
     def coerce(self, flag: Flag, value: Any) -> Any:
         """The typed value argparse would produce, or FlagError."""
-        if flag.store_true or flag.boolean_optional:
+        if flag.store_true or flag.boolean_optional or flag.nargs == 0:
             if not isinstance(value, bool):
                 raise FlagError(f"'{flag.name[2:]}' is a switch: write true or false, not {value!r}")
             if flag.store_true and flag.choices is None and value is False and flag.default is True:
@@ -150,7 +163,9 @@ class Catalogue:
             out = float(value)
         elif kind == "human_readable_int":
             out = parse_human_readable_int(name, value)
-        elif kind == "json":
+        elif kind in JSON_TYPES:
+            if kind == "json_list_type" and not isinstance(value, list | str):
+                raise FlagError(f"'{name}' must be a list (or a JSON list string), not {value!r}")
             if isinstance(value, dict | list):
                 out = value
             elif isinstance(value, str):
@@ -164,31 +179,43 @@ class Catalogue:
             if not isinstance(value, bool):
                 raise FlagError(f"'{name}' must be true or false, not {value!r}")
             out = value
+        elif isinstance(value, dict | list) and _takes_json_text(flag):
+            out = value  # rendered as JSON text, which SGLang parses itself
         else:
+            # str, nullable_str and parser functions that take one token: argparse sees text.
             if isinstance(value, dict | list) or isinstance(value, bool):
                 raise FlagError(f"'{name}' takes a single text value, not {value!r}")
             out = str(value) if not isinstance(value, str) else value
         if flag.choices is not None:
             allowed = [str(c) for c in flag.choices]
             if str(out) not in allowed:
-                close = difflib.get_close_matches(str(out), allowed, n=1, cutoff=0.5)
+                close = [c for c in allowed if c.startswith(str(out))] or difflib.get_close_matches(
+                    str(out), allowed, n=1, cutoff=0.5
+                )
                 text = f"'{name}' must be one of {', '.join(allowed)}; got {out!r}"
-                if close:
+                if len(close) == 1:
                     text += f" (did you mean '{close[0]}'?)"
+                elif close:
+                    text += f" (did you mean one of {', '.join(repr(c) for c in close)}?)"
                 raise FlagError(text)
         return out
 
     def argv(self, flag: Flag, value: Any) -> list[str]:
         """The command-line tokens for one validated value."""
-        if flag.store_true:
+        if flag.store_true or flag.nargs == 0:
             return [flag.name] if value else []
         if flag.boolean_optional:
             return [flag.name] if value else ["--no-" + flag.name[2:]]
-        if isinstance(value, list) and flag.type != "json":
+        if isinstance(value, list) and flag.type not in JSON_TYPES and not _takes_json_text(flag):
             return [flag.name, *(_render(v) for v in value)]
-        if flag.type == "json" and not isinstance(value, str):
+        if (flag.type in JSON_TYPES or _takes_json_text(flag)) and not isinstance(value, str):
             return [flag.name, json.dumps(value, separators=(",", ":"))]
         return [flag.name, _render(value)]
+
+
+def _takes_json_text(flag: Flag) -> bool:
+    """Text flags whose value SGLang parses as JSON (--json-model-override-args and the like)."""
+    return flag.type == "str" and flag.nargs is None and ("json" in flag.name or flag.default == "{}")
 
 
 def _render(value: Any) -> str:

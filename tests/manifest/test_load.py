@@ -1,0 +1,166 @@
+"""Loading a valid manifest: merged args, the exact argv, locations and the catalogue rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.sglang.catalogue import FlagError, load_catalogue, parse_human_readable_int
+from kvcheck.errors import InputError, ManifestError
+from kvcheck.manifest.load import load_manifest
+from kvcheck.report.model import Location
+from tests.conftest import run_kvcheck
+
+MANIFEST = """\
+name: prod
+context_length: 1048576
+model:
+  path: zai-org/GLM-5.2-FP8
+  config: glm.json
+engine:
+  version: "0.5.23"
+  env: {A: "1"}
+gpu: H200
+args:
+  tp: 8
+  mem_fraction_static: 0.85
+  --kv-cache-dtype: fp8_e4m3
+  context-length: 1Mi
+  enable-metrics: true
+  allow-auto-truncate: false
+roles:
+  prefill:
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    env: {A: "2", B: "3"}
+    args: {disaggregation-mode: prefill, chunked-prefill-size: 16384, mem-fraction-static: 0.8}
+  decode:
+    gpu: B200
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    args:
+      disaggregation-mode: decode
+      cuda-graph-bs-decode: [1, 2, 4]
+      json-model-override-args: {rope_scaling: null}
+policy:
+  min_headroom: 1.1
+  ignore: [KV203]
+  severity: {KV104: error}
+"""
+
+
+@pytest.fixture
+def loaded(tmp_path: Path):
+    path = tmp_path / "prod.yaml"
+    path.write_text(MANIFEST)
+    return load_manifest(path)
+
+
+def test_roles_merge_over_shared_args_in_order(loaded) -> None:
+    prefill, decode = loaded.targets
+    assert prefill.args == {
+        "tp_size": 8,
+        "mem_fraction_static": 0.8,
+        "kv_cache_dtype": "fp8_e4m3",
+        "context_length": 1048576,
+        "enable_metrics": True,
+        "allow_auto_truncate": False,
+        "disaggregation_mode": "prefill",
+        "chunked_prefill_size": 16384,
+    }
+    assert prefill.argv_args == (
+        "--tp-size", "8", "--mem-fraction-static", "0.8", "--kv-cache-dtype", "fp8_e4m3",
+        "--context-length", "1048576", "--enable-metrics", "--disaggregation-mode", "prefill",
+        "--chunked-prefill-size", "16384",
+    )
+    assert decode.argv_args[-6:] == (
+        "--cuda-graph-bs-decode", "1", "2", "4", "--json-model-override-args", '{"rope_scaling":null}',
+    )
+
+
+def test_role_fields(loaded, tmp_path: Path) -> None:
+    prefill, decode = loaded.targets
+    assert (prefill.gpu, decode.gpu) == ("H200", "B200")
+    assert prefill.gpus == (0, 1, 2, 3, 4, 5, 6, 7)
+    assert prefill.env == {"A": "2", "B": "3"} and decode.env == {"A": "1"}
+    assert prefill.model_config == (tmp_path / "glm.json").resolve()
+    assert prefill.required_tokens == 1153434  # ceil(1.1 x 1048576)
+    assert prefill.disaggregation_mode == "prefill"
+    assert prefill.engine_command == ("python3", "-m", "sglang.launch_server")
+
+
+def test_locations_point_at_the_key_that_set_each_value(loaded) -> None:
+    prefill, decode = loaded.targets
+    file = loaded.display_path
+    assert prefill.location == Location(file, 18, 3)
+    assert prefill.arg_locations["mem_fraction_static"] == Location(file, 21, 71)
+    assert decode.arg_locations["mem_fraction_static"] == Location(file, 12, 3)
+    assert decode.arg_locations["tp_size"] == Location(file, 11, 3)
+
+
+def test_policy_is_carried(loaded) -> None:
+    assert loaded.policy.min_headroom == 1.1
+    assert loaded.policy.ignore == frozenset({"KV203"})
+    assert loaded.policy.severity == {"KV104": "error"}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("131072", 131072), (131072, 131072), ("128k", 128000), ("1Mi", 1048576), ("25.6k", 25600), ("2Gi", 2**31)],
+)
+def test_human_readable_ints_follow_sglang(text, value) -> None:
+    assert parse_human_readable_int("context-length", text) == value
+
+
+@pytest.mark.parametrize("text", ["1.5Mi", "128K", "1 M", "", True])
+def test_human_readable_ints_rejected_like_sglang(text) -> None:
+    with pytest.raises(FlagError):
+        parse_human_readable_int("context-length", text)
+
+
+def test_catalogue_resolution() -> None:
+    catalogue, note = load_catalogue("0.5.23")
+    assert note is None
+    assert catalogue.resolve("tensor_parallel_size").name == "--tp-size"
+    assert catalogue.resolve("--mem-frac").name == "--mem-fraction-static"
+    with pytest.raises(FlagError, match="ambiguous"):
+        catalogue.resolve("cuda-graph-max-bs")
+
+
+def test_newer_release_uses_the_nearest_older_catalogue() -> None:
+    catalogue, note = load_catalogue("0.5.24")
+    assert catalogue.version == "0.5.23"
+    assert note == (
+        "no flag catalogue for SGLang 0.5.24; arguments were checked against 0.5.23, the nearest older release"
+    )
+    with pytest.raises(InputError, match="older than every flag catalogue"):
+        load_catalogue("0.5.19")
+    with pytest.raises(InputError, match="not a version number"):
+        load_catalogue("latest")
+
+
+def test_a_flag_of_a_newer_release_is_unknown_in_an_older_one(tmp_path: Path) -> None:
+    data = json.loads(Path("profiles/sglang/flags-0.5.23.json").read_text())
+    old = {f["flag"] for f in json.loads(Path("profiles/sglang/flags-0.5.20.json").read_text())["flags"]}
+    new_only = sorted(f["flag"] for f in data["flags"] if f["flag"] not in old and f["type"] == "bool"
+                      and f["store_true"])
+    assert new_only, "0.5.23 adds store-true flags over 0.5.20"
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f'context_length: 8192\nmodel: {{path: m}}\nengine: {{version: "0.5.20"}}\n'
+        f"roles:\n  s: {{gpus: [0], args: {{{new_only[0][2:]}: true}}}}\n"
+    )
+    with pytest.raises(ManifestError, match=rf"unknown SGLang flag '{new_only[0][2:]}' \(SGLang 0.5.20\)"):
+        load_manifest(path)
+
+
+def test_schema_command_prints_a_json_schema() -> None:
+    result = run_kvcheck("schema")
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["required"] == ["context_length", "model", "engine", "roles"]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {
+        "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate",
+    }

@@ -1,0 +1,241 @@
+"""Read a model's config.json (+ quantization config) from a file, a checkpoint folder or the Hub."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvcheck.errors import EstimateError
+
+HF_ENDPOINT = "https://huggingface.co"
+HUB_TIMEOUT_S = 20.0
+
+# Sub-configs that hold the language model inside multimodal configs, in SGLang's lookup order.
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config", "language_model")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model's configuration as the estimate needs it; `text` is the language model's config."""
+
+    config: Mapping[str, Any]  # the whole config.json, --json-model-override-args applied
+    text: Mapping[str, Any]  # language-model config (== config unless multimodal)
+    quant: Mapping[str, Any] | None  # normalised quantization description, None for unquantized
+    origin: str  # where it came from (path or URL), for the report
+    checkpoint_bytes: int | None = None  # model.safetensors.index.json metadata.total_size
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        return tuple(self.config.get("architectures") or self.text.get("architectures") or ())
+
+    @property
+    def architecture(self) -> str:
+        archs = self.architectures
+        return archs[0] if archs else "<none>"
+
+    @property
+    def vision(self) -> Mapping[str, Any] | None:
+        for key in ("vision_config", "vit_config", "visual"):
+            value = self.config.get(key)
+            if isinstance(value, Mapping):
+                return value
+        return None
+
+
+def text_config_of(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's config: a known sub-config when present, else the config itself."""
+    for key in TEXT_CONFIG_KEYS:
+        sub = config.get(key)
+        if isinstance(sub, Mapping) and ("num_hidden_layers" in sub or "hidden_size" in sub):
+            return sub
+    return config
+
+
+def _quant_from(config: Mapping[str, Any], text: Mapping[str, Any], hf_quant: Mapping[str, Any] | None):
+    """One quantization mapping: hf_quant_config.json's `quantization` wins over `quantization_config`."""
+    if hf_quant:
+        section = hf_quant.get("quantization", hf_quant)
+        if isinstance(section, Mapping) and section:
+            merged = dict(section)
+            merged.setdefault("quant_method", "modelopt")
+            return merged
+    for holder in (config, text):
+        qc = holder.get("quantization_config")
+        if isinstance(qc, Mapping) and qc:
+            return dict(qc)
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise EstimateError(f"cannot read model config {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise EstimateError(f"model config {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EstimateError(f"model config {path} is not a JSON object")
+    return data
+
+
+def _beside(config_path: Path, name: str) -> Path | None:
+    """`hf_quant_config.json` next to `config.json`, or `<stem>.hf_quant_config.json` next to `<stem>.json`."""
+    candidates = [config_path.with_name(name)] if config_path.name == "config.json" else []
+    candidates.append(config_path.with_name(f"{config_path.stem}.{name}"))
+    return next((p for p in candidates if p.is_file()), None)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: str, mtime_ns: int) -> tuple[dict, dict | None, int | None]:
+    config_path = Path(path)
+    config = _read_json(config_path)
+    quant_path = _beside(config_path, "hf_quant_config.json")
+    hf_quant = _read_json(quant_path) if quant_path else None
+    index_path = config_path.with_name("model.safetensors.index.json")
+    total = None
+    if config_path.name == "config.json" and index_path.is_file():
+        meta = _read_json(index_path).get("metadata") or {}
+        if isinstance(meta.get("total_size"), int | float):
+            total = int(meta["total_size"])
+    return config, hf_quant, total
+
+
+_HUB_CACHE: dict[str, tuple[dict, dict | None]] = {}
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _fetch_hub(repo: str, offline: bool | None) -> tuple[dict, dict | None]:
+    """config.json (+ hf_quant_config.json when the repo has one) from the Hugging Face Hub."""
+    if repo in _HUB_CACHE:
+        return _HUB_CACHE[repo]
+    hint = "set model.config in the manifest to a local config.json (estimate mode needs the model's shape)"
+    if offline or (offline is None and _hub_offline()):
+        why = "HF_HUB_OFFLINE=1" if offline is None else "the Hub is not asked in this mode"
+        raise EstimateError(f"model config for {repo!r} is not local and {why}", hint=hint)
+    import httpx
+
+    headers = {"User-Agent": "kvcheck-estimate"}
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+    try:
+        with httpx.Client(timeout=HUB_TIMEOUT_S, follow_redirects=True, headers=headers) as client:
+            response = client.get(f"{endpoint}/{repo}/resolve/main/config.json")
+            if response.status_code in (401, 403):
+                raise EstimateError(
+                    f"the Hugging Face Hub refused config.json of {repo!r} (HTTP {response.status_code})",
+                    hint="set HF_TOKEN for gated models, or " + hint,
+                )
+            if response.status_code != 200:
+                raise EstimateError(
+                    f"the Hugging Face Hub answered HTTP {response.status_code} for config.json of {repo!r}",
+                    hint=hint,
+                )
+            config = response.json()
+            quant_response = client.get(f"{endpoint}/{repo}/resolve/main/hf_quant_config.json")
+            hf_quant = quant_response.json() if quant_response.status_code == 200 else None
+    except httpx.HTTPError as exc:
+        raise EstimateError(f"cannot reach the Hugging Face Hub for {repo!r}: {exc}", hint=hint) from exc
+    except ValueError as exc:
+        raise EstimateError(f"the Hugging Face Hub sent a config for {repo!r} that is not JSON", hint=hint) from exc
+    if not isinstance(config, dict):
+        raise EstimateError(f"config.json of {repo!r} is not a JSON object", hint=hint)
+    _HUB_CACHE[repo] = (config, hf_quant if isinstance(hf_quant, dict) else None)
+    return _HUB_CACHE[repo]
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override_args(value: Any) -> dict[str, Any]:
+    """`--json-model-override-args` as a dict ("{}" or a mapping); EstimateError when not JSON."""
+    if value in (None, "", "{}"):
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        parsed = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise EstimateError(f"--json-model-override-args is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise EstimateError("--json-model-override-args must be a JSON object")
+    return parsed
+
+
+def build_source(
+    config: dict[str, Any],
+    hf_quant: Mapping[str, Any] | None,
+    origin: str,
+    *,
+    override_args: Mapping[str, Any] | None = None,
+    checkpoint_bytes: int | None = None,
+) -> ModelSource:
+    """A ModelSource from parsed JSON, with SGLang's `--json-model-override-args` merged in."""
+    notes: list[str] = []
+    if override_args:
+        config = _merge(config, override_args)
+        notes.append(f"--json-model-override-args applied: {sorted(override_args)}")
+    text = text_config_of(config)
+    return ModelSource(
+        config=config,
+        text=text,
+        quant=_quant_from(config, text, hf_quant),
+        origin=origin,
+        checkpoint_bytes=checkpoint_bytes,
+        notes=tuple(notes),
+    )
+
+
+def load_model_source(
+    *,
+    model_config: Path | None,
+    model_path: str | None,
+    override_args: Mapping[str, Any] | None = None,
+    offline: bool | None = None,
+) -> ModelSource:
+    """The role's model config: `model.config`, else a local checkpoint folder, else the Hub."""
+    if model_config is not None:
+        path = Path(model_config)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise EstimateError(f"model config {path} does not exist")
+        config, hf_quant, total = _load_file(str(path.resolve()), path.stat().st_mtime_ns)
+        return build_source(config, hf_quant, str(path), override_args=override_args, checkpoint_bytes=total)
+    if model_path:
+        local = Path(model_path).expanduser()
+        if (local / "config.json").is_file():
+            cfg_path = local / "config.json"
+            config, hf_quant, total = _load_file(str(cfg_path.resolve()), cfg_path.stat().st_mtime_ns)
+            return build_source(config, hf_quant, str(cfg_path), override_args=override_args, checkpoint_bytes=total)
+        if local.is_absolute() or model_path.startswith((".", "~")) or model_path.count("/") != 1:
+            raise EstimateError(
+                f"model path {model_path!r} is neither a local checkpoint folder with config.json "
+                "nor a Hugging Face repo id",
+                hint="set model.config in the manifest to the model's config.json",
+            )
+        config, hf_quant = _fetch_hub(model_path, offline)
+        return build_source(
+            config, hf_quant, f"{HF_ENDPOINT}/{model_path}/resolve/main/config.json", override_args=override_args
+        )
+    raise EstimateError(
+        "the role names neither model.config nor model.path", hint="set model.config to the model's config.json"
+    )

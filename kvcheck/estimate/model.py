@@ -1,0 +1,450 @@
+"""Predict a role's KV pool the way SGLang 0.5.23 sizes it (shared/docs/sglang.md §2.3-2.11)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kvcheck.backends.base import RoleTarget
+from kvcheck.errors import EstimateError
+from kvcheck.estimate.config import ModelSource, load_model_source, parse_override_args
+from kvcheck.estimate.defaults import Resolved, resolve
+from kvcheck.estimate.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.estimate.quant import QuantScheme, quant_scheme
+from kvcheck.estimate.shape import DSA, HYBRID_LINEAR, HYBRID_SWA, MHA, MLA, ModelShape, model_shape
+from kvcheck.estimate.weights import (
+    Parallel,
+    WeightsEstimate,
+    config_weights,
+    mtp_draft_bytes,
+    pp_layer_split,
+)
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+# Bytes allocated between the baseline and sizing besides the weights themselves (rotary
+# caches, cuBLAS/attention workspaces): calibrated from the H100 Llama-3.1-8B logs, where the
+# logged load took 0.13-0.15 GiB more than the parameters (docs/estimate.md).
+LOAD_OVERHEAD_GIB = 0.125
+LOAD_OVERHEAD_BAND_GIB = 0.125
+WEIGHTS_BAND_FRACTION = 0.01  # layouts/padding the config cannot show (vocab padding, swizzled scales)
+MM_VLM_CACHE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default
+MM_FEATURE_CACHE_MIB = 1024  # SGLANG_MM_FEATURE_CACHE_MB, with cuda_ipc / cuda_vmm transport
+MAMBA_FULL_MEMORY_RATIO = 0.9
+GPUS_PER_NODE = 8  # peers that share NVLink buffers on one host
+
+
+@dataclass(frozen=True)
+class RoleEstimate:
+    """What the estimate model predicts for one role; `details` carries the whole arithmetic."""
+
+    role: str
+    pool_tokens: int  # SGLang's max_total_num_tokens (logical: x dcp), the full pool for hybrids
+    pool_range: tuple[int, int]  # (low, high) from the uncertain inputs
+    context_len: int  # SGLang's context_len
+    max_input_tokens: int  # max_req_input_len
+    max_running_requests: int
+    kv_bytes_per_token: float  # per rank, all layers (incl. draft and indexer rows)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Model:
+    source: ModelSource
+    shape: ModelShape
+    scheme: QuantScheme
+
+
+_MODEL_CACHE: dict[tuple, _Model] = {}
+
+
+def _model(target: RoleTarget, args: Mapping[str, Any], offline: bool | None = None) -> _Model:
+    override = parse_override_args(args.get("json_model_override_args"))
+    key = (
+        str(target.model_config) if target.model_config else None,
+        target.model_path,
+        repr(sorted(override.items())),
+        args.get("dtype"),
+        args.get("quantization"),
+        args.get("mamba_ssm_dtype"),
+        target.env.get("SGLANG_MAMBA_SSM_DTYPE"),
+    )
+    cached = _MODEL_CACHE.get(key)
+    if cached is not None:
+        return cached
+    source = load_model_source(
+        model_config=target.model_config, model_path=target.model_path, override_args=override, offline=offline
+    )
+    ssm_dtype = target.env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get("mamba_ssm_dtype")
+    shape = model_shape(source, dtype_arg=args.get("dtype"), mamba_ssm_dtype=ssm_dtype)
+    scheme = quant_scheme(source.quant, model_dtype=shape.model_dtype, quantization_arg=args.get("quantization"))
+    model = _Model(source, shape, scheme)
+    _MODEL_CACHE[key] = model
+    return model
+
+
+def _gpu(target: RoleTarget, profiles: GpuProfiles) -> GpuProfile:
+    if not target.gpu:
+        raise EstimateError(
+            f"role {target.name!r} names no GPU type", hint="set gpu: (e.g. H100, H200, B200) in the manifest"
+        )
+    return profiles.get(target.gpu)
+
+
+def _stage_layers(ids: tuple[int, ...], layer_range: range) -> int:
+    return sum(1 for i in ids if i in layer_range)
+
+
+def _cell_bytes(shape: ModelShape, res: Resolved, stage: range, draft_layers: int) -> tuple[float, float, dict]:
+    """(cell bytes per full-pool token, SWA bytes per SWA token, parts) for one PP stage on one rank."""
+    kv = res.kv_dtype
+    parts: dict[str, Any] = {}
+    if shape.kind in (MLA, DSA):
+        scaled = not res.dsa_raw_layout
+        row = shape.mla_row_bytes(kv, scaled_dsa_layout=scaled)
+        layers = _stage_layers(shape.full_layer_ids, stage)
+        cell = row * layers
+        parts.update(latent_bytes_per_layer=row, layers=layers)
+        if shape.kind == DSA:
+            idx_layers = _stage_layers(shape.indexer_layer_ids, stage)
+            indexer = shape.indexer_row_bytes() * idx_layers * res.dcp
+            parts.update(indexer_bytes_per_layer=shape.indexer_row_bytes(), indexer_layers=idx_layers)
+            if draft_layers:
+                draft_kv = int(cell * draft_layers / layers) * res.dcp
+                draft_idx = shape.indexer_row_bytes() * draft_layers * res.dcp
+                parts.update(draft_bytes=draft_kv + draft_idx)
+                return cell + indexer + draft_kv + draft_idx, 0.0, parts
+            cell += indexer
+        if draft_layers:
+            draft = int(cell * draft_layers / layers)
+            parts.update(draft_bytes=draft)
+            cell += draft
+        return cell, 0.0, parts
+    if shape.kind == HYBRID_SWA:
+        full_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
+        swa_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv, swa=True)
+        full_layers = _stage_layers(shape.full_layer_ids, stage)
+        swa_layers = _stage_layers(shape.swa_layer_ids, stage)
+        parts.update(full_layers=full_layers, swa_layers=swa_layers, full_bytes_per_layer=full_tok,
+                     swa_bytes_per_layer=swa_tok)
+        # a draft layer of a hybrid SWA model is priced as an SWA layer (MTP drafts use the window)
+        swa_total = swa_tok * (swa_layers + draft_layers)
+        cell = full_tok * full_layers + res.swa_full_tokens_ratio * swa_total
+        return cell, swa_total, parts
+    layers = _stage_layers(shape.full_layer_ids, stage)
+    per_layer = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
+    cell = per_layer * layers
+    parts.update(kv_heads_per_rank=shape.kv_heads_per_rank(res.attn_tp, res.dcp), bytes_per_layer=per_layer,
+                 layers=layers)
+    if draft_layers and layers:
+        draft = int(cell * draft_layers / layers)
+        parts.update(draft_bytes=draft)
+        cell += draft
+    return cell, 0.0, parts
+
+
+def _floor_page(tokens: int, page: int) -> int:
+    return max(0, tokens // page * page)
+
+
+def _ranks_on_node(res: Resolved, nnodes: int) -> int:
+    """GPUs of one launch world on one host: the peers whose buffers exist before the baseline."""
+    world = res.tp * res.pp
+    return max(1, min(GPUS_PER_NODE, math.ceil(world / max(1, nnodes))))
+
+
+def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Resolved, par: Parallel, offline):
+    """(draft layers priced into the cell, draft weight bytes per rank, notes)."""
+    algo = res.speculative
+    if algo is None or algo == "NGRAM":
+        return 0, 0.0, []
+    if algo not in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
+        raise EstimateError(f"speculative algorithm {algo} is not understood by the estimate model")
+    if model.shape.kind == HYBRID_LINEAR:
+        raise EstimateError(
+            "speculative decoding on a hybrid linear (Mamba/GDN) model reserves intermediate state "
+            "the estimate model does not price"
+        )
+    draft_path = args.get("speculative_draft_model_path")
+    if draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config)):
+        layers = model.shape.mtp_layers
+        if layers <= 0:
+            raise EstimateError(
+                f"--speculative-algorithm {algo} without a draft model needs MTP layers "
+                "(num_nextn_predict_layers) in the model config"
+            )
+        draft_bytes = mtp_draft_bytes(model.shape, model.source.text, model.scheme, par, layers)
+        return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
+    draft_target = replace(target, model_config=None, model_path=str(draft_path))
+    local = Path(str(draft_path)).expanduser()
+    if (local / "config.json").is_file():
+        draft_target = replace(target, model_config=local / "config.json", model_path=str(draft_path))
+    draft = _model(draft_target, {k: v for k, v in args.items() if k != "json_model_override_args"}, offline)
+    draft_par = replace(par, pp=1)
+    weights = config_weights(draft.shape, draft.source.text, draft.scheme, draft_par, tied=_tied(draft.source))
+    layers = draft.shape.num_layers
+    return layers, weights.max_bytes, [f"{algo} draft {draft_path}: {layers} layer(s), weights counted"]
+
+
+def _tied(source: ModelSource) -> bool:
+    return bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
+
+
+def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[float], str, list[str]]:
+    """Bytes per rank for each PP stage and how they were obtained."""
+    n_stages = par.pp
+    if target.estimate.weights_gib_per_gpu is not None:
+        value = float(target.estimate.weights_gib_per_gpu) * GIB
+        return [value] * n_stages, "override", ["weights per GPU from estimate.weights_gib_per_gpu"]
+    if model.source.checkpoint_bytes:
+        per_rank = model.source.checkpoint_bytes / (par.tp * par.pp)
+        return (
+            [per_rank] * n_stages,
+            "checkpoint-index",
+            [f"weights from model.safetensors.index.json total_size / (tp x pp) = {per_rank / GIB:.2f} GiB "
+             "(replicated modules are undercounted)"],
+        )
+    est: WeightsEstimate = config_weights(model.shape, model.source.text, model.scheme, par, tied=_tied(model.source))
+    return [s.total_bytes for s in est.stages], "config", []
+
+
+def _mamba_carve(shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges: list[range], args, par: Parallel):
+    """Mamba/GDN state taken from the budget first (kv_cache_configurator._handle_max_mamba_cache)."""
+    m = shape.mamba
+    assert m is not None
+    all_layers = len(shape.linear_layer_ids)
+    max_stage = max(_stage_layers(shape.linear_layer_ids, r) for r in stage_ranges) if all_layers else 0
+    per_req = m.state_bytes_per_layer(res.attn_tp) * all_layers
+    stage_per_req = int(per_req * (max_stage / max(all_layers, 1)))
+    user_slots = args.get("max_mamba_cache_size")
+    radix_off = bool(args.get("disable_radix_cache")) or (
+        res.role == "decode" and not args.get("disaggregation_decode_enable_radix_cache")
+    )
+    if user_slots is not None:
+        slots = int(user_slots) // res.attn_dp
+        how = "--max-mamba-cache-size"
+    elif radix_off and res.max_running_requests is not None:
+        slots = max(1, res.max_running_requests // res.attn_dp)
+        how = "--max-running-requests (radix cache off)"
+    else:
+        ratio = float(args.get("mamba_full_memory_ratio") or MAMBA_FULL_MEMORY_RATIO)
+        budget = rest_gib * ratio / (1 + ratio) * GIB
+        slots = int((budget - stage_per_req) // stage_per_req) if stage_per_req else 0
+        how = f"automatic (mamba_full_memory_ratio {ratio})"
+    if slots <= 0:
+        raise EstimateError(
+            "not enough GPU memory for the hybrid (mamba/linear-attention) state cache: SGLang would refuse to start"
+        )
+    used = (slots + 1) * stage_per_req / GIB
+    return rest_gib - used, {
+        "mamba_slots": slots,
+        "mamba_slots_from": how,
+        "mamba_state_bytes_per_request": stage_per_req,
+        "mamba_state_gib": round(used, 3),
+    }
+
+
+def estimate_role(
+    target: RoleTarget,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+    offline: bool | None = None,
+) -> RoleEstimate:
+    """Predict the role's pool as SGLang 0.5.23 would allocate it; EstimateError when it cannot.
+
+    `overrides` replaces merged engine args by SGLang field name (the planner sweeps this);
+    `offline` True never asks the Hugging Face Hub (None: follow HF_HUB_OFFLINE).
+    """
+    args = dict(target.args)
+    if overrides:
+        args.update(overrides)
+    gpu_profiles = as_profiles(profiles)
+    gpu = _gpu(target, gpu_profiles)
+    model = _model(target, args, offline)
+    shape = model.shape
+    gpu_mib = int(target.estimate.gpu_memory_mib or gpu.memory_total_mib)
+    res = resolve(
+        args, shape, gpu,
+        text=model.source.text,
+        checkpoint_kv_fp8=model.scheme.kv_cache_fp8,
+        model_path=target.model_path,
+        env=target.env,
+        gpu_mib=gpu_mib,
+        vision=model.source.vision,
+    )
+    assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
+    if (res.role == "decode" and shape.kind == HYBRID_SWA and res.max_running_requests is not None
+            and not args.get("disaggregation_decode_enable_radix_cache")):
+        raise EstimateError(
+            "a decode role of a sliding-window model with --max-running-requests caps the SWA pool per "
+            "request (SWARequestCapPoolConfigurator), which the estimate model does not predict"
+        )
+    if args.get("enable_kv_cache_sharding") or args.get("enable_unified_memory") or args.get("enable_hisparse"):
+        raise EstimateError("KV-cache sharding, unified memory and HiSparse pools are not understood by the estimate model")
+    if shape.kind == HYBRID_SWA and args.get("disable_hybrid_swa_memory"):
+        shape = replace(shape, kind=MHA, full_layer_ids=tuple(range(shape.num_layers)), swa_layer_ids=())
+        assumptions.append("--disable-hybrid-swa-memory: every layer priced as full attention")
+
+    par = Parallel(
+        tp=res.tp, pp=res.pp, ep=res.ep, attn_dp=res.attn_dp, attn_cp=res.attn_cp,
+        moe_dense_tp=args.get("moe_dense_tp_size"),
+        redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
+        hip=gpu.is_rocm,
+    )
+    stage_weights, weights_method, weight_notes = _weights(target, model, par)
+    assumptions.extend(weight_notes)
+    draft_layers, draft_bytes, draft_notes = _draft(target, args, model, res, par, offline)
+    assumptions.extend(draft_notes)
+
+    # baseline: free memory after CUDA context + NCCL on the most loaded rank
+    nnodes = int(args.get("nnodes") or 1)
+    ranks = _ranks_on_node(res, nnodes)
+    if target.estimate.pre_baseline_mib is not None:
+        pre_used_mib = float(target.estimate.pre_baseline_mib)
+        pre_band_mib = 0.0
+        assumptions.append("memory in use before the baseline from estimate.pre_baseline_mib")
+    else:
+        pre_used_mib = gpu.pre_baseline.mib(ranks)
+        pre_band_mib = gpu.pre_baseline.band_mib
+        assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
+    pre_gib = (gpu_mib - pre_used_mib) / 1024
+    overhead_gib = 0.0 if weights_method == "override" else LOAD_OVERHEAD_GIB
+    mm_reserve_gib = 0.0
+    if shape.is_multimodal:
+        mm_reserve_mib = MM_VLM_CACHE_MIB
+        if args.get("mm_feature_transport") in ("cuda_ipc", "cuda_vmm"):
+            mm_reserve_mib += MM_FEATURE_CACHE_MIB
+        mm_reserve_gib = mm_reserve_mib / 1024
+    f = res.mem_fraction_static
+    slack_gib = pre_gib * (1 - f)
+    stage_ranges = pp_layer_split(shape.num_layers, res.pp)
+
+    def pool_for(pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
+        """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
+        best = None
+        info: dict[str, Any] = {}
+        for s, layer_range in enumerate(stage_ranges):
+            weights_gib = stage_weights[s] * weights_scale / GIB + draft_bytes / GIB
+            after = pre - weights_gib - overhead
+            rest = after - pre * (1 - f) - mm_reserve_gib
+            stage_info: dict[str, Any] = {"weights_gib": weights_gib, "after_gib": after, "rest_gib": rest}
+            if rest > 0 and shape.kind == HYBRID_LINEAR:
+                rest, mamba = _mamba_carve(shape, res, rest, stage_ranges, args, par)
+                stage_info.update(mamba)
+            cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, draft_layers)
+            stage_info.update(cell=cell, swa_cell=swa_cell, parts=parts)
+            if rest <= 0:
+                tokens = 0
+            elif cell <= 0:
+                tokens = res.max_total_tokens or res.context_len
+            else:
+                tokens = _floor_page(int(int(rest * GIB) // cell), res.page_size)
+            if res.max_total_tokens is not None and cell > 0:
+                tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
+            if best is None or tokens < best:
+                best, info = tokens, stage_info
+        return (best or 0), info
+
+    tokens_physical, info = pool_for(pre_gib, 1.0, overhead_gib)
+    known_weights = weights_method == "override"
+    weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
+    overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
+    low_phys, _ = pool_for(pre_gib - pre_band_mib / 1024, 1 + weights_band, overhead_gib + overhead_band)
+    high_phys, _ = pool_for(pre_gib + pre_band_mib / 1024, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
+    pool_tokens = tokens_physical * res.dcp
+    pool_range = (low_phys * res.dcp, high_phys * res.dcp)
+
+    swa_tokens = None
+    if shape.kind == HYBRID_SWA and tokens_physical > 0:
+        swa_tokens = _floor_page(int(tokens_physical * res.swa_full_tokens_ratio), res.page_size)
+        if shape.sliding_window is not None and shape.sliding_window + res.page_size >= swa_tokens:
+            raise EstimateError(
+                f"SWA pool ({swa_tokens} tokens) cannot hold one request of window {shape.sliding_window}: "
+                "SGLang would refuse to start"
+            )
+    if tokens_physical <= 0:
+        assumptions.append(
+            "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache "
+            f"under mem_fraction_static={f:.3f}"
+        )
+
+    max_req_len = min(res.context_len - 1, pool_tokens - 1)
+    max_input = max(0, max_req_len - 5)
+    mrr = _max_running_requests(res, tokens_physical, info)
+    details: OrderedDict[str, Any] = OrderedDict()
+    details["engine"] = "sglang 0.5.23 sizing model"
+    details["gpu"] = gpu.name
+    details["gpu_memory_mib"] = gpu_mib
+    details["pre_baseline_gib"] = round(pre_gib, 3)
+    details["pre_baseline_used_mib"] = round(pre_used_mib, 1)
+    details["weights_gib_per_gpu"] = round(info.get("weights_gib", 0.0), 3)
+    details["weights_source"] = weights_method
+    if draft_bytes:
+        details["draft_weights_gib_per_gpu"] = round(draft_bytes / GIB, 3)
+    details["load_overhead_gib"] = overhead_gib
+    details["after_weights_gib"] = round(info.get("after_gib", 0.0), 3)
+    details["mem_fraction_static"] = round(f, 4)
+    details["mem_fraction_static_defaulted"] = res.mem_fraction_defaulted
+    if res.reserved_mib is not None:
+        details["mem_fraction_reserved_mib"] = round(res.reserved_mib, 1)
+    details["slack_gib"] = round(slack_gib, 3)
+    if mm_reserve_gib:
+        details["mm_reserve_gib"] = round(mm_reserve_gib, 3)
+    details["budget_gib"] = round(info.get("rest_gib", 0.0), 3)
+    for key in ("mamba_slots", "mamba_slots_from", "mamba_state_bytes_per_request", "mamba_state_gib"):
+        if key in info:
+            details[key] = info[key]
+    details["kv_bytes_per_token"] = round(info.get("cell", 0.0), 2)
+    details["kv_cell_parts"] = info.get("parts", {})
+    details["page_size"] = res.page_size
+    details["kv_dtype"] = res.kv_dtype
+    details["architecture"] = shape.architecture
+    details["architecture_kind"] = shape.kind
+    details["attention_backend"] = res.attention_backend
+    details["parallel"] = {
+        "tp": res.tp, "pp": res.pp, "attn_dp": res.attn_dp, "attn_tp": res.attn_tp, "ep": res.ep, "dcp": res.dcp,
+    }
+    details["chunked_prefill_size"] = res.chunked_prefill_size
+    details["cuda_graph_max_bs_decode"] = res.decode_max_bs
+    if swa_tokens is not None:
+        details["swa_pool_tokens"] = swa_tokens
+        details["swa_full_tokens_ratio"] = res.swa_full_tokens_ratio
+        details["sliding_window"] = shape.sliding_window
+    if res.dcp > 1:
+        details["pool_tokens_per_rank"] = tokens_physical
+    details["max_running_requests"] = mrr
+    details["context_len"] = res.context_len
+    details["pool_range"] = list(pool_range)
+    details["model_config"] = model.source.origin
+    details["assumptions"] = assumptions
+    return RoleEstimate(
+        role=target.name,
+        pool_tokens=pool_tokens,
+        pool_range=pool_range,
+        context_len=res.context_len,
+        max_input_tokens=max_input,
+        max_running_requests=mrr,
+        kv_bytes_per_token=info.get("cell", 0.0),
+        details=details,
+        assumptions=tuple(assumptions),
+    )
+
+
+def _max_running_requests(res: Resolved, tokens: int, info: Mapping[str, Any]) -> int:
+    """SGLang's per-DP-worker max_running_requests after sizing (§3.4)."""
+    if res.max_running_requests is not None:
+        value = min(res.max_running_requests // res.attn_dp, tokens // 2)
+    elif res.speculative in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):
+        value = min(48, tokens // 2)
+    else:
+        estimated = max(2048, min(4096, int(tokens / max(1, res.context_len) * 512)))
+        value = min(estimated, tokens // 2)
+    if "mamba_slots" in info:
+        value = min(value, int(info["mamba_slots"]) // 3)
+    return value

@@ -1,0 +1,26 @@
+"""Rules the estimate backend raises: a pool it cannot predict, a window inside its uncertainty."""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+KV305 = define_rule(
+    "KV305",
+    "error",
+    "the pool could not be estimated",
+    """Estimate mode could not predict this role's KV pool: the model's architecture or
+    quantization is not understood by the estimate model, its config.json could not be read, or the
+    GPU has no profile. kvcheck never guesses a pool, so the role counts as not checked (exit 3).
+    Fix: set `model.config` to the model's config.json, name a GPU that has a profile in
+    `profiles/gpus/`, set `estimate.weights_gib_per_gpu`, or measure the role on a GPU.""",
+)
+
+KV105 = define_rule(
+    "KV105",
+    "warning",
+    "the window lies inside the estimate's uncertainty range",
+    """The predicted pool holds the window, but the low end of the estimate's range (memory
+    taken before SGLang's baseline, weights, loader temporaries) does not: the role might not fit.
+    Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or give it
+    headroom (a higher `mem-fraction-static`, fp8 KV cache, a larger TP).""",
+)

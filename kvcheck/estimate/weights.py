@@ -1,0 +1,327 @@
+"""Weight bytes one GPU rank holds after loading, from config.json and the quantization config."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcheck.errors import EstimateError
+from kvcheck.estimate.quant import FMT_BYTES, QuantScheme
+from kvcheck.estimate.shape import DSA, HYBRID_LINEAR, MLA, ModelShape, nemotron_pattern
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """The parallel layout that decides how weights shard; sizes as SGLang resolves them."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    attn_dp: int = 1
+    attn_cp: int = 1
+    moe_dense_tp: int | None = None
+    redundant_experts: int = 0
+    hip: bool = False  # ROCm keeps MLA kv_b copies in fp8 (fnuz) instead of bf16
+
+    @property
+    def attn_tp(self) -> int:
+        return max(1, self.tp // self.attn_dp // self.attn_cp)
+
+
+@dataclass(frozen=True)
+class StageWeights:
+    """Bytes on the most loaded rank of one PP stage, by component."""
+
+    layers: tuple[int, ...]
+    components: Mapping[str, float]  # component -> bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.components.values())
+
+
+@dataclass(frozen=True)
+class WeightsEstimate:
+    stages: tuple[StageWeights, ...]
+    method: str  # "config", "checkpoint-index", "override"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def max_bytes(self) -> float:
+        return max(s.total_bytes for s in self.stages)
+
+
+def pp_layer_split(num_layers: int, pp: int) -> list[range]:
+    """SGLang's even split with the remainder on the last stages."""
+    base, rem = divmod(num_layers, pp)
+    ranges, start = [], 0
+    for stage in range(pp):
+        size = base + (1 if stage >= pp - rem else 0)
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges
+
+
+def _int(text: Mapping[str, Any], *names: str, default: int | None = None) -> int | None:
+    for name in names:
+        value = text.get(name)
+        if value is not None:
+            return int(value)
+    return default
+
+
+@dataclass(frozen=True)
+class _Moe:
+    experts: int
+    inter: int
+    shared_inter: int  # total shared-expert intermediate width (0: none)
+    gated: bool
+    moe_layers: frozenset[int]
+    dense_inter: int
+    bias: bool = False
+
+
+def _moe_layout(shape: ModelShape, text: Mapping[str, Any]) -> _Moe:
+    n = shape.num_layers
+    arch = shape.architecture
+    experts = _int(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
+    inter = _int(text, "moe_intermediate_size", default=None)
+    dense = _int(text, "intermediate_size", default=0) or 0
+    gated = str(text.get("mlp_hidden_act") or text.get("hidden_act") or "silu") != "relu2"
+    shared = 0
+    layers: set[int] = set()
+    if experts:
+        if arch in ("MixtralForCausalLM", "MiniMaxM2ForCausalLM", "GptOssForCausalLM"):
+            inter = inter or dense
+            layers = set(range(n))
+        elif arch == "Llama4ForConditionalGeneration":
+            inter = dense
+            dense = _int(text, "intermediate_size_mlp", default=dense) or dense
+            step = _int(text, "interleave_moe_layer_step", default=1) or 1
+            layers = {i for i in range(n) if (i + 1) % step == 0}
+            shared = inter
+        elif arch == "NemotronHForCausalLM":
+            pattern = nemotron_pattern(text) or ""
+            layers = {i for i, c in enumerate(pattern) if c == "E"}
+            shared = (_int(text, "n_shared_experts", default=0) or 0) and (
+                _int(text, "moe_shared_expert_intermediate_size", default=0) or 0
+            )
+        elif isinstance(text.get("mlp_layer_types"), list):
+            layers = {i for i, t in enumerate(text["mlp_layer_types"][:n]) if t == "sparse"}
+        elif isinstance(text.get("moe_layer_freq"), list):
+            layers = {i for i, f in enumerate(text["moe_layer_freq"][:n]) if f}
+        elif "first_k_dense_replace" in text:
+            first = int(text.get("first_k_dense_replace") or 0)
+            freq = int(text.get("moe_layer_freq") or 1)
+            layers = {i for i in range(n) if i >= first and i % freq == 0}
+        else:
+            step = int(text.get("decoder_sparse_step") or 1)
+            only = set(text.get("mlp_only_layers") or ())
+            layers = {i for i in range(n) if (i + 1) % step == 0 and i not in only}
+        if not shared:
+            if text.get("shared_expert_intermediate_size"):
+                shared = int(text["shared_expert_intermediate_size"])
+            elif text.get("n_shared_experts") and inter:
+                shared = int(text["n_shared_experts"]) * int(text.get("share_expert_dim") or inter)
+        if not inter:
+            raise EstimateError(f"architecture {arch}: MoE config without moe_intermediate_size")
+    return _Moe(experts, inter or 0, shared, gated, frozenset(layers), dense, bias=arch == "GptOssForCausalLM")
+
+
+class _Acc:
+    """Accumulates bytes per component for one rank."""
+
+    def __init__(self, scheme: QuantScheme) -> None:
+        self.scheme = scheme
+        self.bytes: dict[str, float] = {}
+
+    def linear(self, component: str, name: str, params: float) -> None:
+        self.bytes[component] = self.bytes.get(component, 0.0) + params * self.scheme.bytes_per_param(name)
+
+    def plain(self, component: str, params: float, fmt: str | None = None) -> None:
+        bpp = FMT_BYTES[fmt or self.scheme.unquantized_fmt]
+        self.bytes[component] = self.bytes.get(component, 0.0) + params * bpp
+
+
+def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, par: Parallel) -> None:
+    h = shape.hidden_size
+    tp = par.attn_tp
+    prefix = f"model.layers.{i}.self_attn"
+    if shape.kind in (MLA, DSA):
+        nh = shape.num_heads / tp
+        q_lora = _int(text, "q_lora_rank")
+        nope = _int(text, "qk_nope_head_dim", default=128) or 128
+        rope = shape.qk_rope_head_dim
+        v = _int(text, "v_head_dim", default=128) or 128
+        kv_lora = shape.kv_lora_rank
+        if q_lora:
+            acc.linear("attention", f"{prefix}.q_a_proj", h * q_lora)  # replicated
+            acc.linear("attention", f"{prefix}.q_b_proj", q_lora * nh * (nope + rope))
+            acc.plain("norms", q_lora)
+        else:
+            acc.linear("attention", f"{prefix}.q_proj", h * nh * (nope + rope))
+        acc.linear("attention", f"{prefix}.kv_a_proj_with_mqa", h * (kv_lora + rope))  # replicated
+        acc.linear("attention", f"{prefix}.kv_b_proj", kv_lora * nh * (nope + v))
+        acc.linear("attention", f"{prefix}.o_proj", nh * v * h)
+        acc.plain("norms", kv_lora)
+        # absorbed-attention copies w_kc / w_vc made from kv_b_proj after loading (bf16; fp8 on ROCm)
+        kv_b_fmt = acc.scheme.fmt(f"{prefix}.kv_b_proj")
+        copy_fmt = "fp8" if par.hip and kv_b_fmt.startswith("fp8") else "bf16"
+        acc.plain("mla_absorbed_copies", nh * (nope + v) * kv_lora, copy_fmt)
+        if shape.kind == DSA:
+            idx_heads = _int(text, "index_n_heads", default=64) or 64
+            idx_dim = shape.index_head_dim
+            acc.linear("dsa_indexer", f"{prefix}.indexer.wq_b", (q_lora or h) * idx_heads * idx_dim)
+            acc.linear("dsa_indexer", f"{prefix}.indexer.wk", h * idx_dim)
+            acc.plain("dsa_indexer", h * idx_heads + 2 * idx_dim)  # weights_proj (bf16) + k_norm
+        return
+    swa = i in shape.swa_layer_ids
+    hd = (shape.swa_head_dim or shape.head_dim) if swa else shape.head_dim
+    vd = (shape.swa_v_head_dim or shape.v_head_dim) if swa else shape.v_head_dim
+    kv_rank = shape.kv_heads_per_rank(tp, swa=swa)
+    nh = shape.num_heads / tp
+    gate = 2 if text.get("attn_output_gate") or shape.architecture == "Qwen3NextForCausalLM" else 1
+    acc.linear("attention", f"{prefix}.q_proj", h * nh * hd * gate)
+    kv_share = 1 if (text.get("attention_k_eq_v") and not swa) else 2
+    acc.linear("attention", f"{prefix}.k_proj", h * kv_rank * hd)
+    if kv_share == 2:
+        acc.linear("attention", f"{prefix}.v_proj", h * kv_rank * vd)
+    acc.linear("attention", f"{prefix}.o_proj", nh * vd * h)
+    if text.get("attention_bias"):
+        acc.plain("attention", nh * hd + kv_rank * (hd + vd) + h)
+    if shape.has_attention_sinks:
+        acc.plain("attention", nh, "fp32")
+    acc.plain("norms", 2 * hd)  # q/k norms where present (negligible otherwise)
+
+
+def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
+    m = shape.mamba
+    assert m is not None
+    h = shape.hidden_size
+    tp = par.attn_tp
+    prefix = f"model.layers.{i}"
+    conv_dim = m.d_inner + 2 * m.groups * m.state_size
+    if m.kind == "gdn":
+        key_dim = 2 * m.groups * m.state_size
+        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_qkv", h * (key_dim + m.d_inner) / tp)
+        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_z", h * m.d_inner / tp)
+        acc.plain("linear_attention", h * 2 * m.num_heads / tp)  # in_proj_b / in_proj_a
+        acc.plain("linear_attention", conv_dim * m.conv_kernel / tp)
+        acc.plain("linear_attention", 2 * m.num_heads / tp + m.head_dim, "fp32")
+        acc.linear("linear_attention", f"{prefix}.linear_attn.out_proj", m.d_inner * h / tp)
+    else:
+        acc.linear(
+            "linear_attention", f"{prefix}.mixer.in_proj", h * (m.d_inner + conv_dim + m.num_heads) / tp
+        )
+        acc.plain("linear_attention", conv_dim * m.conv_kernel / tp)
+        acc.plain("linear_attention", 3 * m.num_heads / tp + m.d_inner / tp, "fp32")
+        acc.linear("linear_attention", f"{prefix}.mixer.out_proj", m.d_inner * h / tp)
+
+
+def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: Mapping[str, Any]) -> None:
+    h = shape.hidden_size
+    mats = 3 if moe.gated else 2
+    dense_tp = par.moe_dense_tp or par.tp
+    mlp = "mixer" if shape.architecture == "NemotronHForCausalLM" else "mlp"
+    prefix = f"model.layers.{i}.{mlp}"
+    if i in moe.moe_layers:
+        experts = moe.experts + par.redundant_experts
+        latent = text.get("moe_latent_size")
+        expert_h = int(latent) if latent else h
+        per_rank = experts * mats * expert_h * moe.inter / par.tp
+        if latent:
+            acc.plain("moe_latent_projections", 2 * h * expert_h)  # fc1/fc2 latent projections, replicated
+        acc.linear("moe_experts", f"{prefix}.experts.0.up_proj", per_rank)
+        if moe.bias:
+            acc.plain("moe_experts", experts * (mats - 1) * moe.inter / par.tp + experts * h / par.ep)
+        if moe.shared_inter:
+            shared = "shared_expert" if "shared_expert_intermediate_size" in text else "shared_experts"
+            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / dense_tp)
+            if "shared_expert_intermediate_size" in text:
+                acc.plain("router", h)  # shared_expert_gate
+        acc.plain("router", moe.experts * h)  # replicated gate
+        acc.plain("router", moe.experts, "fp32")  # correction bias where present
+        if shape.architecture.startswith("Gemma4") and moe.dense_inter:
+            acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp)
+    elif shape.architecture == "NemotronHForCausalLM" and i not in _nemotron_mlp_layers(text):
+        return
+    elif moe.dense_inter:
+        acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp)
+
+
+def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:
+    return {i for i, c in enumerate(nemotron_pattern(text) or "") if c == "-"}
+
+
+def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: int, par: Parallel) -> None:
+    h = shape.hidden_size
+    if shape.kind == HYBRID_LINEAR and i in shape.linear_layer_ids:
+        _linear_mixer(acc, shape, i, par)
+    elif shape.kind != HYBRID_LINEAR or i in shape.full_layer_ids:
+        _attention(acc, shape, text, i, par)
+    _mlp(acc, shape, moe, i, par, text)
+    acc.plain("norms", 2 * h)
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_weights(shape: ModelShape, text_items: tuple, scheme: QuantScheme, par: Parallel, tied: bool) -> WeightsEstimate:
+    text = dict(text_items)
+    moe = _moe_layout(shape, text)
+    h, v = shape.hidden_size, shape.vocab_size
+    stages = []
+    for s, layer_range in enumerate(pp_layer_split(shape.num_layers, par.pp)):
+        acc = _Acc(scheme)
+        if s == 0:
+            acc.plain("embedding", v * h / par.tp)
+        for i in layer_range:
+            _layer(acc, shape, moe, text, i, par)
+        if s == par.pp - 1:
+            acc.plain("norms", h)
+            if not tied or par.pp > 1:
+                acc.linear("lm_head", "lm_head", v * h / par.tp)
+        stages.append(StageWeights(tuple(layer_range), dict(acc.bytes)))
+    return WeightsEstimate(tuple(stages), "config")
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def config_weights(
+    shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, *, tied: bool
+) -> WeightsEstimate:
+    """Weights per rank for every PP stage, cached per (model, quantization, layout)."""
+    keys = (
+        "hidden_size", "intermediate_size", "intermediate_size_mlp", "moe_intermediate_size", "n_routed_experts",
+        "num_experts", "num_local_experts", "n_shared_experts", "shared_expert_intermediate_size",
+        "moe_shared_expert_intermediate_size", "share_expert_dim", "first_k_dense_replace", "moe_layer_freq",
+        "mlp_layer_types", "decoder_sparse_step", "mlp_only_layers", "interleave_moe_layer_step",
+        "hybrid_override_pattern", "mlp_hidden_act", "hidden_act", "q_lora_rank", "qk_nope_head_dim",
+        "v_head_dim", "index_n_heads", "attn_output_gate", "attention_k_eq_v", "attention_bias",
+        "layers_block_type", "moe_latent_size",
+    )
+    items = tuple((k, _freeze(text[k])) for k in keys if k in text)
+    return _config_weights(shape, items, scheme, par, tied)
+
+
+def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int) -> float:
+    """Built-in MTP/NextN draft: `layers` decoder layers like the last one + eh_proj + norms.
+
+    The draft's embedding and lm_head are shared with the target after loading (EAGLE workers
+    point them at the target's), so they are not counted.
+    """
+    moe = _moe_layout(shape, dict(text))
+    last = shape.num_layers - 1
+    acc = _Acc(scheme)
+    for _ in range(layers):
+        _layer(acc, shape, moe, text, last, par)
+        acc.plain("mtp", 2 * shape.hidden_size * shape.hidden_size + 3 * shape.hidden_size)
+    return sum(acc.bytes.values())

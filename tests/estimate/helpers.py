@@ -1,0 +1,47 @@
+"""Shared helpers: real model configs from ../shared/data/models (skip when absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvcheck.backends.base import EstimateInputs, RoleTarget
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+MODELS = SHARED / "models"
+
+
+def model_config(name: str) -> Path:
+    path = MODELS / f"{name}.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    return path
+
+
+def role(
+    config: Path | str,
+    *,
+    gpu: str | None = "H100",
+    name: str = "serve",
+    window: int = 131072,
+    estimate: EstimateInputs | None = None,
+    env: dict[str, str] | None = None,
+    model_path: str | None = None,
+    **args,
+) -> RoleTarget:
+    """A RoleTarget as the manifest loader builds it (args keyed by SGLang field name)."""
+    path = config if isinstance(config, Path) else model_config(config)
+    return RoleTarget(
+        name=name,
+        context_length=window,
+        min_headroom=1.0,
+        engine_version="0.5.23",
+        args=args,
+        argv_args=(),
+        gpu=gpu,
+        model_path=model_path,
+        model_config=path,
+        env=env or {},
+        estimate=estimate or EstimateInputs(),
+    )

@@ -131,49 +131,60 @@ class TableFormat(Format):
         console.print(Text(_MODE_TITLES.get(report.mode, report.mode), style="italic"))
         if report.context_length is not None:
             console.print(f"advertised context window: {report.context_length:,} tokens")
+        ranged = any(role.details.get("pool_range") for role in report.roles)
         table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
-        for column, justify in (
-            ("role", "left"),
-            ("status", "left"),
-            ("pool tokens", "right"),
-            ("required", "right"),
-            ("pool/required", "right"),
-            ("max input", "right"),
-            ("source", "left"),
-        ):
-            table.add_column(column, justify=justify, no_wrap=column != "role")
+        columns = ["role", "status", "pool tokens", "required", "pool/req", "max input", "source"]
+        if ranged:
+            columns.append("pool range")
+        name_width = min(40, max([len(role.name) for role in report.roles] + [4]))
+        for column in columns:
+            table.add_column(
+                column,
+                justify="left" if column in ("role", "status", "source") else "right",
+                no_wrap=column != "role",
+                min_width=name_width if column == "role" else None,
+                overflow="fold",
+            )
         for role in report.roles:
-            pool = _fmt_tokens(role.pool_tokens)
-            low_high = role.details.get("pool_range")
-            if low_high and role.pool_tokens is not None:
-                pool += f"\n({low_high[0]:,}-{low_high[1]:,})"
-            table.add_row(
+            row: list[Text | str] = [
                 role.name,
                 Text(role.status.upper(), style=_STATUS_STYLE[role.status]),
-                pool,
+                _fmt_tokens(role.pool_tokens),
                 _fmt_tokens(role.required_tokens),
                 _margin(role),
                 _fmt_tokens(role.max_input_tokens),
                 role.source,
-            )
+            ]
+            if ranged:
+                low_high = role.details.get("pool_range")
+                row.append(f"{low_high[0]:,}-{low_high[1]:,}" if low_high else "-")
+            table.add_row(*row)
         console.print(table)
-        if report.findings:
-            console.print(Text("findings", style="bold"))
-            for item in report.findings:
-                line = Text("  ")
-                line.append(f"{item.severity.upper():<7}", style=_SEVERITY_STYLE.get(item.severity, ""))
-                line.append(f" {item.rule}")
-                if item.role:
-                    line.append(f" [{item.role}]")
-                line.append(f" {item.message}")
-                console.print(line)
-                if item.location is not None:
-                    console.print(Text(f"          at {item.location.render()}", style="dim"))
-                if item.hint:
-                    console.print(Text(f"          fix: {item.hint}", style="dim"))
-        else:
+        if not report.findings:
             console.print("no findings")
-        return buffer.getvalue()
+            return _strip_trailing(buffer.getvalue())
+        console.print(Text("findings", style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for item in report.findings:
+            body = Text(f"[{item.role}] " if item.role else "")
+            body.append(item.message)
+            if item.location is not None:
+                body.append(f"\nat {item.location.render()}", style="dim")
+            if item.hint:
+                body.append(f"\nfix: {item.hint}", style="dim")
+            grid.add_row(
+                Text(item.severity.upper(), style=_SEVERITY_STYLE.get(item.severity, "")), item.rule, body
+            )
+        console.print(grid)
+        return _strip_trailing(buffer.getvalue())
+
+
+def _strip_trailing(text: str) -> str:
+    """rich pads every line to the table width; reports and golden files should not carry that."""
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())
 
 
 def _gh_escape_data(text: str) -> str:
@@ -231,7 +242,7 @@ class MarkdownFormat(Format):
             meta.append(f"advertised window: {report.context_length:,} tokens")
         out.extend(f"- {m}" for m in meta)
         out.append("")
-        out.append("| role | status | pool tokens | required | pool/required | max input | source |")
+        out.append("| role | status | pool tokens | required | pool/req | max input | source |")
         out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
         for role in report.roles:
             out.append(

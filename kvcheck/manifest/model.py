@@ -11,9 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND
 
-RULE_CODE = r"^KV\d{3}$"
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
 
@@ -84,10 +81,10 @@ class PolicySpec(_Strict):
     min_headroom: float = Field(
         default=1.0, gt=0, description="Each pool must hold min_headroom x context_length tokens."
     )
-    ignore: list[Annotated[str, Field(pattern=RULE_CODE)]] = Field(
+    ignore: list[str] = Field(
         default_factory=list, description="Rule codes to skip, e.g. [KV203]."
     )
-    severity: dict[Annotated[str, Field(pattern=RULE_CODE)], Literal["error", "warning", "info"]] = Field(
+    severity: dict[str, Literal["error", "warning", "info"]] = Field(
         default_factory=dict, description="Severity overrides per rule code, e.g. {KV104: error}."
     )
 

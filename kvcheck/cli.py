@@ -239,9 +239,8 @@ def rules(code):
 @click.option(
     "--min-headroom",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Each pool must hold this many times the window.",
+    default=None,
+    help="Each pool must hold this many times the window. [default: 1.0, or the manifest's policy]",
 )
 @click.option(
     "--manifest",

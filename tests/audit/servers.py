@@ -194,7 +194,15 @@ def server_info_payload(
 def models_payload(max_model_len: int | None) -> dict[str, Any]:
     return {
         "object": "list",
-        "data": [{"id": "glm-5", "object": "model", "owned_by": "sglang", "root": "glm-5", "max_model_len": max_model_len}],
+        "data": [
+            {
+                "id": "glm-5",
+                "object": "model",
+                "owned_by": "sglang",
+                "root": "glm-5",
+                "max_model_len": max_model_len,
+            }
+        ],
     }
 
 
@@ -256,9 +264,48 @@ def make_tls_files(folder: Path) -> TlsFiles | None:
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca_cert),
-        "-days", "2", "-subj", "/CN=kvcheck test CA")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
-    run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-        "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_cert),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kvcheck test CA",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
     return TlsFiles(ca_cert=ca_cert, server_cert=cert, server_key=key)

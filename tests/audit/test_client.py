@@ -33,6 +33,7 @@ def test_healthy_server_gives_every_figure(serve):
         swa_token_capacities=(),
         context_length_arg=None,
         served_context_len=1048576,
+        served_context_source="/v1/models",
         resolved_args=info.resolved_args,
         launch_command="python3 -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --tp-size 8",
         endpoint="/server_info",
@@ -50,7 +51,9 @@ def test_healthy_server_gives_every_figure(serve):
 
 
 def test_dp_attention_pool_is_the_smallest_rank(serve):
-    payload = server_info_payload(max_total_num_tokens=700000, dp_token_capacities=[700000, 690112, 699968, 700000])
+    payload = server_info_payload(
+        max_total_num_tokens=700000, dp_token_capacities=[700000, 690112, 699968, 700000]
+    )
     server = serve(sglang_routes(payload))
     with SglangClient(server.url, **FAST) as client:
         info = client.server_info()
@@ -84,10 +87,12 @@ def test_old_release_answers_only_get_server_info(serve):
 
 
 def test_served_context_falls_back_to_the_metrics_gauge(serve):
-    server = serve(sglang_routes(served_context=None, metrics=metrics_text(pool_tokens=[681280], context_len=202752)))
+    server = serve(
+        sglang_routes(served_context=None, metrics=metrics_text(pool_tokens=[681280], context_len=202752))
+    )
     with SglangClient(server.url, **FAST) as client:
         info = client.server_info()
-    assert info.served_context_len == 202752
+    assert (info.served_context_len, info.served_context_source) == (202752, "sglang:context_len")
     assert info.notes == ()
 
 
@@ -148,7 +153,9 @@ def test_other_json_is_not_sglang(serve):
 
 
 def test_html_is_not_json(serve):
-    server = serve({"/server_info": Reply(body="<html><body>Welcome to nginx!</body></html>", content_type="text/html")})
+    server = serve(
+        {"/server_info": Reply(body="<html><body>Welcome to nginx!</body></html>", content_type="text/html")}
+    )
     with SglangClient(server.url, **FAST) as client:
         with pytest.raises(EndpointError) as caught:
             client.server_info()
@@ -161,7 +168,9 @@ def test_html_is_not_json(serve):
 def test_no_info_endpoint_at_all(serve):
     server = serve({})
     with SglangClient(server.url, **FAST) as client:
-        with pytest.raises(EndpointError, match=r"neither /server_info nor /get_server_info exists \(HTTP 404\)"):
+        with pytest.raises(
+            EndpointError, match=r"neither /server_info nor /get_server_info exists \(HTTP 404\)"
+        ):
             client.server_info()
 
 
@@ -169,7 +178,9 @@ def test_unreachable_server(closed_port):
     with SglangClient(f"http://127.0.0.1:{closed_port}", timeout_s=2, retries=1, backoff_s=0) as client:
         with pytest.raises(EndpointError) as caught:
             client.server_info()
-    assert caught.value.message.startswith(f"http://127.0.0.1:{closed_port}/server_info: cannot connect (2 attempts): ")
+    assert caught.value.message.startswith(
+        f"http://127.0.0.1:{closed_port}/server_info: cannot connect (2 attempts): "
+    )
     assert "reachable" in caught.value.hint
 
 
@@ -185,10 +196,18 @@ def test_non_count_pool_is_rejected():
 
 
 def test_server_secrets_are_redacted():
-    payload = server_info_payload(extra_args={"api_key": "sk-live-123", "admin_api_key": "adm", "hf_token": "hf_x"})
-    payload["launch_command"] = "python3 -m sglang.launch_server --api-key sk-live-123 --admin-api-key=adm --tp 8"
+    payload = server_info_payload(
+        extra_args={"api_key": "sk-live-123", "admin_api_key": "adm", "hf_token": "hf_x"}
+    )
+    payload["launch_command"] = (
+        "python3 -m sglang.launch_server --api-key sk-live-123 --admin-api-key=adm --tp 8"
+    )
     info = parse_server_info(payload, url="http://h:1", endpoint="/server_info")
-    assert (info.resolved_args["api_key"], info.resolved_args["admin_api_key"], info.resolved_args["hf_token"]) == (
+    assert (
+        info.resolved_args["api_key"],
+        info.resolved_args["admin_api_key"],
+        info.resolved_args["hf_token"],
+    ) == (
         REDACTED,
         REDACTED,
         REDACTED,
@@ -200,12 +219,15 @@ def test_server_secrets_are_redacted():
 
 
 def test_redact_command_keeps_token_counts():
-    assert redact_command("x --max-total-tokens 5 --context-length 9") == "x --max-total-tokens 5 --context-length 9"
+    assert (
+        redact_command("x --max-total-tokens 5 --context-length 9")
+        == "x --max-total-tokens 5 --context-length 9"
+    )
 
 
 def test_prometheus_min_over_ranks_and_odd_labels():
     text = (
-        '# TYPE sglang:max_total_num_tokens gauge\n'
+        "# TYPE sglang:max_total_num_tokens gauge\n"
         'sglang:max_total_num_tokens{tp_rank="0",note="a}b \\"q\\""} 500000.0\n'
         'sglang:max_total_num_tokens{tp_rank="1"} 499968 1712000000000\n'
         "sglang:context_len 131072\n"

@@ -149,7 +149,9 @@ def make_ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLConte
     if isinstance(verify, str):
         path = Path(verify)
         if not path.exists():
-            raise InputError(f"CA bundle {verify} does not exist", hint="--ca-bundle takes a PEM file or a folder")
+            raise InputError(
+                f"CA bundle {verify} does not exist", hint="--ca-bundle takes a PEM file or a folder"
+            )
         try:
             if path.is_dir():
                 return ssl.create_default_context(capath=str(path))
@@ -228,8 +230,13 @@ class ServerInfo:
     resolved_args: Mapping[str, Any]  # every ServerArgs field in the payload, secrets redacted
     launch_command: str | None  # secrets redacted
     endpoint: str  # which info endpoint answered: /server_info or /get_server_info
-    metrics: Mapping[str, float] = field(default_factory=dict)  # constant gauges (min over ranks); {} without --enable-metrics
+    metrics: Mapping[str, float] = field(
+        default_factory=dict
+    )  # constant gauges (min over ranks); {} without --enable-metrics
     redirected_to: str | None = None  # final URL when the info request was redirected
+    served_context_source: str | None = (
+        None  # "/v1/models" or "sglang:context_len": where served_context_len is from
+    )
     notes: tuple[str, ...] = ()  # optional figures that could not be read, and why
 
     @property
@@ -242,7 +249,9 @@ class ServerInfo:
 
 def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
     """Turn a server-info JSON payload into a ServerInfo; raise EndpointError when it is not SGLang's."""
-    if not isinstance(payload, dict) or ("max_total_num_tokens" not in payload and "internal_states" not in payload):
+    if not isinstance(payload, dict) or (
+        "max_total_num_tokens" not in payload and "internal_states" not in payload
+    ):
         raise EndpointError(
             f"{url}{endpoint}: the answer is JSON but not SGLang's server info "
             "(neither max_total_num_tokens nor internal_states)",
@@ -389,11 +398,13 @@ class SglangClient:
         except EndpointError as exc:
             metrics = {}
             notes.append(f"{METRICS_PATH}: {exc.message}")
+        served_source = MODELS_PATH if served is not None else None
         if served is None and "sglang:context_len" in metrics:
-            served = int(metrics["sglang:context_len"])
+            served, served_source = int(metrics["sglang:context_len"]), "sglang:context_len"
         return dataclasses.replace(
             info,
             served_context_len=served,
+            served_context_source=served_source,
             metrics=metrics,
             redirected_to=display_url(answer.url) if answer.redirected else None,
             notes=tuple(notes),
@@ -516,7 +527,11 @@ class SglangClient:
                 hint = "the server wants a token: put it in an environment variable and pass --token-env NAME"
             raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
         detail = self._snippet(answer)
-        attempts = f" after {self._retries + 1} attempts" if answer.status in RETRY_STATUSES and self._retries else ""
+        attempts = (
+            f" after {self._retries + 1} attempts"
+            if answer.status in RETRY_STATUSES and self._retries
+            else ""
+        )
         raise EndpointError(
             f"{where}: HTTP {answer.status} {answer.reason}{attempts}" + (f": {detail}" if detail else "")
         )

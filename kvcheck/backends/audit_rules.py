@@ -1,0 +1,39 @@
+"""Rules that only `kvcheck audit` raises: live servers that cannot be audited or contradict themselves."""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+define_rule(
+    "KV306",
+    "error",
+    "a live server could not be audited",
+    """kvcheck asked the server for its pool and limits and got no usable answer: it was
+    unreachable, timed out, answered with an HTTP error, refused the TLS certificate or the token,
+    answered something that is not SGLang's server info, or gave no context window to check
+    against. The server is reported as not checked (exit 3), never as passing. The message quotes
+    the reason. Fix: check the URL, network path and proxy settings; pass --ca-bundle for a private
+    CA and --token-env for a protected server; raise --timeout for a slow one; pass
+    --context-length when the server does not state the window it serves.""",
+)
+define_rule(
+    "KV307",
+    "warning",
+    "a server's own figures disagree",
+    """SGLang states its pool and window in several places: /server_info (the first scheduler's
+    max_total_num_tokens and every data-parallel rank's token_capacity), the Prometheus gauges
+    (sglang:max_total_num_tokens, sglang:context_len, with --enable-metrics) and /v1/models
+    (max_model_len). When they disagree, something between kvcheck and the engine is stale or
+    kvcheck misreads this release; kvcheck judges the pool with the smallest figure. Fix: look at
+    the server's startup log (kvcheck logs) to see which figure is right, and report the release
+    to the kvcheck maintainers if the engine is consistent.""",
+)
+define_rule(
+    "KV308",
+    "warning",
+    "a live server runs other settings than the manifest declares",
+    """With --manifest, each audited server is judged as the manifest's role. A server whose
+    resolved arguments or SGLang version differ from the manifest's is not the deployment the
+    manifest describes, so a pass of the manifest (kvcheck verify) says little about it, and the
+    reverse. Fix: redeploy the server from the manifest, or update the manifest to what runs.""",
+)

@@ -22,6 +22,7 @@ from kvcheck.estimate.weights import (
     config_weights,
     mtp_draft_bytes,
     pp_layer_split,
+    vision_tower_bytes,
 )
 
 GIB = float(1 << 30)
@@ -210,7 +211,14 @@ def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[flo
              "(replicated modules are undercounted)"],
         )
     est: WeightsEstimate = config_weights(model.shape, model.source.text, model.scheme, par, tied=_tied(model.source))
-    return [s.total_bytes for s in est.stages], "config", []
+    stages = [s.total_bytes for s in est.stages]
+    notes: list[str] = []
+    if model.shape.is_multimodal:
+        vision = vision_tower_bytes(model.source.vision, model.shape.hidden_size)
+        if vision:
+            stages[0] += vision
+            notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
+    return stages, "config", notes
 
 
 def _mamba_carve(shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges: list[range], args, par: Parallel):

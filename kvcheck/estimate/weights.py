@@ -325,3 +325,24 @@ def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantSch
         _layer(acc, shape, moe, text, last, par)
         acc.plain("mtp", 2 * shape.hidden_size * shape.hidden_size + 3 * shape.hidden_size)
     return sum(acc.bytes.values())
+
+
+def vision_tower_bytes(vision: Mapping[str, Any] | None, text_hidden: int) -> float:
+    """A ViT encoder + patch-merger projector in bf16, replicated on every rank (assumption).
+
+    Reads the common spellings (Qwen `depth`, Kimi `vt_*`, plain `num_hidden_layers`); 0 when the
+    config carries no vision tower.
+    """
+    if not vision:
+        return 0.0
+    layers = _int(vision, "num_hidden_layers", "depth", "vt_num_hidden_layers", default=0) or 0
+    hidden = _int(vision, "hidden_size", "vt_hidden_size", "embed_dim", default=0) or 0
+    inter = _int(vision, "intermediate_size", "vt_intermediate_size", default=4 * hidden) or 4 * hidden
+    if not layers or not hidden:
+        return 0.0
+    merge = vision.get("spatial_merge_size") or vision.get("merge_kernel_size") or 2
+    merge_area = merge[0] * merge[1] if isinstance(merge, list) else int(merge) ** 2
+    merged = hidden * merge_area
+    out = _int(vision, "out_hidden_size", "text_hidden_size", default=text_hidden) or text_hidden
+    params = layers * (4 * hidden * hidden + 2 * hidden * inter) + merged * merged + merged * out
+    return params * 2.0

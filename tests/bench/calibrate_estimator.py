@@ -1,0 +1,61 @@
+"""Run the estimate model on every real logged pool with a known setup and print the error table.
+
+Usage: python tests/bench/calibrate_estimator.py   (from the repository root; needs ../shared/data)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.estimate import calibration_cases as cc  # noqa: E402
+
+
+def main() -> int:
+    if not cc.available():
+        print("../shared/data is absent: nothing to calibrate against", file=sys.stderr)
+        return 2
+    outcomes = cc.run_all()
+    print("| id | model | gpu | tp | logged tokens | predicted | range | error % | weights logged / predicted GiB | independent |")
+    print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | --- | --- |")
+    for o in outcomes:
+        tp = o.details.get("parallel", {}).get("tp")
+        rng = f"{o.pool_range[0]:,}-{o.pool_range[1]:,}" if o.pool_range else "-"
+        weights = (
+            f"{o.logged_weights_gib:.2f} / {o.predicted_weights_gib:.2f}" if o.logged_weights_gib is not None
+            else f"- / {o.predicted_weights_gib:.2f}"
+        )
+        err = f"{o.error_pct:+.2f}" if o.error_pct is not None else "-"
+        print(
+            f"| {o.case.id} | {o.case.model} | {o.case.gpu} | {tp} | {o.logged_tokens:,} | {o.predicted_tokens:,} "
+            f"| {rng} | {err} | {weights} | {'yes' if o.case.independent else 'no'} |"
+        )
+    for dp_id, why in cc.UNUSABLE.items():
+        print(f"| {dp_id} | - | - | - | - | - | - | not usable: {why} | - | - |")
+    print()
+    print(f"median |error| all cases: {cc.median_abs_error(outcomes):.2f}%")
+    print(f"median |error| independent cases: {cc.median_abs_error(outcomes, independent_only=True):.2f}%")
+    worst = max((abs(o.error_pct) for o in outcomes if o.error_pct is not None), default=float("nan"))
+    print(f"max |error|: {worst:.2f}%")
+    print()
+    print("| id | predicted cell B/token | logged B/token (K+V over tokens+page) | diff % |")
+    print("| --- | ---: | ---: | ---: |")
+    for dp_id, predicted, logged in cc.cell_checks():
+        diff = 100 * (predicted - logged) / logged if logged else float("nan")
+        print(f"| {dp_id} | {predicted:,.0f} | {logged:,.0f} | {diff:+.2f} |")
+    print()
+    print("| id (weights only) | predicted GiB | logged GiB | diff % |")
+    print("| --- | ---: | ---: | ---: |")
+    for dp_id, predicted, logged in cc.weight_checks():
+        print(f"| {dp_id} | {predicted:.2f} | {logged:.2f} | {100 * (predicted - logged) / logged:+.2f} |")
+    print()
+    print("Setups assumed per case:")
+    for o in outcomes:
+        print(f"- {o.case.id}: {o.case.note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,527 @@
+"""Log backend: SGLang startup logs (files or stdin) -> one role per pool-owning rank group.
+
+A role is one file's data-parallel rank: the TP ranks (and PP stages) of one DP rank share one pool
+size, so the role takes the smallest figure among them, preferring the final `max_total_num_tokens=`
+line over the sizing lines. A log without a DP tag is one role. The role's name is the file and the
+tag of the rank whose line gave the figure, e.g. `prefill.log[TP0]`, `decode.log[DP3 TP3]`, or just
+`server.log` for an untagged TP1 server.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND, PoolMeasurement, RoleTarget
+from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313
+from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
+from kvcheck.errors import InputError
+from kvcheck.policy.registry import finding
+from kvcheck.report.model import Finding, Location
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+# Error lines quoted in a role's details: the end of the engine's last traceback.
+QUOTED_ERROR_LINES = 12
+# Arguments kvcheck adds itself or that only locate the server; not part of a role's argv_args.
+_LOCATION_FLAGS = frozenset({"model_path", "host", "port"})
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_logs(
+    paths: Sequence[str], *, context_length: int | None, min_headroom: float = 1.0
+) -> tuple[list[RoleTarget], list[PoolMeasurement]]:
+    """Read every log and return one target and one measurement per role, in file and rank order.
+
+    `context_length` is the window to check (else each log's own context_len); every file that
+    cannot be read or holds no SGLang startup line is reported in one InputError (exit 2).
+    """
+    if not paths:
+        raise InputError("no log file given", hint="pass FILE... or - to read stdin")
+    if context_length is not None and context_length < 1:
+        raise InputError(f"--context-length must be a positive number of tokens, not {context_length}")
+    if not min_headroom > 0:
+        raise InputError(f"--min-headroom must be above 0, not {min_headroom}")
+    if list(paths).count(STDIN) > 1:
+        raise InputError("'-' (stdin) is given more than once")
+    seen: set[str] = set()
+    problems: list[str] = []
+    logs: list[tuple[str, LogSummary]] = []
+    for path in paths:
+        name = STDIN_NAME if path == STDIN else path
+        if path != STDIN:
+            key = str(Path(path).resolve())
+            if key in seen:
+                problems.append(f"{path}: given more than once")
+                continue
+            seen.add(key)
+        try:
+            summary = read_log_file(path)
+        except InputError as exc:
+            problems.append(exc.message)
+            continue
+        if not summary.is_sglang:
+            problems.append(
+                f"{name}: not an SGLang log: none of its {summary.lines:,} lines is an SGLang startup line "
+                "(server_args, 'Load weight', 'KV Cache is allocated', 'max_total_num_tokens=', ...)"
+            )
+            continue
+        logs.append((name, summary))
+    if problems:
+        raise InputError(
+            "\n".join(problems),
+            hint="pass the engine's startup log as SGLang printed it (kubectl logs POD, docker logs, a file)",
+        )
+    targets: list[RoleTarget] = []
+    measurements: list[PoolMeasurement] = []
+    for name, summary in logs:
+        for target, measurement in log_roles(
+            name, summary, context_length=context_length, min_headroom=min_headroom
+        ):
+            targets.append(target)
+            measurements.append(measurement)
+    return targets, measurements
+
+
+def read_log_file(path: str) -> LogSummary:
+    """Summarise one log (`-` for stdin; gzip-compressed files are read through); InputError if unreadable."""
+    name = STDIN_NAME if path == STDIN else path
+    try:
+        if path == STDIN:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise InputError(
+                    "stdin is a terminal, not a log",
+                    hint="pipe a log into it: kubectl logs POD | kvcheck logs - --context-length N",
+                )
+            return _summarise(sys.stdin.buffer, name)
+        with open(path, "rb") as stream:
+            return _summarise(stream, name)
+    except FileNotFoundError as exc:
+        raise InputError(f"{name}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{name}: is a folder, not a log file") from exc
+    except PermissionError as exc:
+        raise InputError(f"{name}: permission denied") from exc
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"{name}: damaged gzip file ({exc})") from exc
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _summarise(stream: IO[bytes], name: str) -> LogSummary:
+    head = _peek(stream)
+    if head.startswith(_GZIP_MAGIC):
+        stream = gzip.GzipFile(fileobj=stream, mode="rb")
+    reader = LogReader()
+    reader.read_stream(stream)
+    return reader.summary()
+
+
+def _peek(stream: IO[bytes]) -> bytes:
+    """The first bytes of a stream without consuming them (files seek back, pipes peek)."""
+    if stream.seekable():
+        head = stream.read(2)
+        stream.seek(0)
+        return head
+    peek = getattr(stream, "peek", None)
+    return peek(2)[:2] if peek is not None else b""
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The ranks of one data-parallel rank (None: the log has no DP tag) and the figure they give."""
+
+    dp: int | None
+    ranks: tuple[RankFigures, ...]
+
+    @property
+    def chosen(self) -> RankFigures | None:
+        """The rank whose line gives the group's pool: the smallest final figure, else the smallest best."""
+        finals = [r for r in self.ranks if r.final_tokens is not None]
+        candidates = finals or [r for r in self.ranks if r.best_tokens is not None]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda r: (r.best_tokens, r.rank.sort_key))
+
+
+def _groups(summary: LogSummary) -> list[_Group]:
+    by_dp: dict[int | None, list[RankFigures]] = {}
+    for rank in summary.ranks:
+        by_dp.setdefault(rank.rank.dp, []).append(rank)
+    return [
+        _Group(dp, tuple(ranks))
+        for dp, ranks in sorted(by_dp.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+    ]
+
+
+def log_roles(
+    name: str, summary: LogSummary, *, context_length: int | None, min_headroom: float
+) -> list[tuple[RoleTarget, PoolMeasurement]]:
+    """The roles of one summarised log (one per DP rank; one role with no figure when it has none)."""
+    args, args_source = _engine_args(summary)
+    engine_context = _engine_context(summary, args)
+    groups = _groups(summary) or [_Group(None, ())]
+    # Allocation lines equal the final line on a rank that printed both: the sizing lines of ranks
+    # that print no final line (attention-DP ranks other than DP0 in 0.5.x) are then final too.
+    allocation_is_final = any(
+        r.final_tokens is not None and r.allocated_tokens == r.final_tokens and not r.upper_bound
+        for r in summary.ranks
+    )
+    out = []
+    for group in groups:
+        out.append(
+            _role(
+                name,
+                summary,
+                group,
+                args=args,
+                args_source=args_source,
+                engine_context=engine_context,
+                context_length=context_length,
+                min_headroom=min_headroom,
+                allocation_is_final=allocation_is_final,
+            )
+        )
+    return out
+
+
+def _role(
+    name: str,
+    summary: LogSummary,
+    group: _Group,
+    *,
+    args: Mapping[str, Any],
+    args_source: str | None,
+    engine_context: int | None,
+    context_length: int | None,
+    min_headroom: float,
+    allocation_is_final: bool,
+) -> tuple[RoleTarget, PoolMeasurement]:
+    chosen = group.chosen
+    tag = str(chosen.rank) if chosen is not None else (f"DP{group.dp}" if group.dp is not None else "")
+    role = f"{name}[{tag}]" if tag else name
+    group_context = next((r.context_len for r in group.ranks if r.context_len is not None), None)
+    engine_ctx = group_context if group_context is not None else engine_context
+    window = context_length if context_length is not None else engine_ctx
+    pool_tokens = chosen.best_tokens if chosen is not None else None
+    figure_line = chosen.figure_line if chosen is not None else None
+    location = Location(name, figure_line)
+    max_input = None
+    if pool_tokens is not None and engine_ctx is not None:
+        max_input = min(engine_ctx - 1, pool_tokens - 1) - 5
+
+    findings: list[Finding] = []
+    if pool_tokens is None:
+        text = f"{name}: the log holds no KV pool figure"
+        text += f" for {tag}" if tag else ""
+        if summary.failure:
+            text += f"; the engine failed: {summary.failure}"
+        elif summary.missing:
+            text += f" ({summary.missing[0]})"
+        findings.append(
+            finding(
+                KV309.code,
+                role,
+                text,
+                hint="pass the whole startup log (from the container's start), or audit the live server",
+                location=Location(name),
+            )
+        )
+    reasons = _provisional_reasons(summary, chosen, allocation_is_final) if chosen is not None else []
+    if reasons:
+        findings.append(
+            finding(
+                KV312.code,
+                role,
+                f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is provisional: "
+                + "; ".join(reasons),
+                hint="pass the complete startup log, up to 'The server is fired up and ready to roll!'",
+                location=location,
+            )
+        )
+    if window is None:
+        findings.append(
+            finding(
+                KV313.code,
+                role,
+                f"{name}: no context length to check the pool against: the log states no context_len "
+                "and --context-length was not given",
+                hint=f"pass the window you advertise: kvcheck logs {name} --context-length N",
+                location=Location(name),
+            )
+        )
+
+    arg_line = summary.server_args_line if args_source == "server_args" else None
+    arg_locations = {key: Location(name, arg_line) for key in args} if arg_line is not None else {}
+    argv = summary.command_line
+    target = RoleTarget(
+        name=role,
+        # 0 only when no window is known at all; KV313 then makes the role an error, never a pass.
+        context_length=window if window is not None else 0,
+        min_headroom=min_headroom,
+        engine_version=summary.version,
+        args=dict(args),
+        argv_args=_argv_args(argv),
+        model_path=_text(args.get("model_path")),
+        engine_command=_launcher(argv),
+        location=location,
+        arg_locations=arg_locations,
+    )
+    measurement = PoolMeasurement(
+        role=role,
+        source="log",
+        pool_tokens=pool_tokens,
+        max_input_tokens=max_input,
+        context_len=engine_ctx,
+        engine_version=summary.version,
+        resolved_args=dict(args),
+        argv=tuple(_redact_argv(argv)) if argv is not None else None,
+        details=_details(name, summary, group, chosen, args_source),
+        findings=tuple(findings),
+    )
+    return target, measurement
+
+
+def _provisional_reasons(summary: LogSummary, chosen: RankFigures, allocation_is_final: bool) -> list[str]:
+    reasons = []
+    source = chosen.figure_source
+    if source == "upper_bound":
+        reasons.append(
+            "it is the 'KV Cache VA upper bound' of post-capture sizing and the log has no line with the "
+            "resized pool (post-capture sizing only shrinks it)"
+        )
+    elif source in ("allocation", "swa_pool") and not allocation_is_final:
+        reasons.append(
+            "it comes from the first allocation line; the log has no final max_total_num_tokens line, which "
+            "states the pool the server serves (post-capture sizing or DCP can change it)"
+        )
+    if summary.failure:
+        reasons.append(f"the engine failed after sizing its pool: {summary.failure}")
+    elif not summary.ready:
+        reasons.append(f"the log ends before the server reported ready (last phase: {summary.phase})")
+    return reasons
+
+
+def _details(
+    name: str, summary: LogSummary, group: _Group, chosen: RankFigures | None, args_source: str | None
+) -> dict[str, Any]:
+    details: dict[str, Any] = {
+        "file": name,
+        "figure_source": chosen.figure_source if chosen is not None else None,
+        "figure_line": chosen.figure_line if chosen is not None else None,
+        "ranks": [_rank_dict(rank) for rank in group.ranks],
+        "phase": summary.phase,
+        "ready": summary.ready,
+        "missing": list(summary.missing),
+        "args_source": args_source,
+    }
+    if summary.server_args_line is not None:
+        details["server_args_line"] = summary.server_args_line
+    warnings = [w for w in summary.warnings if w.rank is None or w.rank.dp == group.dp]
+    if warnings:
+        details["engine_warnings"] = [f"line {w.line_no}: {w.text}" for w in warnings[:4]]
+    if summary.errors:
+        details["errors"] = list(summary.errors[-QUOTED_ERROR_LINES:])
+    if summary.failure:
+        details["failure"] = summary.failure
+    if summary.boots > 1:
+        details["boots"] = summary.boots
+        details["note"] = f"the log holds {summary.boots} engine starts; the figures are from the last"
+    return details
+
+
+def _rank_dict(rank: RankFigures) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rank": str(rank.rank),
+        "pool_tokens": rank.best_tokens,
+        "figure_source": rank.figure_source,
+        "final_tokens": rank.final_tokens,
+        "allocated_tokens": rank.allocated_tokens,
+        "context_len": rank.context_len,
+        "max_req_input_len": rank.max_req_input_len,
+    }
+    optional = {
+        "upper_bound": rank.upper_bound or None,
+        "post_capture_tokens": rank.post_capture_tokens,
+        "full_layer_tokens": rank.full_layer_tokens,
+        "swa_tokens": rank.swa_tokens,
+        "draft_tokens": rank.draft_tokens,
+        "max_running_requests": rank.max_running_requests,
+        "chunked_prefill_size": rank.chunked_prefill_size,
+        "kv_dtype": rank.kv_dtype,
+        "kv_gib": rank.kv_gib,
+        "weights_gib": rank.weights_gib,
+        "available_gpu_mem_gib": rank.available_gpu_mem_gib,
+        "context_warning_tokens": rank.context_warning_tokens,
+    }
+    out.update({key: value for key, value in optional.items() if value is not None})
+    return out
+
+
+# -- engine arguments ---------------------------------------------------------------------------------
+
+
+def _engine_args(summary: LogSummary) -> tuple[dict[str, Any], str | None]:
+    """server_args as logged, else the arguments of the quoted command line, secrets redacted."""
+    from kvcheck.engines.sglang.client import redact_args
+
+    if summary.server_args is not None:
+        return redact_args(summary.server_args), "server_args"
+    if summary.command_line is not None:
+        return redact_args(args_from_argv(summary.command_line, version=summary.version)), "command_line"
+    return {}, None
+
+
+def _engine_context(summary: LogSummary, args: Mapping[str, Any]) -> int | None:
+    """The engine's context_len: any rank's final line or warning, else the --context-length it was given."""
+    for rank in summary.ranks:
+        if rank.context_len is not None:
+            return rank.context_len
+    value = args.get("context_length")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _launch_index(argv: Sequence[str]) -> int | None:
+    """Index of the first server argument after `python -m sglang.X` or `sglang serve`."""
+    for i, word in enumerate(argv):
+        if word == "-m" and i + 1 < len(argv) and argv[i + 1].startswith("sglang"):
+            return i + 2
+        if word.rsplit("/", 1)[-1] == "sglang" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return i + 2
+    return None
+
+
+def _launcher(argv: Sequence[str] | None) -> tuple[str, ...]:
+    if argv is None:
+        return DEFAULT_ENGINE_COMMAND
+    index = _launch_index(argv)
+    return tuple(argv[:index]) if index is not None else DEFAULT_ENGINE_COMMAND
+
+
+def _argv_args(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The quoted command's server flags without model path, host and port (RoleTarget.argv_args)."""
+    if argv is None:
+        return ()
+    index = _launch_index(argv)
+    if index is None:
+        return ()
+    out: list[str] = []
+    words = list(argv[index:])
+    i = 0
+    while i < len(words):
+        word = words[i]
+        key = word[2:].split("=", 1)[0].replace("-", "_") if word.startswith("--") else None
+        takes_value = "=" not in word and i + 1 < len(words) and not words[i + 1].startswith("--")
+        if key in _LOCATION_FLAGS or key == "model":
+            i += 2 if takes_value else 1
+            continue
+        out.append(word)
+        i += 1
+    return tuple(_redact_argv(out))
+
+
+def _redact_argv(argv: Sequence[str]) -> list[str]:
+    from kvcheck.engines.sglang.client import REDACTED, is_secret_name
+
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
+            out.append(word.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(word)
+            hide_next = word.startswith("--") and is_secret_name(word)
+    return out
+
+
+def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any]:
+    """Engine arguments (field names, typed) from a quoted launch command, read with a flag catalogue.
+
+    The catalogue is the log's version's, else the newest kvcheck ships: it resolves abbreviations
+    (`--tp` -> tp_size) and types values. Flags it does not know keep their spelled name and text.
+    """
+    from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, catalogue_versions, load_catalogue
+
+    catalogue: Catalogue | None = None
+    try:
+        if version is not None:
+            catalogue = load_catalogue(version)[0]
+        else:
+            versions = catalogue_versions()
+            catalogue = load_catalogue(versions[-1])[0] if versions else None
+    except InputError:
+        catalogue = None
+    index = _launch_index(argv)
+    words = list(argv[index:]) if index is not None else []
+    args: dict[str, Any] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("--"):
+            continue
+        spelled, _, inline = word[2:].partition("=")
+        values: list[str] = [inline] if inline else []
+        while not inline and i < len(words) and not words[i].startswith("--"):
+            values.append(words[i])
+            i += 1
+        key = spelled.replace("-", "_")
+        if key in ("model_path", "model"):
+            if values:
+                args["model_path"] = values[0]
+            continue
+        flag = None
+        if catalogue is not None:
+            try:
+                flag = catalogue.resolve(spelled)
+            except FlagError:
+                flag = None
+        if flag is None:
+            args[key] = _guess(values)
+            continue
+        if flag.store_true or flag.nargs == 0:
+            args[flag.key] = True
+        elif flag.nargs in ("+", "*") or isinstance(flag.nargs, int):
+            args[flag.key] = [_typed(flag.type, v) for v in values]
+        elif values:
+            args[flag.key] = _typed(flag.type, values[0])
+    return args
+
+
+def _typed(kind: str, text: str) -> Any:
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        return text
+    return text
+
+
+def _guess(values: list[str]) -> Any:
+    if not values:
+        return True
+    if len(values) > 1:
+        return values
+    text = values[0]
+    for kind in ("int", "float"):
+        typed = _typed(kind, text)
+        if not isinstance(typed, str):
+            return typed
+    return text
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

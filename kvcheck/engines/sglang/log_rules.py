@@ -1,0 +1,42 @@
+"""Rules `kvcheck logs` raises about the logs themselves: missing figures, provisional figures."""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+KV309 = define_rule(
+    "KV309",
+    "error",
+    "the log holds no KV pool figure for a rank",
+    """The log shows SGLang starting, but not one line that states this rank's pool: no
+    `KV Cache is allocated ... #tokens: N`, no sliding-window pool line, no
+    `max_total_num_tokens=N`. Usually the engine failed before sizing its pool (the report quotes
+    its last error lines), or the log was cut, or it comes from a release that printed only the
+    K/V sizes. kvcheck never guesses a pool, so the rank counts as not checked (exit 3). Fix: pass
+    the whole startup log (`kubectl logs POD` from the container's start, not `--tail`), or audit
+    the running server with `kvcheck audit URL`.""",
+)
+
+KV312 = define_rule(
+    "KV312",
+    "warning",
+    "the log's pool figure is provisional, or the log is incomplete",
+    """The figure kvcheck judged comes from a line SGLang prints before the pool is final: the
+    first allocation line (`KV Cache is allocated`, or with post-capture sizing the
+    `KV Cache VA upper bound`, which capture-time resizing shrinks), without the final
+    `max_total_num_tokens=` line that states what the server serves; or the log ends before the
+    server said it was ready, or shows the engine failing after sizing its pool. The verdict holds
+    for what the log shows. Fix: pass the complete startup log, up to
+    `The server is fired up and ready to roll!`.""",
+)
+
+KV313 = define_rule(
+    "KV313",
+    "error",
+    "neither the log nor the command line gives the context length to check against",
+    """Without `--context-length N`, `kvcheck logs` checks each pool against the `context_len` the
+    log states (in the final `max_total_num_tokens=` line, the engine's own
+    `fewer than --context-length` warning, or the `context_length` in `server_args`). This log
+    states none, so there is nothing to check the pool against (exit 3). Fix: pass the window you
+    advertise: `kvcheck logs FILE --context-length 131072`.""",
+)

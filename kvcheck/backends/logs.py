@@ -65,9 +65,13 @@ def read_logs(
         except InputError as exc:
             problems.append(exc.message)
             continue
+        if summary.lines == 0:
+            problems.append(f"{name}: empty, not an SGLang log")
+            continue
         if not summary.is_sglang:
+            count = f"{summary.lines:,} line{'s' if summary.lines != 1 else ''}"
             problems.append(
-                f"{name}: not an SGLang log: none of its {summary.lines:,} lines is an SGLang startup line "
+                f"{name}: not an SGLang log: none of its {count} is an SGLang startup line "
                 "(server_args, 'Load weight', 'KV Cache is allocated', 'max_total_num_tokens=', ...)"
             )
             continue
@@ -220,7 +224,7 @@ def _role(
 
     findings: list[Finding] = []
     if pool_tokens is None:
-        text = f"{name}: the log holds no KV pool figure"
+        text = "the log holds no KV pool figure"
         text += f" for {tag}" if tag else ""
         if summary.failure:
             text += f"; the engine failed: {summary.failure}"
@@ -252,7 +256,7 @@ def _role(
             finding(
                 KV313.code,
                 role,
-                f"{name}: no context length to check the pool against: the log states no context_len "
+                "no context length to check the pool against: the log states no context_len "
                 "and --context-length was not given",
                 hint=f"pass the window you advertise: kvcheck logs {name} --context-length N",
                 location=Location(name),

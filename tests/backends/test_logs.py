@@ -1,0 +1,379 @@
+"""`kvcheck logs`: log files -> roles, measurements and findings; end to end through the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.backends.logs import args_from_argv, read_logs
+from kvcheck.errors import InputError
+from kvcheck.report.model import Location
+from tests.conftest import SHARED_DATA, run_kvcheck
+from tests.engines.test_logparse import SGLANG_0_5_23_TP2
+
+LOGS = SHARED_DATA / "logs"
+
+
+def real_log(name: str) -> str:
+    path = LOGS / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (shared data not checked out)")
+    return str(path)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def final_line(tokens: int, context_len: int, tag: str = "TP0") -> str:
+    return (
+        f"[2026-01-05 10:01:20 {tag}] max_total_num_tokens={tokens}, chunked_prefill_size=8192, "
+        f"max_prefill_tokens=16384, max_running_requests=3702, context_len={context_len}, available_gpu_mem=12.37 GB\n"
+    )
+
+
+PD_PREFILL = (
+    "[2026-01-05 10:00:01] server_args={'model_path': 'zai-org/GLM-5.2-FP8', 'tp_size': 4, "
+    "'disaggregation_mode': 'prefill', 'context_length': 1048576, 'allow_auto_truncate': True, "
+    "'disaggregation_enable_kv_checksum': False, 'api_key': 'sk-live-123'}\n"
+    "[2026-01-05 10:00:33 TP0] KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: 681280, KV size: 40.00 GB\n"
+    "[2026-01-05 10:01:20 TP0] KV pool holds 681280 tokens, fewer than --context-length 1048576. One full-length "
+    "request cannot fit, so long requests will be refused or truncated at serving time.\n"
+    + final_line(681280, 1048576)
+    + "[2026-01-05 10:01:25] The server is fired up and ready to roll!\n"
+)
+
+
+# -- roles and figures -------------------------------------------------------------------------------
+
+
+def test_a_complete_tp2_log_is_one_role_named_after_the_rank_with_the_final_line(tmp_path):
+    path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
+    targets, measurements = read_logs([path], context_length=None)
+    (target,), (measurement,) = targets, measurements
+    assert target.name == measurement.role == f"{path}[TP0]"
+    assert (target.context_length, target.required_tokens, target.min_headroom) == (131072, 131072, 1.0)
+    assert (measurement.pool_tokens, measurement.max_input_tokens, measurement.context_len) == (947824, 131066, 131072)
+    assert measurement.source == "log" and measurement.findings == ()
+    assert target.args["mem_fraction_static"] == 0.828 and target.args["tp_size"] == 2
+    assert target.arg_location("mem_fraction_static") == Location(path, 1)
+    assert target.location == Location(path, 18)
+    assert measurement.details["figure_source"] == "final"
+    assert [r["rank"] for r in measurement.details["ranks"]] == ["TP0", "TP1"]
+    assert measurement.details["missing"] == []
+
+
+def test_context_length_option_overrides_the_logs_window(tmp_path):
+    path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
+    (target,), (measurement,) = read_logs([path], context_length=1048576, min_headroom=1.2)
+    assert (target.context_length, target.required_tokens) == (1048576, 1258292)
+    assert measurement.context_len == 131072  # the engine's own window stays reported
+
+
+def test_attention_dp_ranks_are_one_role_each_and_dp0s_final_line_vouches_for_the_rest(tmp_path):
+    lines = ["[2026-01-05 10:00:01] server_args={'tp_size': 4, 'attn_dp_size': 4}\n"]
+    for dp in range(4):
+        tokens = 500000 if dp != 2 else 480000
+        lines.append(
+            f"[2026-01-05 10:00:33 DP{dp} TP{dp} EP{dp}] KV Cache is allocated. #tokens: {tokens}, KV size: 30.00 GB\n"
+        )
+    lines.append(final_line(500000, 131072, "DP0 TP0 EP0"))
+    lines.append("[2026-01-05 10:01:25] The server is fired up and ready to roll!\n")
+    path = write(tmp_path, "decode.log", "".join(lines))
+    targets, measurements = read_logs([path], context_length=None)
+    assert [t.name for t in targets] == [f"{path}[DP{i} TP{i} EP{i}]" for i in range(4)]
+    assert [m.pool_tokens for m in measurements] == [500000, 500000, 480000, 500000]
+    assert [m.details["figure_source"] for m in measurements] == ["final", "allocation", "allocation", "allocation"]
+    assert [t.context_length for t in targets] == [131072] * 4
+    assert all(m.findings == () for m in measurements)
+
+
+def test_pipeline_stages_of_one_server_share_the_smallest_final_figure(tmp_path):
+    text = final_line(500000, 131072, "PP0 TP0") + final_line(480000, 131072, "PP1 TP0")
+    text += "[2026-01-05 10:01:25] The server is fired up and ready to roll!\n"
+    path = write(tmp_path, "pp.log", text)
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert target.name == f"{path}[PP1 TP0]"
+    assert measurement.pool_tokens == 480000
+
+
+def test_a_single_untagged_rank_is_named_by_the_file_alone(tmp_path):
+    path = write(tmp_path, "tp1.log", final_line(500000, 131072, "").replace(" ]", "]"))
+    (target,), _ = read_logs([path], context_length=None)
+    assert target.name == path
+
+
+def test_a_log_with_only_the_first_allocation_line_gets_a_provisional_warning(tmp_path):
+    text = "\n".join(SGLANG_0_5_23_TP2.splitlines()[:12]) + "\n"
+    path = write(tmp_path, "cut.log", text)
+    (target,), (measurement,) = read_logs([path], context_length=131072)
+    assert measurement.pool_tokens == 947824 and measurement.max_input_tokens is None
+    (warning,) = measurement.findings
+    assert (warning.rule, warning.severity, warning.location) == ("KV312", "warning", Location(path, 10))
+    assert warning.message == (
+        "the pool figure (947,824 tokens, line 10) is provisional: it comes from the first allocation line; "
+        "the log has no final max_total_num_tokens line, which states the pool the server serves "
+        "(post-capture sizing or DCP can change it); the log ends before the server reported ready "
+        "(last phase: sizing_pool)"
+    )
+    assert measurement.details["missing"] == [
+        "no final max_total_num_tokens line",
+        "no context_len",
+        "no 'The server is fired up and ready to roll!' line",
+    ]
+
+
+def test_a_va_upper_bound_without_the_resized_pool_is_provisional(tmp_path):
+    text = (
+        "[2026-01-05 10:00:33] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 1048576, "
+        "K size: 32.00 GB, V size: 32.00 GB\n"
+    )
+    path = write(tmp_path, "va.log", text)
+    (_,), (measurement,) = read_logs([path], context_length=131072)
+    (warning,) = measurement.findings
+    assert "'KV Cache VA upper bound' of post-capture sizing" in warning.message
+    assert measurement.details["figure_source"] == "upper_bound"
+
+
+def test_a_log_without_any_pool_figure_is_an_error_quoting_the_engines_failure(tmp_path):
+    text = (
+        "[2026-01-05 10:00:01] server_args={'model_path': 'm', 'context_length': 131072}\n"
+        "[2026-01-05 10:00:31 TP0] Load weight end. elapsed=20.84 s, type=LlamaForCausalLM, avail mem=1.43 GB, mem usage=77.52 GB.\n"
+        "[2026-01-05 10:00:33 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sglang/srt/mem_cache/kv_cache_configurator.py", line 3043, in _profile_available_bytes\n'
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.5.\n"
+    )
+    path = write(tmp_path, "oom.log", text)
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert target.name == path and target.context_length == 131072
+    assert measurement.pool_tokens is None
+    (error,) = measurement.findings
+    assert (error.rule, error.severity) == ("KV309", "error")
+    assert error.message == (
+        "the log holds no KV pool figure; the engine failed: Scheduler hit an exception: "
+        "Traceback (most recent call last):"
+    )
+    assert measurement.details["errors"][-1].startswith("ValueError: Loaded weights leave no GPU memory")
+    assert measurement.details["phase"] == "failed"
+
+
+def test_no_context_length_anywhere_is_an_error_finding_not_a_pass(tmp_path):
+    path = write(tmp_path, "alloc.log", "[2026-01-05 10:00:33 TP0] KV Cache is allocated. #tokens: 5000, KV size: 1.00 GB\n")
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert target.context_length == 0
+    assert [f.rule for f in measurement.findings] == ["KV312", "KV313"]
+    assert measurement.findings[1].severity == "error"
+
+
+def test_server_args_context_length_is_the_window_when_no_line_states_context_len(tmp_path):
+    text = "[2026-01-05 10:00:01] server_args={'context_length': 65536}\n" + (
+        "[2026-01-05 10:00:33 TP0] KV Cache is allocated. #tokens: 500000, KV size: 1.00 GB\n"
+    )
+    path = write(tmp_path, "ctx.log", text)
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert (target.context_length, measurement.context_len, measurement.max_input_tokens) == (65536, 65536, 65530)
+
+
+def test_engine_args_come_from_server_args_with_secrets_redacted(tmp_path):
+    path = write(tmp_path, "prefill.log", PD_PREFILL)
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert target.args["disaggregation_mode"] == "prefill"
+    assert target.args["allow_auto_truncate"] is True
+    assert target.args["api_key"] == "REDACTED" and measurement.resolved_args["api_key"] == "REDACTED"
+    assert measurement.details["engine_warnings"] == [
+        "line 3: KV pool holds 681280 tokens, fewer than --context-length 1048576. One full-length request "
+        "cannot fit, so long requests will be refused or truncated at serving time."
+    ]
+
+
+def test_engine_args_come_from_the_quoted_command_when_there_is_no_server_args():
+    argv = (
+        "python3", "-m", "sglang.launch_server", "--model", "/m", "--tp", "4", "--mem-fraction-static", "0.93",
+        "--trust-remote-code", "--host", "0.0.0.0", "--port", "8000", "--api-key", "sk-1",
+        "--json-model-override-args", '{"a": 1}', "--made-up-flag", "7",
+    )
+    args = args_from_argv(argv, version=None)
+    assert args == {
+        "model_path": "/m", "tp_size": 4, "mem_fraction_static": 0.93, "trust_remote_code": True,
+        "host": "0.0.0.0", "port": 8000, "api_key": "sk-1", "json_model_override_args": '{"a": 1}',
+        "made_up_flag": 7,
+    }
+
+
+def test_the_quoted_command_becomes_argv_and_argv_args_without_secrets(tmp_path):
+    text = (
+        "$ python3 -m sglang.launch_server --model-path m --tp 2 --api-key sk-1 --port 30000\n"
+        + final_line(500000, 131072)
+    )
+    path = write(tmp_path, "cmd.log", text)
+    (target,), (measurement,) = read_logs([path], context_length=None)
+    assert measurement.argv == (
+        "python3", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "2", "--api-key", "REDACTED",
+        "--port", "30000",
+    )
+    assert target.argv_args == ("--tp", "2", "--api-key", "REDACTED")
+    assert target.engine_command == ("python3", "-m", "sglang.launch_server")
+    assert target.args["tp_size"] == 2 and target.args["api_key"] == "REDACTED"
+    assert measurement.details["args_source"] == "command_line"
+
+
+def test_gzip_logs_are_read(tmp_path):
+    path = tmp_path / "server.log.gz"
+    path.write_bytes(gzip.compress(SGLANG_0_5_23_TP2.encode()))
+    (_,), (measurement,) = read_logs([str(path)], context_length=None)
+    assert measurement.pool_tokens == 947824
+
+
+# -- bad input: exit 2 ---------------------------------------------------------------------------------
+
+
+def test_files_that_are_not_sglang_logs_are_all_reported_in_one_input_error(tmp_path):
+    empty = write(tmp_path, "empty.log", "")
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 64)
+    missing = str(tmp_path / "missing.log")
+    good = write(tmp_path, "good.log", SGLANG_0_5_23_TP2)
+    with pytest.raises(InputError) as caught:
+        read_logs([good, empty, str(garbage), missing, good], context_length=None)
+    assert caught.value.exit_code == 2
+    assert caught.value.message.splitlines() == [
+        f"{empty}: empty, not an SGLang log",
+        f"{garbage}: not an SGLang log: none of its 65 lines is an SGLang startup line (server_args, "
+        "'Load weight', 'KV Cache is allocated', 'max_total_num_tokens=', ...)",
+        f"{missing}: no such file",
+        f"{good}: given more than once",
+    ]
+
+
+def test_a_folder_and_a_damaged_gzip_are_input_errors(tmp_path):
+    damaged = tmp_path / "x.log.gz"
+    damaged.write_bytes(gzip.compress(SGLANG_0_5_23_TP2.encode())[:40])
+    with pytest.raises(InputError) as caught:
+        read_logs([str(tmp_path), str(damaged)], context_length=None)
+    lines = caught.value.message.splitlines()
+    assert lines[0] == f"{tmp_path}: is a folder, not a log file"
+    assert lines[1].startswith(f"{damaged}: damaged gzip file")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"context_length": 0}, "--context-length must be a positive number of tokens, not 0"),
+        ({"context_length": None, "min_headroom": 0.0}, "--min-headroom must be above 0, not 0.0"),
+    ],
+)
+def test_bad_options_are_input_errors(tmp_path, kwargs, message):
+    path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
+    with pytest.raises(InputError) as caught:
+        read_logs([path], **kwargs)
+    assert caught.value.message == message
+
+
+# -- real logs -----------------------------------------------------------------------------------------
+
+# file -> (role names after the path, pool_tokens, KV312?, window the log states)
+REAL = {
+    "sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log": (["[TP0]"], [712400], True, 163840),
+    "sglang-dsv32-exp-8xB200-dpattn-pr11309.log": (["[DP0 TP0]"], [975424], True, None),
+    "sglang-glm5-fp8-mi35x-tp8-fp8kv.log": (["[TP0]"], [3262823], True, None),
+    "sglang-mimo-v2-flash-tp4-swa-pr18039-main.log": (["[TP0]"], [375360], True, None),
+    "sglang-qwen3-235b-fp8-4xH100-vllm21348.log": ([""], [367404], True, None),
+    "sglang-qwen3-8b-tp1-blackwell288-clean-startup-doc.log": ([""], [1707904], True, 40960),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_logs_become_roles_with_their_pool(name):
+    suffixes, pools, provisional, window = REAL[name]
+    path = real_log(name)
+    targets, measurements = read_logs([path], context_length=None)
+    assert [t.name for t in targets] == [path + suffix for suffix in suffixes]
+    assert [m.pool_tokens for m in measurements] == pools
+    assert [f.rule for f in measurements[0].findings if f.rule == "KV312"] == (["KV312"] if provisional else [])
+    assert measurements[0].context_len == window
+
+
+def test_the_quoted_glm5_command_gives_typed_args():
+    (target,), _ = read_logs([real_log("sglang-glm5-fp8-mi35x-tp8-fp8kv.log")], context_length=131072)
+    assert target.args == {
+        "attention_backend": "triton", "model_path": "zai-org/GLM-5-FP8", "tp_size": 8, "kv_cache_dtype": "fp8_e4m3",
+    }
+    assert target.model_path == "zai-org/GLM-5-FP8"
+
+
+# -- end to end through the CLI ------------------------------------------------------------------------
+
+
+def test_cli_passes_a_complete_log_with_exit_0(tmp_path):
+    path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
+    result = run_kvcheck("logs", path, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["verdict"], report["exit_code"], report["context_length"]) == ("pass", 0, 131072)
+    (role,) = report["roles"]
+    assert (role["name"], role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
+        f"{path}[TP0]", "pass", 947824, 131072, 131066,
+    )
+    assert role["source"] == "log" and report["findings"] == []
+
+
+def test_cli_fails_the_incidents_prefill_pool_with_exit_1(tmp_path):
+    path = write(tmp_path, "prefill.log", PD_PREFILL)
+    result = run_kvcheck("logs", path, "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    (role,) = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
+        "fail", 681280, 1048576, 681274,
+    )
+    rules = sorted((f["rule"], f["severity"]) for f in report["findings"])
+    assert rules == [("KV101", "error"), ("KV202", "warning"), ("KV203", "warning")]
+    kv202 = next(f for f in report["findings"] if f["rule"] == "KV202")
+    assert kv202["location"] == {"file": path, "line": 1, "column": None}
+
+
+def test_cli_reads_kubectl_logs_from_stdin_with_a_context_length():
+    text = "".join(f"2026-01-05T10:00:{i % 60:02d}.123456789Z {line}\n" for i, line in enumerate(SGLANG_0_5_23_TP2.splitlines()))
+    result = run_kvcheck("logs", "-", "--context-length", "1048576", "--format", "json", stdin=text)
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    (role,) = report["roles"]
+    assert (role["name"], role["pool_tokens"], role["required_tokens"]) == ("<stdin>[TP0]", 947824, 1048576)
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV101", "KV102"]
+
+
+def test_cli_without_any_window_is_exit_3(tmp_path):
+    path = write(tmp_path, "alloc.log", "[2026-01-05 10:00:33 TP0] KV Cache is allocated. #tokens: 5000, KV size: 1.00 GB\n")
+    result = run_kvcheck("logs", path, "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "error"
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV312", "KV313"]
+
+
+def test_cli_rejects_vllm_logs_with_exit_2():
+    path = real_log("vllm-qwen3-235b-fp8-4xH100-vllm21348.log")
+    result = run_kvcheck("logs", path)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert f"{path}: not an SGLang log: none of its 6 lines is an SGLang startup line" in result.stderr
+
+
+def test_cli_strict_fails_on_a_provisional_figure(tmp_path):
+    text = "\n".join(SGLANG_0_5_23_TP2.splitlines()[:12]) + "\n"
+    path = write(tmp_path, "cut.log", text)
+    assert run_kvcheck("logs", path, "--context-length", "131072").exit_code == 0
+    assert run_kvcheck("logs", path, "--context-length", "131072", "--strict").exit_code == 1
+
+
+def test_cli_real_tp16_log_passes_its_own_window():
+    result = run_kvcheck("logs", real_log("sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    (role,) = json.loads(result.stdout)["roles"]
+    assert (role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (712400, 163840, 163834)
+    assert [r["rank"] for r in role["details"]["ranks"]] == [f"TP{i}" for i in range(8)]

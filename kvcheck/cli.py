@@ -285,10 +285,82 @@ def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeou
 
 @main.command()
 @click.argument("url")
+@click.option("--context-length", type=int, metavar="TOKENS",
+              help="The window promised to clients (default: what the server serves).")
+@click.option("--pool", "pool_tokens", type=int, metavar="TOKENS",
+              help="The smallest role's KV pool, used when the front door has no /server_info (a router).")
+@click.option("--max-requests", type=int, default=64, show_default=True,
+              help="Most requests sent in all (GETs included); a plan that needs more is refused.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Requests in flight at once.")
+@click.option("--rate", "rate_per_s", type=float, default=2.0, show_default=True,
+              help="Most request starts per second.")
+@click.option("--max-duration", "max_duration_s", type=float, default=1800.0, show_default=True,
+              help="Seconds for the whole run; nothing is sent after it.")
+@click.option("--request-timeout", "request_timeout_s", type=float, default=600.0, show_default=True,
+              help="Seconds for one request (long prefills are slow).")
+@click.option("--tenants", type=int, default=4, show_default=True,
+              help="Synthetic tenants of the isolation check (0 skips it).")
+@click.option("--rounds", type=int, default=2, show_default=True, help="Isolation rounds per tenant.")
+@click.option("--token-id", type=int, default=1000, show_default=True,
+              help="Filler token id of every prompt; tenant patterns use the 4096 ids above it.")
+@click.option("--max-new-tokens", type=int, default=16, show_default=True,
+              help="Tokens asked for per request (admitted long prompts get what the window leaves).")
+@click.option("--text-prompts/--no-text-prompts", default=None,
+              help="Tenants' short prompts as text markers [default: when /server_info shows a tokenizer].")
+@click.option("--openai/--no-openai", default=True, show_default=True,
+              help="Also probe /v1/completions with token-array prompts.")
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="Also probe streaming /generate at the bound and the window.")
+@click.option("--model", help="Model name for /v1/completions (default: from /server_info or /v1/models).")
+@click.option("--seed", type=int, help="Seed for tenant markers and patterns (default: fresh each run).")
+@click.option("--dry-run", is_flag=True, help="Print every request the probe would send, and send nothing.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="CA certificates to verify the front door's TLS certificate with.")
+@click.option("--insecure", is_flag=True, help="Do NOT verify TLS certificates.")
+@click.option("--token-env", metavar="VAR",
+              help="Name of an environment variable holding a bearer token (never printed).")
 @report_options
-def probe(url, fmt, output, strict):
+def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_s, max_duration_s,
+          request_timeout_s, tenants, rounds, token_id, max_new_tokens, text_prompts, openai, stream, model,
+          seed, dry_run, ca_bundle, insecure, token_env, fmt, output, strict):
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
-    from kvcheck.probe import ProbeOptions, run_probe
+    from kvcheck.probe import ProbeOptions, plan_probe, run_probe
+    from kvcheck.probe.table import render_requests
 
-    options = ProbeOptions(url=url, strict=strict)
-    run_guarded(lambda: emit(run_probe(options), fmt, output))
+    options = ProbeOptions(
+        url=url, context_length=context_length, pool_tokens=pool_tokens, max_requests=max_requests,
+        concurrency=concurrency, rate_per_s=rate_per_s, max_duration_s=max_duration_s,
+        request_timeout_s=request_timeout_s, tenants=tenants, rounds=rounds, token_id=token_id,
+        max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,
+        dry_run=dry_run, ca_bundle=str(ca_bundle) if ca_bundle else None, insecure=insecure,
+        token_env=token_env, seed=seed, strict=strict,
+    )
+
+    def write(text: str, *, append: bool = False) -> None:
+        if output is None:
+            click.echo(text, nl=False)
+            return
+        try:
+            with output.open("a" if append else "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+
+    def progress(result, done, total) -> None:
+        if sys.stderr.isatty():
+            _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
+
+    def action() -> int:
+        if dry_run:
+            plan = plan_probe(options)
+            write(plan.render_json() if fmt == "json" else plan.render_text())
+            return 0
+        if insecure:
+            _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
+        report = run_probe(options, progress=progress)
+        code = emit(report, fmt, output)
+        if fmt == "table":
+            write("\n" + render_requests(report), append=True)
+        return code
+
+    run_guarded(action)

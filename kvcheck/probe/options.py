@@ -1,0 +1,127 @@
+"""Every option of `kvcheck probe`, validated once so that lower layers can trust them."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from kvcheck.errors import InputError
+
+# Defaults sized so that one run is a small, bounded load (docs/probe.md gives the exact figures).
+DEFAULT_MAX_REQUESTS = 64
+DEFAULT_CONCURRENCY = 4
+DEFAULT_RATE_PER_S = 2.0
+DEFAULT_MAX_DURATION_S = 1800.0
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+DEFAULT_INFO_TIMEOUT_S = 30.0
+DEFAULT_TENANTS = 4
+DEFAULT_ROUNDS = 2
+DEFAULT_TOKEN_ID = 1000
+DEFAULT_MAX_NEW_TOKENS = 16
+PATTERN_SPAN = 4096  # tenant patterns use ids in [token_id + 1, token_id + PATTERN_SPAN]
+MAX_CONCURRENCY = 64
+MAX_TOKEN_ID = 2**31 - 1 - PATTERN_SPAN
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What `kvcheck probe` was asked to do; `validate()` raises InputError (exit 2) on bad values."""
+
+    url: str
+    context_length: int | None = None  # the window promised to clients, tokens (else the server's)
+    pool_tokens: int | None = None  # used only when the front door does not state its pool
+    max_requests: int = DEFAULT_MAX_REQUESTS  # every request sent, GETs included
+    concurrency: int = DEFAULT_CONCURRENCY
+    rate_per_s: float = DEFAULT_RATE_PER_S  # request starts per second, all requests together
+    max_duration_s: float = DEFAULT_MAX_DURATION_S  # wall clock for the whole run
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # one request, bounded by what is left
+    tenants: int = DEFAULT_TENANTS  # synthetic tenants for the isolation check (0: skip it)
+    rounds: int = DEFAULT_ROUNDS  # isolation rounds per tenant
+    token_id: int = DEFAULT_TOKEN_ID  # filler token id of every prompt
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # asked for on over-long and short prompts
+    text_prompts: bool | None = None  # tenant text markers; None: when /server_info shows a tokenizer
+    openai: bool = True  # also probe /v1/completions with token-array prompts
+    stream: bool = True  # also probe streaming /generate at the bound
+    model: str | None = None  # model name for /v1/completions (else /server_info or /v1/models)
+    dry_run: bool = False
+    ca_bundle: str | None = None
+    insecure: bool = False
+    token_env: str | None = None
+    info_timeout_s: float = DEFAULT_INFO_TIMEOUT_S
+    seed: int | None = None  # markers and patterns; None: fresh random ones every run
+    strict: bool = False
+
+    def validate(self) -> None:
+        """Every problem in one message, so a user fixes the command line once."""
+        problems: list[str] = []
+        _check_url(self.url, problems)
+        for name, value, low in (
+            ("--max-requests", self.max_requests, 1),
+            ("--concurrency", self.concurrency, 1),
+            ("--rounds", self.rounds, 1),
+            ("--max-new-tokens", self.max_new_tokens, 1),
+            ("--tenants", self.tenants, 0),
+            ("--token-id", self.token_id, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                problems.append(f"{name} must be an integer of at least {low}, got {value!r}")
+        if isinstance(self.concurrency, int) and self.concurrency > MAX_CONCURRENCY:
+            problems.append(f"--concurrency is at most {MAX_CONCURRENCY}, got {self.concurrency}")
+        if isinstance(self.token_id, int) and self.token_id > MAX_TOKEN_ID:
+            problems.append(f"--token-id is at most {MAX_TOKEN_ID}, got {self.token_id}")
+        if self.tenants == 1:
+            problems.append("--tenants must be 0 (skip the isolation check) or at least 2")
+        for name, value in (
+            ("--rate", self.rate_per_s),
+            ("--max-duration", self.max_duration_s),
+            ("--request-timeout", self.request_timeout_s),
+            ("info timeout", self.info_timeout_s),
+        ):
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                problems.append(f"{name} must be a positive number, got {value!r}")
+        for name, value in (("--context-length", self.context_length), ("--pool", self.pool_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 16):
+                problems.append(f"{name} must be a token count of at least 16, got {value!r}")
+        if self.insecure and self.ca_bundle:
+            problems.append("--insecure and --ca-bundle contradict each other; give one")
+        if self.ca_bundle and not Path(self.ca_bundle).exists():
+            problems.append(f"--ca-bundle {self.ca_bundle} does not exist")
+        if self.token_env is not None and not os.environ.get(self.token_env):
+            problems.append(f"--token-env {self.token_env}: that environment variable is not set or empty")
+        if self.dry_run and (self.context_length is None or self.pool_tokens is None):
+            problems.append(
+                "--dry-run sends nothing, not even to /server_info: give --context-length and --pool "
+                "so that the plan's prompt lengths can be computed"
+            )
+        if problems:
+            raise InputError("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token, read from the environment only when needed (never stored in a report)."""
+        return os.environ.get(self.token_env) if self.token_env else None
+
+    @property
+    def verify(self) -> bool | str:
+        """TLS verification for httpx: a CA bundle path, True (system CAs) or False (--insecure)."""
+        if self.insecure:
+            return False
+        return self.ca_bundle or True
+
+
+def _check_url(url: str, problems: list[str]) -> None:
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError) as exc:
+        problems.append(f"{url!r} is not a valid URL: {exc}")
+        return
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        problems.append(f"{url!r}: only http:// and https:// URLs of a server are probed")
+    elif parsed.userinfo:
+        problems.append("credentials in the URL are not accepted; pass --token-env NAME")
+    elif parsed.query or parsed.fragment:
+        problems.append(f"{url!r}: the URL must not carry a query or fragment")

@@ -1,0 +1,279 @@
+"""The probe's plan: every request it will send, decided before the first one leaves.
+
+A plan is a list of `PlannedRequest`s in sending order. Boundary checks aim at the admission bound B
+and the advertised window W; the isolation check interleaves synthetic tenants' short, near-edge and
+over-long prompts. `--dry-run` prints exactly this list.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kvcheck.errors import InputError
+from kvcheck.probe.limits import DeploymentLimits, longest_promised_prompt
+from kvcheck.probe.options import ProbeOptions
+from kvcheck.probe.prompts import Owner, make_owners
+
+Expect = Literal["accept", "refuse"]
+
+GENERATE = "/generate"
+COMPLETIONS = "/v1/completions"
+
+# Report roles, one per check group (the report's "roles").
+GROUP_GENERATE = "/generate"
+GROUP_STREAM = "/generate (stream)"
+GROUP_COMPLETIONS = "/v1/completions"
+GROUP_ISOLATION = "isolation"
+GROUPS = (GROUP_GENERATE, GROUP_STREAM, GROUP_COMPLETIONS, GROUP_ISOLATION)
+
+CONTROL_PROMPT_TOKENS = 32  # a short prompt every deployment must serve; checks the request format
+SHORT_TENANT_PROMPT_TOKENS = 64
+# GETs the limits step may send: /server_info, /get_server_info (older releases), /v1/models, /metrics,
+# and /v1/models once more for the model name of /v1/completions.
+MAX_INFO_REQUESTS = 5
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request of the plan; `prompt_tokens` is None only for text prompts (length set by the tokenizer)."""
+
+    index: int  # 1-based, plan order
+    group: str  # report role this request belongs to
+    check: str  # control, below-bound, at-bound, above-bound, promised, window, beyond-window, short, near-edge, over-long
+    endpoint: str  # GENERATE or COMPLETIONS
+    stream: bool
+    owner: str  # boundary-N or tenant-N
+    prompt_kind: Literal["ids", "text"]
+    prompt_tokens: int | None
+    expect: Expect
+    max_new_tokens: int
+    why: str  # what the expectation rests on, for messages
+
+    def describe(self) -> str:
+        length = f"{self.prompt_tokens} tokens" if self.prompt_tokens is not None else "text prompt"
+        stream = " stream" if self.stream else ""
+        return f"#{self.index} {self.endpoint}{stream} {self.check} ({length}, {self.owner})"
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """The limits the plan aims at, the synthetic owners and the requests, in sending order."""
+
+    url: str
+    limits: DeploymentLimits
+    owners: dict[str, Owner]
+    requests: tuple[PlannedRequest, ...]
+    info_requests: int  # GETs spent learning the limits (0 in a dry run: none are sent)
+    filler_token_id: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "limits": self.limits.to_details(),
+            "owners": {name: {"marker": o.marker, "pattern": list(o.pattern)} for name, o in self.owners.items()},
+            "requests": [
+                {
+                    "index": r.index,
+                    "group": r.group,
+                    "check": r.check,
+                    "endpoint": r.endpoint,
+                    "stream": r.stream,
+                    "owner": r.owner,
+                    "prompt": r.prompt_kind,
+                    "prompt_tokens": r.prompt_tokens,
+                    "expect": r.expect,
+                    "max_new_tokens": r.max_new_tokens,
+                }
+                for r in self.requests
+            ],
+            "notes": list(self.notes),
+        }
+
+    def render_text(self) -> str:
+        """The dry-run listing: one line per request, with the limits it aims at."""
+        lim = self.limits
+        lines = [
+            f"kvcheck probe plan for {self.url} (dry run: nothing is sent)",
+            f"  advertised window W = {lim.window_tokens} tokens ({lim.window_source})",
+            f"  admission bound   B = {lim.max_req_input_len} tokens ({lim.bound_source})",
+            "  a live run first asks GET /server_info and /v1/models and recomputes the lengths from the answer",
+        ]
+        lines += [f"  note: {note}" for note in self.notes]
+        header = ("#", "endpoint", "stream", "check", "prompt tokens", "expect", "owner")
+        rows = [
+            (
+                str(r.index),
+                r.endpoint,
+                "yes" if r.stream else "no",
+                r.check,
+                str(r.prompt_tokens) if r.prompt_tokens is not None else "text",
+                r.expect,
+                r.owner,
+            )
+            for r in self.requests
+        ]
+        lines.append("")
+        lines += _table(header, rows)
+        lines.append("")
+        lines.append(f"{len(self.requests)} requests planned (plus up to {MAX_INFO_REQUESTS} GETs for the limits)")
+        return "\n".join(lines) + "\n"
+
+    def render_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def max_planned_requests(options: ProbeOptions) -> int:
+    """An upper bound of what a run sends, from the options alone (checked before anything is sent)."""
+    boundary = 7 + (2 if options.stream else 0) + (4 if options.openai else 0)
+    isolation = options.tenants * (2 * options.rounds + 1)
+    return (0 if options.dry_run else MAX_INFO_REQUESTS) + boundary + isolation
+
+
+def check_budget(options: ProbeOptions) -> None:
+    """Refuse (exit 2) a run whose plan cannot fit --max-requests, rather than run part of it."""
+    needed = max_planned_requests(options)
+    if needed > options.max_requests:
+        raise InputError(
+            f"the probe may send up to {needed} requests with these options, more than "
+            f"--max-requests {options.max_requests}",
+            hint="raise --max-requests, or lower --tenants/--rounds, or drop --openai/--stream checks",
+        )
+
+
+def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, info_requests: int = 0) -> ProbePlan:
+    """Every request of the run, in sending order; lengths come from the limits, never guessed."""
+    bound = limits.max_req_input_len
+    window = limits.window_tokens
+    rng = random.Random(options.seed if options.seed is not None else secrets.randbits(64))
+    boundary_points = _boundary_points(limits)
+    requests: list[PlannedRequest] = []
+    owner_names: list[str] = []
+
+    def add(group: str, check: str, endpoint: str, stream: bool, owner: str, kind: str, tokens: int | None,
+            expect: Expect, why: str) -> None:
+        if owner not in owner_names:
+            owner_names.append(owner)
+        requests.append(
+            PlannedRequest(
+                index=len(requests) + 1,
+                group=group,
+                check=check,
+                endpoint=endpoint,
+                stream=stream,
+                owner=owner,
+                prompt_kind=kind,  # type: ignore[arg-type]
+                prompt_tokens=tokens,
+                expect=expect,
+                max_new_tokens=_max_new_tokens(options, limits, tokens, expect),
+                why=why,
+            )
+        )
+
+    def boundary_owner() -> str:
+        return f"boundary-{sum(1 for name in owner_names if name.startswith('boundary-')) + 1}"
+
+    for check, tokens, expect, why in boundary_points:
+        add(GROUP_GENERATE, check, GENERATE, False, boundary_owner(), "ids", tokens, expect, why)
+    if options.stream:
+        for check, tokens, expect, why in boundary_points:
+            if check in ("at-bound", "window"):
+                add(GROUP_STREAM, check, GENERATE, True, boundary_owner(), "ids", tokens, expect, why)
+    if options.openai:
+        for check, tokens, expect, why in boundary_points:
+            if check in ("control", "below-bound", "at-bound", "window"):
+                add(GROUP_COMPLETIONS, check, COMPLETIONS, False, boundary_owner(), "ids", tokens, expect, why)
+
+    tenants = [f"tenant-{n + 1}" for n in range(options.tenants)]
+    text_short = bool(limits.has_tokenizer)
+    short_tokens = min(SHORT_TENANT_PROMPT_TOKENS, bound - 1)
+    for round_number in range(1, options.rounds + 1):
+        for tenant in tenants:
+            if text_short:
+                add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "text", None, "accept",
+                    "a short text prompt asking for the tenant's own marker")
+            else:
+                add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "ids", short_tokens, "accept",
+                    f"{short_tokens} tokens, far below B = {bound}")
+        if round_number == 1:
+            for tenant in tenants:
+                add(GROUP_ISOLATION, "near-edge", GENERATE, False, tenant, "ids", bound - 1, "accept",
+                    f"B - 1 = {bound - 1} tokens fills the pool's edge and is admitted")
+        for tenant in tenants:
+            add(GROUP_ISOLATION, "over-long", GENERATE, False, tenant, "ids", bound, "refuse",
+                f"B = {bound} tokens must be refused (prompts of B tokens or more are)")
+    notes: list[str] = []
+    if limits.has_tokenizer is None and options.tenants:
+        notes.append("tokenizer unknown: tenants' short prompts use token ids, not text markers")
+    if window > bound + 6:
+        notes.append(
+            f"W = {window} exceeds what the bound B = {bound} admits: prompts of {bound} to "
+            f"{longest_promised_prompt(window)} tokens fit the window but not the bound (checked as 'promised')"
+        )
+    owners = make_owners(owner_names, token_id=options.token_id, rng=rng)
+    return ProbePlan(
+        url=options.url,
+        limits=limits,
+        owners=owners,
+        requests=tuple(requests),
+        info_requests=info_requests,
+        filler_token_id=options.token_id,
+        notes=tuple(notes),
+    )
+
+
+def _boundary_points(limits: DeploymentLimits) -> list[tuple[str, int, Expect, str]]:
+    """The lengths around B and W, each once (the first label wins when two coincide)."""
+    bound, window = limits.max_req_input_len, limits.window_tokens
+    promised = longest_promised_prompt(window)
+    points: list[tuple[str, int, Expect, str]] = []
+    if CONTROL_PROMPT_TOKENS < bound - 1:
+        points.append(("control", CONTROL_PROMPT_TOKENS, "accept", f"{CONTROL_PROMPT_TOKENS} tokens, far below B"))
+    points.append(("below-bound", bound - 1, "accept", f"B - 1 = {bound - 1} tokens is below the bound B = {bound}"))
+    if promised > bound - 1:
+        points.append(
+            ("promised", promised, "accept",
+             f"W - 7 = {promised} tokens is the longest prompt SGLang admits under the advertised window "
+             f"W = {window} (the bound it states is only B = {bound})")
+        )
+    points.append(("at-bound", bound, "refuse", f"B = {bound} tokens: prompts of B tokens or more are refused"))
+    points.append(("above-bound", bound + 1, "refuse", f"B + 1 = {bound + 1} tokens is above the bound B = {bound}"))
+    points.append(("window", window, "refuse", f"W = {window} tokens leaves no room in the advertised window"))
+    points.append(("beyond-window", window + 1, "refuse", f"W + 1 = {window + 1} tokens is beyond the window"))
+    seen: set[int] = set()
+    unique: list[tuple[str, int, Expect, str]] = []
+    for point in points:
+        if point[1] in seen:
+            continue
+        seen.add(point[1])
+        unique.append(point)
+    return unique
+
+
+def _max_new_tokens(options: ProbeOptions, limits: DeploymentLimits, tokens: int | None, expect: Expect) -> int:
+    """Ask for no more than the context leaves, so that the check under test is the one that answers.
+
+    SGLang's tokenizer refuses when input + max_new_tokens reaches context_len (some releases:
+    context_len - 1), and the scheduler clips max_new_tokens to max_req_len - input - 1 anyway. An
+    admitted prompt must not be refused for asking too much, and a prompt at the bound must meet the
+    admission check (max_req_input_len), not the total-length check. Prompts at or past the context
+    ask for the full amount, as a client would.
+    """
+    if tokens is None:
+        return options.max_new_tokens
+    room = limits.context_limit - 2 - tokens
+    return min(options.max_new_tokens, room) if room >= 1 else options.max_new_tokens
+
+
+def _table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[str]:
+    rows = list(rows)
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) if rows else len(header[i]) for i in range(len(header))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return out

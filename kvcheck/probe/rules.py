@@ -1,0 +1,123 @@
+"""KV4xx probe rules (and the probe's own KV32x "could not probe" codes), with their documentation.
+
+Each rule's doc is its operator documentation (reason and fix); docs/rules.md and docs/probe.md quote
+them. KV32x errors make the report an error (exit 3) because `Finding.is_measurement_failure` treats
+every KV3xx error as "could not check".
+"""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+OVERLONG_ACCEPTED = define_rule(
+    "KV401",
+    "error",
+    "an over-long prompt was answered with HTTP 200",
+    """A prompt at or above the deployment's admission bound (max_req_input_len, or the advertised
+    window) was answered as a success. SGLang refuses such prompts with HTTP 400; a 200 means some
+    layer (a router, a prefill/decode pair before the admission fixes, a patched engine) accepted a
+    prompt the KV pool cannot hold, and what came back was not generated from that prompt. This is
+    how the incident looked from outside: long prompts got 200s and another customer's text. Fix: run
+    an SGLang release with the admission fixes (0.5.22 or later) on every role, make the router relay
+    the engine's 400, and keep --allow-auto-truncate off.""",
+)
+
+PROMPT_ALTERED = define_rule(
+    "KV402",
+    "error",
+    "the prompt token count in the answer differs from what was sent",
+    """The usage figures (meta_info.prompt_tokens on /generate, usage.prompt_tokens on
+    /v1/completions) state another prompt length than the probe sent. The engine generated from a
+    different prompt: cut to max_req_input_len (--allow-auto-truncate), or swapped for a placeholder
+    after a refused admission. Clients get an answer to a question they did not ask, with a 200.
+    Fix: turn --allow-auto-truncate off so that over-long prompts are refused, and upgrade
+    disaggregated roles to a release that retires refused prompts at intake.""",
+)
+
+EMPTY_LENGTH_FINISH = define_rule(
+    "KV403",
+    "error",
+    "a request finished with 'length' having generated nothing",
+    """The answer says the request stopped because it reached its length limit, yet it produced no
+    token. SGLang clips max_new_tokens to what the pool leaves after the prompt; a 'length' finish
+    with zero tokens means the prompt filled the request's budget (or was replaced by a stub), so a
+    client receives an empty success. Fix: advertise a window the pool holds with room to generate
+    (the pool must exceed the window), and refuse prompts that leave no room.""",
+)
+
+INBOUND_REFUSED = define_rule(
+    "KV404",
+    "error",
+    "a prompt within the advertised limits was refused",
+    """A prompt shorter than the admission bound the deployment states, or than the advertised
+    window allows, was refused or failed. Clients promised that window get errors: the pool is
+    smaller than advertised (the engine's own max_req_input_len falls short of the window), a proxy
+    limits the request size, or the deployment cannot serve long prompts at all. Fix: compare the
+    pool with the window (`kvcheck audit URL`), raise the pool or advertise the context that fits,
+    and lift request-size limits at the proxy (a 1M-token prompt as JSON token ids is several MB).""",
+)
+
+CROSS_TENANT = define_rule(
+    "KV405",
+    "error",
+    "CRITICAL: an answer contains another tenant's content",
+    """An answer to one synthetic tenant contains the random marker (text) or token pattern of
+    another tenant's prompt. The deployment hands one customer's data to another: KV pages of an
+    earlier request are read by a later one (a placeholder prompt decoding from stale pages, a
+    transfer into pages still owned by someone else, a cache keyed wrongly). Stop the rollout and
+    treat it as a data-exposure incident. Fix: upgrade every disaggregated role to a release with the
+    admission fixes, enable --disaggregation-enable-kv-checksum and the KV canary while you
+    investigate, and re-run `kvcheck probe` until it passes.""",
+)
+
+SILENT_REFUSAL = define_rule(
+    "KV406",
+    "error",
+    "a refusal came without an explicit error",
+    """An over-long prompt was not served, but the answer did not say so: an empty 200, a streaming
+    answer that ends without a finish reason, or an abort without a status code. Clients and their
+    retry logic cannot tell such a refusal from a short success. Fix: let the engine's HTTP 400 (or
+    the streaming abort with status_code 400) reach the client unchanged through every proxy and
+    router.""",
+)
+
+NON_400_REFUSAL = define_rule(
+    "KV407",
+    "warning",
+    "an over-long prompt was refused with a status other than 400",
+    """The prompt was refused explicitly, but with another status than the engine's 400: 413 or 431
+    from a proxy's size limit (the engine's own admission check was not reached, so it was not
+    tested), 5xx from a router or a crashed worker (clients may retry a request that can never
+    succeed), 422 from a schema check. Fix: for 413, raise the proxy's body limit above the largest
+    admitted prompt and re-run the probe; for 5xx, read the server logs for the request.""",
+)
+
+OPENAI_UNAVAILABLE = define_rule(
+    "KV408",
+    "info",
+    "the OpenAI-compatible /v1/completions endpoint is not served",
+    """The front door answered 404 to /v1/completions, so the boundary was checked through the
+    native /generate only. Clients that use the OpenAI API elsewhere are not covered by this run.""",
+)
+
+UNREACHABLE = define_rule(
+    "KV320",
+    "error",
+    "the deployment could not be probed",
+    """The probe could not reach the URL, could not learn the deployment's limits (no /server_info
+    and no --context-length/--pool), or was refused for lack of credentials. There is no verdict
+    without a probe, so the run is an error (exit 3), never a pass. Fix: check the URL and the
+    network path, pass --token-env for a protected front door, and give --context-length and --pool
+    when the front door does not serve /server_info (a router).""",
+)
+
+INCOMPLETE = define_rule(
+    "KV321",
+    "error",
+    "some probe requests were not sent or not answered",
+    """A planned request was not sent (the --max-duration or --max-requests budget ran out) or got no
+    usable answer (timeout, connection reset, a redirect the probe does not follow, an answer that is
+    not SGLang's). Those checks have no verdict, so the run is an error (exit 3) unless another check
+    already failed. Fix: raise --max-duration or --request-timeout for slow long-context prefills,
+    point the probe at the front door itself (not at a URL that redirects), and re-run.""",
+)

@@ -1,0 +1,227 @@
+"""`kvcheck probe`: learn the limits, plan, send within the bounds, judge, and report.
+
+The flow is visible here and nowhere else: options -> limits (limits.py) -> plan (plan.py) ->
+answers (wire.py, through the guarded transport) -> verdicts and findings (judge.py) -> Report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from kvcheck import __version__
+from kvcheck.probe import rules
+from kvcheck.probe.judge import RequestResult, findings_for_group, judge
+from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, limits_from_options
+from kvcheck.probe.options import ProbeOptions
+from kvcheck.probe.plan import (
+    COMPLETIONS,
+    GENERATE,
+    GROUPS,
+    PlannedRequest,
+    ProbePlan,
+    build_plan,
+    check_budget,
+)
+from kvcheck.probe.prompts import text_prompt, token_prompt
+from kvcheck.probe.transport import GuardedTransport, ProbeGuardError, SentRequest, origin_of
+from kvcheck.probe.wire import Answer, request_body, send
+from kvcheck.report.model import Finding, Report, RoleResult, role_status
+
+LIMITS_ROLE = "limits"
+Progress = Callable[[RequestResult, int, int], None]
+
+
+def plan_probe(options: ProbeOptions) -> ProbePlan:
+    """The dry run: the plan from --context-length and --pool, with nothing sent."""
+    options.validate()
+    check_budget(options)
+    return build_plan(options, limits_from_options(options))
+
+
+def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Report:
+    """Probe the deployment at `options.url` and return the report (never raises for what it finds)."""
+    if options.dry_run:
+        raise ValueError("run_probe sends requests; use plan_probe for --dry-run")
+    options.validate()
+    check_budget(options)
+    from kvcheck.engines.sglang.client import display_url, make_ssl_context, validate_base_url
+
+    base = validate_base_url(options.url)
+    started = time.monotonic()
+    guard = GuardedTransport(
+        httpx.HTTPTransport(verify=make_ssl_context(options.verify), trust_env=True),
+        origin=origin_of(base),
+        max_requests=options.max_requests,
+        rate_per_s=options.rate_per_s,
+        deadline_s=started + options.max_duration_s,
+    )
+    headers = {"User-Agent": f"kvcheck/{__version__} (probe)", "Accept": "application/json, text/event-stream"}
+    if options.token:
+        headers["Authorization"] = f"Bearer {options.token}"
+    client = httpx.Client(base_url=base, transport=guard, headers=headers, follow_redirects=False)
+    try:
+        return _run(options, display_url(base), guard, client, progress)
+    finally:
+        client.close()
+
+
+def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
+         progress: Progress | None) -> Report:
+    try:
+        limits = learn_limits(options, guard)
+    except LimitsUnknown as exc:
+        return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
+    plan = build_plan(options, limits, info_requests=len(guard.sent))
+    run_id = uuid.uuid4().hex[:8]
+    model = limits.model_name
+    skip_openai: str | None = None
+    if any(r.endpoint == COMPLETIONS for r in plan.requests) and model is None:
+        model, skip_openai = _model_name(client)
+    prompts = {r.index: _prompt(r, plan) for r in plan.requests}
+    total = len(plan.requests)
+    results: dict[int, RequestResult] = {}
+
+    def execute(planned: PlannedRequest) -> RequestResult:
+        body = request_body(planned, prompts[planned.index], rid=f"kvcheck-probe-{run_id}-{planned.index}", model=model)
+        answer = send(client, planned.endpoint, body, timeout_s=options.request_timeout_s, deadline_s=guard.deadline_s)
+        result = judge(planned, answer, plan.owners)
+        if progress is not None:
+            progress(result, len(results) + 1, total)
+        return result
+
+    # The first /generate request goes alone: if the front door is down, nothing else is sent.
+    first = next(r for r in plan.requests if r.endpoint == GENERATE)
+    results[first.index] = execute(first)
+    first_answer = results[first.index].answer
+    if first_answer.kind in ("no-answer", "not-sent"):  # down, redirecting elsewhere, or not SGLang
+        status = f"HTTP {first_answer.status}: " if first_answer.status is not None else ""
+        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {status}{first_answer.message or 'no answer'}",
+                                rules_hint("KV320"), guard.sent, plan, results)
+    remaining = [r for r in plan.requests if r.index not in results]
+    first_v1 = next((r for r in remaining if r.endpoint == COMPLETIONS), None)
+    if first_v1 is not None and skip_openai is None:
+        results[first_v1.index] = execute(first_v1)
+        if results[first_v1.index].answer.status == 404:
+            skip_openai = "the front door answered 404 to /v1/completions"
+            results.pop(first_v1.index)
+    if skip_openai is not None:
+        remaining = [r for r in remaining if r.endpoint != COMPLETIONS]
+    remaining = [r for r in remaining if r.index not in results]
+    with ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="kvcheck-probe") as pool:
+        for result in pool.map(execute, remaining):
+            results[result.planned.index] = result
+    return _report(options, url, plan, limits, results, guard.sent, skip_openai)
+
+
+def rules_hint(code: str) -> str | None:
+    from kvcheck.probe.judge import HINTS
+
+    return HINTS.get(code)
+
+
+def _model_name(client: httpx.Client) -> tuple[str | None, str | None]:
+    """The model name /v1/completions wants, from /v1/models; (None, reason) when the API is absent."""
+    try:
+        response = client.get("/v1/models")
+    except ProbeGuardError as exc:
+        return None, f"/v1/models not asked: {exc}"
+    except httpx.TransportError as exc:
+        return None, f"/v1/models: {exc}"
+    if response.status_code == 404:
+        return None, "the front door answered 404 to /v1/models"
+    try:
+        data = response.json().get("data")
+        name = data[0]["id"]
+    except (ValueError, AttributeError, LookupError, TypeError):
+        return None, f"/v1/models answered HTTP {response.status_code} without a model list"
+    return (name, None) if isinstance(name, str) and name else (None, "/v1/models lists no model id")
+
+
+def _prompt(planned: PlannedRequest, plan: ProbePlan) -> list[int] | str:
+    owner = plan.owners[planned.owner]
+    if planned.prompt_kind == "text":
+        return text_prompt(owner)
+    assert planned.prompt_tokens is not None
+    return token_prompt(owner, planned.prompt_tokens, token_id=plan.filler_token_id)
+
+
+def _sent_rows(sent: Sequence[SentRequest]) -> list[dict[str, Any]]:
+    return [
+        {"seq": s.seq, "method": s.method, "path": s.path, "body_bytes": s.body_bytes, "status": s.status,
+         "error": s.error}
+        for s in sent
+    ]
+
+
+def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], findings: list[Finding],
+                 strict: bool, plan: ProbePlan | None) -> RoleResult:
+    details: dict[str, Any] = {"limits": limits.to_details() if limits else None}
+    details["requests_sent"] = len(sent)
+    details["sent"] = _sent_rows(sent)  # every request that left this machine, in order
+    if plan is not None:
+        details["owners"] = {n: {"marker": o.marker, "pattern": list(o.pattern)} for n, o in plan.owners.items()}
+        details["notes"] = list(plan.notes)
+    return RoleResult(
+        name=LIMITS_ROLE,
+        status=role_status(findings, strict=strict),
+        pool_tokens=limits.pool_tokens if limits else None,
+        required_tokens=limits.window_tokens if limits else None,
+        max_input_tokens=limits.max_req_input_len if limits else None,
+        source=limits.source if limits else "probe",
+        details=details,
+    )
+
+
+def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits | None, message: str,
+                     hint: str | None, sent: Sequence[SentRequest], plan: ProbePlan | None = None,
+                     results: dict[int, RequestResult] | None = None) -> Report:
+    finding = Finding(rule=rules.UNREACHABLE.code, severity="error", role=LIMITS_ROLE, message=message,
+                      hint=hint or rules_hint("KV320"))
+    role = _limits_role(limits, sent, [finding], options.strict, plan)
+    if results:
+        rows = [r.to_row() for r in results.values()]
+        role = dataclasses.replace(role, details={**role.details, "requests": rows})
+    return Report(command="probe", mode="probe", source=url,
+                  context_length=limits.window_tokens if limits else options.context_length,
+                  roles=(role,), findings=(finding,), strict=options.strict)
+
+
+def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: DeploymentLimits,
+            results: dict[int, RequestResult], sent: Sequence[SentRequest], skip_openai: str | None) -> Report:
+    findings: list[Finding] = []
+    limit_findings: list[Finding] = []
+    roles = [_limits_role(limits, sent, limit_findings, options.strict, plan)]
+    for group in GROUPS:
+        planned = [r for r in plan.requests if r.group == group]
+        if not planned:
+            continue
+        done = [results[r.index] for r in planned if r.index in results]
+        if not done and skip_openai is not None and all(r.endpoint == COMPLETIONS for r in planned):
+            findings.append(Finding(rule=rules.OPENAI_UNAVAILABLE.code, severity="info", role=None,
+                                    message=f"/v1/completions not probed: {skip_openai}"))
+            continue
+        group_findings = findings_for_group(group, done)
+        findings += group_findings
+        roles.append(
+            RoleResult(
+                name=group,
+                status=role_status(group_findings, strict=options.strict),
+                pool_tokens=None,  # the pool is the limits row's; a check group only aims at the bound
+                required_tokens=None,
+                max_input_tokens=limits.max_req_input_len,
+                source="probe",
+                details={"endpoint": planned[0].endpoint, "requests": [r.to_row() for r in done]},
+            )
+        )
+    return Report(command="probe", mode="probe", source=url, context_length=limits.window_tokens,
+                  roles=tuple(roles), findings=tuple(findings), strict=options.strict)
+
+
+__all__ = ["plan_probe", "run_probe", "Answer"]

@@ -1,0 +1,198 @@
+"""run_probe against deployment doubles: the incident fails with the findings that would have caught it."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kvcheck.errors import InputError
+from kvcheck.probe import ProbeOptions, plan_probe, run_probe
+
+FAST = {"rate_per_s": 1000.0, "seed": 7}
+
+
+def rules_by_role(report) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for finding in report.findings:
+        out.setdefault(finding.role, set()).add(finding.rule)
+    return out
+
+
+def rows(report) -> list[dict]:
+    return sorted((row for role in report.roles for row in role.details.get("requests", [])),
+                  key=lambda row: row["index"])
+
+
+def test_incident_deployment_fails_with_overlong_accepted_and_cross_tenant_content(deploy) -> None:
+    # Advertised 4096, pool 2048: the shape of the incident (1,048,576 advertised, 681,280 pool).
+    d = deploy("incident", context_len=4096, pool_tokens=2048)
+    report = run_probe(ProbeOptions(url=d.url, concurrency=1, **FAST))  # one at a time: exact findings
+    assert report.exit_code == 1
+    assert report.verdict == "fail"
+    assert rules_by_role(report) == {
+        "/generate": {"KV401", "KV402", "KV405"},
+        "/generate (stream)": {"KV401", "KV402", "KV405"},
+        "/v1/completions": {"KV401", "KV402"},
+        "isolation": {"KV401", "KV402", "KV405"},
+    }
+    assert all(f.severity == "error" for f in report.findings)
+    isolation = [r for r in rows(report) if r["check"] == "over-long"]
+    assert len(isolation) == 8
+    assert {(r["status"], r["reported_prompt_tokens"], r["verdict"]) for r in isolation} == {(200, 1, "fail")}
+    assert all("KV405" in r["rules"] for r in isolation)
+    # B = min(4096 - 1, 2048 - 1) - 5 = 2042, learned from /server_info
+    limits = report.roles[0]
+    assert (limits.name, limits.pool_tokens, limits.max_input_tokens, limits.required_tokens) == (
+        "limits", 2048, 2042, 4096)
+    assert d.request_count <= 64
+
+
+def test_incident_under_concurrent_tenants_fails_with_kv401_and_kv405_in_every_group(deploy) -> None:
+    d = deploy("incident", context_len=4096, pool_tokens=2048)
+    report = run_probe(ProbeOptions(url=d.url, concurrency=4, **FAST))
+    assert report.exit_code == 1
+    found = rules_by_role(report)
+    for group in ("/generate", "/generate (stream)", "isolation"):
+        assert {"KV401", "KV405"} <= found[group], group
+    assert d.request_count <= 64
+
+
+def test_fixed_deployment_passes_with_exact_usage_echoed(deploy) -> None:
+    d = deploy("fixed", context_len=4096, pool_tokens=8192)
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert (report.exit_code, report.verdict, report.findings) == (0, "pass", ())
+    assert [role.name for role in report.roles] == [
+        "limits", "/generate", "/generate (stream)", "/v1/completions", "isolation"]
+    by_check = {(r["endpoint"], r["stream"], r["check"]): r for r in rows(report)}
+    below = by_check[("/generate", False, "below-bound")]
+    assert (below["prompt_tokens"], below["status"], below["reported_prompt_tokens"], below["verdict"]) == (
+        4089, 200, 4089, "ok")
+    assert below["max_new_tokens"] == 5  # 4096 - 2 - 4089: the tokenizer's total check must pass
+    at = by_check[("/generate", False, "at-bound")]
+    assert (at["prompt_tokens"], at["status"], at["outcome"], at["verdict"]) == (4090, 400, "refused (HTTP 400)", "ok")
+    assert "exceeds the maximum allowed length (4090 tokens)" in at["message"]
+    stream_at = by_check[("/generate", True, "at-bound")]
+    assert (stream_at["status"], stream_at["verdict"]) == (200, "ok")
+    assert [r["prompt_tokens"] for r in rows(report) if r["endpoint"] == "/generate" and not r["stream"]
+            and r["owner"].startswith("boundary")] == [32, 4089, 4090, 4091, 4096, 4097]
+    # every request that left is in the log: 3 GETs (server_info, v1/models, metrics) + 32 POSTs
+    sent = report.roles[0].details["sent"]
+    assert len(sent) == d.request_count == 3 + 32
+    assert [s["path"] for s in sent[:3]] == ["/server_info", "/v1/models", "/metrics"]
+
+
+def test_fixed_engine_with_a_pool_below_the_window_fails_only_the_promise(deploy) -> None:
+    d = deploy("fixed", context_len=4096, pool_tokens=2048)
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert report.exit_code == 1
+    assert [(f.rule, f.role) for f in report.findings] == [("KV404", "/generate")]
+    assert "#3 /generate promised (4089 tokens)" in report.findings[0].message
+    assert "exceeds the maximum allowed length (2042 tokens)" in report.findings[0].message
+
+
+def test_silent_truncation_is_caught_by_the_usage_figures(deploy) -> None:
+    d = deploy("truncate", context_len=4096, pool_tokens=8192)
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert report.exit_code == 1
+    assert set().union(*rules_by_role(report).values()) == {"KV401", "KV402"}
+    beyond = next(r for r in rows(report) if r["check"] == "beyond-window" and r["endpoint"] == "/generate")
+    assert (beyond["prompt_tokens"], beyond["reported_prompt_tokens"], beyond["rules"]) == (4097, 4090, ["KV401", "KV402"])
+    assert report.roles[0].details["limits"]["allow_auto_truncate"] is True
+
+
+def test_a_deployment_that_refuses_everything_fails_in_bound_checks(deploy) -> None:
+    d = deploy("refuse-all")
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert report.exit_code == 1
+    assert rules_by_role(report) == {"/generate": {"KV404"}, "/v1/completions": {"KV404"}, "isolation": {"KV404"}}
+    assert "Service refuses every request" in report.findings[0].message
+
+
+def test_dry_run_sends_nothing(deploy) -> None:
+    d = deploy("incident")
+    plan = plan_probe(ProbeOptions(url=d.url, context_length=1048576, pool_tokens=681280, dry_run=True, seed=1))
+    assert d.request_count == 0
+    lengths = [(r.check, r.prompt_tokens, r.expect) for r in plan.requests if r.endpoint == "/generate"
+               and not r.stream and r.owner.startswith("boundary")]
+    # B = min(1048575, 681279) - 5 = 681274; W - 7 = 1048569
+    assert lengths == [
+        ("control", 32, "accept"), ("below-bound", 681273, "accept"), ("promised", 1048569, "accept"),
+        ("at-bound", 681274, "refuse"), ("above-bound", 681275, "refuse"), ("window", 1048576, "refuse"),
+        ("beyond-window", 1048577, "refuse"),
+    ]
+    assert len(plan.requests) == 33  # 7 + 2 stream + 4 openai + 4 tenants x (2 rounds x 2 + 1)
+    assert d.request_count == 0
+
+
+def test_dry_run_without_limits_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="--dry-run sends nothing"):
+        plan_probe(ProbeOptions(url="http://127.0.0.1:1", dry_run=True))
+
+
+def test_a_plan_larger_than_max_requests_is_refused_before_sending(deploy) -> None:
+    d = deploy("fixed")
+    with pytest.raises(InputError, match="up to 38 requests with these options, more than --max-requests 20"):
+        run_probe(ProbeOptions(url=d.url, max_requests=20, **FAST))
+    assert d.request_count == 0
+
+
+def test_bounds_hold_at_the_exact_budget(deploy) -> None:
+    d = deploy("incident", context_len=4096, pool_tokens=2048)
+    options = ProbeOptions(url=d.url, max_requests=13, tenants=0, openai=False, stream=False, concurrency=2, **FAST)
+    report = run_probe(options)
+    assert d.request_count <= 13
+    assert report.exit_code == 1
+    assert [r["check"] for r in rows(report)] == [
+        "control", "below-bound", "promised", "at-bound", "above-bound", "window", "beyond-window"]
+
+
+def test_router_without_server_info_needs_the_limits_as_options(deploy) -> None:
+    d = deploy("fixed", server_info=False)
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert report.exit_code == 3
+    assert [(f.rule, f.role) for f in report.findings] == [("KV320", "limits")]
+    assert "--context-length and --pool was not given" in report.findings[0].message
+    assert [(s.method, s.path) for s in d.seen] == [("GET", "/server_info"), ("GET", "/get_server_info")]
+
+    d2 = deploy("fixed", server_info=False)
+    report = run_probe(ProbeOptions(url=d2.url, context_length=4096, pool_tokens=8192, **FAST))
+    assert (report.exit_code, report.findings) == (0, ())
+    assert report.roles[0].details["limits"]["source"] == "options"
+
+
+def test_an_unreachable_front_door_is_an_error_after_one_post() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    report = run_probe(ProbeOptions(url=f"http://127.0.0.1:{port}", context_length=4096, pool_tokens=8192, **FAST))
+    assert report.exit_code == 3
+    assert [f.rule for f in report.findings] == ["KV320"]
+    sent = report.roles[0].details["sent"]
+    assert [s["method"] for s in sent].count("POST") == 1
+
+
+def test_redirects_to_another_host_are_never_followed(deploy) -> None:
+    elsewhere = deploy("fixed", host="127.0.0.2")
+    d = deploy("fixed", redirect_to=elsewhere.url)
+    report = run_probe(ProbeOptions(url=d.url, context_length=4096, pool_tokens=8192, **FAST))
+    assert elsewhere.request_count == 0
+    assert report.exit_code == 3
+    assert [(f.rule, f.role) for f in report.findings] == [("KV320", "limits")]
+    assert "HTTP 307: redirect not followed" in report.findings[0].message
+    # /server_info's redirect is refused by the transport before it leaves; one POST, then the probe stops
+    assert [(s.method, s.path) for s in d.seen] == [
+        ("GET", "/server_info"), ("GET", "/v1/models"), ("POST", "/generate")]
+
+
+def test_ids_only_server_gets_token_prompts_for_every_tenant(deploy) -> None:
+    d = deploy("incident", context_len=4096, pool_tokens=2048, has_tokenizer=False)
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert {r["prompt"] for r in rows(report)} == {"ids"}
+    assert "KV405" in rules_by_role(report)["isolation"]
+    assert report.exit_code == 1
+
+
+def test_non_http_urls_are_refused() -> None:
+    with pytest.raises(InputError, match="only http:// and https:// URLs"):
+        run_probe(ProbeOptions(url="file:///etc/passwd"))

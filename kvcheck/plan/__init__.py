@@ -1,0 +1,99 @@
+"""`kvcheck plan`: for each role, what fits (estimate model), next to the verdict on the manifest as written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.errors import EstimateError, InputError
+from kvcheck.report.model import Finding, Report
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Everything `kvcheck plan` takes, as the CLI collected it."""
+
+    manifest: Path
+    roles: tuple[str, ...] = ()
+    strict: bool = False
+
+
+def run_plan(options: PlanOptions) -> Report:
+    """Judge the manifest as written on predicted pools, then add each role's plan and its advice."""
+    from kvcheck.app import judge, select_roles
+    from kvcheck.backends.estimate import EstimateBackend
+    from kvcheck.estimate.gpus import default_profiles
+    from kvcheck.manifest.load import load_manifest
+    from kvcheck.plan.advice import hint_sentences, plan_findings
+    from kvcheck.plan.planner import plan_role
+    from kvcheck.policy.registry import finding
+
+    loaded = load_manifest(options.manifest)
+    targets = select_roles(loaded.targets, options.roles, loaded.display_path)
+    profiles = default_profiles()
+    measurements = EstimateBackend(gpu_profiles=profiles).measure(targets)
+    planned: list[PoolMeasurement] = []
+    advice: list[Finding] = []
+    for target, measurement in zip(targets, measurements, strict=True):
+        details = dict(measurement.details)
+        details["plan"] = None
+        if measurement.pool_tokens is not None:
+            try:
+                plan = plan_role(target, profiles=profiles)
+            except (EstimateError, InputError) as exc:
+                details["plan_error"] = exc.message
+            else:
+                details["plan"] = plan.to_dict()
+                if not plan.fits:
+                    details["fit_hints"] = hint_sentences(plan)  # KV101's hint names them
+                advice.extend(plan_findings(target, plan))
+        planned.append(replace(measurement, details=details))
+    extra: list[Finding] = []
+    if loaded.catalogue_note:
+        extra.append(
+            finding(
+                "KV204",
+                None,
+                loaded.catalogue_note,
+                hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
+            )
+        )
+    report = judge(
+        command="plan",
+        mode="estimate",
+        source=loaded.display_path,
+        targets=targets,
+        measurements=planned,
+        policy=loaded.policy,
+        strict=options.strict,
+        extra_findings=extra,
+        context_length=loaded.manifest.context_length,
+    )
+    # the verdict on the manifest as written first, then the advice, role by role
+    return replace(report, findings=report.findings + tuple(loaded.policy.apply(advice)))
+
+
+def fit_hints(
+    target: RoleTarget,
+    *,
+    profiles: Mapping | Path | None = None,
+    offline: bool | None = None,
+) -> list[str]:
+    """Short sentences naming settings that would hold the window (estimate); [] when it cannot estimate.
+
+    `verify` adds them to KV101's hint in any mode: "mem-fraction-static 0.912 would hold 1,052,672
+    tokens (estimate)". `offline` True never asks the Hugging Face Hub for a config.
+    """
+    from kvcheck.plan.advice import hint_sentences
+    from kvcheck.plan.planner import plan_role
+
+    try:
+        plan = plan_role(target, profiles=profiles, offline=offline)
+    except (EstimateError, InputError):
+        return []
+    return hint_sentences(plan)
+
+
+__all__ = ["PlanOptions", "fit_hints", "run_plan"]

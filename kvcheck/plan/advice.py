@@ -1,0 +1,246 @@
+"""A RolePlan in plain words: KV106 findings for `kvcheck plan`, short KV101 hints for `verify`."""
+
+from __future__ import annotations
+
+from kvcheck.backends.base import RoleTarget
+from kvcheck.plan.planner import Option, RolePlan
+from kvcheck.plan.rules import KV106
+from kvcheck.policy.registry import finding
+from kvcheck.report.model import Finding
+
+MIGHT_NOT_FIT = "might not fit; measure"
+
+
+def tokens(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def fraction(value: float | None) -> str:
+    """0.85 stays 0.85, 0.8930 prints 0.893: the precision the value was given or computed in."""
+    return "-" if value is None else f"{value:g}"
+
+
+def tp_label(option: Option) -> str:
+    """`tp-size 16 (2 nodes)`: a TP group wider than one node needs --nnodes."""
+    text = f"tp-size {option.value}"
+    if option.nnodes and option.nnodes > 1:
+        text += f" ({option.nnodes} nodes)"
+    return text
+
+
+def _range(option_or_plan: Option | RolePlan) -> str:
+    low, high = option_or_plan.pool_range or (0, 0)
+    return f"{low:,}-{high:,}"
+
+
+def option_pool_text(option: Option) -> str:
+    """What an option gives: its pool, or why it has none."""
+    if option.pool_tokens is None:
+        return f"not possible: {option.note}" if option.note else "not possible"
+    if option.pool_tokens == 0:
+        return "no pool: the weights leave no memory for the KV cache (SGLang would refuse to start)"
+    text = f"{option.pool_tokens:,} tokens"
+    if option.uncertain:
+        text += f" ({MIGHT_NOT_FIT}: range {_range(option)})"
+    return text
+
+
+def _fitting(options: tuple[Option, ...]) -> list[Option]:
+    return [o for o in options if o.fits and not o.current]
+
+
+def _context_finding(target: RoleTarget, plan: RolePlan) -> Finding:
+    if plan.binding_limit == "model_context_length":
+        why = f"bound by the model's own context length (the predicted pool of {plan.pool_tokens:,} tokens"
+        if plan.min_headroom != 1.0:
+            why += f" would hold {plan.pool_context_tokens:,} with min_headroom {plan.min_headroom:g})"
+        else:
+            why += " would hold more)"
+    else:
+        what = "the predicted pool" if plan.binding_limit == "pool" else "the pool as --max-total-tokens caps it"
+        why = f"bound by {what} of {plan.pool_tokens:,} tokens"
+        if plan.min_headroom != 1.0:
+            why += f" / min_headroom {plan.min_headroom:g}"
+        if plan.model_context_overridable:
+            why += (
+                f"; the model's own {plan.model_context_tokens:,} is lifted by "
+                "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+            )
+        else:
+            why += f"; the model allows {plan.model_context_tokens:,}"
+    message = f"largest context that fits: {plan.largest_context_tokens:,} tokens, {why}"
+    hint = None
+    if plan.largest_context_tokens < plan.context_length:
+        message += f"; the advertised {plan.context_length:,} does not fit"
+        hint = (
+            f"advertise at most {plan.largest_context_tokens:,} tokens, or apply one of the settings "
+            "below so the pool holds the window"
+        )
+    else:
+        message += f"; the advertised {plan.context_length:,} fits"
+    if plan.uncertain:
+        message += (
+            f"; the {plan.required_tokens:,} tokens required lie inside the estimate's range "
+            f"{_range(plan)}: {MIGHT_NOT_FIT}"
+        )
+        hint = "confirm with `kvcheck verify` on the role's GPUs before the rollout"
+    return finding(KV106.code, target.name, message, hint=hint, location=target.location)
+
+
+def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
+    f = plan.fraction
+    required = plan.required_tokens
+    where = "the manifest's" if f.current_source == "manifest" else "SGLang's default"
+    current = f"{where} {fraction(f.current)} gives {f.current_pool_tokens:,} tokens"
+    ceiling = ""
+    if f.max_safe is not None:
+        ceiling = f"{fraction(f.max_safe)}, SGLang's own default for this role"
+        if f.safe_reserve_mib is not None:
+            ceiling += f" (it keeps {f.safe_reserve_mib:,.0f} MiB for activations and CUDA graphs)"
+    hint = None
+    if f.min_fitting is None:
+        if f.max_safe is None:
+            message = f"mem-fraction-static: no value up to 0.999 holds {required:,} tokens; {current}"
+        else:
+            message = (
+                f"mem-fraction-static: no value fits: even the safe ceiling {ceiling} gives "
+                f"{tokens(f.max_safe_pool_tokens)} of the {required:,} tokens required; {current}"
+            )
+        cap = target.args.get("max_total_tokens")
+        if cap is not None and int(cap) < required:
+            hint = f"--max-total-tokens {int(cap):,} caps the pool: remove it or raise it to {required:,}"
+        else:
+            hint = "use a wider TP degree or a smaller KV dtype (see the other advice), or advertise less"
+    else:
+        holds = f"{fraction(f.min_fitting)} is the smallest value that holds {required:,} tokens " \
+                f"({f.min_fitting_pool_tokens:,} predicted)"
+        if f.max_safe is not None:
+            holds += f"; safe up to {ceiling}"
+        if f.current_pool_tokens >= required:
+            message = f"mem-fraction-static: {current}, enough; {holds}"
+        else:
+            message = f"mem-fraction-static {fraction(f.min_fitting)} would hold the window: {holds}; {current}"
+            hint = f"set mem-fraction-static: {fraction(f.min_fitting)}"
+            if f.max_safe is not None:
+                hint += f" (any value up to {fraction(f.max_safe)} holds the window)"
+        if f.min_fitting_worst_case is None:
+            message += (
+                f"; at the low end of the estimate's range no safe value holds it: {MIGHT_NOT_FIT}"
+            )
+        elif f.min_fitting_worst_case > f.min_fitting:
+            message += (
+                f"; {fraction(f.min_fitting_worst_case)} holds it even at the low end of the estimate's range"
+            )
+    if f.max_safe is not None and f.current > f.max_safe:
+        message += (
+            f"; {where} {fraction(f.current)} is above the safe ceiling {fraction(f.max_safe)}: "
+            "less memory is left for activations and CUDA graphs than SGLang keeps, so serving may run out of memory"
+        )
+    if f.note:
+        message += f" ({f.note})"
+    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("mem_fraction_static"))
+
+
+def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
+    current = next(o for o in plan.tp_options if o.current)
+    fitting = _fitting(plan.tp_options)
+    hint = None
+    if current.fits:
+        smaller = [o for o in fitting if int(o.value) < int(current.value)]
+        message = f"tp-size {current.value} holds the window ({option_pool_text(current)})"
+        if smaller:
+            best = smaller[0]
+            message += f"; {tp_label(best)} would too, on {best.gpus} GPUs: {option_pool_text(best)}"
+        elif any(int(o.value) < int(current.value) for o in plan.tp_options):
+            message += "; no smaller TP degree does"
+    elif fitting:
+        best = fitting[0]
+        message = (
+            f"{tp_label(best)} would hold the window: {option_pool_text(best)} "
+            f"(tp-size {current.value} gives {option_pool_text(current)})"
+        )
+        hint = f"set tp-size: {best.value}"
+        if best.nnodes and best.nnodes > 1:
+            hint += f" and nnodes: {best.nnodes}, with {best.gpus // best.nnodes} GPUs per node"
+    else:
+        message = f"no tp-size up to {max(int(o.value) for o in plan.tp_options)} holds the window"
+        possible = [o for o in plan.tp_options if o.pool_tokens is not None]
+        if possible:
+            widest = max(possible, key=lambda o: int(o.value))
+            message += f"; {tp_label(widest)} gives {option_pool_text(widest)}"
+    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("tp_size"))
+
+
+def _kv_dtype_finding(target: RoleTarget, plan: RolePlan) -> Finding:
+    current = next(o for o in plan.kv_dtype_options if o.current)
+    fitting = _fitting(plan.kv_dtype_options)  # highest precision first
+    hint = None
+    fp4_note = ""
+    if not any(o.value == "nvfp4" for o in plan.kv_dtype_options):
+        fp4_note = f" (FP4 KV caches need a Blackwell GPU; {plan.gpu} has none)"
+    if current.fits:
+        message = f"kv-cache-dtype {current.value} holds the window ({option_pool_text(current)})"
+        better = [o for o in fitting if _precision(o) > _precision(current)]
+        if better:
+            message += f"; {better[0].value} would too, at higher precision: {option_pool_text(better[0])}"
+    elif fitting:
+        best = fitting[0]
+        message = (
+            f"kv-cache-dtype {best.value} would hold the window: {option_pool_text(best)} "
+            f"({current.value} gives {option_pool_text(current)})"
+        )
+        hint = f"set kv-cache-dtype: {best.value}"
+    else:
+        tried = ", ".join(f"{o.value} {option_pool_text(o)}" for o in plan.kv_dtype_options)
+        message = f"no KV-cache dtype holds the window: {tried}{fp4_note}"
+    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("kv_cache_dtype"))
+
+
+_PRECISION = {"bf16": 16, "bfloat16": 16, "float16": 16, "fp16": 16}
+
+
+def _precision(option: Option) -> int:
+    name = str(option.value)
+    if name in _PRECISION:
+        return 16
+    return 4 if name in ("nvfp4", "fp4_mx_block16") else 8
+
+
+def plan_findings(target: RoleTarget, plan: RolePlan) -> list[Finding]:
+    """The plan as KV106 findings: context, memory fraction, TP degree, KV dtype, in that order."""
+    return [
+        _context_finding(target, plan),
+        _fraction_finding(target, plan),
+        _tp_finding(target, plan),
+        _kv_dtype_finding(target, plan),
+    ]
+
+
+def _estimate_tag(option_uncertain: bool) -> str:
+    return f"(estimate; {MIGHT_NOT_FIT})" if option_uncertain else "(estimate)"
+
+
+def hint_sentences(plan: RolePlan) -> list[str]:
+    """Short sentences for a KV101 hint: the settings that would hold the window, by the estimate."""
+    out = []
+    f = plan.fraction
+    if f.min_fitting is not None and f.min_fitting > f.current:
+        uncertain = f.min_fitting_worst_case is None or f.min_fitting_worst_case > f.min_fitting
+        out.append(
+            f"mem-fraction-static {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
+            + _estimate_tag(uncertain)
+        )
+    elif f.min_fitting is None and f.max_safe is not None:
+        out.append(
+            f"no mem-fraction-static up to SGLang's own {fraction(f.max_safe)} holds it "
+            f"({tokens(f.max_safe_pool_tokens)} tokens at {fraction(f.max_safe)}, estimate)"
+        )
+    # only settings that give more pool than the current ones: a measured pool below the estimate
+    # must not be answered with a setting that shrinks it
+    kv = [o for o in _fitting(plan.kv_dtype_options) if (o.pool_tokens or 0) > plan.pool_tokens]
+    if kv:
+        out.append(f"kv-cache-dtype {kv[0].value} would hold {kv[0].pool_tokens:,} tokens {_estimate_tag(kv[0].uncertain)}")
+    tp = [o for o in _fitting(plan.tp_options) if (o.pool_tokens or 0) > plan.pool_tokens]
+    if tp:
+        out.append(f"{tp_label(tp[0])} would hold {tp[0].pool_tokens:,} tokens {_estimate_tag(tp[0].uncertain)}")
+    return out

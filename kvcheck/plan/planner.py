@@ -1,0 +1,488 @@
+"""The planner's arithmetic: sweep the estimate model over the settings an operator can change.
+
+Every figure comes from `estimate_role` itself, never from a second formula, so a recommended
+setting predicts exactly what `kvcheck verify --mode estimate` would predict once it is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvcheck.backends.base import RoleTarget
+from kvcheck.errors import EstimateError, InputError
+from kvcheck.estimate import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
+from kvcheck.estimate.config import load_model_source, parse_override_args
+from kvcheck.estimate.gpus import as_profiles
+from kvcheck.estimate.shape import model_shape
+
+GPUS_PER_NODE = 8  # one HGX/DGX host; a wider TP group spans nodes (--nnodes)
+TP_CANDIDATES = (1, 2, 4, 8, 16)
+KV_DTYPE_CANDIDATES = ("bf16", "fp8_e4m3")  # highest precision first
+FP4_KV_DTYPES = ("nvfp4", "fp4_mx_block16")  # only where the GPU has FP4 tensor cores (Blackwell)
+# mem_fraction_static is answered in thousandths: the precision SGLang rounds its own default to.
+FRACTION_SCALE = 1000
+MAX_FRACTION_STEPS = FRACTION_SCALE - 1  # 0.999: a fraction of 1.0 leaves nothing for activations
+_CANONICAL_KV = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "mxfp8": "mxfp8",
+    "nvfp4": "nvfp4",
+    "fp4_mx_block16": "nvfp4",
+}
+_ESTIMATE_FAILURES = (EstimateError, InputError)
+
+
+@dataclass(frozen=True)
+class FractionPlan:
+    """The mem_fraction_static range that holds the window; fractions in [0, 1], pools in tokens."""
+
+    current: float  # the manifest's flag, or the flag value equal to SGLang's own default when unset
+    current_source: str  # "manifest" | "sglang default"
+    current_pool_tokens: int
+    min_fitting: float | None  # smallest value (0.001 steps) whose predicted pool holds the window
+    min_fitting_pool_tokens: int | None
+    min_fitting_worst_case: float | None  # smallest value whose LOW-end prediction holds it
+    max_safe: float | None  # SGLang's own default for the role: it keeps the activation/graph reserve
+    max_safe_pool_tokens: int | None
+    safe_reserve_mib: float | None  # the reserve SGLang's default keeps free (sglang.md §3.1)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "current": self.current,
+            "current_source": self.current_source,
+            "current_pool_tokens": self.current_pool_tokens,
+            "min_fitting": self.min_fitting,
+            "min_fitting_pool_tokens": self.min_fitting_pool_tokens,
+            "min_fitting_worst_case": self.min_fitting_worst_case,
+            "max_safe": self.max_safe,
+            "max_safe_pool_tokens": self.max_safe_pool_tokens,
+            "safe_reserve_mib": self.safe_reserve_mib,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Option:
+    """One alternative setting (a TP degree or a KV dtype) and the pool it would give."""
+
+    setting: str  # SGLang field name: tp_size | kv_cache_dtype
+    value: int | str
+    pool_tokens: int | None  # None: the setting is impossible or cannot be predicted (see note)
+    pool_range: tuple[int, int] | None
+    fits: bool  # the predicted pool holds min_headroom x context_length
+    uncertain: bool  # the window lies inside the prediction's range: might not fit, measure
+    current: bool
+    nnodes: int | None = None  # TP options: nodes of GPUS_PER_NODE the TP x PP group needs
+    gpus: int | None = None  # TP options: GPUs the role needs (TP x PP)
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {self.setting: self.value}
+        if self.setting == "tp_size":
+            out.update(nnodes=self.nnodes, gpus=self.gpus)
+        out.update(
+            pool_tokens=self.pool_tokens,
+            pool_range=list(self.pool_range) if self.pool_range is not None else None,
+            fits=self.fits,
+            uncertain=self.uncertain,
+            current=self.current,
+            note=self.note,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """What fits one role, by the estimate model; the structured answer behind `kvcheck plan`."""
+
+    role: str
+    context_length: int  # the advertised window, tokens
+    min_headroom: float
+    required_tokens: int  # ceil(min_headroom x context_length)
+    pool_tokens: int  # predicted pool at the manifest's settings
+    pool_range: tuple[int, int]
+    largest_context_tokens: int
+    binding_limit: str  # pool | max_total_tokens | model_context_length
+    pool_context_tokens: int  # the largest window the pool holds with the headroom
+    model_context_tokens: int  # SGLang's context_len derived from the model's config
+    model_context_overridable: bool  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lifts the model bound
+    uncertain: bool
+    fraction: FractionPlan
+    tp_options: tuple[Option, ...]
+    kv_dtype_options: tuple[Option, ...]
+    gpu: str
+    kv_dtype: str  # resolved KV dtype at the manifest's settings
+    tp_size: int
+    estimates: int  # estimate_role evaluations this plan took (the bench reports it)
+
+    @property
+    def fits(self) -> bool:
+        return self.pool_tokens >= self.required_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in RoleResult.details["plan"]."""
+        return {
+            "required_tokens": self.required_tokens,
+            "min_headroom": self.min_headroom,
+            "largest_context_tokens": self.largest_context_tokens,
+            "binding_limit": self.binding_limit,
+            "pool_context_tokens": self.pool_context_tokens,
+            "model_context_tokens": self.model_context_tokens,
+            "uncertain": self.uncertain,
+            "mem_fraction_static": self.fraction.to_dict(),
+            "tp_options": [o.to_dict() for o in self.tp_options],
+            "kv_dtype_options": [o.to_dict() for o in self.kv_dtype_options],
+        }
+
+
+class _Sweep:
+    """estimate_role for one target under overrides, memoised; estimate failures propagate."""
+
+    def __init__(self, target: RoleTarget, profiles: GpuProfiles, offline: bool | None) -> None:
+        self.target = target
+        self.profiles = profiles
+        self.offline = offline
+        self.calls = 0
+        self._memo: dict[tuple, RoleEstimate | Exception] = {}
+
+    def __call__(self, overrides: Mapping[str, Any]) -> RoleEstimate:
+        key = tuple(sorted(overrides.items()))
+        hit = self._memo.get(key)
+        if hit is None:
+            self.calls += 1
+            try:
+                hit = estimate_role(self.target, overrides=overrides, profiles=self.profiles, offline=self.offline)
+            except _ESTIMATE_FAILURES as exc:
+                hit = exc
+            self._memo[key] = hit
+        if isinstance(hit, Exception):
+            raise hit
+        return hit
+
+
+def required_for(context_tokens: int, min_headroom: float) -> int:
+    """Pool tokens a window needs: the same ceil(min_headroom x window) as RoleTarget.required_tokens."""
+    return math.ceil(min_headroom * context_tokens)
+
+
+def largest_window(pool_tokens: int, min_headroom: float) -> int:
+    """The largest window W with ceil(min_headroom x W) <= pool_tokens, i.e. floor(pool / headroom)."""
+    window = math.floor(pool_tokens / min_headroom)
+    while window > 0 and required_for(window, min_headroom) > pool_tokens:
+        window -= 1  # float division rounded up across an integer
+    while required_for(window + 1, min_headroom) <= pool_tokens:
+        window += 1
+    return window
+
+
+def is_uncertain(pool_range: tuple[int, int] | None, required: int) -> bool:
+    """The window lies inside the estimate's range: the low end falls short, the high end holds it."""
+    return pool_range is not None and pool_range[0] < required <= pool_range[1]
+
+
+def fraction_value(steps: int) -> float:
+    return round(steps / FRACTION_SCALE, 3)
+
+
+def _lowest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """Smallest k in [lo, hi] with pred(k), pred monotone (false... true); None when pred(hi) fails."""
+    if hi < lo or not pred(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int) -> FractionPlan:
+    flag = target.args.get("mem_fraction_static")
+    current = float(flag) if flag is not None else float(base.details["mem_fraction_static"])
+    source = "manifest" if flag is not None else "sglang default"
+    note = None
+
+    # The safe ceiling: the value SGLang would pick itself (its reserve for activations and graphs).
+    max_steps: int | None = None
+    reserve_mib = None
+    try:
+        default = sweep({"mem_fraction_static": None})
+    except _ESTIMATE_FAILURES as exc:
+        default = None
+        note = f"SGLang's own default could not be estimated ({exc.message}); no safe ceiling is known"
+    if default is not None:
+        ceiling = float(default.details["mem_fraction_static"])
+        reserve_mib = default.details.get("mem_fraction_reserved_mib")
+        max_steps = _flag_steps_for_effective(sweep, ceiling)
+
+    def pool_at(steps: int, low: bool = False) -> int:
+        try:
+            est = sweep({"mem_fraction_static": fraction_value(steps)})
+        except _ESTIMATE_FAILURES:
+            return 0  # SGLang would refuse to start with this little memory
+        return est.pool_range[0] if low else est.pool_tokens
+
+    if flag is None and max_steps is not None:
+        # SGLang's own pick, as the flag value that gives it (with aiter a flag is scaled by 0.85 too)
+        current = fraction_value(max_steps)
+    upper = max_steps if max_steps is not None else MAX_FRACTION_STEPS
+    min_steps = _lowest(lambda k: pool_at(k) >= required, 1, upper)
+    worst_steps = _lowest(lambda k: pool_at(k, low=True) >= required, 1, upper)
+    return FractionPlan(
+        current=current,
+        current_source=source,
+        current_pool_tokens=base.pool_tokens,
+        min_fitting=fraction_value(min_steps) if min_steps is not None else None,
+        min_fitting_pool_tokens=pool_at(min_steps) if min_steps is not None else None,
+        min_fitting_worst_case=fraction_value(worst_steps) if worst_steps is not None else None,
+        max_safe=fraction_value(max_steps) if max_steps is not None else None,
+        max_safe_pool_tokens=pool_at(max_steps) if max_steps is not None else None,
+        safe_reserve_mib=None if reserve_mib is None else float(reserve_mib),
+        note=note,
+    )
+
+
+def _flag_steps_for_effective(sweep: _Sweep, ceiling: float) -> int | None:
+    """The largest flag value (in steps) whose effective fraction stays within SGLang's default.
+
+    SGLang may scale a user's value (x0.85 with the aiter backend) and its own default differently
+    (multimodal towers), so the ceiling is found through the estimate model, not assumed equal.
+    """
+    guess = min(MAX_FRACTION_STEPS, math.floor(ceiling * FRACTION_SCALE + 1e-6))
+    if guess < 1:
+        return None
+
+    def effective(steps: int) -> float | None:
+        try:
+            return float(sweep({"mem_fraction_static": fraction_value(steps)}).details["mem_fraction_static"])
+        except _ESTIMATE_FAILURES:
+            return None
+
+    value = effective(guess)
+    if value is None:
+        return None
+    if value > 0 and abs(value - fraction_value(guess)) > 1e-9:
+        # the flag is scaled before use: solve for the flag that lands on the ceiling
+        scale = value / fraction_value(guess)
+        guess = max(1, min(MAX_FRACTION_STEPS, math.floor(ceiling / scale * FRACTION_SCALE + 1e-6)))
+
+    def within(steps: int) -> bool:
+        value = effective(steps)
+        return value is not None and value <= ceiling + 1e-9
+
+    while guess >= 1 and not within(guess):
+        guess -= 1
+    while 1 <= guess < MAX_FRACTION_STEPS and within(guess + 1):
+        guess += 1
+    return guess if guess >= 1 else None
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """The head counts a TP degree must divide (SGLang's QKV/linear-attention sharding)."""
+
+    attention: int
+    kv: int | None  # None for latent attention (MLA/DSA): the latent is not split by TP
+    linear: int | None  # Mamba / gated-delta-net heads of hybrid linear models
+
+    def why_not(self, attn_tp: int) -> str | None:
+        if self.attention % attn_tp:
+            return f"the model's {self.attention} attention heads do not split over attention TP {attn_tp}"
+        if self.kv is not None and self.kv % attn_tp and attn_tp % self.kv:
+            return f"the model's {self.kv} KV heads neither split over nor replicate across attention TP {attn_tp}"
+        if self.linear is not None and self.linear % attn_tp:
+            return f"the model's {self.linear} linear-attention heads do not split over TP {attn_tp}"
+        return None
+
+
+def _heads(target: RoleTarget, offline: bool | None) -> _Heads | None:
+    args = target.args
+    try:
+        source = load_model_source(
+            model_config=target.model_config,
+            model_path=target.model_path,
+            override_args=parse_override_args(args.get("json_model_override_args")),
+            offline=offline,
+        )
+        ssm_dtype = target.env.get("SGLANG_MAMBA_SSM_DTYPE") or args.get("mamba_ssm_dtype")
+        shape = model_shape(source, dtype_arg=args.get("dtype"), mamba_ssm_dtype=ssm_dtype)
+    except _ESTIMATE_FAILURES:
+        return None
+    return _Heads(
+        attention=shape.num_heads,
+        kv=None if shape.is_mla else shape.num_kv_heads,
+        linear=shape.mamba.num_heads if shape.mamba is not None else None,
+    )
+
+
+def _option(
+    setting: str,
+    value: int | str,
+    est: RoleEstimate | None,
+    required: int,
+    *,
+    current: bool,
+    nnodes: int | None = None,
+    gpus: int | None = None,
+    note: str | None = None,
+) -> Option:
+    if est is None:
+        return Option(setting, value, None, None, False, False, current, nnodes, gpus, note)
+    return Option(
+        setting,
+        value,
+        est.pool_tokens,
+        tuple(est.pool_range),
+        est.pool_tokens >= required,
+        is_uncertain(est.pool_range, required),
+        current,
+        nnodes,
+        gpus,
+        note,
+    )
+
+
+def _tp_options(
+    sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int, heads: _Heads | None
+) -> tuple[Option, ...]:
+    par = base.details["parallel"]
+    base_tp, pp, attn_dp, ep = int(par["tp"]), int(par["pp"]), int(par["attn_dp"]), int(par["ep"])
+    attn_cp = int(target.args.get("attn_cp_size") or 1)
+    options = []
+    candidates = sorted(set(TP_CANDIDATES) | {base_tp})
+    for tp in candidates:
+        gpus = tp * pp
+        nnodes = max(1, math.ceil(gpus / GPUS_PER_NODE))
+        if tp == base_tp:
+            options.append(_option("tp_size", tp, base, required, current=True, nnodes=nnodes, gpus=gpus))
+            continue
+        overrides: dict[str, Any] = {"tp_size": tp, "nnodes": nnodes}
+        new_attn_dp = attn_dp
+        if attn_dp > 1 and attn_dp == base_tp:  # full data-parallel attention scales with TP
+            new_attn_dp = tp
+            overrides["attn_dp_size"] = tp
+            if target.args.get("enable_dp_attention"):
+                overrides["dp_size"] = tp
+        if ep > 1 and ep == base_tp:  # expert parallelism over the whole TP group scales with it
+            overrides["ep_size"] = tp
+        reason = None
+        if tp % (new_attn_dp * attn_cp):
+            reason = f"tp-size {tp} is not a multiple of attn-dp-size x attn-cp-size ({new_attn_dp} x {attn_cp})"
+        elif "ep_size" not in overrides and ep > 1 and tp % ep:
+            reason = f"ep-size {ep} does not divide tp-size {tp}"
+        elif heads is not None:
+            reason = heads.why_not(tp // new_attn_dp // attn_cp)
+        if reason is not None:
+            options.append(_option("tp_size", tp, None, required, current=False, nnodes=nnodes, gpus=gpus,
+                                   note=reason))
+            continue
+        try:
+            est = sweep(overrides)
+        except _ESTIMATE_FAILURES as exc:
+            options.append(_option("tp_size", tp, None, required, current=False, nnodes=nnodes, gpus=gpus,
+                                   note=f"cannot be estimated: {exc.message}"))
+            continue
+        options.append(_option("tp_size", tp, est, required, current=False, nnodes=nnodes, gpus=gpus))
+    return tuple(options)
+
+
+def _kv_dtype_options(
+    sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int, gpu: GpuProfile
+) -> tuple[Option, ...]:
+    resolved = str(base.details["kv_dtype"])
+    arg = target.args.get("kv_cache_dtype")
+    explicit = None if arg in (None, "auto") else str(arg)
+    candidates = list(KV_DTYPE_CANDIDATES)
+    if gpu.vendor == "nvidia" and gpu.is_blackwell:
+        candidates.extend(FP4_KV_DTYPES)
+
+    def is_current(name: str) -> bool:
+        if explicit is not None and name in FP4_KV_DTYPES:
+            return name == explicit
+        return _CANONICAL_KV.get(name) == resolved
+
+    options = []
+    if not any(is_current(name) for name in candidates):
+        # the role runs a dtype the planner does not propose (fp16, fp8_e5m2, mxfp8): show it first
+        options.append(_option("kv_cache_dtype", explicit or resolved, base, required, current=True))
+    for name in candidates:
+        if is_current(name):
+            options.append(_option("kv_cache_dtype", name, base, required, current=True))
+            continue
+        try:
+            est = sweep({"kv_cache_dtype": name})
+        except _ESTIMATE_FAILURES as exc:
+            options.append(_option("kv_cache_dtype", name, None, required, current=False,
+                                   note=f"cannot be estimated: {exc.message}"))
+            continue
+        options.append(_option("kv_cache_dtype", name, est, required, current=False))
+    return tuple(options)
+
+
+def _truthy(value: str | None) -> bool:
+    return str(value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def plan_role(
+    target: RoleTarget,
+    *,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+    offline: bool | None = None,
+) -> RolePlan:
+    """Sweep mem_fraction_static, TP and KV dtype for one role; EstimateError when it cannot be estimated."""
+    gpu_profiles = as_profiles(profiles)
+    sweep = _Sweep(target, gpu_profiles, offline)
+    base = sweep({})
+    required = target.required_tokens
+    headroom = target.min_headroom
+
+    if target.args.get("context_length") is None:
+        model_ctx = base.context_len
+    else:
+        model_ctx = sweep({"context_length": None}).context_len
+    overridable = _truthy(target.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"))
+    pool_ctx = largest_window(base.pool_tokens, headroom)
+    if not overridable and model_ctx < pool_ctx:
+        largest, binding = model_ctx, "model_context_length"
+    else:
+        largest, binding = pool_ctx, "pool"
+        cap = target.args.get("max_total_tokens")
+        page = int(base.details.get("page_size") or 1)
+        if cap is not None and base.pool_tokens == int(cap) // page * page:
+            binding = "max_total_tokens"
+
+    gpu = gpu_profiles.get(str(target.gpu))
+    fraction = _plan_fraction(sweep, target, base, required)
+    tp_options = _tp_options(sweep, target, base, required, _heads(target, offline))
+    kv_options = _kv_dtype_options(sweep, target, base, required, gpu)
+    return RolePlan(
+        role=target.name,
+        context_length=target.context_length,
+        min_headroom=headroom,
+        required_tokens=required,
+        pool_tokens=base.pool_tokens,
+        pool_range=tuple(base.pool_range),
+        largest_context_tokens=largest,
+        binding_limit=binding,
+        pool_context_tokens=pool_ctx,
+        model_context_tokens=model_ctx,
+        model_context_overridable=overridable,
+        uncertain=is_uncertain(base.pool_range, required),
+        fraction=fraction,
+        tp_options=tp_options,
+        kv_dtype_options=kv_options,
+        gpu=gpu.name,
+        kv_dtype=str(base.details["kv_dtype"]),
+        tp_size=int(base.details["parallel"]["tp"]),
+        estimates=sweep.calls,
+    )

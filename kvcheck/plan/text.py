@@ -1,0 +1,156 @@
+"""The plan as a readable section for the table and Markdown reports, read from RoleResult.details["plan"].
+
+Renderers only read the report, so this works from the JSON form of the plan, never from the
+planner's objects: a report loaded back from JSON renders the same section.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from kvcheck.report.model import Report, RoleResult
+
+_BINDING = {
+    "pool": "bound by the predicted pool",
+    "max_total_tokens": "bound by --max-total-tokens",
+    "model_context_length": "bound by the model's own context length",
+}
+_VERDICT_STYLE = {"holds": "green", "short": "red", "measure": "yellow", "no room": "red"}
+
+
+def _tok(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _frac(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _verdict(pool: int | None, pool_range: list[int] | None, required: int) -> str:
+    """holds / short / measure (the window lies inside the range) / not possible."""
+    if pool is None:
+        return "not possible"
+    if pool_range is not None and pool_range[0] < required <= pool_range[1]:
+        return "measure"
+    return "holds" if pool >= required else "short"
+
+
+def _range(value: list[int] | None) -> str:
+    return "-" if not value else f"{value[0]:,}-{value[1]:,}"
+
+
+def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
+    """(setting, value, pool tokens, pool range, window verdict, note) rows for one role's plan."""
+    plan: Mapping[str, Any] = role.details["plan"]
+    required = int(plan["required_tokens"])
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    f = plan["mem_fraction_static"]
+    source = "manifest" if f["current_source"] == "manifest" else "SGLang default"
+    current_range = role.details.get("pool_range")
+    rows.append(("mem-fraction-static", f"{_frac(f['current'])} *", _tok(f["current_pool_tokens"]),
+                 _range(current_range), _verdict(f["current_pool_tokens"], current_range, required), source))
+    if f["min_fitting"] is not None:
+        rows.append(("", _frac(f["min_fitting"]), _tok(f["min_fitting_pool_tokens"]), "-", "holds",
+                     "smallest that holds"))
+        if f["min_fitting_worst_case"] is not None and f["min_fitting_worst_case"] != f["min_fitting"]:
+            rows.append(("", _frac(f["min_fitting_worst_case"]), "-", "-", "holds",
+                         "smallest, range low end"))
+    else:
+        rows.append(("", "none", "-", "-", "short", "no safe value holds it"))
+    if f["max_safe"] is not None:
+        rows.append(("", _frac(f["max_safe"]), _tok(f["max_safe_pool_tokens"]), "-",
+                     "holds" if (f["max_safe_pool_tokens"] or 0) >= required else "short",
+                     "safe max (SGLang default)"))
+    for label, key, options in (("tp-size", "tp_size", plan["tp_options"]),
+                                ("kv-cache-dtype", "kv_cache_dtype", plan["kv_dtype_options"])):
+        for index, option in enumerate(options):
+            value = str(option[key]) + (" *" if option["current"] else "")
+            note = ""
+            if key == "tp_size" and (option.get("nnodes") or 1) > 1:
+                note = f"{option['nnodes']} nodes"
+            verdict = _verdict(option["pool_tokens"], option["pool_range"], required)
+            if option["pool_tokens"] == 0:
+                verdict, note = "no room", "weights fill the GPUs"
+            elif option["pool_tokens"] is None:
+                note = option.get("note") or ""
+            rows.append((label if index == 0 else "", value, _tok(option["pool_tokens"]),
+                         _range(option["pool_range"]), verdict, note))
+    return rows
+
+
+def headline(role: RoleResult) -> str:
+    """`plan for prefill: largest context that fits 580,096 tokens (bound by ...)`."""
+    plan = role.details["plan"]
+    binding = plan["binding_limit"]
+    other = (
+        f"the pool would hold {plan['pool_context_tokens']:,}"
+        if binding == "model_context_length"
+        else f"the model allows {plan['model_context_tokens']:,}"
+    )
+    text = (
+        f"plan for {role.name}: largest context that fits {plan['largest_context_tokens']:,} tokens "
+        f"({_BINDING.get(binding, binding)}; {other}); the window needs {plan['required_tokens']:,}"
+    )
+    if plan["uncertain"]:
+        text += "; might not fit; measure"
+    return text
+
+
+def plan_section(report: Report) -> list[RenderableType]:
+    """Rich renderables for TableFormat: one headline and one settings table per planned role."""
+    out: list[RenderableType] = []
+    for role in report.roles:
+        if not role.details.get("plan"):
+            continue
+        out.append(Text(headline(role), style="bold"))
+        table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+        for column in ("setting", "value", "pool tokens", "pool range", "window", "note"):
+            table.add_column(column, justify="right" if column in ("pool tokens", "pool range") else "left",
+                             no_wrap=column != "note", overflow="fold")
+        for setting, value, pool, pool_range, verdict, note in plan_rows(role):
+            table.add_row(setting, value, pool, pool_range, Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
+                          note)
+        out.append(table)
+    if out:
+        out.append(Text("* = the manifest's setting; figures are predictions (estimate mode)", style="dim"))
+    return out
+
+
+def render_plan_text(report: Report, *, width: int = 100, color: bool = False) -> str:
+    """The plan section as plain text (what TableFormat prints when it includes plan_section)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=color, no_color=not color,
+                      color_system="standard" if color else None, highlight=False, emoji=False)
+    for item in plan_section(report):
+        console.print(item)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + ("\n" if buffer.getvalue() else "")
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def plan_markdown(report: Report) -> str:
+    """The plan section as Markdown, for MarkdownFormat (merge-request comments, step summaries)."""
+    out: list[str] = []
+    for role in report.roles:
+        if not role.details.get("plan"):
+            continue
+        out.append(f"### {_md(headline(role))}")
+        out.append("")
+        out.append("| setting | value | pool tokens | pool range | window | note |")
+        out.append("| --- | --- | ---: | ---: | --- | --- |")
+        for row in plan_rows(role):
+            out.append("| " + " | ".join(_md(cell) for cell in row) + " |")
+        out.append("")
+    if out:
+        out.append("`*` = the manifest's setting; figures are predictions (estimate mode).")
+        out.append("")
+    return "\n".join(out)

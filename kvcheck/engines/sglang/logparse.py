@@ -274,30 +274,34 @@ _COMMAND_RE = re.compile(r"(?:\S*python[\d.]*\s+-m\s+sglang\.[\w.]+|\S*sglang\s+
 
 _CHAINED_EXCEPTION = ("During handling of the above exception", "The above exception was the direct cause")
 
-# A substring of every line shape LogReader reacts to; read_stream() skips lines holding none of them.
-_NEEDLES = (
-    "server_args=",
-    "Load weight",
-    "KV Cache",
-    "KV pool holds",
-    "sliding window",
-    "SWAKVPool",
-    "Mamba Cache",
-    "Memory pool end",
-    "Capture",
-    "Post-capture",
-    "max_total",
-    "max_running_requests",
-    "Uvicorn running",
-    "fired up",
-    "xception",  # Exception, "hit an exception", chained-exception lines
-    "sigquit",
-    "scheduler died",
-    "KV cache dtype",
-    "Traceback",
-    "Error",
-    "sglang",
-    "SGLang",
+# First four characters of every message a handler reads, plus the level words of releases that
+# printed `WARNING file.py:N:` after the bracket; LogReader.read_stream() skips other prefixed lines.
+_HANDLER_KEYS = frozenset(
+    {
+        "serv",
+        "Load",
+        "KV C",
+        "KV p",
+        "Use ",
+        "SWAK",
+        "Mamb",
+        "Memo",
+        "Capt",
+        "Post",
+        "max_",
+        "INFO",
+        "Uvic",
+        "The ",
+        "Sche",
+        "Rece",
+        "Rank",
+        "Usin",
+        "Trac",
+        "DEBU",
+        "WARN",
+        "ERRO",
+        "CRIT",
+    }
 )
 
 # Messages of these types stop SGLang's startup (sglang.md 2.2-2.5, 10): a boot showing one failed.
@@ -602,52 +606,47 @@ class LogReader:
     def read_stream(self, stream: IO[bytes], *, chunk_bytes: int = 1 << 20) -> None:
         """Read a whole binary stream fast: only lines holding a needle reach the line parser.
 
-        Equivalent to feeding every line (tests check it): `_NEEDLES` holds a substring of every line
-        shape the parser reacts to, so the lines skipped are lines `feed()` would ignore. Tracebacks
-        and continued command lines are read line by line until they end.
+        Equivalent to feeding every line (tests check it): the lines skipped are prefixed lines whose
+        message `feed()` would ignore.
         """
         for block in _text_blocks(stream, chunk_bytes):
             self._scan_block(block)
 
     def _scan_block(self, text: str) -> None:
-        """Feed the lines of `text` (whole lines, each ending in a newline but maybe the last)."""
-        find = text.find
-        rfind = text.rfind
-        starts: set[int] = set()
-        if self._in_traceback or self._command_parts is not None:
-            starts.add(0)  # a traceback or continued command line runs on from the previous block
-        for needle in _NEEDLES:
-            pos = find(needle)
-            while pos != -1:
-                starts.add(rfind("\n", 0, pos) + 1)
-                end = find("\n", pos)
-                if end == -1:
-                    break
-                pos = find(needle, end)
-        base = self._line_no
-        counted_to = 0  # text[:counted_to] holds `lines_before` newlines
-        lines_before = 0
-        cursor = 0  # everything before it has been fed or skipped
-        size = len(text)
-        for start in sorted(starts):
-            if start < cursor:
-                continue
-            while True:
-                lines_before += text.count("\n", counted_to, start)
-                counted_to = start
-                end = find("\n", start)
-                if end == -1:
-                    end = size
-                self._line_no = base + lines_before
-                self._feed(text[start:end])
-                cursor = end + 1
-                if cursor >= size or (not self._in_traceback and self._command_parts is None):
-                    break
-                start = cursor  # inside a traceback or a continued command: every line matters
-        lines_before += text.count("\n", counted_to)
-        if text and not text.endswith("\n"):
-            lines_before += 1
-        self._line_no = base + lines_before
+        """Feed the lines of `text` (whole lines, each ending in a newline but maybe the last).
+
+        A line with SGLang's prefix whose message starts with none of the handled words, and holds no
+        `KV C` or `xception`, is skipped without parsing: that is the request log, almost all of a
+        long log. Every other line goes through `_feed`.
+        """
+        lines = text.split("\n")
+        if text.endswith("\n"):
+            lines.pop()
+        keys = _HANDLER_KEYS
+        feed = self._feed
+        # Block-wide checks first: most blocks of a long log hold no escape code, carriage return,
+        # labelled KV line or exception, so their lines need only the key lookup.
+        decorated = "\x1b" in text or "\r" in text
+        anywhere = "KV C" in text or "xception" in text
+        sequential = self._in_traceback or self._command_parts is not None
+        line_no = self._line_no
+        for line in lines:
+            line_no += 1
+            if not sequential and not (decorated and ("\x1b" in line or "\r" in line)):
+                i = line.find("] ", 1, 200)
+                if i != -1 and line[0] == "[" and not line[1].isdigit():  # kubectl --prefix: [pod/name/c]
+                    i = line.find("] ", i + 2, i + 200)
+                if i != -1 and line[i - 1].isdigit():
+                    key = line[i + 2 : i + 6]
+                    if key not in keys:
+                        if not anywhere or ("KV C" not in line and "xception" not in line):
+                            continue
+                    elif key == "INFO" and line[i + 6 : i + 7] == ":" and "Uvicorn" not in line:
+                        continue  # uvicorn's access log
+            self._line_no = line_no - 1
+            feed(line)
+            sequential = self._in_traceback or self._command_parts is not None
+        self._line_no = line_no
 
     def summary(self) -> LogSummary:
         ranks = tuple(
@@ -728,10 +727,6 @@ class LogReader:
             return self._on_kv_allocated(rank, message) or _NO_EVENTS
         if " hit an exception" in message:  # DetokenizerManager, DataParallelController, ...
             return self._on_manager_exception(rank, message)
-        if "sglang" in message or "SGLang" in message:
-            self._check_version(message)
-        elif "Error: " in message:
-            return self._on_exception_text(rank, message) or _NO_EVENTS
         return _NO_EVENTS
 
     def _unwrap_json(self, line: str) -> str:

@@ -1,10 +1,10 @@
 """Audit live SGLang servers: ask each for its pool and limits, and judge it like any other role.
 
 The flow: endpoints (URLs, a fleet file, or a manifest's roles paired with URLs) -> one
-`SglangClient` per endpoint, run on a bounded thread pool -> one RoleTarget and one PoolMeasurement
-per endpoint -> `app.judge`. Threads, not asyncio: the work is a handful of blocking HTTP GETs per
-server, the client stays the same synchronous client the measure backend uses on loopback, and a
-thread pool bounds the concurrency with one number (`--concurrency`).
+`SglangClient` per endpoint, run on a bounded set of threads -> one RoleTarget and one
+PoolMeasurement per endpoint -> `app.judge`. Threads, not asyncio: the work is three blocking HTTP
+GETs per server, the client stays the same synchronous client the measure backend uses on loopback,
+and a fixed number of worker threads bounds the concurrency with one number (`--concurrency`).
 
 A server that cannot be audited is reported (KV306, exit 3) next to the others; it never passes.
 """
@@ -15,13 +15,14 @@ import difflib
 import ipaddress
 import math
 import os
+import queue
 import shlex
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from rich.console import Console
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
 MAX_FLEET_BYTES = 4 * 1024 * 1024
 FLEET_ENTRY_KEYS = ("url", "context_length", "role")
 BACKOFF_S = 0.5  # first retry waits this long, then doubles
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -367,34 +371,65 @@ def audit_endpoints(
             transport=transport,
         )
 
-    outcomes: list[AuditOutcome | None] = [None] * len(endpoints)
-    workers = max(1, min(concurrency, len(endpoints)))
-    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvcheck-audit")
-    try:
-        futures = {executor.submit(one, endpoint): index for index, endpoint in enumerate(endpoints)}
-        if show:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    if not show:
+        outcomes = run_bounded(endpoints, one, concurrency)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            with Progress(
-                TextColumn("auditing servers"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("audit", total=len(endpoints))
-                for future in as_completed(futures):
-                    outcomes[futures[future]] = future.result()
-                    bar.advance(task)
-        else:
-            for future in as_completed(futures):
-                outcomes[futures[future]] = future.result()
-    finally:
-        # On Ctrl-C or a bug, do not wait for servers still being asked; their clients time out.
-        executor.shutdown(wait=all(o is not None for o in outcomes), cancel_futures=True)
-    done = [o for o in outcomes if o is not None]
-    return [o.target for o in done], [o.measurement for o in done]
+        with Progress(
+            TextColumn("auditing servers"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("audit", total=len(endpoints))
+            outcomes = run_bounded(endpoints, one, concurrency, on_done=lambda: bar.advance(task))
+    return [o.target for o in outcomes], [o.measurement for o in outcomes]
+
+
+def run_bounded(
+    items: Sequence[T], work: Callable[[T], R], concurrency: int, on_done: Callable[[], None] | None = None
+) -> list[R]:
+    """`work(item)` for every item on at most `concurrency` threads; results in input order.
+
+    Daemon threads rather than a ThreadPoolExecutor: on Ctrl-C the command exits at once instead
+    of waiting for every in-flight request to time out (executor threads are joined at exit).
+    An exception in `work` (a kvcheck bug: server failures are findings) is raised here.
+    """
+    pending: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for index in range(len(items)):
+        pending.put(index)
+    finished: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while True:
+            try:
+                index = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                finished.put((index, work(items[index]), None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                finished.put((index, None, exc))
+
+    for number in range(max(1, min(concurrency, len(items)))):
+        threading.Thread(target=worker, name=f"kvcheck-audit-{number}", daemon=True).start()
+    results: list[Any] = [None] * len(items)
+    for _ in range(len(items)):
+        while True:
+            try:
+                index, result, exc = finished.get(timeout=0.2)  # short waits keep Ctrl-C responsive
+                break
+            except queue.Empty:
+                continue
+        if exc is not None:
+            raise exc
+        results[index] = result
+        if on_done is not None:
+            on_done()
+    return results
 
 
 def audit_one(

@@ -111,6 +111,7 @@ class FakeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 recorded = RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()})
@@ -251,15 +252,15 @@ class TlsFiles:
         return context
 
 
-def make_tls_files(folder: Path) -> TlsFiles | None:
-    """Generate a CA and a 127.0.0.1 server certificate with the openssl CLI; None when it is absent."""
+def make_tls_files(folder: Path, san: str = "IP:127.0.0.1,DNS:localhost") -> TlsFiles | None:
+    """Generate a CA and a server certificate for `san` with the openssl CLI; None when it is absent."""
     openssl = shutil.which("openssl")
     if openssl is None:
         return None
     ca_key, ca_cert = folder / "ca.key", folder / "ca.pem"
     key, csr, cert = folder / "server.key", folder / "server.csr", folder / "server.pem"
     ext = folder / "san.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+    ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n")
 
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60)

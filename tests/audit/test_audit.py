@@ -451,3 +451,41 @@ def test_json_report_carries_the_details(serve):
     assert details["swa_token_capacities"] == [90000, 90000]
     assert details["metrics"]["sglang:max_total_num_tokens"] == 670000.0
     assert data["roles"][0]["pool_tokens"] == 670000
+
+
+# -- the worker pool -----------------------------------------------------------------------------------
+
+
+def test_run_bounded_runs_exactly_concurrency_at_once_in_input_order():
+    import threading
+
+    from kvcheck.backends.audit import run_bounded
+
+    barrier = threading.Barrier(3, timeout=10)  # breaks unless three items run at the same time
+    lock = threading.Lock()
+    active, peak = 0, 0
+
+    def work(item: int) -> int:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        barrier.wait()
+        with lock:
+            active -= 1
+        return item * 10
+
+    assert run_bounded(list(range(12)), work, 3) == [i * 10 for i in range(12)]
+    assert peak == 3
+
+
+def test_run_bounded_raises_a_bug_in_the_calling_thread():
+    from kvcheck.backends.audit import run_bounded
+
+    def work(item: int) -> int:
+        if item == 2:
+            raise ZeroDivisionError("bug")
+        return item
+
+    with pytest.raises(ZeroDivisionError, match="bug"):
+        run_bounded([0, 1, 2, 3], work, 2)

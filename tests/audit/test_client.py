@@ -15,7 +15,7 @@ from kvcheck.engines.sglang.client import (
 )
 from kvcheck.errors import EndpointError, InputError
 
-from .servers import Reply, metrics_text, models_payload, server_info_payload, sglang_routes
+from .servers import Reply, make_tls_files, metrics_text, models_payload, server_info_payload, sglang_routes
 
 FAST = {"timeout_s": 2.0, "retries": 0, "backoff_s": 0.0}
 
@@ -284,6 +284,21 @@ def test_tls_insecure(serve, tls_files):
     server = serve(sglang_routes(), ssl_context=tls_files.server_context())
     with SglangClient(server.url, verify=False, **FAST) as client:
         assert client.server_info().pool_tokens == 681280
+
+
+def test_tls_certificate_for_another_host(serve, tmp_path):
+    other = make_tls_files(tmp_path, san="DNS:sglang.example")
+    if other is None:
+        pytest.skip("the openssl CLI is needed to make a test certificate")
+    server = serve(sglang_routes(), ssl_context=other.server_context())
+    with SglangClient(server.url, verify=str(other.ca_cert), **FAST) as client:
+        with pytest.raises(EndpointError) as caught:
+            client.server_info()
+    assert caught.value.message == (
+        f"{server.url}/server_info: TLS certificate verification failed "
+        "(certificate verify failed: IP address mismatch, certificate is not valid for '127.0.0.1'.)"
+    )
+    assert caught.value.hint == "the certificate does not name this host: use the host name it was issued for"
 
 
 def test_missing_ca_bundle_is_input_error(tmp_path):

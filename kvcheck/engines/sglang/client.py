@@ -547,6 +547,11 @@ class SglangClient:
             ) from exc
 
     def _tls_error(self, url: httpx.URL, reason: str) -> EndpointError:
+        if "mismatch" in reason.lower():
+            return EndpointError(
+                f"{display_url(url)}: TLS certificate verification failed ({reason})",
+                hint="the certificate does not name this host: use the host name it was issued for",
+            )
         if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
             return EndpointError(
                 f"{display_url(url)}: TLS certificate verification failed ({reason})",

@@ -1,0 +1,219 @@
+"""Turn what one engine said (log ranks, server info) into a role's pool figure and findings.
+
+Pure functions, no processes: the rules of fail-closed reading live here so they can be tested on
+their own. The role's pool is the minimum over every rank that reported one (attention-DP ranks,
+pipeline stages, DP replicas) and over both sources; a disagreement is reported, never averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.backends.base import RoleTarget
+from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
+from kvcheck.engines.sglang.client import ServerInfo
+from kvcheck.policy.registry import finding
+from kvcheck.report.model import Finding
+
+
+@dataclass(frozen=True)
+class RankPool:
+    """One rank's final `max_total_num_tokens=` line (tokens)."""
+
+    rank: str  # the log tag, e.g. "DP1 TP4" ("" for a TP1 launch)
+    pool_tokens: int
+    context_len: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """Everything one boot produced that bears on the verdict."""
+
+    ranks: tuple[RankPool, ...] = ()
+    server: ServerInfo | None = None
+    server_error: str | None = None  # why /server_info could not be read
+    below_context_warnings: tuple[str, ...] = ()  # SGLang's own "fewer than --context-length" lines
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoleFigures:
+    """The role's figures after cross-checking; pool_tokens None means no complete set (KV301)."""
+
+    pool_tokens: int | None
+    max_input_tokens: int | None
+    context_len: int | None
+    engine_version: str | None
+    findings: tuple[Finding, ...]
+    details: Mapping[str, Any]
+
+
+def _same_version(declared: str, booted: str) -> bool:
+    try:
+        return Version(declared) == Version(booted)
+    except InvalidVersion:
+        return declared.strip() == booted.strip()
+
+
+def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
+    """Cross-check log and server figures for one role; the smaller figure wins (fail closed)."""
+    role = target.name
+    found: list[Finding] = []
+    details: dict[str, Any] = dict(report.extra)
+    server = report.server
+
+    log_pool = min((r.pool_tokens for r in report.ranks), default=None)
+    server_pool = server.pool_tokens if server is not None else None
+    details["log_ranks"] = [
+        {"rank": r.rank or "TP0", "pool_tokens": r.pool_tokens, "context_len": r.context_len}
+        for r in report.ranks
+    ]
+    if server is not None:
+        details["server_info"] = {
+            "endpoint": server.endpoint,
+            "max_total_num_tokens": server.max_total_num_tokens,
+            "dp_token_capacities": list(server.dp_token_capacities),
+            "max_req_input_len": server.max_req_input_len,
+            "version": server.version,
+        }
+    elif report.server_error:
+        details["server_info_error"] = report.server_error
+
+    pools = [p for p in (log_pool, server_pool) if p is not None]
+    pool = min(pools) if pools else None
+    if log_pool is not None and server_pool is not None and log_pool != server_pool:
+        found.append(
+            finding(
+                "KV305",
+                role,
+                f"the startup log gives a pool of {log_pool:,} tokens (minimum over "
+                f"{len(report.ranks)} rank line{'s' if len(report.ranks) != 1 else ''}) but {server.endpoint} "
+                f"gives {server_pool:,}; using the smaller, {pool:,}",
+                hint="keep the log (--logs-dir) and compare the ranks' max_total_num_tokens lines",
+            )
+        )
+    elif pool is not None and log_pool is None:
+        found.append(
+            finding(
+                "KV305",
+                role,
+                f"the startup log shows no max_total_num_tokens line; the pool ({pool:,} tokens) comes from "
+                f"{server.endpoint} alone"
+                if server is not None
+                else "the startup log shows no pool line",
+                hint="measure with --log-level info (the default) so the log can confirm the figure",
+            )
+        )
+    elif pool is not None and server_pool is None:
+        reason = f" ({report.server_error})" if report.server_error else ""
+        found.append(
+            finding(
+                "KV305",
+                role,
+                f"the server-info endpoint could not be read{reason}; the pool ({pool:,} tokens) comes "
+                "from the startup log alone",
+                hint="let the engine serve HTTP on the loopback port kvcheck passes (--host/--port)",
+            )
+        )
+    if pool is None:
+        found.append(
+            finding(
+                "KV301",
+                role,
+                "the engine gave no pool figure: no max_total_num_tokens line in its log and no "
+                "answer from its server-info endpoint"
+                + (f" ({report.server_error})" if report.server_error else ""),
+                hint="check the engine log (--logs-dir DIR keeps it); --log-level must be info or lower",
+                location=target.location,
+            )
+        )
+
+    version = server.version if server is not None else None
+    if target.engine_version is not None:
+        if version is None:
+            found.append(
+                finding(
+                    "KV303",
+                    role,
+                    f"could not confirm the engine's version (the manifest declares {target.engine_version}): "
+                    "the server-info endpoint did not say",
+                    hint="let the engine serve on loopback so kvcheck can read /server_info",
+                    location=target.arg_location("engine_version"),
+                )
+            )
+        elif not _same_version(target.engine_version, version):
+            found.append(
+                finding(
+                    "KV303",
+                    role,
+                    f"SGLang {version} booted, but the manifest declares {target.engine_version}: the figures "
+                    "are not those of the release you deploy",
+                    hint=f"install sglang=={target.engine_version} on this host, or set engine.version: "
+                    f"'{version}' if that is what you deploy",
+                    location=target.arg_location("engine_version"),
+                )
+            )
+
+    if report.below_context_warnings:
+        found.append(
+            finding(
+                "KV306",
+                role,
+                "SGLang warned: "
+                + report.below_context_warnings[0]
+                + (
+                    f" ({len(report.below_context_warnings)} ranks)"
+                    if len(report.below_context_warnings) > 1
+                    else ""
+                ),
+                hint="lower --context-length, raise --mem-fraction-static or use more GPUs per role",
+                location=target.location,
+            )
+        )
+
+    contexts = [r.context_len for r in report.ranks if r.context_len is not None]
+    context_len = min(contexts) if contexts else (server.served_context_len if server is not None else None)
+    return RoleFigures(
+        pool_tokens=pool,
+        max_input_tokens=server.max_req_input_len if server is not None else None,
+        context_len=context_len,
+        engine_version=version,
+        findings=tuple(found),
+        details=details,
+    )
+
+
+def estimate_gap(measured_tokens: int, estimate_tokens: int) -> float:
+    """Relative gap of an estimate from the measurement (0.12 = 12 %)."""
+    return abs(estimate_tokens - measured_tokens) / max(measured_tokens, 1)
+
+
+def compare_estimate(role: str, measured_tokens: int | None, estimate_tokens: int | None) -> list[Finding]:
+    """KV304 when the estimate misses the measured pool by more than 10 %."""
+    if measured_tokens is None or estimate_tokens is None:
+        return []
+    gap = estimate_gap(measured_tokens, estimate_tokens)
+    if gap <= 0.10:
+        return []
+    return [
+        finding(
+            "KV304",
+            role,
+            f"the estimate ({estimate_tokens:,} tokens) is {gap:.1%} away from the measured pool "
+            f"({measured_tokens:,} tokens)",
+            hint="trust the measurement; calibrate the GPU profile or estimate overrides before relying on "
+            "--mode estimate or `kvcheck plan` for this model",
+        )
+    ]
+
+
+def ranks_of(lines: Sequence[tuple[str, int, int | None]]) -> tuple[RankPool, ...]:
+    """RankPools from (tag, pool, context) triples, keeping the last line of each rank."""
+    last: dict[str, RankPool] = {}
+    for tag, pool, ctx in lines:
+        last[tag] = RankPool(rank=tag, pool_tokens=pool, context_len=ctx)
+    return tuple(last.values())

@@ -1,0 +1,233 @@
+"""Start one role's engine exactly as production would, and end it with every process it started.
+
+The command line is `engine.command + --model-path + the role's args + loopback host and free ports`;
+nothing that changes the pool is added or dropped. The engine runs in its own session (own process
+group) so that kvcheck can end the whole group, and so that SGLang's
+`SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION` cannot take kvcheck down with it (sglang.md §10).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from kvcheck.backends.base import RoleTarget
+from kvcheck.errors import InputError
+
+LOOPBACK = "127.0.0.1"
+_POLL_S = 0.02
+
+_ports_lock = threading.Lock()
+_ports_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, never the same twice in one kvcheck process.
+
+    The engine binds it a moment later; roles booting side by side must not be handed the same one.
+    """
+    with _ports_lock:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((LOOPBACK, 0))
+                port = sock.getsockname()[1]
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+
+
+def role_nnodes(target: RoleTarget) -> int:
+    """How many hosts the role spans (SGLang's --nnodes, 1 when unset)."""
+    value = target.args.get("nnodes")
+    try:
+        return int(value) if value is not None else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def build_argv(
+    target: RoleTarget, *, port: int, bootstrap_port: int | None, dummy_weights: bool
+) -> tuple[str, ...]:
+    """The exact command line for one role; `bootstrap_port` only for disaggregated roles.
+
+    The loopback host and the ports come last so they win over any `host`/`port` in the args
+    (argparse keeps the last value): the measurement must not listen where production does.
+    """
+    argv = list(target.engine_command)
+    if target.model_path is not None:
+        argv += ["--model-path", target.model_path]
+    elif "model_path" not in target.args:
+        raise InputError(
+            f"role {target.name}: the manifest names no model (model.path); measure mode must know "
+            "what the engine loads",
+            hint="set model.path in the manifest",
+        )
+    argv += list(target.argv_args)
+    argv += ["--host", LOOPBACK, "--port", str(port)]
+    if bootstrap_port is not None:
+        argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    if dummy_weights:
+        argv += ["--load-format", "dummy"]
+    return tuple(argv)
+
+
+def needs_bootstrap_port(target: RoleTarget) -> bool:
+    """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
+    return target.disaggregation_mode is not None and "disaggregation_bootstrap_port" not in target.args
+
+
+def build_env(target: RoleTarget, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine's environment: kvcheck's own, the role's GPUs, then the manifest's env (which wins).
+
+    CUDA_DEVICE_ORDER=PCI_BUS_ID (unless set) makes CUDA number GPUs as NVML and nvidia-smi do, so the
+    GPUs kvcheck inspected are the GPUs the engine uses; it does not change what a GPU holds.
+    """
+    env = dict(os.environ if base is None else base)
+    if target.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in target.gpus)
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    env.update({str(k): str(v) for k, v in target.env.items()})
+    return env
+
+
+def _group_members(pgid: int) -> list[tuple[int, str]] | None:
+    """(pid, state) of every process in group `pgid` from /proc; None where /proc is not Linux's."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # comm may contain spaces and parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append((int(entry.name), fields[0]))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group is still running.
+
+    Zombies (state Z/X) hold no memory and cannot be killed again; an orphaned zombie stays until
+    its new parent reaps it, which is not ours to wait for.
+    """
+    members = _group_members(pgid)
+    if members is not None:
+        return any(state not in ("Z", "X") for _, state in members)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live members of the group (for messages); empty where /proc cannot tell."""
+    return sorted(pid for pid, state in (_group_members(pgid) or []) if state not in ("Z", "X"))
+
+
+class EngineProcess:
+    """One engine launch: its process group, its merged stdout+stderr, and a guaranteed end."""
+
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        env: Mapping[str, str],
+        *,
+        log_path: Path,
+        on_line: Callable[[str], None],
+    ) -> None:
+        self.argv = argv
+        self.log_path = log_path
+        self._on_line = on_line
+        self._log = log_path.open("w", encoding="utf-8", errors="replace")
+        try:
+            self._proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError:
+            self._log.close()
+            raise
+        self.pid = self._proc.pid
+        self.pgid = self.pid  # start_new_session: the engine leads its own session and group
+        self.started_at = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name=f"kvcheck-log-{self.pid}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        """Copy every line to the log file and to the parser as it arrives, until all writers close."""
+        assert self._proc.stdout is not None
+        try:
+            for raw in iter(self._proc.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                try:
+                    self._log.write(line + "\n")
+                    self._log.flush()
+                except ValueError:
+                    pass  # stop() gave up waiting for a writer that escaped SIGKILL and closed the log
+                self._on_line(line)
+        finally:
+            self._proc.stdout.close()
+
+    def poll(self) -> int | None:
+        """The launcher's exit status (negative: killed by that signal), None while it runs."""
+        return self._proc.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def stop(self, grace_s: float) -> list[int]:
+        """End the whole process group: SIGTERM, then SIGKILL after `grace_s`; returns survivors' pids.
+
+        Idempotent. After it returns the launcher is reaped and the log is complete and closed; the
+        returned list is empty unless a process escaped even SIGKILL (uninterruptible sleep).
+        """
+        self._signal_group(signal.SIGTERM)
+        if not self._wait_group(grace_s):
+            self._signal_group(signal.SIGKILL)
+            self._wait_group(10.0)
+        try:
+            self._proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            pass
+        survivors = group_pids(self.pgid) if group_alive(self.pgid) else []
+        self._reader.join(timeout=5.0)
+        if not self._log.closed:
+            self._log.close()
+        return survivors
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _wait_group(self, timeout_s: float) -> bool:
+        """Reap the launcher and wait until no process of the group runs; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._proc.poll()
+            if not group_alive(self.pgid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)

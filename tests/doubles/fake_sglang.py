@@ -1,0 +1,471 @@
+#!/usr/bin/env python3
+"""An engine double for measure-mode tests: behaves like `python -m sglang.launch_server` 0.5.23.
+
+It follows /work/shared/docs/sglang.md: argparse with the real flag names (abbreviations allowed,
+unknown or ambiguous flags exit 2), one forked scheduler per (DP, PP, TP) rank plus a detokenizer in
+the launcher's process group, rank-tagged log lines on stderr in the 0.5.23 format (§4), an HTTP
+server with `/server_info`, `/get_server_info`, `/v1/models` and `/health` (§5), and the failure paths
+of §10 (OOM while sizing: "Scheduler hit an exception", SIGQUIT to the launcher, exit 137).
+
+Behaviour is chosen through the environment:
+  FAKE_SGLANG_MODE             comma-separated: oom, oom_graph, hang, crash_before_pool,
+                               ignore_sigterm, old_release, no_http, no_ready
+  FAKE_SGLANG_POOL_TOKENS      pool per (DP rank, PP stage) in that order, comma-separated; one value
+                               applies to all (default 947824)
+  FAKE_SGLANG_SERVER_POOL_TOKENS  what /server_info reports instead (log vs server disagreement)
+  FAKE_SGLANG_MODEL_CONTEXT    the model's derived context length (default 131072)
+  FAKE_SGLANG_VERSION          the version /server_info reports (default 0.5.23)
+  FAKE_SGLANG_PIDFILE          every process appends its pid here (no-survivor assertions)
+  FAKE_SGLANG_STEP_S           pause between log lines (default 0.002 s)
+  FAKE_SGLANG_LOAD_S           time "loading weights" takes (default 0 s; benchmarks set it)
+  FAKE_SGLANG_ENVFILE          the launcher writes its argv and CUDA_* / KVTEST_* environment here (JSON)
+  FAKE_SGLANG_EVENTS           the launcher appends "<label> start" and "<label> stop" lines here
+  FAKE_SGLANG_LABEL            the label for those lines (default: the model path)
+  FAKE_SGLANG_TOUCH            a file the launcher creates as it starts
+  FAKE_SGLANG_WAIT_FOR         the launcher waits for this file before it reports ready (two roles
+                               that must boot side by side: each waits for the other's TOUCH file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODES = {m.strip() for m in os.environ.get("FAKE_SGLANG_MODE", "").split(",") if m.strip()}
+STEP_S = float(os.environ.get("FAKE_SGLANG_STEP_S", "0.002"))
+LOAD_S = float(os.environ.get("FAKE_SGLANG_LOAD_S", "0"))
+VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.4.1.post3" if "old_release" in MODES else "0.5.23")
+PR_SET_PDEATHSIG = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags that matter to measurement, spelled as SGLang 0.5.23 spells them."""
+    parser = argparse.ArgumentParser(prog="launch_server.py", allow_abbrev=True)
+    parser.add_argument("--model-path", "--model", required=True)
+    parser.add_argument("--tokenizer-path")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--pp-size", "--pipeline-parallel-size", type=int, default=1)
+    parser.add_argument("--dp-size", "--data-parallel-size", type=int, default=1)
+    parser.add_argument("--attn-dp-size", type=int, default=1)
+    parser.add_argument("--ep-size", type=int, default=1)
+    parser.add_argument("--mem-fraction-static", type=float)
+    parser.add_argument("--context-length", type=int)
+    parser.add_argument("--max-total-tokens", type=int)
+    parser.add_argument("--max-running-requests", type=int)
+    parser.add_argument("--chunked-prefill-size", type=int)
+    parser.add_argument("--page-size", type=int)
+    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--skip-server-warmup", action="store_true")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--disaggregation-mode", default="null", choices=["null", "prefill", "decode"])
+    parser.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    parser.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    parser.add_argument("--disaggregation-enable-kv-checksum", action="store_true")
+    parser.add_argument("--cuda-graph-max-bs-decode", type=int)
+    parser.add_argument("--cuda-graph-max-bs-prefill", type=int)
+    parser.add_argument("--allow-auto-truncate", action="store_true")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--dist-init-addr")
+    parser.add_argument("--enable-metrics", action="store_true")
+    parser.add_argument("--served-model-name")
+    return parser
+
+
+class Log:
+    """SGLang's logging: `[YYYY-MM-DD HH:MM:SS{tags}] message`, no level name (sglang.md §4.1)."""
+
+    def __init__(self, level: str) -> None:
+        self.quiet_info = level.lower() in ("warning", "error", "critical")
+
+    def __call__(self, message: str, *, tags: str = "", warning: bool = False) -> None:
+        if self.quiet_info and not warning:
+            return
+        stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        sys.stderr.write(f"[{stamp}{tags}] {message}\n")
+        sys.stderr.flush()
+
+
+def record_pid() -> None:
+    path = os.environ.get("FAKE_SGLANG_PIDFILE")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL), as SGLang's children do (sglang.md §10)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def pools(args: argparse.Namespace) -> dict[tuple[int, int], int]:
+    """Pool tokens per (DP rank, PP stage)."""
+    dp = max(args.attn_dp_size, args.dp_size)
+    keys = [(d, p) for d in range(dp) for p in range(args.pp_size)]
+    values = [int(v) for v in os.environ.get("FAKE_SGLANG_POOL_TOKENS", "947824").split(",")]
+    if len(values) == 1:
+        values = values * len(keys)
+    if len(values) != len(keys):
+        raise SystemExit(f"FAKE_SGLANG_POOL_TOKENS needs {len(keys)} values, got {len(values)}")
+    if args.max_total_tokens:
+        values = [min(v, args.max_total_tokens) for v in values]
+    return dict(zip(keys, values, strict=True))
+
+
+def context_len(args: argparse.Namespace) -> int:
+    return args.context_length or int(os.environ.get("FAKE_SGLANG_MODEL_CONTEXT", "131072"))
+
+
+def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int, log: Log) -> None:
+    """One scheduler process: the startup lines of §4.2 in order, then wait to be stopped."""
+    record_pid()
+    if "ignore_sigterm" in MODES:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        die_with_parent()
+    attn_dp = args.attn_dp_size > 1
+    dp_width = max(args.attn_dp_size, args.dp_size)
+    tags = (f" DP{dp}" if dp_width > 1 else "") + (f" PP{pp}" if args.pp_size > 1 else "")
+    tags += f" TP{tp}" if args.tp_size > 1 else ""
+    pool = pools(args)[(dp, pp)]
+    ctx = context_len(args)
+    old = "old_release" in MODES
+
+    def step(message: str, **kw: bool) -> None:
+        time.sleep(STEP_S)
+        log(message, tags=tags, **kw)
+
+    step("Init parallel begin.")
+    step("Init parallel ends. elapsed=0.41 s")
+    step("Memory baseline taken. mem usage=0.00 GB")
+    step("Load weight begin. avail mem=139.31 GB")
+    if "hang" in MODES:
+        while True:
+            time.sleep(3600)
+    time.sleep(LOAD_S)
+    step("Load weight end. elapsed=20.84 s, type=LlamaForCausalLM, avail mem=124.10 GB, mem usage=15.21 GB.")
+    if "oom" in MODES:
+        fail_scheduler(
+            tags,
+            log,
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={args.mem_fraction_static}. Raise --mem-fraction-static above 0.912 "
+            "(minimum viable = 1 - available/pre = 0.911). If using speculative decoding, draft weights "
+            "are now counted.",
+        )
+    if old:
+        step("KV Cache is allocated. K size: 27.02 GB, V size: 27.02 GB.")
+    else:
+        step(
+            f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {pool}, K size: 28.93 GB, V size: 28.93 GB"
+        )
+    step("Memory pool end. avail mem=13.55 GB")
+    step("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=13.04 GB")
+    if "oom_graph" in MODES:
+        fail_scheduler(
+            tags,
+            log,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+            "capacity of 139.81 GiB of which 1.02 GiB is free.",
+        )
+    step(
+        "Capture target decode CUDA graph end. bs=[1, 2, 4, 8], elapsed=12.40 s, mem usage=0.52 GB, avail mem=12.42 GB."
+    )
+    if pool < ctx and not old:
+        step(
+            f"KV pool holds {pool} tokens, fewer than --context-length {ctx}. One full-length request cannot "
+            "fit, so long requests will be refused or truncated at serving time. Lower --context-length, "
+            "raise --mem-fraction-static, or free memory taken before the pool is sized.",
+            warning=True,
+        )
+    attn_tp = args.tp_size // args.attn_dp_size if attn_dp else args.tp_size
+    leader = tp == (dp * attn_tp if attn_dp else 0)
+    if old:
+        step(
+            f"max_total_num_tokens={pool}, max_prefill_tokens=16384, max_running_requests=2049, context_len={ctx}"
+        )
+    elif leader:
+        step(
+            f"max_total_num_tokens={pool}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            f"max_running_requests=3702, context_len={ctx}, available_gpu_mem=12.37 GB"
+        )
+    os.write(ready_fd, b"r")
+    while True:
+        time.sleep(3600)
+
+
+def fail_scheduler(tags: str, log: Log, error: str) -> None:
+    """The OOM path of §10: log the exception, SIGQUIT the launcher, wait for its SIGKILL."""
+    log(
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 6360, in '
+        "run_scheduler_process\n    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, ...)\n"
+        f"{error}",
+        tags=tags,
+        warning=True,
+    )
+    os.kill(os.getppid(), signal.SIGQUIT)
+    while True:
+        time.sleep(3600)
+
+
+def event(args: argparse.Namespace, what: str) -> None:
+    path = os.environ.get("FAKE_SGLANG_EVENTS")
+    if path:
+        label = os.environ.get("FAKE_SGLANG_LABEL", args.model_path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{label} {what}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def detokenizer() -> None:
+    record_pid()
+    if "ignore_sigterm" in MODES:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        die_with_parent()
+    while True:
+        time.sleep(3600)
+
+
+def kill_children(children: list[int]) -> None:
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], int]) -> dict:
+    """/server_info as 0.5.23 builds it (§5): resolved args, first scheduler's info, per-DP states."""
+    ctx = context_len(args)
+    dp = max(args.attn_dp_size, args.dp_size)
+    override = os.environ.get("FAKE_SGLANG_SERVER_POOL_TOKENS")
+    capacities = [min(pool_by_rank[(d, p)] for p in range(args.pp_size)) for d in range(dp)]
+    if override:
+        capacities = [int(override)] * dp
+    first = capacities[0]
+    resolved = {key: value for key, value in vars(args).items() if key not in ("disaggregation_mode",)}
+    resolved.update(
+        disaggregation_mode=args.disaggregation_mode,
+        mem_fraction_static=args.mem_fraction_static if args.mem_fraction_static is not None else 0.903,
+        chunked_prefill_size=args.chunked_prefill_size or 8192,
+        page_size=args.page_size or 1,
+        context_length=args.context_length,
+        enable_dp_attention=args.attn_dp_size > 1,
+    )
+    if "old_release" in MODES:
+        return {
+            **resolved,
+            "max_total_num_tokens": first,
+            "max_req_input_len": min(ctx - 1, first - 1) - 5,
+            "version": VERSION,
+        }
+    return {
+        **resolved,
+        "launch_command": " ".join(sys.argv),
+        "status": "ready",
+        "max_total_num_tokens": first,
+        "max_req_input_len": min(ctx - 1, first - 1) - 5,
+        "startup_time": 1.5,
+        "internal_states": [
+            {
+                "dp_rank": d,
+                "world_size": args.tp_size * args.pp_size,
+                "memory_usage": {
+                    "weight": 15.21,
+                    "kvcache": 57.86,
+                    "startup_available": 139.31,
+                    "token_capacity": cap,
+                    "token_capacity_swa": None,
+                },
+            }
+            for d, cap in enumerate(capacities)
+        ],
+        "version": VERSION,
+        "frontend": "python",
+    }
+
+
+def serve(
+    args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], int], log: Log
+) -> ThreadingHTTPServer:
+    info = server_info(args, pool_by_rank)
+    old = "old_release" in MODES
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's spelling)
+            path = self.path.split("?")[0]
+            if path == "/server_info" and not old or path == "/get_server_info":
+                if path == "/get_server_info" and not old:
+                    log(
+                        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                        "Please use '/server_info' instead.",
+                        warning=True,
+                    )
+                self._json(200, info)
+            elif path == "/v1/models":
+                self._json(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": args.served_model_name or args.model_path,
+                                "object": "model",
+                                "created": 0,
+                                "owned_by": "sglang",
+                                "root": args.model_path,
+                                "max_model_len": context_len(args),
+                            }
+                        ],
+                    },
+                )
+            elif path in ("/health", "/ready"):
+                self._json(200, {})
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def _json(self, status: int, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *fmt_args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main() -> None:
+    record_pid()
+    args = build_parser().parse_args()
+    log = Log(args.log_level)
+    envfile = os.environ.get("FAKE_SGLANG_ENVFILE")
+    if envfile:
+        with open(envfile, "w") as handle:
+            json.dump(
+                {
+                    "argv": sys.argv[1:],
+                    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "env": {k: v for k, v in os.environ.items() if k.startswith(("KVTEST_", "CUDA_"))},
+                },
+                handle,
+            )
+    event(args, "start")
+    touch = os.environ.get("FAKE_SGLANG_TOUCH")
+    if touch:
+        open(touch, "w").close()
+    log(f"server_args={vars(args)!r}")
+    if "crash_before_pool" in MODES:
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 28, in <module>\n'
+            "    run_server(server_args)\n"
+            f"ValueError: User-specified context_length ({context_len(args)}) is greater than the derived "
+            "context_length (131072). This may lead to incorrect model outputs or CUDA errors. To allow "
+            "overriding context_length, please set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n"
+        )
+        sys.exit(1)
+    pool_by_rank = pools(args)
+    children: list[int] = []
+
+    def on_sigquit(signum: int, frame: object) -> None:
+        log("Received sigquit from a child process. It usually means the child failed.")
+        kill_children(children)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    signal.signal(signal.SIGQUIT, on_sigquit)
+    ready_r, ready_w = os.pipe()
+    dp_width = max(args.attn_dp_size, args.dp_size)
+    ranks = [
+        (d, p, t)
+        for d in range(dp_width if args.attn_dp_size == 1 else 1)
+        for p in range(args.pp_size)
+        for t in range(args.tp_size)
+    ]
+    if args.attn_dp_size > 1:  # attention DP lives inside the TP group: DP tag = tp_rank // attn_tp
+        attn_tp = args.tp_size // args.attn_dp_size
+        ranks = [(t // attn_tp, p, t) for p in range(args.pp_size) for t in range(args.tp_size)]
+    for dp, pp, tp in ranks:
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            try:
+                scheduler(args, dp, pp, tp, ready_w, log)
+            finally:
+                os._exit(1)
+        children.append(pid)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            detokenizer()
+        finally:
+            os._exit(1)
+    children.append(pid)
+    os.close(ready_w)
+
+    ready = 0
+    while ready < len(ranks):
+        readable, _, _ = select.select([ready_r], [], [], 0.05)
+        if readable:
+            ready += len(os.read(ready_r, 64))
+        for rank, child in enumerate(children[: len(ranks)]):
+            done, status = os.waitpid(child, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                sys.stderr.write(
+                    f"RuntimeError: Rank {rank} scheduler died during initialization (exit code: {code}).\n"
+                )
+                kill_children(children)
+                sys.exit(1)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        event(args, "stop")
+        log(f"SIGTERM received. signum={signum} frame={frame} Draining requests and shutting down...")
+        if "ignore_sigterm" not in MODES:
+            kill_children(children)
+        os._exit(0)
+
+    if "no_http" not in MODES:
+        serve(args, pool_by_rank, log)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    wait_for = os.environ.get("FAKE_SGLANG_WAIT_FOR")
+    while wait_for and not os.path.exists(wait_for):
+        time.sleep(0.01)
+    if "no_ready" not in MODES:
+        time.sleep(STEP_S)
+        log("The server is fired up and ready to roll!")
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -49,7 +49,7 @@ def test_disagreement_uses_the_smaller_figure_and_says_so() -> None:
     figures = judge_figures(make_target(), EngineReport(ranks=(RANK,), server=server(900000, (900000,))))
     assert figures.pool_tokens == 900000
     [gap] = figures.findings
-    assert (gap.rule, gap.severity) == ("KV305", "warning")
+    assert (gap.rule, gap.severity) == ("KV310", "warning")
     assert gap.message == (
         "the startup log gives a pool of 947,824 tokens (minimum over 1 rank line) but /server_info gives "
         "900,000; using the smaller, 900,000"
@@ -60,7 +60,7 @@ def test_log_only_when_the_server_cannot_be_asked() -> None:
     report = EngineReport(ranks=(RANK,), server_error="cannot connect")
     figures = judge_figures(make_target(), report)
     assert figures.pool_tokens == 947824
-    assert [(f.rule, f.severity) for f in figures.findings] == [("KV305", "warning"), ("KV303", "error")]
+    assert [(f.rule, f.severity) for f in figures.findings] == [("KV310", "warning"), ("KV303", "error")]
     assert "(cannot connect)" in figures.findings[0].message
     assert figures.findings[1].message.startswith("could not confirm the engine's version")
     assert figures.details["server_info_error"] == "cannot connect"
@@ -69,7 +69,7 @@ def test_log_only_when_the_server_cannot_be_asked() -> None:
 def test_server_only_when_the_log_shows_no_pool_line() -> None:
     figures = judge_figures(make_target(), EngineReport(server=server()))
     assert figures.pool_tokens == 947824
-    assert [f.rule for f in figures.findings] == ["KV305"]
+    assert [f.rule for f in figures.findings] == ["KV310"]
     assert "no max_total_num_tokens line" in figures.findings[0].message
 
 
@@ -96,7 +96,7 @@ def test_engine_warning_below_context_is_kv306() -> None:
     warnings = ("[TP0] KV pool holds 98304 tokens, fewer than --context-length 131072.", "[TP1] ...")
     report = EngineReport(ranks=(RANK,), server=server(), below_context_warnings=warnings)
     [warned] = judge_figures(make_target(), report).findings
-    assert (warned.rule, warned.severity) == ("KV306", "warning")
+    assert (warned.rule, warned.severity) == ("KV311", "warning")
     assert warned.message.startswith("SGLang warned: [TP0] KV pool holds 98304 tokens")
     assert warned.message.endswith("(2 ranks)")
 
@@ -108,5 +108,6 @@ def test_estimate_gap_above_ten_percent_is_kv304() -> None:
     [gap] = compare_estimate("p", 1_000_000, 1_100_001)
     assert (gap.rule, gap.severity) == ("KV304", "warning")
     assert (
-        gap.message == "the estimate (1,100,001 tokens) is 10.0% away from the measured pool (1,000,000 tokens)"
+        gap.message
+        == "the estimate (1,100,001 tokens) is 10.0% away from the measured pool (1,000,000 tokens)"
     )

@@ -88,7 +88,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     if log_pool is not None and server_pool is not None and log_pool != server_pool:
         found.append(
             finding(
-                "KV305",
+                "KV310",
                 role,
                 f"the startup log gives a pool of {log_pool:,} tokens (minimum over "
                 f"{len(report.ranks)} rank line{'s' if len(report.ranks) != 1 else ''}) but {server.endpoint} "
@@ -99,7 +99,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     elif pool is not None and log_pool is None:
         found.append(
             finding(
-                "KV305",
+                "KV310",
                 role,
                 f"the startup log shows no max_total_num_tokens line; the pool ({pool:,} tokens) comes from "
                 f"{server.endpoint} alone"
@@ -112,7 +112,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
         reason = f" ({report.server_error})" if report.server_error else ""
         found.append(
             finding(
-                "KV305",
+                "KV310",
                 role,
                 f"the server-info endpoint could not be read{reason}; the pool ({pool:,} tokens) comes "
                 "from the startup log alone",
@@ -161,7 +161,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     if report.below_context_warnings:
         found.append(
             finding(
-                "KV306",
+                "KV311",
                 role,
                 "SGLang warned: "
                 + report.below_context_warnings[0]

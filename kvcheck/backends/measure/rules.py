@@ -62,8 +62,8 @@ Fix: trust the measured figure; calibrate the GPU profile or the estimate overri
 (`weights_gib_per_gpu`, `pre_baseline_mib`) before relying on estimates for this model.""",
 )
 
-KV305 = define_rule(
-    "KV305",
+KV310 = define_rule(
+    "KV310",
     "warning",
     "the engine's log and its server-info endpoint disagree, or one of them is missing",
     """kvcheck reads each role's pool twice: from the startup log (`max_total_num_tokens=` of every
@@ -75,8 +75,8 @@ Fix: keep `--log-level info` (the default) for the measurement and let the engin
 a real disagreement is worth an SGLang bug report with the log (`--logs-dir`).""",
 )
 
-KV306 = define_rule(
-    "KV306",
+KV311 = define_rule(
+    "KV311",
     "warning",
     "the engine warned that its pool holds fewer tokens than its context length",
     """SGLang itself printed `KV pool holds N tokens, fewer than --context-length C`: one full-length

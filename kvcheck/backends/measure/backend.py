@@ -1,0 +1,293 @@
+"""Measure mode: boot every role with the real engine and its production arguments, read its pool.
+
+Roles on disjoint GPUs boot at the same time; a role that shares a GPU with an earlier role waits for
+it (manifest order is kept). Ctrl-C or SIGTERM stops every engine, with its children, before kvcheck
+exits (130 or 143).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
+from kvcheck.backends.measure.boot import BootSettings, RoleBoot
+from kvcheck.backends.measure.figures import compare_estimate
+from kvcheck.backends.measure.gpus import GpuInventory, GpuState, check_role_gpus
+from kvcheck.backends.measure.progress import BootProgress
+from kvcheck.errors import KvcheckError
+
+GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
+
+
+def conflicts(targets: Sequence[RoleTarget]) -> list[list[int]]:
+    """For each role, the earlier roles it must wait for: those sharing a GPU with it.
+
+    A role without a GPU list (only with --no-gpu-check) may use any GPU, so it shares with all.
+    """
+    waits: list[list[int]] = []
+    for i, target in enumerate(targets):
+        mine = set(target.gpus)
+        waits.append([j for j in range(i) if not mine or not targets[j].gpus or mine & set(targets[j].gpus)])
+    return waits
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived while engines ran; raised in the main thread after they are stopped."""
+
+
+@contextmanager
+def _sigterm_cancels(cancel: threading.Event) -> Iterator[dict[str, bool]]:
+    """While engines run, SIGTERM sets `cancel` instead of killing kvcheck (and orphaning engines)."""
+    state = {"terminated": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
+        yield state
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        state["terminated"] = True
+        cancel.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class MeasureBackend(Backend):
+    """Boots each role's engine on its GPUs and reads the pool it allocated (see docs/measure.md)."""
+
+    mode = "measure"
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 1800,
+        logs_dir: Path | None = None,
+        gpu_check: bool = True,
+        dummy_weights: bool = False,
+        progress: bool | None = None,
+        estimator: Backend | None = None,
+        grace_s: float = 15.0,
+        nvml: Any = None,
+        ready_wait_s: float = 10.0,
+        gpu_settle_s: float = GPU_SETTLE_S,
+    ) -> None:
+        if timeout_s <= 0 or grace_s < 0:
+            raise ValueError("timeout_s must be positive and grace_s not negative")
+        self.settings = BootSettings(
+            timeout_s=float(timeout_s),
+            grace_s=float(grace_s),
+            logs_dir=Path(logs_dir) if logs_dir is not None else None,
+            dummy_weights=dummy_weights,
+            ready_wait_s=ready_wait_s,
+        )
+        self.gpu_check = gpu_check
+        self.progress = progress
+        self.estimator = estimator
+        self._nvml = nvml
+        self._gpu_settle_s = gpu_settle_s
+
+    # -- the one entry point ------------------------------------------------------------------------
+
+    def measure(self, targets: Sequence[RoleTarget]) -> list[PoolMeasurement]:
+        targets = list(targets)
+        if not targets:
+            return []
+        estimates = [self._estimate(t) for t in targets]
+        results: list[PoolMeasurement | None] = [None] * len(targets)
+        errors: list[BaseException | None] = [None] * len(targets)
+        done = [threading.Event() for _ in targets]
+        begun = [threading.Event() for _ in targets]
+        cancel = threading.Event()
+        waits = conflicts(targets)
+
+        with ExitStack() as stack:
+            inventory = stack.enter_context(GpuInventory(self._nvml)) if self.gpu_check else None
+            progress = stack.enter_context(BootProgress(self.progress))
+            for i, target in enumerate(targets):
+                waiting = ", ".join(targets[j].name for j in waits[i])
+                progress.add(target.name, f"waiting for {waiting}" if waiting else "queued")
+
+            def run_role(i: int) -> None:
+                begun[i].set()
+                target = targets[i]
+                try:
+                    for j in waits[i]:
+                        while not done[j].wait(0.05):
+                            if cancel.is_set():
+                                return
+                    if cancel.is_set():
+                        return
+                    results[i] = self._measure_role(
+                        target, inventory, progress, cancel, shared=bool(waits[i])
+                    )
+                except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+                    errors[i] = exc
+                    cancel.set()
+                finally:
+                    done[i].set()
+
+            threads = [
+                threading.Thread(target=run_role, args=(i,), name=f"kvcheck-role-{t.name}")
+                for i, t in enumerate(targets)
+            ]
+            with _sigterm_cancels(cancel) as signals:
+                launched = 0
+                try:
+                    for thread in threads:
+                        thread.start()
+                        launched += 1
+                    self._join(done)
+                except BaseException:
+                    cancel.set()
+                    self._release_unstarted(launched, begun, done)
+                    self._join_through_interrupts(done)
+                    raise
+            for thread in threads:
+                thread.join()  # already finished: their done events are set
+            if signals["terminated"]:
+                self._reraise_sigterm()
+        for error in errors:
+            if error is not None:
+                raise error
+        out: list[PoolMeasurement] = []
+        for target, result, estimate in zip(targets, results, estimates, strict=True):
+            assert result is not None, f"role {target.name} produced no measurement"
+            out.append(self._with_estimate(result, estimate))
+        return out
+
+    # -- pieces -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _join(done: list[threading.Event]) -> None:
+        """Wait in short slices so Ctrl-C (KeyboardInterrupt) reaches the main thread promptly.
+
+        Waits on the roles' own events, not Thread.join: a join interrupted by KeyboardInterrupt marks
+        a still-running thread as stopped on Python 3.11 (bpo-45274's fix), and the interpreter
+        would then exit without waiting for it to stop its engine.
+        """
+        for event in done:
+            while not event.wait(0.1):
+                pass
+
+    @staticmethod
+    def _release_unstarted(launched: int, begun: list[threading.Event], done: list[threading.Event]) -> None:
+        """Roles whose thread never ran (Ctrl-C between two starts) have nothing to stop.
+
+        The thread whose start() was interrupted may or may not run: it gets a second to show up.
+        """
+        for i in range(launched, len(done)):
+            if i > launched or not begun[i].wait(1.0):
+                done[i].set()
+
+    @staticmethod
+    def _join_through_interrupts(done: list[threading.Event]) -> None:
+        """Every role stops its engine before kvcheck may exit; a second Ctrl-C does not skip that."""
+        for event in done:
+            while True:
+                try:
+                    if event.wait(0.1):
+                        break
+                except KeyboardInterrupt:
+                    continue
+
+    @staticmethod
+    def _reraise_sigterm() -> None:
+        """Die of SIGTERM as if no handler had been installed (exit 143), now that engines are gone."""
+        handler = signal.getsignal(signal.SIGTERM)
+        if handler is signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # delivery is asynchronous; the default action ends the process here
+        elif callable(handler):
+            handler(signal.SIGTERM, None)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    def _measure_role(
+        self,
+        target: RoleTarget,
+        inventory: GpuInventory | None,
+        progress: BootProgress,
+        cancel: threading.Event,
+        *,
+        shared: bool,
+    ) -> PoolMeasurement:
+        if inventory is not None:
+            progress.phase(target.name, "checking GPUs")
+            findings, states = self._check_gpus(target, inventory, settle=shared, cancel=cancel)
+            if findings:
+                progress.finish(target.name, "[red]GPUs not usable[/]")
+                return PoolMeasurement(
+                    role=target.name,
+                    source="measure",
+                    pool_tokens=None,
+                    gpus=target.gpus or None,
+                    details={"gpus_seen": {str(s.index): s.name for s in states.values() if s is not None}},
+                    findings=tuple(findings),
+                )
+        boot = RoleBoot(
+            target,
+            self.settings,
+            cancel=cancel,
+            on_phase=lambda text: progress.phase(target.name, text),
+            on_start=lambda: progress.start(target.name),
+        )
+        progress.phase(target.name, "starting")
+        measurement = boot.run()
+        if measurement.pool_tokens is not None:
+            progress.finish(target.name, f"[green]{measurement.pool_tokens:,} tokens[/]")
+        else:
+            progress.finish(target.name, "[red]no pool figure[/]")
+        return measurement
+
+    def _check_gpus(
+        self, target: RoleTarget, inventory: GpuInventory, *, settle: bool, cancel: threading.Event
+    ) -> tuple[list[Any], dict[int, GpuState | None]]:
+        """KV302 findings for the role's GPUs; a GPU an earlier role just left gets time to free up."""
+        deadline = time.monotonic() + (self._gpu_settle_s if settle else 0.0)
+        while True:
+            states = {index: inventory.state(index) for index in target.gpus}
+            findings = check_role_gpus(target, states, gpu_count=inventory.count)
+            busy = any(state is not None and state.busy for state in states.values())
+            if not findings or not busy or time.monotonic() >= deadline or cancel.is_set():
+                return findings, states
+            time.sleep(0.5)
+
+    def _estimate(self, target: RoleTarget) -> PoolMeasurement | None:
+        if self.estimator is None:
+            return None
+        try:
+            estimates = self.estimator.measure([target])
+        except KvcheckError as exc:
+            return PoolMeasurement(
+                role=target.name, source="estimate", pool_tokens=None, details={"error": exc.message}
+            )
+        return estimates[0] if estimates else None
+
+    @staticmethod
+    def _with_estimate(measurement: PoolMeasurement, estimate: PoolMeasurement | None) -> PoolMeasurement:
+        """The estimate beside the measurement (details) and KV304 when they differ by more than 10 %."""
+        if estimate is None:
+            return measurement
+        details = dict(measurement.details)
+        details["estimate_pool_tokens"] = estimate.pool_tokens
+        if estimate.pool_range is not None:
+            details["estimate_pool_range"] = list(estimate.pool_range)
+        if estimate.pool_tokens is None:
+            reasons = [f.message for f in estimate.findings] or [estimate.details.get("error", "no estimate")]
+            details["estimate_error"] = "; ".join(str(r) for r in reasons)
+        extra = compare_estimate(measurement.role, measurement.pool_tokens, estimate.pool_tokens)
+        return dataclasses.replace(measurement, details=details, findings=(*measurement.findings, *extra))

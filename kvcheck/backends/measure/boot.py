@@ -1,0 +1,367 @@
+"""Boot one role's engine, read the pool it allocated, stop it: one measurement, every path closed.
+
+The figures come from the engine's own startup log (read line by line as it arrives, with
+`kvcheck.engines.sglang.logparse.LogReader`) and from its server-info endpoint on loopback. The role is
+done when the log says "The server is fired up and ready to roll!" (every scheduler has logged its pool
+by then, and the pipe delivers lines in order), or, when the log shows no such line (`--log-level`
+above info), once `/server_info` has answered for `ready_wait_s`. The engine is stopped as soon as the
+figures are in, and on every other way out (exit, timeout, cancel, exception).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
+from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
+from kvcheck.backends.measure.launch import (
+    LOOPBACK,
+    EngineProcess,
+    build_argv,
+    build_env,
+    free_port,
+    needs_bootstrap_port,
+    role_nnodes,
+)
+from kvcheck.engines.sglang.client import ServerInfo, SglangClient
+from kvcheck.engines.sglang.logparse import LogReader, LogSummary
+from kvcheck.errors import EndpointError
+from kvcheck.policy.registry import finding
+from kvcheck.report.model import Finding
+
+PHASE_TEXT = {
+    "starting": "starting",
+    "loading_weights": "loading weights",
+    "sizing_pool": "sizing the KV pool",
+    "capturing_graphs": "capturing CUDA graphs",
+    "ready": "ready",
+    "failed": "failed",
+}
+QUOTED_LINES = 8  # engine lines quoted in a KV301 message
+QUOTED_CHARS = 400  # per quoted line
+TAIL_LINES = 40  # raw lines kept for quoting when the reader recognised no error
+
+
+@dataclass(frozen=True)
+class BootSettings:
+    """How one role is booted; times in seconds."""
+
+    timeout_s: float = 1800.0
+    grace_s: float = 15.0
+    logs_dir: Path | None = None
+    dummy_weights: bool = False
+    ready_wait_s: float = 10.0  # server answers but the log shows no ready line (--log-level warning)
+    poll_s: float = 0.05
+    server_poll_s: float = 1.0
+
+
+def exit_text(returncode: int) -> str:
+    """An exit status as a shell shows it: -9 -> "137 (killed by SIGKILL)"."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"{128 - returncode} (killed by {name})"
+    return str(returncode)
+
+
+def _quote(lines: list[str]) -> str:
+    kept = [line.strip()[:QUOTED_CHARS] for line in lines if line.strip()][-QUOTED_LINES:]
+    return "\n".join(f"    | {line}" for line in kept)
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "role"
+
+
+class RoleBoot:
+    """One role's measurement; `run()` returns its PoolMeasurement and leaves no process behind."""
+
+    def __init__(
+        self,
+        target: RoleTarget,
+        settings: BootSettings,
+        *,
+        cancel: threading.Event | None = None,
+        on_phase: Callable[[str], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.settings = settings
+        self._cancel = cancel or threading.Event()
+        self._on_phase = on_phase or (lambda text: None)
+        self._on_start = on_start or (lambda: None)
+        self._reader = LogReader()
+        self._lock = threading.Lock()
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._ready = threading.Event()
+        self._phase = "starting"
+
+    # -- the log, as it arrives ------------------------------------------------------------------
+
+    def _on_line(self, line: str) -> None:
+        with self._lock:
+            events = self._reader.feed(line)
+            phase = self._reader.phase
+            self._tail.append(line)
+        if any(event.kind == "ready" for event in events):
+            self._ready.set()
+        if phase != self._phase:
+            self._phase = phase
+            self._on_phase(PHASE_TEXT.get(phase, phase))
+
+    def _summary(self) -> LogSummary:
+        with self._lock:
+            return self._reader.summary()
+
+    # -- one boot --------------------------------------------------------------------------------
+
+    def _fail(self, message: str, *, hint: str | None = None, **details: Any) -> PoolMeasurement:
+        return PoolMeasurement(
+            role=self.target.name,
+            source="measure",
+            pool_tokens=None,
+            gpus=self.target.gpus or None,
+            details=details,
+            findings=(finding("KV301", self.target.name, message, hint=hint, location=self.target.location),),
+        )
+
+    def run(self) -> PoolMeasurement:
+        target = self.target
+        nnodes = role_nnodes(target)
+        if nnodes > 1:
+            return self._fail(
+                f"role {target.name} spans {nnodes} nodes (nnodes: {nnodes}); measuring across nodes is not "
+                "supported on one host",
+                hint="measure a single-node variant of the role, or use --mode estimate for this role",
+            )
+        port = free_port()
+        bootstrap_port = free_port() if needs_bootstrap_port(target) else None
+        argv = build_argv(
+            target, port=port, bootstrap_port=bootstrap_port, dummy_weights=self.settings.dummy_weights
+        )
+        env = build_env(target)
+        log_path, keep_log = self._log_path()
+        added_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER") if k in env}
+        added_env.update({str(k): str(v) for k, v in target.env.items()})
+        details: dict[str, Any] = {
+            "log_file": str(log_path) if keep_log else None,
+            "engine_env": added_env,
+            "ports": {"http": port, "bootstrap": bootstrap_port},
+            "dummy_weights": self.settings.dummy_weights,
+        }
+        try:
+            engine = EngineProcess(argv, env, log_path=log_path, on_line=self._on_line)
+        except OSError as exc:
+            if not keep_log:
+                log_path.unlink(missing_ok=True)
+            return self._replace(
+                self._fail(
+                    f"could not start the engine: {exc.strerror or exc} ({argv[0]})",
+                    hint="check engine.command in the manifest (the program must exist on this host)",
+                ),
+                argv=argv,
+                details=details,
+            )
+        self._on_start()
+        outcome = "error"
+        server: ServerInfo | None = None
+        server_error: str | None = None
+        try:
+            outcome, server, server_error = self._watch(engine, port)
+            if outcome == "ready" and server is None:
+                server, server_error = self._server_info(port, retries=2)
+        finally:
+            survivors = engine.stop(self.settings.grace_s)
+            boot_s = time.monotonic() - engine.started_at
+            if not keep_log:
+                log_path.unlink(missing_ok=True)
+        summary = self._summary()
+        details.update(
+            boot_s=round(boot_s, 3),
+            phase=PHASE_TEXT.get(summary.phase, summary.phase)
+            if outcome in ("ready", "server_only")
+            else PHASE_TEXT.get(self._phase, self._phase),
+            exit_status=engine.returncode,
+        )
+        measurement = self._measurement(outcome, engine, summary, server, server_error, details)
+        measurement = self._replace(measurement, argv=argv)
+        if survivors:
+            measurement = self._replace(
+                measurement,
+                findings=(
+                    *measurement.findings,
+                    finding(
+                        "KV301",
+                        target.name,
+                        f"engine processes {', '.join(map(str, survivors))} survived SIGKILL (uninterruptible "
+                        "sleep, usually a hung driver call); their GPUs may still be held",
+                        hint="check the host (nvidia-smi, ps -o stat,pid,cmd) before measuring again",
+                    ),
+                ),
+            )
+        return measurement
+
+    def _replace(self, measurement: PoolMeasurement, **changes: Any) -> PoolMeasurement:
+        import dataclasses
+
+        if "details" in changes:
+            changes["details"] = {**measurement.details, **changes["details"]}
+        return dataclasses.replace(measurement, **changes)
+
+    def _log_path(self) -> tuple[Path, bool]:
+        if self.settings.logs_dir is not None:
+            self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+            return self.settings.logs_dir / f"{_safe_name(self.target.name)}.log", True
+        fd, name = tempfile.mkstemp(prefix=f"kvcheck-{_safe_name(self.target.name)}-", suffix=".log")
+        with contextlib.suppress(OSError):
+            import os
+
+            os.close(fd)
+        return Path(name), False
+
+    def _server_info(self, port: int, *, retries: int) -> tuple[ServerInfo | None, str | None]:
+        try:
+            with SglangClient(
+                f"http://{LOOPBACK}:{port}", timeout_s=10.0, retries=retries, backoff_s=0.2
+            ) as client:
+                return client.server_info(), None
+        except EndpointError as exc:
+            return None, exc.message
+
+    def _watch(self, engine: EngineProcess, port: int) -> tuple[str, ServerInfo | None, str | None]:
+        """Wait for the figures; returns (outcome, server info, why server info failed).
+
+        outcome: ready, server_only (server answered, no ready line in the log), exited, timeout,
+        cancelled.
+        """
+        settings = self.settings
+        deadline = engine.started_at + settings.timeout_s
+        next_poll = engine.started_at + settings.server_poll_s
+        server: ServerInfo | None = None
+        server_error: str | None = None
+        answered_at: float | None = None
+        while True:
+            if self._ready.is_set():
+                return "ready", server, server_error
+            if self._cancel.is_set():
+                return "cancelled", server, server_error
+            if engine.poll() is not None:
+                return "exited", server, server_error
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout", server, server_error
+            if now >= next_poll:
+                info, error = self._server_info(port, retries=0)
+                if info is not None:
+                    server, answered_at = info, answered_at or now
+                else:
+                    server_error = error
+                next_poll = time.monotonic() + settings.server_poll_s
+            if answered_at is not None and now - answered_at >= settings.ready_wait_s:
+                return "server_only", server, server_error
+            self._ready.wait(settings.poll_s)
+
+    def _measurement(
+        self,
+        outcome: str,
+        engine: EngineProcess,
+        summary: LogSummary,
+        server: ServerInfo | None,
+        server_error: str | None,
+        details: dict[str, Any],
+    ) -> PoolMeasurement:
+        target = self.target
+        phase = details["phase"]
+        where = f" (engine log: {details['log_file']})" if details.get("log_file") else ""
+        keep = "" if details.get("log_file") else " (keep the whole log with --logs-dir DIR)"
+        if outcome == "exited":
+            status = exit_text(engine.returncode if engine.returncode is not None else -9)
+            lines = list(summary.errors) or list(self._tail)
+            quoted = _quote(lines)
+            hint = {
+                2: "the engine rejected its command line: check the role's args against the engine's --help",
+            }.get(engine.returncode or 0)
+            if hint is None and "137" in status:
+                hint = "status 137 after 'Scheduler hit an exception' is SGLang's out-of-memory exit: raise "
+                hint += "mem-fraction-static, add GPUs (tp-size) or choose a smaller model/KV dtype"
+            return self._replace(
+                self._fail(
+                    f"the engine exited with status {status} before reporting its pool (phase: {phase})"
+                    + (f"; its last lines:\n{quoted}" if quoted else "; it printed nothing")
+                    + where,
+                    hint=(hint or "read the engine's error above and fix the arguments or the host") + keep,
+                ),
+                details=details,
+            )
+        if outcome == "timeout":
+            quoted = _quote(list(self._tail))
+            return self._replace(
+                self._fail(
+                    f"the engine did not report its pool within {self.settings.timeout_s:g} s (phase: {phase})"
+                    + (f"; its last lines:\n{quoted}" if quoted else "; it printed nothing")
+                    + where,
+                    hint="raise --timeout for models that load slowly; a phase that never advances is a hang"
+                    + keep,
+                ),
+                details=details,
+            )
+        if outcome == "cancelled":
+            return self._replace(
+                self._fail(f"interrupted while the engine was in phase: {phase}; the engine was stopped"),
+                details=details,
+            )
+        below = sorted(
+            (event for event in summary.warnings if event.kind == "context_warning"),
+            key=lambda event: event.rank.sort_key if event.rank is not None else (),
+        )
+        warnings = tuple(
+            f"[{event.rank}] {event.text}" if event.rank and str(event.rank) else event.text
+            for event in below
+        )
+        ranks = tuple(
+            RankPool(rank=str(rank.rank), pool_tokens=rank.final_tokens, context_len=rank.context_len)
+            for rank in summary.ranks
+            if rank.final_tokens is not None
+        )
+        details["kv_allocated_tokens"] = {
+            str(rank.rank) or "TP0": rank.allocated_tokens
+            for rank in summary.ranks
+            if rank.allocated_tokens is not None
+        }
+        if outcome == "server_only":
+            details["ready_line"] = False
+        report = EngineReport(
+            ranks=ranks,
+            server=server,
+            server_error=server_error,
+            below_context_warnings=warnings,
+            extra=details,
+        )
+        figures = judge_figures(target, report)
+        findings: list[Finding] = list(figures.findings)
+        resolved = dict(server.resolved_args) if server is not None else dict(summary.server_args or {})
+        return PoolMeasurement(
+            role=target.name,
+            source="measure",
+            pool_tokens=figures.pool_tokens,
+            max_input_tokens=figures.max_input_tokens,
+            context_len=figures.context_len,
+            engine_version=figures.engine_version,
+            resolved_args=resolved,
+            gpus=target.gpus or None,
+            details=dict(figures.details),
+            findings=tuple(findings),
+        )

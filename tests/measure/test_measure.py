@@ -1,0 +1,340 @@
+"""MeasureBackend end to end against the engine double: every path, and no process left behind."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.backends.measure import MeasureBackend
+from kvcheck.backends.measure.backend import conflicts
+from kvcheck.errors import EstimateError, GpuInventoryError
+from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
+from tests.measure.conftest import ENGINE, PidFile, make_target
+
+
+def measure(*targets: RoleTarget, **options) -> list[PoolMeasurement]:
+    options.setdefault("gpu_check", False)
+    options.setdefault("progress", False)
+    options.setdefault("grace_s", 5.0)
+    options.setdefault("timeout_s", 60.0)
+    return MeasureBackend(**options).measure(list(targets))
+
+
+def rules(measurement: PoolMeasurement) -> list[tuple[str, str]]:
+    return [(f.rule, f.severity) for f in measurement.findings]
+
+
+def test_pool_is_read_from_log_and_server_info(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
+    envfile = tmp_path / "env.json"
+    monkeypatch.setenv("FAKE_SGLANG_ENVFILE", str(envfile))
+    target = make_target(args={"tp_size": 2, "mem_fraction_static": 0.85}, gpus=(2, 3), env={"KVTEST_X": "1"})
+    [m] = measure(target)
+    assert (m.role, m.source, m.pool_tokens, m.max_input_tokens, m.context_len) == (
+        "prefill", "measure", 947824, 131066, 131072,
+    )  # fmt: skip
+    assert m.engine_version == "0.5.23"
+    assert m.findings == ()
+    assert m.gpus == (2, 3)
+    port = m.details["ports"]["http"]
+    assert m.argv == (
+        *ENGINE,
+        "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2", "--mem-fraction-static", "0.85",
+        "--host", "127.0.0.1", "--port", str(port),
+    )  # fmt: skip
+    seen = json.loads(envfile.read_text())
+    assert seen["argv"] == list(m.argv[2:])
+    assert seen["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert seen["env"]["KVTEST_X"] == "1"
+    assert seen["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert m.details["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072}]
+    assert m.details["kv_allocated_tokens"] == {"TP0": 947824, "TP1": 947824}
+    assert m.details["server_info"]["dp_token_capacities"] == [947824]
+    assert m.details["engine_env"] == {
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "KVTEST_X": "1",
+    }
+    assert m.details["phase"] == "ready"
+    assert m.resolved_args["tp_size"] == 2 and m.resolved_args["mem_fraction_static"] == 0.85
+    assert len(pidfile.pids()) == 4
+
+
+def test_attention_dp_pool_is_the_minimum_over_dp_ranks(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "500000,480000")
+    [m] = measure(make_target(args={"tp_size": 4, "attn_dp_size": 2}, gpus=(0, 1, 2, 3)))
+    assert m.pool_tokens == 480000
+    assert m.details["log_ranks"] == [
+        {"rank": "DP0 TP0", "pool_tokens": 500000, "context_len": 131072},
+        {"rank": "DP1 TP2", "pool_tokens": 480000, "context_len": 131072},
+    ]
+    assert m.details["server_info"]["dp_token_capacities"] == [500000, 480000]
+    assert m.findings == ()
+
+
+def test_pipeline_pool_is_the_minimum_over_stages(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "300000,250000")
+    [m] = measure(make_target(args={"tp_size": 2, "pp_size": 2}, gpus=(0, 1, 2, 3)))
+    assert m.pool_tokens == 250000
+    assert [r["rank"] for r in m.details["log_ranks"]] == ["PP0 TP0", "PP1 TP0"]
+
+
+def test_log_and_server_disagree_smaller_wins(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_SERVER_POOL_TOKENS", "900000")
+    [m] = measure(make_target())
+    assert m.pool_tokens == 900000
+    assert rules(m) == [("KV310", "warning")]
+
+
+def test_engine_warning_below_context(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "98304")
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1)))
+    assert m.pool_tokens == 98304
+    assert rules(m) == [("KV311", "warning")]
+    assert m.findings[0].message.startswith("SGLang warned: [TP0] KV pool holds 98304 tokens, fewer than")
+    assert m.findings[0].message.endswith("(2 ranks)")
+
+
+def test_version_mismatch_is_kv303(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_VERSION", "0.5.22")
+    [m] = measure(make_target(engine_version="0.5.23"))
+    assert m.pool_tokens == 947824
+    assert m.engine_version == "0.5.22"
+    assert rules(m) == [("KV303", "error")]
+
+
+def test_older_release_log_format_and_get_server_info(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "old_release")
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1), engine_version="0.4.1.post3"))
+    assert m.pool_tokens == 947824
+    assert m.findings == ()
+    assert m.details["server_info"]["endpoint"] == "/get_server_info"
+    assert [r["rank"] for r in m.details["log_ranks"]] == ["TP0", "TP1"]  # every rank printed it then
+
+
+def test_log_level_warning_falls_back_to_server_info(pidfile: PidFile) -> None:
+    [m] = measure(make_target(args={"log_level": "warning"}), ready_wait_s=0.1)
+    assert m.pool_tokens == 947824
+    assert rules(m) == [("KV310", "warning")]
+    assert "no max_total_num_tokens line" in m.findings[0].message
+    assert m.details["ready_line"] is False
+
+
+def test_no_http_answer_means_log_only_and_unconfirmed_version(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "no_http")
+    [m] = measure(make_target())
+    assert m.pool_tokens == 947824
+    assert rules(m) == [("KV310", "warning"), ("KV303", "error")]
+    assert m.details["server_info_error"].startswith("http://127.0.0.1:")
+
+
+def test_out_of_memory_while_sizing(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "oom")
+    [m] = measure(make_target(args={"tp_size": 2, "mem_fraction_static": 0.6}, gpus=(0, 1)))
+    assert m.pool_tokens is None
+    assert rules(m) == [("KV301", "error")]
+    message = m.findings[0].message
+    assert message.startswith(
+        "the engine exited with status 137 (killed by SIGKILL) before reporting its pool (phase: failed); "
+        "its last lines:\n"
+    )
+    assert "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.6" in message
+    assert "out-of-memory" in m.findings[0].hint
+    assert m.details["exit_status"] == -9
+
+
+def test_out_of_memory_while_capturing_graphs_after_the_pool(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "oom_graph")
+    [m] = measure(make_target())
+    assert m.pool_tokens is None
+    assert rules(m) == [("KV301", "error")]
+    assert "torch.OutOfMemoryError: CUDA out of memory" in m.findings[0].message
+
+
+def test_crash_before_the_pool(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "crash_before_pool")
+    [m] = measure(make_target(args={"context_length": 2097152}))
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message.startswith("the engine exited with status 1 before reporting its pool")
+    assert (
+        "ValueError: User-specified context_length (2097152) is greater than the derived"
+        in m.findings[0].message
+    )
+
+
+def test_argparse_error_exit_2(pidfile: PidFile) -> None:
+    [m] = measure(make_target(args={"cuda_graph_max_bs": 256}))
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message.startswith("the engine exited with status 2 before reporting its pool")
+    assert "ambiguous option: --cuda-graph-max-bs could match" in m.findings[0].message
+    assert m.findings[0].hint.startswith("the engine rejected its command line")
+
+
+def test_timeout_names_the_phase(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "hang")
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1)), timeout_s=0.5)
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message.startswith(
+        "the engine did not report its pool within 0.5 s (phase: loading weights); its last lines:"
+    )
+
+
+def test_children_that_ignore_sigterm_are_killed(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "ignore_sigterm")
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1)), grace_s=0.2)
+    assert m.pool_tokens == 947824
+    assert len(pidfile.pids()) == 4  # the fixture asserts none of them survives
+
+
+def test_multi_node_role_is_not_measured(pidfile: PidFile) -> None:
+    [m] = measure(make_target(args={"nnodes": 2, "tp_size": 2}))
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message == (
+        "role prefill spans 2 nodes (nnodes: 2); measuring across nodes is not supported on one host"
+    )
+    assert pidfile.pids() == []
+
+
+def test_missing_engine_program(pidfile: PidFile) -> None:
+    target = make_target()
+    target = RoleTarget(
+        **{**target.__dict__, "engine_command": ("/nonexistent/python3", "-m", "sglang.launch_server")}
+    )
+    [m] = measure(target)
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message.startswith("could not start the engine: No such file or directory")
+
+
+def test_logs_dir_keeps_each_role_log(pidfile: PidFile, tmp_path: Path) -> None:
+    [m] = measure(make_target(name="decode/0"), logs_dir=tmp_path / "logs")
+    log = tmp_path / "logs" / "decode_0.log"
+    assert m.details["log_file"] == str(log)
+    assert "max_total_num_tokens=947824" in log.read_text()
+    assert "The server is fired up and ready to roll!" in log.read_text()
+
+
+def test_without_logs_dir_the_temporary_log_is_removed(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "oom")
+    [m] = measure(make_target())
+    assert m.details["log_file"] is None
+    assert "--logs-dir" in m.findings[0].hint
+    assert list(tmp_path.glob("kvcheck-*.log")) == []
+
+
+def test_dummy_weights_and_bootstrap_port(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
+    envfile = tmp_path / "env.json"
+    monkeypatch.setenv("FAKE_SGLANG_ENVFILE", str(envfile))
+    [m] = measure(make_target(args={"disaggregation_mode": "prefill"}), dummy_weights=True)
+    bootstrap = m.details["ports"]["bootstrap"]
+    assert isinstance(bootstrap, int) and bootstrap != m.details["ports"]["http"]
+    assert json.loads(envfile.read_text())["argv"][-4:] == [
+        "--disaggregation-bootstrap-port", str(bootstrap), "--load-format", "dummy",
+    ]  # fmt: skip
+    assert m.details["dummy_weights"] is True
+
+
+# -- scheduling ------------------------------------------------------------------------------------
+
+
+def test_conflicts_keep_manifest_order() -> None:
+    a, b, c, d = (
+        make_target(n, gpus=g) for n, g in [("a", (0, 1)), ("b", (2, 3)), ("c", (1, 2)), ("d", (4,))]
+    )
+    assert conflicts([a, b, c, d]) == [[], [], [0, 1], []]
+    anywhere = make_target("x", gpus=())
+    assert conflicts([a, anywhere, d]) == [[], [0], [1]]
+
+
+def test_roles_on_disjoint_gpus_boot_side_by_side(pidfile: PidFile, tmp_path: Path) -> None:
+    # Each engine waits for the other to have started before it reports ready: sequential boots
+    # would time out.
+    a_started, b_started = tmp_path / "a.started", tmp_path / "b.started"
+    a = make_target(
+        "a", gpus=(0,), env={"FAKE_SGLANG_TOUCH": str(a_started), "FAKE_SGLANG_WAIT_FOR": str(b_started)}
+    )
+    b = make_target(
+        "b", gpus=(1,), env={"FAKE_SGLANG_TOUCH": str(b_started), "FAKE_SGLANG_WAIT_FOR": str(a_started)}
+    )
+    ma, mb = measure(a, b, timeout_s=20)
+    assert (ma.role, ma.pool_tokens, mb.role, mb.pool_tokens) == ("a", 947824, "b", 947824)
+
+
+def test_roles_sharing_gpus_boot_one_after_another(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
+    events = tmp_path / "events"
+    monkeypatch.setenv("FAKE_SGLANG_EVENTS", str(events))
+    a = make_target("a", gpus=(0, 1), env={"FAKE_SGLANG_LABEL": "a"})
+    b = make_target("b", gpus=(2,), env={"FAKE_SGLANG_LABEL": "b"})
+    c = make_target("c", gpus=(1, 2), env={"FAKE_SGLANG_LABEL": "c"})
+    results = measure(a, b, c)
+    assert [m.pool_tokens for m in results] == [947824] * 3
+    lines = events.read_text().split("\n")
+    assert lines.index("c start") > lines.index("a stop")
+    assert lines.index("c start") > lines.index("b stop")
+
+
+# -- GPU inventory -----------------------------------------------------------------------------------
+
+
+def test_busy_gpu_is_kv302_and_nothing_boots(pidfile: PidFile) -> None:
+    nvml = FakeNvml([FakeGpu(), FakeGpu(used_mib=60000, processes=[FakeProcess(99, 59000 * MIB)])])
+    [m] = measure(
+        make_target(args={"tp_size": 2}, gpus=(0, 1), gpu="H200"), gpu_check=True, nvml=nvml, gpu_settle_s=0
+    )
+    assert m.pool_tokens is None
+    assert rules(m) == [("KV302", "error")]
+    assert pidfile.pids() == []
+    assert nvml.calls == ["init", "shutdown"]
+
+
+def test_idle_gpus_boot(pidfile: PidFile) -> None:
+    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3")] * 2)
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1), gpu="H100"), gpu_check=True, nvml=nvml)
+    assert (m.pool_tokens, m.findings) == (947824, ())
+
+
+def test_no_driver_stops_the_whole_verify(pidfile: PidFile) -> None:
+    with pytest.raises(GpuInventoryError):
+        measure(make_target(), gpu_check=True, nvml=FakeNvml(driver=False))
+    assert pidfile.pids() == []
+
+
+# -- estimate beside the measurement -----------------------------------------------------------------
+
+
+class FixedEstimate(Backend):
+    mode = "estimate"
+
+    def __init__(self, pool_tokens: int | None, error: bool = False) -> None:
+        self.pool_tokens = pool_tokens
+        self.error = error
+
+    def measure(self, targets):
+        if self.error:
+            raise EstimateError("unknown architecture FooForCausalLM")
+        return [
+            PoolMeasurement(role=t.name, source="estimate", pool_tokens=self.pool_tokens, pool_range=(1, 2))
+            for t in targets
+        ]
+
+
+def test_estimate_far_from_measurement_is_kv304(pidfile: PidFile) -> None:
+    [m] = measure(make_target(), estimator=FixedEstimate(1_200_000))
+    assert rules(m) == [("KV304", "warning")]
+    assert m.details["estimate_pool_tokens"] == 1_200_000
+    assert m.details["estimate_pool_range"] == [1, 2]
+
+
+def test_estimate_close_to_measurement_is_silent(pidfile: PidFile) -> None:
+    [m] = measure(make_target(), estimator=FixedEstimate(950_000))
+    assert m.findings == ()
+    assert m.details["estimate_pool_tokens"] == 950_000
+
+
+def test_estimate_that_cannot_be_made_is_only_noted(pidfile: PidFile) -> None:
+    [m] = measure(make_target(), estimator=FixedEstimate(None, error=True))
+    assert m.findings == ()
+    assert m.details["estimate_error"] == "unknown architecture FooForCausalLM"

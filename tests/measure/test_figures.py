@@ -96,7 +96,7 @@ def test_engine_warning_below_context_is_kv306() -> None:
     warnings = ("[TP0] KV pool holds 98304 tokens, fewer than --context-length 131072.", "[TP1] ...")
     report = EngineReport(ranks=(RANK,), server=server(), below_context_warnings=warnings)
     [warned] = judge_figures(make_target(), report).findings
-    assert (warned.rule, warned.severity) == ("KV311", "warning")
+    assert (warned.rule, warned.severity) == ("KV314", "warning")
     assert warned.message.startswith("SGLang warned: [TP0] KV pool holds 98304 tokens")
     assert warned.message.endswith("(2 ranks)")
 

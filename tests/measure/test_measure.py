@@ -93,7 +93,7 @@ def test_engine_warning_below_context(pidfile: PidFile, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "98304")
     [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1)))
     assert m.pool_tokens == 98304
-    assert rules(m) == [("KV311", "warning")]
+    assert rules(m) == [("KV314", "warning")]
     assert m.findings[0].message.startswith("SGLang warned: [TP0] KV pool holds 98304 tokens, fewer than")
     assert m.findings[0].message.endswith("(2 ranks)")
 

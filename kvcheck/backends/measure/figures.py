@@ -161,7 +161,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     if report.below_context_warnings:
         found.append(
             finding(
-                "KV311",
+                "KV314",
                 role,
                 "SGLang warned: "
                 + report.below_context_warnings[0]

@@ -75,8 +75,8 @@ Fix: keep `--log-level info` (the default) for the measurement and let the engin
 a real disagreement is worth an SGLang bug report with the log (`--logs-dir`).""",
 )
 
-KV311 = define_rule(
-    "KV311",
+KV314 = define_rule(
+    "KV314",
     "warning",
     "the engine warned that its pool holds fewer tokens than its context length",
     """SGLang itself printed `KV pool holds N tokens, fewer than --context-length C`: one full-length

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +153,21 @@ class _Sweep:
         self.offline = offline
         self.calls = 0
         self._memo: dict[tuple, RoleEstimate | Exception] = {}
+        self._parent: _Sweep | None = None
+
+    def for_target(self, target: RoleTarget) -> _Sweep:
+        """A sweep of another target (same profiles) whose evaluations count towards this one."""
+        other = _Sweep(target, self.profiles, self.offline)
+        other._parent = self
+        return other
 
     def __call__(self, overrides: Mapping[str, Any]) -> RoleEstimate:
         key = tuple(sorted(overrides.items()))
         hit = self._memo.get(key)
         if hit is None:
             self.calls += 1
+            if self._parent is not None:
+                self._parent.calls += 1
             try:
                 hit = estimate_role(self.target, overrides=overrides, profiles=self.profiles, offline=self.offline)
             except _ESTIMATE_FAILURES as exc:
@@ -386,13 +395,20 @@ def _tp_options(
             options.append(_option("tp_size", tp, None, required, current=False, nnodes=nnodes, gpus=gpus,
                                    note=reason))
             continue
+        runner, note = sweep, None
+        pinned = target.estimate.weights_gib_per_gpu
+        if pinned is not None:
+            # the manifest pins weights per GPU at its own TP degree: shard them over the new one
+            scaled = replace(target, estimate=replace(target.estimate, weights_gib_per_gpu=pinned * base_tp / tp))
+            runner = sweep.for_target(scaled)
+            note = f"weights per GPU scaled from estimate.weights_gib_per_gpu: {pinned:g} x {base_tp}/{tp}"
         try:
-            est = sweep(overrides)
+            est = runner(overrides)
         except _ESTIMATE_FAILURES as exc:
             options.append(_option("tp_size", tp, None, required, current=False, nnodes=nnodes, gpus=gpus,
                                    note=f"cannot be estimated: {exc.message}"))
             continue
-        options.append(_option("tp_size", tp, est, required, current=False, nnodes=nnodes, gpus=gpus))
+        options.append(_option("tp_size", tp, est, required, current=False, nnodes=nnodes, gpus=gpus, note=note))
     return tuple(options)
 
 

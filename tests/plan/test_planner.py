@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from kvcheck.backends.base import EstimateInputs
 from kvcheck.errors import EstimateError
 from kvcheck.estimate import estimate_role
 from kvcheck.plan import fit_hints
@@ -104,11 +106,17 @@ def test_tp_options_are_the_estimators_pools(llama) -> None:
         (1, 1, 1, True), (2, 1, 2, False), (4, 1, 4, False), (8, 1, 8, False), (16, 2, 16, False),
     ]
     for option in plan.tp_options:
-        expected = estimate_role(target, overrides={"tp_size": option.value, "nnodes": option.nnodes})
+        # the manifest pins 15 GiB of weights per GPU at TP1: the planner shards them over the new TP
+        sharded = replace(target, estimate=EstimateInputs(weights_gib_per_gpu=15.0 / option.value))
+        expected = estimate_role(sharded, overrides={"tp_size": option.value, "nnodes": option.nnodes})
         assert (option.pool_tokens, option.pool_range) == (expected.pool_tokens, expected.pool_range)
         assert option.fits == (expected.pool_tokens >= 524_288)
     assert plan.tp_options[0].pool_tokens == POOL_AT_DEFAULT
-    assert plan.tp_options[1].fits  # two KV heads less per rank: about twice the pool
+    # TP2 by hand: pre = (81,559 - 900 - 64 MiB for the peer) / 1024, after = pre - 7.5, SGLang's default
+    # round((81,559 - 14,032) / 81,559, 3) = 0.828, 4 KV heads per rank -> 65,536 B per token
+    pre = (81_559 - 964) / 1024
+    assert plan.tp_options[1].pool_tokens == int(int((pre - 7.5 - pre * (1 - 0.828)) * 2**30) // 65_536) == 944_842
+    assert plan.tp_options[1].note == "weights per GPU scaled from estimate.weights_gib_per_gpu: 15 x 1/2"
 
 
 def test_kv_dtype_options_by_gpu(llama) -> None:

@@ -40,12 +40,16 @@ def _manifest(tmp_path: Path, headroom: float = 2.5, text: str = WORKED, config:
     return path
 
 
-def _option(key: str, value, nnodes, gpus, pool, low, high, fits, current) -> dict:
+def _option(key: str, value, nnodes, gpus, pool, low, high, fits, current, note=None) -> dict:
     out = {key: value}
     if key == "tp_size":
         out.update(nnodes=nnodes, gpus=gpus)
-    out.update(pool_tokens=pool, pool_range=[low, high], fits=fits, uncertain=False, current=current, note=None)
+    out.update(pool_tokens=pool, pool_range=[low, high], fits=fits, uncertain=False, current=current, note=note)
     return out
+
+
+def _sharded(tp: int) -> str:
+    return f"weights per GPU scaled from estimate.weights_gib_per_gpu: 15 x 1/{tp}"
 
 
 def test_json_plan_structure_is_exact(tmp_path) -> None:
@@ -79,10 +83,10 @@ def test_json_plan_structure_is_exact(tmp_path) -> None:
         },
         "tp_options": [
             _option("tp_size", 1, 1, 1, 412_695, 410_703, 414_687, True, True),
-            _option("tp_size", 2, 1, 2, 821_962, 817_988, 825_936, True, False),
-            _option("tp_size", 4, 1, 4, 1_617_359, 1_609_496, 1_625_221, True, False),
-            _option("tp_size", 8, 1, 8, 3_185_365, 3_169_774, 3_200_955, True, False),
-            _option("tp_size", 16, 2, 16, 3_123_763, 3_108_403, 3_139_123, True, False),
+            _option("tp_size", 2, 1, 2, 944_842, 940_868, 948_816, True, False, _sharded(2)),
+            _option("tp_size", 4, 1, 4, 1_985_999, 1_978_136, 1_993_861, True, False, _sharded(4)),
+            _option("tp_size", 8, 1, 8, 4_045_525, 4_029_934, 4_061_115, True, False, _sharded(8)),
+            _option("tp_size", 16, 2, 16, 4_045_363, 4_030_003, 4_060_723, True, False, _sharded(16)),
         ],
         "kv_dtype_options": [
             _option("kv_cache_dtype", "bf16", None, None, 412_695, 410_703, 414_687, True, True),
@@ -109,11 +113,11 @@ def test_shortfall_reports_kv101_with_the_plans_hints_then_the_advice(tmp_path) 
     assert report.findings[0].hint == (
         "the largest context that fits this pool is 103,173 tokens (with min_headroom 4); no "
         "mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate); "
-        "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate); tp-size 2 would hold 821,962 tokens "
+        "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate); tp-size 2 would hold 944,842 tokens "
         "(estimate)"
     )
     assert report.findings[3].message == (
-        "tp-size 2 would hold the window: 821,962 tokens (tp-size 1 gives 412,695 tokens)"
+        "tp-size 2 would hold the window: 944,842 tokens (tp-size 1 gives 412,695 tokens)"
     )
     assert report.findings[3].hint == "set tp-size: 2"
     assert report.findings[4].message == (
@@ -122,7 +126,7 @@ def test_shortfall_reports_kv101_with_the_plans_hints_then_the_advice(tmp_path) 
     assert report.roles[0].details["fit_hints"] == [
         "no mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate)",
         "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
-        "tp-size 2 would hold 821,962 tokens (estimate)",
+        "tp-size 2 would hold 944,842 tokens (estimate)",
     ]
 
 
@@ -145,10 +149,10 @@ mem-fraction-static   0.83 *         412,695       410,703-414,687   short    SG
                       none                 -                     -   short    no safe value holds it
                       0.83           412,695                     -   short    safe max (SGLang default)
 tp-size               1 *            412,695       410,703-414,687   short
-                      2              821,962       817,988-825,936   holds
-                      4            1,617,359   1,609,496-1,625,221   holds
-                      8            3,185,365   3,169,774-3,200,955   holds
-                      16           3,123,763   3,108,403-3,139,123   holds    2 nodes
+                      2              944,842       940,868-948,816   holds
+                      4            1,985,999   1,978,136-1,993,861   holds
+                      8            4,045,525   4,029,934-4,061,115   holds
+                      16           4,045,363   4,030,003-4,060,723   holds    2 nodes
 kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
                       fp8_e4m3       825,391       821,407-829,375   holds
 * = the manifest's setting; figures are predictions (estimate mode)
@@ -157,7 +161,7 @@ kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
     assert table.startswith("kvcheck plan: FAIL (exit 1)")
     markdown = plan_markdown(report)
     assert "| tp-size | 1 * | 412,695 | 410,703-414,687 | short |  |" in markdown
-    assert "|  | 2 | 821,962 | 817,988-825,936 | holds |  |" in markdown
+    assert "|  | 2 | 944,842 | 940,868-948,816 | holds |  |" in markdown
 
 
 def test_role_that_cannot_be_estimated_is_an_error_with_no_plan(tmp_path) -> None:

@@ -58,16 +58,16 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
                  _range(current_range), _verdict(f["current_pool_tokens"], current_range, required), source))
     if f["min_fitting"] is not None:
         rows.append(("", _frac(f["min_fitting"]), _tok(f["min_fitting_pool_tokens"]), "-", "holds",
-                     "smallest that holds"))
+                     "smallest"))
         if f["min_fitting_worst_case"] is not None and f["min_fitting_worst_case"] != f["min_fitting"]:
             rows.append(("", _frac(f["min_fitting_worst_case"]), "-", "-", "holds",
-                         "smallest, range low end"))
+                         "smallest, low end"))
     else:
-        rows.append(("", "none", "-", "-", "short", "no safe value holds it"))
+        rows.append(("", "none", "-", "-", "short", "no safe value"))
     if f["max_safe"] is not None:
         rows.append(("", _frac(f["max_safe"]), _tok(f["max_safe_pool_tokens"]), "-",
                      "holds" if (f["max_safe_pool_tokens"] or 0) >= required else "short",
-                     "safe max (SGLang default)"))
+                     "safe maximum"))
     for label, key, options in (("tp-size", "tp_size", plan["tp_options"]),
                                 ("kv-cache-dtype", "kv_cache_dtype", plan["kv_dtype_options"])):
         for index, option in enumerate(options):
@@ -77,11 +77,12 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
                 note = f"{option['nnodes']} nodes"
             verdict = _verdict(option["pool_tokens"], option["pool_range"], required)
             if option["pool_tokens"] == 0:
-                verdict, note = "no room", "weights fill the GPUs"
+                verdict, note = "no room", "weights fill GPUs"
             elif option["pool_tokens"] is None:
                 note = option.get("note") or ""
-            rows.append((label if index == 0 else "", value, _tok(option["pool_tokens"]),
-                         _range(option["pool_range"]), verdict, note))
+            pool_range = option["pool_range"] if option["pool_tokens"] else None
+            rows.append((label if index == 0 else "", value, _tok(option["pool_tokens"]), _range(pool_range),
+                         verdict, note))
     return rows
 
 

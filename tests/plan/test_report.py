@@ -144,10 +144,10 @@ def test_plan_section_for_the_table(tmp_path) -> None:
 plan for server: largest context that fits 103,173 tokens (bound by the predicted pool; the model allows
 131,072); the window needs 524,288
 setting               value      pool tokens            pool range   window   note
-───────────────────────────────────────────────────────────────────────────────────────────────────────
+────────────────────────────────────────────────────────────────────────────────────────────
 mem-fraction-static   0.83 *         412,695       410,703-414,687   short    SGLang default
-                      none                 -                     -   short    no safe value holds it
-                      0.83           412,695                     -   short    safe max (SGLang default)
+                      none                 -                     -   short    no safe value
+                      0.83           412,695                     -   short    safe maximum
 tp-size               1 *            412,695       410,703-414,687   short
                       2              944,842       940,868-948,816   holds
                       4            1,985,999   1,978,136-1,993,861   holds

@@ -225,11 +225,16 @@ def hint_sentences(plan: RolePlan) -> list[str]:
     out = []
     f = plan.fraction
     if f.min_fitting is not None and f.min_fitting > f.current:
-        uncertain = f.min_fitting_worst_case is None or f.min_fitting_worst_case > f.min_fitting
-        out.append(
-            f"mem-fraction-static {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
-            + _estimate_tag(uncertain)
-        )
+        if f.min_fitting_worst_case is not None:
+            out.append(
+                f"mem-fraction-static {fraction(f.min_fitting_worst_case)} would hold the window even at the "
+                f"low end of the estimate ({fraction(f.min_fitting)} at its centre: {f.min_fitting_pool_tokens:,} tokens)"
+            )
+        else:
+            out.append(
+                f"mem-fraction-static {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
+                + _estimate_tag(True)
+            )
     elif f.min_fitting is None and f.max_safe is not None:
         out.append(
             f"no mem-fraction-static up to SGLang's own {fraction(f.max_safe)} holds it "

@@ -203,3 +203,21 @@ def test_unestimable_role_raises_for_plan_and_gives_no_hints(tmp_path) -> None:
         plan_role(target)
     assert fit_hints(target) == []
     assert fit_hints(role(write_config(tmp_path), gpu="NoSuchGPU")) == []
+
+
+def test_fit_hints_name_the_settings_that_give_more_pool(llama) -> None:
+    target = role(llama, min_headroom=2.5, mem_fraction_static=0.6)
+    assert fit_hints(target) == [
+        "mem-fraction-static 0.701 would hold the window even at the low end of the estimate "
+        "(0.699 at its centre: 328,165 tokens)",
+        # by hand at 0.6: fp8 halves the cell, (after - pre x 0.4) x 16,384 = 528,566; TP2 with 7.5 GiB
+        # of weights and pre = (81,559 - 964) / 1024: 650,832
+        "kv-cache-dtype fp8_e4m3 would hold 528,566 tokens (estimate)",
+        "tp-size 2 would hold 650,832 tokens (estimate)",
+    ]
+    short = role(llama, min_headroom=4.0)
+    assert fit_hints(short) == [
+        "no mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate)",
+        "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
+        "tp-size 2 would hold 944,842 tokens (estimate)",
+    ]

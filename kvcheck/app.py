@@ -46,7 +46,7 @@ def judge(
                 name=target.name,
                 status=role_status(role_findings, strict=strict),
                 pool_tokens=measurement.pool_tokens,
-                required_tokens=target.required_tokens,
+                required_tokens=target.required_tokens if target.context_length > 0 else None,
                 max_input_tokens=measurement.max_input_tokens,
                 source=measurement.source,
                 gpus=measurement.gpus if measurement.gpus is not None else (target.gpus or None),
@@ -148,6 +148,18 @@ def _check_measurable(targets: Sequence[RoleTarget], source: str) -> None:
         raise ManifestError(issues)
 
 
+def _with_fit_hints(target: RoleTarget, measurement: PoolMeasurement) -> PoolMeasurement:
+    """A short pool's measurement, with the planner's settings that would hold the window (KV101's hint)."""
+    if measurement.pool_tokens is None or measurement.pool_tokens >= target.required_tokens:
+        return measurement
+    from kvcheck.plan import fit_hints
+
+    hints = fit_hints(target)
+    if not hints:
+        return measurement
+    return replace(measurement, details={**measurement.details, "fit_hints": hints})
+
+
 def verify(options: VerifyOptions) -> Report:
     """The gate: load the manifest, obtain every selected role's pool, judge it."""
     from kvcheck.manifest.load import load_manifest
@@ -159,7 +171,7 @@ def verify(options: VerifyOptions) -> Report:
     if options.mode == "measure":
         _check_measurable(targets, loaded.display_path)
     backend = BACKENDS[options.mode](options)
-    measurements = backend.measure(targets)
+    measurements = [_with_fit_hints(t, m) for t, m in zip(targets, backend.measure(targets), strict=True)]
     extra: list[Finding] = []
     if loaded.catalogue_note:
         extra.append(

@@ -52,7 +52,7 @@ def run_guarded(action: Callable[[], int]) -> None:
             _stderr(f"kvcheck: hint: {exc.hint}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _stderr("kvcheck: interrupted; every engine kvcheck started has been stopped")
+        _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
         sys.exit(130)
     except click.exceptions.ClickException:
         raise

@@ -355,6 +355,7 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
             plan = plan_probe(options)
             write(plan.render_json() if fmt == "json" else plan.render_text())
             return 0
+        options.validate()
         if insecure:
             _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
         report = run_probe(options, progress=progress)

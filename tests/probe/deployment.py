@@ -55,6 +55,7 @@ class Deployment:
         server_info: bool = True,
         openai: bool = True,
         redirect_to: str | None = None,
+        token: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
         if behaviour not in ("incident", "fixed", "truncate", "refuse-all"):
@@ -68,6 +69,7 @@ class Deployment:
         self.server_info = server_info
         self.openai = openai
         self.redirect_to = redirect_to
+        self.token = token  # when set, every request needs "Authorization: Bearer <token>" (else 401)
         self.state = _State()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
@@ -188,6 +190,12 @@ class Deployment:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _unauthorized(self) -> bool:
+                if deployment.token is None or self.headers.get("Authorization") == f"Bearer {deployment.token}":
+                    return False
+                self._send(401, {"detail": "Unauthorized"})
+                return True
+
             def _redirect(self) -> bool:
                 if deployment.redirect_to is None:
                     return False
@@ -199,7 +207,7 @@ class Deployment:
 
             def do_GET(self) -> None:  # noqa: N802
                 self._record()
-                if self._redirect():
+                if self._unauthorized() or self._redirect():
                     return
                 if self.path in ("/server_info", "/get_server_info") and deployment.server_info:
                     self._send(200, deployment.server_info_payload())
@@ -220,7 +228,7 @@ class Deployment:
                 openai = self.path == "/v1/completions"
                 prompt = body.get("prompt") if openai else body.get("input_ids", body.get("text"))
                 self._record(len(prompt) if isinstance(prompt, list) else None)
-                if self._redirect():
+                if self._unauthorized() or self._redirect():
                     return
                 if self.path not in ("/generate", "/v1/completions") or (openai and not deployment.openai):
                     self._send(404, {"detail": "Not Found"})

@@ -84,12 +84,12 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     skip_openai: str | None = None
     if any(r.endpoint == COMPLETIONS for r in plan.requests) and model is None:
         model, skip_openai = _model_name(client)
-    prompts = {r.index: _prompt(r, plan) for r in plan.requests}
     total = len(plan.requests)
     results: dict[int, RequestResult] = {}
 
     def execute(planned: PlannedRequest) -> RequestResult:
-        body = request_body(planned, prompts[planned.index], rid=f"kvcheck-probe-{run_id}-{planned.index}", model=model)
+        # built per request: a million-token prompt is ~8 MB as a list, so the plan's 30-odd are never all held
+        body = request_body(planned, _prompt(planned, plan), rid=f"kvcheck-probe-{run_id}-{planned.index}", model=model)
         answer = send(client, planned.endpoint, body, timeout_s=options.request_timeout_s, deadline_s=guard.deadline_s)
         result = judge(planned, answer, plan.owners)
         if progress is not None:

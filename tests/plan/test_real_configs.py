@@ -8,6 +8,7 @@ import pytest
 
 from kvcheck.backends.base import RoleTarget
 from kvcheck.estimate import estimate_role
+from kvcheck.plan.advice import hint_sentences, plan_findings
 from kvcheck.plan.planner import plan_role
 
 CASES = [  # (model, gpu, args)
@@ -53,6 +54,13 @@ def test_plan_invariants(shared_data, model: str, gpu: str, args: dict) -> None:
                 assert option.pool_range[0] <= option.pool_tokens <= option.pool_range[1]
         assert sum(o.current for o in plan.tp_options) == 1
         assert sum(o.current for o in plan.kv_dtype_options) == 1
+        advice = plan_findings(target, plan)
+        assert [(f.rule, f.severity) for f in advice] == [("KV106", "info")] * 4
+        assert advice[0].message.startswith(f"largest context that fits: {plan.largest_context_tokens:,} tokens")
+        hints = hint_sentences(plan)
+        assert all(h.endswith(")") for h in hints)
+        if not plan.fits:
+            assert hints, "a role that falls short always gets at least the fraction sentence"
         minimums.append(math.inf if f.min_fitting is None else f.min_fitting)
     assert minimums == sorted(minimums)
 

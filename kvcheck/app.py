@@ -148,13 +148,15 @@ def _check_measurable(targets: Sequence[RoleTarget], source: str) -> None:
         raise ManifestError(issues)
 
 
-def _with_fit_hints(target: RoleTarget, measurement: PoolMeasurement) -> PoolMeasurement:
+def _with_fit_hints(
+    target: RoleTarget, measurement: PoolMeasurement, *, offline: bool | None
+) -> PoolMeasurement:
     """A short pool's measurement, with the planner's settings that would hold the window (KV101's hint)."""
     if measurement.pool_tokens is None or measurement.pool_tokens >= target.required_tokens:
         return measurement
     from kvcheck.plan import fit_hints
 
-    hints = fit_hints(target)
+    hints = fit_hints(target, offline=offline)
     if not hints:
         return measurement
     return replace(measurement, details={**measurement.details, "fit_hints": hints})
@@ -171,7 +173,11 @@ def verify(options: VerifyOptions) -> Report:
     if options.mode == "measure":
         _check_measurable(targets, loaded.display_path)
     backend = BACKENDS[options.mode](options)
-    measurements = [_with_fit_hints(t, m) for t, m in zip(targets, backend.measure(targets), strict=True)]
+    # Estimate mode may read configs from the Hub; a measured role's hints stay on local files.
+    offline = None if options.mode == "estimate" else True
+    measurements = [
+        _with_fit_hints(t, m, offline=offline) for t, m in zip(targets, backend.measure(targets), strict=True)
+    ]
     extra: list[Finding] = []
     if loaded.catalogue_note:
         extra.append(

@@ -34,6 +34,7 @@ RULE_MODULES = (
     "kvcheck.backends.audit_rules",
     "kvcheck.engines.sglang.log_rules",
     "kvcheck.probe.rules",
+    "kvcheck.plan.rules",
 )
 
 

@@ -93,6 +93,22 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     }
 
 
+# Command-specific sections shown between the roles table and the findings: command ->
+# (module, table-section function returning rich renderables, markdown function returning text).
+# Imported lazily so rendering a verify report never imports the planner.
+SECTIONS: dict[str, tuple[str, str, str]] = {
+    "plan": ("kvcheck.plan.text", "plan_section", "plan_markdown"),
+}
+
+
+def _section(report: Report, which: int) -> Any:
+    spec = SECTIONS.get(report.command)
+    if spec is None:
+        return None
+    module = __import__(spec[0], fromlist=[spec[which]])
+    return getattr(module, spec[which])(report)
+
+
 _STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -160,6 +176,8 @@ class TableFormat(Format):
                 row.append(f"{low_high[0]:,}-{low_high[1]:,}" if low_high else "-")
             table.add_row(*row)
         console.print(table)
+        for renderable in _section(report, 1) or ():
+            console.print(renderable)
         if not report.findings:
             console.print("no findings")
             return _strip_trailing(buffer.getvalue())
@@ -261,6 +279,10 @@ class MarkdownFormat(Format):
                 + " |"
             )
         out.append("")
+        extra = _section(report, 2)
+        if extra:
+            out.append(extra.rstrip("\n"))
+            out.append("")
         if report.findings:
             out.append("| severity | rule | role | finding | fix |")
             out.append("| --- | --- | --- | --- | --- |")

@@ -27,6 +27,8 @@ from tests.measure.conftest import make_target
         ("L40", "NVIDIA L40S", False),
         ("L40S", "NVIDIA L40S", True),
         ("B200", "NVIDIA H200", False),
+        ("H200-SXM", "NVIDIA H200", True),  # profiles/gpus/H200.yaml aliases
+        ("H200-SXM", "NVIDIA H20", False),
         ("", "NVIDIA H200", False),
     ],
 )

@@ -338,3 +338,11 @@ def test_estimate_that_cannot_be_made_is_only_noted(pidfile: PidFile) -> None:
     [m] = measure(make_target(), estimator=FixedEstimate(None, error=True))
     assert m.findings == ()
     assert m.details["estimate_error"] == "unknown architecture FooForCausalLM"
+
+
+def test_progress_shows_each_role_outcome_on_stderr(pidfile: PidFile, capsys) -> None:
+    measure(make_target("prefill", gpus=(0,)), make_target("decode", gpus=(1,)), progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert [line.split()[:2] for line in captured.err.splitlines()] == [["prefill", "✓"], ["decode", "✓"]]
+    assert captured.err.count("pool 947,824 tokens") == 2

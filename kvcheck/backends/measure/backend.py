@@ -229,7 +229,7 @@ class MeasureBackend(Backend):
             progress.phase(target.name, "checking GPUs")
             findings, states = self._check_gpus(target, inventory, settle=shared, cancel=cancel)
             if findings:
-                progress.finish(target.name, "[red]GPUs not usable[/]")
+                progress.finish(target.name, "[red]✗ GPUs not usable (KV302)[/]")
                 return PoolMeasurement(
                     role=target.name,
                     source="measure",
@@ -247,10 +247,15 @@ class MeasureBackend(Backend):
         )
         progress.phase(target.name, "starting")
         measurement = boot.run()
-        if measurement.pool_tokens is not None:
-            progress.finish(target.name, f"[green]{measurement.pool_tokens:,} tokens[/]")
+        errors = sorted({f.rule for f in measurement.findings if f.blocks})
+        if measurement.pool_tokens is not None and errors:
+            progress.finish(
+                target.name, f"[yellow]! pool {measurement.pool_tokens:,} tokens ({', '.join(errors)})[/]"
+            )
+        elif measurement.pool_tokens is not None:
+            progress.finish(target.name, f"[green]✓ pool {measurement.pool_tokens:,} tokens[/]")
         else:
-            progress.finish(target.name, "[red]no pool figure[/]")
+            progress.finish(target.name, "[red]✗ not measured (KV301)[/]")
         return measurement
 
     def _check_gpus(

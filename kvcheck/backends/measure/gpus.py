@@ -157,15 +157,31 @@ def _tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t and t != "nvidia"]
 
 
-def gpu_type_matches(wanted: str, device_name: str) -> bool:
-    """True when every word of the manifest's GPU type appears in the device's name.
+def _same_profile(wanted: str, device_name: str) -> bool:
+    """Both names are the same GPU profile's name or aliases (profiles/gpus/*.yaml)."""
+    from kvcheck.errors import KvcheckError
+    from kvcheck.estimate.gpus import default_profiles
 
-    "H100" matches "NVIDIA H100 80GB HBM3", "A100-80GB" matches "NVIDIA A100-SXM4-80GB", the full
-    nvidia-smi name matches itself; "H20" does not match "NVIDIA H200" (whole words only).
+    try:
+        profiles = default_profiles()
+    except KvcheckError:
+        return False  # no profile data installed: the word match alone decides
+    profile = profiles.find(wanted)
+    return profile is not None and profiles.find(device_name) is profile
+
+
+def gpu_type_matches(wanted: str, device_name: str) -> bool:
+    """True when the device is the GPU type the manifest names.
+
+    Every word of the manifest's name must appear in the device's name ("H100" matches "NVIDIA H100
+    80GB HBM3", "A100-80GB" matches "NVIDIA A100-SXM4-80GB", "H20" does not match "NVIDIA H200"), or
+    both names must belong to the same GPU profile ("H200-SXM" and "NVIDIA H200").
     """
     wanted_tokens = _tokens(wanted)
     device_tokens = set(_tokens(device_name))
-    return bool(wanted_tokens) and all(token in device_tokens for token in wanted_tokens)
+    if wanted_tokens and all(token in device_tokens for token in wanted_tokens):
+        return True
+    return bool(wanted_tokens) and _same_profile(wanted, device_name)
 
 
 def check_role_gpus(

@@ -22,7 +22,7 @@ class BootProgress:
         self._progress: Progress | None = None
         if self.enabled:
             self._progress = Progress(
-                SpinnerColumn(finished_text="[green]✓[/]"),
+                SpinnerColumn(finished_text=" "),
                 TextColumn("[bold]{task.fields[role]}[/]"),
                 TextColumn("{task.description}"),
                 TimeElapsedColumn(),

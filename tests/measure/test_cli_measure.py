@@ -1,0 +1,172 @@
+"""`kvcheck verify MANIFEST` in measure mode, end to end: the real CLI, the engine double, exact exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.measure.conftest import FAKE_SGLANG, REPO, PidFile
+
+MANIFEST = """\
+name: double
+context_length: 131072
+model:
+  path: meta-llama/Llama-3.1-8B-Instruct
+engine:
+  version: "0.5.23"
+  command: [{python}, {engine}]
+gpu: H200
+args:
+  tp-size: 2
+  mem-fraction-static: 0.85
+roles:
+  prefill:
+    gpus: [0, 1]
+    args: {{disaggregation-mode: prefill, disaggregation-enable-kv-checksum: true}}
+  decode:
+    gpus: [2, 3]
+    args: {{disaggregation-mode: decode, disaggregation-enable-kv-checksum: true}}
+"""
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(MANIFEST.format(python=json.dumps(sys.executable), engine=json.dumps(str(FAKE_SGLANG))))
+    return path
+
+
+def kvcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvcheck", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def verify_json(manifest: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    done = kvcheck("verify", str(manifest), "--no-gpu-check", "--format", "json", *extra, env=env)
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def test_pass_exit_0_with_measured_figures(manifest: Path, pidfile: PidFile) -> None:
+    code, report, _ = verify_json(manifest)
+    assert (code, report["verdict"], report["mode"], report["exit_code"]) == (0, "pass", "measure", 0)
+    assert [(r["name"], r["status"], r["pool_tokens"], r["required_tokens"], r["max_input_tokens"], r["source"])
+            for r in report["roles"]] == [
+        ("prefill", "pass", 947824, 131072, 131066, "measure"),
+        ("decode", "pass", 947824, 131072, 131066, "measure"),
+    ]  # fmt: skip
+    prefill = report["roles"][0]
+    assert prefill["gpus"] == [0, 1]
+    assert prefill["argv"][2:12] == [
+        "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2", "--mem-fraction-static", "0.85",
+        "--disaggregation-mode", "prefill", "--disaggregation-enable-kv-checksum", "--host",
+    ]  # fmt: skip
+    assert prefill["details"]["engine_version"] == "0.5.23"
+    assert report["findings"] == []
+    assert len(pidfile.pids()) == 8  # two engines: launcher, two schedulers, detokenizer each
+
+
+def test_pool_below_window_is_exit_1(manifest: Path, pidfile: PidFile) -> None:
+    code, report, _ = verify_json(manifest, env={"FAKE_SGLANG_POOL_TOKENS": "100000"})
+    assert (code, report["verdict"]) == (1, "fail")
+    assert [(f["rule"], f["severity"], f["role"]) for f in report["findings"]] == [
+        ("KV314", "warning", "prefill"),
+        ("KV101", "error", "prefill"),
+        ("KV314", "warning", "decode"),
+        ("KV101", "error", "decode"),
+    ]
+    assert [r["pool_tokens"] for r in report["roles"]] == [100000, 100000]
+
+
+def test_engine_out_of_memory_is_exit_3(manifest: Path, pidfile: PidFile) -> None:
+    code, report, _ = verify_json(manifest, "--role", "decode", env={"FAKE_SGLANG_MODE": "oom"})
+    assert (code, report["verdict"]) == (3, "error")
+    [role] = report["roles"]
+    assert (role["name"], role["status"], role["pool_tokens"]) == ("decode", "error", None)
+    [kv301] = [f for f in report["findings"] if f["rule"] == "KV301"]
+    assert kv301["message"].startswith("the engine exited with status 137 (killed by SIGKILL)")
+    assert "Scheduler hit an exception" in kv301["message"]
+
+
+def test_version_mismatch_is_exit_3(manifest: Path, pidfile: PidFile) -> None:
+    code, report, _ = verify_json(manifest, "--role", "prefill", env={"FAKE_SGLANG_VERSION": "0.5.22"})
+    assert code == 3
+    assert [f["rule"] for f in report["findings"]] == ["KV303"]
+    assert report["roles"][0]["pool_tokens"] == 947824
+
+
+def test_logs_dir_and_dummy_weights(manifest: Path, pidfile: PidFile, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    code, report, _ = verify_json(manifest, "--logs-dir", str(logs), "--dummy-weights")
+    assert code == 0
+    assert sorted(p.name for p in logs.iterdir()) == ["decode.log", "prefill.log"]
+    assert "max_total_num_tokens=947824" in (logs / "prefill.log").read_text()
+    assert report["roles"][0]["argv"][-2:] == ["--load-format", "dummy"]
+
+
+def test_gpu_inventory_without_nvml_is_exit_3(manifest: Path, pidfile: PidFile) -> None:
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pynvml is installed here; this checks the hint on hosts without it")
+    done = kvcheck("verify", str(manifest))
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert "pip install 'kvcheck[gpu]'" in done.stderr
+    assert pidfile.pids() == []
+
+
+def _start_verify(manifest: Path, pidfile: PidFile, expected: int) -> subprocess.Popen[str]:
+    # Children that ignore SIGTERM are covered in test_interrupt.py with a short grace; the CLI's
+    # grace is SGLang's 15 s drain, so here they die with their launcher (PDEATHSIG) as SGLang's do.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SGLANG_MODE": "hang"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvcheck", "verify", str(manifest), "--no-gpu-check"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(pidfile.pids()) < expected:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"engines did not start (rc {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.02)
+    return proc
+
+
+def test_ctrl_c_stops_every_engine_and_exits_130(manifest: Path, pidfile: PidFile) -> None:
+    proc = _start_verify(manifest, pidfile, expected=8)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert "interrupted; every engine kvcheck started has been stopped" in err
+    assert pidfile.survivors() == []
+
+
+def test_sigterm_stops_every_engine_and_dies_of_sigterm(manifest: Path, pidfile: PidFile) -> None:
+    proc = _start_verify(manifest, pidfile, expected=8)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err  # a shell shows 143
+    assert out == ""
+    assert pidfile.survivors() == []

@@ -159,7 +159,7 @@ def test_ctrl_c_stops_every_engine_and_exits_130(manifest: Path, pidfile: PidFil
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert out == ""
-    assert "interrupted; every engine kvcheck started has been stopped" in err
+    assert err.startswith("kvcheck: interrupted")
     assert pidfile.survivors() == []
 
 

@@ -55,7 +55,7 @@ def judge(
             )
         )
     findings.extend(policy.apply(evaluate_deployment(targets, measurements)))
-    windows = {t.context_length for t in targets}
+    windows = {t.context_length for t in targets if t.context_length > 0}
     if context_length is None and len(windows) == 1:
         context_length = windows.pop()
     return Report(

@@ -325,7 +325,6 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
           seed, dry_run, ca_bundle, insecure, token_env, fmt, output, strict):
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
     from kvcheck.probe import ProbeOptions, plan_probe, run_probe
-    from kvcheck.probe.table import render_requests
 
     options = ProbeOptions(
         url=url, context_length=context_length, pool_tokens=pool_tokens, max_requests=max_requests,
@@ -336,13 +335,12 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
         token_env=token_env, seed=seed, strict=strict,
     )
 
-    def write(text: str, *, append: bool = False) -> None:
+    def write(text: str) -> None:
         if output is None:
             click.echo(text, nl=False)
             return
         try:
-            with output.open("a" if append else "w", encoding="utf-8") as handle:
-                handle.write(text)
+            output.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
 
@@ -358,10 +356,6 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
         options.validate()
         if insecure:
             _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
-        report = run_probe(options, progress=progress)
-        code = emit(report, fmt, output)
-        if fmt == "table":
-            write("\n" + render_requests(report), append=True)
-        return code
+        return emit(run_probe(options, progress=progress), fmt, output)
 
     run_guarded(action)

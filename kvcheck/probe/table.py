@@ -33,3 +33,18 @@ def render_requests(report: Report) -> str:
     lines = ["requests sent", "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     return "\n".join(lines) + "\n"
+
+
+def _rows_markdown(text: str) -> str:
+    return "```\n" + text + "```\n" if text else ""
+
+
+def requests_section(report: Report) -> list[str]:
+    """The per-request table for the table report, preformatted (nothing when no request was sent)."""
+    text = render_requests(report)
+    return [text] if text else []
+
+
+def requests_markdown(report: Report) -> str:
+    """The per-request table for the Markdown report, as a preformatted block."""
+    return _rows_markdown(render_requests(report))

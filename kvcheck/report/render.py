@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from abc import ABC, abstractmethod
@@ -96,16 +97,17 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 # Command-specific sections shown between the roles table and the findings: command ->
 # (module, table-section function returning rich renderables, markdown function returning text).
 # Imported lazily so rendering a verify report never imports the planner.
-SECTIONS: dict[str, tuple[str, str, str]] = {
+SECTIONS: dict[str, tuple[str, str | None, str | None]] = {
     "plan": ("kvcheck.plan.text", "plan_section", "plan_markdown"),
+    "probe": ("kvcheck.probe.table", "requests_section", "requests_markdown"),
 }
 
 
 def _section(report: Report, which: int) -> Any:
     spec = SECTIONS.get(report.command)
-    if spec is None:
+    if spec is None or spec[which] is None:
         return None
-    module = __import__(spec[0], fromlist=[spec[which]])
+    module = importlib.import_module(spec[0])
     return getattr(module, spec[which])(report)
 
 
@@ -177,7 +179,10 @@ class TableFormat(Format):
             table.add_row(*row)
         console.print(table)
         for renderable in _section(report, 1) or ():
-            console.print(renderable)
+            if isinstance(renderable, str):
+                buffer.write(renderable)  # preformatted text: wide tables must not be re-wrapped
+            else:
+                console.print(renderable)
         if not report.findings:
             console.print("no findings")
             return _strip_trailing(buffer.getvalue())

@@ -11,7 +11,7 @@ import pytest
 from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
 from kvcheck.backends.measure import MeasureBackend
 from kvcheck.backends.measure.backend import conflicts
-from kvcheck.errors import EstimateError, GpuInventoryError
+from kvcheck.errors import EstimateError, GpuInventoryError, InputError
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
 from tests.measure.conftest import ENGINE, PidFile, make_target
 
@@ -346,3 +346,22 @@ def test_progress_shows_each_role_outcome_on_stderr(pidfile: PidFile, capsys) ->
     assert captured.out == ""
     assert [line.split()[:2] for line in captured.err.splitlines()] == [["prefill", "✓"], ["decode", "✓"]]
     assert captured.err.count("pool 947,824 tokens") == 2
+
+
+def test_proxy_settings_do_not_capture_loopback(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    [m] = measure(make_target())
+    assert (m.pool_tokens, m.findings) == (947824, ())
+
+
+def test_unwritable_logs_dir_is_an_input_error(pidfile: PidFile, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError) as caught:
+        measure(make_target(), logs_dir=blocker / "logs")
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith(f"--logs-dir {blocker / 'logs'}: cannot write prefill.log")
+    assert pidfile.pids() == []

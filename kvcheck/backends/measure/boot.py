@@ -10,7 +10,8 @@ figures are in, and on every other way out (exit, timeout, cancel, exception).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import os
 import re
 import signal
 import tempfile
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from kvcheck.backends.base import PoolMeasurement, RoleTarget
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
@@ -36,7 +39,7 @@ from kvcheck.backends.measure.launch import (
 )
 from kvcheck.engines.sglang.client import ServerInfo, SglangClient
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary
-from kvcheck.errors import EndpointError
+from kvcheck.errors import EndpointError, InputError
 from kvcheck.policy.registry import finding
 from kvcheck.report.model import Finding
 
@@ -215,27 +218,37 @@ class RoleBoot:
         return measurement
 
     def _replace(self, measurement: PoolMeasurement, **changes: Any) -> PoolMeasurement:
-        import dataclasses
-
         if "details" in changes:
             changes["details"] = {**measurement.details, **changes["details"]}
         return dataclasses.replace(measurement, **changes)
 
     def _log_path(self) -> tuple[Path, bool]:
-        if self.settings.logs_dir is not None:
-            self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
-            return self.settings.logs_dir / f"{_safe_name(self.target.name)}.log", True
+        """The role's log: kept as DIR/<role>.log with --logs-dir, else a temporary file."""
+        logs_dir = self.settings.logs_dir
+        if logs_dir is not None:
+            path = logs_dir / f"{_safe_name(self.target.name)}.log"
+            try:
+                logs_dir.mkdir(parents=True, exist_ok=True)
+                path.touch()
+            except OSError as exc:
+                raise InputError(
+                    f"--logs-dir {logs_dir}: cannot write {path.name}: {exc.strerror or exc}",
+                    hint="pass a folder kvcheck may create and write",
+                ) from exc
+            return path, True
         fd, name = tempfile.mkstemp(prefix=f"kvcheck-{_safe_name(self.target.name)}-", suffix=".log")
-        with contextlib.suppress(OSError):
-            import os
-
-            os.close(fd)
+        os.close(fd)
         return Path(name), False
 
     def _server_info(self, port: int, *, retries: int) -> tuple[ServerInfo | None, str | None]:
+        """Ask the engine on loopback; an explicit transport keeps HTTP(S)_PROXY from routing it away."""
         try:
             with SglangClient(
-                f"http://{LOOPBACK}:{port}", timeout_s=10.0, retries=retries, backoff_s=0.2
+                f"http://{LOOPBACK}:{port}",
+                timeout_s=10.0,
+                retries=retries,
+                backoff_s=0.2,
+                transport=httpx.HTTPTransport(),
             ) as client:
                 return client.server_info(), None
         except EndpointError as exc:

@@ -7,7 +7,7 @@ pipeline stages, DP replicas) and over both sources; a disagreement is reported,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,11 +209,3 @@ def compare_estimate(role: str, measured_tokens: int | None, estimate_tokens: in
             "--mode estimate or `kvcheck plan` for this model",
         )
     ]
-
-
-def ranks_of(lines: Sequence[tuple[str, int, int | None]]) -> tuple[RankPool, ...]:
-    """RankPools from (tag, pool, context) triples, keeping the last line of each rank."""
-    last: dict[str, RankPool] = {}
-    for tag, pool, ctx in lines:
-        last[tag] = RankPool(rank=tag, pool_tokens=pool, context_len=ctx)
-    return tuple(last.values())

@@ -8,7 +8,6 @@ pool. Both are KV302 errors, found before any engine is started.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,13 +245,3 @@ def check_role_gpus(
             )
         )
     return findings
-
-
-def read_states(inventory: GpuInventory, indices: Iterable[int]) -> dict[int, GpuState | None]:
-    """One NVML reading per index."""
-    return {index: inventory.state(index) for index in sorted(set(indices))}
-
-
-def busy_pids(states: Sequence[GpuState | None]) -> set[int]:
-    """PIDs holding memory on any of the given GPUs."""
-    return {p.pid for s in states if s is not None for p in s.processes}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -365,3 +366,21 @@ def test_unwritable_logs_dir_is_an_input_error(pidfile: PidFile, tmp_path: Path)
     assert caught.value.exit_code == 2
     assert caught.value.message.startswith(f"--logs-dir {blocker / 'logs'}: cannot write prefill.log")
     assert pidfile.pids() == []
+
+
+def test_no_ready_line_but_both_sources_agree(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "no_ready")
+    [m] = measure(make_target(), ready_wait_s=0.1)
+    assert (m.pool_tokens, m.findings) == (947824, ())
+    assert m.details["ready_line"] is False
+
+
+def test_a_wrapper_that_exits_at_once_is_kv301(pidfile: PidFile) -> None:
+    target = make_target()
+    wrapper = (sys.executable, "-c", "import sys; print('submitted job 42'); sys.exit(0)")
+    [m] = measure(RoleTarget(**{**target.__dict__, "engine_command": wrapper}))
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message == (
+        "the engine exited with status 0 before reporting its pool (phase: starting); its last lines:\n"
+        "    | submitted job 42"
+    )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
 from kvcheck.report.model import Finding, Report, RoleResult, role_status
 
@@ -178,16 +177,7 @@ def verify(options: VerifyOptions) -> Report:
     measurements = [
         _with_fit_hints(t, m, offline=offline) for t, m in zip(targets, backend.measure(targets), strict=True)
     ]
-    extra: list[Finding] = []
-    if loaded.catalogue_note:
-        extra.append(
-            finding(
-                "KV204",
-                None,
-                loaded.catalogue_note,
-                hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
-            )
-        )
+    extra: list[Finding] = loaded.notes()
     return judge(
         command="verify",
         mode=backend.mode,

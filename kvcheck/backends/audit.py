@@ -40,6 +40,7 @@ from kvcheck.engines.sglang.client import (
 from kvcheck.errors import EndpointError, InputError, InputIssue
 from kvcheck.policy.registry import finding
 from kvcheck.report.model import Finding, Location
+from kvcheck.textfile import read_text_file
 
 if TYPE_CHECKING:
     from kvcheck.report.model import Report
@@ -86,7 +87,7 @@ def parse_fleet_file(path: str | Path) -> list[Endpoint]:
     `name: URL` / `name: {url: URL, context_length: N, role: R}` (a YAML list of URLs also works)."""
     path = Path(path)
     display = str(path)
-    text = _read_fleet_text(path, display)
+    text = _read_fleet(path, display)
     lines = text.splitlines()
     content = [(n, _strip_comment(line)) for n, line in enumerate(lines, 1)]
     content = [(n, line) for n, line in content if line.strip()]
@@ -144,23 +145,8 @@ def endpoints_from_manifest(manifest_targets: Sequence[RoleTarget], pairs: Seque
     return endpoints
 
 
-def _read_fleet_text(path: Path, display: str) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise InputError(f"{display}: no such fleet file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(f"{display}: is a directory, not a fleet file") from exc
-    except OSError as exc:
-        raise InputError(f"{display}: cannot read: {exc.strerror}") from exc
-    if len(raw) > MAX_FLEET_BYTES:
-        raise InputError(f"{display}: {len(raw):,} bytes is too large for a fleet file")
-    if b"\x00" in raw:
-        raise InputError(f"{display}: is a binary file, not a fleet file")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{display}: is not UTF-8 text (byte {exc.start})") from exc
+def _read_fleet(path: Path, display: str) -> str:
+    return read_text_file(path, display, kind="fleet file", max_bytes=MAX_FLEET_BYTES)
 
 
 def _strip_comment(line: str) -> str:
@@ -800,15 +786,7 @@ def run_audit(options: AuditOptions) -> Report:
         endpoints = endpoints_from_manifest(manifest_targets, options.endpoints)
         source = loaded.display_path
         window: int | None = loaded.manifest.context_length
-        if loaded.catalogue_note:
-            extra.append(
-                finding(
-                    "KV204",
-                    None,
-                    loaded.catalogue_note,
-                    hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
-                )
-            )
+        extra.extend(loaded.notes())
     else:
         if options.endpoints:
             raise InputError("--endpoint ROLE=URL pairs servers with a manifest's roles: it needs --manifest")

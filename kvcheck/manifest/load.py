@@ -16,7 +16,8 @@ from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.manifest.model import EstimateSpec, Manifest
 from kvcheck.manifest.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.policy.rules import PolicyConfig
-from kvcheck.report.model import Location
+from kvcheck.report.model import Finding, Location
+from kvcheck.textfile import read_text_file
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
@@ -32,24 +33,20 @@ class LoadedManifest:
     policy: PolicyConfig
     catalogue_note: str | None  # set when another release's flag catalogue stood in
 
+    def notes(self) -> list[Finding]:
+        """Deployment-level findings about the manifest itself (KV204 when a catalogue stood in)."""
+        from kvcheck.policy.registry import finding
 
-def _read_text(path: Path, display: str) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise InputError(f"{display}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(f"{display}: is a directory, not a manifest file") from exc
-    except OSError as exc:
-        raise InputError(f"{display}: cannot read: {exc.strerror}") from exc
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise InputError(f"{display}: {len(raw):,} bytes is too large for a manifest")
-    if b"\x00" in raw:
-        raise InputError(f"{display}: is a binary file, not a YAML manifest")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{display}: is not UTF-8 text (byte {exc.start})") from exc
+        if not self.catalogue_note:
+            return []
+        return [
+            finding(
+                "KV204",
+                None,
+                self.catalogue_note,
+                hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
+            )
+        ]
 
 
 def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
@@ -212,7 +209,7 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
     """Load, validate and expand a manifest; raises ManifestError with every issue found."""
     path = Path(path)
     display = display or str(path)
-    text = _read_text(path, display)
+    text = read_text_file(path, display, kind="manifest file", max_bytes=MAX_MANIFEST_BYTES)
     data, positions, issues = load_yaml_with_positions(text, display)
     if data is None:
         raise InputError(f"{display}: the manifest is empty")

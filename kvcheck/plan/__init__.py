@@ -28,7 +28,6 @@ def run_plan(options: PlanOptions) -> Report:
     from kvcheck.manifest.load import load_manifest
     from kvcheck.plan.advice import hint_sentences, plan_findings
     from kvcheck.plan.planner import plan_role
-    from kvcheck.policy.registry import finding
 
     loaded = load_manifest(options.manifest)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
@@ -50,16 +49,7 @@ def run_plan(options: PlanOptions) -> Report:
                     details["fit_hints"] = hint_sentences(plan)  # KV101's hint names them
                 advice.extend(plan_findings(target, plan))
         planned.append(replace(measurement, details=details))
-    extra: list[Finding] = []
-    if loaded.catalogue_note:
-        extra.append(
-            finding(
-                "KV204",
-                None,
-                loaded.catalogue_note,
-                hint="upgrade kvcheck or generate the release's catalogue (docs/flag-catalogues.md)",
-            )
-        )
+    extra: list[Finding] = loaded.notes()
     report = judge(
         command="plan",
         mode="estimate",

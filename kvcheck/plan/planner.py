@@ -16,6 +16,7 @@ from kvcheck.backends.base import RoleTarget
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.estimate import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
 from kvcheck.estimate.config import load_model_source, parse_override_args
+from kvcheck.estimate.defaults import KV_DTYPE_ALIASES
 from kvcheck.estimate.gpus import as_profiles
 from kvcheck.estimate.shape import model_shape
 
@@ -26,17 +27,7 @@ FP4_KV_DTYPES = ("nvfp4", "fp4_mx_block16")  # only where the GPU has FP4 tensor
 # mem_fraction_static is answered in thousandths: the precision SGLang rounds its own default to.
 FRACTION_SCALE = 1000
 MAX_FRACTION_STEPS = FRACTION_SCALE - 1  # 0.999: a fraction of 1.0 leaves nothing for activations
-_CANONICAL_KV = {
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp16": "float16",
-    "float16": "float16",
-    "fp8_e4m3": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2",
-    "mxfp8": "mxfp8",
-    "nvfp4": "nvfp4",
-    "fp4_mx_block16": "nvfp4",
-}
+_CANONICAL_KV = KV_DTYPE_ALIASES
 _ESTIMATE_FAILURES = (EstimateError, InputError)
 
 

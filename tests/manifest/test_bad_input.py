@@ -30,7 +30,7 @@ def test_bad_manifest_is_exit_2_with_exact_message(case: str) -> None:
 def test_missing_manifest_file() -> None:
     result = run_kvcheck("verify", "no/such/manifest.yaml", "--mode", "estimate")
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr == "kvcheck: error: no/such/manifest.yaml: no such file\n"
+    assert result.stderr == "kvcheck: error: no/such/manifest.yaml: no such manifest file\n"
 
 
 def test_directory_instead_of_manifest() -> None:

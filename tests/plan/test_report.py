@@ -217,4 +217,4 @@ def test_cli_plan_missing_manifest_is_exit_2(kvcheck, tmp_path) -> None:
     result = kvcheck("plan", str(tmp_path / "absent.yaml"))
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "absent.yaml: no such file" in result.stderr
+    assert "absent.yaml: no such manifest file" in result.stderr

@@ -18,16 +18,25 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class PreBaseline:
-    """Device MiB in use before SGLang's baseline reading: `base + per_peer x (ranks - 1)` +/- band."""
+    """Device MiB in use before SGLang's baseline reading: `base + per_peer x (ranks - 1)`.
+
+    The uncertainty grows with the peers too: `band + per_peer_band x (ranks - 1)`, since the
+    collective-library buffers (NCCL, NVLS, custom all-reduce) are the least known part.
+    """
 
     base_mib: float
     per_peer_mib: float
     band_mib: float
     source: str
+    per_peer_band_mib: float = 0.0
 
     def mib(self, ranks: int) -> float:
         """Memory taken before the baseline on the most loaded of `ranks` ranks sharing one world."""
         return self.base_mib + self.per_peer_mib * max(0, ranks - 1)
+
+    def band(self, ranks: int) -> float:
+        """The +/- MiB band around `mib(ranks)`."""
+        return self.band_mib + self.per_peer_band_mib * max(0, ranks - 1)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ def _parse_profile(path: Path) -> GpuProfile:
                 base_mib=float(pre["base"]),
                 per_peer_mib=float(pre["per_peer"]),
                 band_mib=float(pre["band"]),
+                per_peer_band_mib=float(pre.get("per_peer_band", 0.0)),
                 source=str(pre["source"]),
             ),
             path=path,

@@ -245,9 +245,9 @@ def _mamba_carve(shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges
         slots = int((budget - stage_per_req) // stage_per_req) if stage_per_req else 0
         how = f"automatic (mamba_full_memory_ratio {ratio})"
     if slots <= 0:
-        raise EstimateError(
-            "not enough GPU memory for the hybrid (mamba/linear-attention) state cache: SGLang would refuse to start"
-        )
+        # SGLang refuses to start ("Not enough GPU memory for hybrid ... state cache"): no pool at
+        # all, which the gate judges as 0 tokens like any other budget that leaves no room.
+        return 0.0, {"mamba_slots": 0, "mamba_slots_from": how, "mamba_state_bytes_per_request": stage_per_req}
     used = (slots + 1) * stage_per_req / GIB
     return rest_gib - used, {
         "mamba_slots": slots,
@@ -319,7 +319,7 @@ def estimate_role(
         assumptions.append("memory in use before the baseline from estimate.pre_baseline_mib")
     else:
         pre_used_mib = gpu.pre_baseline.mib(ranks)
-        pre_band_mib = gpu.pre_baseline.band_mib
+        pre_band_mib = gpu.pre_baseline.band(ranks)
         assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
     pre_gib = (gpu_mib - pre_used_mib) / 1024
     overhead_gib = 0.0 if weights_method == "override" else LOAD_OVERHEAD_GIB
@@ -377,10 +377,16 @@ def estimate_role(
                 "SGLang would refuse to start"
             )
     if tokens_physical <= 0:
-        assumptions.append(
-            "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache "
-            f"under mem_fraction_static={f:.3f}"
-        )
+        if info.get("mamba_slots") == 0:
+            assumptions.append(
+                "SGLang would refuse to start: not enough GPU memory for the hybrid (mamba/linear-attention) "
+                f"state cache under mem_fraction_static={f:.3f}"
+            )
+        else:
+            assumptions.append(
+                "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache "
+                f"under mem_fraction_static={f:.3f}"
+            )
 
     max_req_len = min(res.context_len - 1, pool_tokens - 1)
     max_input = max(0, max_req_len - 5)

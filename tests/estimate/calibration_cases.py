@@ -64,7 +64,8 @@ CASES: tuple[Case, ...] = (
     Case(
         "sglang-qwen3-235b-fp8-4xH100-vllm21348", "Qwen--Qwen3-235B-A22B-FP8", "H100",
         {"tp_size": 4, "mem_fraction_static": 0.93},
-        "explicit --mem-fraction-static 0.93; 4xH100 stated",
+        "explicit --mem-fraction-static 0.93; 4xH100 stated; the NVIDIA per-peer baseline term was read from this log",
+        independent=False,
     ),
     Case(
         "sglang-llama31-8b-docs-send-request-2025-01", "meta-llama--Meta-Llama-3.1-8B", "H100",

@@ -112,10 +112,10 @@ def test_tp_options_are_the_estimators_pools(llama) -> None:
         assert (option.pool_tokens, option.pool_range) == (expected.pool_tokens, expected.pool_range)
         assert option.fits == (expected.pool_tokens >= 524_288)
     assert plan.tp_options[0].pool_tokens == POOL_AT_DEFAULT
-    # TP2 by hand: pre = (81,559 - 900 - 64 MiB for the peer) / 1024, after = pre - 7.5, SGLang's default
+    # TP2 by hand: pre = (81,559 - 900 - 512 MiB for the peer) / 1024, after = pre - 7.5, SGLang's default
     # round((81,559 - 14,032) / 81,559, 3) = 0.828, 4 KV heads per rank -> 65,536 B per token
-    pre = (81_559 - 964) / 1024
-    assert plan.tp_options[1].pool_tokens == int(int((pre - 7.5 - pre * (1 - 0.828)) * 2**30) // 65_536) == 944_842
+    pre = (81_559 - 1_412) / 1024
+    assert plan.tp_options[1].pool_tokens == int(int((pre - 7.5 - pre * (1 - 0.828)) * 2**30) // 65_536) == 938_907
     assert plan.tp_options[1].note == "weights per GPU scaled from estimate.weights_gib_per_gpu: 15 x 1/2"
 
 
@@ -211,13 +211,13 @@ def test_fit_hints_name_the_settings_that_give_more_pool(llama) -> None:
         "mem-fraction-static 0.701 would hold the window even at the low end of the estimate "
         "(0.699 at its centre: 328,165 tokens)",
         # by hand at 0.6: fp8 halves the cell, (after - pre x 0.4) x 16,384 = 528,566; TP2 with 7.5 GiB
-        # of weights and pre = (81,559 - 964) / 1024: 650,832
+        # of weights and pre = (81,559 - 1,412) / 1024: 646,531
         "kv-cache-dtype fp8_e4m3 would hold 528,566 tokens (estimate)",
-        "tp-size 2 would hold 650,832 tokens (estimate)",
+        "tp-size 2 would hold 646,531 tokens (estimate)",
     ]
     short = role(llama, min_headroom=4.0)
     assert fit_hints(short) == [
         "no mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate)",
         "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
-        "tp-size 2 would hold 944,842 tokens (estimate)",
+        "tp-size 2 would hold 938,907 tokens (estimate)",
     ]

@@ -83,10 +83,10 @@ def test_json_plan_structure_is_exact(tmp_path) -> None:
         },
         "tp_options": [
             _option("tp_size", 1, 1, 1, 412_695, 410_703, 414_687, True, True),
-            _option("tp_size", 2, 1, 2, 944_842, 940_868, 948_816, True, False, _sharded(2)),
-            _option("tp_size", 4, 1, 4, 1_985_999, 1_978_136, 1_993_861, True, False, _sharded(4)),
-            _option("tp_size", 8, 1, 8, 4_045_525, 4_029_934, 4_061_115, True, False, _sharded(8)),
-            _option("tp_size", 16, 2, 16, 4_045_363, 4_030_003, 4_060_723, True, False, _sharded(16)),
+            _option("tp_size", 2, 1, 2, 938_907, 932_389, 945_425, True, False, _sharded(2)),
+            _option("tp_size", 4, 1, 4, 1_950_775, 1_927_817, 1_973_733, True, False, _sharded(4)),
+            _option("tp_size", 8, 1, 8, 3_882_553, 3_797_118, 3_967_988, True, False, _sharded(8)),
+            _option("tp_size", 16, 2, 16, 3_884_800, 3_800_627, 3_968_972, True, False, _sharded(16)),
         ],
         "kv_dtype_options": [
             _option("kv_cache_dtype", "bf16", None, None, 412_695, 410_703, 414_687, True, True),
@@ -113,11 +113,11 @@ def test_shortfall_reports_kv101_with_the_plans_hints_then_the_advice(tmp_path) 
     assert report.findings[0].hint == (
         "the largest context that fits this pool is 103,173 tokens (with min_headroom 4); no "
         "mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate); "
-        "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate); tp-size 2 would hold 944,842 tokens "
+        "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate); tp-size 2 would hold 938,907 tokens "
         "(estimate)"
     )
     assert report.findings[3].message == (
-        "tp-size 2 would hold the window: 944,842 tokens (tp-size 1 gives 412,695 tokens)"
+        "tp-size 2 would hold the window: 938,907 tokens (tp-size 1 gives 412,695 tokens)"
     )
     assert report.findings[3].hint == "set tp-size: 2"
     assert report.findings[4].message == (
@@ -126,7 +126,7 @@ def test_shortfall_reports_kv101_with_the_plans_hints_then_the_advice(tmp_path) 
     assert report.roles[0].details["fit_hints"] == [
         "no mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate)",
         "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
-        "tp-size 2 would hold 944,842 tokens (estimate)",
+        "tp-size 2 would hold 938,907 tokens (estimate)",
     ]
 
 
@@ -149,10 +149,10 @@ mem-fraction-static   0.83 *         412,695       410,703-414,687   short    SG
                       none                 -                     -   short    no safe value
                       0.83           412,695                     -   short    safe maximum
 tp-size               1 *            412,695       410,703-414,687   short
-                      2              944,842       940,868-948,816   holds
-                      4            1,985,999   1,978,136-1,993,861   holds
-                      8            4,045,525   4,029,934-4,061,115   holds
-                      16           4,045,363   4,030,003-4,060,723   holds    2 nodes
+                      2              938,907       932,389-945,425   holds
+                      4            1,950,775   1,927,817-1,973,733   holds
+                      8            3,882,553   3,797,118-3,967,988   holds
+                      16           3,884,800   3,800,627-3,968,972   holds    2 nodes
 kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
                       fp8_e4m3       825,391       821,407-829,375   holds
 * = the manifest's setting; figures are predictions (estimate mode)
@@ -161,7 +161,7 @@ kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
     assert table.startswith("kvcheck plan: FAIL (exit 1)")
     markdown = plan_markdown(report)
     assert "| tp-size | 1 * | 412,695 | 410,703-414,687 | short |  |" in markdown
-    assert "|  | 2 | 944,842 | 940,868-948,816 | holds |  |" in markdown
+    assert "|  | 2 | 938,907 | 932,389-945,425 | holds |  |" in markdown
 
 
 def test_role_that_cannot_be_estimated_is_an_error_with_no_plan(tmp_path) -> None:

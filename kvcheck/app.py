@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
 from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
 from kvcheck.report.model import Finding, Report, RoleResult, role_status
 
@@ -32,6 +33,19 @@ def judge(
     findings: list[Finding] = list(policy.apply(extra_findings))
     for target, measurement in zip(targets, measurements, strict=True):
         role_findings = policy.apply([*measurement.findings, *evaluate_role(target, measurement)])
+        unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
+        if unjudgeable and not any(f.is_measurement_failure for f in role_findings):
+            # Fail closed: a role without a pool figure (or a window) is never a pass, whatever
+            # the backend or the policy left in its findings.
+            role_findings.append(
+                finding(
+                    "KV301",
+                    target.name,
+                    "no pool figure was obtained for this role" if measurement.pool_tokens is None
+                    else "no context window is known to check this role against",
+                    location=target.location,
+                )
+            )
         findings.extend(role_findings)
         details = dict(measurement.details)
         if measurement.pool_range is not None:

@@ -23,7 +23,10 @@ def _stderr(message: str) -> None:
 
 
 def emit(report: Report, fmt: str, output: Path | None) -> int:
-    """Render the report to stdout (or --output) and return its exit code."""
+    """Render the report to stdout (or --output) and return its exit code; secrets never leave."""
+    from kvcheck.redact import redact_report
+
+    report = redact_report(report)
     if fmt == "table":
         color = output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         width = 100 if output is not None or not sys.stdout.isatty() else None

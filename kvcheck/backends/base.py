@@ -6,12 +6,19 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
 
 from kvcheck.report.model import Finding, Location
 
 DEFAULT_ENGINE_COMMAND = ("python3", "-m", "sglang.launch_server")
+
+
+def disaggregation_mode(args: Mapping[str, Any]) -> str | None:
+    """The PD role an engine's args give it (prefill, decode), None for a unified server."""
+    mode = args.get("disaggregation_mode")
+    return None if mode in (None, "null", "") else str(mode)
 
 
 @dataclass(frozen=True)
@@ -45,12 +52,12 @@ class RoleTarget:
 
     @property
     def required_tokens(self) -> int:
-        return math.ceil(self.min_headroom * self.context_length)
+        """ceil(min_headroom x context_length), in exact decimal arithmetic (1.1 x 100000 is 110000)."""
+        return math.ceil(Fraction(str(self.min_headroom)) * self.context_length)
 
     @property
     def disaggregation_mode(self) -> str | None:
-        mode = self.args.get("disaggregation_mode")
-        return None if mode in (None, "null") else str(mode)
+        return disaggregation_mode(self.args)
 
     def arg_location(self, *fields: str) -> Location | None:
         """Where the first of `fields` was set, else where the role is declared."""

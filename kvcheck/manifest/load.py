@@ -196,12 +196,26 @@ def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[Inpu
     if isinstance(severity, dict):
         entries += [(("policy", "severity", code), code, True) for code in severity]
     for sub, code, is_key in entries:
-        if not isinstance(code, str) or code in known:
+        if not isinstance(code, str):
             continue
         where = positions.of_key(sub) if is_key else positions.of_value(sub)
-        close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
-        message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
-        found.append(InputIssue(file, *(where or (None, None)), dotted(sub), message))
+        if code not in known:
+            close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
+            message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+            found.append(InputIssue(file, *(where or (None, None)), dotted(sub), message))
+            continue
+        rule = known[code]
+        lowered = not is_key or severity.get(code) != "error"
+        if rule.code.startswith("KV3") and rule.severity == "error" and lowered:
+            found.append(
+                InputIssue(
+                    file,
+                    *(where or (None, None)),
+                    dotted(sub),
+                    f"{code} cannot be ignored or downgraded: it means a role could not be checked, "
+                    "and a role that was not checked must never pass",
+                )
+            )
     return found
 
 

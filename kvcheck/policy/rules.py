@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.backends.base import PoolMeasurement, RoleTarget, disaggregation_mode
 from kvcheck.policy.registry import define_rule, finding
 from kvcheck.report.model import Finding, Severity
 
@@ -119,11 +119,6 @@ def _parse_version(text: str | None) -> Version | None:
         return None
 
 
-def _disaggregation_mode(args: Mapping[str, Any]) -> str | None:
-    mode = args.get("disaggregation_mode")
-    return None if mode in (None, "null", "") else str(mode)
-
-
 def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     """What would fit: the largest window the pool holds, plus any settings a backend worked out."""
     pool = measurement.pool_tokens or 0
@@ -202,7 +197,7 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
             )
         )
 
-    mode = _disaggregation_mode(args)
+    mode = disaggregation_mode(args)
     version_text = measurement.engine_version or target.engine_version
     version = _parse_version(version_text)
     if mode is not None and version is not None and version < ADMISSION_FIX_VERSION:
@@ -245,7 +240,7 @@ def evaluate_deployment(
     """Cross-role rules: KV104 (prefill and decode admission limits differ)."""
     limits: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
     for target, measurement in zip(targets, measurements, strict=True):
-        mode = _disaggregation_mode(effective_args(target, measurement))
+        mode = disaggregation_mode(effective_args(target, measurement))
         if mode in limits and measurement.max_input_tokens is not None:
             limits[mode].append((target.name, measurement.max_input_tokens))
     found = []

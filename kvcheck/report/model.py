@@ -89,15 +89,17 @@ class Report:
 
     @property
     def verdict(self) -> Status:
-        """fail beats error: a role known to fall short blocks the rollout whatever else happened."""
+        """fail beats error: a role known to fall short blocks the rollout whatever else happened.
+
+        Every finding counts, not only the role statuses, so an error finding can never sit in a
+        report whose exit code is 0.
+        """
         statuses = {role.status for role in self.roles}
-        global_errors = [f for f in self.findings if f.role is None and f.blocks]
-        global_warnings = [f for f in self.findings if f.role is None and f.severity == "warning"]
-        if "fail" in statuses or any(not f.is_measurement_failure for f in global_errors):
+        if "fail" in statuses or any(f.blocks and not f.is_measurement_failure for f in self.findings):
             return "fail"
-        if self.strict and global_warnings:
+        if self.strict and any(f.severity == "warning" for f in self.findings):
             return "fail"
-        if "error" in statuses or global_errors or not self.roles:
+        if "error" in statuses or any(f.is_measurement_failure for f in self.findings) or not self.roles:
             return "error"
         return "pass"
 

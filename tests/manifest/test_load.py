@@ -164,3 +164,14 @@ def test_schema_command_prints_a_json_schema() -> None:
     assert set(schema["properties"]) == {
         "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate",
     }
+
+
+@pytest.mark.parametrize("policy", ["ignore: [KV301]", "severity: {KV305: warning}", "ignore: [KV306]"])
+def test_measurement_failures_cannot_be_silenced(tmp_path: Path, policy: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'context_length: 8192\nmodel: {path: m}\nengine: {version: "0.5.23"}\n'
+        f"roles:\n  s: {{gpus: [0]}}\npolicy:\n  {policy}\n"
+    )
+    with pytest.raises(ManifestError, match="cannot be ignored or downgraded"):
+        load_manifest(path)

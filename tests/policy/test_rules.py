@@ -154,3 +154,35 @@ def test_every_rule_has_documentation() -> None:
     for code in ("KV101", "KV102", "KV103", "KV104", "KV201", "KV202", "KV203", "KV204"):
         assert code in rules
         assert len(rules[code].doc) > 80 and "Fix:" in rules[code].doc
+
+
+def test_a_role_without_a_pool_figure_is_an_error_even_with_no_finding() -> None:
+    silent = PoolMeasurement(role="p", source="measure", pool_tokens=None)
+    report = judge(command="verify", mode="measure", source="m.yaml", targets=[target("p")],
+                   measurements=[silent], policy=PolicyConfig())
+    assert (report.roles[0].status, report.verdict, report.exit_code) == ("error", "error", 3)
+    assert [(f.rule, f.message) for f in report.findings] == [("KV301", "no pool figure was obtained for this role")]
+
+
+def test_ignoring_the_measurement_failure_still_cannot_pass() -> None:
+    broken = PoolMeasurement(role="p", source="estimate", pool_tokens=None,
+                             findings=(Finding("KV305", "error", "p", "architecture X is not understood"),))
+    report = judge(command="verify", mode="estimate", source="m.yaml", targets=[target("p")],
+                   measurements=[broken], policy=PolicyConfig(ignore=frozenset({"KV305"})))
+    assert (report.roles[0].status, report.exit_code) == ("error", 3)
+
+
+def test_an_error_finding_anywhere_means_a_non_zero_exit() -> None:
+    from kvcheck.report.model import Report, RoleResult
+
+    role = RoleResult("p", "pass", 10, 8, None, "estimate")
+    advice = Finding("KV106", "error", "p", "raised to error by the policy")
+    assert Report("plan", "estimate", "m.yaml", 8, (role,), (advice,)).exit_code == 1
+    unmeasured = Finding("KV301", "error", "p", "no figure")
+    assert Report("verify", "measure", "m.yaml", 8, (role,), (unmeasured,)).exit_code == 3
+
+
+@pytest.mark.parametrize(("headroom", "window", "required"), [(1.1, 100_000, 110_000), (1.15, 1_000, 1_150),
+                                                               (1.3, 10, 13), (1.0001, 10_000, 10_001)])
+def test_required_tokens_are_exact_decimal_products(headroom, window, required) -> None:
+    assert target(headroom=headroom, window=window).required_tokens == required

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import re
-import shlex
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +27,7 @@ import httpx
 
 from kvcheck import __version__
 from kvcheck.errors import EndpointError, InputError
+from kvcheck.redact import REDACTED, is_secret_name, redact_args, redact_command  # noqa: F401
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # 0.5.x name first; older releases only have the second
 MODELS_PATH = "/v1/models"
@@ -65,43 +65,7 @@ NON_ARG_KEYS = frozenset(
     }
 )
 
-REDACTED = "REDACTED"  # shell-safe, so a redacted launch command stays copy-pastable
-_SECRET_NAME = re.compile(r"api[_-]?key|secret|passw(or)?d|credential|private[_-]?key|(^|[_-])token$", re.I)
-
-
-def is_secret_name(name: str) -> bool:
-    """True for argument names that hold secrets (`api_key`, `admin_api_key`, `hf_token`, ...)."""
-    return bool(_SECRET_NAME.search(name.lstrip("-")))
-
-
-def redact_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The args with every secret-looking value replaced, so a report never leaks the server's keys."""
-    return {
-        key: (REDACTED if is_secret_name(key) and value not in (None, "", False) else value)
-        for key, value in args.items()
-    }
-
-
-def redact_command(command: str) -> str:
-    """A launch command with the values of secret flags (`--api-key X`, `--api-key=X`) hidden."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return REDACTED  # unbalanced quotes: cannot tell where a secret ends, show nothing
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
-            out.append(word.split("=", 1)[0] + "=" + REDACTED)
-        elif word.startswith("--") and is_secret_name(word):
-            out.append(word)
-            hide_next = True
-        else:
-            out.append(word)
-    return shlex.join(out)
+# Secret handling lives in kvcheck.redact; these names stay importable from here.
 
 
 def validate_base_url(url: str) -> httpx.URL:

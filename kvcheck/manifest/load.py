@@ -171,6 +171,20 @@ def _validate_args(
     return out
 
 
+def _relative_to_manifest(value: str, folder: Path) -> str:
+    """A path written relative to the manifest (`./weights`, `../bin/serve`) made absolute.
+
+    Hugging Face repo ids (`org/name`) and absolute paths are left as written; a relative path is
+    only rewritten when it is spelled as one (./, ../) or exists beside the manifest.
+    """
+    if value.startswith(("/", "~")) or "://" in value:
+        return value
+    candidate = folder / value
+    if value.startswith(("./", "../")) or candidate.exists():
+        return str(candidate.resolve())
+    return value
+
+
 def _parallel_gpus(args: Mapping[str, Any]) -> int:
     """GPUs a role's parallel settings need: TP x PP, times DP replicas outside attention DP."""
     tp = int(args.get("tp_size") or 1)
@@ -302,6 +316,10 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
 
             config = manifest.model.config
             config_path = (path.parent / config).resolve() if config else None
+            model_path = _relative_to_manifest(manifest.model.path, path.parent)
+            command = list(manifest.engine.command)
+            if "/" in command[0]:
+                command[0] = _relative_to_manifest(command[0], path.parent)
             targets.append(
                 RoleTarget(
                     name=name,
@@ -312,9 +330,9 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
                     argv_args=tuple(argv),
                     gpus=tuple(role.gpus),
                     gpu=role.gpu or manifest.gpu,
-                    model_path=manifest.model.path,
+                    model_path=model_path,
                     model_config=config_path,
-                    engine_command=tuple(manifest.engine.command),
+                    engine_command=tuple(command),
                     env={**manifest.engine.env, **role.env},
                     estimate=_merge_estimate(manifest.estimate, role.estimate),
                     location=role_location,

@@ -175,3 +175,24 @@ def test_measurement_failures_cannot_be_silenced(tmp_path: Path, policy: str) ->
     )
     with pytest.raises(ManifestError, match="cannot be ignored or downgraded"):
         load_manifest(path)
+
+
+def test_relative_paths_are_relative_to_the_manifest(tmp_path: Path, monkeypatch) -> None:
+    deploy = tmp_path / "deploy"
+    (deploy / "weights").mkdir(parents=True)
+    (deploy / "serve.sh").write_text("#!/bin/sh\n")
+    path = deploy / "m.yaml"
+    path.write_text(
+        'context_length: 8192\nmodel: {path: ./weights}\n'
+        'engine: {version: "0.5.23", command: [./serve.sh, --flag]}\nroles:\n  s: {gpus: [0]}\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    [target] = load_manifest(Path("deploy/m.yaml")).targets
+    assert target.model_path == str((deploy / "weights").resolve())
+    assert target.engine_command == (str((deploy / "serve.sh").resolve()), "--flag")
+    path.write_text(
+        'context_length: 8192\nmodel: {path: org/model}\nengine: {version: "0.5.23"}\nroles:\n  s: {gpus: [0]}\n'
+    )
+    [hub] = load_manifest(path).targets
+    assert hub.model_path == "org/model"
+    assert hub.engine_command == ("python3", "-m", "sglang.launch_server")

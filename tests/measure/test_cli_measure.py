@@ -115,6 +115,11 @@ def test_logs_dir_and_dummy_weights(manifest: Path, pidfile: PidFile, tmp_path: 
     assert sorted(p.name for p in logs.iterdir()) == ["decode.log", "prefill.log"]
     assert "max_total_num_tokens=947824" in (logs / "prefill.log").read_text()
     assert report["roles"][0]["argv"][-2:] == ["--load-format", "dummy"]
+    assert [(f["rule"], f["severity"], f["role"]) for f in report["findings"]] == [
+        ("KV315", "warning", "prefill"), ("KV315", "warning", "decode"),
+    ]
+    strict, _, _ = verify_json(manifest, "--dummy-weights", "--strict")
+    assert strict == 1  # a pass on dummy weights is not enough for --strict
 
 
 def test_gpu_inventory_without_nvml_is_exit_3(manifest: Path, pidfile: PidFile) -> None:

@@ -24,6 +24,8 @@ from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.gpus import GpuInventory, GpuState, check_role_gpus
 from kvcheck.backends.measure.progress import BootProgress
 from kvcheck.errors import KvcheckError
+from kvcheck.policy.registry import finding
+from kvcheck.report.model import Finding
 
 GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
 
@@ -166,8 +168,12 @@ class MeasureBackend(Backend):
                 raise error
         out: list[PoolMeasurement] = []
         for target, result, estimate in zip(targets, results, estimates, strict=True):
-            assert result is not None, f"role {target.name} produced no measurement"
-            out.append(self._with_estimate(result, estimate))
+            if result is None:  # a bug, not an engine failure: never let it pass as a measurement
+                raise RuntimeError(f"role {target.name} produced no measurement")
+            result = self._with_estimate(result, estimate)
+            if self.settings.dummy_weights and result.pool_tokens is not None:
+                result = dataclasses.replace(result, findings=(*result.findings, self._dummy_finding(target)))
+            out.append(result)
         return out
 
     # -- pieces -------------------------------------------------------------------------------------
@@ -280,7 +286,25 @@ class MeasureBackend(Backend):
             return PoolMeasurement(
                 role=target.name, source="estimate", pool_tokens=None, details={"error": exc.message}
             )
+        except Exception as exc:  # noqa: BLE001 - the estimate is a side check; the measurement decides
+            return PoolMeasurement(
+                role=target.name,
+                source="estimate",
+                pool_tokens=None,
+                details={"error": f"the estimate model failed ({type(exc).__name__}: {exc}); please report it"},
+            )
         return estimates[0] if estimates else None
+
+    @staticmethod
+    def _dummy_finding(target: RoleTarget) -> Finding:
+        return finding(
+            "KV315",
+            target.name,
+            "the pool was measured with --load-format dummy: a real checkpoint load can leave less memory "
+            "for the pool",
+            hint="measure with the real weights before the rollout (drop --dummy-weights)",
+            location=target.location,
+        )
 
     @staticmethod
     def _with_estimate(measurement: PoolMeasurement, estimate: PoolMeasurement | None) -> PoolMeasurement:

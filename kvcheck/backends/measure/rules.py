@@ -87,3 +87,16 @@ against its own context length.
 Fix: lower `--context-length`, raise `--mem-fraction-static`, use more GPUs (TP) or a smaller KV dtype,
 or free memory taken before the pool is sized.""",
 )
+
+KV315 = define_rule(
+    "KV315",
+    "warning",
+    "the pool was measured with dummy weights (--dummy-weights)",
+    """`--dummy-weights` boots the engine with `--load-format dummy`: the same memory layout without
+reading the checkpoint. A real load can leave loader temporaries allocated when the pool is sized,
+so production's pool can be smaller than the one measured here; a pass with dummy weights is weaker
+evidence than a pass with the real checkpoint.
+
+Fix: measure with the real weights (the default) before the rollout, or run with `--strict` so this
+warning blocks it.""",
+)

@@ -205,10 +205,12 @@ class ServerInfo:
 
     @property
     def pool_tokens(self) -> int | None:
-        """The pool one request can use: the smallest DP rank's, else the server-wide figure."""
-        if self.dp_token_capacities:
-            return min(self.dp_token_capacities)
-        return self.max_total_num_tokens
+        """The pool one request can use: the smallest figure the server states (any DP rank's
+        token_capacity or the server-wide max_total_num_tokens), so a disagreement fails closed."""
+        figures = [*self.dp_token_capacities]
+        if self.max_total_num_tokens is not None:
+            figures.append(self.max_total_num_tokens)
+        return min(figures) if figures else None
 
 
 def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:

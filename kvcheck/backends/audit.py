@@ -821,6 +821,27 @@ def run_audit(options: AuditOptions) -> Report:
         progress=options.progress,
         manifest_targets=manifest_targets,
     )
+    # A manifest role without a live server was not audited: fail closed rather than drop it.
+    paired = {endpoint.role for endpoint in endpoints}
+    for target in manifest_targets:
+        if target.name not in paired:
+            targets.append(target)
+            measurements.append(
+                PoolMeasurement(
+                    role=target.name,
+                    source="audit",
+                    pool_tokens=None,
+                    findings=(
+                        finding(
+                            "KV306",
+                            target.name,
+                            f"manifest role '{target.name}' has no --endpoint, so it was not audited",
+                            hint=f"add --endpoint {target.name}=URL (every role of the manifest is checked)",
+                            location=target.location,
+                        ),
+                    ),
+                )
+            )
     return app.judge(
         command="audit",
         mode="audit",

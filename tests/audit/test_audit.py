@@ -411,10 +411,16 @@ def test_manifest_version_drift(serve, tmp_path):
     report = run_audit(
         AuditOptions(manifest=manifest, endpoints=(f"prefill={prefill.url}",), timeout_s=2, retries=0)
     )
-    assert [(f.rule, f.severity) for f in report.findings] == [("KV308", "warning"), ("KV201", "error")]
+    assert [(f.rule, f.severity, f.role) for f in report.findings] == [
+        ("KV308", "warning", "prefill"), ("KV201", "error", "prefill"), ("KV306", "error", "decode"),
+    ]
     assert report.findings[0].message == (
         f"{prefill.url} runs other settings than the manifest declares: SGLang version: manifest 0.5.23, server 0.5.21"
     )
+    # the manifest's decode role has no --endpoint: it is reported as not audited, never dropped
+    assert [(r.name, r.status) for r in report.roles] == [("prefill", "fail"), ("decode", "error")]
+    assert report.findings[2].message == "manifest role 'decode' has no --endpoint, so it was not audited"
+    assert report.exit_code == 1
 
 
 @pytest.mark.parametrize(

@@ -208,3 +208,32 @@ def verify(options: VerifyOptions) -> Report:
 def with_min_headroom(targets: Sequence[RoleTarget], min_headroom: float) -> list[RoleTarget]:
     """Targets with another headroom factor (audit and logs take it as an option)."""
     return [replace(t, min_headroom=min_headroom) for t in targets]
+
+
+@dataclass(frozen=True)
+class LogsOptions:
+    """Everything `kvcheck logs` takes."""
+
+    files: tuple[str, ...]
+    context_length: int | None = None
+    min_headroom: float = 1.0
+    strict: bool = False
+
+
+def logs(options: LogsOptions) -> Report:
+    """Judge every rank's pool in SGLang startup logs, as verify judges a booted role."""
+    from kvcheck.backends.logs import read_logs
+
+    targets, measurements = read_logs(
+        options.files, context_length=options.context_length, min_headroom=options.min_headroom
+    )
+    return judge(
+        command="logs",
+        mode="logs",
+        source=", ".join(options.files),
+        targets=targets,
+        measurements=measurements,
+        policy=PolicyConfig(min_headroom=options.min_headroom),
+        strict=options.strict,
+        context_length=options.context_length,
+    )

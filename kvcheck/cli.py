@@ -169,24 +169,11 @@ def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weigh
 def logs(files, context_length, min_headroom, fmt, output, strict):
     """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
     from kvcheck import app
-    from kvcheck.backends.logs import read_logs
-    from kvcheck.policy.rules import PolicyConfig
 
-    def action() -> int:
-        targets, measurements = read_logs(files, context_length=context_length, min_headroom=min_headroom)
-        report = app.judge(
-            command="logs",
-            mode="logs",
-            source=", ".join(files),
-            targets=targets,
-            measurements=measurements,
-            policy=PolicyConfig(min_headroom=min_headroom),
-            strict=strict,
-            context_length=context_length,
-        )
-        return emit(report, fmt, output)
-
-    run_guarded(action)
+    options = app.LogsOptions(
+        files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict
+    )
+    run_guarded(lambda: emit(app.logs(options), fmt, output))
 
 
 @main.command()

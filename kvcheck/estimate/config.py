@@ -19,6 +19,37 @@ HUB_TIMEOUT_S = 20.0
 # Sub-configs that hold the language model inside multimodal configs, in SGLang's lookup order.
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config", "language_model")
 
+# Config fields the estimate reads as whole numbers. A garbage value (text, a fraction, a negative, a
+# bool, NaN) must stop the estimate, never become a figure: 0 layers or 0 KV heads price KV at
+# nothing and would pass any window.
+POSITIVE_FIELDS = frozenset(
+    {
+        "num_hidden_layers", "n_layers", "num_layers", "hidden_size", "num_attention_heads",
+        "num_key_value_heads", "num_kv_heads", "n_head_kv", "head_dim", "v_head_dim", "vocab_size",
+        "kv_lora_rank", "index_head_dim", "index_kpool", "sliding_window", "sliding_window_size",
+        "attention_chunk_size", "swa_head_dim", "swa_v_head_dim", "swa_num_key_value_heads",
+        "global_head_dim", "num_global_key_value_heads", "mamba_num_heads", "mamba_head_dim", "n_groups",
+        "ssm_state_size", "conv_kernel", "linear_num_value_heads", "linear_value_head_dim",
+        "linear_num_key_heads", "linear_key_head_dim", "linear_conv_kernel_dim", "full_attention_interval",
+        "max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings",
+    }
+)  # fmt: skip
+COUNT_FIELDS = POSITIVE_FIELDS | frozenset(
+    {
+        "num_attention_layers", "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim",
+        "q_lora_rank", "cli_factor", "index_topk_freq", "index_skip_topk_offset", "index_n_heads",
+        "n_routed_experts", "num_experts", "num_local_experts", "moe_intermediate_size", "intermediate_size",
+        "intermediate_size_mlp", "interleave_moe_layer_step", "n_shared_experts",
+        "moe_shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+        "shared_expert_intermediate_size", "share_expert_dim", "depth", "embed_dim", "out_hidden_size",
+        "text_hidden_size", "vt_num_hidden_layers", "vt_hidden_size", "vt_intermediate_size",
+    }
+)  # fmt: skip
+PER_LAYER_LIST_FIELDS = frozenset({"moe_layer_freq"})  # a count, or one entry per layer (MiniMax, MiMo)
+LAYER_FIELDS = frozenset({"num_hidden_layers", "n_layers", "num_layers", "num_attention_layers", "depth"})
+MAX_LAYERS = 10_000  # no released model comes near; a larger figure is a damaged config
+MAX_COUNT = 1 << 40  # context lengths, vocabularies and widths all sit far below this
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -33,7 +64,8 @@ class ModelSource:
 
     @property
     def architectures(self) -> tuple[str, ...]:
-        return tuple(self.config.get("architectures") or self.text.get("architectures") or ())
+        archs = self.config.get("architectures") or self.text.get("architectures") or ()
+        return (archs,) if isinstance(archs, str) else tuple(str(a) for a in archs)
 
     @property
     def architecture(self) -> str:
@@ -73,11 +105,36 @@ def _quant_from(config: Mapping[str, Any], text: Mapping[str, Any], hf_quant: Ma
     return None
 
 
+def check_counts(config: Mapping[str, Any], origin: str) -> None:
+    """Every whole-number field the estimate reads is a whole number in range; EstimateError if not.
+
+    Checks the config and its sub-configs (text, vision), since the estimate reads both.
+    """
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            check_counts(value, origin)
+            continue
+        if key not in COUNT_FIELDS or value is None:
+            continue
+        if key in PER_LAYER_LIST_FIELDS and isinstance(value, list):
+            continue
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        lowest = 1 if key in POSITIVE_FIELDS else 0
+        highest = MAX_LAYERS if key in LAYER_FIELDS else MAX_COUNT
+        if isinstance(value, bool) or not integral or not lowest <= value <= highest:
+            raise EstimateError(
+                f"model config {origin}: {key} is {value!r}, not a whole number from {lowest} to {highest:,}",
+                hint="pass the model's own config.json (model.config in the manifest)",
+            )
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise EstimateError(f"cannot read model config {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise EstimateError(f"model config {path} is not UTF-8 text (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise EstimateError(f"model config {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -193,6 +250,7 @@ def build_source(
     if override_args:
         config = _merge(config, override_args)
         notes.append(f"--json-model-override-args applied: {sorted(override_args)}")
+    check_counts(config, origin)
     text = text_config_of(config)
     return ModelSource(
         config=config,

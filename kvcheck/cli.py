@@ -22,6 +22,21 @@ def _stderr(message: str) -> None:
     click.echo(message, err=True)
 
 
+def echo_report(text: str) -> None:
+    """Print the report on stdout; a reader that stops early (`| head`) is not a kvcheck bug.
+
+    When stdout closes, the rest of the report is dropped and the command still exits with its verdict.
+    """
+    try:
+        click.echo(text, nl=False)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def emit(report: Report, fmt: str, output: Path | None) -> int:
     """Render the report to stdout (or --output) and return its exit code; secrets never leave."""
     from kvcheck.redact import redact_report
@@ -35,7 +50,7 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
         formatter = FORMATTERS[fmt]()
     text = formatter.render(report)
     if output is None:
-        click.echo(text, nl=False)
+        echo_report(text)
     else:
         try:
             output.write_text(text, encoding="utf-8")
@@ -327,7 +342,7 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
 
     def write(text: str) -> None:
         if output is None:
-            click.echo(text, nl=False)
+            echo_report(text)
             return
         try:
             output.write_text(text, encoding="utf-8")

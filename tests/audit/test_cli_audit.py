@@ -259,3 +259,18 @@ def test_ctrl_c_stops_at_once_without_waiting_for_slow_servers(serve, tmp_path):
             proc.wait()
     assert (proc.returncode, stdout) == (130, "")
     assert stderr.startswith("kvcheck: interrupted")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [("context_length", "big", "'big'"), ("context_length", -1, "-1"), ("max_total_tokens", 1.5, "1.5")],
+)
+def test_garbage_resolved_count_is_kv306_not_a_crash(serve, kvcheck, key, value, shown):
+    # 'big' used to crash the policy (exit 4); -1 used to read "--context-length -1 is below the window"
+    server = serve(sglang_routes(server_info_payload(extra_args={key: value})))
+    result = kvcheck("audit", server.url, *FAST, "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    data = json.loads(result.stdout)
+    assert [(f["rule"], f["message"]) for f in data["findings"]] == [
+        ("KV306", f"{server.url}/server_info: {key} is {shown}, not a token count")
+    ]

@@ -172,6 +172,10 @@ def _parse_sample(line: str) -> tuple[str, float] | None:
         return None
 
 
+# Resolved server arguments the policy reads as token counts (KV102, KV103).
+ARG_COUNT_KEYS = ("context_length", "max_total_tokens")
+
+
 def _count(value: Any) -> int | None:
     """A non-negative integer from JSON (bools are not counts), else None."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -228,6 +232,9 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
         raise EndpointError(
             f"{url}{endpoint}: max_total_num_tokens is {payload['max_total_num_tokens']!r}, not a token count"
         )
+    for key in ARG_COUNT_KEYS:  # the policy compares these to the window: garbage must not be judged
+        if payload.get(key) is not None and _count(payload[key]) is None:
+            raise EndpointError(f"{url}{endpoint}: {key} is {payload[key]!r}, not a token count")
     notes: list[str] = []
     capacities: list[int] = []
     swa: list[int] = []

@@ -119,9 +119,11 @@ def _check_url(url: str, problems: list[str]) -> None:
     except (httpx.InvalidURL, TypeError) as exc:
         problems.append(f"{url!r} is not a valid URL: {exc}")
         return
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        problems.append(f"{url!r}: only http:// and https:// URLs of a server are probed")
-    elif parsed.userinfo:
+    if parsed.userinfo:  # first, so that no other message echoes the credentials
         problems.append("credentials in the URL are not accepted; pass --token-env NAME")
+    elif parsed.scheme not in ("http", "https") or not parsed.host:
+        problems.append(f"{url!r}: only http:// and https:// URLs of a server are probed")
+    elif parsed.port is not None and not 1 <= parsed.port <= 65535:
+        problems.append(f"{url!r}: port {parsed.port} is not a TCP port (1-65535)")
     elif parsed.query or parsed.fragment:
         problems.append(f"{url!r}: the URL must not carry a query or fragment")

@@ -274,3 +274,17 @@ def test_garbage_resolved_count_is_kv306_not_a_crash(serve, kvcheck, key, value,
     assert [(f["rule"], f["message"]) for f in data["findings"]] == [
         ("KV306", f"{server.url}/server_info: {key} is {shown}, not a token count")
     ]
+
+
+def test_url_with_an_impossible_port_is_exit_2_not_unreachable(kvcheck):
+    # it used to be tried, refused by the OS and reported as an unreachable server (exit 3)
+    result = kvcheck("audit", "http://127.0.0.1:99999", *FAST)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "kvcheck: error: 'http://127.0.0.1:99999': port 99999 is not a TCP port (1-65535)"
+
+
+def test_credentials_are_refused_before_anything_echoes_them(kvcheck):
+    result = kvcheck("audit", "ftp://user:hunter2@10.0.0.5:70000", *FAST)
+    assert result.exit_code == 2
+    assert "hunter2" not in result.stderr + result.stdout
+    assert result.stderr.splitlines()[0] == "kvcheck: error: ftp://10.0.0.5:70000: credentials in the URL are not accepted"

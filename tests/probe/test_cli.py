@@ -105,3 +105,11 @@ def test_bearer_token_comes_from_the_environment_and_is_never_printed(deploy) ->
     r = run_kvcheck("probe", d.url, "--token-env", "PROBE_TOKEN_UNSET")
     assert r.exit_code == 2
     assert "--token-env PROBE_TOKEN_UNSET: that environment variable is not set or empty" in r.stderr
+
+
+def test_url_with_an_impossible_port_or_credentials_is_exit_2_and_never_echoes_the_password() -> None:
+    # port 99999 used to be planned and then reported as unreachable (exit 3)
+    r = run_kvcheck("probe", "http://127.0.0.1:99999", "--context-length", "1000", "--pool", "2000", "--dry-run")
+    assert (r.exit_code, r.stderr) == (2, "kvcheck: error: 'http://127.0.0.1:99999': port 99999 is not a TCP port (1-65535)\n")
+    r = run_kvcheck("probe", "ftp://user:hunter2@10.0.0.5", "--context-length", "1000", "--pool", "2000", "--dry-run")
+    assert (r.exit_code, r.stderr) == (2, "kvcheck: error: credentials in the URL are not accepted; pass --token-env NAME\n")

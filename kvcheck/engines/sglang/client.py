@@ -75,16 +75,18 @@ def validate_base_url(url: str) -> httpx.URL:
         parsed = httpx.URL(text)
     except (httpx.InvalidURL, TypeError) as exc:
         raise InputError(f"{url!r} is not a valid URL: {exc}") from exc
+    if parsed.userinfo:  # first, so that no other message echoes the credentials
+        raise InputError(
+            f"{display_url(parsed)}: credentials in the URL are not accepted",
+            hint="put the bearer token in an environment variable and pass --token-env NAME",
+        )
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InputError(
             f"{url!r} is not an http(s) URL of a server",
             hint="write the scheme and host, e.g. http://10.0.0.5:30000",
         )
-    if parsed.userinfo:
-        raise InputError(
-            f"{display_url(parsed)}: credentials in the URL are not accepted",
-            hint="put the bearer token in an environment variable and pass --token-env NAME",
-        )
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise InputError(f"{url!r}: port {parsed.port} is not a TCP port (1-65535)")
     if parsed.query or parsed.fragment:
         raise InputError(f"{display_url(parsed)}: the server URL must not carry a query or fragment")
     return parsed.copy_with(path=parsed.path.rstrip("/") or "/")

@@ -61,13 +61,27 @@ class _Model:
     scheme: QuantScheme
 
 
+# Parsed configs, so a planner sweep parses each config once. Bounded, and keyed by the file's
+# size and modification time so an edited config.json is read again in a long-lived process.
 _MODEL_CACHE: dict[tuple, _Model] = {}
+_MODEL_CACHE_MAX = 64
+
+
+def _file_stamp(path: Path | None) -> tuple[int, int] | None:
+    if path is None:
+        return None
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _model(target: RoleTarget, args: Mapping[str, Any], offline: bool | None = None) -> _Model:
     override = parse_override_args(args.get("json_model_override_args"))
     key = (
         str(target.model_config) if target.model_config else None,
+        _file_stamp(target.model_config),
         target.model_path,
         repr(sorted(override.items())),
         args.get("dtype"),
@@ -85,6 +99,8 @@ def _model(target: RoleTarget, args: Mapping[str, Any], offline: bool | None = N
     shape = model_shape(source, dtype_arg=args.get("dtype"), mamba_ssm_dtype=ssm_dtype)
     scheme = quant_scheme(source.quant, model_dtype=shape.model_dtype, quantization_arg=args.get("quantization"))
     model = _Model(source, shape, scheme)
+    if len(_MODEL_CACHE) >= _MODEL_CACHE_MAX:
+        _MODEL_CACHE.pop(next(iter(_MODEL_CACHE)))  # oldest first
     _MODEL_CACHE[key] = model
     return model
 

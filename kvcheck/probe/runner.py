@@ -114,9 +114,16 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     if skip_openai is not None:
         remaining = [r for r in remaining if r.endpoint != COMPLETIONS]
     remaining = [r for r in remaining if r.index not in results]
-    with ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="kvcheck-probe") as pool:
+    pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="kvcheck-probe")
+    try:
         for result in pool.map(execute, remaining):
             results[result.planned.index] = result
+    except BaseException:
+        # Ctrl-C (or a bug): drop what has not started instead of waiting for every in-flight
+        # request's timeout; the caller's client close aborts the ones on the wire.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return _report(options, url, plan, limits, results, guard.sent, skip_openai)
 
 

@@ -92,7 +92,7 @@ def test_equal_versions_in_other_spellings_match() -> None:
     assert judge_figures(target, EngineReport(ranks=(RANK,), server=server())).findings == ()
 
 
-def test_engine_warning_below_context_is_kv306() -> None:
+def test_engine_warning_below_context_is_kv314() -> None:
     warnings = ("[TP0] KV pool holds 98304 tokens, fewer than --context-length 131072.", "[TP1] ...")
     report = EngineReport(ranks=(RANK,), server=server(), below_context_warnings=warnings)
     [warned] = judge_figures(make_target(), report).findings

@@ -111,3 +111,18 @@ def test_missing_pynvml_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
         load_nvml()
     assert caught.value.exit_code == 3
     assert "pip install 'kvcheck[gpu]'" in caught.value.hint
+
+
+def test_same_name_other_memory_is_kv302() -> None:
+    # "H100" matches "NVIDIA H100 NVL" by name, but the NVL card has 94 GB: another pool than an H100 80GB
+    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 NVL", total_mib=95830)])
+    states, count = states_for(nvml, (0,))
+    [found] = check_role_gpus(make_target(gpus=(0,), gpu="H100"), states, gpu_count=count)
+    assert (found.rule, found.severity) == ("KV302", "error")
+    assert found.message == (
+        "the manifest's H100 has 81,559 MiB, but GPU 0 (NVIDIA H100 NVL) has 95,830 MiB: a pool measured "
+        "there is not the production pool"
+    )
+    right = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", total_mib=81559)])
+    states, count = states_for(right, (0,))
+    assert check_role_gpus(make_target(gpus=(0,), gpu="H100"), states, gpu_count=count) == []

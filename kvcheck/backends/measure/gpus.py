@@ -169,6 +169,18 @@ def _same_profile(wanted: str, device_name: str) -> bool:
     return profile is not None and profiles.find(device_name) is profile
 
 
+def _profile_memory_mib(wanted: str) -> int | None:
+    """memory.total of the GPU profile the manifest's name resolves to, when there is one."""
+    from kvcheck.errors import KvcheckError
+    from kvcheck.estimate.gpus import default_profiles
+
+    try:
+        profile = default_profiles().find(wanted)
+    except KvcheckError:
+        return None
+    return profile.memory_total_mib if profile is not None else None
+
+
 def gpu_type_matches(wanted: str, device_name: str) -> bool:
     """True when the device is the GPU type the manifest names.
 
@@ -228,6 +240,22 @@ def check_role_gpus(
                     location=location,
                 )
             )
+        profile_mib = _profile_memory_mib(target.gpu)
+        if profile_mib:
+            # Same name, other memory (an "H100 NVL" 94 GB for an H100 80 GB): another pool.
+            other = [s for s in present if s not in wrong and abs(s.total_mib - profile_mib) > 0.03 * profile_mib]
+            if other:
+                names = ", ".join(f"GPU {s.index} ({s.name}) has {s.total_mib:,} MiB" for s in other)
+                findings.append(
+                    finding(
+                        "KV302",
+                        target.name,
+                        f"the manifest's {target.gpu} has {profile_mib:,} MiB, but {names}: a pool "
+                        "measured there is not the production pool",
+                        hint="measure on the GPU model you deploy, or name that model in the manifest's gpu",
+                        location=location,
+                    )
+                )
     busy = [s for s in present if s.busy]
     if busy:
         parts = []

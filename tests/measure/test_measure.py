@@ -292,7 +292,7 @@ def test_busy_gpu_is_kv302_and_nothing_boots(pidfile: PidFile) -> None:
 
 
 def test_idle_gpus_boot(pidfile: PidFile) -> None:
-    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3")] * 2)
+    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", total_mib=81559)] * 2)
     [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1), gpu="H100"), gpu_check=True, nvml=nvml)
     assert (m.pool_tokens, m.findings) == (947824, ())
 

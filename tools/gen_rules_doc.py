@@ -16,10 +16,11 @@ from kvcheck.policy.registry import all_rules  # noqa: E402
 HEADER = """# Rule codes
 
 Every finding kvcheck reports carries a stable rule code. Ranges: KV1xx capacity, KV2xx engine
-safety, KV3xx measurement (the role could not be checked: exit 3 when it is an error), KV4xx the
-live probe. A manifest can skip rules (`policy.ignore`) or change their severity
-(`policy.severity`); `--strict` makes warnings fail too. `kvcheck rules` lists them and
-`kvcheck rules KV101` explains one.
+safety, KV3xx measurement (an error means the role could not be checked: exit 3), KV4xx the live
+probe. A manifest can skip rules (`policy.ignore`) or change their severity (`policy.severity`),
+except the KV3xx errors: a role that could not be checked never passes, so those can be neither
+ignored nor downgraded (kvcheck rejects such a manifest). `--strict` makes warnings fail too.
+`kvcheck rules` lists the codes and `kvcheck rules KV101` explains one.
 
 This page is generated from the code (`python tools/gen_rules_doc.py`); a test fails when it is
 out of date.

@@ -85,6 +85,13 @@ def run_guarded(action: Callable[[], int]) -> None:
     sys.exit(code)
 
 
+def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """Refuse an --output whose folder is missing before the check runs (a measure run takes minutes)."""
+    if value is not None and not value.absolute().parent.is_dir():
+        raise click.BadParameter(f"folder {value.absolute().parent} does not exist; create it first", ctx, param)
+    return value
+
+
 def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--format, --output and --strict, which every checking command takes."""
     func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
@@ -92,6 +99,7 @@ def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--output",
         "-o",
         type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        callback=_output_folder_exists,
         help="Write the report to this file instead of stdout.",
     )(func)
     func = click.option(

@@ -1,4 +1,4 @@
-"""A reader that closes stdout early (`kvcheck ... | head`) is not a kvcheck bug: the verdict stands."""
+"""Where the report goes: a closed stdout (`| head`) keeps the verdict; a missing --output folder is exit 2 up front."""
 
 from __future__ import annotations
 
@@ -38,3 +38,15 @@ def test_closed_stdout_keeps_the_passing_verdict_without_a_traceback() -> None:
 def test_closed_stdout_keeps_the_failing_verdict() -> None:
     done = run_into_closed_pipe("verify", INCIDENT, "--mode", "estimate", "--format", "json")
     assert (done.returncode, done.stderr) == (1, "")
+
+
+def test_output_into_a_missing_folder_is_refused_before_the_check_runs(tmp_path) -> None:
+    from tests.conftest import run_kvcheck
+
+    target = tmp_path / "missing" / "report.json"
+    done = run_kvcheck("verify", SINGLE, "--mode", "estimate", "--output", str(target))
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"Error: Invalid value for '--output' / '-o': folder {target.parent} does not exist; create it first"
+    )
+    assert not target.parent.exists()

@@ -178,7 +178,7 @@ def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weigh
 @click.argument("files", nargs=-1, required=True)
 @click.option(
     "--context-length",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**31 - 1),
     help="The advertised window to check each pool against (default: the context_len the log states).",
 )
 @click.option(
@@ -246,7 +246,7 @@ def rules(code):
 )
 @click.option(
     "--context-length",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**31 - 1),
     help="Check every pool against this window (default: each server's own served context).",
 )
 @click.option(

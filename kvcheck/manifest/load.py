@@ -316,6 +316,16 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
 
             config = manifest.model.config
             config_path = (path.parent / config).resolve() if config else None
+            if config_path is not None and not config_path.is_file() and name == next(iter(manifest.roles)):
+                where = positions.of_value(("model", "config"))
+                issues.append(
+                    InputIssue(
+                        display,
+                        *(where or (None, None)),
+                        "model.config",
+                        f"no such file: {config_path} (model.config is relative to the manifest's folder)",
+                    )
+                )
             model_path = _relative_to_manifest(manifest.model.path, path.parent)
             command = list(manifest.engine.command)
             if "/" in command[0]:

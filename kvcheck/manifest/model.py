@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND
 
+# Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
+MAX_TOKENS = 2**31 - 1
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
@@ -32,7 +35,7 @@ class EngineSpec(_Strict):
 
     name: Literal["sglang"] = Field(default="sglang", description="The serving engine; only sglang for now.")
     version: str = Field(description='The release you deploy, e.g. "0.5.23"; checked against what boots.')
-    command: list[str] = Field(
+    command: list[Annotated[str, Field(min_length=1)]] = Field(
         default=list(DEFAULT_ENGINE_COMMAND),
         min_length=1,
         description="How to start the engine (argv prefix); kvcheck appends --model-path and the args.",
@@ -94,7 +97,9 @@ class Manifest(_Strict):
     """A deployment to gate: the window promised to clients, the model, the engine and its roles."""
 
     name: str | None = Field(default=None, description="Free text shown in reports.")
-    context_length: int = Field(gt=0, description="REQUIRED: the context window promised to clients, tokens.")
+    context_length: int = Field(
+        gt=0, le=MAX_TOKENS, description="REQUIRED: the context window promised to clients, tokens."
+    )
     model: ModelSpec
     engine: EngineSpec
     gpu: str | None = Field(default=None, description="GPU type (H100, H200, B200, ... or the name nvidia-smi prints).")

@@ -5,8 +5,10 @@ Each rule's documentation lives in its `define_rule` call: docs/rules.md is gene
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -122,7 +124,7 @@ def _parse_version(text: str | None) -> Version | None:
 def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     """What would fit: the largest window the pool holds, plus any settings a backend worked out."""
     pool = measurement.pool_tokens or 0
-    fits = int(pool / target.min_headroom)
+    fits = math.floor(pool / Fraction(str(target.min_headroom)))
     parts = [f"the largest context that fits this pool is {fits:,} tokens"]
     if target.min_headroom != 1.0:
         parts[0] += f" (with min_headroom {target.min_headroom:g})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,7 @@ policy:
 def loaded(tmp_path: Path):
     path = tmp_path / "prod.yaml"
     path.write_text(MANIFEST)
+    (tmp_path / "glm.json").write_text("{}")
     return load_manifest(path)
 
 
@@ -196,3 +198,29 @@ def test_relative_paths_are_relative_to_the_manifest(tmp_path: Path, monkeypatch
     [hub] = load_manifest(path).targets
     assert hub.model_path == "org/model"
     assert hub.engine_command == ("python3", "-m", "sglang.launch_server")
+
+
+def test_missing_model_config_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text('context_length: 8192\nmodel: {path: m, config: cfg/config.json}\nengine: {version: "0.5.23"}\n'
+                    "roles:\n  a: {gpus: [0]}\n  b: {gpus: [1]}\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert [i.render() for i in caught.value.issues] == [
+        f"{path}:2:26: model.config: no such file: {tmp_path / 'cfg/config.json'} "
+        "(model.config is relative to the manifest's folder)"
+    ]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("context_length: 99999999999999999999", "context_length: Input should be less than or equal to 2147483647"),
+    ("engine: {version: \"0.5.23\", command: [\"\"]}", "engine.command[0]: String should have at least 1 character"),
+])
+def test_absurd_values_are_bad_input(tmp_path: Path, text: str, message: str) -> None:
+    base = {"context_length": "context_length: 8192", "engine": 'engine: {version: "0.5.23"}'}
+    key = text.split(":")[0]
+    base[key] = text
+    path = tmp_path / "m.yaml"
+    path.write_text(f"{base['context_length']}\nmodel: {{path: m}}\n{base['engine']}\nroles:\n  a: {{gpus: [0]}}\n")
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        load_manifest(path)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import os
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.logs import args_from_argv, read_logs
+from kvcheck.backends.logs import args_from_argv, log_roles, read_log_file, read_logs
 from kvcheck.errors import InputError
 from kvcheck.report.model import Location
 from tests.conftest import SHARED_DATA, run_kvcheck
-from tests.engines.test_logparse import SGLANG_0_5_23_TP2
+from tests.engines.test_logparse import SGLANG_0_5_23_TP2, feed_every_line, long_log
 
 LOGS = SHARED_DATA / "logs"
 
@@ -227,6 +231,42 @@ def test_gzip_logs_are_read(tmp_path):
     path.write_bytes(gzip.compress(SGLANG_0_5_23_TP2.encode()))
     (_,), (measurement,) = read_logs([str(path)], context_length=None)
     assert measurement.pool_tokens == 947824
+
+
+def _roles(name, summary):
+    return [(t, m) for t, m in log_roles(name, summary, context_length=131072, min_headroom=1.0)]
+
+
+def test_a_long_log_from_a_file_a_gzip_file_and_a_pipe_reads_as_feeding_every_line(tmp_path, monkeypatch):
+    """The bulk reader behind `kvcheck logs`: same figures, line numbers, quoted errors and notes."""
+    data = long_log(kubectl=True)
+    expected = feed_every_line(data).summary()
+    plain = tmp_path / "server.log"
+    plain.write_bytes(data)
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(data))
+    assert read_log_file(str(plain)) == expected
+    assert read_log_file(str(packed)) == expected
+
+    read_fd, write_fd = os.pipe()
+
+    def write() -> None:
+        with open(write_fd, "wb") as pipe:
+            pipe.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with open(read_fd, "rb") as pipe:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(pipe))
+        from_pipe = read_log_file("-")
+    writer.join()
+    assert from_pipe == expected
+
+    roles = _roles("server.log", read_log_file(str(plain)))
+    assert roles == _roles("server.log", expected)
+    (_, measurement), *_ = roles
+    assert measurement.pool_tokens == 947000 and measurement.details["boots"] == 2
+    assert measurement.details["errors"] == list(expected.errors[-12:])
 
 
 # -- bad input: exit 2 ---------------------------------------------------------------------------------

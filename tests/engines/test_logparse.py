@@ -5,15 +5,19 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 from pathlib import Path
 
 import pytest
 
 from kvcheck.engines.sglang.logparse import (
+    _NEEDLES,
     MAX_ERROR_LINES,
     MAX_LINE_CHARS,
+    READ_CHUNK_BYTES,
     LogReader,
     RankTag,
+    _find_needle,
     iter_log_lines,
     parse_command_line,
     parse_server_args,
@@ -451,6 +455,13 @@ def test_binary_garbage_is_skipped_and_does_not_hide_real_lines():
     assert only_garbage.is_sglang is False
 
 
+def test_a_damaged_figure_is_no_figure_rather_than_a_crash():
+    reader = LogReader()
+    (event, _) = reader.feed("[2026-01-05 10:00:31 TP0] Load weight end. elapsed=2..1 s, avail mem=7..52 GB, mem usage=7.52 GB.")
+    assert (event.kind, event.values["avail_mem_gib"], event.values["elapsed_s"]) == ("weights_end", None, None)
+    assert event.values["mem_usage_gib"] == 7.52
+
+
 def test_empty_input_is_not_an_sglang_log():
     summary = read_log(io.BytesIO(b""))
     assert (summary.is_sglang, summary.lines, summary.ranks, summary.pool_tokens()) == (False, 0, (), None)
@@ -618,6 +629,187 @@ def test_gzip_logs_read_through_their_decompressed_stream():
         assert read_log(stream).pool_tokens() == 947824
 
 
+def feed_every_line(data: bytes) -> LogReader:
+    """The reference: every line of `data` through feed(), one at a time."""
+    reader = LogReader()
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    for line in lines:
+        reader.feed(line)
+    return reader
+
+
+def assert_bulk_reading_equals_feeding_every_line(data: bytes, chunk_sizes) -> LogReader:
+    expected = feed_every_line(data)
+    bulk = LogReader()
+    for chunk_bytes in chunk_sizes:
+        bulk = LogReader()
+        bulk.read_stream(io.BytesIO(data), chunk_bytes=chunk_bytes)
+        assert bulk.summary() == expected.summary(), f"chunk_bytes={chunk_bytes}"
+        assert bulk.lines == expected.lines
+    return bulk
+
+
+def long_log(*, kubectl: bool = False, seed: int = 5) -> bytes:
+    """A boot, then request logs with every kind of line the bulk reader must not skip buried in them.
+
+    Two boots (a restart after ready), tracebacks (uvicorn's, a chained one, one interleaved with other
+    ranks' request logs), a continued command line, key messages and needles inside request logs,
+    prefixes that look like a template but are not (a letter for a digit, no space after the bracket),
+    ANSI codes, progress bars, CRLF, bad UTF-8, blank lines, bytes that are rare elsewhere ('x', 'V',
+    'U') packed densely, and a line longer than the reader keeps.
+    """
+    rng = random.Random(seed)
+    out: list[bytes] = []
+
+    def stamp() -> str:
+        if not kubectl:
+            return ""
+        fraction = "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 10)))
+        return f"2026-01-05T11:{rng.randrange(60):02d}:{rng.randrange(60):02d}.{fraction}Z "
+
+    def add(line: str | bytes) -> None:
+        raw = line.encode() if isinstance(line, str) else line
+        out.append(stamp().encode() + raw + b"\n")
+
+    def requests(count: int) -> None:
+        for _ in range(count):
+            tp = rng.randrange(16)
+            second = f"{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
+            kind = rng.random()
+            if kind < 0.45:
+                add(f"[2026-01-05 {second} TP{tp}] Decode batch. #running-req: {rng.randrange(300)}, #token: "
+                    f"{rng.randrange(900000)}, token usage: 0.{rng.randrange(100):02d}, cuda graph: True, "
+                    f"gen throughput (token/s): {rng.random() * 9000:.2f}, #queue-req: {rng.randrange(20)},")
+            elif kind < 0.8:
+                add(f"[2026-01-05 {second} DP{tp % 4} TP{tp} EP{tp}] Prefill batch. #new-seq: {rng.randrange(8)}, "
+                    f"#new-token: {rng.randrange(16384)}, #cached-token: {rng.randrange(9000)}")
+            else:
+                add(f'[2026-01-05 {second}] INFO:     10.0.{rng.randrange(255)}.{rng.randrange(255)}:'
+                    f'{rng.randrange(65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+
+    boot = SGLANG_0_5_23_TP2.splitlines()
+    for line in boot:
+        add(line)
+    requests(3000)
+    specials: list[str | bytes | tuple[str, ...]] = [
+        "[2026-01-05 11:00:00] ERROR:    Exception in ASGI application",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/uvicorn/protocols/http/httptools_impl.py", line 409, in run_asgi',
+        "ValueError: Input length (140000 tokens) exceeds the maximum allowed length (131066 tokens).",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "[2026-01-05 11:00:00 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "scheduler.py", line 3, in event_loop',
+        "[2026-01-05 11:00:00 TP5] Decode batch. #running-req: 1, #token: 2, token usage: 0.00,",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[2026-01-05 11:00:00 TP1] Decode batch. #running-req: 1, holding KV Cache is allocated. #tokens: 5, K size: 1.00 GB",
+        "[2026-01-05 11:00:00 TP1] Prefill batch. TokenizerManager hit an exception while decoding",
+        "[2026-01-05 11:00:00 TP1] INFO scheduler.py:88: Load weight begin. avail mem=9.00 GB",
+        "[2026-01-05 11:00:00 TP1]Load weight begin. avail mem=8.00 GB",
+        "[2026-01-05 1O:00:00 TP1] Decode batch. #running-req: 1 sglang==0.5.9",
+        "[2026-01-05 11:00:00 TP1] Decode batch. python -m sglang.launch_server --model-path x \\",
+        ("$ python -m sglang.launch_server --model-path other --tp 4 \\",
+         "[2026-01-05 11:00:00 TP0] Decode batch. #running-req: 1",
+         "  --port 30000"),
+        "[2026-01-05 11:00:00 TP0] \x1b[1mMemory pool end. avail mem=1.25 GB\x1b[0m",
+        "[2026-01-05 11:00:00] INFO:     Uvicorn running on http://0.0.0.0:30001 (Press CTRL+C to quit)",
+        "[2026-01-05 11:00:00 TP0] Decode batch.\rProgress 100% Capture cuda graph begin.",
+        "[2026-01-05 11:00:00 TP0] Decode batch. ok\r",
+        "\x1b[32m[2026-01-05 11:00:00 TP0] Memory pool end. avail mem=1.50 GB\x1b[0m",
+        b"[2026-01-05 11:00:00 TP0] Decode batch. caf\xc3\xa9 \xff\xfe KV Cach\xc3\xa9",
+        b"\xe2\x82[2026-01-05 11:00:00 TP0] max_total_num_tokens=5",
+        "   ",
+        "[2026-01-05 11:00:00 TP0] Decode batch. " + "xVU" * 4000,
+        "KV pool holds 98304 tokens, fewer than --context-length 131072.",
+        "[2026-01-05 11:00:00 TP0] " + "é" * (MAX_LINE_CHARS * 2 + 7) + " KV Cache is allocated. #tokens: 1",
+        "[2026-01-05 11:00:00 TP0] KV Cache is allocated. #tokens: 12, KV size: 1.00 GB",
+        "[pod/sglang-0/server] [2026-01-05 11:00:00 TP0] Decode batch. #running-req: 1",
+        "[rank0]: Traceback (most recent call last):",
+        "[rank0]: RuntimeError: Not enough memory. Please try to increase --mem-fraction-static",
+        "  not a continuation",
+    ]
+    for special in specials:
+        for line in special if isinstance(special, tuple) else (special,):
+            add(line)
+        requests(rng.randrange(0, 40))
+    requests(2000)
+    for line in boot:  # the engine restarts: its second boot is what the summary reports
+        add(line.replace("947824", "947000"))
+    requests(3000)
+    out.append(b"[2026-01-05 12:00:00 TP0] Decode batch. cut mid-line")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("kubectl", [False, True])
+def test_bulk_reading_of_a_long_log_equals_feeding_every_line_and_skips_the_request_logs(kubectl):
+    data = long_log(kubectl=kubectl)
+    bulk = assert_bulk_reading_equals_feeding_every_line(data, [1 << 10, 4099, 1 << 16, READ_CHUNK_BYTES])
+    summary = bulk.summary()
+    assert summary.boots == 2 and summary.pool_tokens() == 947000 and summary.ready
+    assert summary.lines == data.count(b"\n") + 1
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in summary.errors
+    # The request logs are skipped without parsing: under one line in 50 reaches the parser.
+    assert bulk.parsed_lines * 50 < summary.lines, bulk.parsed_lines
+
+
+def test_bulk_reading_equals_feeding_every_line_on_random_logs():
+    """Lines assembled from prefixes and messages of every kind, then bytes flipped at random."""
+    rng = random.Random(20260105)
+    prefixes = [
+        "[2026-01-05 10:00:0{d} TP{d}] ", "[2026-01-05 10:00:0{d}] ", "[10:00:0{d} TP1{d}] ",
+        "[2026-01-05 10:00:00.41{d} DP{d} TP{d} EP{d}] ", "2026-01-05T10:00:00.{d}{d}Z [2026-01-05 10:00:00 TP{d}] ",
+        "[pod/s-{d}/c] [2026-01-05 10:00:00] ", "2026-01-05T10:00:00Z stderr F [10:00:0{d}] ", "",
+        "[2026-01-05 10:00:00 PP{d} TP{d} XYZ{d}] ", "[2026-01-05 10:00:0{d} TP{d}]", "  ", "Jan 05 10:00:00 n python3[42]: ",
+    ]
+    messages = [
+        "Decode batch. #running-req: 1, #token: 38", "Prefill batch. #new-seq: 1", 'INFO:     1.2.3.4 - "POST /generate" 200 OK',
+        "INFO:     Uvicorn running on http://0.0.0.0:8000", "INFO scheduler.py:12: Load weight begin. avail mem=1.00 GB",
+        "Load weight end. type=X, avail mem=7.0 GB, mem usage=1.0 GB.",
+        "KV Cache is allocated. #tokens: 4{d}, K size: 1.00 GB, V size: 1.00 GB", "SWAKVPool mem usage: 1.0 GB, swa size: 5, full size: 9",
+        "max_total_num_tokens=4{d}, context_len=8{d}", "server_args=ServerArgs(tp_size={d}, context_length=9{d})",
+        "The server is fired up and ready to roll!", "Traceback (most recent call last):", '  File "x.py", line {d}',
+        "ValueError: bad {d}", "RuntimeError: Not enough memory", "During handling of the above exception, another exception occurred:",
+        "Scheduler hit an exception: Traceback (most recent call last):", "DetokenizerManager hit an exception",
+        "python -m sglang.launch_server --model-path m \\", "  --tp {d} \\", "sglang==0.5.{d}", "Rank {d} scheduler died during initialization",
+        "KV pool holds {d} tokens, fewer than --context-length 9{d}.", "Memory pool end. avail mem=1.0 GB", "Using KV cache dtype: fp8",
+        "Capture cuda graph end. Time elapsed: {d}.0 s", "Post-capture KV sizing: KV cache allocated. #tokens: 3{d}",
+        "\x1b[32mcolour\x1b[0m", "\x1b[0mLoad weight begin. avail mem=2.0 GB", "progress 10%\rprogress 100%", "", "Received sigquit from a child process", "x" * 30,
+    ]
+    for _ in range(60):
+        lines = []
+        for _ in range(rng.randrange(1, 120)):
+            text = rng.choice(prefixes) + rng.choice(messages) + rng.choice(["", "", "\r", " KV Cache", " hit an exception"])
+            raw = bytearray(text.replace("{d}", str(rng.randrange(10))).encode())
+            for _ in range(rng.choice([0, 0, 0, 1, 3])):
+                if raw:
+                    raw[rng.randrange(len(raw))] = rng.choice(b"0123456789 []:.-TZxVU\r\x1b\xff\xc3a")
+            lines.append(bytes(raw))
+        data = b"\n".join(lines) + rng.choice([b"", b"\n", b"\r\n"])
+        assert_bulk_reading_equals_feeding_every_line(data, [rng.choice([1, 5, 17, 64, 1000]), READ_CHUNK_BYTES])
+
+
+def test_more_prefix_shapes_than_templates_are_read_line_by_line():
+    lines = [f"[2026-01-05 10:00:00 {'A' * (i % 80 + 1)}{i}] Decode batch." for i in range(400)]
+    data = ("\n".join(lines) + "\n" + KV_LINE + "\n").encode()
+    bulk = assert_bulk_reading_equals_feeding_every_line(data, [1 << 12, READ_CHUNK_BYTES])
+    assert bulk.summary().pool_tokens() == 947824
+
+
+@pytest.mark.parametrize("needle", [b"KV Cache", b" hit an exception", b"Uvicorn"])
+def test_needles_are_found_behind_dense_false_hits_of_their_rare_byte(needle):
+    rng = random.Random(len(needle))
+    for _ in range(200):
+        noise = bytes(rng.choice(b"xVU \n" + needle[:3]) for _ in range(rng.randrange(0, 5000)))
+        cut = rng.randrange(len(noise) + 1)
+        data = noise[:cut] + needle + noise[cut:] if rng.random() < 0.7 else noise
+        pos = rng.randrange(len(data) + 1)
+        end = rng.randrange(pos, len(data) + 1)
+        rare = next(i for i, (n, r) in enumerate(_NEEDLES) if n == needle)
+        assert _find_needle(data, needle, _NEEDLES[rare][1], pos, end) == data.find(needle, pos, end)
+
+
 def _corpora() -> list[bytes]:
     texts = [
         SGLANG_0_5_23_TP2,
@@ -632,6 +824,8 @@ def _corpora() -> list[bytes]:
         "[2026-01-05 10:00:33 TP0] Prefill batch. bs=[1, 2] MiniMax KV Cache is allocated. #tokens: 5, KV size: 1.00 GB\n"
         "[2026-01-05 10:00:33 TP0] DetokenizerManager hit an exception: Traceback (most recent call last):\n"
         '  File "d.py", line 3\nRuntimeError: boom\n',
+        SGLANG_0_5_23_TP2[: SGLANG_0_5_23_TP2.index("max_total_num_tokens=") + 30],  # cut mid-line
+        "\n\n   \n" + SGLANG_0_5_23_TP2.replace("] ", "]  ").replace("\n", "\n\n"),
     ]
     out = [text.encode() for text in texts]
     out.append(bytes(range(256)) * 100 + b"\n" + KV_LINE.encode())
@@ -640,14 +834,10 @@ def _corpora() -> list[bytes]:
     return out
 
 
-@pytest.mark.parametrize("chunk_bytes", [7, 64, 1 << 20])
+@pytest.mark.parametrize("chunk_bytes", [7, 64, 1 << 20, READ_CHUNK_BYTES])
 def test_bulk_reading_equals_feeding_every_line(chunk_bytes):
+    """Every real log and every decorated corpus: identical figures, line numbers, errors, missing notes."""
     for data in _corpora():
-        reader = LogReader()
-        for line in data.split(b"\n")[: -1 if data.endswith(b"\n") else None]:
-            reader.feed(line)
-        bulk = LogReader()
-        bulk.read_stream(io.BytesIO(data), chunk_bytes=chunk_bytes)
-        assert bulk.summary() == reader.summary()
+        bulk = assert_bulk_reading_equals_feeding_every_line(data, [chunk_bytes])
         if data.startswith((b"[pod", b"\x1b", b'{"log')):
             assert bulk.summary().pool_tokens() == 947824 and bulk.summary().ready

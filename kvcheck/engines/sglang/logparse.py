@@ -232,9 +232,11 @@ _PREFIX_ANYWHERE_RE = re.compile(
 _LEVEL_STARTS = ("DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ")
 _LEVEL_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.\-]+\.py:\d+: ")
 
-_GIB = r"([\d.]+) ?GB"
+# A decimal figure as Python's float() reads it: a damaged "7..52" is no figure rather than a crash.
+_DECIMAL = r"(\d+\.?\d*|\.\d+)"
+_GIB = _DECIMAL + r" ?GB"
 _AVAIL_RE = re.compile(r"avail mem=" + _GIB)
-_ELAPSED_RE = re.compile(r"elapsed=([\d.]+) ?s")
+_ELAPSED_RE = re.compile(r"elapsed=" + _DECIMAL + r" ?s")
 _TYPE_RE = re.compile(r"type=([\w.]+)")
 _WEIGHT_DTYPE_RE = re.compile(r"\bdtype=([\w.]+)")
 _QUANT_RE = re.compile(r"quant=([^,]+)")
@@ -246,11 +248,11 @@ _KV_SIZE_RE = re.compile(r"\b(K|V|KV) size: " + _GIB)
 _SWA_POOL_RE = re.compile(r"Use sliding window memory pool\. full_layer_tokens=(\d+), swa_layer_tokens=(\d+)")
 _SWAKV_RE = re.compile(r"SWAKVPool mem usage: " + _GIB + r", swa size: (\d+), full size: (\d+)")
 _MAMBA_RE = re.compile(
-    r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+)(?:, conv_state size: ([\d.]+) ?GB)?(?:, ssm_state size: ([\d.]+) ?GB)?"
+    r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+)(?:, conv_state size: " + _GIB + ")?(?:, ssm_state size: " + _GIB + ")?"
 )
 _POOL_END_RE = re.compile(r"Memory pool end\. avail mem=" + _GIB)
 _GRAPH_RE = re.compile(r"Capture (?P<what>.*?)\s*(?:cuda|CUDA) graph (?P<event>begin|end)\b(?P<rest>.*)")
-_TIME_ELAPSED_RE = re.compile(r"Time elapsed: ([\d.]+) ?s")
+_TIME_ELAPSED_RE = re.compile(r"Time elapsed: " + _DECIMAL + r" ?s")
 _POST_SPLIT_RE = re.compile(r"Post-capture KV sizing: full_layer_tokens=(\d+), swa_layer_tokens=(\d+)")
 _POST_ALLOC_RE = re.compile(r"Post-capture KV sizing: KV cache allocated\.(.*)")
 _POST_MRR_RE = re.compile(r"Post-capture KV sizing: max_running_requests (\d+) -> (\d+)")
@@ -317,6 +319,96 @@ _FATAL_TEXTS = (
     "too small to serve any requests",
     "Memory pool size is too small",
 )
+
+
+# -- bulk reading (LogReader.read_stream) -------------------------------------------------------------
+# A long log is nearly all request logs. read_stream() finds, per chunk of a few MiB and in C (one regex
+# search, a few bytes.find), the lines feed() could do anything with, and feeds only those:
+#
+# * a line that does not start with a prefix *template*: the exact characters before the message
+#   (kubectl's and the runtime's prefixes, SGLang's `[date time TAGS] `) of a line already fed, with
+#   every ASCII digit free. _split_prefix() reads nothing past those characters and tells digits apart
+#   from nothing else, so every line matching a template splits where that line did;
+# * a line whose message starts with a handler key or a level word (_SKIP_KEYS_RE; `INFO:` of
+#   uvicorn's access log is not one unless the line names Uvicorn);
+# * a line holding a needle feed() looks for anywhere (_NEEDLES), an ESC, or a CR inside it;
+# * the line after one that leaves the reader waiting for the next line (an exception just ended,
+#   a command line continued with a backslash).
+#
+# Feeding a line that needs nothing is harmless (it is what feed() does with every line), so each rule
+# needs only to find every line that matters; test_logparse.py checks the result equals feeding every line.
+
+# Bytes read at a time; a chunk is cut at its last newline, so no line is ever split.
+READ_CHUNK_BYTES = 4 << 20
+# A UTF-8 character takes at most 4 bytes, so decoding this many bytes of a longer line gives the same
+# first MAX_LINE_CHARS characters as decoding all of it (feed() keeps no more).
+_MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
+# Prefix templates kept per reader, and the longest one (bytes): bounded regex, bounded work per line.
+_MAX_TEMPLATES = 64
+_MAX_TEMPLATE_BYTES = 256
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# Message starts feed() acts on: its handler keys and the level words (all in _HANDLER_KEYS).
+_SKIP_KEYS_RE = b"|".join(re.escape(key.encode()) for key in sorted(_HANDLER_KEYS - {"INFO"})) + rb"|INFO(?!:)"
+# Text feed() looks for anywhere in a prefixed line ("KV Cache", " hit an exception", Uvicorn's
+# startup line behind "INFO:") or that changes how the line reads (ESC: ANSI codes), each with the
+# index of a byte request logs hardly hold: memchr finds that byte ~20x faster than bytes.find the text.
+_NEEDLES = ((b"KV Cache", 1), (b" hit an exception", 9), (b"Uvicorn", 0), (b"\x1b", 0))
+# A false hit of a needle's rare byte costs a Python step, worth bytes.find scanning this many bytes:
+# _find_needle() falls back to bytes.find once false hits are denser than that (plus a few).
+_FALSE_HIT_BYTES = 512
+# A carriage return inside a line (a redrawn progress bar); one just before the newline is CRLF.
+_INNER_CR_RE = re.compile(rb"\r(?!\r*\n)")
+_EVERY_LINE_RE = re.compile(rb"\n")
+
+
+def _find_needle(data: bytes, needle: bytes, rare: int, pos: int, end: int) -> int:
+    """`data.find(needle, pos, end)`, located by the needle's rare byte while that byte stays rare."""
+    byte = needle[rare : rare + 1]
+    hit = data.find(byte, pos + rare, end)
+    false_hits = 0
+    while hit != -1:
+        start = hit - rare
+        if data.startswith(needle, start):
+            return start if start + len(needle) <= end else -1
+        false_hits += 1
+        if false_hits > 8 + (hit - pos) // _FALSE_HIT_BYTES:
+            return data.find(needle, start + 1, end)
+        hit = data.find(byte, hit + 1, end)
+    return -1
+
+
+def _template_token(byte: int) -> bytes:
+    return rb"\d" if 48 <= byte <= 57 else re.escape(bytes((byte,)))
+
+
+def _odd_line_regex(templates: Iterable[bytes]) -> re.Pattern[bytes]:
+    """A regex matching the newline before each line the templates do not vouch for.
+
+    A line is vouched for when it starts with a template and its message with no handler key.
+
+    The templates (digits written as 0) are merged into a trie so a line is compared once per byte.
+    """
+    trie: dict[bytes, dict] = {}
+    for template in templates:
+        node = trie
+        for byte in template:
+            node = node.setdefault(_template_token(byte), {})
+        node[b""] = {}
+    if not trie:
+        return _EVERY_LINE_RE
+
+    def emit(node: dict[bytes, dict]) -> bytes:
+        parts = []
+        while len(node) == 1:
+            token, child = next(iter(node.items()))
+            if not token:
+                return b"".join(parts)
+            parts.append(token)
+            node = child
+        branches = b"|".join(token + emit(child) if token else b"" for token, child in node.items())
+        return b"".join(parts) + b"(?:" + branches + b")"
+
+    return re.compile(rb"\n(?!" + emit(trie) + rb"(?!" + _SKIP_KEYS_RE + rb"))")
 
 
 def _to_number(text: str) -> int | float | str | None:
@@ -544,6 +636,7 @@ class LogReader:
 
     def __init__(self) -> None:
         self._line_no = 0
+        self._parsed_lines = 0
         self._startup_lines = 0
         self._phase = PHASES[0]
         self._ranks: dict[RankTag, _Rank] = {}
@@ -560,6 +653,10 @@ class LogReader:
         self._ready = False
         self._failure: str | None = None
         self._boots = 1
+        # Set by every _feed(): see _split_prefix(); read_stream() learns prefix templates from it.
+        self._plain_start: int | None = None
+        self._templates: set[bytes] = set()
+        self._odd_re = _EVERY_LINE_RE
         self._handlers = {
             "serv": self._on_server_args,
             "Load": self._on_weights,
@@ -593,6 +690,11 @@ class LogReader:
     def lines(self) -> int:
         return self._line_no
 
+    @property
+    def parsed_lines(self) -> int:
+        """Lines that went through the line parser; read_stream() skips the rest (request logs)."""
+        return self._parsed_lines
+
     def feed(self, line: str | bytes) -> list[LogEvent]:
         """Read one raw line (with or without its newline); return the events it produced."""
         return list(self._feed(line))
@@ -603,50 +705,101 @@ class LogReader:
         for line in lines:
             feed(line)
 
-    def read_stream(self, stream: IO[bytes], *, chunk_bytes: int = 1 << 20) -> None:
-        """Read a whole binary stream fast: only lines holding a needle reach the line parser.
+    def read_stream(self, stream: IO[bytes], *, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+        """Read a whole binary stream (file, pipe, gzip) in chunks, feeding only the lines that can matter.
 
-        Equivalent to feeding every line (tests check it): the lines skipped are prefixed lines whose
-        message `feed()` would ignore.
+        Gives the same summary as feeding every line (see the bulk-reading notes above _MAX_LINE_BYTES);
+        memory: one chunk plus at most _MAX_LINE_BYTES of an unfinished line.
         """
-        for block in _text_blocks(stream, chunk_bytes):
-            self._scan_block(block)
+        head: bytearray | None = None  # the unfinished line, cut at _MAX_LINE_BYTES
+        while True:
+            data = stream.read(chunk_bytes)
+            if not data:
+                break
+            start = 0
+            if head is not None:
+                newline = data.find(b"\n")
+                room = _MAX_LINE_BYTES - len(head)
+                if newline == -1:
+                    if room > 0:
+                        head += data[:room]
+                    continue
+                if room > 0:
+                    head += data[: min(newline, room)]
+                self._feed_raw(bytes(head))
+                head = None
+                start = newline + 1
+            last = data.rfind(b"\n", start)
+            if last != -1:
+                self._scan(data, start, last + 1)
+                start = last + 1
+            if start < len(data):
+                head = bytearray(data[start : start + _MAX_LINE_BYTES])
+        if head is not None:
+            self._feed_raw(bytes(head))
 
-    def _scan_block(self, text: str) -> None:
-        """Feed the lines of `text` (whole lines, each ending in a newline but maybe the last).
+    def _scan(self, data: bytes, start: int, end: int) -> None:
+        """Feed the lines of `data[start:end]` (whole lines; `end` is just past a newline) that can matter.
 
-        A line with SGLang's prefix whose message starts with none of the handled words, and holds no
-        `KV C` or `xception`, is skipped without parsing: that is the request log, almost all of a
-        long log. Every other line goes through `_feed`.
+        The first line is always fed (no newline before it to search from), then each line the odd-line
+        regex or a needle points at, and every line after one that leaves the reader mid-record.
+        Skipped lines only advance the line count.
         """
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()
-        keys = _HANDLER_KEYS
-        feed = self._feed
-        # Block-wide checks first: most blocks of a long log hold no escape code, carriage return,
-        # labelled KV line or exception, so their lines need only the key lookup.
-        decorated = "\x1b" in text or "\r" in text
-        anywhere = "KV C" in text or "xception" in text
-        sequential = self._in_traceback or self._command_parts is not None
-        line_no = self._line_no
-        for line in lines:
+        feed = self._feed_raw
+        odd_re = self._odd_re
+        line_no = self._line_no  # lines before `counted`
+        counted = pos = start
+        odd_at = -1  # the next line no template vouches for (valid while >= pos and odd_re unchanged)
+        needle_at = [-1] * (len(_NEEDLES) + 1)  # the next hit of each needle, the last the inner CR
+        forced = True
+        while pos < end:
+            if forced:
+                at = pos
+            else:
+                if odd_at < pos:
+                    match = odd_re.search(data, pos - 1, end - 1)
+                    odd_at = match.end() if match else end
+                hit = odd_at
+                for i, (needle, rare) in enumerate(_NEEDLES):
+                    found = needle_at[i]
+                    if found < pos:
+                        found = _find_needle(data, needle, rare, pos, end)
+                        needle_at[i] = found = end if found == -1 else found
+                    hit = min(hit, found)
+                found = needle_at[-1]
+                if found < pos:
+                    found = data.find(b"\r", pos, end)
+                    if found != -1:
+                        match = _INNER_CR_RE.search(data, found, end)
+                        found = match.start() if match else -1
+                    needle_at[-1] = found = end if found == -1 else found
+                hit = min(hit, found)
+                if hit >= end:
+                    break
+                at = data.rfind(b"\n", pos - 1, hit) + 1
+            newline = data.find(b"\n", at, end)
+            line_no += data.count(b"\n", counted, at)
+            self._line_no = line_no
+            feed(data[at : min(newline, at + _MAX_LINE_BYTES)])
             line_no += 1
-            if not sequential and not (decorated and ("\x1b" in line or "\r" in line)):
-                i = line.find("] ", 1, 200)
-                if i != -1 and line[0] == "[" and not line[1].isdigit():  # kubectl --prefix: [pod/name/c]
-                    i = line.find("] ", i + 2, i + 200)
-                if i != -1 and line[i - 1].isdigit():
-                    key = line[i + 2 : i + 6]
-                    if key not in keys:
-                        if not anywhere or ("KV C" not in line and "xception" not in line):
-                            continue
-                    elif key == "INFO" and line[i + 6 : i + 7] == ":" and "Uvicorn" not in line:
-                        continue  # uvicorn's access log
-            self._line_no = line_no - 1
-            feed(line)
-            sequential = self._in_traceback or self._command_parts is not None
-        self._line_no = line_no
+            counted = pos = newline + 1
+            forced = self._command_parts is not None or self._after_exception
+            if self._odd_re is not odd_re:
+                odd_re, odd_at = self._odd_re, -1
+        self._line_no = line_no + data.count(b"\n", counted, end)
+
+    def _feed_raw(self, raw: bytes) -> None:
+        """Feed one raw line and learn its prefix template (see _split_prefix) for the lines to come."""
+        self._feed(raw)
+        start = self._plain_start
+        if start is None or start > _MAX_TEMPLATE_BYTES or len(self._templates) >= _MAX_TEMPLATES:
+            return
+        template = raw[:start]
+        if template.endswith(b"] ") and template.isascii():
+            key = template.translate(_DIGITS_AS_ZERO)
+            if key not in self._templates:
+                self._templates.add(key)
+                self._odd_re = _odd_line_regex(sorted(self._templates))
 
     def summary(self) -> LogSummary:
         ranks = tuple(
@@ -677,39 +830,19 @@ class LogReader:
 
     def _feed(self, line: str | bytes) -> list[LogEvent] | tuple[LogEvent, ...]:
         self._line_no += 1
+        self._parsed_lines += 1
         if isinstance(line, bytes):
             line = line.decode("utf-8", "replace")
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS]
-        line = line.rstrip("\r\n")
-        if "\r" in line:  # progress bars redraw with CR: the last segment is what the terminal showed
-            line = line.rsplit("\r", 1)[-1]
-        if "\x1b" in line:
-            line = _ANSI_RE.sub("", line)
-        if line[:2] == '{"':
-            line = self._unwrap_json(line)
-        first = line[:1]
-        if first == "[" and not line[1:2].isdigit():
-            match = _KUBECTL_PREFIX_RE.match(line)
-            if match:
-                line = line[match.end() :]
-                first = line[:1]
-        if first.isdigit() and line[10:11] == "T":
-            match = _RFC3339_RE.match(line)
-            if match:
-                line = line[match.end() :]
-                first = line[:1]
-        match = _PREFIX_RE.match(line) if (first == "[" or first.isdigit()) else None
-        if match is None and "] " in line:
-            match = _PREFIX_ANYWHERE_RE.search(line)
-        if match is None:
+        line, tags, start, self._plain_start = _split_prefix(line)
+        if tags is None:
             return self._unprefixed(line)
 
-        tags = match.group(1)
         rank = self._tags.get(tags)
         if rank is None:
             rank = self._tags[tags] = RankTag.parse(tags)
-        message = line[match.end() :]
+        message = line[start:]
         if self._command_parts is not None:
             self._finish_command()
         # Other ranks keep logging while one prints a traceback, so a prefixed line does not end it.
@@ -728,16 +861,6 @@ class LogReader:
         if " hit an exception" in message:  # DetokenizerManager, DataParallelController, ...
             return self._on_manager_exception(rank, message)
         return _NO_EVENTS
-
-    def _unwrap_json(self, line: str) -> str:
-        """Docker's json-file driver: {"log": "...\\n", "stream": "stderr", "time": "..."}."""
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return line
-        if isinstance(record, dict) and isinstance(record.get("log"), str):
-            return record["log"].rstrip("\r\n")
-        return line
 
     def _unprefixed(self, line: str) -> list[LogEvent] | tuple[LogEvent, ...]:
         """Lines without SGLang's prefix: tracebacks, launcher prints, quoted command lines."""
@@ -1195,6 +1318,60 @@ class LogReader:
         if not self._ready:
             missing.append("no 'The server is fired up and ready to roll!' line")
         return tuple(missing)
+
+
+def _unwrap_json(line: str) -> str:
+    """Docker's json-file driver: {"log": "...\\n", "stream": "stderr", "time": "..."}."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(record, dict) and isinstance(record.get("log"), str):
+        return record["log"].rstrip("\r\n")
+    return line
+
+
+def _split_prefix(line: str) -> tuple[str, str | None, int, int | None]:
+    """Find SGLang's prefix behind whatever the container and the terminal put before it.
+
+    Returns `(shown, tags, start, plain_start)`: `shown` is the line as a terminal shows it (no
+    newline, CR-redrawn progress bars, ANSI codes or Docker's JSON wrapper); `tags` the rank tags of
+    the prefix (`" DP0 TP3"`), None for a line without one; `shown[start:]` the message. `plain_start`
+    is `start` when the line needed no undecorating and the prefix was found at its start (behind
+    kubectl's and the container runtime's prefixes), else None: only then do the characters before
+    `start` alone decide how the line splits, which LogReader.read_stream() relies on.
+    """
+    line = line.rstrip("\r\n")
+    plain = True
+    if "\r" in line:  # progress bars redraw with CR: the last segment is what the terminal showed
+        line = line.rsplit("\r", 1)[-1]
+        plain = False
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+        plain = False
+    if line[:2] == '{"':
+        line = _unwrap_json(line)
+        plain = False
+    offset = 0
+    first = line[:1]
+    if first == "[" and not line[1:2].isdigit():
+        match = _KUBECTL_PREFIX_RE.match(line)
+        if match:
+            offset = match.end()
+            first = line[offset : offset + 1]
+    if first.isdigit() and line[offset + 10 : offset + 11] == "T":
+        match = _RFC3339_RE.match(line, offset)
+        if match:
+            offset = match.end()
+            first = line[offset : offset + 1]
+    match = _PREFIX_RE.match(line, offset) if (first == "[" or first.isdigit()) else None
+    if match is not None:
+        return line, match.group(1), match.end(), match.end() if plain else None
+    if line.find("] ", offset) != -1:
+        match = _PREFIX_ANYWHERE_RE.search(line, offset)
+        if match is not None:
+            return line, match.group(1), match.end(), None
+    return line[offset:], None, 0, None
 
 
 def _text_blocks(stream: IO[bytes], chunk_bytes: int) -> Iterator[str]:

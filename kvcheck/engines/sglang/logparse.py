@@ -378,7 +378,7 @@ def _find_needle(data: bytes, needle: bytes, rare: int, pos: int, end: int) -> i
 
 
 def _template_token(byte: int) -> bytes:
-    return rb"\d" if 48 <= byte <= 57 else re.escape(bytes((byte,)))
+    return rb"[0-9]" if 48 <= byte <= 57 else re.escape(bytes((byte,)))
 
 
 def _odd_line_regex(templates: Iterable[bytes]) -> re.Pattern[bytes]:

@@ -754,6 +754,20 @@ def test_bulk_reading_of_a_long_log_equals_feeding_every_line_and_skips_the_requ
     assert bulk.parsed_lines * 50 < summary.lines, bulk.parsed_lines
 
 
+@pytest.mark.parametrize("wrap", ["ansi", "docker-json"])
+def test_bulk_reading_of_a_long_log_that_needs_every_line_parsed_equals_feeding_every_line(wrap):
+    lines = long_log().split(b"\n")
+    if wrap == "ansi":
+        data = b"\n".join(b"\x1b[0m" + line for line in lines)
+    else:
+        data = b"\n".join(
+            json.dumps({"log": line.decode("utf-8", "replace") + "\n", "stream": "stderr"}).encode() for line in lines
+        )
+    bulk = assert_bulk_reading_equals_feeding_every_line(data, [4099, 1 << 16, READ_CHUNK_BYTES])
+    assert bulk.summary().pool_tokens() == 947000 and bulk.summary().boots == 2
+    assert bulk.parsed_lines == bulk.lines == len(lines)
+
+
 def test_bulk_reading_equals_feeding_every_line_on_random_logs():
     """Lines assembled from prefixes and messages of every kind, then bytes flipped at random."""
     rng = random.Random(20260105)

@@ -359,6 +359,10 @@ _FALSE_HIT_BYTES = 512
 # A carriage return inside a line (a redrawn progress bar); one just before the newline is CRLF.
 _INNER_CR_RE = re.compile(rb"\r(?!\r*\n)")
 _EVERY_LINE_RE = re.compile(rb"\n")
+# A chunk where one line in _DENSE_SHARE or more needs parsing (after _DENSE_AFTER_LINES of them) has
+# its remaining lines fed one by one: the search would find nearly every line anyway.
+_DENSE_AFTER_LINES = 256
+_DENSE_SHARE = 4
 
 
 def _find_needle(data: bytes, needle: bytes, rare: int, pos: int, end: int) -> int:
@@ -752,6 +756,7 @@ class LogReader:
         odd_at = -1  # the next line no template vouches for (valid while >= pos and odd_re unchanged)
         needle_at = [-1] * (len(_NEEDLES) + 1)  # the next hit of each needle, the last the inner CR
         forced = True
+        fed, first_line_no = 0, line_no
         while pos < end:
             if forced:
                 at = pos
@@ -786,6 +791,12 @@ class LogReader:
             forced = self._command_parts is not None or self._after_exception
             if self._odd_re is not odd_re:
                 odd_re, odd_at = self._odd_re, -1
+            fed += 1
+            if fed >= _DENSE_AFTER_LINES and fed * _DENSE_SHARE > line_no - first_line_no:
+                # Most lines need parsing (ANSI colours, Docker's JSON): searching costs more than it saves.
+                for line in data[pos : end - 1].split(b"\n") if pos < end else ():
+                    feed(line[:_MAX_LINE_BYTES])
+                return
         self._line_no = line_no + data.count(b"\n", counted, end)
 
     def _feed_raw(self, raw: bytes) -> None:

@@ -11,8 +11,9 @@ formats SGLang printed from late 2024 to mid 2026 (sglang.md section 4):
 * allocation lines with and without `#tokens` and `dtype:`, MLA's single `KV size`, the post-capture
   `KV Cache VA upper bound`, the final `max_total_num_tokens=...` line with or without its later fields.
 
-Everything else (request logs, other programs' output) is skipped after a dictionary lookup on the
-first four characters of the message, so the reader runs close to the speed Python reads lines.
+`feed()` parses one line at a time (the measure backend, while an engine boots); `read_stream()` reads
+a whole log in chunks and parses only the lines that can matter, found in C, so skipping request logs
+costs a few times what reading them does (see the notes above READ_CHUNK_BYTES; docs/logs.md has figures).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND, PoolMeasurement, RoleTarget
-from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313
+from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
 from kvcheck.errors import InputError
 from kvcheck.policy.registry import finding
@@ -239,8 +239,21 @@ def _role(
                 location=Location(name),
             )
         )
+    unusable = _unusable_reasons(summary, chosen) if chosen is not None else []
+    if unusable:
+        findings.append(
+            finding(
+                KV316.code,
+                role,
+                f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is not a serving pool: "
+                + "; ".join(unusable),
+                hint="pass the log of a boot that reached 'The server is fired up and ready to roll!', "
+                "or audit the running server",
+                location=location,
+            )
+        )
     reasons = _provisional_reasons(summary, chosen, allocation_is_final) if chosen is not None else []
-    if reasons:
+    if reasons and not unusable:
         findings.append(
             finding(
                 KV312.code,
@@ -294,22 +307,28 @@ def _role(
     return target, measurement
 
 
-def _provisional_reasons(summary: LogSummary, chosen: RankFigures, allocation_is_final: bool) -> list[str]:
+def _unusable_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:
+    """Why a figure cannot stand for the pool a server serves (KV316): fail closed on these."""
     reasons = []
-    source = chosen.figure_source
-    if source == "upper_bound":
+    if chosen.figure_source == "upper_bound":
         reasons.append(
             "it is the 'KV Cache VA upper bound' of post-capture sizing and the log has no line with the "
             "resized pool (post-capture sizing only shrinks it)"
         )
-    elif source in ("allocation", "swa_pool") and not allocation_is_final:
+    if summary.failure:
+        reasons.append(f"the engine failed after sizing its pool: {summary.failure}")
+    return reasons
+
+
+def _provisional_reasons(summary: LogSummary, chosen: RankFigures, allocation_is_final: bool) -> list[str]:
+    reasons = []
+    source = chosen.figure_source
+    if source in ("allocation", "swa_pool") and not allocation_is_final:
         reasons.append(
             "it comes from the first allocation line; the log has no final max_total_num_tokens line, which "
             "states the pool the server serves (post-capture sizing or DCP can change it)"
         )
-    if summary.failure:
-        reasons.append(f"the engine failed after sizing its pool: {summary.failure}")
-    elif not summary.ready:
+    if not summary.failure and not summary.ready:
         reasons.append(f"the log ends before the server reported ready (last phase: {summary.phase})")
     return reasons
 

@@ -132,16 +132,38 @@ def test_a_log_with_only_the_first_allocation_line_gets_a_provisional_warning(tm
     ]
 
 
-def test_a_va_upper_bound_without_the_resized_pool_is_provisional(tmp_path):
+def test_a_va_upper_bound_without_the_resized_pool_is_not_checked(tmp_path):
     text = (
         "[2026-01-05 10:00:33] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 1048576, "
         "K size: 32.00 GB, V size: 32.00 GB\n"
     )
     path = write(tmp_path, "va.log", text)
     (_,), (measurement,) = read_logs([path], context_length=131072)
-    (warning,) = measurement.findings
-    assert "'KV Cache VA upper bound' of post-capture sizing" in warning.message
+    (error,) = measurement.findings
+    assert (error.rule, error.severity) == ("KV316", "error")
+    assert error.message == (
+        "the pool figure (1,048,576 tokens, line 1) is not a serving pool: it is the 'KV Cache VA upper "
+        "bound' of post-capture sizing and the log has no line with the resized pool (post-capture sizing "
+        "only shrinks it)"
+    )
     assert measurement.details["figure_source"] == "upper_bound"
+    result = run_kvcheck("logs", path, "--context-length", "131072", "--format", "json")
+    assert result.exit_code == 3  # an upper bound that can only shrink never passes the gate
+    assert json.loads(result.stdout)["roles"][0]["status"] == "error"
+
+
+def test_an_engine_that_failed_after_sizing_its_pool_is_not_checked(tmp_path):
+    text = (
+        "[2026-01-05 10:00:33] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 900000, "
+        "K size: 27.47 GB, V size: 27.47 GB\n"
+        "[2026-01-05 10:00:40] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    path = write(tmp_path, "graph-oom.log", text)
+    (_,), (measurement,) = read_logs([path], context_length=131072)
+    assert [(f.rule, f.severity) for f in measurement.findings] == [("KV316", "error")]
+    assert "the engine failed after sizing its pool: Scheduler hit an exception" in measurement.findings[0].message
+    assert run_kvcheck("logs", path, "--context-length", "131072").exit_code == 3
 
 
 def test_a_log_without_any_pool_figure_is_an_error_quoting_the_engines_failure(tmp_path):

@@ -21,13 +21,11 @@ KV312 = define_rule(
     "KV312",
     "warning",
     "the log's pool figure is provisional, or the log is incomplete",
-    """The figure kvcheck judged comes from a line SGLang prints before the pool is final: the
-    first allocation line (`KV Cache is allocated`, or with post-capture sizing the
-    `KV Cache VA upper bound`, which capture-time resizing shrinks), without the final
-    `max_total_num_tokens=` line that states what the server serves; or the log ends before the
-    server said it was ready, or shows the engine failing after sizing its pool. The verdict holds
-    for what the log shows. Fix: pass the complete startup log, up to
-    `The server is fired up and ready to roll!`.""",
+    """The figure kvcheck judged comes from the first allocation line (`KV Cache is allocated`)
+    without the final `max_total_num_tokens=` line that states what the server serves, or the log
+    ends before the server said it was ready. With post-capture sizing off (SGLang's default) the
+    first allocation is the pool, so the verdict holds for what the log shows. Fix: pass the
+    complete startup log, up to `The server is fired up and ready to roll!`.""",
 )
 
 KV313 = define_rule(
@@ -39,4 +37,17 @@ KV313 = define_rule(
     `fewer than --context-length` warning, or the `context_length` in `server_args`). This log
     states none, so there is nothing to check the pool against (exit 3). Fix: pass the window you
     advertise: `kvcheck logs FILE --context-length 131072`.""",
+)
+
+KV316 = define_rule(
+    "KV316",
+    "error",
+    "the log's pool figure does not stand for a serving pool",
+    """The only pool figure in the log is the `KV Cache VA upper bound` of post-capture sizing,
+    which the resize after CUDA-graph capture only shrinks, with no line stating the resized pool;
+    or the engine failed after sizing its pool (`Scheduler hit an exception`, out of memory while
+    capturing graphs), so no server ever served that pool. kvcheck cannot judge a pool that was
+    never final, so the rank counts as not checked (exit 3), as measure mode counts a crashed
+    engine. Fix: pass the log of a boot that reached `The server is fired up and ready to roll!`,
+    or audit the running server with `kvcheck audit URL`.""",
 )

@@ -22,6 +22,7 @@ from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
 from kvcheck.errors import InputError
 from kvcheck.policy.registry import finding
+from kvcheck.redact import redact_argv
 from kvcheck.report.model import Finding, Location
 
 STDIN = "-"
@@ -97,7 +98,9 @@ def read_log_file(path: str) -> LogSummary:
     name = STDIN_NAME if path == STDIN else path
     try:
         if path == STDIN:
-            if sys.stdin is None or sys.stdin.isatty():
+            if sys.stdin is None:
+                raise InputError("stdin is closed: there is no log to read from '-'")
+            if sys.stdin.isatty():
                 raise InputError(
                     "stdin is a terminal, not a log",
                     hint="pipe a log into it: kubectl logs POD | kvcheck logs - --context-length N",
@@ -300,7 +303,7 @@ def _role(
         context_len=engine_ctx,
         engine_version=summary.version,
         resolved_args=dict(args),
-        argv=tuple(_redact_argv(argv)) if argv is not None else None,
+        argv=tuple(redact_argv(argv)) if argv is not None else None,
         details=_details(name, summary, group, chosen, args_source),
         findings=tuple(findings),
     )
@@ -448,24 +451,7 @@ def _argv_args(argv: Sequence[str] | None) -> tuple[str, ...]:
             continue
         out.append(word)
         i += 1
-    return tuple(_redact_argv(out))
-
-
-def _redact_argv(argv: Sequence[str]) -> list[str]:
-    from kvcheck.engines.sglang.client import REDACTED, is_secret_name
-
-    out: list[str] = []
-    hide_next = False
-    for word in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
-            out.append(word.split("=", 1)[0] + "=" + REDACTED)
-        else:
-            out.append(word)
-            hide_next = word.startswith("--") and is_secret_name(word)
-    return out
+    return tuple(redact_argv(out))
 
 
 def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     if fmt == "table":
         color = output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         width = 100 if output is not None or not sys.stdout.isatty() else None
-        formatter = TableFormat(color=color, width=width or click.get_terminal_size()[0])
+        formatter = TableFormat(color=color, width=width or shutil.get_terminal_size((100, 24)).columns)
     else:
         formatter = FORMATTERS[fmt]()
     text = formatter.render(report)

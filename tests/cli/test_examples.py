@@ -130,3 +130,34 @@ def test_internal_error_is_exit_4_with_a_report_hint_and_no_traceback() -> None:
     debug = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "KVCHECK_DEBUG": "1"})
     assert debug.returncode == 4 and "Traceback" in debug.stderr
+
+
+def test_table_on_a_terminal_uses_its_width_and_colour() -> None:
+    # stdout a terminal: the table takes the terminal's width and colours; this path once crashed (exit 4)
+    import pty
+
+    code = (
+        "import sys; sys.argv = ['kvcheck', 'verify', %r, '--mode', 'estimate'];"
+        "from kvcheck.cli import main; main()"
+    ) % SINGLE
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout and stderr are the pseudo-terminal
+        os.chdir(REPO_ROOT)
+        os.environ.update({"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "120"})
+        os.environ.pop("NO_COLOR", None)
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    output = b"".join(chunks).decode()
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert "\x1b[1;32mPASS\x1b[0m (exit 0)" in output  # coloured on a terminal
+    assert "412,019" in output
+    assert "internal error" not in output

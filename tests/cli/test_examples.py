@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -134,12 +135,10 @@ def test_internal_error_is_exit_4_with_a_report_hint_and_no_traceback() -> None:
 
 def test_table_on_a_terminal_uses_its_width_and_colour() -> None:
     # stdout a terminal: the table takes the terminal's width and colours; this path once crashed (exit 4)
-    import pty
-
     code = (
-        "import sys; sys.argv = ['kvcheck', 'verify', %r, '--mode', 'estimate'];"
+        f"import sys; sys.argv = ['kvcheck', 'verify', {SINGLE!r}, '--mode', 'estimate'];"
         "from kvcheck.cli import main; main()"
-    ) % SINGLE
+    )
     pid, fd = pty.fork()
     if pid == 0:  # child: stdout and stderr are the pseudo-terminal
         os.chdir(REPO_ROOT)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +96,20 @@ def pidfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PidFile
         except ProcessLookupError:
             pass
     assert leftover == [], f"engine processes survived: {leftover}"
+
+
+def start_until_engines_started(
+    argv: list[str], pidfile: PidFile, expected: int, *, mode: str
+) -> subprocess.Popen[str]:
+    """Start `argv` (kvcheck, or a script driving the backend) and return once `expected` engine
+    processes of the double are up (FAKE_SGLANG_MODE=`mode`), so a test can interrupt it mid-boot."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SGLANG_MODE": mode}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(pidfile.pids()) < expected:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"engines did not start (rc {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.02)
+    return proc

@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.measure.conftest import FAKE_SGLANG, REPO, PidFile
+from tests.measure.conftest import FAKE_SGLANG, REPO, PidFile, start_until_engines_started
 
 MANIFEST = """\
 name: double
@@ -139,23 +138,8 @@ def test_gpu_inventory_without_nvml_is_exit_3(manifest: Path, pidfile: PidFile) 
 def _start_verify(manifest: Path, pidfile: PidFile, expected: int) -> subprocess.Popen[str]:
     # Children that ignore SIGTERM are covered in test_interrupt.py with a short grace; the CLI's
     # grace is SGLang's 15 s drain, so here they die with their launcher (PDEATHSIG) as SGLang's do.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SGLANG_MODE": "hang"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvcheck", "verify", str(manifest), "--no-gpu-check"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while len(pidfile.pids()) < expected:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate()
-            pytest.fail(f"engines did not start (rc {proc.returncode}): {err[-2000:]}")
-        time.sleep(0.02)
-    return proc
+    argv = [sys.executable, "-m", "kvcheck", "verify", str(manifest), "--no-gpu-check"]
+    return start_until_engines_started(argv, pidfile, expected, mode="hang")
 
 
 def test_ctrl_c_stops_every_engine_and_exits_130(manifest: Path, pidfile: PidFile) -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.measure.conftest import REPO, PidFile
+from tests.measure.conftest import PidFile, start_until_engines_started
 
 SCRIPT = """
 import sys
@@ -24,23 +22,7 @@ print("measure returned", flush=True)
 
 
 def _run_until_engines_started(pidfile: PidFile, expected: int) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SGLANG_MODE": "hang,ignore_sigterm"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while len(pidfile.pids()) < expected:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            out, err = proc.communicate()
-            pytest.fail(f"engines did not start (rc {proc.returncode}): {err[-2000:]}")
-        time.sleep(0.02)
-    return proc
+    return start_until_engines_started([sys.executable, "-c", SCRIPT], pidfile, expected, mode="hang,ignore_sigterm")
 
 
 @pytest.mark.parametrize(

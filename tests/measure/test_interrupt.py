@@ -26,7 +26,8 @@ def _run_until_engines_started(pidfile: PidFile, expected: int) -> subprocess.Po
 
 
 @pytest.mark.parametrize(
-    ("signum", "returncode"), [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM)]
+    ("signum", "returncode"),
+    [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM), (signal.SIGHUP, -signal.SIGHUP)],
 )
 def test_signal_stops_every_engine_then_kvcheck(pidfile: PidFile, signum: int, returncode: int) -> None:
     # role a: launcher, 2 schedulers, detokenizer; role b: launcher, 1 scheduler, detokenizer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -368,11 +369,35 @@ def test_unwritable_logs_dir_is_an_input_error(pidfile: PidFile, tmp_path: Path)
     assert pidfile.pids() == []
 
 
-def test_no_ready_line_but_both_sources_agree(pidfile: PidFile, monkeypatch) -> None:
+def test_an_info_log_without_the_ready_line_is_not_a_pass(pidfile: PidFile, monkeypatch) -> None:
+    # The server answers and the figures agree, but an engine that logs at info never said it was
+    # ready: its warm-up can still fail after sizing, so the role is not passed on figures alone.
     monkeypatch.setenv("FAKE_SGLANG_MODE", "no_ready")
-    [m] = measure(make_target(), ready_wait_s=0.1)
-    assert (m.pool_tokens, m.findings) == (947824, ())
-    assert m.details["ready_line"] is False
+    [m] = measure(make_target(), ready_wait_s=0.1, timeout_s=3.0)
+    assert m.pool_tokens is None
+    assert rules(m) == [("KV301", "error")]
+    assert m.findings[0].message.startswith("the engine did not report its pool within 3 s")
+    assert pidfile.survivors() == []
+
+
+def test_a_server_that_is_not_this_engine_is_refused(pidfile: PidFile, monkeypatch) -> None:
+    # Another SGLang server answering on the port kvcheck picked (it took the port while this
+    # engine was still loading) must not become this role's measurement.
+    from kvcheck.backends.measure.boot import BootSettings, RoleBoot
+    from kvcheck.engines.sglang.client import ServerInfo
+
+    boot = RoleBoot(make_target(args={"tp_size": 2}), BootSettings())
+    other = ServerInfo(url="http://127.0.0.1:1", version="0.5.23", max_total_num_tokens=2_000_000,
+                       max_req_input_len=None, dp_token_capacities=(), swa_token_capacities=(),
+                       context_length_arg=None, served_context_len=None,
+                       resolved_args={"port": 41234, "model_path": "other/model", "tp_size": 8},
+                       launch_command=None, endpoint="/server_info", metrics={})
+    assert boot._foreign(other, 40000) == "it serves port 41234"
+    assert boot._foreign(other, 41234) == "it serves other/model, not meta-llama/Llama-3.1-8B-Instruct"
+    same_model = dataclasses.replace(other, resolved_args={"port": 41234, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": 8})
+    assert boot._foreign(same_model, 41234) == "its tp_size is 8, not 2"
+    ours = dataclasses.replace(other, resolved_args={"port": 41234, "model_path": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": 2})
+    assert boot._foreign(ours, 41234) is None
 
 
 def test_a_wrapper_that_exits_at_once_is_kv301(pidfile: PidFile) -> None:
@@ -384,3 +409,34 @@ def test_a_wrapper_that_exits_at_once_is_kv301(pidfile: PidFile) -> None:
         "the engine exited with status 0 before reporting its pool (phase: starting); its last lines:\n"
         "    | submitted job 42"
     )
+
+
+def test_a_logs_dir_entry_that_is_a_folder_is_an_input_error(pidfile: PidFile, tmp_path: Path) -> None:
+    (tmp_path / "logs" / "prefill.log").mkdir(parents=True)
+    with pytest.raises(InputError) as caught:
+        measure(make_target(), logs_dir=tmp_path / "logs")
+    assert caught.value.message == f"--logs-dir {tmp_path / 'logs'}: cannot write prefill.log: is a directory"
+    assert pidfile.pids() == []
+
+
+def test_a_failure_reading_the_log_is_a_kvcheck_bug_not_a_verdict(pidfile: PidFile, monkeypatch) -> None:
+    from kvcheck.backends.measure import boot
+
+    def broken(self, line):  # a parser bug: the engine must still be drained, stopped, and reported
+        raise ValueError("parser bug")
+
+    monkeypatch.setattr(boot.RoleBoot, "_on_line", broken)
+    with pytest.raises(RuntimeError, match="reading role prefill's engine log failed: ValueError"):
+        measure(make_target(), timeout_s=3.0)
+    assert pidfile.survivors() == []
+
+
+def test_quoted_engine_lines_hide_the_manifests_secret_values() -> None:
+    from kvcheck.backends.measure.boot import BootSettings, RoleBoot, _quote
+
+    target = make_target(env={"MY_PASSWORD": "pwSECRET", "CUDA_HOME": "/usr/local/cuda"},
+                         args={"api_key": "k-123456"})
+    secrets = RoleBoot(target, BootSettings())._secrets()
+    assert secrets == ("k-123456", "pwSECRET")
+    quoted = _quote(["token rejected for pwSECRET", "bad key k-123456 at /usr/local/cuda"], secrets)
+    assert quoted == "    | token rejected for REDACTED\n    | bad key REDACTED at /usr/local/cuda"

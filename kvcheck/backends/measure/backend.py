@@ -46,27 +46,38 @@ class _Terminated(Exception):
     """SIGTERM arrived while engines ran; raised in the main thread after they are stopped."""
 
 
+# Signals that would end kvcheck while its engines, in their own sessions, run on: SIGTERM (a CI
+# job cancelled), SIGHUP (the terminal or SSH session closed), SIGQUIT. Each stops the engines
+# first; kvcheck then dies of the signal it got. SIGKILL cannot be caught (docs/measure.md).
+_STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @contextmanager
-def _sigterm_cancels(cancel: threading.Event) -> Iterator[dict[str, bool]]:
-    """While engines run, SIGTERM sets `cancel` instead of killing kvcheck (and orphaning engines)."""
-    state = {"terminated": False}
+def _sigterm_cancels(cancel: threading.Event) -> Iterator[dict[str, Any]]:
+    """While engines run, SIGTERM/SIGHUP/SIGQUIT set `cancel` instead of killing kvcheck (and orphaning
+    engines); `state["signal"]` records which one, to die of it once the engines are gone."""
+    state: dict[str, Any] = {"terminated": False, "signal": None}
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN:
-        yield state
-        return
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         state["terminated"] = True
+        state["signal"] = state["signal"] or signum
         cancel.set()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {}
+    for signum in _STOPPING_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN:
+            continue  # an ignored signal (nohup) stays ignored
+        previous[signum] = handler
+        signal.signal(signum, on_signal)
     try:
         yield state
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class MeasureBackend(Backend):
@@ -162,7 +173,7 @@ class MeasureBackend(Backend):
             for thread in threads:
                 thread.join()  # already finished: their done events are set
             if signals["terminated"]:
-                self._reraise_sigterm()
+                self._reraise_sigterm(signals["signal"] or signal.SIGTERM)
         for error in errors:
             if error is not None:
                 raise error
@@ -212,15 +223,16 @@ class MeasureBackend(Backend):
                     continue
 
     @staticmethod
-    def _reraise_sigterm() -> None:
-        """Die of SIGTERM as if no handler had been installed (exit 143), now that engines are gone."""
-        handler = signal.getsignal(signal.SIGTERM)
+    def _reraise_sigterm(signum: int = signal.SIGTERM) -> None:
+        """Die of the stopping signal as if no handler had been installed (SIGTERM: exit 143), now that
+        the engines are gone."""
+        handler = signal.getsignal(signum)
         if handler is signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
             time.sleep(1.0)  # delivery is asynchronous; the default action ends the process here
         elif callable(handler):
-            handler(signal.SIGTERM, None)
-        raise SystemExit(128 + signal.SIGTERM)
+            handler(signum, None)
+        raise SystemExit(128 + signum)
 
     def _measure_role(
         self,

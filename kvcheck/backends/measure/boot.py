@@ -41,6 +41,7 @@ from kvcheck.engines.sglang.client import ServerInfo, SglangClient
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.policy.registry import finding
+from kvcheck.redact import REDACTED, is_secret_name
 from kvcheck.report.model import Finding
 
 PHASE_TEXT = {
@@ -80,9 +81,12 @@ def exit_text(returncode: int) -> str:
     return str(returncode)
 
 
-def _quote(lines: list[str]) -> str:
+def _quote(lines: list[str], secrets: tuple[str, ...] = ()) -> str:
     kept = [line.strip()[:QUOTED_CHARS] for line in lines if line.strip()][-QUOTED_LINES:]
-    return "\n".join(f"    | {line}" for line in kept)
+    text = "\n".join(f"    | {line}" for line in kept)
+    for secret in secrets:  # values the manifest marks as secret, wherever the engine echoed them
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def _safe_name(name: str) -> str:
@@ -124,6 +128,18 @@ class RoleBoot:
         if phase != self._phase:
             self._phase = phase
             self._on_phase(PHASE_TEXT.get(phase, phase))
+
+    def _secrets(self) -> tuple[str, ...]:
+        """Secret values the manifest hands the engine (env and args with secret-looking names)."""
+        values = [v for k, v in self.target.env.items() if is_secret_name(k)]
+        values += [str(v) for k, v in self.target.args.items() if is_secret_name(k) and v not in (None, True, False)]
+        return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
+
+    def _log_is_quiet(self) -> bool:
+        """True when the engine's log carries none of SGLang's info-level startup lines."""
+        with self._lock:
+            summary = self._reader.summary()
+        return not summary.ranks and summary.server_args is None
 
     def _summary(self) -> LogSummary:
         with self._lock:
@@ -191,6 +207,11 @@ class RoleBoot:
             boot_s = time.monotonic() - engine.started_at
             if not keep_log:
                 log_path.unlink(missing_ok=True)
+        if engine.pump_error is not None:
+            # kvcheck failed to read its own engine's log: a bug (exit 4), never a verdict on the role
+            raise RuntimeError(
+                f"reading role {self.target.name}'s engine log failed: {engine.pump_error!r}"
+            ) from engine.pump_error
         summary = self._summary()
         details.update(
             boot_s=round(boot_s, 3),
@@ -229,6 +250,8 @@ class RoleBoot:
             path = logs_dir / f"{_safe_name(self.target.name)}.log"
             try:
                 logs_dir.mkdir(parents=True, exist_ok=True)
+                if path.is_dir():
+                    raise IsADirectoryError(21, "is a directory")
                 path.touch()
             except OSError as exc:
                 raise InputError(
@@ -240,19 +263,46 @@ class RoleBoot:
         os.close(fd)
         return Path(name), False
 
-    def _server_info(self, port: int, *, retries: int) -> tuple[ServerInfo | None, str | None]:
-        """Ask the engine on loopback; an explicit transport keeps HTTP(S)_PROXY from routing it away."""
+    def _server_info(
+        self, port: int, *, retries: int, timeout_s: float = 10.0
+    ) -> tuple[ServerInfo | None, str | None]:
+        """Ask the engine on loopback; an explicit transport keeps HTTP(S)_PROXY from routing it away.
+
+        An answer that is not from this boot's engine (another server took the port while the engine
+        was still loading) is refused: it would be another deployment's pool.
+        """
         try:
             with SglangClient(
                 f"http://{LOOPBACK}:{port}",
-                timeout_s=10.0,
+                timeout_s=timeout_s,
                 retries=retries,
                 backoff_s=0.2,
                 transport=httpx.HTTPTransport(),
             ) as client:
-                return client.server_info(), None
+                info = client.server_info()
         except EndpointError as exc:
             return None, exc.message
+        foreign = self._foreign(info, port)
+        if foreign:
+            return None, f"the server answering on port {port} is not this role's engine ({foreign})"
+        return info, None
+
+    def _foreign(self, info: ServerInfo, port: int) -> str | None:
+        """Why a server-info answer cannot be this boot's engine, or None when it matches."""
+        args = info.resolved_args
+        served_port = args.get("port")
+        if served_port is not None and str(served_port) != str(port):
+            return f"it serves port {served_port}"
+        model = args.get("model_path")
+        wanted = self.target.model_path
+        if model is not None and wanted is not None and str(model) != str(wanted):
+            return f"it serves {model}, not {wanted}"
+        for name in ("tp_size", "pp_size"):
+            ours = self.target.args.get(name)
+            theirs = args.get(name)
+            if ours is not None and theirs is not None and str(ours) != str(theirs):
+                return f"its {name} is {theirs}, not {ours}"
+        return None
 
     def _watch(self, engine: EngineProcess, port: int) -> tuple[str, ServerInfo | None, str | None]:
         """Wait for the figures; returns (outcome, server info, why server info failed).
@@ -277,13 +327,15 @@ class RoleBoot:
             if now >= deadline:
                 return "timeout", server, server_error
             if now >= next_poll:
-                info, error = self._server_info(port, retries=0)
-                if info is not None:
+                info, error = self._server_info(port, retries=0, timeout_s=max(0.5, min(2.0, deadline - now)))
+                if info is not None and engine.poll() is None:
                     server, answered_at = info, answered_at or now
                 else:
                     server_error = error
                 next_poll = time.monotonic() + settings.server_poll_s
-            if answered_at is not None and now - answered_at >= settings.ready_wait_s:
+            # The shortcut without a ready line is for engines whose log is quiet (--log-level warning);
+            # an engine that logs at info must say it is ready (warm-up can still fail after sizing).
+            if answered_at is not None and now - answered_at >= settings.ready_wait_s and self._log_is_quiet():
                 return "server_only", server, server_error
             self._ready.wait(settings.poll_s)
 
@@ -303,7 +355,7 @@ class RoleBoot:
         if outcome == "exited":
             status = exit_text(engine.returncode if engine.returncode is not None else -9)
             lines = list(summary.errors) or list(self._tail)
-            quoted = _quote(lines)
+            quoted = _quote(lines, self._secrets())
             hint = {
                 2: "the engine rejected its command line: check the role's args against the engine's --help",
             }.get(engine.returncode or 0)
@@ -320,7 +372,7 @@ class RoleBoot:
                 details=details,
             )
         if outcome == "timeout":
-            quoted = _quote(list(self._tail))
+            quoted = _quote(list(self._tail), self._secrets())
             return self._replace(
                 self._fail(
                     f"the engine did not report its pool within {self.settings.timeout_s:g} s (phase: {phase})"
@@ -358,6 +410,9 @@ class RoleBoot:
             details["ready_line"] = False
         report = EngineReport(
             ranks=ranks,
+            below_context_pools=tuple(
+                int(event.values["pool_tokens"]) for event in below if event.values.get("pool_tokens") is not None
+            ),
             server=server,
             server_error=server_error,
             below_context_warnings=warnings,

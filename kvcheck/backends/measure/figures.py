@@ -37,6 +37,7 @@ class EngineReport:
     server: ServerInfo | None = None
     server_error: str | None = None  # why /server_info could not be read
     below_context_warnings: tuple[str, ...] = ()  # SGLang's own "fewer than --context-length" lines
+    below_context_pools: tuple[int, ...] = ()  # the pool each of those warnings states (every rank prints one)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -66,7 +67,9 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     details: dict[str, Any] = dict(report.extra)
     server = report.server
 
-    log_pool = min((r.pool_tokens for r in report.ranks), default=None)
+    # Every rank's own figures count: the final lines (tp_rank 0 of each stage/replica) and the
+    # "KV pool holds N tokens" warning each rank prints; the smallest is the pool (fail closed).
+    log_pool = min((*(r.pool_tokens for r in report.ranks), *report.below_context_pools), default=None)
     server_pool = server.pool_tokens if server is not None else None
     details["log_ranks"] = [
         {"rank": r.rank or "TP0", "pool_tokens": r.pool_tokens, "context_len": r.context_len}
@@ -83,6 +86,17 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     elif report.server_error:
         details["server_info_error"] = report.server_error
 
+    if server is not None:
+        missing_ranks = [note for note in server.notes if "DP ranks" in note]
+        if missing_ranks:
+            found.append(
+                finding(
+                    "KV310",
+                    role,
+                    f"{server.endpoint}: {missing_ranks[0]}; the pool is the smallest figure stated",
+                    hint="keep the log (--logs-dir) to see every rank's allocation",
+                )
+            )
     pools = [p for p in (log_pool, server_pool) if p is not None]
     pool = min(pools) if pools else None
     if log_pool is not None and server_pool is not None and log_pool != server_pool:

@@ -139,6 +139,10 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(pid for pid, state in (_group_members(pgid) or []) if state not in ("Z", "X"))
 
 
+# The longest engine output line kvcheck reads at once; the rest of a longer line is skipped.
+MAX_LINE_BYTES = 1 << 20
+
+
 class EngineProcess:
     """One engine launch: its process group, its merged stdout+stderr, and a guaranteed end."""
 
@@ -166,6 +170,7 @@ class EngineProcess:
         except OSError:
             self._log.close()
             raise
+        self.pump_error: Exception | None = None  # a failure of kvcheck's own log parsing
         self.pid = self._proc.pid
         self.pgid = self.pid  # start_new_session: the engine leads its own session and group
         self.started_at = time.monotonic()
@@ -173,19 +178,36 @@ class EngineProcess:
         self._reader.start()
 
     def _pump(self) -> None:
-        """Copy every line to the log file and to the parser as it arrives, until all writers close."""
-        assert self._proc.stdout is not None
+        """Copy every line to the log file and to the parser as it arrives, until all writers close.
+
+        Lines are read at most MAX_LINE_BYTES at a time (an engine printing without newlines cannot
+        exhaust memory), and a failure in the parser never stops the draining: the engine must not
+        block or die on a full pipe because of kvcheck, and the failure is kept for `pump_error`.
+        """
+        stream = self._proc.stdout
+        if stream is None:  # pragma: no cover - Popen was given stdout=PIPE
+            raise RuntimeError("engine output is not captured")
         try:
-            for raw in iter(self._proc.stdout.readline, b""):
+            skipping = False  # inside an over-long line whose head was already handed on
+            while raw := stream.readline(MAX_LINE_BYTES):
+                ends = raw.endswith(b"\n")
+                if skipping:
+                    skipping = not ends
+                    continue
+                skipping = not ends and len(raw) >= MAX_LINE_BYTES
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 try:
                     self._log.write(line + "\n")
                     self._log.flush()
                 except ValueError:
                     pass  # stop() gave up waiting for a writer that escaped SIGKILL and closed the log
-                self._on_line(line)
+                if self.pump_error is None:
+                    try:
+                        self._on_line(line)
+                    except Exception as exc:  # noqa: BLE001 - reported by the role, never swallowed
+                        self.pump_error = exc
         finally:
-            self._proc.stdout.close()
+            stream.close()
 
     def poll(self) -> int | None:
         """The launcher's exit status (negative: killed by that signal), None while it runs."""

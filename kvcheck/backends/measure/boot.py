@@ -133,7 +133,7 @@ class RoleBoot:
         """Secret values the manifest hands the engine (env and args with secret-looking names)."""
         values = [v for k, v in self.target.env.items() if is_secret_name(k)]
         values += [str(v) for k, v in self.target.args.items() if is_secret_name(k) and v not in (None, True, False)]
-        return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
+        return tuple(sorted({v for v in values if len(v) >= 4}, key=lambda v: (-len(v), v)))
 
     def _log_is_quiet(self) -> bool:
         """True when the engine's log carries none of SGLang's info-level startup lines."""

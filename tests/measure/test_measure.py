@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +17,7 @@ from kvcheck.backends.measure import MeasureBackend
 from kvcheck.backends.measure.backend import conflicts
 from kvcheck.errors import EstimateError, GpuInventoryError, InputError
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
-from tests.measure.conftest import ENGINE, PidFile, make_target
+from tests.measure.conftest import ENGINE, FAKE_SGLANG, PidFile, make_target
 
 
 def measure(*targets: RoleTarget, **options) -> list[PoolMeasurement]:
@@ -440,3 +442,26 @@ def test_quoted_engine_lines_hide_the_manifests_secret_values() -> None:
     assert secrets == ("k-123456", "pwSECRET")
     quoted = _quote(["token rejected for pwSECRET", "bad key k-123456 at /usr/local/cuda"], secrets)
     assert quoted == "    | token rejected for REDACTED\n    | bad key REDACTED at /usr/local/cuda"
+
+
+def test_a_process_that_escapes_the_group_is_kv301(pidfile: PidFile, tmp_path: Path) -> None:
+    # The wrapper starts the double, plus a process in its own session that inherits the output pipe.
+    marker = tmp_path / "escaped.pid"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"setsid sh -c 'echo $$ > {marker}; exec sleep 30' &\n"
+        f'exec "{sys.executable}" "{FAKE_SGLANG}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    target = dataclasses.replace(make_target(), engine_command=(str(wrapper),))
+    try:
+        [m] = measure(target, timeout_s=30.0)
+        assert ("KV301", "error") in rules(m)
+        assert any("still holds the engine's output" in f.message for f in m.findings)
+    finally:
+        if marker.exists():
+            try:
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass

@@ -222,6 +222,22 @@ class RoleBoot:
         )
         measurement = self._measurement(outcome, engine, summary, server, server_error, details)
         measurement = self._replace(measurement, argv=argv)
+        if engine.output_held:
+            measurement = self._replace(
+                measurement,
+                findings=(
+                    *measurement.findings,
+                    finding(
+                        "KV301",
+                        target.name,
+                        "a process outside the engine's process group (started with setsid) still holds the "
+                        "engine's output after the group was stopped; kvcheck could not stop it, and it may "
+                        "hold GPU memory",
+                        hint="find it with `ps -eo pid,sid,cmd` and stop it; engine.command must not detach "
+                        "processes from its group",
+                    ),
+                ),
+            )
         if survivors:
             measurement = self._replace(
                 measurement,

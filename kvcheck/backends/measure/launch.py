@@ -171,6 +171,7 @@ class EngineProcess:
             self._log.close()
             raise
         self.pump_error: Exception | None = None  # a failure of kvcheck's own log parsing
+        self.output_held = False  # set by stop(): a process outside the group still holds the output
         self.pid = self._proc.pid
         self.pgid = self.pid  # start_new_session: the engine leads its own session and group
         self.started_at = time.monotonic()
@@ -233,6 +234,9 @@ class EngineProcess:
             pass
         survivors = group_pids(self.pgid) if group_alive(self.pgid) else []
         self._reader.join(timeout=5.0)
+        # Still open after the whole group is gone: a process that left the group (setsid) holds
+        # the engine's output, and kvcheck cannot stop what it cannot see.
+        self.output_held = self._reader.is_alive()
         if not self._log.closed:
             self._log.close()
         return survivors

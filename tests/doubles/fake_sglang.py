@@ -197,8 +197,9 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
             "raise --mem-fraction-static, or free memory taken before the pool is sized.",
             warning=True,
         )
-    attn_tp = args.tp_size // args.attn_dp_size if attn_dp else args.tp_size
-    leader = tp == (dp * attn_tp if attn_dp else 0)
+    # sglang.md §4.2: the final line comes from tp_rank 0 only (one per PP stage), so under
+    # attention DP only DP0's scheduler prints it; the other DP ranks show in /server_info.
+    leader = tp == 0
     if old:
         step(
             f"max_total_num_tokens={pool}, max_prefill_tokens=16384, max_running_requests=2049, context_len={ctx}"

@@ -142,7 +142,6 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
         die_with_parent()
-    attn_dp = args.attn_dp_size > 1
     dp_width = max(args.attn_dp_size, args.dp_size)
     tags = (f" DP{dp}" if dp_width > 1 else "") + (f" PP{pp}" if args.pp_size > 1 else "")
     tags += f" TP{tp}" if args.tp_size > 1 else ""
@@ -267,6 +266,7 @@ def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], in
     if override:
         capacities = [int(override)] * dp
     first = capacities[0]
+    states_shown = dp - 1 if "drop_dp_state" in MODES and dp > 1 else dp  # a DP rank missing from the answer
     resolved = {key: value for key, value in vars(args).items() if key not in ("disaggregation_mode",)}
     resolved.update(
         disaggregation_mode=args.disaggregation_mode,
@@ -302,7 +302,7 @@ def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], in
                     "token_capacity_swa": None,
                 },
             }
-            for d, cap in enumerate(capacities)
+            for d, cap in enumerate(capacities[:states_shown])
         ],
         "version": VERSION,
         "frontend": "python",

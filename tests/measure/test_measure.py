@@ -468,3 +468,13 @@ def test_a_process_that_escapes_the_group_is_kv301(pidfile: PidFile, tmp_path: P
                 os.kill(int(marker.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def test_a_dp_rank_missing_from_server_info_is_not_measured(pidfile: PidFile, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SGLANG_MODE", "drop_dp_state")
+    [m] = measure(make_target(args={"tp_size": 4, "attn_dp_size": 2}, gpus=(0, 1, 2, 3)))
+    assert ("KV301", "error") in rules(m)
+    [missing] = [f for f in m.findings if f.rule == "KV301"]
+    assert missing.message == (
+        "only 1 of the role's 2 data-parallel ranks stated their pool in /server_info; the others were not measured"
+    )

@@ -86,9 +86,34 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     elif report.server_error:
         details["server_info_error"] = report.server_error
 
+    # Every data-parallel rank (attention DP or replicas) has its own pool; the log's final line
+    # comes from DP0 only, so the others rest on /server_info's per-rank token_capacity.
+    expected_dp = max(int(target.args.get("attn_dp_size") or 1), int(target.args.get("dp_size") or 1))
+    stated_dp = len(server.dp_token_capacities) if server is not None else 0
+    if expected_dp > 1 and server is not None and 0 < stated_dp < expected_dp:
+        found.append(
+            finding(
+                "KV301",
+                role,
+                f"only {stated_dp} of the role's {expected_dp} data-parallel ranks stated their pool in "
+                f"{server.endpoint}; the others were not measured",
+                hint="keep the log (--logs-dir) and check that every DP rank's scheduler started",
+                location=target.location,
+            )
+        )
+    elif expected_dp > 1 and stated_dp == 0 and len(report.ranks) < expected_dp:
+        found.append(
+            finding(
+                "KV310",
+                role,
+                f"the role has {expected_dp} data-parallel ranks but neither its log nor its server-info "
+                "endpoint states each rank's pool; the pool rests on the ranks that did",
+                hint="measure with a release whose /server_info lists internal_states (0.5.x)",
+            )
+        )
     if server is not None:
         missing_ranks = [note for note in server.notes if "DP ranks" in note]
-        if missing_ranks:
+        if missing_ranks and not 0 < stated_dp < expected_dp:
             found.append(
                 finding(
                     "KV310",

@@ -478,3 +478,10 @@ def test_a_dp_rank_missing_from_server_info_is_not_measured(pidfile: PidFile, mo
     assert missing.message == (
         "only 1 of the role's 2 data-parallel ranks stated their pool in /server_info; the others were not measured"
     )
+
+
+def test_roles_that_would_share_a_log_file_are_an_input_error(pidfile: PidFile, tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        measure(make_target("a/b", gpus=(0,)), make_target("a b", gpus=(1,)), logs_dir=tmp_path / "logs")
+    assert caught.value.message == f"roles 'a/b' and 'a b' would both write {tmp_path / 'logs' / 'a_b.log'}"
+    assert pidfile.pids() == []

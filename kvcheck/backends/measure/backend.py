@@ -23,7 +23,7 @@ from kvcheck.backends.measure.boot import BootSettings, RoleBoot
 from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.gpus import GpuInventory, GpuState, check_role_gpus
 from kvcheck.backends.measure.progress import BootProgress
-from kvcheck.errors import KvcheckError
+from kvcheck.errors import InputError, KvcheckError
 from kvcheck.policy.registry import finding
 from kvcheck.report.model import Finding
 
@@ -80,6 +80,21 @@ def _sigterm_cancels(cancel: threading.Event) -> Iterator[dict[str, Any]]:
             signal.signal(signum, handler)
 
 
+def _check_log_names(targets: Sequence[RoleTarget], logs_dir: Path) -> None:
+    """Two roles must not write one --logs-dir file (names that differ only in unsafe characters)."""
+    from kvcheck.backends.measure.boot import log_file_name
+
+    seen: dict[str, str] = {}
+    for target in targets:
+        name = log_file_name(target.name)
+        if name in seen:
+            raise InputError(
+                f"roles '{seen[name]}' and '{target.name}' would both write {logs_dir / name}",
+                hint="rename one of the roles (letters, digits, '.', '_' and '-' are kept as they are)",
+            )
+        seen[name] = target.name
+
+
 class MeasureBackend(Backend):
     """Boots each role's engine on its GPUs and reads the pool it allocated (see docs/measure.md)."""
 
@@ -120,6 +135,8 @@ class MeasureBackend(Backend):
         targets = list(targets)
         if not targets:
             return []
+        if self.settings.logs_dir is not None:
+            _check_log_names(targets, self.settings.logs_dir)
         estimates = [self._estimate(t) for t in targets]
         results: list[PoolMeasurement | None] = [None] * len(targets)
         errors: list[BaseException | None] = [None] * len(targets)

@@ -93,6 +93,11 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "role"
 
 
+def log_file_name(role: str) -> str:
+    """The file a role's engine log gets in --logs-dir."""
+    return f"{_safe_name(role)}.log"
+
+
 class RoleBoot:
     """One role's measurement; `run()` returns its PoolMeasurement and leaves no process behind."""
 
@@ -263,7 +268,7 @@ class RoleBoot:
         """The role's log: kept as DIR/<role>.log with --logs-dir, else a temporary file."""
         logs_dir = self.settings.logs_dir
         if logs_dir is not None:
-            path = logs_dir / f"{_safe_name(self.target.name)}.log"
+            path = logs_dir / log_file_name(self.target.name)
             try:
                 logs_dir.mkdir(parents=True, exist_ok=True)
                 if path.is_dir():

@@ -30,7 +30,6 @@ from rich.console import Console
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
 from kvcheck.backends.base import PoolMeasurement, RoleTarget
 from kvcheck.engines.sglang.client import (
-    REDACTED,
     ServerInfo,
     SglangClient,
     display_url,
@@ -39,6 +38,7 @@ from kvcheck.engines.sglang.client import (
 )
 from kvcheck.errors import EndpointError, InputError, InputIssue
 from kvcheck.policy.registry import finding
+from kvcheck.redact import REDACTED
 from kvcheck.report.model import Finding, Location
 from kvcheck.textfile import read_text_file
 

@@ -22,7 +22,7 @@ from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
 from kvcheck.errors import InputError
 from kvcheck.policy.registry import finding
-from kvcheck.redact import redact_argv
+from kvcheck.redact import redact_args, redact_argv
 from kvcheck.report.model import Finding, Location
 
 STDIN = "-"
@@ -397,8 +397,6 @@ def _rank_dict(rank: RankFigures) -> dict[str, Any]:
 
 def _engine_args(summary: LogSummary) -> tuple[dict[str, Any], str | None]:
     """server_args as logged, else the arguments of the quoted command line, secrets redacted."""
-    from kvcheck.engines.sglang.client import redact_args
-
     if summary.server_args is not None:
         return redact_args(summary.server_args), "server_args"
     if summary.command_line is not None:

@@ -59,14 +59,8 @@ def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[s
         if fields is None:
             return []
         if part not in fields:
-            # dict-valued fields (roles, args): the key is a name, the next part descends into its value
             return []
-        annotation = fields[part].annotation
-        current = _unwrap_model(annotation)
-        if current is None and path and part == "roles":
-            from kvcheck.manifest.model import RoleSpec
-
-            current = RoleSpec
+        current = _unwrap_model(fields[part].annotation)
     fields = getattr(current, "model_fields", None)
     return list(fields) if fields else []
 

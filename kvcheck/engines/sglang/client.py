@@ -27,7 +27,7 @@ import httpx
 
 from kvcheck import __version__
 from kvcheck.errors import EndpointError, InputError
-from kvcheck.redact import REDACTED, is_secret_name, redact_args, redact_command  # noqa: F401
+from kvcheck.redact import REDACTED, redact_args, redact_command
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # 0.5.x name first; older releases only have the second
 MODELS_PATH = "/v1/models"
@@ -64,9 +64,6 @@ NON_ARG_KEYS = frozenset(
         "frontend",
     }
 )
-
-# Secret handling lives in kvcheck.redact; these names stay importable from here.
-
 
 def validate_base_url(url: str) -> httpx.URL:
     """The server's base URL, checked: http(s), a host, no credentials, query or fragment."""

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.backends.base import Backend
 from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
 from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
-from kvcheck.report.model import Finding, Report, RoleResult, role_status
 
 
 def judge(

@@ -15,7 +15,7 @@ import click
 
 from kvcheck import __version__
 from kvcheck.errors import KvcheckError
-from kvcheck.report.model import EXIT_INTERNAL, Report
+from kvcheck.model import ExitCode, Report
 from kvcheck.report.render import FORMATTERS, TableFormat
 
 
@@ -82,7 +82,7 @@ def run_guarded(action: Callable[[], int]) -> None:
         else:
             _stderr("kvcheck: rerun with KVCHECK_DEBUG=1 for the traceback")
         _stderr("kvcheck: please report it to the kvcheck maintainers with the command line and the traceback")
-        sys.exit(EXIT_INTERNAL)
+        sys.exit(ExitCode.INTERNAL)
     sys.exit(code)
 
 

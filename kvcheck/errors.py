@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcheck.model import ExitCode
+
 
 class KvcheckError(Exception):
     """Base of kvcheck's own errors. `exit_code` follows the contract; `hint` says what to do."""
 
-    exit_code = 4
+    exit_code: int = ExitCode.INTERNAL
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -19,7 +21,7 @@ class KvcheckError(Exception):
 class InputError(KvcheckError):
     """The user's input is invalid (manifest, flags, a file that is not a SGLang log): exit 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.INPUT
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class ManifestError(InputError):
 class CheckError(KvcheckError):
     """kvcheck could not check (engine did not boot, GPU missing, server unreachable): exit 3."""
 
-    exit_code = 3
+    exit_code = ExitCode.ERROR
 
 
 class EngineBootError(CheckError):
@@ -76,4 +78,4 @@ class EstimateError(CheckError):
 class MissingExtraError(KvcheckError):
     """An optional dependency is missing; the hint names the install command."""
 
-    exit_code = 3
+    exit_code = ExitCode.ERROR

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvcheck.report.model import Finding, Report, RoleResult
+from kvcheck.model import Finding, Report, RoleResult
 
 REDACTED = "REDACTED"  # shell-safe, so a redacted launch command stays copy-pastable
 _SECRET_NAME = re.compile(

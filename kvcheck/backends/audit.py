@@ -28,7 +28,6 @@ import httpx
 from rich.console import Console
 
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
 from kvcheck.engines.sglang.client import (
     ServerInfo,
     SglangClient,
@@ -37,13 +36,13 @@ from kvcheck.engines.sglang.client import (
     validate_base_url,
 )
 from kvcheck.errors import EndpointError, InputError, InputIssue
+from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED
-from kvcheck.report.model import Finding, Location
 from kvcheck.textfile import read_text_file
 
 if TYPE_CHECKING:
-    from kvcheck.report.model import Report
+    from kvcheck.model import Report
 
 MAX_FLEET_BYTES = 4 * 1024 * 1024
 FLEET_ENTRY_KEYS = ("url", "context_length", "role")

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND, PoolMeasurement, RoleTarget
 from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
+from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
 from kvcheck.errors import InputError
+from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import redact_args, redact_argv
-from kvcheck.report.model import Finding, Location
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -223,7 +223,7 @@ def _role(
     location = Location(name, figure_line)
     max_input = None
     if pool_tokens is not None and engine_ctx is not None:
-        max_input = min(engine_ctx - 1, pool_tokens - 1) - 5
+        max_input = max_input_len(engine_ctx, pool_tokens)
 
     findings: list[Finding] = []
     if pool_tokens is None:

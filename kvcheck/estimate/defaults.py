@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.errors import EstimateError
 from kvcheck.estimate.gpus import GpuProfile
 from kvcheck.estimate.shape import DSA, ModelShape
@@ -208,8 +209,7 @@ def resolve(
     ep = int(_arg(args, "ep_size", 1))
     if tp % (attn_dp * attn_cp) != 0:
         raise EstimateError(f"tp_size {tp} is not divisible by attn_dp_size x attn_cp_size ({attn_dp} x {attn_cp})")
-    role = args.get("disaggregation_mode")
-    role = None if role in (None, "null") else str(role)
+    role = disaggregation_mode(args)
     spec = args.get("speculative_algorithm")
     spec = str(spec).upper() if spec else None
     spec_topk = args.get("speculative_eagle_topk")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvcheck.backends.base import RoleTarget
+from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.errors import EstimateError
 from kvcheck.estimate.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.estimate.defaults import Resolved, resolve
@@ -24,6 +24,7 @@ from kvcheck.estimate.weights import (
     pp_layer_split,
     vision_tower_bytes,
 )
+from kvcheck.model import RoleTarget
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -404,8 +405,7 @@ def estimate_role(
                 f"under mem_fraction_static={f:.3f}"
             )
 
-    max_req_len = min(res.context_len - 1, pool_tokens - 1)
-    max_input = max(0, max_req_len - 5)
+    max_input = max(0, max_input_len(res.context_len, pool_tokens))
     mrr = _max_running_requests(res, tokens_physical, info)
     details: OrderedDict[str, Any] = OrderedDict()
     details["engine"] = "sglang 0.5.23 sizing model"

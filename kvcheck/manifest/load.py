@@ -10,13 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from kvcheck.backends.base import EstimateInputs, RoleTarget
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, load_catalogue
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.manifest.model import EstimateSpec, Manifest
 from kvcheck.manifest.yamlpos import Positions, dotted, load_yaml_with_positions
+from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
 from kvcheck.policy.rules import PolicyConfig
-from kvcheck.report.model import Finding, Location
 from kvcheck.textfile import read_text_file
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024

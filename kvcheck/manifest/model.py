@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvcheck.backends.base import DEFAULT_ENGINE_COMMAND
+from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
 MAX_TOKENS = 2**31 - 1

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.report.model import Finding, Report
+from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from kvcheck.backends.base import RoleTarget
+from kvcheck.model import Finding, RoleTarget
 from kvcheck.plan.planner import Option, RolePlan
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import finding
-from kvcheck.report.model import Finding
 
 MIGHT_NOT_FIT = "might not fit; measure"
 

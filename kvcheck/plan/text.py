@@ -15,7 +15,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvcheck.report.model import Report, RoleResult
+from kvcheck.model import Report, RoleResult
 
 _BINDING = {
     "pool": "bound by the predicted pool",

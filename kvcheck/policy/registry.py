@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from kvcheck.report.model import Finding, Location, Severity
+from kvcheck.model import Finding, Location, Severity
 
 _SEVERITIES = ("error", "warning", "info")
 

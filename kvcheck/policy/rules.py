@@ -13,9 +13,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kvcheck.backends.base import PoolMeasurement, RoleTarget, disaggregation_mode
+from kvcheck.engines.sglang.serving import disaggregation_mode
+from kvcheck.model import Finding, PoolMeasurement, RoleTarget, Severity
 from kvcheck.policy.registry import define_rule, finding
-from kvcheck.report.model import Finding, Severity
 
 # The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
 # transferring a placeholder's KV (sglang.md section 8.1).

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kvcheck.model import Finding
 from kvcheck.policy.registry import get_rule
 from kvcheck.probe import rules as _rules  # noqa: F401  (defines the codes get_rule looks up)
 from kvcheck.probe.plan import PlannedRequest
 from kvcheck.probe.prompts import Owner, contains_run
 from kvcheck.probe.wire import Answer
-from kvcheck.report.model import Finding
 
 Verdict = Literal["ok", "fail", "warn", "error", "not-sent"]
 

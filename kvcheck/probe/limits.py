@@ -14,22 +14,18 @@ from typing import Any
 
 import httpx
 
-from kvcheck.errors import EndpointError, KvcheckError
+from kvcheck.engines.sglang.serving import disaggregation_mode, max_input_len
+from kvcheck.errors import CheckError, EndpointError
 from kvcheck.probe.options import ProbeOptions
 
-ADMISSION_MARGIN_TOKENS = 5  # max_req_input_len = max_req_len - 5 (tp_worker.py, sglang.md 2.8)
 
-
-class LimitsUnknown(KvcheckError):
+class LimitsUnknown(CheckError):
     """The deployment's limits could not be learned; the probe has nothing to aim at (exit 3)."""
-
-    exit_code = 3
 
 
 def admission_bound(context_len: int, pool_tokens: int | None) -> int:
     """SGLang's max_req_input_len: prompts of this many tokens or more are refused."""
-    max_req_len = context_len - 1 if pool_tokens is None else min(context_len - 1, pool_tokens - 1)
-    return max_req_len - ADMISSION_MARGIN_TOKENS
+    return max_input_len(context_len, pool_tokens)
 
 
 def longest_promised_prompt(window_tokens: int) -> int:
@@ -164,7 +160,7 @@ def limits_from_server_info(info: Any, options: ProbeOptions) -> DeploymentLimit
         has_tokenizer = not skip_tokenizer
     model = options.model or _text(args.get("served_model_name")) or _text(args.get("model_path"))
     auto_truncate = args.get("allow_auto_truncate")
-    mode = args.get("disaggregation_mode")
+    mode = disaggregation_mode(args)
     return DeploymentLimits(
         window_tokens=window,
         window_source=window_source,
@@ -177,7 +173,7 @@ def limits_from_server_info(info: Any, options: ProbeOptions) -> DeploymentLimit
         has_tokenizer=has_tokenizer,
         model_name=model,
         allow_auto_truncate=auto_truncate if isinstance(auto_truncate, bool) else None,
-        disaggregation_mode=_text(mode) if mode not in (None, "null") else None,
+        disaggregation_mode=_text(mode) if mode is not None else None,
         notes=tuple(notes),
     )
 

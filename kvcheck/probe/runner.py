@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from kvcheck import __version__
+from kvcheck.model import Finding, Report, RoleResult, role_status
 from kvcheck.probe import rules
 from kvcheck.probe.judge import RequestResult, findings_for_group, judge
 from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, limits_from_options
@@ -32,7 +33,6 @@ from kvcheck.probe.plan import (
 from kvcheck.probe.prompts import text_prompt, token_prompt
 from kvcheck.probe.transport import GuardedTransport, ProbeGuardError, SentRequest, origin_of
 from kvcheck.probe.wire import Answer, request_body, send
-from kvcheck.report.model import Finding, Report, RoleResult, role_status
 
 LIMITS_ROLE = "limits"
 Progress = Callable[[RequestResult, int, int], None]

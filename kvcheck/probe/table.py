@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvcheck.report.model import Report
+from kvcheck.model import Report
 
 
 def render_requests(report: Report) -> str:

@@ -1,5 +1,1 @@
-"""Report values and the renderers that turn them into text."""
-
-from kvcheck.report.model import Finding, Location, Report, RoleResult
-
-__all__ = ["Finding", "Location", "Report", "RoleResult"]
+"""Report formats: one module per format behind the FORMATTERS registry."""

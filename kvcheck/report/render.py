@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kvcheck.report.model import REPORT_SCHEMA, Finding, Report, RoleResult
+from kvcheck.model import REPORT_SCHEMA, Finding, Report, RoleResult
 
 _MODE_TITLES = {
     "measure": "measured pools (engine booted)",

@@ -7,9 +7,8 @@ import textwrap
 import pytest
 
 from kvcheck.backends.audit import Endpoint, endpoints_from_manifest, endpoints_from_urls, parse_fleet_file
-from kvcheck.backends.base import RoleTarget
 from kvcheck.errors import InputError
-from kvcheck.report.model import Location
+from kvcheck.model import Location, RoleTarget
 
 
 def write(tmp_path, name, text):

@@ -14,7 +14,7 @@ import pytest
 
 from kvcheck.backends.logs import args_from_argv, log_roles, read_log_file, read_logs
 from kvcheck.errors import InputError
-from kvcheck.report.model import Location
+from kvcheck.model import Location
 from tests.conftest import SHARED_DATA, run_kvcheck
 from tests.engines.test_logparse import SGLANG_0_5_23_TP2, feed_every_line, long_log
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcheck.backends.base import RoleTarget  # noqa: E402
 from kvcheck.estimate import estimate_role  # noqa: E402
 from kvcheck.estimate.gpus import default_profiles  # noqa: E402
+from kvcheck.model import RoleTarget  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "models"
 SWEEPS = {

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kvcheck.backends.base import RoleTarget  # noqa: E402
+from kvcheck.model import RoleTarget  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "data" / "models"
 REAL = {  # model -> (gpu, args): long-context deployments an operator would plan

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from kvcheck.backends.base import RoleTarget
 from kvcheck.estimate import estimate_role
+from kvcheck.model import RoleTarget
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 DATAPOINTS = SHARED / "logs" / "datapoints.yaml"
@@ -184,7 +184,7 @@ def datapoints() -> dict[str, dict[str, Any]]:
 
 
 def _target(model: str, gpu: str, args: dict[str, Any], estimate=None) -> RoleTarget:
-    from kvcheck.backends.base import EstimateInputs
+    from kvcheck.model import EstimateInputs
 
     return RoleTarget(
         name="calibration",

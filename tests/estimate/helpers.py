@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.base import EstimateInputs, RoleTarget
+from kvcheck.model import EstimateInputs, RoleTarget
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MODELS = SHARED / "models"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kvcheck.backends.base import EstimateInputs
 from kvcheck.estimate import estimate_role
+from kvcheck.model import EstimateInputs
 
 from .helpers import role
 

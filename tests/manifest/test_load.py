@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from kvcheck.engines.sglang.catalogue import FlagError, load_catalogue, parse_human_readable_int
+from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.errors import InputError, ManifestError
 from kvcheck.manifest.load import load_manifest
-from kvcheck.report.model import Location
+from kvcheck.model import Location
 from tests.conftest import run_kvcheck
 
 MANIFEST = """\
@@ -87,7 +88,7 @@ def test_role_fields(loaded, tmp_path: Path) -> None:
     assert prefill.env == {"A": "2", "B": "3"} and decode.env == {"A": "1"}
     assert prefill.model_config == (tmp_path / "glm.json").resolve()
     assert prefill.required_tokens == 1153434  # ceil(1.1 x 1048576)
-    assert prefill.disaggregation_mode == "prefill"
+    assert disaggregation_mode(prefill.args) == "prefill"
     assert prefill.engine_command == ("python3", "-m", "sglang.launch_server")
 
 

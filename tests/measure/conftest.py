@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.base import RoleTarget
+from kvcheck.model import RoleTarget
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SGLANG = REPO / "tests" / "doubles" / "fake_sglang.py"

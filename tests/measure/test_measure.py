@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import MeasureBackend
 from kvcheck.backends.measure.backend import conflicts
 from kvcheck.errors import EstimateError, GpuInventoryError, InputError
+from kvcheck.model import PoolMeasurement, RoleTarget
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
 from tests.measure.conftest import ENGINE, FAKE_SGLANG, PidFile, make_target
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvcheck.backends.base import EstimateInputs, RoleTarget
+from kvcheck.model import EstimateInputs, RoleTarget
 
 # Llama-3.1-8B's architecture numbers (meta-llama/Llama-3.1-8B config.json).
 LLAMA_31_8B = {

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from kvcheck.backends.base import EstimateInputs
 from kvcheck.errors import EstimateError
 from kvcheck.estimate import estimate_role
+from kvcheck.model import EstimateInputs
 from kvcheck.plan import fit_hints
 from kvcheck.plan.advice import hint_sentences, plan_findings
 from kvcheck.plan.planner import largest_window, plan_role

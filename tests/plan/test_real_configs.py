@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from kvcheck.backends.base import RoleTarget
 from kvcheck.estimate import estimate_role
+from kvcheck.model import RoleTarget
 from kvcheck.plan.advice import hint_sentences, plan_findings
 from kvcheck.plan.planner import plan_role
 

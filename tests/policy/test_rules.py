@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.app import judge
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
+from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import all_rules
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
-from kvcheck.report.model import Finding, Location
 
 WINDOW = 1_048_576
 
@@ -173,7 +172,7 @@ def test_ignoring_the_measurement_failure_still_cannot_pass() -> None:
 
 
 def test_an_error_finding_anywhere_means_a_non_zero_exit() -> None:
-    from kvcheck.report.model import Report, RoleResult
+    from kvcheck.model import Report, RoleResult
 
     role = RoleResult("p", "pass", 10, 8, None, "estimate")
     advice = Finding("KV106", "error", "p", "raised to error by the policy")

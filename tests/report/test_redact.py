@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvcheck.model import Finding, Report, RoleResult
 from kvcheck.redact import redact_argv, redact_report, redact_text
-from kvcheck.report.model import Finding, Report, RoleResult
 from tests.conftest import EXAMPLES, run_kvcheck
 
 

@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from kvcheck.report.model import Finding, Location, Report, RoleResult
+from kvcheck.model import Finding, Location, Report, RoleResult
 from kvcheck.report.render import FORMATTERS, GithubFormat, JsonFormat, JunitFormat, TableFormat
 
 GOLDEN = Path(__file__).parent / "golden"

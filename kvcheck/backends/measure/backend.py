@@ -17,15 +17,15 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from kvcheck.backends.base import Backend, PoolMeasurement, RoleTarget
+from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.backends.measure.boot import BootSettings, RoleBoot
 from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.gpus import GpuInventory, GpuState, check_role_gpus
 from kvcheck.backends.measure.progress import BootProgress
 from kvcheck.errors import InputError, KvcheckError
+from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
-from kvcheck.report.model import Finding
 
 GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 
-from kvcheck.backends.base import PoolMeasurement, RoleTarget
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
 from kvcheck.backends.measure.launch import (
@@ -40,9 +39,9 @@ from kvcheck.backends.measure.launch import (
 from kvcheck.engines.sglang.client import ServerInfo, SglangClient
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary
 from kvcheck.errors import EndpointError, InputError
+from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED, is_secret_name
-from kvcheck.report.model import Finding
 
 PHASE_TEXT = {
     "starting": "starting",

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvcheck.backends.base import RoleTarget
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.errors import GpuInventoryError, MissingExtraError
+from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
-from kvcheck.report.model import Finding
 
 MIB = 1 << 20
 # A CUDA context alone holds ~0.3-0.6 GiB; more than this with no process listed means someone we

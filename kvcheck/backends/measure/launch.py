@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kvcheck.backends.base import RoleTarget
+from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, disaggregation_mode
 from kvcheck.errors import InputError
+from kvcheck.model import RoleTarget
 
 LOOPBACK = "127.0.0.1"
 _POLL_S = 0.02
@@ -59,7 +60,7 @@ def build_argv(
     The loopback host and the ports come last so they win over any `host`/`port` in the args
     (argparse keeps the last value): the measurement must not listen where production does.
     """
-    argv = list(target.engine_command)
+    argv = list(target.engine_command or DEFAULT_ENGINE_COMMAND)
     if target.model_path is not None:
         argv += ["--model-path", target.model_path]
     elif "model_path" not in target.args:
@@ -79,7 +80,7 @@ def build_argv(
 
 def needs_bootstrap_port(target: RoleTarget) -> bool:
     """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
-    return target.disaggregation_mode is not None and "disaggregation_bootstrap_port" not in target.args
+    return disaggregation_mode(target.args) is not None and "disaggregation_bootstrap_port" not in target.args
 
 
 def build_env(target: RoleTarget, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from kvcheck.engines.sglang.serving import max_input_len
+
 # Figures SGLang prints in "GB" are GiB (it divides by 1 << 30), so every *_gib value is GiB.
 
 PHASES = ("starting", "loading_weights", "sizing_pool", "capturing_graphs", "ready")
@@ -178,7 +180,7 @@ class RankFigures:
         tokens = self.best_tokens
         if tokens is None or self.context_len is None:
             return None
-        return min(self.context_len - 1, tokens - 1) - 5
+        return max_input_len(self.context_len, tokens)
 
 
 @dataclass(frozen=True)

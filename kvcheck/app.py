@@ -177,7 +177,7 @@ def _with_fit_hints(
 
 def verify(options: VerifyOptions) -> Report:
     """The gate: load the manifest, obtain every selected role's pool, judge it."""
-    from kvcheck.manifest.load import load_manifest
+    from kvcheck.inputs.manifest.load import load_manifest
 
     if options.mode not in BACKENDS:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")

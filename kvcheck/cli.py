@@ -215,7 +215,7 @@ def plan(manifest, roles, fmt, output, strict):
 @main.command()
 def schema():
     """Print the manifest's JSON Schema (for editors' YAML language servers and CI linters)."""
-    from kvcheck.manifest.model import json_schema
+    from kvcheck.inputs.manifest.model import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))
 

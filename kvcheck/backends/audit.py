@@ -36,10 +36,10 @@ from kvcheck.engines.sglang.client import (
     validate_base_url,
 )
 from kvcheck.errors import EndpointError, InputError, InputIssue
+from kvcheck.inputs.textfile import read_text_file
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED
-from kvcheck.textfile import read_text_file
 
 if TYPE_CHECKING:
     from kvcheck.model import Report
@@ -190,7 +190,7 @@ def _parse_fleet_lines(
 
 
 def _parse_fleet_yaml(text: str, display: str) -> tuple[list[Endpoint], list[InputIssue]]:
-    from kvcheck.manifest.yamlpos import load_yaml_with_positions
+    from kvcheck.inputs.yamlpos import load_yaml_with_positions
 
     data, positions, issues = load_yaml_with_positions(text, display)
     endpoints: list[Endpoint] = []
@@ -761,7 +761,7 @@ def run_audit(options: AuditOptions) -> Report:
     extra: list[Finding] = []
     manifest_targets: Sequence[RoleTarget] = ()
     if options.manifest is not None:
-        from kvcheck.manifest.load import load_manifest
+        from kvcheck.inputs.manifest.load import load_manifest
 
         if options.urls or options.fleet is not None:
             raise InputError(

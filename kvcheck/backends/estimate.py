@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from kvcheck.backends.base import Backend
+from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.engines.sglang.sizing.model import estimate_role
+from kvcheck.engines.sglang.sizing.rules import KV105, KV305
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.estimate.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.estimate.model import estimate_role
-from kvcheck.estimate.rules import KV105, KV305
 from kvcheck.model import PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 

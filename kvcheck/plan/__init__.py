@@ -23,8 +23,8 @@ def run_plan(options: PlanOptions) -> Report:
     """Judge the manifest as written on predicted pools, then add each role's plan and its advice."""
     from kvcheck.app import judge, select_roles
     from kvcheck.backends.estimate import EstimateBackend
-    from kvcheck.estimate.gpus import default_profiles
-    from kvcheck.manifest.load import load_manifest
+    from kvcheck.engines.sglang.sizing.gpus import default_profiles
+    from kvcheck.inputs.manifest.load import load_manifest
     from kvcheck.plan.advice import hint_sentences, plan_findings
     from kvcheck.plan.planner import plan_role
 

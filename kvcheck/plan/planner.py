@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvcheck.engines.sglang.sizing import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
+from kvcheck.engines.sglang.sizing.config import load_model_source, parse_override_args
+from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
+from kvcheck.engines.sglang.sizing.gpus import as_profiles
+from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.estimate import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
-from kvcheck.estimate.config import load_model_source, parse_override_args
-from kvcheck.estimate.defaults import KV_DTYPE_ALIASES
-from kvcheck.estimate.gpus import as_profiles
-from kvcheck.estimate.shape import model_shape
 from kvcheck.model import RoleTarget
 
 GPUS_PER_NODE = 8  # one HGX/DGX host; a wider TP group spans nodes (--nnodes)

@@ -29,7 +29,7 @@ RULES: dict[str, Rule] = {}
 # Modules that define rules; imported lazily by all_rules() so listing rules needs no heavy imports.
 RULE_MODULES = (
     "kvcheck.policy.rules",
-    "kvcheck.estimate.rules",
+    "kvcheck.engines.sglang.sizing.rules",
     "kvcheck.backends.measure.rules",
     "kvcheck.backends.audit_rules",
     "kvcheck.engines.sglang.log_rules",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcheck.estimate import estimate_role  # noqa: E402
-from kvcheck.estimate.gpus import default_profiles  # noqa: E402
+from kvcheck.engines.sglang.sizing import estimate_role  # noqa: E402
+from kvcheck.engines.sglang.sizing.gpus import default_profiles  # noqa: E402
 from kvcheck.model import RoleTarget  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "models"

@@ -35,7 +35,7 @@ REAL = {  # model -> (gpu, args): long-context deployments an operator would pla
 COLD = """
 import sys, time
 sys.path.insert(0, {root!r})
-from kvcheck.manifest.load import load_manifest
+from kvcheck.inputs.manifest.load import load_manifest
 from kvcheck.plan.planner import plan_role
 from pathlib import Path
 target = [t for t in load_manifest(Path({manifest!r})).targets if t.name == {role!r}][0]
@@ -46,7 +46,7 @@ print((time.perf_counter() - start) * 1000, plan.estimates)
 
 
 def _targets() -> list[tuple[str, RoleTarget, Path | None]]:
-    from kvcheck.manifest.load import load_manifest
+    from kvcheck.inputs.manifest.load import load_manifest
 
     out: list[tuple[str, RoleTarget, Path | None]] = []
     for example in ("incident", "single-server"):

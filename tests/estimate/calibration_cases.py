@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from kvcheck.estimate import estimate_role
+from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.model import RoleTarget
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"

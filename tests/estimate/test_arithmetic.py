@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvcheck.estimate import estimate_role
+from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.model import EstimateInputs
 
 from .helpers import role

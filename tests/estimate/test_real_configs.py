@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.errors import EstimateError
-from kvcheck.estimate import estimate_role
 
 from .helpers import MODELS, role
 

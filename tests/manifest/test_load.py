@@ -11,7 +11,7 @@ import pytest
 from kvcheck.engines.sglang.catalogue import FlagError, load_catalogue, parse_human_readable_int
 from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.errors import InputError, ManifestError
-from kvcheck.manifest.load import load_manifest
+from kvcheck.inputs.manifest.load import load_manifest
 from kvcheck.model import Location
 from tests.conftest import run_kvcheck
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.errors import EstimateError
-from kvcheck.estimate import estimate_role
 from kvcheck.model import EstimateInputs
 from kvcheck.plan import fit_hints
 from kvcheck.plan.advice import hint_sentences, plan_findings

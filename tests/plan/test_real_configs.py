@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kvcheck.estimate import estimate_role
+from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.model import RoleTarget
 from kvcheck.plan.advice import hint_sentences, plan_findings
 from kvcheck.plan.planner import plan_role

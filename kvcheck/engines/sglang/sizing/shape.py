@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcheck.engines.sglang.sizing.config import ModelSource
 from kvcheck.errors import EstimateError
-from kvcheck.estimate.config import ModelSource
 
 # Families the estimate model prices (see docs/estimate.md); anything else is refused.
 MHA = "mha"  # standard multi-head / grouped-query attention

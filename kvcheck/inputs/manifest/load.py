@@ -12,11 +12,11 @@ from pydantic import BaseModel, ValidationError
 
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, load_catalogue
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.manifest.model import EstimateSpec, Manifest
-from kvcheck.manifest.yamlpos import Positions, dotted, load_yaml_with_positions
+from kvcheck.inputs.manifest.model import EstimateSpec, Manifest
+from kvcheck.inputs.textfile import read_text_file
+from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
 from kvcheck.policy.rules import PolicyConfig
-from kvcheck.textfile import read_text_file
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
@@ -75,7 +75,7 @@ def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _allowed_keys(path: tuple[str | int, ...]) -> list[str]:
-    from kvcheck.manifest.model import RoleSpec
+    from kvcheck.inputs.manifest.model import RoleSpec
 
     if len(path) >= 2 and path[0] == "roles":
         return _model_fields(RoleSpec, tuple(path[2:]))

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
+from kvcheck.engines.sglang.sizing.gpus import GpuProfile
+from kvcheck.engines.sglang.sizing.shape import DSA, ModelShape
 from kvcheck.errors import EstimateError
-from kvcheck.estimate.gpus import GpuProfile
-from kvcheck.estimate.shape import DSA, ModelShape
 
 GIB_MIB = 1024
 

@@ -10,13 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.sglang.serving import max_input_len
-from kvcheck.errors import EstimateError
-from kvcheck.estimate.config import ModelSource, load_model_source, parse_override_args
-from kvcheck.estimate.defaults import Resolved, resolve
-from kvcheck.estimate.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.estimate.quant import QuantScheme, quant_scheme
-from kvcheck.estimate.shape import DSA, HYBRID_LINEAR, HYBRID_SWA, MHA, MLA, ModelShape, model_shape
-from kvcheck.estimate.weights import (
+from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
+from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve
+from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
+from kvcheck.engines.sglang.sizing.shape import (
+    DSA,
+    HYBRID_LINEAR,
+    HYBRID_SWA,
+    MHA,
+    MLA,
+    ModelShape,
+    model_shape,
+)
+from kvcheck.engines.sglang.sizing.weights import (
     Parallel,
     WeightsEstimate,
     config_weights,
@@ -24,6 +31,7 @@ from kvcheck.estimate.weights import (
     pp_layer_split,
     vision_tower_bytes,
 )
+from kvcheck.errors import EstimateError
 from kvcheck.model import RoleTarget
 
 GIB = float(1 << 30)

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme
+from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, MLA, ModelShape, nemotron_pattern
 from kvcheck.errors import EstimateError
-from kvcheck.estimate.quant import FMT_BYTES, QuantScheme
-from kvcheck.estimate.shape import DSA, HYBRID_LINEAR, MLA, ModelShape, nemotron_pattern
 
 GIB = float(1 << 30)
 

@@ -1,0 +1,1 @@
+"""Everything kvcheck reads from users: the manifest, the fleet file, deployment files."""

@@ -415,12 +415,9 @@ def _engine_context(summary: LogSummary, args: Mapping[str, Any]) -> int | None:
 
 def _launch_index(argv: Sequence[str]) -> int | None:
     """Index of the first server argument after `python -m sglang.X` or `sglang serve`."""
-    for i, word in enumerate(argv):
-        if word == "-m" and i + 1 < len(argv) and argv[i + 1].startswith("sglang"):
-            return i + 2
-        if word.rsplit("/", 1)[-1] == "sglang" and i + 1 < len(argv) and argv[i + 1] == "serve":
-            return i + 2
-    return None
+    from kvcheck.engines.sglang.argv import launch_index
+
+    return launch_index(argv)
 
 
 def _launcher(argv: Sequence[str] | None) -> tuple[str, ...]:
@@ -458,7 +455,8 @@ def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any
     The catalogue is the log's version's, else the newest kvcheck ships: it resolves abbreviations
     (`--tp` -> tp_size) and types values. Flags it does not know keep their spelled name and text.
     """
-    from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, catalogue_versions, load_catalogue
+    from kvcheck.engines.sglang.argv import parse_argv
+    from kvcheck.engines.sglang.catalogue import Catalogue, catalogue_versions, load_catalogue
 
     catalogue: Catalogue | None = None
     try:
@@ -469,36 +467,23 @@ def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any
             catalogue = load_catalogue(versions[-1])[0] if versions else None
     except InputError:
         catalogue = None
+    if catalogue is None:
+        # no release's flags are known: every flag keeps its spelled name and guessed type
+        catalogue = Catalogue(version=version or "unknown", flags=(), removed={})
     index = _launch_index(argv)
-    words = list(argv[index:]) if index is not None else []
+    if index is None:
+        return {}
     args: dict[str, Any] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if not word.startswith("--"):
-            continue
-        spelled, _, inline = word[2:].partition("=")
-        values: list[str] = [inline] if inline else []
-        while not inline and i < len(words) and not words[i].startswith("--"):
-            values.append(words[i])
-            i += 1
-        key = spelled.replace("-", "_")
-        if key in ("model_path", "model"):
+    for occurrence in parse_argv(argv, catalogue, start=index).occurrences:
+        flag, values = occurrence.flag, list(occurrence.values)
+        if occurrence.key in ("model_path", "model"):
             if values:
                 args["model_path"] = values[0]
             continue
-        flag = None
-        if catalogue is not None:
-            try:
-                flag = catalogue.resolve(spelled)
-            except FlagError:
-                flag = None
         if flag is None:
-            args[key] = _guess(values)
-            continue
-        if flag.store_true or flag.nargs == 0:
-            args[flag.key] = True
+            args[occurrence.key] = _guess(values)
+        elif flag.store_true or flag.nargs == 0 or flag.boolean_optional:
+            args[flag.key] = occurrence.value
         elif flag.nargs in ("+", "*") or isinstance(flag.nargs, int):
             args[flag.key] = [_typed(flag.type, v) for v in values]
         elif values:

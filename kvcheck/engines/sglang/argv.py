@@ -1,0 +1,285 @@
+"""SGLang's command line read as its own argparse reads it, against one release's flag catalogue.
+
+Every place kvcheck meets an SGLang command line (a log's quoted launch command, a Kubernetes
+container, a compose service, `kvcheck import --cmd`) parses it here, so aliases (`--tp`,
+`--tensor-parallel-size`), unique-prefix abbreviations (`--mem-frac`), `--flag=value`, repeated flags
+(the last one wins), switches and `--no-X` forms, removed and unknown flags mean the same thing
+everywhere. Names come back in the catalogue's spelling without dashes (`tp-size`), each with the
+index of the token it came from, so callers can point at the exact place in their file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError, parse_human_readable_int
+
+ProblemKind = Literal["unknown", "removed", "ambiguous", "value", "stray", "repeated", "switch"]
+
+# `python -m sglang.launch_server`, `python -m sglang.launch_server_grpc`, `-m dynamo.sglang`, ...
+_MODULE_RE = re.compile(r"^(?:sglang(?:\.[\w.]+)?|dynamo\.sglang(?:\.[\w.]+)?)$")
+_NUMBER_RE = re.compile(r"^-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?$|^-\.\d+$")
+
+
+@dataclass(frozen=True)
+class ParsedFlag:
+    """One flag occurrence on the command line."""
+
+    name: str  # canonical long name without dashes ("tp-size"); the spelled name for unknown flags
+    key: str  # SGLang's field name ("tp_size")
+    spelled: str  # as written, without "=value" ("--tp")
+    index: int  # token index of the flag in the argv given to parse_argv
+    values: tuple[str, ...]  # the value tokens as written (inline "=value" included)
+    value_indexes: tuple[int, ...]  # their token indexes (the flag's own index for "=value")
+    value: Any  # typed as argparse would type it (True/False for switches); raw text if invalid
+    flag: Flag | None  # None: not a flag of this release
+
+
+@dataclass(frozen=True)
+class ArgvProblem:
+    """Something SGLang's argparse would reject or silently change, at one token."""
+
+    index: int
+    kind: ProblemKind
+    message: str
+
+
+@dataclass(frozen=True)
+class ParsedArgv:
+    """A parsed command line: every flag occurrence in order, and the problems found."""
+
+    occurrences: tuple[ParsedFlag, ...]
+    problems: tuple[ArgvProblem, ...]
+
+    @property
+    def final(self) -> dict[str, ParsedFlag]:
+        """Canonical name -> the occurrence that wins (argparse keeps the last one)."""
+        out: dict[str, ParsedFlag] = {}
+        for occurrence in self.occurrences:
+            out.pop(occurrence.name, None)
+            out[occurrence.name] = occurrence
+        return out
+
+
+def is_option(token: str) -> bool:
+    """Whether argparse reads `token` as an option rather than a value (negative numbers are values)."""
+    return token.startswith("-") and len(token) > 1 and not _NUMBER_RE.match(token) and token != "--"
+
+
+def launch_index(argv: Sequence[str]) -> int | None:
+    """Index of the first server argument after `python -m sglang.X`, `-m dynamo.sglang` or `sglang serve`."""
+    for i, word in enumerate(argv):
+        if word == "-m" and i + 1 < len(argv) and _MODULE_RE.match(argv[i + 1]):
+            return i + 2
+        if word.rsplit("/", 1)[-1] == "sglang" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return i + 2
+    return None
+
+
+@dataclass(frozen=True)
+class _Index:
+    names: dict[str, Flag]  # every option string (flag, aliases) -> flag
+    negated: dict[str, Flag]  # "--no-X" -> flag X (BooleanOptionalAction)
+    option_strings: tuple[str, ...]  # what argparse matches prefixes against, sorted
+
+
+_INDEXES: dict[int, tuple[Catalogue, _Index]] = {}
+
+
+def _index(catalogue: Catalogue) -> _Index:
+    cached = _INDEXES.get(id(catalogue))
+    if cached is not None and cached[0] is catalogue:
+        return cached[1]
+    names: dict[str, Flag] = {}
+    negated: dict[str, Flag] = {}
+    for flag in catalogue.flags:
+        names[flag.name] = flag
+        for alias in flag.aliases:
+            names[alias] = flag
+        if flag.boolean_optional:
+            negated["--no-" + flag.name[2:]] = flag
+    options = sorted({*names, *negated, "--help"})
+    built = _Index(names, negated, tuple(options))
+    _INDEXES[id(catalogue)] = (catalogue, built)
+    return built
+
+
+def _resolve(catalogue: Catalogue, spelled: str) -> tuple[Flag | None, bool, ArgvProblem | None, str]:
+    """(flag, negated, problem, how) for one spelled option; flag None when argparse would refuse it."""
+    index = _index(catalogue)
+    if spelled in index.names:
+        return index.names[spelled], False, None, "exact"
+    if spelled in index.negated:
+        return index.negated[spelled], True, None, "exact"
+    matches = [o for o in index.option_strings if o.startswith(spelled)] if catalogue.allow_abbrev else []
+    removed = catalogue.removed.get(spelled)
+    if len(matches) == 1 and matches[0] != "--help":
+        target = matches[0]
+        flag = index.names.get(target) or index.negated[target]
+        problem = None
+        if removed is not None:
+            problem = ArgvProblem(
+                0,
+                "removed",
+                f"'{spelled}' was removed in SGLang {catalogue.version} (last in {removed.last_version}); "
+                f"argparse now reads it as an abbreviation of '{target}'",
+            )
+        return flag, target in index.negated, problem, "abbrev"
+    if removed is not None:
+        text = f"'{spelled}' was removed in SGLang {catalogue.version} (last in {removed.last_version})"
+        if removed.replacement:
+            text += f"; use '{removed.replacement}'"
+        return None, False, ArgvProblem(0, "removed", text), "removed"
+    if len(matches) > 1:
+        shown = ", ".join(matches[:6]) + (", ..." if len(matches) > 6 else "")
+        return None, False, ArgvProblem(
+            0, "ambiguous", f"'{spelled}' is an ambiguous abbreviation in SGLang {catalogue.version} "
+            f"(matches {shown}); SGLang exits with status 2"
+        ), "ambiguous"
+    try:
+        catalogue.resolve(spelled)  # for its "did you mean" text
+    except FlagError as exc:
+        text = str(exc)
+    else:  # pragma: no cover - resolve() knows no more names than the index
+        text = f"unknown SGLang flag '{spelled}'"
+    return None, False, ArgvProblem(0, "unknown", text), "unknown"
+
+
+def typed_value(catalogue: Catalogue, flag: Flag, texts: Sequence[str]) -> Any:
+    """The value argparse would produce from these tokens; FlagError when it would refuse them."""
+    name = flag.name[2:]
+
+    def one(text: str) -> Any:
+        kind = flag.type
+        try:
+            if kind == "int":
+                return int(text)
+            if kind == "float":
+                return float(text)
+        except ValueError as exc:
+            raise FlagError(f"'{name}' must be {'an integer' if kind == 'int' else 'a number'}, not {text!r}") from exc
+        if kind == "human_readable_int":
+            return parse_human_readable_int(name, text)
+        if kind == "bool" and not flag.store_true:
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            raise FlagError(f"'{name}' must be true or false, not {text!r}")
+        if kind in ("json", "json_list_type"):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
+        return text
+
+    if flag.nargs in ("+", "*") or isinstance(flag.nargs, int):
+        return catalogue.coerce(flag, [one(t) for t in texts])
+    return catalogue.coerce(flag, one(texts[0]))
+
+
+def _takes(flag: Flag) -> tuple[int, int | None]:
+    """(least, most) value tokens the flag consumes."""
+    if flag.store_true or flag.nargs == 0 or flag.boolean_optional:
+        return 0, 0
+    if flag.nargs == "+":
+        return 1, None
+    if flag.nargs == "*":
+        return 0, None
+    if flag.nargs == "?":
+        return 0, 1
+    if isinstance(flag.nargs, int):
+        return flag.nargs, flag.nargs
+    return 1, 1
+
+
+def parse_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0) -> ParsedArgv:
+    """Parse the server arguments argv[start:] as SGLang's argparse would, against `catalogue`.
+
+    Token indexes in the result are indexes into `argv`. Unknown flags keep the words that follow
+    them up to the next option as their values, so one unknown flag does not turn its value into a
+    stray word as well.
+    """
+    occurrences: list[ParsedFlag] = []
+    problems: list[ArgvProblem] = []
+    seen: dict[str, int] = {}
+    i = start
+    n = len(argv)
+    while i < n:
+        token = argv[i]
+        if token == "--":
+            for j in range(i + 1, n):
+                problems.append(ArgvProblem(j, "stray", f"unexpected argument '{argv[j]}' after '--'"))
+            break
+        if not is_option(token):
+            problems.append(ArgvProblem(i, "stray", f"unexpected argument '{token}' (not a value of any flag)"))
+            i += 1
+            continue
+        spelled, eq, inline = token.partition("=")
+        flag_index = i
+        i += 1
+        if not spelled.startswith("--"):
+            problems.append(ArgvProblem(flag_index, "unknown", f"unknown option '{spelled}' (SGLang has no short options)"))
+            continue
+        flag, negated, problem, _ = _resolve(catalogue, spelled)
+        if problem is not None:
+            problems.append(ArgvProblem(flag_index, problem.kind, problem.message))
+        # the value tokens
+        values: list[str] = []
+        value_indexes: list[int] = []
+        if eq:
+            values.append(inline)
+            value_indexes.append(flag_index)
+        if flag is None:
+            while not eq and i < n and not is_option(argv[i]):
+                values.append(argv[i])
+                value_indexes.append(i)
+                i += 1
+            bare = spelled[2:]
+            value: Any = (values[0] if len(values) == 1 else list(values)) if values else True
+            occurrences.append(
+                ParsedFlag(bare, bare.replace("-", "_"), spelled, flag_index, tuple(values), tuple(value_indexes), value, None)
+            )
+            continue
+        least, most = _takes(flag)
+        if not eq:
+            while (most is None or len(values) < most) and i < n and not is_option(argv[i]):
+                values.append(argv[i])
+                value_indexes.append(i)
+                i += 1
+        canonical = flag.name[2:]
+        if most == 0:
+            if eq:
+                problems.append(
+                    ArgvProblem(flag_index, "switch", f"'{spelled}' is a switch and takes no value (argparse exits 2)")
+                )
+            value = not negated
+        elif len(values) < least:
+            problems.append(
+                ArgvProblem(flag_index, "value", f"'{spelled}' expects {'a value' if least == 1 else f'{least} values'}")
+            )
+            value = None
+        else:
+            try:
+                value = typed_value(catalogue, flag, values) if values else None
+            except FlagError as exc:
+                problems.append(ArgvProblem(value_indexes[0] if value_indexes else flag_index, "value", str(exc)))
+                value = values[0] if len(values) == 1 else list(values)
+        if canonical in seen:
+            problems.append(
+                ArgvProblem(
+                    flag_index,
+                    "repeated",
+                    f"'{canonical}' is also set by token {seen[canonical]}; SGLang keeps this later one",
+                )
+            )
+        seen[canonical] = flag_index
+        occurrences.append(
+            ParsedFlag(canonical, flag.key, spelled, flag_index, tuple(values), tuple(value_indexes), value, flag)
+        )
+    return ParsedArgv(tuple(occurrences), tuple(problems))

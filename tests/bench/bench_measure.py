@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kvcheck.backends.measure import MeasureBackend  # noqa: E402
-from kvcheck.backends.measure.launch import free_port  # noqa: E402
+from kvcheck.backends.measure.launchers.local import free_port  # noqa: E402
 from tests.measure.conftest import ENGINE, make_target  # noqa: E402
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.measure.gpus import GpuInventory, check_role_gpus, gpu_type_matches, load_nvml
+from kvcheck.backends.measure.launchers.gpus import GpuInventory, check_role_gpus, gpu_type_matches, load_nvml
 from kvcheck.errors import GpuInventoryError, MissingExtraError
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
 from tests.measure.conftest import make_target

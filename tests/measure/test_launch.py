@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.backends.measure.launch import (
-    EngineProcess,
+from kvcheck.backends.measure.launchers.command import (
     build_argv,
     build_env,
-    free_port,
-    group_alive,
     needs_bootstrap_port,
     role_nnodes,
 )
+from kvcheck.backends.measure.launchers.local import free_port
+from kvcheck.backends.measure.launchers.process import EngineProcess, group_alive
 from kvcheck.errors import InputError
 from tests.measure.conftest import ENGINE, PidFile, make_target
 

@@ -14,7 +14,7 @@ import pytest
 
 from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import MeasureBackend
-from kvcheck.backends.measure.backend import conflicts
+from kvcheck.backends.measure.launchers.local import conflicts
 from kvcheck.errors import EstimateError, GpuInventoryError, InputError
 from kvcheck.model import PoolMeasurement, RoleTarget
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess

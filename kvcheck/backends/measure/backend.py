@@ -1,8 +1,9 @@
 """Measure mode: boot every role with the real engine and its production arguments, read its pool.
 
-Roles on disjoint GPUs boot at the same time; a role that shares a GPU with an earlier role waits for
-it (manifest order is kept). Ctrl-C or SIGTERM stops every engine, with its children, before kvcheck
-exits (130 or 143).
+Where each engine runs is the launcher's choice (`launchers/`: this host, or a Slurm allocation).
+Roles boot at the same time unless the launcher says a role must wait for an earlier one (locally: a
+shared GPU; manifest order is kept). Ctrl-C or SIGTERM stops every engine, with its children, before
+kvcheck exits (130 or 143).
 """
 
 from __future__ import annotations
@@ -21,25 +22,12 @@ from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.backends.measure.boot import BootSettings, RoleBoot
 from kvcheck.backends.measure.figures import compare_estimate
-from kvcheck.backends.measure.gpus import GpuInventory, GpuState, check_role_gpus
+from kvcheck.backends.measure.launchers.base import Launcher
+from kvcheck.backends.measure.launchers.local import GPU_SETTLE_S, LocalLauncher
 from kvcheck.backends.measure.progress import BootProgress
-from kvcheck.errors import InputError, KvcheckError
+from kvcheck.errors import InputError, InputIssue, KvcheckError, ManifestError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
-
-GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
-
-
-def conflicts(targets: Sequence[RoleTarget]) -> list[list[int]]:
-    """For each role, the earlier roles it must wait for: those sharing a GPU with it.
-
-    A role without a GPU list (only with --no-gpu-check) may use any GPU, so it shares with all.
-    """
-    waits: list[list[int]] = []
-    for i, target in enumerate(targets):
-        mine = set(target.gpus)
-        waits.append([j for j in range(i) if not mine or not targets[j].gpus or mine & set(targets[j].gpus)])
-    return waits
 
 
 class _Terminated(Exception):
@@ -96,9 +84,16 @@ def _check_log_names(targets: Sequence[RoleTarget], logs_dir: Path) -> None:
 
 
 class MeasureBackend(Backend):
-    """Boots each role's engine on its GPUs and reads the pool it allocated (see docs/measure.md)."""
+    """Boots each role's engine through a launcher and reads the pool it allocated (docs/measure.md).
+
+    `launcher` defaults to the local launcher built from `gpu_check`, `nvml` and `gpu_settle_s`.
+    """
 
     mode = "measure"
+    offline_hints = True  # a measured role's hints stay on local files
+
+    def check_targets(self, targets: Sequence[RoleTarget], source: str) -> None:
+        check_measurable(targets, source)
 
     def __init__(
         self,
@@ -113,6 +108,7 @@ class MeasureBackend(Backend):
         nvml: Any = None,
         ready_wait_s: float = 10.0,
         gpu_settle_s: float = GPU_SETTLE_S,
+        launcher: Launcher | None = None,
     ) -> None:
         if timeout_s <= 0 or grace_s < 0:
             raise ValueError("timeout_s must be positive and grace_s not negative")
@@ -123,11 +119,9 @@ class MeasureBackend(Backend):
             dummy_weights=dummy_weights,
             ready_wait_s=ready_wait_s,
         )
-        self.gpu_check = gpu_check
         self.progress = progress
         self.estimator = estimator
-        self._nvml = nvml
-        self._gpu_settle_s = gpu_settle_s
+        self.launcher = launcher or LocalLauncher(gpu_check=gpu_check, nvml=nvml, gpu_settle_s=gpu_settle_s)
 
     # -- the one entry point ------------------------------------------------------------------------
 
@@ -143,10 +137,11 @@ class MeasureBackend(Backend):
         done = [threading.Event() for _ in targets]
         begun = [threading.Event() for _ in targets]
         cancel = threading.Event()
-        waits = conflicts(targets)
+        launcher = self.launcher
+        waits = launcher.waits(targets)
 
         with ExitStack() as stack:
-            inventory = stack.enter_context(GpuInventory(self._nvml)) if self.gpu_check else None
+            stack.enter_context(launcher)
             progress = stack.enter_context(BootProgress(self.progress))
             for i, target in enumerate(targets):
                 waiting = ", ".join(targets[j].name for j in waits[i])
@@ -162,9 +157,7 @@ class MeasureBackend(Backend):
                                 return
                     if cancel.is_set():
                         return
-                    results[i] = self._measure_role(
-                        target, inventory, progress, cancel, shared=bool(waits[i])
-                    )
+                    results[i] = self._measure_role(target, progress, cancel, shared=bool(waits[i]))
                 except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
                     errors[i] = exc
                     cancel.set()
@@ -252,33 +245,29 @@ class MeasureBackend(Backend):
         raise SystemExit(128 + signum)
 
     def _measure_role(
-        self,
-        target: RoleTarget,
-        inventory: GpuInventory | None,
-        progress: BootProgress,
-        cancel: threading.Event,
-        *,
-        shared: bool,
+        self, target: RoleTarget, progress: BootProgress, cancel: threading.Event, *, shared: bool
     ) -> PoolMeasurement:
-        if inventory is not None:
-            progress.phase(target.name, "checking GPUs")
-            findings, states = self._check_gpus(target, inventory, settle=shared, cancel=cancel)
-            if findings:
-                progress.finish(target.name, "[red]✗ GPUs not usable (KV302)[/]")
-                return PoolMeasurement(
-                    role=target.name,
-                    source="measure",
-                    pool_tokens=None,
-                    gpus=target.gpus or None,
-                    details={"gpus_seen": {str(s.index): s.name for s in states.values() if s is not None}},
-                    findings=tuple(findings),
-                )
+        def on_phase(text: str) -> None:
+            progress.phase(target.name, text)
+
+        refusal = self.launcher.preflight(target, settle=shared, cancel=cancel, on_phase=on_phase)
+        if refusal is not None:
+            progress.finish(target.name, f"[red]✗ {refusal.summary}[/]")
+            return PoolMeasurement(
+                role=target.name,
+                source="measure",
+                pool_tokens=None,
+                gpus=target.gpus or None,
+                details=dict(refusal.details),
+                findings=refusal.findings,
+            )
         boot = RoleBoot(
             target,
             self.settings,
             cancel=cancel,
-            on_phase=lambda text: progress.phase(target.name, text),
+            on_phase=on_phase,
             on_start=lambda: progress.start(target.name),
+            launcher=self.launcher,
         )
         progress.phase(target.name, "starting")
         measurement = boot.run()
@@ -292,19 +281,6 @@ class MeasureBackend(Backend):
         else:
             progress.finish(target.name, "[red]✗ not measured (KV301)[/]")
         return measurement
-
-    def _check_gpus(
-        self, target: RoleTarget, inventory: GpuInventory, *, settle: bool, cancel: threading.Event
-    ) -> tuple[list[Any], dict[int, GpuState | None]]:
-        """KV302 findings for the role's GPUs; a GPU an earlier role just left gets time to free up."""
-        deadline = time.monotonic() + (self._gpu_settle_s if settle else 0.0)
-        while True:
-            states = {index: inventory.state(index) for index in target.gpus}
-            findings = check_role_gpus(target, states, gpu_count=inventory.count)
-            busy = any(state is not None and state.busy for state in states.values())
-            if not findings or not busy or time.monotonic() >= deadline or cancel.is_set():
-                return findings, states
-            time.sleep(0.5)
 
     def _estimate(self, target: RoleTarget) -> PoolMeasurement | None:
         if self.estimator is None:
@@ -349,3 +325,24 @@ class MeasureBackend(Backend):
             details["estimate_error"] = "; ".join(str(r) for r in reasons)
         extra = compare_estimate(measurement.role, measurement.pool_tokens, estimate.pool_tokens)
         return dataclasses.replace(measurement, details=details, findings=(*measurement.findings, *extra))
+
+
+def check_measurable(targets: Sequence[RoleTarget], source: str) -> None:
+    """Measure mode boots engines on listed GPUs: a role without them is an input error up front."""
+    issues = []
+    for target in targets:
+        if not target.gpus:
+            where = target.location
+            issues.append(
+                InputIssue(
+                    source,
+                    where.line if where else None,
+                    where.column if where else None,
+                    f"roles.{target.name}.gpus",
+                    "measure mode needs the GPU indices the role boots on (or use --mode estimate)",
+                )
+            )
+        if not target.model_path:
+            issues.append(InputIssue(source, None, None, "model.path", "measure mode needs model.path"))
+    if issues:
+        raise ManifestError(issues)

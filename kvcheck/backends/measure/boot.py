@@ -1,7 +1,8 @@
 """Boot one role's engine, read the pool it allocated, stop it: one measurement, every path closed.
 
 The figures come from the engine's own startup log (read line by line as it arrives, with
-`kvcheck.engines.sglang.logparse.LogReader`) and from its server-info endpoint on loopback. The role is
+`kvcheck.engines.sglang.logparse.LogReader`) and from the head node's server-info endpoint. Where the
+engine runs (this host, a Slurm allocation) is the launcher's business (`launchers/`). The role is
 done when the log says "The server is fired up and ready to roll!" (every scheduler has logged its pool
 by then, and the pipe delivers lines in order), or, when the log shows no such line (`--log-level`
 above info), once `/server_info` has answered for `ready_wait_s`. The engine is stopped as soon as the
@@ -27,15 +28,7 @@ import httpx
 
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
-from kvcheck.backends.measure.launch import (
-    LOOPBACK,
-    EngineProcess,
-    build_argv,
-    build_env,
-    free_port,
-    needs_bootstrap_port,
-    role_nnodes,
-)
+from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
 from kvcheck.engines.sglang.client import ServerInfo, SglangClient
 from kvcheck.engines.sglang.logparse import LogReader, LogSummary
 from kvcheck.errors import EndpointError, InputError
@@ -108,9 +101,15 @@ class RoleBoot:
         cancel: threading.Event | None = None,
         on_phase: Callable[[str], None] | None = None,
         on_start: Callable[[], None] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
+        if launcher is None:
+            from kvcheck.backends.measure.launchers.local import LocalLauncher
+
+            launcher = LocalLauncher(gpu_check=False)
         self.target = target
         self.settings = settings
+        self.launcher = launcher
         self._cancel = cancel or threading.Event()
         self._on_phase = on_phase or (lambda text: None)
         self._on_start = on_start or (lambda: None)
@@ -119,6 +118,7 @@ class RoleBoot:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._ready = threading.Event()
         self._phase = "starting"
+        self._last_phase: str | None = None  # the launcher's own phase (queued), while it has one
 
     # -- the log, as it arrives ------------------------------------------------------------------
 
@@ -132,6 +132,13 @@ class RoleBoot:
         if phase != self._phase:
             self._phase = phase
             self._on_phase(PHASE_TEXT.get(phase, phase))
+
+    def _launcher_phase(self, engine: RunningEngine) -> None:
+        """Show the launcher's phase (a job waiting in a queue) until the engine's log takes over."""
+        phase = engine.phase()
+        if phase != self._last_phase:
+            self._last_phase = phase
+            self._on_phase(phase if phase is not None else PHASE_TEXT.get(self._phase, self._phase))
 
     def _secrets(self) -> tuple[str, ...]:
         """Secret values the manifest hands the engine (env and args with secret-looking names)."""
@@ -163,49 +170,42 @@ class RoleBoot:
 
     def run(self) -> PoolMeasurement:
         target = self.target
-        nnodes = role_nnodes(target)
-        if nnodes > 1:
-            return self._fail(
-                f"role {target.name} spans {nnodes} nodes (nnodes: {nnodes}); measuring across nodes is not "
-                "supported on one host",
-                hint="measure a single-node variant of the role, or use --mode estimate for this role",
-            )
-        port = free_port()
-        bootstrap_port = free_port() if needs_bootstrap_port(target) else None
-        argv = build_argv(
-            target, port=port, bootstrap_port=bootstrap_port, dummy_weights=self.settings.dummy_weights
-        )
-        env = build_env(target)
+        refusal = self.launcher.refuse(target)
+        if refusal is not None:
+            message, hint = refusal
+            return self._fail(message, hint=hint)
         log_path, keep_log = self._log_path()
-        added_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER") if k in env}
-        added_env.update({str(k): str(v) for k, v in target.env.items()})
-        details: dict[str, Any] = {
-            "log_file": str(log_path) if keep_log else None,
-            "engine_env": added_env,
-            "ports": {"http": port, "bootstrap": bootstrap_port},
-            "dummy_weights": self.settings.dummy_weights,
-        }
+        request = LaunchRequest(
+            target=target,
+            log_path=log_path,
+            on_line=self._on_line,
+            timeout_s=self.settings.timeout_s,
+            grace_s=self.settings.grace_s,
+            dummy_weights=self.settings.dummy_weights,
+        )
         try:
-            engine = EngineProcess(argv, env, log_path=log_path, on_line=self._on_line)
-        except OSError as exc:
+            engine = self.launcher.start(request)
+        except LaunchError as exc:
             if not keep_log:
                 log_path.unlink(missing_ok=True)
-            return self._replace(
-                self._fail(
-                    f"could not start the engine: {exc.strerror or exc} ({argv[0]})",
-                    hint="check engine.command in the manifest (the program must exist on this host)",
-                ),
-                argv=argv,
-                details=details,
-            )
+            return self._launch_failed(exc, log_path if keep_log else None)
+        except BaseException:
+            if not keep_log:
+                log_path.unlink(missing_ok=True)
+            raise
+        details: dict[str, Any] = {
+            "log_file": str(log_path) if keep_log else None,
+            **engine.details,
+            "dummy_weights": self.settings.dummy_weights,
+        }
         self._on_start()
         outcome = "error"
         server: ServerInfo | None = None
         server_error: str | None = None
         try:
-            outcome, server, server_error = self._watch(engine, port)
+            outcome, server, server_error = self._watch(engine)
             if outcome == "ready" and server is None:
-                server, server_error = self._server_info(port, retries=2)
+                server, server_error = self._server_info(engine, retries=2)
         finally:
             survivors = engine.stop(self.settings.grace_s)
             boot_s = time.monotonic() - engine.started_at
@@ -217,15 +217,16 @@ class RoleBoot:
                 f"reading role {self.target.name}'s engine log failed: {engine.pump_error!r}"
             ) from engine.pump_error
         summary = self._summary()
+        details.update(engine.details)  # what the launcher learnt while it ran (job ids, nodes)
         details.update(
             boot_s=round(boot_s, 3),
             phase=PHASE_TEXT.get(summary.phase, summary.phase)
             if outcome in ("ready", "server_only")
-            else PHASE_TEXT.get(self._phase, self._phase),
+            else self._last_phase or PHASE_TEXT.get(self._phase, self._phase),
             exit_status=engine.returncode,
         )
         measurement = self._measurement(outcome, engine, summary, server, server_error, details)
-        measurement = self._replace(measurement, argv=argv)
+        measurement = self._replace(measurement, argv=engine.argv)
         if engine.output_held:
             measurement = self._replace(
                 measurement,
@@ -250,13 +251,20 @@ class RoleBoot:
                     finding(
                         "KV301",
                         target.name,
-                        f"engine processes {', '.join(map(str, survivors))} survived SIGKILL (uninterruptible "
-                        "sleep, usually a hung driver call); their GPUs may still be held",
+                        survivors,
                         hint="check the host (nvidia-smi, ps -o stat,pid,cmd) before measuring again",
                     ),
                 ),
             )
         return measurement
+
+    def _launch_failed(self, exc: LaunchError, kept_log: Path | None) -> PoolMeasurement:
+        details = {
+            "log_file": str(kept_log) if kept_log is not None else None,
+            **exc.details,
+            "dummy_weights": self.settings.dummy_weights,
+        }
+        return self._replace(self._fail(exc.message, hint=exc.hint), argv=exc.argv, details=details)
 
     def _replace(self, measurement: PoolMeasurement, **changes: Any) -> PoolMeasurement:
         if "details" in changes:
@@ -284,16 +292,19 @@ class RoleBoot:
         return Path(name), False
 
     def _server_info(
-        self, port: int, *, retries: int, timeout_s: float = 10.0
+        self, engine: RunningEngine, *, retries: int, timeout_s: float = 10.0
     ) -> tuple[ServerInfo | None, str | None]:
-        """Ask the engine on loopback; an explicit transport keeps HTTP(S)_PROXY from routing it away.
+        """Ask the head node's server; an explicit transport keeps HTTP(S)_PROXY from routing it away.
 
         An answer that is not from this boot's engine (another server took the port while the engine
         was still loading) is refused: it would be another deployment's pool.
         """
         try:
+            url = engine.base_url()
+            if url is None:
+                return None, "the engine's address is not known yet"
             with SglangClient(
-                f"http://{LOOPBACK}:{port}",
+                url,
                 timeout_s=timeout_s,
                 retries=retries,
                 backoff_s=0.2,
@@ -302,6 +313,7 @@ class RoleBoot:
                 info = client.server_info()
         except EndpointError as exc:
             return None, exc.message
+        port = engine.http_port
         foreign = self._foreign(info, port)
         if foreign:
             return None, f"the server answering on port {port} is not this role's engine ({foreign})"
@@ -324,7 +336,7 @@ class RoleBoot:
                 return f"its {name} is {theirs}, not {ours}"
         return None
 
-    def _watch(self, engine: EngineProcess, port: int) -> tuple[str, ServerInfo | None, str | None]:
+    def _watch(self, engine: RunningEngine) -> tuple[str, ServerInfo | None, str | None]:
         """Wait for the figures; returns (outcome, server info, why server info failed).
 
         outcome: ready, server_only (server answered, no ready line in the log), exited, timeout,
@@ -343,11 +355,12 @@ class RoleBoot:
                 return "cancelled", server, server_error
             if engine.poll() is not None:
                 return "exited", server, server_error
+            self._launcher_phase(engine)
             now = time.monotonic()
             if now >= deadline:
                 return "timeout", server, server_error
             if now >= next_poll:
-                info, error = self._server_info(port, retries=0, timeout_s=max(0.5, min(2.0, deadline - now)))
+                info, error = self._server_info(engine, retries=0, timeout_s=max(0.5, min(2.0, deadline - now)))
                 if info is not None and engine.poll() is None:
                     server, answered_at = info, answered_at or now
                 else:
@@ -362,7 +375,7 @@ class RoleBoot:
     def _measurement(
         self,
         outcome: str,
-        engine: EngineProcess,
+        engine: RunningEngine,
         summary: LogSummary,
         server: ServerInfo | None,
         server_error: str | None,
@@ -372,6 +385,10 @@ class RoleBoot:
         phase = details["phase"]
         where = f" (engine log: {details['log_file']})" if details.get("log_file") else ""
         keep = "" if details.get("log_file") else " (keep the whole log with --logs-dir DIR)"
+        refused = engine.failure() if outcome == "exited" else None
+        if refused is not None:  # the launcher (a scheduler) ended the role before the engine ran
+            message, hint = refused
+            return self._replace(self._fail(message, hint=hint), details=details)
         if outcome == "exited":
             status = exit_text(engine.returncode if engine.returncode is not None else -9)
             lines = list(summary.errors) or list(self._tail)
@@ -385,6 +402,7 @@ class RoleBoot:
             return self._replace(
                 self._fail(
                     f"the engine exited with status {status} before reporting its pool (phase: {phase})"
+                    + engine.exit_note()
                     + (f"; its last lines:\n{quoted}" if quoted else "; it printed nothing")
                     + where,
                     hint=(hint or "read the engine's error above and fix the arguments or the host") + keep,

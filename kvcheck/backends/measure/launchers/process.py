@@ -1,100 +1,22 @@
-"""Start one role's engine exactly as production would, and end it with every process it started.
+"""A local process group whose output kvcheck reads line by line, and which it can always end.
 
-The command line is `engine.command + --model-path + the role's args + loopback host and free ports`;
-nothing that changes the pool is added or dropped. The engine runs in its own session (own process
-group) so that kvcheck can end the whole group, and so that SGLang's
-`SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION` cannot take kvcheck down with it (sglang.md §10).
+Used by the local launcher for the engine itself and by the Slurm launcher for the `srun` client
+that forwards the engine's output. The process runs in its own session (own process group) so that
+kvcheck can end the whole group, and so that SGLang's `SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION` cannot
+take kvcheck down with it (docs/measure.md, "Cleanup guarantees").
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, disaggregation_mode
-from kvcheck.errors import InputError
-from kvcheck.model import RoleTarget
-
-LOOPBACK = "127.0.0.1"
 _POLL_S = 0.02
-
-_ports_lock = threading.Lock()
-_ports_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now, never the same twice in one kvcheck process.
-
-    The engine binds it a moment later; roles booting side by side must not be handed the same one.
-    """
-    with _ports_lock:
-        while True:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((LOOPBACK, 0))
-                port = sock.getsockname()[1]
-            if port not in _ports_handed_out:
-                _ports_handed_out.add(port)
-                return port
-
-
-def role_nnodes(target: RoleTarget) -> int:
-    """How many hosts the role spans (SGLang's --nnodes, 1 when unset)."""
-    value = target.args.get("nnodes")
-    try:
-        return int(value) if value is not None else 1
-    except (TypeError, ValueError):
-        return 1
-
-
-def build_argv(
-    target: RoleTarget, *, port: int, bootstrap_port: int | None, dummy_weights: bool
-) -> tuple[str, ...]:
-    """The exact command line for one role; `bootstrap_port` only for disaggregated roles.
-
-    The loopback host and the ports come last so they win over any `host`/`port` in the args
-    (argparse keeps the last value): the measurement must not listen where production does.
-    """
-    argv = list(target.engine_command or DEFAULT_ENGINE_COMMAND)
-    if target.model_path is not None:
-        argv += ["--model-path", target.model_path]
-    elif "model_path" not in target.args:
-        raise InputError(
-            f"role {target.name}: the manifest names no model (model.path); measure mode must know "
-            "what the engine loads",
-            hint="set model.path in the manifest",
-        )
-    argv += list(target.argv_args)
-    argv += ["--host", LOOPBACK, "--port", str(port)]
-    if bootstrap_port is not None:
-        argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
-    if dummy_weights:
-        argv += ["--load-format", "dummy"]
-    return tuple(argv)
-
-
-def needs_bootstrap_port(target: RoleTarget) -> bool:
-    """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
-    return disaggregation_mode(target.args) is not None and "disaggregation_bootstrap_port" not in target.args
-
-
-def build_env(target: RoleTarget, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The engine's environment: kvcheck's own, the role's GPUs, then the manifest's env (which wins).
-
-    CUDA_DEVICE_ORDER=PCI_BUS_ID (unless set) makes CUDA number GPUs as NVML and nvidia-smi do, so the
-    GPUs kvcheck inspected are the GPUs the engine uses; it does not change what a GPU holds.
-    """
-    env = dict(os.environ if base is None else base)
-    if target.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in target.gpus)
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    env.update({str(k): str(v) for k, v in target.env.items()})
-    return env
 
 
 def _group_members(pgid: int) -> list[tuple[int, str]] | None:

@@ -1,0 +1,146 @@
+"""The launcher seam: where and how a role's engine processes run, for measure mode.
+
+Measure mode reads a role's pool the same way wherever the engine runs (its log lines, then the head
+node's `/server_info`); a `Launcher` decides only where the processes run and how they are stopped.
+`local` starts them on this host; `slurm` hands them to the cluster's scheduler. Every launcher
+gives the same guarantees: the exact production arguments, lines streamed as they arrive, and
+every process or job it started stopped on every way out.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from kvcheck.model import Finding, RoleTarget
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One role to start: its target, how long it may take (seconds), where its lines go."""
+
+    target: RoleTarget
+    log_path: Path
+    on_line: Callable[[str], None]
+    timeout_s: float
+    grace_s: float
+    dummy_weights: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a role is not started at all (findings for its measurement) and what progress shows."""
+
+    findings: tuple[Finding, ...]
+    summary: str  # the progress line, e.g. "GPUs not usable (KV302)"
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class LaunchError(Exception):
+    """The launcher could not start the role (a missing program); a KV301 for that role, not a crash."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        argv: tuple[str, ...] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.argv = argv
+        self.details = dict(details or {})
+
+
+class RunningEngine(ABC):
+    """A started role: its processes (or jobs), where its server answers, and a guaranteed end."""
+
+    argv: tuple[str, ...]  # the engine's command line as the report shows it
+    started_at: float  # time.monotonic() when the launch began; --timeout counts from here
+    pump_error: Exception | None = None  # kvcheck's own log parsing failed (a bug, exit 4)
+    output_held: bool = False  # a process outside kvcheck's reach still holds the output
+
+    @property
+    @abstractmethod
+    def details(self) -> Mapping[str, Any]:
+        """What the report records about this launch (environment set, ports, job ids)."""
+
+    @property
+    @abstractmethod
+    def http_port(self) -> int:
+        """The port the head node's HTTP server was told to listen on."""
+
+    @abstractmethod
+    def base_url(self) -> str | None:
+        """Where the head node's server answers, e.g. http://127.0.0.1:31000; None until known."""
+
+    @abstractmethod
+    def poll(self) -> int | None:
+        """The engine's exit status (negative: killed by that signal); None while it runs."""
+
+    @property
+    @abstractmethod
+    def returncode(self) -> int | None: ...
+
+    def phase(self) -> str | None:
+        """The launcher's own phase while the engine is not running yet (queued); None otherwise."""
+        return None
+
+    def failure(self) -> tuple[str, str] | None:
+        """(message, hint) when the launcher, not the engine, ended the role (a job refused)."""
+        return None
+
+    def exit_note(self) -> str:
+        """What the launcher adds to an engine's exit message (e.g. the job's final state)."""
+        return ""
+
+    @abstractmethod
+    def stop(self, grace_s: float) -> str | None:
+        """End everything started: graceful first, forced after `grace_s`. Idempotent.
+
+        Returns None when nothing is left, else the KV301 message naming what survived.
+        """
+
+
+class Launcher(ABC):
+    """Starts roles' engines somewhere and stops them; one instance per measure run.
+
+    Used as a context manager around the run (the local launcher holds an NVML session there).
+    """
+
+    name: ClassVar[str]
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def waits(self, targets: Sequence[RoleTarget]) -> list[list[int]]:
+        """For each role, the earlier roles whose engines must be gone before it starts."""
+        return [[] for _ in targets]
+
+    def preflight(
+        self,
+        target: RoleTarget,
+        *,
+        settle: bool,
+        cancel: threading.Event,
+        on_phase: Callable[[str], None],
+    ) -> Refusal | None:
+        """A check before the role starts (the local launcher's GPU inventory); None: go ahead."""
+        return None
+
+    def refuse(self, target: RoleTarget) -> tuple[str, str] | None:
+        """(message, hint) when this launcher cannot run the role's shape at all (nnodes)."""
+        return None
+
+    @abstractmethod
+    def start(self, request: LaunchRequest) -> RunningEngine:
+        """Start the role and return at once; raises LaunchError when it cannot be started."""

@@ -160,9 +160,9 @@ def main() -> None:
 @report_options
 def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict):
     """Check every role of MANIFEST: its KV pool must hold the advertised context window."""
-    from kvcheck import app
+    from kvcheck.commands import verify as command
 
-    options = app.VerifyOptions(
+    options = command.VerifyOptions(
         manifest=manifest,
         mode=mode,
         roles=tuple(roles),
@@ -172,7 +172,7 @@ def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weigh
         gpu_check=not no_gpu_check,
         dummy_weights=dummy_weights,
     )
-    run_guarded(lambda: emit(app.verify(options), fmt, output))
+    run_guarded(lambda: emit(command.verify(options), fmt, output))
 
 
 @main.command()
@@ -192,12 +192,12 @@ def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weigh
 @report_options
 def logs(files, context_length, min_headroom, fmt, output, strict):
     """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
-    from kvcheck import app
+    from kvcheck.commands import logs as command
 
-    options = app.LogsOptions(
+    options = command.LogsOptions(
         files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict
     )
-    run_guarded(lambda: emit(app.logs(options), fmt, output))
+    run_guarded(lambda: emit(command.logs(options), fmt, output))
 
 
 @main.command()
@@ -206,7 +206,7 @@ def logs(files, context_length, min_headroom, fmt, output, strict):
 @report_options
 def plan(manifest, roles, fmt, output, strict):
     """For each role: the largest context that fits and the settings that would hold the window."""
-    from kvcheck.plan import PlanOptions, run_plan
+    from kvcheck.commands.plan import PlanOptions, run_plan
 
     options = PlanOptions(manifest=manifest, roles=tuple(roles), strict=strict)
     run_guarded(lambda: emit(run_plan(options), fmt, output))
@@ -277,7 +277,8 @@ def rules(code):
 def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeout_s, retries, concurrency,
           ca_bundle, insecure, token_env, fmt, output, strict):
     """Ask running SGLang servers (URL... or --fleet) for their pool and check it."""
-    from kvcheck.backends.audit import AuditOptions, run_audit
+    from kvcheck.commands.audit import AuditOptions
+    from kvcheck.commands.audit import audit as run_audit
 
     options = AuditOptions(
         urls=tuple(urls),
@@ -338,7 +339,8 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
           request_timeout_s, tenants, rounds, token_id, max_new_tokens, text_prompts, openai, stream, model,
           seed, dry_run, ca_bundle, insecure, token_env, fmt, output, strict):
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
-    from kvcheck.probe import ProbeOptions, plan_probe, run_probe
+    from kvcheck.commands.probe import plan_probe, run_probe
+    from kvcheck.probe.options import ProbeOptions
 
     options = ProbeOptions(
         url=url, context_length=context_length, pool_tokens=pool_tokens, max_requests=max_requests,

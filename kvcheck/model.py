@@ -73,7 +73,17 @@ class RoleResult:
     source: str
     gpus: tuple[int, ...] | None = None
     argv: tuple[str, ...] | None = None
+    # The backend's own evidence (the estimate's arithmetic, a booted engine's ports, a log's ranks):
+    # rendered verbatim under the JSON report's `details`, never read by another layer. Anything
+    # another layer reads is a typed field below.
     details: Mapping[str, Any] = field(default_factory=dict)
+    pool_range: tuple[int, int] | None = None  # (low, high) tokens, for estimates with uncertain inputs
+    engine_context_len: int | None = None  # the engine's own context_len, tokens
+    engine_version: str | None = None
+    fit_hints: tuple[str, ...] | None = None  # settings that would hold the window (KV101's hint)
+    plan: RolePlan | None = None  # `kvcheck plan`: what fits this role
+    plan_error: str | None = None  # `kvcheck plan`: why the role could not be planned
+    probe: ProbeLimitsSection | ProbeGroupSection | None = None  # `kvcheck probe`: what was sent and answered
 
 
 class ExitCode(IntEnum):
@@ -190,5 +200,173 @@ class PoolMeasurement:
     argv: tuple[str, ...] | None = None
     gpus: tuple[int, ...] | None = None
     pool_range: tuple[int, int] | None = None  # (low, high) for estimates with uncertain inputs
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)  # the backend's own evidence (see RoleResult)
     findings: tuple[Finding, ...] = ()
+    fit_hints: tuple[str, ...] | None = None  # settings that would hold the window, for KV101's hint
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One live server to audit; `context_length` (tokens) overrides the command-line window."""
+
+    name: str
+    url: str
+    role: str | None = None
+    context_length: int | None = None
+    location: Location | None = None  # where a fleet file declares it
+
+
+# The planner's answer (`kvcheck plan`), as RoleResult.plan carries it to the formats.
+
+
+@dataclass(frozen=True)
+class FractionPlan:
+    """The mem_fraction_static range that holds the window; fractions in [0, 1], pools in tokens."""
+
+    current: float  # the manifest's flag, or the flag value equal to SGLang's own default when unset
+    current_source: str  # "manifest" | "sglang default"
+    current_pool_tokens: int
+    min_fitting: float | None  # smallest value (0.001 steps) whose predicted pool holds the window
+    min_fitting_pool_tokens: int | None
+    min_fitting_worst_case: float | None  # smallest value whose LOW-end prediction holds it
+    max_safe: float | None  # SGLang's own default for the role: it keeps the activation/graph reserve
+    max_safe_pool_tokens: int | None
+    safe_reserve_mib: float | None  # the reserve SGLang's default keeps free
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    """One alternative setting (a TP degree or a KV dtype) and the pool it would give."""
+
+    setting: str  # SGLang field name: tp_size | kv_cache_dtype
+    value: int | str
+    pool_tokens: int | None  # None: the setting is impossible or cannot be predicted (see note)
+    pool_range: tuple[int, int] | None
+    fits: bool  # the predicted pool holds min_headroom x context_length
+    uncertain: bool  # the window lies inside the prediction's range: might not fit, measure
+    current: bool
+    nnodes: int | None = None  # TP options: nodes the TP x PP group needs
+    gpus: int | None = None  # TP options: GPUs the role needs (TP x PP)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """What fits one role, by the estimate model; the structured answer behind `kvcheck plan`."""
+
+    role: str
+    context_length: int  # the advertised window, tokens
+    min_headroom: float
+    required_tokens: int  # ceil(min_headroom x context_length)
+    pool_tokens: int  # predicted pool at the manifest's settings
+    pool_range: tuple[int, int]
+    largest_context_tokens: int
+    binding_limit: str  # pool | max_total_tokens | model_context_length
+    pool_context_tokens: int  # the largest window the pool holds with the headroom
+    model_context_tokens: int  # SGLang's context_len derived from the model's config
+    model_context_overridable: bool  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lifts the model bound
+    uncertain: bool
+    fraction: FractionPlan
+    tp_options: tuple[PlanOption, ...]
+    kv_dtype_options: tuple[PlanOption, ...]
+    gpu: str
+    kv_dtype: str  # resolved KV dtype at the manifest's settings
+    tp_size: int
+    estimates: int  # estimate_role evaluations this plan took (the bench reports it)
+
+    @property
+    def fits(self) -> bool:
+        return self.pool_tokens >= self.required_tokens
+
+
+# What `kvcheck probe` sent and got, as RoleResult.probe carries it to the formats.
+
+
+@dataclass(frozen=True)
+class ProbeLimits:
+    """What the probe aims at, in tokens, with the origin of each figure (for the report)."""
+
+    window_tokens: int  # W: the window promised to clients
+    window_source: str
+    max_req_input_len: int  # B: the admission bound; prompts of B tokens or more must be refused
+    bound_source: str
+    pool_tokens: int | None
+    served_context_len: int | None  # the engine's own context_len, when stated
+    source: str  # "server_info" or "options"
+    version: str | None = None
+    has_tokenizer: bool | None = None
+    model_name: str | None = None
+    allow_auto_truncate: bool | None = None
+    disaggregation_mode: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def context_limit(self) -> int:
+        """The context the engine enforces (its own context_len, else the window)."""
+        return self.served_context_len or self.window_tokens
+
+
+@dataclass(frozen=True)
+class ProbeOwner:
+    """One synthetic client: `marker` goes into its text prompts, `pattern` into its token prompts."""
+
+    name: str
+    marker: str  # e.g. TENANT-1f2e3d4c
+    pattern: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SentRecord:
+    """One request that left this machine, as it ended (status None: no HTTP answer, see error)."""
+
+    seq: int  # 1-based, in sending order
+    method: str
+    path: str
+    body_bytes: int
+    status: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One probe request with its answer and verdict (a row of the requests table); lengths in tokens."""
+
+    index: int
+    check: str
+    endpoint: str
+    stream: bool
+    owner: str
+    prompt: str  # "tokens" | "text"
+    prompt_tokens: int | None
+    max_new_tokens: int
+    expected: str
+    status: int | None
+    outcome: str
+    reported_prompt_tokens: int | None
+    completion_tokens: int | None
+    finish: str | None
+    latency_ms: float | None
+    verdict: str
+    rules: tuple[str, ...]
+    message: str | None
+    own_marker_echoed: bool | None
+
+
+@dataclass(frozen=True)
+class ProbeLimitsSection:
+    """The probe's `limits` row: the limits it aimed at and every request that left this machine."""
+
+    limits: ProbeLimits | None  # None: they could not be learned
+    sent: tuple[SentRecord, ...]
+    owners: tuple[ProbeOwner, ...] | None = None  # None: no plan was made
+    notes: tuple[str, ...] | None = None
+    requests: tuple[ProbeRequest, ...] | None = None  # answered before the probe stopped early
+
+
+@dataclass(frozen=True)
+class ProbeGroupSection:
+    """One check group's row: the endpoint it used and its requests, in plan order."""
+
+    endpoint: str
+    requests: tuple[ProbeRequest, ...]

@@ -1,67 +1,12 @@
-"""`kvcheck plan`: for each role, what fits (estimate model), next to the verdict on the manifest as written."""
+"""The planner: for one role, what fits (estimate model); `fit_hints` names it in KV101's hint."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """Everything `kvcheck plan` takes, as the CLI collected it."""
-
-    manifest: Path
-    roles: tuple[str, ...] = ()
-    strict: bool = False
-
-
-def run_plan(options: PlanOptions) -> Report:
-    """Judge the manifest as written on predicted pools, then add each role's plan and its advice."""
-    from kvcheck.app import judge, select_roles
-    from kvcheck.backends.estimate import EstimateBackend
-    from kvcheck.engines.sglang.sizing.gpus import default_profiles
-    from kvcheck.inputs.manifest.load import load_manifest
-    from kvcheck.plan.advice import hint_sentences, plan_findings
-    from kvcheck.plan.planner import plan_role
-
-    loaded = load_manifest(options.manifest)
-    targets = select_roles(loaded.targets, options.roles, loaded.display_path)
-    profiles = default_profiles()
-    measurements = EstimateBackend(gpu_profiles=profiles).measure(targets)
-    planned: list[PoolMeasurement] = []
-    advice: list[Finding] = []
-    for target, measurement in zip(targets, measurements, strict=True):
-        details = dict(measurement.details)
-        details["plan"] = None
-        if measurement.pool_tokens is not None:
-            try:
-                plan = plan_role(target, profiles=profiles)
-            except (EstimateError, InputError) as exc:
-                details["plan_error"] = exc.message
-            else:
-                details["plan"] = plan.to_dict()
-                if not plan.fits:
-                    details["fit_hints"] = hint_sentences(plan)  # KV101's hint names them
-                advice.extend(plan_findings(target, plan))
-        planned.append(replace(measurement, details=details))
-    extra: list[Finding] = loaded.notes()
-    report = judge(
-        command="plan",
-        mode="estimate",
-        source=loaded.display_path,
-        targets=targets,
-        measurements=planned,
-        policy=loaded.policy,
-        strict=options.strict,
-        extra_findings=extra,
-        context_length=loaded.manifest.context_length,
-    )
-    # the verdict on the manifest as written first, then the advice, role by role
-    return replace(report, findings=report.findings + tuple(loaded.policy.apply(advice)))
+from kvcheck.model import RoleTarget
 
 
 def fit_hints(
@@ -85,4 +30,4 @@ def fit_hints(
     return hint_sentences(plan)
 
 
-__all__ = ["PlanOptions", "fit_hints", "run_plan"]
+__all__ = ["fit_hints"]

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from kvcheck.backends.audit import AuditOptions, Endpoint, audit_endpoints, read_token, run_audit
+from kvcheck.backends.audit import audit_endpoints
+from kvcheck.commands.audit import AuditOptions, read_token
+from kvcheck.commands.audit import audit as run_audit
 from kvcheck.errors import InputError
+from kvcheck.model import Endpoint
 from kvcheck.report.render import FORMATTERS
 
 from .servers import Reply, metrics_text, server_info_payload, sglang_routes

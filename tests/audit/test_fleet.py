@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from kvcheck.backends.audit import Endpoint, endpoints_from_manifest, endpoints_from_urls, parse_fleet_file
 from kvcheck.errors import InputError
-from kvcheck.model import Location, RoleTarget
+from kvcheck.inputs.fleet import endpoints_from_manifest, endpoints_from_urls, parse_fleet_file
+from kvcheck.model import Endpoint, Location, RoleTarget
 
 
 def write(tmp_path, name, text):

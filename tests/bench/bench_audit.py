@@ -19,7 +19,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from kvcheck.backends.audit import Endpoint, audit_endpoints  # noqa: E402
+from kvcheck.backends.audit import audit_endpoints  # noqa: E402
+from kvcheck.model import Endpoint  # noqa: E402
 from tests.audit.servers import FakeServer, server_info_payload, sglang_routes  # noqa: E402
 
 

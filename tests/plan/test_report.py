@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.commands.plan import PlanOptions, run_plan
 from kvcheck.errors import InputError
-from kvcheck.plan import PlanOptions, run_plan
 from kvcheck.plan.text import plan_markdown, render_plan_text
 from kvcheck.report.render import FORMATTERS, TableFormat
 from tests.conftest import EXAMPLES

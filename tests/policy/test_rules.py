@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvcheck.app import judge
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
+from kvcheck.policy.judge import judge
 from kvcheck.policy.registry import all_rules
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
 

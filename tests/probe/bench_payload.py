@@ -12,7 +12,8 @@ import argparse
 import json
 import time
 
-from kvcheck.probe import ProbeOptions, plan_probe
+from kvcheck.commands.probe import plan_probe
+from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.prompts import text_prompt, token_prompt
 from kvcheck.probe.wire import request_body
 

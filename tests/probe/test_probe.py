@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
+from kvcheck.commands.probe import plan_probe, run_probe
 from kvcheck.errors import InputError
-from kvcheck.probe import ProbeOptions, plan_probe, run_probe
+from kvcheck.probe.options import ProbeOptions
 
 FAST = {"rate_per_s": 1000.0, "seed": 7}
 

@@ -1,5 +1,7 @@
 """`kvcheck probe`: learn the limits, plan, send within the bounds, judge, and report.
 
+The probe's parts (limits, plan, prompts, transport, wire, per-request judge) live in kvcheck/probe/.
+
 The flow is visible here and nowhere else: options -> limits (limits.py) -> plan (plan.py) ->
 answers (wire.py, through the guarded transport) -> verdicts and findings (judge.py) -> Report.
 """

@@ -1,0 +1,38 @@
+"""`kvcheck logs`: read SGLang startup logs and judge every rank's pool as verify judges a role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcheck.model import Report
+from kvcheck.policy.judge import judge
+from kvcheck.policy.rules import PolicyConfig
+
+
+@dataclass(frozen=True)
+class LogsOptions:
+    """Everything `kvcheck logs` takes."""
+
+    files: tuple[str, ...]
+    context_length: int | None = None
+    min_headroom: float = 1.0
+    strict: bool = False
+
+
+def logs(options: LogsOptions) -> Report:
+    """Judge every rank's pool in SGLang startup logs, as verify judges a booted role."""
+    from kvcheck.backends.logs import read_logs
+
+    targets, measurements = read_logs(
+        options.files, context_length=options.context_length, min_headroom=options.min_headroom
+    )
+    return judge(
+        command="logs",
+        mode="logs",
+        source=", ".join(options.files),
+        targets=targets,
+        measurements=measurements,
+        policy=PolicyConfig(min_headroom=options.min_headroom),
+        strict=options.strict,
+        context_length=options.context_length,
+    )

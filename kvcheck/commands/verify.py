@@ -1,0 +1,96 @@
+"""`kvcheck verify`: load the deployment, obtain every selected role's pool from a backend, judge it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kvcheck.backends.base import Backend
+from kvcheck.errors import InputError
+from kvcheck.inputs.roles import select_roles
+from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
+from kvcheck.policy.judge import judge
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Everything `kvcheck verify` takes, as the CLI collected it."""
+
+    manifest: Path
+    mode: str = "measure"
+    roles: tuple[str, ...] = ()
+    strict: bool = False
+    timeout_s: float = 1800.0
+    logs_dir: Path | None = None
+    gpu_check: bool = True
+    dummy_weights: bool = False
+    progress: bool | None = None  # None: only when stderr is a terminal
+
+
+def _build_measure(options: VerifyOptions) -> Backend:
+    from kvcheck.backends.estimate import EstimateBackend
+    from kvcheck.backends.measure import MeasureBackend
+
+    return MeasureBackend(
+        timeout_s=options.timeout_s,
+        logs_dir=options.logs_dir,
+        gpu_check=options.gpu_check,
+        dummy_weights=options.dummy_weights,
+        progress=options.progress,
+        estimator=EstimateBackend(offline=True),
+    )
+
+
+def _build_estimate(options: VerifyOptions) -> Backend:
+    from kvcheck.backends.estimate import EstimateBackend
+
+    return EstimateBackend()
+
+
+BACKENDS: dict[str, Callable[[VerifyOptions], Backend]] = {
+    "measure": _build_measure,
+    "estimate": _build_estimate,
+}
+
+
+def _with_fit_hints(
+    target: RoleTarget, measurement: PoolMeasurement, *, offline: bool | None
+) -> PoolMeasurement:
+    """A short pool's measurement, with the planner's settings that would hold the window (KV101's hint)."""
+    if measurement.pool_tokens is None or measurement.pool_tokens >= target.required_tokens:
+        return measurement
+    from kvcheck.plan import fit_hints
+
+    hints = fit_hints(target, offline=offline)
+    if not hints:
+        return measurement
+    return replace(measurement, details={**measurement.details, "fit_hints": hints})
+
+
+def verify(options: VerifyOptions) -> Report:
+    """The gate: load the manifest, obtain every selected role's pool, judge it."""
+    from kvcheck.inputs.manifest.load import load_manifest
+
+    if options.mode not in BACKENDS:
+        raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
+    loaded = load_manifest(options.manifest)
+    targets = select_roles(loaded.targets, options.roles, loaded.display_path)
+    backend = BACKENDS[options.mode](options)
+    backend.check_targets(targets, loaded.display_path)
+    measurements = [
+        _with_fit_hints(t, m, offline=backend.offline_hints)
+        for t, m in zip(targets, backend.measure(targets), strict=True)
+    ]
+    extra: list[Finding] = loaded.notes()
+    return judge(
+        command="verify",
+        mode=backend.mode,
+        source=loaded.display_path,
+        targets=targets,
+        measurements=measurements,
+        policy=loaded.policy,
+        strict=options.strict,
+        extra_findings=extra,
+        context_length=loaded.manifest.context_length,
+    )

@@ -1,0 +1,83 @@
+"""The one judge every command uses: targets + measurements + policy -> Report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
+from kvcheck.policy.registry import finding
+from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
+
+
+def judge(
+    *,
+    command: str,
+    mode: str,
+    source: str | None,
+    targets: Sequence[RoleTarget],
+    measurements: Sequence[PoolMeasurement],
+    policy: PolicyConfig,
+    strict: bool = False,
+    extra_findings: Sequence[Finding] = (),
+    context_length: int | None = None,
+) -> Report:
+    """Apply the policy to every role's measurement and assemble the report."""
+    if len(targets) != len(measurements):
+        raise ValueError("judge() needs exactly one measurement per target")
+    roles: list[RoleResult] = []
+    findings: list[Finding] = list(policy.apply(extra_findings))
+    for target, measurement in zip(targets, measurements, strict=True):
+        role_findings = policy.apply([*measurement.findings, *evaluate_role(target, measurement)])
+        unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
+        if unjudgeable and not any(f.is_measurement_failure for f in role_findings):
+            # Fail closed: a role without a pool figure (or a window) is never a pass, whatever
+            # the backend or the policy left in its findings.
+            role_findings.append(
+                finding(
+                    "KV301",
+                    target.name,
+                    "no pool figure was obtained for this role" if measurement.pool_tokens is None
+                    else "no context window is known to check this role against",
+                    location=target.location,
+                )
+            )
+        findings.extend(role_findings)
+        details = dict(measurement.details)
+        if measurement.pool_range is not None:
+            details.setdefault("pool_range", list(measurement.pool_range))
+        if measurement.context_len is not None:
+            details.setdefault("engine_context_len", measurement.context_len)
+        if measurement.engine_version is not None:
+            details.setdefault("engine_version", measurement.engine_version)
+        roles.append(
+            RoleResult(
+                name=target.name,
+                status=role_status(role_findings, strict=strict),
+                pool_tokens=measurement.pool_tokens,
+                required_tokens=target.required_tokens if target.context_length > 0 else None,
+                max_input_tokens=measurement.max_input_tokens,
+                source=measurement.source,
+                gpus=measurement.gpus if measurement.gpus is not None else (target.gpus or None),
+                argv=measurement.argv,
+                details=details,
+            )
+        )
+    findings.extend(policy.apply(evaluate_deployment(targets, measurements)))
+    windows = {t.context_length for t in targets if t.context_length > 0}
+    if context_length is None and len(windows) == 1:
+        context_length = windows.pop()
+    return Report(
+        command=command,
+        mode=mode,
+        source=source,
+        context_length=context_length,
+        roles=tuple(roles),
+        findings=tuple(findings),
+        strict=strict,
+    )
+
+
+def with_min_headroom(targets: Sequence[RoleTarget], min_headroom: float) -> list[RoleTarget]:
+    """Targets with another headroom factor (audit and logs take it as an option)."""
+    return [replace(t, min_headroom=min_headroom) for t in targets]

@@ -6,6 +6,7 @@ formats SGLang printed from late 2024 to mid 2026 (sglang.md section 4):
 
 * prefix `[YYYY-MM-DD HH:MM:SS{.mmm}{ DPd}{ PPp}{ ATTN_CPc}{ MOE_DPm}{ TPt}{ EPe}] ` (older releases:
   no date; some sources lose the leading `[`), optionally followed by `WARNING server_args.py:1245: `;
+  the 0.1 and 0.2 releases of 2024 printed only the CUDA device instead: `[gpu_id=N] ` or `[gpu=N] `;
 * whatever `kubectl logs --prefix/--timestamps`, the CRI log format or Docker's json-file driver put
   before it; ANSI colour codes; CRLF and carriage-return progress bars;
 * allocation lines with and without `#tokens` and `dtype:`, MLA's single `KV size`, the post-capture
@@ -54,7 +55,8 @@ class RankTag:
 
     SGLang prints a tag only when that parallel width is above 1, so a TP1 server's lines carry
     none (`str(tag) == ""`). Under attention DP the DP tag is the attention-DP rank and the TP tag the
-    global TP rank (`DP3 TP3 EP3`). Tags this reader does not know are kept in `extra`.
+    global TP rank (`DP3 TP3 EP3`). Tags this reader does not know are kept in `extra`; so is
+    `GPU`, the CUDA device that the 2024 releases' `[gpu=N]` prefix names instead of a TP rank.
     """
 
     dp: int | None = None
@@ -76,7 +78,8 @@ class RankTag:
 
     @property
     def sort_key(self) -> tuple[int, ...]:
-        return tuple(-1 if getattr(self, name) is None else getattr(self, name) for name in _TAG_ORDER)
+        known = tuple(-1 if getattr(self, name) is None else getattr(self, name) for name in _TAG_ORDER)
+        return known + tuple(rank for _, rank in self.extra)
 
     @classmethod
     def parse(cls, text: str) -> RankTag:
@@ -231,7 +234,10 @@ _PREFIX_RE = re.compile(
 )
 _PREFIX_ANYWHERE_RE = re.compile(
     r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+    r"|\[gpu(?:_id)?=(\d+)\] ?"
 )
+# The 0.1 and 0.2 releases: no time, only the scheduler's CUDA device (kept as the tag `GPU<n>`).
+_GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
 _LEVEL_STARTS = ("DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ")
 _LEVEL_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.\-]+\.py:\d+: ")
 
@@ -1118,6 +1124,10 @@ class LogReader:
         _, state = self._rank_state(rank)
         if state.full_layer_tokens is None:
             state.full_layer_tokens, state.swa_tokens, state.swa_line = full, swa, self._line_no
+            if state.draft_tokens is not None and swa == full:
+                # The pool's two sub-pools had the same size: the second allocation line was the
+                # sliding-window sub-pool, not a draft pool (drafts allocate after this summary line).
+                state.draft_tokens = None
         values = {"mem_usage_gib": mem_gib, "full_layer_tokens": full, "swa_layer_tokens": swa}
         return self._event("swa_pool", rank, message, values, "sizing_pool")
 
@@ -1139,10 +1149,11 @@ class LogReader:
         if not match:
             return None
         _, state = self._rank_state(rank)
-        state.pool_end_avail_gib = float(match.group(1))
-        return self._event(
-            "pool_end", rank, message, {"avail_mem_gib": state.pool_end_avail_gib}, "sizing_pool"
-        )
+        avail_gib = float(match.group(1))
+        # A speculative draft's pool prints its own pool-end line after the target's: keep the target's.
+        if state.draft_tokens is None or state.pool_end_avail_gib is None:
+            state.pool_end_avail_gib = avail_gib
+        return self._event("pool_end", rank, message, {"avail_mem_gib": avail_gib}, "sizing_pool")
 
     def _on_graph(self, rank: RankTag | None, message: str) -> list[LogEvent] | None:
         match = _GRAPH_RE.match(message)
@@ -1381,10 +1392,15 @@ def _split_prefix(line: str) -> tuple[str, str | None, int, int | None]:
     match = _PREFIX_RE.match(line, offset) if (first == "[" or first.isdigit()) else None
     if match is not None:
         return line, match.group(1), match.end(), match.end() if plain else None
+    if first == "[" and line[offset + 1 : offset + 4] == "gpu":
+        match = _GPU_PREFIX_RE.match(line, offset)
+        if match is not None:
+            return line, f" GPU{match.group(1)}", match.end(), match.end() if plain else None
     if line.find("] ", offset) != -1:
         match = _PREFIX_ANYWHERE_RE.search(line, offset)
         if match is not None:
-            return line, match.group(1), match.end(), None
+            tags = match.group(1) if match.group(2) is None else f" GPU{match.group(2)}"
+            return line, tags, match.end(), None
     return line[offset:], None, 0, None
 
 

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 import httpx
 
+from kvcheck.http import guard_transport, origin_of
+
+__all__ = ["BudgetExhausted", "GuardedTransport", "OriginRefused", "ProbeGuardError", "SentRequest", "origin_of"]
+
 
 class ProbeGuardError(httpx.TransportError):
     """A request the probe refused to send (other origin, budget or deadline exhausted)."""
@@ -24,12 +28,6 @@ class OriginRefused(ProbeGuardError):
 
 class BudgetExhausted(ProbeGuardError):
     """--max-requests or --max-duration is used up; nothing more is sent."""
-
-
-def origin_of(url: httpx.URL) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the scheme's default port filled in."""
-    default = {"http": 80, "https": 443}.get(url.scheme)
-    return (url.scheme, url.host.lower(), url.port or default)
 
 
 @dataclass
@@ -59,6 +57,7 @@ class GuardedTransport(httpx.BaseTransport):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        guard_transport(inner)  # every socket operation also ends by the request's deadline (kvcheck.http)
         self._inner = inner
         self._origin = origin
         self._max_requests = max_requests

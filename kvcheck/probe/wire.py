@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import httpx
 
+from kvcheck.http import HttpLimitError, JsonRejected, parse_json
+from kvcheck.http import request as http_request
 from kvcheck.probe.plan import COMPLETIONS, PlannedRequest
 from kvcheck.probe.transport import ProbeGuardError
 
@@ -77,44 +79,30 @@ def request_body(planned: PlannedRequest, prompt: list[int] | str, *, rid: str, 
 
 
 def send(client: httpx.Client, path: str, body: dict[str, Any], *, timeout_s: float, deadline_s: float) -> Answer:
-    """POST one body and read the whole answer, bounded in size and in time; never raises for HTTP."""
+    """POST one body and read the whole answer, bounded in size and in time; never raises for HTTP.
+
+    kvcheck.http sets one deadline for the whole request (headers included) and caps the decoded body.
+    """
     payload = json.dumps(body, separators=(",", ":")).encode()
     started = time.monotonic()
     budget_s = max(0.001, min(timeout_s, deadline_s - started))
     try:
-        request = client.build_request(
-            "POST", path, content=payload, headers={"Content-Type": "application/json"},
-            timeout=httpx.Timeout(budget_s),
-        )
-        response = client.send(request, stream=True, follow_redirects=False)
+        response = http_request(client, "POST", path, content=payload, timeout_s=budget_s, max_redirects=0,
+                                headers={"Content-Type": "application/json"}, max_bytes=MAX_ANSWER_BYTES)
     except ProbeGuardError as exc:
         return Answer(status=None, kind="not-sent", latency_ms=None, message=str(exc))
     except httpx.TransportError as exc:
         return Answer(status=None, kind="no-answer", latency_ms=_ms(started), message=_transport_text(exc, budget_s))
-    try:
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                return Answer(status=response.status_code, kind="no-answer", latency_ms=_ms(started),
-                              message=f"answer larger than {MAX_ANSWER_BYTES // 2**20} MiB; not read")
-            if time.monotonic() - started > budget_s:
-                raise httpx.ReadTimeout("the answer did not complete in time")
-            chunks.append(chunk)
-    except httpx.TransportError as exc:
-        return Answer(status=response.status_code, kind="no-answer", latency_ms=_ms(started),
-                      message=_transport_text(exc, budget_s))
-    finally:
-        response.close()
+    except HttpLimitError as exc:
+        return Answer(status=None, kind="no-answer", latency_ms=_ms(started), message=f"{exc.message}; not read")
     latency = _ms(started)
-    text = b"".join(chunks).decode("utf-8", errors="replace")
+    text = response.body.decode("utf-8", errors="replace")
     if response.is_redirect:
-        return Answer(status=response.status_code, kind="no-answer", latency_ms=latency, raw_text=text,
+        return Answer(status=response.status, kind="no-answer", latency_ms=latency, raw_text=text,
                       message="redirect not followed (the probe only talks to the URL given)",
                       redirect_to=response.headers.get("location"))
-    content_type = response.headers.get("content-type", "")
-    return read_answer(response.status_code, text, latency_ms=latency,
+    content_type = response.content_type
+    return read_answer(response.status, text, latency_ms=latency,
                        sse="text/event-stream" in content_type or text.lstrip().startswith("data:"))
 
 
@@ -125,10 +113,11 @@ def read_answer(status: int, text: str, *, latency_ms: float | None, sse: bool) 
     if not text.strip():
         return Answer(status=status, kind="empty", latency_ms=latency_ms, raw_text=text)
     try:
-        payload = json.loads(text)
-    except ValueError:
+        payload = parse_json(text)
+    except JsonRejected as exc:
         kind: Kind = "error" if status >= 400 else "unparseable"
-        return Answer(status=status, kind=kind, latency_ms=latency_ms, raw_text=text, message=_snippet(text))
+        message = _snippet(text) if str(exc).startswith("not JSON") else f"{exc}: {_snippet(text, 80)}"
+        return Answer(status=status, kind=kind, latency_ms=latency_ms, raw_text=text, message=message)
     if isinstance(payload, list) and len(payload) == 1:
         payload = payload[0]
     runs = tuple(_id_runs(payload))
@@ -174,8 +163,8 @@ def _read_stream(status: int, text: str, latency_ms: float | None) -> Answer:
         if not data or data == "[DONE]":
             continue
         try:
-            chunks.append(json.loads(data))
-        except ValueError:
+            chunks.append(parse_json(data))
+        except JsonRejected:
             return Answer(status=status, kind="unparseable", latency_ms=latency_ms, raw_text=text,
                           message=f"stream chunk is not JSON: {_snippet(data)}")
     runs = tuple(run for chunk in chunks for run in _id_runs(chunk))

@@ -13,27 +13,43 @@ the `api_key` that `/server_info` echoes back).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from kvcheck import __version__
+from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.errors import EndpointError, InputError
+from kvcheck.http import (
+    MAX_BODY_BYTES,
+    MAX_REDIRECTS,
+    Answer,
+    HttpLimitError,
+    JsonRejected,
+    display_url,
+    make_client,
+    make_ssl_context,
+    parse_json,
+    tls_reason,
+    validate_base_url,
+)
+from kvcheck.http import (
+    request as http_request,
+)
 from kvcheck.redact import REDACTED, redact_args, redact_command
+
+# The URL and TLS helpers moved to kvcheck.http; these names stay importable from here.
+__all__ = ["MAX_BODY_BYTES", "MAX_REDIRECTS", "display_url", "make_ssl_context", "validate_base_url"]
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # 0.5.x name first; older releases only have the second
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
-MAX_REDIRECTS = 5
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a server_info for hundreds of DP ranks stays far below this
 RETRY_STATUSES = frozenset({500, 502, 503, 504})  # 503 also while a server is still starting
 
 # Gauges SGLang sets once at startup (metrics_collector.emit_constants); one series per scheduler rank.
@@ -64,65 +80,6 @@ NON_ARG_KEYS = frozenset(
         "frontend",
     }
 )
-
-def validate_base_url(url: str) -> httpx.URL:
-    """The server's base URL, checked: http(s), a host, no credentials, query or fragment."""
-    text = url.strip()
-    try:
-        parsed = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise InputError(f"{url!r} is not a valid URL: {exc}") from exc
-    if parsed.userinfo:  # first, so that no other message echoes the credentials
-        raise InputError(
-            f"{display_url(parsed)}: credentials in the URL are not accepted",
-            hint="put the bearer token in an environment variable and pass --token-env NAME",
-        )
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise InputError(
-            f"{url!r} is not an http(s) URL of a server",
-            hint="write the scheme and host, e.g. http://10.0.0.5:30000",
-        )
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise InputError(f"{url!r}: port {parsed.port} is not a TCP port (1-65535)")
-    if parsed.query or parsed.fragment:
-        raise InputError(f"{display_url(parsed)}: the server URL must not carry a query or fragment")
-    return parsed.copy_with(path=parsed.path.rstrip("/") or "/")
-
-
-def display_url(url: httpx.URL | str) -> str:
-    """A URL fit for messages and reports: scheme, host, port and path only (never userinfo or query)."""
-    try:
-        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "<invalid URL>"
-    port = f":{parsed.port}" if parsed.port is not None else ""
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    path = parsed.path.rstrip("/")
-    return f"{parsed.scheme}://{host}{port}{path}"
-
-
-def make_ssl_context(verify: bool | str | ssl.SSLContext = True) -> ssl.SSLContext:
-    """One TLS context for many clients: True = system/certifi CAs, a path = that CA bundle, False = insecure.
-
-    Building a context loads the whole CA store (tens of ms), so an audit of hundreds of endpoints
-    builds it once and hands it to every client.
-    """
-    if isinstance(verify, ssl.SSLContext):
-        return verify
-    if isinstance(verify, str):
-        path = Path(verify)
-        if not path.exists():
-            raise InputError(
-                f"CA bundle {verify} does not exist", hint="--ca-bundle takes a PEM file or a folder"
-            )
-        try:
-            if path.is_dir():
-                return ssl.create_default_context(capath=str(path))
-            return ssl.create_default_context(cafile=str(path))
-        except (ssl.SSLError, OSError) as exc:
-            raise InputError(f"CA bundle {verify} could not be loaded: {exc}") from exc
-    return httpx.create_ssl_context(verify=bool(verify), trust_env=True)
-
 
 def parse_prometheus(text: str, names: tuple[str, ...] = CONSTANT_GAUGES) -> dict[str, float]:
     """The minimum over all series (ranks) of each wanted gauge in a Prometheus text exposition."""
@@ -176,8 +133,12 @@ ARG_COUNT_KEYS = ("context_length", "max_total_tokens")
 
 
 def _count(value: Any) -> int | None:
-    """A non-negative integer from JSON (bools are not counts), else None."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    """A token count from JSON: an integer from 0 to MAX_TOKEN_FIGURE (bools are not counts), else None.
+
+    A figure no server can hold (2**62, 10**4000, 1e400) is not a count: judging it would pass a pool
+    that does not exist.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_FIGURE:
         return None
     return value
 
@@ -282,18 +243,6 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
     )
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """One HTTP answer, body read in full (bounded)."""
-
-    status: int
-    reason: str
-    url: httpx.URL
-    content_type: str
-    body: bytes
-    redirected: bool
-
-
 class SglangClient:
     """A small, strict HTTP client for one SGLang server (thread-confined; one per endpoint)."""
 
@@ -320,11 +269,9 @@ class SglangClient:
         self._backoff_s = float(backoff_s)
         self._token = token or None
         self._sleep = sleep
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout_s),
-            verify=make_ssl_context(verify),
-            follow_redirects=False,  # handled in _send so that credentials never leave their origin
-            trust_env=True,
+        self._client = make_client(  # redirects, deadline and body caps: kvcheck.http.request
+            timeout_s=timeout_s,
+            verify=verify,
             transport=transport,
             headers={"User-Agent": f"kvcheck/{__version__}", "Accept": "application/json, text/plain;q=0.9"},
         )
@@ -408,7 +355,7 @@ class SglangClient:
 
     # -- transport --------------------------------------------------------------------------------
 
-    def _get(self, path: str) -> _Answer:
+    def _get(self, path: str) -> Answer:
         """GET with bounded retries (connect errors, timeouts, 5xx) and exponential backoff."""
         url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
         attempts = self._retries + 1
@@ -416,7 +363,7 @@ class SglangClient:
             try:
                 answer = self._send(url)
             except httpx.TransportError as exc:
-                tls = _tls_reason(exc)
+                tls = tls_reason(exc)
                 if tls is not None:
                     raise self._tls_error(url, tls) from exc
                 if attempt < attempts:
@@ -429,66 +376,24 @@ class SglangClient:
             return answer
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def _send(self, url: httpx.URL) -> _Answer:
-        """One GET, following up to MAX_REDIRECTS redirects; the token stays with its origin."""
-        origin = _origin(url)
-        send_token = self._token is not None
-        redirected = False
-        for _ in range(MAX_REDIRECTS + 1):
-            headers = {"Authorization": f"Bearer {self._token}"} if send_token else {}
-            request = self._client.build_request("GET", url, headers=headers)
-            started = time.monotonic()
-            response = self._client.send(request, stream=True)
-            try:
-                location = response.headers.get("location")
-                if response.is_redirect and location:
-                    try:
-                        next_url = url.join(location)
-                    except httpx.InvalidURL as exc:
-                        raise EndpointError(f"{display_url(url)}: redirect to an invalid URL") from exc
-                    if next_url.scheme not in ("http", "https"):
-                        raise EndpointError(f"{display_url(url)}: redirect to a non-HTTP URL refused")
-                    if _origin(next_url) != origin:
-                        send_token = False  # never hand the token to another scheme, host or port
-                    url, redirected = next_url, True
-                    continue
-                body = self._read_body(response, url, started)
-                return _Answer(
-                    status=response.status_code,
-                    reason=response.reason_phrase,
-                    url=url,
-                    content_type=response.headers.get("content-type", ""),
-                    body=body,
-                    redirected=redirected,
-                )
-            finally:
-                response.close()
-        raise EndpointError(f"{self.url}: more than {MAX_REDIRECTS} redirects")
-
-    def _read_body(self, response: httpx.Response, url: httpx.URL, started: float) -> bytes:
-        """The body, bounded in size and in total time (a server that trickles bytes is a timeout)."""
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise EndpointError(f"{display_url(url)}: answer larger than {MAX_BODY_BYTES // 2**20} MiB")
-            if time.monotonic() - started > self._timeout_s:
-                raise httpx.ReadTimeout("body not complete within the timeout")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    def _send(self, url: httpx.URL) -> Answer:
+        """One GET under kvcheck.http's rules (the token stays with its origin, one deadline, bounded body)."""
+        try:
+            return http_request(self._client, "GET", url, timeout_s=self._timeout_s, token=self._token)
+        except HttpLimitError as exc:
+            raise EndpointError(f"{display_url(url)}: {self._redact(exc.message)}") from exc
 
     # -- errors -----------------------------------------------------------------------------------
 
     def _redact(self, text: str) -> str:
         return text.replace(self._token, REDACTED) if self._token else text
 
-    def _snippet(self, answer: _Answer) -> str:
+    def _snippet(self, answer: Answer) -> str:
         text = answer.body[:160].decode("utf-8", errors="replace")
         text = " ".join(text.split())
         return self._redact(text)
 
-    def _raise_for_status(self, answer: _Answer, path: str) -> None:
+    def _raise_for_status(self, answer: Answer, path: str) -> None:
         if 200 <= answer.status < 300:
             return
         where = f"{self.url}{path}"
@@ -508,14 +413,19 @@ class SglangClient:
             f"{where}: HTTP {answer.status} {answer.reason}{attempts}" + (f": {detail}" if detail else "")
         )
 
-    def _json(self, answer: _Answer, path: str) -> Any:
+    def _json(self, answer: Answer, path: str) -> Any:
         try:
-            return json.loads(answer.body)
-        except ValueError as exc:
-            kind = answer.content_type.split(";")[0].strip() or "no content type"
+            return parse_json(answer.body)
+        except JsonRejected as exc:
+            if str(exc).startswith("not JSON"):
+                kind = answer.content_type.split(";")[0].strip() or "no content type"
+                raise EndpointError(
+                    f"{self.url}{path}: the answer is not JSON ({kind}: {self._snippet(answer)!r})",
+                    hint="check that the URL points at an SGLang server",
+                ) from exc
             raise EndpointError(
-                f"{self.url}{path}: the answer is not JSON ({kind}: {self._snippet(answer)!r})",
-                hint="check that the URL points at an SGLang server",
+                f"{self.url}{path}: the answer cannot be read safely: {self._redact(str(exc))}",
+                hint="the server's answer is malformed or hostile; it is not judged",
             ) from exc
 
     def _tls_error(self, url: httpx.URL, reason: str) -> EndpointError:
@@ -550,25 +460,3 @@ class SglangClient:
         return EndpointError(
             f"{display_url(url)}: the connection failed{tries}: {self._redact(str(exc)) or type(exc).__name__}"
         )
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    default = {"http": 80, "https": 443}.get(url.scheme)
-    return (url.scheme, url.host.lower(), url.port or default)
-
-
-def _tls_reason(exc: BaseException) -> str | None:
-    """The TLS failure behind a transport error, if there is one (never retried: it will not heal)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {current.verify_message}"
-        if isinstance(current, ssl.SSLError):
-            return str(current.reason or current)
-        current = current.__cause__ or current.__context__
-    text = str(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text and "handshake" in text.lower():
-        return text
-    return None

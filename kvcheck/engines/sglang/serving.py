@@ -14,6 +14,10 @@ DEFAULT_ENGINE_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_serve
 # max_req_input_len = max_req_len - 5); see docs/sglang-internals.md.
 ADMISSION_MARGIN_TOKENS = 5
 
+# The largest token figure a server can hold: SGLang keeps token counts and pool indices in int32
+# tensors. A larger figure in an answer or a log (2**62, 10**4000) is damage or a lie, never a pool.
+MAX_TOKEN_FIGURE = 2**31 - 1
+
 
 def disaggregation_mode(args: Mapping[str, Any]) -> str | None:
     """The PD role an engine's args give it (prefill, decode), None for a unified server.

@@ -14,7 +14,8 @@ from typing import Any
 from kvcheck.errors import EstimateError
 
 HF_ENDPOINT = "https://huggingface.co"
-HUB_TIMEOUT_S = 20.0
+HUB_TIMEOUT_S = 20.0  # the whole download of one file, redirects and headers included
+MAX_HUB_CONFIG_BYTES = 4 * 1024 * 1024  # the largest config.json on the Hub is a few hundred KB
 
 # Sub-configs that hold the language model inside multimodal configs, in SGLang's lookup order.
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config", "language_model")
@@ -181,31 +182,42 @@ def _fetch_hub(repo: str, offline: bool | None) -> tuple[dict, dict | None]:
         raise EstimateError(f"model config for {repo!r} is not local and {why}", hint=hint)
     import httpx
 
+    from kvcheck.http import HttpLimitError, JsonRejected, make_client, parse_json
+    from kvcheck.http import request as http_request
+
     headers = {"User-Agent": "kvcheck-estimate"}
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
     endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+
+    def get(name: str) -> Any:
+        # the Hub redirects to its CDN: followed by kvcheck.http, the token stays with the Hub's origin
+        return http_request(client, "GET", f"{endpoint}/{repo}/resolve/main/{name}", timeout_s=HUB_TIMEOUT_S,
+                            token=token or None, max_bytes=MAX_HUB_CONFIG_BYTES)
+
     try:
-        with httpx.Client(timeout=HUB_TIMEOUT_S, follow_redirects=True, headers=headers) as client:
-            response = client.get(f"{endpoint}/{repo}/resolve/main/config.json")
-            if response.status_code in (401, 403):
+        with make_client(timeout_s=HUB_TIMEOUT_S, headers=headers) as client:
+            response = get("config.json")
+            if response.status in (401, 403):
                 raise EstimateError(
-                    f"the Hugging Face Hub refused config.json of {repo!r} (HTTP {response.status_code})",
+                    f"the Hugging Face Hub refused config.json of {repo!r} (HTTP {response.status})",
                     hint="set HF_TOKEN for gated models, or " + hint,
                 )
-            if response.status_code != 200:
+            if response.status != 200:
                 raise EstimateError(
-                    f"the Hugging Face Hub answered HTTP {response.status_code} for config.json of {repo!r}",
+                    f"the Hugging Face Hub answered HTTP {response.status} for config.json of {repo!r}",
                     hint=hint,
                 )
-            config = response.json()
-            quant_response = client.get(f"{endpoint}/{repo}/resolve/main/hf_quant_config.json")
-            hf_quant = quant_response.json() if quant_response.status_code == 200 else None
+            config = parse_json(response.body)
+            quant_response = get("hf_quant_config.json")
+            hf_quant = parse_json(quant_response.body) if quant_response.status == 200 else None
     except httpx.HTTPError as exc:
         raise EstimateError(f"cannot reach the Hugging Face Hub for {repo!r}: {exc}", hint=hint) from exc
-    except ValueError as exc:
-        raise EstimateError(f"the Hugging Face Hub sent a config for {repo!r} that is not JSON", hint=hint) from exc
+    except HttpLimitError as exc:
+        raise EstimateError(f"the Hugging Face Hub's answer for {repo!r} was refused: {exc.message}",
+                            hint=hint) from exc
+    except JsonRejected as exc:
+        raise EstimateError(f"the Hugging Face Hub sent a config for {repo!r} that cannot be read: {exc}",
+                            hint=hint) from exc
     if not isinstance(config, dict):
         raise EstimateError(f"config.json of {repo!r} is not a JSON object", hint=hint)
     _HUB_CACHE[repo] = (config, hf_quant if isinstance(hf_quant, dict) else None)

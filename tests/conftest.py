@@ -1,4 +1,4 @@
-"""Shared fixtures: the repository root, the shared real-world data, and a CLI runner."""
+"""Shared fixtures: the repository root, the real model configs, and a CLI runner."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.datapaths import MODELS, MODELS_ABSENT
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
 EXAMPLES = REPO_ROOT / "docs" / "examples"
 
 
 @pytest.fixture
-def shared_data() -> Path:
-    """../shared/data beside the checkout; tests that need it skip where it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is absent")
-    return SHARED_DATA
+def model_configs() -> Path:
+    """The folder of real Hugging Face configs (see tests/datapaths.py); skips where it is absent."""
+    if not MODELS.is_dir():
+        pytest.skip(MODELS_ABSENT)
+    return MODELS
 
 
 @dataclass(frozen=True)

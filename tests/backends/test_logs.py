@@ -15,17 +15,13 @@ import pytest
 from kvcheck.backends.logs import args_from_argv, log_roles, read_log_file, read_logs
 from kvcheck.errors import InputError
 from kvcheck.model import Location
-from tests.conftest import SHARED_DATA, run_kvcheck
+from tests.conftest import run_kvcheck
+from tests.datapaths import LOGS
 from tests.engines.test_logparse import SGLANG_0_5_23_TP2, feed_every_line, long_log
-
-LOGS = SHARED_DATA / "logs"
 
 
 def real_log(name: str) -> str:
-    path = LOGS / name
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (shared data not checked out)")
-    return str(path)
+    return str(LOGS / name)
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:

@@ -1,6 +1,7 @@
 """Time a planner-style sweep: ~200 estimate_role calls over fraction, TP, KV dtype and context.
 
-Usage: python tests/bench/bench_estimate_sweep.py   (from the repository root; needs ../shared/data)
+Usage: python tests/bench/bench_estimate_sweep.py   (from the repository root; needs the real model
+configs, see tests/datapaths.py)
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kvcheck.engines.sglang.sizing import estimate_role  # noqa: E402
 from kvcheck.engines.sglang.sizing.gpus import default_profiles  # noqa: E402
 from kvcheck.model import RoleTarget  # noqa: E402
+from tests.datapaths import MODELS, MODELS_ABSENT  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "models"
 SWEEPS = {
     "deepseek-ai--DeepSeek-V3": "H200",
     "Qwen--Qwen3-235B-A22B-FP8": "H100",
@@ -28,7 +29,7 @@ SWEEPS = {
 
 def main() -> int:
     if not MODELS.is_dir():
-        print("../shared/data is absent", file=sys.stderr)
+        print(MODELS_ABSENT, file=sys.stderr)
         return 2
     profiles = default_profiles()
     grid = list(

@@ -2,11 +2,12 @@
 
     python tests/bench/bench_plan.py [--repeat 50]
 
-For each role of the bundled examples (and, when ../shared/data is present, a few large real
-models), reports the estimate_role evaluations one plan takes and the wall time of `plan_role`:
-cold (the first plan in a fresh process: GPU profiles and config.json read, nothing cached) and
-warm (median and worst of --repeat further plans; each plan starts its own sweep, only the
-estimate model's parsed-config cache is shared, as it is between the roles of one manifest).
+For each role of the bundled examples (and, when the real model configs are present, see
+tests/datapaths.py, a few large real models), reports the estimate_role evaluations one plan takes
+and the wall time of `plan_role`: cold (the first plan in a fresh process: GPU profiles and
+config.json read, nothing cached) and warm (median and worst of --repeat further plans; each plan
+starts its own sweep, only the estimate model's parsed-config cache is shared, as it is between the
+roles of one manifest).
 Finally the whole `python -m kvcheck plan` command on the incident example, process start to exit.
 """
 
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kvcheck.model import RoleTarget  # noqa: E402
+from tests.datapaths import MODELS  # noqa: E402
 
-MODELS = ROOT.parent / "shared" / "data" / "models"
 REAL = {  # model -> (gpu, args): long-context deployments an operator would plan
     "deepseek-ai--DeepSeek-V3": ("H200", {"tp_size": 8}),
     "Qwen--Qwen3-235B-A22B-FP8": ("H100", {"tp_size": 8}),

@@ -1,6 +1,7 @@
 """Run the estimate model on every real logged pool with a known setup and print the error table.
 
-Usage: python tests/bench/calibrate_estimator.py   (from the repository root; needs ../shared/data)
+Usage: python tests/bench/calibrate_estimator.py   (from the repository root; needs the real model
+configs, see tests/datapaths.py)
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.datapaths import MODELS_ABSENT  # noqa: E402
 from tests.estimate import calibration_cases as cc  # noqa: E402
 
 
 def main() -> int:
     if not cc.available():
-        print("../shared/data is absent: nothing to calibrate against", file=sys.stderr)
+        print(f"{MODELS_ABSENT}: nothing to calibrate against", file=sys.stderr)
         return 2
     outcomes = cc.run_all()
     print("| id | model | gpu | tp | logged tokens | predicted | range | error % | weights logged / predicted GiB | independent |")

@@ -1,4 +1,4 @@
-"""The real logged pools the estimate model is checked against (../shared/data/logs/datapoints.yaml).
+"""The real logged pools the estimate model is checked against (tests/data/logs/datapoints.yaml).
 
 Each case states the setup the log implies (GPU, parallelism, the memory fraction of the release that
 printed it) and why; figures come from datapoints.yaml at run time, never from this file. Used by
@@ -16,10 +16,8 @@ import yaml
 
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.model import RoleTarget
+from tests.datapaths import DATAPOINTS, MODELS
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-DATAPOINTS = SHARED / "logs" / "datapoints.yaml"
-MODELS = SHARED / "models"
 GIB = float(1 << 30)
 
 # SGLang releases before the 2025 memory heuristic defaulted mem_fraction_static by TP size alone:
@@ -32,7 +30,7 @@ class Case:
     """One logged pool and the setup the log implies."""
 
     id: str
-    model: str  # config file stem in shared/data/models
+    model: str  # config file stem in the model configs folder (tests/datapaths.py: MODELS)
     gpu: str
     args: dict[str, Any]
     note: str

@@ -1,4 +1,4 @@
-"""Shared helpers: real model configs from ../shared/data/models (skip when absent)."""
+"""Shared helpers: real model configs (tests/datapaths.py: MODELS; skip when absent) and RoleTargets."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from kvcheck.model import EstimateInputs, RoleTarget
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-MODELS = SHARED / "models"
+from tests.datapaths import MODELS, MODELS_ABSENT
 
 
 def model_config(name: str) -> Path:
+    if not MODELS.is_dir():
+        pytest.skip(MODELS_ABSENT)
     path = MODELS / f"{name}.json"
     if not path.is_file():
         pytest.skip(f"{path} not available")

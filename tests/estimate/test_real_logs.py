@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.datapaths import MODELS_ABSENT
+
 from . import calibration_cases as cc
 
-pytestmark = pytest.mark.skipif(not cc.available(), reason="../shared/data is absent")
+pytestmark = pytest.mark.skipif(not cc.available(), reason=MODELS_ABSENT)
 
 # Published bounds (docs/estimate.md): the pool error of each usable case, in percent.
 BOUND_PCT = {

@@ -1,4 +1,4 @@
-"""The planner on real model configs (../shared/data/models): invariants that hold for every model."""
+"""The planner on real model configs (tests/datapaths.py: MODELS): invariants that hold for every model."""
 
 from __future__ import annotations
 
@@ -22,19 +22,19 @@ CASES = [  # (model, gpu, args)
 ]
 
 
-def _target(shared_data, model: str, gpu: str, args: dict, window: int) -> RoleTarget:
+def _target(model_configs, model: str, gpu: str, args: dict, window: int) -> RoleTarget:
     return RoleTarget(
         name="serve", context_length=window, min_headroom=1.0, engine_version="0.5.23", args=args,
-        argv_args=(), gpu=gpu, model_config=shared_data / "models" / f"{model}.json",
+        argv_args=(), gpu=gpu, model_config=model_configs / f"{model}.json",
     )
 
 
 @pytest.mark.parametrize(("model", "gpu", "args"), CASES, ids=[c[0] for c in CASES])
-def test_plan_invariants(shared_data, model: str, gpu: str, args: dict) -> None:
+def test_plan_invariants(model_configs, model: str, gpu: str, args: dict) -> None:
     windows = (8_192, 65_536, 131_072, 262_144, 524_288, 1_048_576)
     minimums = []
     for window in windows:
-        target = _target(shared_data, model, gpu, args, window)
+        target = _target(model_configs, model, gpu, args, window)
         plan = plan_role(target, offline=True)
         f = plan.fraction
         assert plan.largest_context_tokens == min(plan.pool_context_tokens, plan.model_context_tokens)
@@ -65,9 +65,9 @@ def test_plan_invariants(shared_data, model: str, gpu: str, args: dict) -> None:
     assert minimums == sorted(minimums)
 
 
-def test_attention_dp_and_expert_parallelism_follow_tp(shared_data) -> None:
+def test_attention_dp_and_expert_parallelism_follow_tp(model_configs) -> None:
     args = {"tp_size": 8, "attn_dp_size": 8, "ep_size": 8}
-    target = _target(shared_data, "deepseek-ai--DeepSeek-V3", "H200", args, 131_072)
+    target = _target(model_configs, "deepseek-ai--DeepSeek-V3", "H200", args, 131_072)
     plan = plan_role(target, offline=True)
     by_tp = {o.value: o for o in plan.tp_options}
     expected = estimate_role(
@@ -77,8 +77,8 @@ def test_attention_dp_and_expert_parallelism_follow_tp(shared_data) -> None:
     assert expected.details["parallel"]["attn_dp"] == 16 and expected.details["parallel"]["ep"] == 16
 
 
-def test_partial_ep_that_does_not_divide_is_not_offered(shared_data) -> None:
-    target = _target(shared_data, "deepseek-ai--DeepSeek-V3", "H200", {"tp_size": 8, "ep_size": 4}, 131_072)
+def test_partial_ep_that_does_not_divide_is_not_offered(model_configs) -> None:
+    target = _target(model_configs, "deepseek-ai--DeepSeek-V3", "H200", {"tp_size": 8, "ep_size": 4}, 131_072)
     plan = plan_role(target, offline=True)
     by_tp = {o.value: o for o in plan.tp_options}
     assert (by_tp[2].pool_tokens, by_tp[2].note) == (None, "ep-size 4 does not divide tp-size 2")

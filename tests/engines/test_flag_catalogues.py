@@ -784,7 +784,7 @@ def test_committed_removed_sections():
 
 
 def test_0_5_23_facts_from_the_engine_notes():
-    """sglang.md §6: no --cuda-graph-max-bs/--cuda-graph-bs; per-phase flags; deprecated switches."""
+    """No --cuda-graph-max-bs/--cuda-graph-bs; per-phase flags; deprecated switches (docs/sglang-internals.md)."""
     flags = by_flag(committed("0.5.23")["flags"])
     options = {o for f in flags.values() for o in [f["flag"], *f["aliases"]]}
     assert "--cuda-graph-max-bs" not in options and "--cuda-graph-bs" not in options

@@ -34,7 +34,7 @@ def summarise(text: str):
     return read_log(io.BytesIO(text.encode()))
 
 
-# A TP2 launch of 0.5.23 as sglang.md 4.2 renders it, request logs after it.
+# A TP2 launch of 0.5.23 in the order docs/sglang-internals.md (Log lines) gives, request logs after it.
 SGLANG_0_5_23_TP2 = """\
 [2026-01-05 10:00:01] server_args={'model_path': 'meta-llama/Llama-3.1-8B-Instruct', 'tp_size': 2, 'mem_fraction_static': 0.828, 'chunked_prefill_size': 8192, 'page_size': 1, 'context_length': None, 'allow_auto_truncate': False, 'disaggregation_mode': 'null'}
 [2026-01-05 10:00:09 TP0] Init parallel begin.

@@ -1,4 +1,4 @@
-"""The estimate model against the worked examples of shared/docs/sglang.md (§2.5, §2.11, §3.1)."""
+"""The estimate model against the worked examples of docs/sglang-internals.md (Pool sizing, Defaults)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ H100_MIB = 81559
 
 
 def test_llama31_8b_h100_worked_example_gives_414428_tokens():
-    # §2.11: pre = 79.18 GiB free at the baseline, after = 64.05 GiB, f = 0.830 (default), cell 131,072 B
+    # Estimating without a GPU: pre = 79.18 GiB free at the baseline, after = 64.05 GiB, f = 0.830 (default), cell 131,072 B
     inputs = EstimateInputs(pre_baseline_mib=H100_MIB - 79.18 * 1024, weights_gib_per_gpu=79.18 - 64.05)
     est = estimate_role(role("meta-llama--Meta-Llama-3.1-8B", estimate=inputs))
     assert est.details["mem_fraction_static"] == 0.83

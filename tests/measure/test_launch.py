@@ -109,7 +109,7 @@ def test_stop_during_startup_kills_the_launcher_and_its_children(tmp_path: Path,
     engine = _start(tmp_path, "hang", lines)
     _wait_for(lambda: sum("Load weight begin" in line for line in lines) == 2, "both schedulers loading")
     assert engine.stop(grace_s=5) == []
-    assert engine.returncode == -15  # no handler before serving: default action (sglang.md section 10)
+    assert engine.returncode == -15  # no handler before serving: default action (docs/sglang-internals.md)
     assert engine.stop(grace_s=5) == []  # idempotent
 
 

@@ -16,7 +16,7 @@ from kvcheck.plan.planner import largest_window, plan_role
 from tests.plan.helpers import LLAMA_31_8B, role, write_config
 
 # Worked example (docs/plan.md): Llama-3.1-8B on one H100 80GB, weights pinned at 15.0 GiB/GPU so
-# every figure follows by hand from sglang.md §2.11 and the H100 profile:
+# every figure follows by hand from docs/sglang-internals.md (Pool sizing) and the H100 profile:
 #   pre   = (81,559 - 900 MiB before the baseline) / 1024 = 78.7685546875 GiB
 #   after = pre - 15.0 = 63.7685546875 GiB; cell = 8 KV heads x 256 x 32 layers x 2 B = 131,072 B
 #   pool(f) = floor((after - pre x (1 - f)) x 2^30 / 131,072)
@@ -164,7 +164,7 @@ def test_manifest_fraction_above_the_safe_ceiling_is_called_out(llama) -> None:
 
 
 def test_scaled_user_fraction_gets_the_flag_that_lands_on_sglangs_default(llama) -> None:
-    # ROCm aiter with context_len > 8192 multiplies every fraction by 0.85 (sglang.md §3.1): the safe
+    # ROCm aiter with context_len > 8192 multiplies every fraction by 0.85 (docs/sglang-internals.md): the safe
     # flag value is the one whose effective fraction equals SGLang's own effective default
     target = role(llama, gpu="MI300X")
     plan = plan_role(target)

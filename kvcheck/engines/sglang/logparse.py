@@ -2,7 +2,7 @@
 
 The same reader serves `kvcheck logs` (a file or stdin, possibly gigabytes of request logs after the
 startup lines) and the measure backend (an engine's output fed while it boots). It understands the
-formats SGLang printed from late 2024 to mid 2026 (sglang.md section 4):
+formats SGLang printed from mid 2024 to mid 2026 (docs/sglang-internals.md, Log lines):
 
 * prefix `[YYYY-MM-DD HH:MM:SS{.mmm}{ DPd}{ PPp}{ ATTN_CPc}{ MOE_DPm}{ TPt}{ EPe}] ` (older releases:
   no date; some sources lose the leading `[`), optionally followed by `WARNING server_args.py:1245: `;
@@ -315,7 +315,8 @@ _HANDLER_KEYS = frozenset(
     }
 )
 
-# Messages of these types stop SGLang's startup (sglang.md 2.2-2.5, 10): a boot showing one failed.
+# Messages of these types stop SGLang's startup (docs/sglang-internals.md, Log lines: Failures): a
+# boot showing one failed.
 _FATAL_TEXTS = (
     "Not enough memory",
     "Loaded weights leave no GPU memory",

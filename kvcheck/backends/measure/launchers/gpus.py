@@ -1,8 +1,8 @@
 """GPU inventory through NVML: a role may only be measured on idle GPUs of the manifest's type.
 
-SGLang sizes its pool from the memory free when each scheduler starts (sglang.md §2.2), so memory held
-by another process shrinks the pool below what production gets, and another GPU model gives another
-pool. Both are KV302 errors, found before any engine is started.
+SGLang sizes its pool from the memory free when each scheduler starts (docs/sglang-internals.md,
+Memory readings), so memory held by another process shrinks the pool below what production gets,
+and another GPU model gives another pool. Both are KV302 errors, found before any engine is started.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Predict a role's KV pool the way SGLang 0.5.23 sizes it (shared/docs/sglang.md §2.3-2.11)."""
+"""Predict a role's KV pool the way SGLang 0.5.23 sizes it (docs/sglang-internals.md, Pool sizing)."""
 
 from __future__ import annotations
 
@@ -475,7 +475,7 @@ def estimate_role(
 
 
 def _max_running_requests(res: Resolved, tokens: int, info: Mapping[str, Any]) -> int:
-    """SGLang's per-DP-worker max_running_requests after sizing (§3.4)."""
+    """SGLang's per-DP-worker max_running_requests after sizing (docs/sglang-internals.md, Defaults)."""
     if res.max_running_requests is not None:
         value = min(res.max_running_requests // res.attn_dp, tokens // 2)
     elif res.speculative in ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE"):

@@ -168,6 +168,7 @@ class RoleTarget:
     model_path: str | None = None
     model_config: Path | None = None  # config.json for estimate mode
     engine_command: tuple[str, ...] = ()  # empty: the engine's own default launch command
+    engine: str = "sglang"  # the registry name of the serving engine (kvcheck.engines.ENGINES)
     env: Mapping[str, str] = field(default_factory=dict)
     estimate: EstimateInputs = field(default_factory=EstimateInputs)
     location: Location | None = None  # where the role is declared

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from kvcheck.backends.base import Backend
+from kvcheck.engines import get_engine
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.engines.sglang.sizing.model import estimate_role
 from kvcheck.engines.sglang.sizing.rules import KV105, KV305
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.model import PoolMeasurement, RoleTarget
@@ -39,7 +39,7 @@ class EstimateBackend(Backend):
 
     def _one(self, target: RoleTarget) -> PoolMeasurement:
         try:
-            est = estimate_role(target, profiles=self._gpu_profiles(), offline=self.offline)
+            est = get_engine(target.engine).estimate(target, profiles=self._gpu_profiles(), offline=self.offline)
         except (EstimateError, InputError) as exc:
             message = f"pool could not be estimated: {exc.message}"
             return PoolMeasurement(

@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from kvcheck.engines.sglang.serving import disaggregation_mode
+from kvcheck.engines import get_engine
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget, Severity
 from kvcheck.policy.registry import define_rule, finding
 
@@ -128,8 +128,7 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     parts = [f"the largest context that fits this pool is {fits:,} tokens"]
     if target.min_headroom != 1.0:
         parts[0] += f" (with min_headroom {target.min_headroom:g})"
-    for text in measurement.details.get("fit_hints", ()):
-        parts.append(str(text))
+    parts.extend(measurement.fit_hints or ())
     if len(parts) == 1:
         parts.append(
             "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "
@@ -199,7 +198,7 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
             )
         )
 
-    mode = disaggregation_mode(args)
+    mode = get_engine(target.engine).role_mode(args)
     version_text = measurement.engine_version or target.engine_version
     version = _parse_version(version_text)
     if mode is not None and version is not None and version < ADMISSION_FIX_VERSION:
@@ -242,7 +241,7 @@ def evaluate_deployment(
     """Cross-role rules: KV104 (prefill and decode admission limits differ)."""
     limits: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
     for target, measurement in zip(targets, measurements, strict=True):
-        mode = disaggregation_mode(effective_args(target, measurement))
+        mode = get_engine(target.engine).role_mode(effective_args(target, measurement))
         if mode in limits and measurement.max_input_tokens is not None:
             limits[mode].append((target.name, measurement.max_input_tokens))
     found = []

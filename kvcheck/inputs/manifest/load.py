@@ -10,9 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, load_catalogue
+from kvcheck.engines import get_engine
+from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.manifest.model import EstimateSpec, Manifest
+from kvcheck.inputs.manifest.model import EstimateSpec, GpuSpec, Manifest
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -226,6 +227,40 @@ def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[Inpu
     return found
 
 
+def _resolve_gpu(
+    value: str | GpuSpec | None, where_path: tuple[str, ...], file: str, positions: Positions, issues: list[InputIssue]
+) -> str | None:
+    """The GPU name a role's target carries: an ambiguous name is an issue listing the choices;
+    a mapping becomes a profile of its own (profiles/gpus/ is not edited)."""
+    from kvcheck.engines.sglang.sizing import gpus
+
+    if value is None:
+        return None
+    if isinstance(value, GpuSpec):
+        try:
+            gpus.register_custom(
+                gpus.custom_profile(
+                    value.name, value.memory_mib, vendor=value.vendor, compute_capability=value.compute_capability,
+                    pre_baseline_mib=value.pre_baseline_mib, description=value.description,
+                )
+            )
+        except InputError as exc:
+            where = positions.of_value((*where_path, "compute_capability"))
+            issues.append(InputIssue(file, *(where or (None, None)), dotted(where_path), exc.message))
+        return value.name
+    try:
+        found = gpus.default_profiles().matches(value)
+    except InputError as exc:  # a broken profile in a --profiles folder
+        issues.append(InputIssue(file, None, None, "", exc.message))
+        return value
+    if len(found) > 1:
+        where = positions.of_value(where_path)
+        issue = InputIssue(file, *(where or (None, None)), dotted(where_path), gpus.ambiguous(value, found).message)
+        if issue not in issues:  # a top-level gpu: shared by several roles is reported once
+            issues.append(issue)
+    return value
+
+
 def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedManifest:
     """Load, validate and expand a manifest; raises ManifestError with every issue found."""
     path = Path(path)
@@ -250,7 +285,7 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
     catalogue_note = None
     if isinstance(version, str):
         try:
-            catalogue, catalogue_note = load_catalogue(version)
+            catalogue, catalogue_note = get_engine(manifest.engine.name).catalogue(version)
         except InputError as exc:
             where = positions.of_value(("engine", "version"))
             issues.append(InputIssue(display, *(where or (None, None)), "engine.version", exc.message))
@@ -332,10 +367,15 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
                     args=args,
                     argv_args=tuple(argv),
                     gpus=tuple(role.gpus),
-                    gpu=role.gpu or manifest.gpu,
+                    gpu=_resolve_gpu(
+                        role.gpu or manifest.gpu,
+                        ("roles", name, "gpu") if role.gpu else ("gpu",),
+                        display, positions, issues,
+                    ),
                     model_path=model_path,
                     model_config=config_path,
                     engine_command=tuple(command),
+                    engine=manifest.engine.name,
                     env={**manifest.engine.env, **role.env},
                     estimate=_merge_estimate(manifest.estimate, role.estimate),
                     location=role_location,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, disaggregation_mode
+from kvcheck.engines import get_engine
 from kvcheck.errors import InputError
 from kvcheck.model import RoleTarget
 
@@ -35,7 +35,7 @@ def build_argv(
     host: str = LOOPBACK,
 ) -> tuple[str, ...]:
     """The exact command line for one role; `bootstrap_port` only for disaggregated roles."""
-    argv = list(target.engine_command or DEFAULT_ENGINE_COMMAND)
+    argv = list(target.engine_command or get_engine(target.engine).default_command)
     if target.model_path is not None:
         argv += ["--model-path", target.model_path]
     elif "model_path" not in target.args:
@@ -55,7 +55,7 @@ def build_argv(
 
 def needs_bootstrap_port(target: RoleTarget) -> bool:
     """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
-    return disaggregation_mode(target.args) is not None and "disaggregation_bootstrap_port" not in target.args
+    return get_engine(target.engine).role_mode(target.args) is not None and "disaggregation_bootstrap_port" not in target.args
 
 
 def build_env(

@@ -17,7 +17,7 @@ HEADER = """# Rule codes
 
 Every finding kvcheck reports carries a stable rule code. Ranges: KV1xx capacity, KV2xx engine
 safety, KV3xx measurement (an error means the role could not be checked: exit 3), KV4xx the live
-probe. A manifest can skip rules (`policy.ignore`) or change their severity (`policy.severity`),
+probe, KV5xx deployment files. A manifest can skip rules (`policy.ignore`) or change their severity (`policy.severity`),
 except the KV3xx errors: a role that could not be checked never passes, so those can be neither
 ignored nor downgraded (kvcheck rejects such a manifest). `--strict` makes warnings fail too.
 `kvcheck rules` lists the codes and `kvcheck rules KV101` explains one.

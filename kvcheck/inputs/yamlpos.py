@@ -18,6 +18,8 @@ class Positions:
 
     keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    # scalar style of text values ("|" literal block, ">" folded, "'" or '"' quoted, "" plain)
+    styles: dict[Path_, str] = field(default_factory=dict)
 
     def of_key(self, path: Path_) -> tuple[int, int] | None:
         """Where the key at `path` is written, else the nearest enclosing place."""
@@ -44,11 +46,60 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
+MAX_DEPTH = 100  # manifests nest under 10 levels, Kubernetes objects under 30; PyYAML recurses per level
+# Values an alias-free document may add by expansion: a few anchors reused a few times fit easily, an
+# alias bomb (`&a [*a, *a, ...]` chained: 10**9 values from 700 bytes) does not.
+ALIAS_EXPANSION_ALLOWANCE = 10_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (PyYAML's composer recurses
+    per level, so 100k `[` would exhaust the stack) and counts the nodes written in the file."""
+
+    def __init__(self, stream: str, filename: str) -> None:
+        super().__init__(stream)
+        self.filename = filename
+        self.depth = 0
+        self.written_nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self.depth += 1
+        self.written_nodes += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise InputError(
+                    f"{self.filename}:{mark.line + 1}:{mark.column + 1}: YAML nested more than {MAX_DEPTH} "
+                    "levels deep"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+class _BoundedConstructor(yaml.constructor.SafeConstructor):
+    """SafeConstructor whose merge keys (`<<: [*a, *a]`, chained) cannot multiply a mapping without bound."""
+
+    def __init__(self, filename: str, max_entries: int) -> None:
+        super().__init__()
+        self.filename = filename
+        self.max_entries = max_entries
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        super().flatten_mapping(node)  # recursive calls come back here, so every level is checked
+        if len(node.value) > self.max_entries:
+            line, column = _mark(node)
+            raise InputError(
+                f"{self.filename}:{line}:{column}: merge keys (<<) expand this mapping to more than "
+                f"{self.max_entries:,} entries"
+            )
+
+
 def load_yaml_with_positions(text: str, filename: str) -> tuple[Any, Positions, list[InputIssue]]:
     """Parse one YAML document; duplicate keys are reported (YAML would silently keep the last)."""
     positions = Positions()
     issues: list[InputIssue] = []
-    loader = yaml.SafeLoader(text)
+    loader = _BoundedLoader(text, filename)
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
@@ -67,9 +118,42 @@ def load_yaml_with_positions(text: str, filename: str) -> tuple[Any, Positions, 
     if node is None:
         return None, positions, issues
 
-    constructor = yaml.SafeLoader("")
+    max_nodes = 2 * loader.written_nodes + ALIAS_EXPANSION_ALLOWANCE
+    data = _build_document(node, filename, positions, issues, max_nodes=max_nodes)
+    return data, positions, issues
+
+
+class _Budget:
+    """Counts nodes as aliases are expanded, so `&a [*a, *a, ...]` chains cannot exhaust memory."""
+
+    def __init__(self, filename: str, max_nodes: int | None) -> None:
+        self.filename = filename
+        self.left = max_nodes
+
+    def spend(self, node: yaml.Node, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            line, column = _mark(node)
+            raise InputError(f"{self.filename}:{line}:{column}: YAML nested more than {MAX_DEPTH} levels deep")
+        if self.left is None:
+            return
+        self.left -= 1
+        if self.left < 0:
+            line, column = _mark(node)
+            raise InputError(
+                f"{self.filename}:{line}:{column}: the YAML expands to too many values "
+                "(aliases repeating large anchors?)"
+            )
+
+
+
+def _build_document(
+    node: yaml.Node, filename: str, positions: Positions, issues: list[InputIssue], *, max_nodes: int | None
+) -> Any:
+    constructor = _BoundedConstructor(filename, max_nodes or 2_000_000)
+    budget = _Budget(filename, max_nodes)
 
     def build(n: yaml.Node, path: Path_) -> Any:
+        budget.spend(n, len(path))
         positions.values[path] = _mark(n)
         if isinstance(n, yaml.MappingNode):
             constructor.flatten_mapping(n)
@@ -95,13 +179,60 @@ def load_yaml_with_positions(text: str, filename: str) -> tuple[Any, Positions, 
             return out
         if isinstance(n, yaml.SequenceNode):
             return [build(item, (*path, i)) for i, item in enumerate(n.value)]
+        if isinstance(n, yaml.ScalarNode):
+            positions.styles[path] = n.style or ""
         return constructor.construct_object(n, deep=True)
 
     try:
-        data = build(node, ())
+        return build(node, ())
     except yaml.YAMLError as exc:
         raise InputError(f"{filename}: YAML error: {exc}") from exc
-    return data, positions, issues
+
+
+@dataclass
+class YamlDocument:
+    """One document of a YAML stream, with the positions of its keys and values in the whole file."""
+
+    data: Any
+    positions: Positions
+    issues: list[InputIssue]
+    line: int  # where the document starts, 1-based
+
+
+def load_yaml_documents(text: str, filename: str, *, max_nodes: int = 2_000_000) -> list[YamlDocument]:
+    """Parse every document of a stream (`---` separated, as Helm and kustomize print them), safely.
+
+    Only plain YAML types are built (SafeLoader); aliases count against `max_nodes` as they are
+    expanded and nesting is bounded, so a hostile file ends in an InputError, not exhausted memory.
+    Empty documents are skipped.
+    """
+    documents: list[YamlDocument] = []
+    loader = _BoundedLoader(text, filename)
+    budget_left = max_nodes
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            positions = Positions()
+            issues: list[InputIssue] = []
+            data = _build_document(node, filename, positions, issues, max_nodes=budget_left)
+            budget_left -= max(1, len(positions.values))
+            documents.append(YamlDocument(data, positions, issues, node.start_mark.line + 1))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        problem = exc.problem or "invalid YAML"
+        if exc.context:
+            problem = f"{exc.context}: {problem}"
+        raise InputError(
+            InputIssue(filename, line, column, "", f"YAML syntax error: {problem}").render()
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise InputError(f"{filename}: YAML error: {exc}") from exc
+    finally:
+        loader.dispose()
+    return documents
 
 
 def _dotted(path: Path_) -> str:

@@ -35,6 +35,7 @@ RULE_MODULES = (
     "kvcheck.engines.sglang.log_rules",
     "kvcheck.probe.rules",
     "kvcheck.plan.rules",
+    "kvcheck.inputs.deploy.rules",
 )
 
 

@@ -1,0 +1,374 @@
+"""Deployment files -> checked roles: every role's SGLang arguments typed by its release's catalogue.
+
+`read_deployments` reads every file, detects each document's format, lets the format's reader find
+the server roles, parses their command lines with the flag catalogue of the release they run, and
+groups the roles into deployments. Problems SGLang itself would refuse (unknown, removed or
+ambiguous flags, bad values) and malformed files are input errors (exit 2) naming file:line:column;
+values the files leave unknown and leaders that disagree with their workers are findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, catalogue_versions, load_catalogue
+from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.inputs.deploy.readers import (
+    READERS,
+    SUPPORTED,
+    RoleSource,
+    doc_format,
+    gather_references,
+)
+from kvcheck.inputs.deploy.server import (
+    PLACEMENT_FLAGS,
+    Arg,
+    ScriptError,
+    ServerCommand,
+    Sourced,
+    Token,
+    config_args,
+    find_server,
+    parse_server,
+)
+from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, parse_documents, read_source
+from kvcheck.model import Finding, Location
+from kvcheck.policy.registry import finding
+
+# Formats whose object is a whole deployment; loose workloads (Deployment, LWS, ...) are grouped.
+_LOOSE = frozenset({"Deployment", "StatefulSet", "Pod", "LeaderWorkerSet"})
+
+
+@dataclass
+class ImportedRole:
+    """One SGLang server role with its typed arguments, each with the place it was written."""
+
+    name: str
+    kind: str
+    location: Location
+    args: dict[str, Arg]  # canonical flag name -> argument (nnodes included; model-path, config excluded)
+    catalogue: Catalogue
+    version: Sourced
+    model_path: Sourced | None
+    gpus_per_node: Sourced | None
+    nodes: Sourced | None
+    replicas: Sourced | None
+    gpu: Sourced | None
+    findings: list[Finding] = field(default_factory=list)
+    catalogue_note: str | None = None
+
+
+@dataclass
+class ImportedDeployment:
+    """The roles that serve one model together (prefill and decode, or one unified server)."""
+
+    name: str
+    roles: list[ImportedRole]
+    sources: tuple[str, ...]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for role in self.roles for f in role.findings]
+
+
+def read_deployments(
+    paths: Sequence[str], *, cmd: str | None = None, sglang_version: str | None = None
+) -> list[ImportedDeployment]:
+    """Every deployment the files (and `--cmd`) describe; InputError/ManifestError (exit 2) on bad input."""
+    if not paths and not cmd:
+        raise InputError("no deployment file given", hint="pass FILE... (- for stdin) or --cmd \"python -m sglang.launch_server ...\"")
+    if list(paths).count(STDIN) > 1:
+        raise InputError("'-' (stdin) is given more than once")
+    sources = [read_source(p) for p in paths]
+    docs: list[Doc] = []
+    issues: list[InputIssue] = []
+    for source in sources:
+        parsed = parse_documents(source)
+        for doc in parsed:
+            issues.extend(doc.yaml.issues)
+        docs.extend(parsed)
+    if issues:
+        raise ManifestError(issues, hint=_HINT)
+    inputs = gather_references(docs)
+    role_sources: list[RoleSource] = []
+    for doc in docs:
+        fmt = doc_format(doc)
+        if fmt is None:
+            continue
+        try:
+            role_sources.extend(READERS[fmt](doc, inputs))
+        except ScriptError as exc:
+            issues.append(exc.issue)
+    if cmd is not None:
+        role_sources.append(_command_line_role(cmd))
+    if issues:
+        raise ManifestError(issues, hint=_HINT)
+    if not role_sources:
+        raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {SUPPORTED}")
+    roles: list[tuple[RoleSource, ImportedRole]] = []
+    for source in role_sources:
+        try:
+            roles.append((source, _build_role(source, sglang_version, issues)))
+        except _Skip:
+            continue
+    if issues:
+        issues.sort(key=lambda i: (i.file, i.line or 0, i.column or 0))
+        raise ManifestError(issues, hint=_HINT)
+    return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+
+
+_HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
+
+
+class _Skip(Exception):
+    pass
+
+
+def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
+    kinds = []
+    for doc in docs:
+        data = doc.data
+        if isinstance(data, Mapping) and isinstance(data.get("kind"), str):
+            kinds.append(f"{data['kind']} ({data.get('apiVersion')}) at {doc.source.name}:{doc.yaml.line}")
+    names = ", ".join(s.name for s in sources) or "--cmd"
+    if not docs:
+        return f"{names}: no YAML document in the input"
+    if kinds:
+        shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
+        return f"{names}: no SGLang server in a supported kind; the input holds: {shown}"
+    return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
+
+
+def _command_line_role(cmd: str) -> RoleSource:
+    """`kvcheck import --cmd "..."`: one role from an SGLang command line as a shell would split it."""
+    source = SourceFile("--cmd", cmd)
+    try:
+        commands = parse_script(cmd, lambda name: None)
+    except ShellSyntaxError as exc:
+        raise InputError(f"--cmd:1:{exc.offset + 1}: {exc}") from exc
+    for command in commands:
+        words = command.words
+        tokens = [Token(w.text, Location("--cmd", 1, w.offset + 1), list(w.unresolved)) for w in words]
+        server = find_server(tokens, _EmptyEnv(), doc=None) if tokens else None
+        if server is not None:
+            from kvcheck.inputs.deploy.readers import Inputs  # noqa: F401 - one role, no references
+            from kvcheck.inputs.deploy.server import Env
+            from kvcheck.inputs.yamlpos import Positions, YamlDocument
+
+            doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
+            return RoleSource(name="server", kind="command line", group="command-line", doc=doc,
+                              location=Location("--cmd", 1, 1), server=server, env=Env(), standalone=True)
+    raise InputError(
+        "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
+        hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
+    )
+
+
+class _EmptyEnv:
+    def lookup(self, name: str) -> None:
+        return None
+
+
+def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue]) -> tuple[Catalogue, Sourced, str | None]:
+    stated = source.version
+    if override is not None and stated is not None and str(stated.value) != override:
+        where = stated.location
+        issues.append(
+            InputIssue(where.file if where else "", where.line if where else None, where.column if where else None, "",
+                       f"the deployment runs SGLang {stated.value} ({stated.origin}), but {override} was given")
+        )
+    if override is not None:
+        version = Sourced(override, None, "given")
+    elif stated is not None:
+        version = stated
+    else:
+        newest = catalogue_versions()[-1]
+        version = Sourced(newest, None, "not in the files")
+    try:
+        catalogue, note = load_catalogue(str(version.value))
+    except InputError as exc:
+        where = version.location or source.location
+        issues.append(InputIssue(where.file, where.line, where.column, "", exc.message))
+        raise _Skip() from exc
+    if version.origin == "not in the files":
+        note = (
+            f"the files do not name the SGLang release (no lmsysorg/sglang image tag); role '{source.name}' "
+            f"was read with the flags of {version.value}, the newest release kvcheck knows"
+        )
+    return catalogue, version, note
+
+
+def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue]) -> ImportedRole:
+    catalogue, version, note = _catalogue(source, override, issues)
+    findings: list[Finding] = []
+    model_path = source.model_path
+    if source.config_map is not None:
+        doc, path = source.config_map
+        args = _mapping_args(doc, path, catalogue, issues)
+    else:
+        parsed = parse_server(source.server, catalogue, role=source.name)
+        issues.extend(parsed.issues)
+        findings.extend(parsed.findings)
+        args = parsed.args
+        if parsed.model_path is not None:
+            model_path = parsed.model_path
+        if parsed.config is not None:
+            args = _with_config(source, parsed.config, args, catalogue, issues, findings)
+    for name, arg in source.injected.items():
+        args.setdefault(name, arg)
+    if source.mode is not None:
+        stated = args.get("disaggregation-mode")
+        if stated is None:
+            args["disaggregation-mode"] = Arg("disaggregation-mode", "disaggregation_mode", source.mode.value,
+                                              source.mode.location, None, source.mode.origin)
+        elif stated.value != source.mode.value:
+            where = stated.location
+            issues.append(InputIssue(where.file, where.line, where.column, "",
+                                     f"--disaggregation-mode {stated.value} contradicts {source.mode.origin} "
+                                     f"'{source.mode.value}' at {source.mode.location.render() if source.mode.location else '?'}"))
+    for label, worker in source.workers:
+        findings.extend(_disagreements(source, args, label, worker, catalogue))
+    return ImportedRole(
+        name=source.name,
+        kind=source.kind,
+        location=source.location,
+        args=args,
+        catalogue=catalogue,
+        version=version,
+        model_path=model_path,
+        gpus_per_node=source.gpus_per_node,
+        nodes=source.nodes,
+        replicas=source.replicas,
+        gpu=source.gpu,
+        findings=findings,
+        catalogue_note=note,
+    )
+
+
+def _mapping_args(doc: Doc, path: tuple, catalogue: Catalogue, issues: list[InputIssue]) -> dict[str, Arg]:
+    """A YAML mapping of SGLang flags (srt-slurm's sglang_config blocks), checked like manifest args."""
+    block = doc.data
+    for part in path:
+        block = block[part]
+    args: dict[str, Arg] = {}
+    for key, value in block.items():
+        where = doc.at((*path, key), key=True)
+        bare = str(key).lstrip("-").replace("_", "-")
+        if bare in ("model-path", "model", "served-model-name") and bare != "served-model-name":
+            continue
+        try:
+            flag = catalogue.resolve(str(key))
+            typed = catalogue.coerce(flag, value)
+        except FlagError as exc:
+            issues.append(InputIssue(where.file, where.line, where.column, str(key), str(exc)))
+            continue
+        name = flag.name[2:]
+        if name in PLACEMENT_FLAGS or ((flag.store_true or flag.nargs == 0) and typed is False):
+            continue
+        args[name] = Arg(name, flag.key, typed, doc.at((*path, key)), flag)
+    return args
+
+
+def _with_config(
+    source: RoleSource, token: Token, args: dict[str, Arg], catalogue: Catalogue,
+    issues: list[InputIssue], findings: list[Finding],
+) -> dict[str, Arg]:
+    """Arguments from `--config FILE`: the ConfigMap entry mounted there; the command line wins over it."""
+    found = source.config_source(token) if source.config_source is not None else None
+    if found is None:
+        findings.append(
+            finding(
+                "KV317",
+                source.name,
+                f"--config {token.text}: the file is not among the inputs, so the flags it sets are unknown",
+                hint="pass the ConfigMap that holds it in the same command (it is matched by the volume mounted there)",
+                location=token.location,
+            )
+        )
+        return args
+    doc, path, text = found
+    from_config, config_issues = config_args(doc, path, text, catalogue, origin=f"--config {token.text}")
+    issues.extend(config_issues)
+    return {**from_config, **args}
+
+
+_COMPARED_EXCLUDE = PLACEMENT_FLAGS | {"model-path", "config"}
+
+
+def _disagreements(
+    source: RoleSource, leader: dict[str, Arg], label: str, worker: ServerCommand, catalogue: Catalogue
+) -> list[Finding]:
+    """KV501 at both lines for every engine argument a worker runs differently from its leader."""
+    parsed = parse_server(worker, catalogue, role=source.name)
+    theirs = parsed.args
+    out = []
+    for name in sorted(set(leader) | set(theirs)):
+        if name in _COMPARED_EXCLUDE or (name in leader and leader[name].origin and name not in theirs):
+            continue
+        mine, other = leader.get(name), theirs.get(name)
+        if mine is not None and other is not None and mine.value == other.value:
+            continue
+        shown_mine = _shown(mine)
+        shown_other = _shown(other)
+        text = f"--{name}: the leader runs {shown_mine}, the {label} runs {shown_other}"
+        hint = "every node of one instance must start with the same server arguments"
+        if mine is not None:
+            out.append(finding("KV501", source.name, text, hint=hint, location=mine.location))
+        if other is not None:
+            out.append(finding("KV501", source.name, text, hint=hint, location=other.location))
+        elif mine is not None:
+            out.append(finding("KV501", source.name, text, hint=hint, location=worker.location))
+    return out
+
+
+def _shown(arg: Arg | None) -> str:
+    if arg is None:
+        return "without it"
+    return str(arg.value)
+
+
+def _group(pairs: list[tuple[RoleSource, ImportedRole]], sources: tuple[str, ...]) -> list[ImportedDeployment]:
+    """Roles -> deployments: a whole-deployment object is one; loose prefill/decode workloads of one input are one."""
+    groups: dict[str, list[ImportedRole]] = {}
+    names: dict[str, str] = {}
+    for source, role in pairs:
+        if source.kind in _LOOSE and "disaggregation-mode" in role.args:
+            key = f"pd:{source.doc.source.name}"
+            names.setdefault(key, _common_name([s.group for s, r in pairs if s.kind in _LOOSE and "disaggregation-mode" in r.args]))
+        else:
+            key = f"{source.kind}:{source.group}"
+            names.setdefault(key, source.group)
+        groups.setdefault(key, []).append(role)
+    out = []
+    for key, roles in groups.items():
+        seen: dict[str, int] = {}
+        for role in roles:
+            count = seen.get(role.name, 0)
+            seen[role.name] = count + 1
+            if count:
+                role.name = f"{role.name}-{count + 1}"
+        out.append(ImportedDeployment(names[key], roles, sources))
+    return out
+
+
+def _common_name(names: list[str]) -> str:
+    if not names:
+        return "deployment"
+    prefix = names[0]
+    for name in names[1:]:
+        while not name.startswith(prefix):
+            prefix = prefix[:-1]
+    prefix = prefix.rstrip("-_.")
+    return prefix or "+".join(names)
+
+
+def role_args_in_order(role: ImportedRole) -> list[Arg]:
+    """The role's arguments in the order the files state them (by file position)."""
+    def key(arg: Arg) -> tuple[Any, ...]:
+        loc = arg.location
+        return (loc.file if loc else "", loc.line or 0 if loc else 0, loc.column or 0 if loc else 0)
+
+    return sorted(role.args.values(), key=key)

@@ -1,0 +1,362 @@
+"""Imported deployments -> the kvcheck manifest (YAML with a source comment on each value, or JSON),
+and -> the same loaded value `load_manifest` returns, so verify and plan gate deployment files directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.inputs.deploy.build import ImportedDeployment, ImportedRole, read_deployments, role_args_in_order
+from kvcheck.inputs.deploy.server import Sourced
+from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
+from kvcheck.inputs.manifest.model import MAX_TOKENS, Manifest
+from kvcheck.model import Finding, Location, RoleTarget
+from kvcheck.policy.registry import finding
+from kvcheck.policy.rules import PolicyConfig
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line (or an overlay manifest) adds to the files; each with where it was stated."""
+
+    gpu: Sourced | None = None
+    context_length: Sourced | None = None
+    model_config: Sourced | None = None  # value: Path
+    sglang_version: Sourced | None = None
+    model_path: Sourced | None = None
+    policy: PolicyConfig | None = None
+    name: str | None = None
+
+
+# -- one deployment as manifest values, each with its source -------------------------------------------
+
+
+@dataclass
+class Item:
+    """A manifest value and the comment naming where it came from."""
+
+    value: Any
+    comment: str | None = None
+
+
+def _where(sourced: Sourced | None) -> str | None:
+    if sourced is None:
+        return None
+    parts = []
+    if sourced.location is not None:
+        parts.append(sourced.location.render())
+    if sourced.origin:
+        parts.append(f"({sourced.origin})" if parts else sourced.origin)
+    return " ".join(parts) or None
+
+
+def _agree(values: list[tuple[str, Sourced | None]], what: str, issues: list[InputIssue]) -> Sourced | None:
+    """The one value roles state for `what` (first role's place); disagreeing roles are an input issue."""
+    stated = [(role, s) for role, s in values if s is not None and s.value is not None]
+    if not stated:
+        return None
+    first_role, first = stated[0]
+    for role, other in stated[1:]:
+        if other.value != first.value:
+            where = other.location or Location("?")
+            issues.append(
+                InputIssue(where.file, where.line, where.column, "",
+                           f"role '{role}' states {what} {other.value!r}, role '{first_role}' {first.value!r} "
+                           f"at {first.location.render() if first.location else '?'}; a manifest holds one {what}")
+            )
+    return first
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    from kvcheck.engines.sglang.sizing.gpus import default_profiles
+
+    if a == b:
+        return True
+    profiles = default_profiles()
+    found_a, found_b = profiles.find(a), profiles.find(b)
+    return found_a is not None and found_a is found_b
+
+
+def _override(stated: Sourced | None, given: Sourced | None, what: str, issues: list[InputIssue],
+              same: Any = None) -> Sourced | None:
+    """The given value where the files say nothing; both stated and different is an input error naming both."""
+    if given is None:
+        return stated
+    if stated is None:
+        return given
+    equal = same(str(stated.value), str(given.value)) if same else stated.value == given.value
+    if not equal:
+        where = stated.location or Location("?")
+        issues.append(
+            InputIssue(where.file, where.line, where.column, "",
+                       f"{what} is {stated.value!r} here ({stated.origin or 'the deployment file'}) but "
+                       f"{given.value!r} in {_where(given) or 'the command line'}; they must agree")
+        )
+    return stated
+
+
+@dataclass
+class Resolved:
+    """A deployment with the overrides applied: what the manifest and the targets are built from."""
+
+    deployment: ImportedDeployment
+    name: str
+    context_length: Sourced | None
+    model_path: Sourced | None
+    model_config: Sourced | None
+    version: Sourced
+    gpu: Sourced | None  # shared by every role, else per role
+    role_gpus: dict[str, Sourced | None]
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve(deployment: ImportedDeployment, overrides: Overrides, issues: list[InputIssue]) -> Resolved:
+    roles = deployment.roles
+    windows = [(r.name, _sourced_arg(r, "context-length")) for r in roles]
+    window = _agree(windows, "--context-length", []) if all(w for _, w in windows) else None
+    if window is not None and len({w.value for _, w in windows if w}) != 1:
+        window = None  # roles serve different windows: the advertised one must be given
+    if window is not None:
+        window = Sourced(window.value, window.location, "--context-length of every role")
+    window = _override(window, overrides.context_length, "the context window", issues)
+    model = _agree([(r.name, r.model_path) for r in roles], "model path", issues)
+    model = _override(model, overrides.model_path, "model.path", issues)
+    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release", issues)
+    version = _override(version, overrides.sglang_version, "the SGLang release", issues)
+    if version is None:
+        version = roles[0].version
+    gpus = [(r.name, r.gpu) for r in roles]
+    distinct = {str(g.value) for _, g in gpus if g is not None}
+    role_gpus: dict[str, Sourced | None] = {}
+    shared_gpu = None
+    if len(distinct) <= 1:
+        shared_gpu = next((g for _, g in gpus if g is not None), None)
+        shared_gpu = _override(shared_gpu, overrides.gpu, "the GPU type", issues, same=_same_gpu)
+    else:
+        for name, gpu in gpus:
+            role_gpus[name] = _override(gpu, overrides.gpu, "the GPU type", issues, same=_same_gpu)
+    notes = sorted({r.catalogue_note for r in roles if r.catalogue_note})
+    return Resolved(deployment, overrides.name or deployment.name, window, model, overrides.model_config,
+                    version, shared_gpu, role_gpus, notes)
+
+
+def _sourced_arg(role: ImportedRole, name: str) -> Sourced | None:
+    arg = role.args.get(name)
+    return Sourced(arg.value, arg.location, arg.origin) if arg is not None else None
+
+
+def manifest_items(resolved: Resolved) -> dict[str, Any]:
+    """The manifest as nested dicts of Items (YAML renders the comments, JSON only the values)."""
+    out: dict[str, Any] = {"name": Item(resolved.name, ", ".join(resolved.deployment.sources))}
+    if resolved.context_length is not None:
+        out["context_length"] = Item(resolved.context_length.value, _where(resolved.context_length))
+    model: dict[str, Any] = {}
+    if resolved.model_path is not None and resolved.model_path.value is not None:
+        model["path"] = Item(resolved.model_path.value, _where(resolved.model_path))
+    if resolved.model_config is not None:
+        model["config"] = Item(str(resolved.model_config.value), _where(resolved.model_config))
+    out["model"] = model
+    out["engine"] = {"version": Item(str(resolved.version.value), _where(resolved.version))}
+    if resolved.gpu is not None:
+        out["gpu"] = Item(resolved.gpu.value, _where(resolved.gpu))
+    roles: dict[str, Any] = {}
+    for role in resolved.deployment.roles:
+        entry: dict[str, Any] = {}
+        if role.gpus_per_node is not None:
+            entry["gpus"] = Item(list(range(role.gpus_per_node.value)), _where(role.gpus_per_node))
+        gpu = resolved.role_gpus.get(role.name)
+        if gpu is not None:
+            entry["gpu"] = Item(gpu.value, _where(gpu))
+        args = {arg.name: Item(arg.value, _where(Sourced(arg.value, arg.location, arg.origin)))
+                for arg in role_args_in_order(role)}
+        entry["args"] = args
+        roles[role.name] = (entry, f"{role.location.render()} ({role.kind})")
+    out["roles"] = roles
+    return out
+
+
+def _plain(tree: Any) -> Any:
+    if isinstance(tree, Item):
+        return tree.value
+    if isinstance(tree, tuple):
+        return _plain(tree[0])
+    if isinstance(tree, dict):
+        return {k: _plain(v) for k, v in tree.items()}
+    return tree
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
+        return text.removesuffix("\n...").removesuffix("...").strip()
+    if isinstance(value, bool) or value is None or isinstance(value, int | float):
+        return json.dumps(value)
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _render(tree: dict[str, Any], indent: int, lines: list[str]) -> None:
+    pad = "  " * indent
+    for key, node in tree.items():
+        comment = None
+        if isinstance(node, tuple):
+            node, comment = node
+        if isinstance(node, Item):
+            value = json.dumps(node.value) if key == "version" else _scalar(node.value)
+            line = f"{pad}{_key(key)}: {value}"
+            lines.append(line + (f"  # {node.comment}" if node.comment else ""))
+        elif isinstance(node, dict):
+            lines.append(f"{pad}{_key(key)}:" + (f"  # {comment}" if comment else "") + (" {}" if not node else ""))
+            _render(node, indent + 1, lines)
+
+
+def _key(key: str) -> str:
+    return key if _scalar(key) == key else json.dumps(key)
+
+
+def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
+    """YAML manifests, one document per deployment, each value commented with its file:line:column."""
+    docs = []
+    for item in resolved:
+        lines = [f"# kvcheck manifest imported from {', '.join(item.deployment.sources)} (kvcheck import)"]
+        for note in item.notes:
+            lines.append(f"# note: {note}")
+        if item.context_length is None:
+            lines.append("# context_length: not in the files; add the window you advertise (required)")
+        if item.model_path is None or item.model_path.value is None:
+            lines.append("# model.path: not in the files; add it (required)")
+        own = [f for f in findings if f.role in {r.name for r in item.deployment.roles}]
+        for f in own:
+            where = f.location.render() if f.location else ""
+            lines.append(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}")
+        _render(manifest_items(item), 0, lines)
+        docs.append("\n".join(lines) + "\n")
+    return "---\n".join(docs)
+
+
+def render_json(resolved: list[Resolved]) -> str:
+    plain = [_plain(manifest_items(item)) for item in resolved]
+    return json.dumps(plain[0] if len(plain) == 1 else plain, indent=2) + "\n"
+
+
+# -- gating deployment files directly ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedDeployment(LoadedManifest):
+    """Deployment files loaded as a manifest would be, plus the findings reading them produced."""
+
+    findings: tuple[Finding, ...] = ()
+    notes_text: tuple[str, ...] = ()
+
+    def notes(self) -> list[Finding]:
+        out = [
+            finding("KV204", None, text, hint="state the release: --sglang-version or the overlay's engine.version")
+            for text in self.notes_text
+        ]
+        return out + list(self.findings)
+
+
+def import_deployments(
+    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None
+) -> tuple[list[Resolved], list[Finding]]:
+    """Read the files and apply the overrides; InputError (exit 2) naming every conflict."""
+    version = str(overrides.sglang_version.value) if overrides.sglang_version else None
+    deployments = read_deployments(paths, cmd=cmd, sglang_version=version)
+    issues: list[InputIssue] = []
+    resolved = [resolve(d, overrides, issues) for d in deployments]
+    if issues:
+        raise ManifestError(issues, hint="drop the option, or make the deployment file say the same")
+    findings = [f for d in deployments for f in d.findings]
+    return resolved, findings
+
+
+def load_deployment(
+    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, display: str | None = None
+) -> LoadedDeployment:
+    """Deployment files as the value `load_manifest` returns: RoleTargets whose locations are the files' own."""
+    resolved, findings = import_deployments(paths, overrides, cmd=cmd)
+    issues: list[InputIssue] = []
+    targets: list[RoleTarget] = []
+    several = len(resolved) > 1
+    for item in resolved:
+        if item.context_length is None:
+            raise InputError(
+                f"{', '.join(item.deployment.sources)}: the files do not state the context window to check "
+                f"({item.deployment.name}: the roles set no common --context-length)",
+                hint="pass --context-length N (the window you advertise), or an overlay manifest's context_length",
+            )
+        window = int(item.context_length.value)
+        if not 0 < window <= MAX_TOKENS:
+            raise InputError(f"the context window {window} is out of range (1..{MAX_TOKENS})")
+        for role in item.deployment.roles:
+            targets.append(_target(item, role, window, overrides, several, issues))
+    if issues:
+        raise ManifestError(issues, hint="fix the deployment file")
+    first = resolved[0]
+    data = _plain(manifest_items(first))
+    data["model"].setdefault("path", "")
+    data.setdefault("context_length", int(first.context_length.value) if first.context_length else 1)
+    manifest = Manifest.model_construct(**{k: v for k, v in data.items() if k in ("name", "context_length")})
+    policy = overrides.policy or PolicyConfig()
+    source = display or ", ".join(first.deployment.sources)
+    notes = tuple(n for item in resolved for n in item.notes)
+    return LoadedDeployment(
+        path=Path(paths[0]) if paths and paths[0] != "-" else Path("."),
+        display_path=source,
+        manifest=manifest,
+        targets=tuple(targets),
+        policy=policy,
+        catalogue_note=None,
+        findings=tuple(findings),
+        notes_text=notes,
+    )
+
+
+def _target(item: Resolved, role: ImportedRole, window: int, overrides: Overrides, several: bool,
+            issues: list[InputIssue]) -> RoleTarget:
+    catalogue = role.catalogue
+    args: dict[str, Any] = {}
+    argv: list[str] = []
+    locations: dict[str, Location] = {}
+    for arg in role_args_in_order(role):
+        flag = arg.flag or catalogue.resolve(arg.name)
+        args[flag.key] = arg.value
+        argv.extend(catalogue.argv(flag, arg.value))
+        locations[flag.key] = arg.location
+    gpus: tuple[int, ...] = ()
+    if role.gpus_per_node is not None:
+        gpus = tuple(range(int(role.gpus_per_node.value)))
+        nnodes = int(args.get("nnodes") or 1)
+        need = _parallel_gpus(args)
+        if gpus and len(gpus) * nnodes != need:
+            where = role.gpus_per_node.location or role.location
+            issues.append(
+                InputIssue(where.file, where.line, where.column, "",
+                           f"role '{role.name}': {len(gpus)} GPU(s) per node x {nnodes} node(s) = {len(gpus) * nnodes}, "
+                           f"but its parallel settings need {need} (tp-size x pp-size x data-parallel replicas)")
+            )
+    gpu = item.role_gpus.get(role.name) or item.gpu
+    model_config = Path(str(item.model_config.value)).resolve() if item.model_config is not None else None
+    model_path = item.model_path.value if item.model_path is not None else None
+    name = f"{item.name}/{role.name}" if several else role.name
+    return RoleTarget(
+        name=name,
+        context_length=window,
+        min_headroom=(overrides.policy or PolicyConfig()).min_headroom,
+        engine_version=str(role.version.value),
+        args=args,
+        argv_args=tuple(argv),
+        gpus=gpus,
+        gpu=str(gpu.value) if gpu is not None else None,
+        model_path=model_path,
+        model_config=model_config,
+        location=role.location,
+        arg_locations=locations,
+    )

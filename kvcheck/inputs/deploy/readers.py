@@ -1,0 +1,808 @@
+"""One reader per deployment format: each finds the SGLang server roles a document deploys.
+
+A reader sees one YAML document (detected by its content: `kind` and `apiVersion`, compose's
+`services`, an srt-slurm recipe's `backend`/`resources`) and the objects it may refer to among all
+inputs (ConfigMaps, OME runtimes, base models, accelerator classes). It returns `RoleSource`s: where
+each server's command is, and what the format states about GPUs, nodes and the GPU type. Routers,
+gateways and frontends have no SGLang server command and so give no role.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcheck.inputs.deploy.server import (
+    Arg,
+    Env,
+    ServerCommand,
+    Sourced,
+    Token,
+    container_env,
+    exec_tokens,
+    find_server,
+)
+from kvcheck.inputs.deploy.source import Doc
+from kvcheck.inputs.yamlpos import Path_
+from kvcheck.model import Location
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
+GPU_TYPE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name")
+_IMAGE_VERSION_RE = re.compile(r"(?:^|/)sglang(?:-[\w.]+)?:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)(?![\w.]*\d\.\d)")
+
+
+@dataclass
+class RoleSource:
+    """One SGLang server role as a format declares it, before its arguments are checked."""
+
+    name: str
+    kind: str  # the format, e.g. "LeaderWorkerSet"
+    group: str  # deployments: roles with the same group form one deployment
+    doc: Doc
+    location: Location
+    server: ServerCommand
+    env: Env
+    config_source: Callable[[Token], tuple[Doc, Path_, str] | None] | None = None
+    gpus_per_node: Sourced | None = None
+    nodes: Sourced | None = None  # pods (nodes) per instance
+    replicas: Sourced | None = None
+    gpu: Sourced | None = None
+    version: Sourced | None = None
+    injected: dict[str, Arg] = field(default_factory=dict)  # arguments the operator adds (Dynamo's --nnodes)
+    mode: Sourced | None = None  # prefill/decode from the format itself (Dynamo's subComponentType)
+    model_path: Sourced | None = None  # from the format (OME base model, srt-slurm model.path)
+    workers: list[tuple[str, ServerCommand]] = field(default_factory=list)  # other nodes' commands
+    config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's SGLang flags as a YAML mapping
+    standalone: bool = False  # a format whose object is a whole deployment (DGD, RBG, compose...)
+
+
+@dataclass
+class Inputs:
+    """Objects that other objects refer to by name, gathered from every document read."""
+
+    config_maps: dict[str, tuple[Doc, Path_, Mapping[str, Any]]] = field(default_factory=dict)
+    runtimes: dict[str, tuple[Doc, Mapping[str, Any]]] = field(default_factory=dict)
+    base_models: dict[str, tuple[Doc, Mapping[str, Any]]] = field(default_factory=dict)
+    accelerators: dict[str, tuple[Doc, Mapping[str, Any]]] = field(default_factory=dict)
+    services: list[Doc] = field(default_factory=list)  # OME InferenceServices
+    used_runtimes: set[str] = field(default_factory=set)
+
+
+class NotAServer(Exception):
+    """A document that is fine but starts no SGLang server (a router, a Service)."""
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _get(data: Any, *keys: str | int) -> Any:
+    for key in keys:
+        if isinstance(data, Mapping):
+            data = data.get(key)
+        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
+            data = data[key]
+        else:
+            return None
+    return data
+
+
+def image_version(doc: Doc, container: Mapping[str, Any], path: Path_) -> Sourced | None:
+    """The SGLang release an image tag names (lmsysorg/sglang:v0.5.23-cu129 -> 0.5.23)."""
+    image = container.get("image")
+    if not isinstance(image, str):
+        return None
+    match = _IMAGE_VERSION_RE.search(image)
+    if not match:
+        return None
+    return Sourced(match.group(1), doc.at((*path, "image")), f"image {image}")
+
+
+def gpu_limit(doc: Doc, resources: Any, path: Path_) -> Sourced | None:
+    """GPUs per pod from resource limits (requests when limits say nothing)."""
+    if not isinstance(resources, Mapping):
+        return None
+    for section in ("limits", "requests"):
+        block = resources.get(section)
+        if not isinstance(block, Mapping):
+            continue
+        for name in GPU_RESOURCES:
+            if name in block:
+                try:
+                    count = int(str(block[name]))
+                except ValueError:
+                    continue
+                return Sourced(count, doc.at((*path, section, name)), f"{section}[{name}]")
+    return None
+
+
+def gpu_type(doc: Doc, pod_spec: Any, path: Path_) -> Sourced | None:
+    """The GPU product a pod is pinned to: nodeSelector, else a required node-affinity term with one value."""
+    if not isinstance(pod_spec, Mapping):
+        return None
+    selector = pod_spec.get("nodeSelector")
+    if isinstance(selector, Mapping):
+        for label in GPU_TYPE_LABELS:
+            if isinstance(selector.get(label), str):
+                return Sourced(selector[label], doc.at((*path, "nodeSelector", label)), f"nodeSelector {label}")
+    terms = _get(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+    for t, term in enumerate(terms or []):
+        for e, expression in enumerate(_get(term, "matchExpressions") or []):
+            if not isinstance(expression, Mapping) or expression.get("key") not in GPU_TYPE_LABELS:
+                continue
+            values = expression.get("values") or []
+            if expression.get("operator") == "In" and len(values) == 1:
+                where = doc.at(
+                    (*path, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                     "nodeSelectorTerms", t, "matchExpressions", e, "values", 0)
+                )
+                return Sourced(str(values[0]), where, f"node affinity {expression['key']}")
+    return None
+
+
+def _int(doc: Doc, data: Mapping[str, Any], key: str, path: Path_, origin: str) -> Sourced | None:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return Sourced(value, doc.at((*path, key)), origin)
+
+
+@dataclass
+class PodServer:
+    """The server container of a pod template, with what the pod says about GPUs."""
+
+    server: ServerCommand
+    env: Env
+    location: Location
+    gpus_per_node: Sourced | None
+    gpu: Sourced | None
+    version: Sourced | None
+    config_source: Callable[[Token], tuple[Doc, Path_, str] | None]
+
+
+def pod_server(
+    doc: Doc,
+    template: Any,
+    path: Path_,
+    inputs: Inputs,
+    *,
+    injected: Mapping[str, Sourced],
+    spec_key: str | None = "spec",
+) -> PodServer | None:
+    """The container of a pod template (`template.spec.containers`) that starts an SGLang server."""
+    spec = template.get(spec_key) if spec_key and isinstance(template, Mapping) else template
+    spec_path: Path_ = (*path, spec_key) if spec_key else path
+    if not isinstance(spec, Mapping):
+        return None
+    for i, container in enumerate(spec.get("containers") or []):
+        if not isinstance(container, Mapping):
+            continue
+        cpath: Path_ = (*spec_path, "containers", i)
+        found = container_server(doc, container, cpath, inputs, injected=injected)
+        if found is None:
+            continue
+        server, env = found
+        return PodServer(
+            server=server,
+            env=env,
+            location=doc.at(cpath),
+            gpus_per_node=gpu_limit(doc, container.get("resources"), (*cpath, "resources")),
+            gpu=gpu_type(doc, spec, spec_path),
+            version=image_version(doc, container, cpath),
+            config_source=_config_source(doc, container, spec, cpath, spec_path, inputs),
+        )
+    return None
+
+
+def container_server(
+    doc: Doc, container: Mapping[str, Any], path: Path_, inputs: Inputs, *, injected: Mapping[str, Sourced]
+) -> tuple[ServerCommand, Env] | None:
+    env = container_env(doc, container, path, injected=injected, config_maps=inputs.config_maps)
+    tokens = exec_tokens(doc, container, path, env)
+    if not tokens:
+        return None
+    command_len = len(container.get("command") or []) if isinstance(container.get("command"), list) else 0
+
+    def script_path(index: int) -> Path_ | None:
+        return (*path, "command", index) if index < command_len else (*path, "args", index - command_len)
+
+    server = find_server(tokens, env, doc=doc, script_path=script_path)
+    return (server, env) if server is not None else None
+
+
+def _config_source(
+    doc: Doc, container: Mapping[str, Any], spec: Mapping[str, Any], cpath: Path_, spec_path: Path_, inputs: Inputs
+) -> Callable[[Token], tuple[Doc, Path_, str] | None]:
+    """Resolve `--config PATH` to the ConfigMap entry mounted at PATH, when that ConfigMap is among the inputs."""
+
+    def resolve(token: Token) -> tuple[Doc, Path_, str] | None:
+        target = token.text
+        for mount in container.get("volumeMounts") or []:
+            if not isinstance(mount, Mapping) or not isinstance(mount.get("mountPath"), str):
+                continue
+            mount_path = mount["mountPath"].rstrip("/")
+            sub = mount.get("subPath")
+            if sub and target == mount_path:
+                relative = str(sub)
+            elif target.startswith(mount_path + "/"):
+                relative = target[len(mount_path) + 1 :]
+            else:
+                continue
+            volume = next(
+                (v for v in spec.get("volumes") or [] if isinstance(v, Mapping) and v.get("name") == mount.get("name")),
+                None,
+            )
+            cm = _get(volume, "configMap")
+            if not isinstance(cm, Mapping) or cm.get("name") not in inputs.config_maps:
+                return None
+            key = relative
+            for item in cm.get("items") or []:
+                if isinstance(item, Mapping) and item.get("path") == relative:
+                    key = item.get("key", relative)
+            cm_doc, cm_path, data = inputs.config_maps[cm["name"]]
+            if isinstance(data.get(key), str):
+                return cm_doc, (*cm_path, key), data[key]
+        return None
+
+    return resolve
+
+
+# -- Kubernetes workloads ------------------------------------------------------------------------------
+
+
+def _name(doc: Doc) -> str:
+    return str(_get(doc.data, "metadata", "name") or f"{doc.data.get('kind')}#{doc.index + 1}")
+
+
+def read_workload(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """Deployment, StatefulSet (apps/v1) and a bare Pod: one role per object."""
+    data = doc.data
+    kind = data["kind"]
+    name = _name(doc)
+    if kind == "Pod":
+        template, tpath = data, ()
+    else:
+        template, tpath = _get(data, "spec", "template"), ("spec", "template")
+    pod = pod_server(doc, template, tpath, inputs, injected={})
+    if pod is None:
+        return []
+    replicas = _int(doc, data.get("spec") or {}, "replicas", ("spec",), f"{kind} replicas")
+    return [_role(name, kind, name, doc, pod, replicas=replicas)]
+
+
+def _role(name: str, kind: str, group: str, doc: Doc, pod: PodServer, **extra: Any) -> RoleSource:
+    return RoleSource(
+        name=name,
+        kind=kind,
+        group=group,
+        doc=doc,
+        location=pod.location,
+        server=pod.server,
+        env=pod.env,
+        config_source=pod.config_source,
+        gpus_per_node=pod.gpus_per_node,
+        gpu=pod.gpu,
+        version=pod.version,
+        **extra,
+    )
+
+
+def lws_vars(doc: Doc, size: Sourced, name: str, *, worker: bool) -> dict[str, Sourced]:
+    """What the LeaderWorkerSet controller puts in every pod's environment (leader: worker index 0)."""
+    return {
+        "LWS_GROUP_SIZE": Sourced(size.value, size.location, "LeaderWorkerSet size"),
+        "LWS_LEADER_ADDRESS": Sourced(f"{name}-0.{name}", size.location, "LeaderWorkerSet leader address"),
+        "LWS_WORKER_INDEX": Sourced(1 if worker else 0, size.location, "LeaderWorkerSet worker index"),
+        "LWS_NAME": Sourced(name, size.location, "LeaderWorkerSet name"),
+    }
+
+
+def _leader_worker(
+    doc: Doc,
+    lwt: Any,
+    path: Path_,
+    inputs: Inputs,
+    *,
+    name: str,
+    leader_key: str,
+    worker_key: str,
+    extra_env: Mapping[str, Sourced],
+    patch: Callable[[Any, str], Any] | None = None,
+) -> tuple[PodServer | None, list[tuple[str, ServerCommand]], Sourced]:
+    size = _int(doc, lwt, "size", path, "LeaderWorkerSet size") if isinstance(lwt, Mapping) else None
+    size = size or Sourced(1, doc.at(path), "LeaderWorkerSet size (default 1)")
+    leader_t = _get(lwt, leader_key)
+    worker_t = _get(lwt, worker_key)
+    if patch is not None:
+        leader_t, worker_t = patch(leader_t, "leader"), patch(worker_t, "worker")
+    leader = None
+    if isinstance(leader_t, Mapping):
+        leader = pod_server(doc, leader_t, (*path, leader_key), inputs, injected={**extra_env, **lws_vars(doc, size, name, worker=False)})
+    worker = None
+    if isinstance(worker_t, Mapping):
+        worker = pod_server(doc, worker_t, (*path, worker_key), inputs, injected={**extra_env, **lws_vars(doc, size, name, worker=True)})
+    workers = [("worker", worker.server)] if worker is not None and leader is not None else []
+    return leader or worker, workers, size
+
+
+def read_lws(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """LeaderWorkerSet: the leader template (else the worker template) is the role; size = nodes per instance."""
+    name = _name(doc)
+    lwt = _get(doc.data, "spec", "leaderWorkerTemplate")
+    path: Path_ = ("spec", "leaderWorkerTemplate")
+    pod, workers, size = _leader_worker(
+        doc, lwt, path, inputs, name=name, leader_key="leaderTemplate", worker_key="workerTemplate", extra_env={}
+    )
+    if pod is None:
+        return []
+    replicas = _int(doc, doc.data.get("spec") or {}, "replicas", ("spec",), "LeaderWorkerSet replicas")
+    return [_role(name, "LeaderWorkerSet", name, doc, pod, nodes=size, replicas=replicas, workers=workers)]
+
+
+def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """DisaggregatedSet: one role per `roles[]` entry (an LWS-like template each)."""
+    group = _name(doc)
+    out = []
+    for i, role in enumerate(_get(doc.data, "spec", "roles") or []):
+        if not isinstance(role, Mapping):
+            continue
+        path: Path_ = ("spec", "roles", i)
+        name = str(role.get("name") or f"role{i}")
+        lwt = role.get("leaderWorkerTemplate")
+        if isinstance(lwt, Mapping):
+            pod, workers, size = _leader_worker(
+                doc, lwt, (*path, "leaderWorkerTemplate"), inputs, name=f"{group}-{name}",
+                leader_key="leaderTemplate", worker_key="workerTemplate", extra_env={},
+            )
+        else:
+            pod = pod_server(doc, role.get("template"), (*path, "template"), inputs, injected={})
+            workers, size = [], None
+        if pod is None:
+            continue
+        replicas = _int(doc, role, "replicas", path, "role replicas") or Sourced(1, doc.at(path), "replicas unset: 1")
+        out.append(_role(name, "DisaggregatedSet", group, doc, pod, nodes=size, replicas=replicas, workers=workers,
+                         standalone=True))
+    return out
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """A strategic-merge-like patch as RBG applies it: maps merge, containers merge by name, lists replace."""
+    if isinstance(base, Mapping) and isinstance(patch, Mapping):
+        out = dict(base)
+        for key, value in patch.items():
+            if key in ("containers", "initContainers") and isinstance(value, list) and isinstance(out.get(key), list):
+                by_name = {c.get("name"): copy.deepcopy(c) for c in out[key] if isinstance(c, Mapping)}
+                merged = []
+                for c in value:
+                    if isinstance(c, Mapping) and c.get("name") in by_name:
+                        merged.append(_merge(by_name.pop(c["name"]), c))
+                    else:
+                        merged.append(c)
+                out[key] = [*merged, *by_name.values()]
+            else:
+                out[key] = _merge(out.get(key), value)
+        return out
+    return copy.deepcopy(patch) if patch is not None else base
+
+
+def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """RoleBasedGroup v1alpha1 (template + leader/worker patches) and v1alpha2 (standalone / leader-worker patterns)."""
+    group = _name(doc)
+    out = []
+    for i, role in enumerate(_get(doc.data, "spec", "roles") or []):
+        if not isinstance(role, Mapping):
+            continue
+        path: Path_ = ("spec", "roles", i)
+        name = str(role.get("name") or f"role{i}")
+        rbg_env = {
+            "GROUP_NAME": Sourced(group, doc.at(("metadata", "name")), "RBG group name"),
+            "ROLE_NAME": Sourced(name, doc.at((*path, "name")), "RBG role name"),
+            "ROLE_INDEX": Sourced(0, doc.at(path), "RBG role index"),
+        }
+        replicas = _int(doc, role, "replicas", path, "role replicas")
+        workers: list[tuple[str, ServerCommand]] = []
+        size = None
+        pod = None
+        if isinstance(role.get("standalonePattern"), Mapping):  # v1alpha2
+            sp = role["standalonePattern"]
+            pod = pod_server(doc, sp.get("template"), (*path, "standalonePattern", "template"), inputs, injected=rbg_env)
+        elif isinstance(role.get("leaderWorkerPattern"), Mapping):  # v1alpha2
+            lwp = role["leaderWorkerPattern"]
+            lpath: Path_ = (*path, "leaderWorkerPattern")
+            base = lwp.get("template")
+
+            def patched(patch: Any, which: str, base: Any = base, lwp: Mapping = lwp) -> Any:
+                key = "patchLeaderTemplate" if which == "leader" else "patchWorkerTemplate"
+                return _merge(base, lwp.get(key)) if base is not None else lwp.get(key)
+
+            pod, workers, size = _leader_worker(
+                doc, {"size": lwp.get("size"), "leaderTemplate": lwp.get("template"), "workerTemplate": lwp.get("template")},
+                lpath, inputs, name=f"{group}-{name}", leader_key="leaderTemplate", worker_key="workerTemplate",
+                extra_env=rbg_env, patch=patched,
+            )
+            if "size" in lwp:
+                size = Sourced(lwp["size"], doc.at((*lpath, "size")), "leaderWorkerPattern size")
+        elif isinstance(role.get("leaderWorkerSet"), Mapping):  # v1alpha1 leader-worker role
+            lws = role["leaderWorkerSet"]
+            base = role.get("template")
+
+            def patched1(patch: Any, which: str, base: Any = base, lws: Mapping = lws) -> Any:
+                key = "patchLeaderTemplate" if which == "leader" else "patchWorkerTemplate"
+                return _merge(base, lws.get(key))
+
+            pod, workers, size = _leader_worker(
+                doc, {"size": lws.get("size"), "leaderTemplate": base, "workerTemplate": base},
+                (*path, "leaderWorkerSet"), inputs, name=f"{group}-{name}", leader_key="leaderTemplate",
+                worker_key="workerTemplate", extra_env=rbg_env, patch=patched1,
+            )
+            if "size" in lws:
+                size = Sourced(lws["size"], doc.at((*path, "leaderWorkerSet", "size")), "leaderWorkerSet size")
+        elif isinstance(role.get("template"), Mapping):  # v1alpha1 single-pod role
+            pod = pod_server(doc, role["template"], (*path, "template"), inputs, injected=rbg_env)
+        if pod is None:
+            continue
+        out.append(_role(name, "RoleBasedGroup", group, doc, pod, nodes=size, replicas=replicas, workers=workers,
+                         standalone=True))
+    return out
+
+
+# -- NVIDIA Dynamo -------------------------------------------------------------------------------------
+
+
+def read_dynamo(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """DynamoGraphDeployment: workers running `python -m dynamo.sglang`; the frontend gives no role."""
+    from kvcheck.inputs.deploy.server import Arg
+
+    group = _name(doc)
+    spec = doc.data.get("spec") or {}
+    entries: list[tuple[str, Mapping[str, Any], Path_]] = []
+    if isinstance(spec.get("services"), Mapping):  # v1alpha1 (and v1beta1 keeps the map)
+        entries = [(str(k), v, ("spec", "services", k)) for k, v in spec["services"].items() if isinstance(v, Mapping)]
+    elif isinstance(spec.get("components"), list):  # v1beta1 component list
+        entries = [
+            (str(c.get("name") or c.get("componentName") or f"component{i}"), c, ("spec", "components", i))
+            for i, c in enumerate(spec["components"])
+            if isinstance(c, Mapping)
+        ]
+    out = []
+    for name, service, path in entries:
+        pod = None
+        main = _get(service, "extraPodSpec", "mainContainer")
+        if isinstance(main, Mapping):
+            extra_path: Path_ = (*path, "extraPodSpec")
+            pod_spec = service.get("extraPodSpec") or {}
+            cpath: Path_ = (*extra_path, "mainContainer")
+            found = container_server(doc, main, cpath, inputs, injected={})
+            if found is not None:
+                server, env = found
+                pod = PodServer(
+                    server, env, doc.at(cpath),
+                    gpu_limit(doc, service.get("resources"), (*path, "resources"))
+                    or gpu_limit(doc, main.get("resources"), (*cpath, "resources")),
+                    gpu_type(doc, pod_spec, extra_path),
+                    image_version(doc, main, cpath),
+                    _config_source(doc, main, pod_spec, cpath, extra_path, inputs),
+                )
+        else:
+            for key in ("podTemplate", "template"):
+                if isinstance(service.get(key), Mapping):
+                    pod = pod_server(doc, service[key], (*path, key), inputs, injected={})
+                    if pod is not None and pod.gpus_per_node is None:
+                        pod.gpus_per_node = gpu_limit(doc, service.get("resources"), (*path, "resources"))
+                    break
+        if pod is None:
+            continue
+        node_count = _get(service, "multinode", "nodeCount")
+        nodes = None
+        injected: dict[str, Arg] = {}
+        if isinstance(node_count, int) and not isinstance(node_count, bool):
+            where = doc.at((*path, "multinode", "nodeCount"))
+            nodes = Sourced(node_count, where, "multinode.nodeCount")
+            if node_count > 1:
+                injected["nnodes"] = Arg("nnodes", "nnodes", node_count, where, None, "injected by the Dynamo operator")
+        mode = None
+        for key in ("subComponentType", "type"):
+            value = service.get(key)
+            if value in ("prefill", "decode"):
+                mode = Sourced(value, doc.at((*path, key)), key)
+        replicas = _int(doc, service, "replicas", path, "replicas")
+        role = _role(name, "DynamoGraphDeployment", group, doc, pod, nodes=nodes, replicas=replicas, mode=mode,
+                     standalone=True)
+        role.injected = injected
+        out.append(role)
+    return out
+
+
+# -- OME -----------------------------------------------------------------------------------------------
+
+
+def _ome_runtime_roles(
+    doc: Doc, runtime: Mapping[str, Any], group: str, inputs: Inputs, *, extra_env: Mapping[str, Sourced],
+    model_path: Sourced | None, gpu: Sourced | None,
+) -> list[RoleSource]:
+    spec = runtime.get("spec") or {}
+    configs = [(key, spec[key]) for key in ("engineConfig", "decoderConfig") if isinstance(spec.get(key), Mapping)]
+    both = len(configs) == 2
+    out = []
+    for key, config in configs:
+        path: Path_ = ("spec", key)
+        role_name = ("prefill" if key == "engineConfig" else "decode") if both else group
+        leader = _get(config, "leader")
+        worker = _get(config, "worker")
+        size = None
+        workers: list[tuple[str, ServerCommand]] = []
+        pod = None
+        if isinstance(leader, Mapping):
+            wsize = _int(doc, worker or {}, "size", (*path, "worker"), "worker.size")
+            pods = 1 + (wsize.value if wsize else 0)
+            size = Sourced(pods, wsize.location if wsize else doc.at((*path, "leader")), "1 leader + worker.size")
+            pod = _ome_pod(doc, leader, (*path, "leader"), inputs, extra_env, size, group, worker=False)
+            if isinstance(worker, Mapping):
+                wpod = _ome_pod(doc, worker, (*path, "worker"), inputs, extra_env, size, group, worker=True)
+                if wpod is not None:
+                    workers.append(("worker", wpod.server))
+        else:
+            pod = _ome_pod(doc, config, path, inputs, extra_env, Sourced(1, doc.at(path), "one pod"), group, worker=False)
+        if pod is None:
+            continue
+        out.append(
+            _role(role_name, doc.data.get("kind", "ServingRuntime"), group, doc, pod, nodes=size, workers=workers,
+                  model_path=model_path, standalone=True)
+        )
+        if gpu is not None:
+            out[-1].gpu = gpu
+    return out
+
+
+def _ome_pod(
+    doc: Doc, part: Mapping[str, Any], path: Path_, inputs: Inputs, extra_env: Mapping[str, Sourced],
+    pods: Sourced, group: str, *, worker: bool,
+) -> PodServer | None:
+    """An OME runner: `runner` is the main container, the rest of the block is the pod spec."""
+    runner = part.get("runner")
+    if not isinstance(runner, Mapping):
+        return None
+    rpath: Path_ = (*path, "runner")
+    gpus = gpu_limit(doc, runner.get("resources"), (*rpath, "resources"))
+    env = dict(extra_env)
+    env.update(lws_vars(doc, pods, group, worker=worker))
+    if gpus is not None:
+        # OME sets PARALLELISM_SIZE to the GPUs of the whole instance: GPUs per pod x pods
+        env["PARALLELISM_SIZE"] = Sourced(gpus.value * pods.value, gpus.location, "OME: GPUs per pod x pods")
+    found = container_server(doc, runner, rpath, inputs, injected=env)
+    if found is None:
+        return None
+    server, cenv = found
+    return PodServer(
+        server, cenv, doc.at(rpath), gpus, gpu_type(doc, part, path), image_version(doc, runner, rpath),
+        _config_source(doc, runner, part, rpath, path, inputs),
+    )
+
+
+def read_ome_runtime(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """A ClusterServingRuntime/ServingRuntime read on its own (no InferenceService among the inputs names it)."""
+    name = _name(doc)
+    if name in inputs.used_runtimes:
+        return []
+    return _ome_runtime_roles(doc, doc.data, name, inputs, extra_env={}, model_path=None, gpu=None)
+
+
+def read_ome_service(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """An OME InferenceService: its runtime's roles, with the base model's path and the accelerator class's GPU."""
+    name = _name(doc)
+    spec = doc.data.get("spec") or {}
+    runtime_name = _get(spec, "runtime", "name")
+    model_name = _get(spec, "model", "name")
+    if runtime_name not in inputs.runtimes:
+        return []
+    rdoc, runtime = inputs.runtimes[runtime_name]
+    extra: dict[str, Sourced] = {}
+    model_path = None
+    if model_name in inputs.base_models:
+        mdoc, model = inputs.base_models[model_name]
+        path = _get(model, "spec", "storage", "path")
+        if isinstance(path, str):
+            model_path = Sourced(path, mdoc.at(("spec", "storage", "path")), f"ClusterBaseModel {model_name}")
+            extra["MODEL_PATH"] = model_path
+    gpu = None
+    accel = _get(spec, "acceleratorSelector", "acceleratorClass") or _get(spec, "engine", "acceleratorOverride", "acceleratorClass")
+    if accel in inputs.accelerators:
+        adoc, cls = inputs.accelerators[accel]
+        product = _get(cls, "spec", "discovery", "nodeSelector", "nvidia.com/gpu.product")
+        if isinstance(product, str):
+            gpu = Sourced(product, adoc.at(("spec", "discovery", "nodeSelector", "nvidia.com/gpu.product")),
+                          f"AcceleratorClass {accel}")
+        elif isinstance(_get(cls, "spec", "capabilities", "gpuModel"), str):
+            gpu = Sourced(cls["spec"]["capabilities"]["gpuModel"], adoc.at(("spec", "capabilities", "gpuModel")),
+                          f"AcceleratorClass {accel}")
+    roles = _ome_runtime_roles(rdoc, runtime, name, inputs, extra_env=extra, model_path=model_path, gpu=gpu)
+    return roles
+
+
+# -- docker compose, srt-slurm -------------------------------------------------------------------------
+
+
+def read_compose(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """A compose file: each service whose entrypoint + command starts an SGLang server."""
+    out = []
+    group = doc.source.name
+    for name, service in (doc.data.get("services") or {}).items():
+        if not isinstance(service, Mapping):
+            continue
+        path: Path_ = ("services", name)
+        env = Env()
+        environment = service.get("environment")
+        if isinstance(environment, Mapping):
+            for key, value in environment.items():
+                if value is not None:
+                    env.values[str(key)] = Sourced(str(value), doc.at((*path, "environment", key)))
+        elif isinstance(environment, list):
+            for i, item in enumerate(environment):
+                if isinstance(item, str) and "=" in item:
+                    key, _, value = item.partition("=")
+                    env.values[key] = Sourced(value, doc.at((*path, "environment", i)))
+        tokens: list[Token] = []
+        for key in ("entrypoint", "command"):
+            value = service.get(key)
+            if isinstance(value, str):
+                # compose splits a string command like a shell would, without running one
+                from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+
+                try:
+                    commands = parse_script(value.replace("$$", "\x00"), lambda n, env=env: env.lookup(n))
+                except ShellSyntaxError:
+                    commands = []
+                for command in commands[:1]:
+                    for word in command.words:
+                        tokens.append(Token(word.text.replace("\x00", "$"), doc.inside((*path, key), word.offset),
+                                            list(word.unresolved)))
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    tokens.append(Token(str(item), doc.at((*path, key, i))))
+        server = find_server(tokens, env, doc=None) if tokens else None
+        if server is None:
+            continue
+        devices = _get(service, "deploy", "resources", "reservations", "devices")
+        gpus = None
+        for d, device in enumerate(devices or []):
+            if not isinstance(device, Mapping) or "gpu" not in (device.get("capabilities") or []):
+                continue
+            dpath: Path_ = (*path, "deploy", "resources", "reservations", "devices", d)
+            if isinstance(device.get("device_ids"), list):
+                gpus = Sourced(len(device["device_ids"]), doc.at((*dpath, "device_ids")), "device_ids")
+            elif isinstance(device.get("count"), int):
+                gpus = Sourced(device["count"], doc.at((*dpath, "count")), "devices count")
+        version = image_version(doc, service, path)
+        out.append(
+            RoleSource(name=str(name), kind="compose", group=group, doc=doc, location=doc.at(path, key=True),
+                       server=server, env=env, gpus_per_node=gpus, version=version, standalone=True)
+        )
+    return out
+
+
+def read_slurm_recipe(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """An srt-slurm recipe: per-role SGLang config maps under backend.sglang_config, resources per role."""
+    from kvcheck.inputs.deploy.server import ServerCommand
+
+    data = doc.data
+    resources = data.get("resources") or {}
+    config = _get(data, "backend", "sglang_config") or {}
+    group = str(data.get("name") or doc.source.name)
+    gpus = _int(doc, resources, "gpus_per_node", ("resources",), "resources.gpus_per_node")
+    gpu = None
+    if isinstance(resources.get("gpu_type"), str):
+        gpu = Sourced(resources["gpu_type"], doc.at(("resources", "gpu_type")), "resources.gpu_type")
+    model_path = None
+    if isinstance(_get(data, "model", "path"), str):
+        model_path = Sourced(data["model"]["path"], doc.at(("model", "path")), "model.path")
+    version = None
+    container = _get(data, "model", "container")
+    if isinstance(container, str):
+        match = re.search(r"sglang[+:_-]v?(\d+\.\d+\.\d+(?:\.post\d+)?)", container)
+        if match:
+            version = Sourced(match.group(1), doc.at(("model", "container")), "model.container")
+    out = []
+    for role in ("prefill", "decode", "aggregated", "agg"):
+        block = config.get(role) if isinstance(config, Mapping) else None
+        if not isinstance(block, Mapping):
+            continue
+        prefix = "agg" if role in ("aggregated", "agg") else role
+        node_total = _int(doc, resources, f"{prefix}_nodes", ("resources",), f"resources.{prefix}_nodes")
+        workers = _int(doc, resources, f"{prefix}_workers", ("resources",), f"resources.{prefix}_workers")
+        nodes = None
+        if node_total is not None:
+            count = workers.value if workers and workers.value else 1
+            per = max(1, node_total.value // count)
+            nodes = Sourced(per, node_total.location, f"{prefix}_nodes / {prefix}_workers")
+        where = doc.at(("backend", "sglang_config", role))
+        server = ServerCommand([], 0, "sglang", where)
+        out.append(
+            RoleSource(name=prefix if prefix != "agg" else "server", kind="srt-slurm", group=group, doc=doc,
+                       location=doc.at(("backend", "sglang_config", role), key=True), server=server, env=Env(),
+                       gpus_per_node=gpus, nodes=nodes, replicas=workers, gpu=gpu, version=version,
+                       model_path=model_path, standalone=True)
+        )
+        out[-1].config_map = (doc, ("backend", "sglang_config", role))
+    return out
+
+
+# -- detection -----------------------------------------------------------------------------------------
+
+# kind -> (API groups it may come from, reader, what the docs call it)
+KINDS: dict[str, tuple[tuple[str, ...], Callable[[Doc, Inputs], list[RoleSource]]]] = {
+    "Deployment": (("apps/v1",), read_workload),
+    "StatefulSet": (("apps/v1",), read_workload),
+    "Pod": (("v1",), read_workload),
+    "LeaderWorkerSet": (("leaderworkerset.x-k8s.io/",), read_lws),
+    "DisaggregatedSet": (("disaggregatedset.x-k8s.io/", "leaderworkerset.x-k8s.io/"), read_disaggregated_set),
+    "RoleBasedGroup": (("workloads.x-k8s.io/",), read_rbg),
+    "DynamoGraphDeployment": (("nvidia.com/",), read_dynamo),
+    "InferenceService": (("ome.io/",), read_ome_service),
+    "ClusterServingRuntime": (("ome.io/",), read_ome_runtime),
+    "ServingRuntime": (("ome.io/",), read_ome_runtime),
+}
+# Kinds read only for what others refer to.
+REFERENCED_KINDS = ("ConfigMap", "ClusterBaseModel", "BaseModel", "AcceleratorClass")
+
+SUPPORTED = (
+    "Deployment, StatefulSet, Pod (apps/v1, v1); LeaderWorkerSet; DisaggregatedSet; RoleBasedGroup "
+    "(v1alpha1, v1alpha2); DynamoGraphDeployment (v1alpha1, v1beta1); OME InferenceService, "
+    "ClusterServingRuntime, ServingRuntime (with ClusterBaseModel, AcceleratorClass); docker compose files; "
+    "srt-slurm recipes; an SGLang command line (--cmd)"
+)
+
+
+def doc_format(doc: Doc) -> str | None:
+    """The format of one document: a Kubernetes kind we read, 'compose', 'srt-slurm', or None."""
+    data = doc.data
+    if not isinstance(data, Mapping):
+        return None
+    kind = data.get("kind")
+    api = data.get("apiVersion")
+    if isinstance(kind, str) and isinstance(api, str):
+        entry = KINDS.get(kind)
+        if entry is not None and any(api == g or api.startswith(g) for g in entry[0]):
+            return kind
+        return None
+    if isinstance(data.get("services"), Mapping):
+        return "compose"
+    if isinstance(_get(data, "backend", "sglang_config"), Mapping) or (
+        isinstance(data.get("resources"), Mapping) and isinstance(data.get("backend"), Mapping)
+    ):
+        return "srt-slurm"
+    return None
+
+
+def gather_references(docs: list[Doc]) -> Inputs:
+    """ConfigMaps, OME runtimes, base models and accelerator classes by name, from every document."""
+    inputs = Inputs()
+    for doc in docs:
+        data = doc.data
+        if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+            continue
+        kind = data["kind"]
+        name = _get(data, "metadata", "name")
+        if not isinstance(name, str):
+            continue
+        if kind == "ConfigMap" and isinstance(data.get("data"), Mapping):
+            inputs.config_maps[name] = (doc, ("data",), data["data"])
+        elif kind in ("ClusterServingRuntime", "ServingRuntime"):
+            inputs.runtimes[name] = (doc, data)
+        elif kind in ("ClusterBaseModel", "BaseModel"):
+            inputs.base_models[name] = (doc, data)
+        elif kind == "AcceleratorClass":
+            inputs.accelerators[name] = (doc, data)
+        elif kind == "InferenceService" and str(data.get("apiVersion", "")).startswith("ome.io/"):
+            runtime = _get(data, "spec", "runtime", "name")
+            if isinstance(runtime, str):
+                inputs.used_runtimes.add(runtime)
+    return inputs
+
+
+READERS: dict[str, Callable[[Doc, Inputs], list[RoleSource]]] = {
+    **{kind: entry[1] for kind, entry in KINDS.items()},
+    "compose": read_compose,
+    "srt-slurm": read_slurm_recipe,
+}

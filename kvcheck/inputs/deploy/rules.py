@@ -1,0 +1,42 @@
+"""Rules about deployment files themselves: values kvcheck cannot resolve, leader and worker that disagree."""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+KV317 = define_rule(
+    "KV317",
+    "error",
+    "a value the deployment passes to SGLang is not in the files",
+    """A flag's value (or a whole word of the command line) comes from a variable that the files
+    read do not set: a `$(VAR)` the container's `env` does not define, a shell `$VAR` or `${VAR}`
+    set nowhere kvcheck can see, a command substitution such as `$(hostname)`, or a `valueFrom`
+    reference to a Secret. The operators' own variables (LeaderWorkerSet, RBG, OME, Dynamo) are
+    resolved as the operator sets them; anything else stays unknown, and kvcheck never guesses a
+    value, so the role counts as not checked (exit 3). Fix: pass the file that defines it (the
+    ConfigMap, in the same command), write the value into the container's `env`, or state it in
+    an overlay manifest.""",
+)
+
+KV501 = define_rule(
+    "KV501",
+    "error",
+    "the leader and a worker of one instance run different engine arguments",
+    """Every node of a multi-node SGLang instance must start with the same server arguments:
+    the leader and the workers each size their own share of the pool from them, and a
+    different `--mem-fraction-static`, `--dp-size` or `--context-length` on one node either
+    fails the start or leaves one rank with a smaller pool than the others. kvcheck reports the
+    flag at both places. Fix: make the worker template's arguments equal to the leader's (only
+    `--node-rank` may differ).""",
+)
+
+KV502 = define_rule(
+    "KV502",
+    "warning",
+    "an argument of the launch command is not an SGLang flag",
+    """A wrapper that takes SGLang's flags plus its own (NVIDIA Dynamo's `python -m
+    dynamo.sglang`) was given a flag that the SGLang release's catalogue does not know. kvcheck
+    treats it as the wrapper's own and leaves it out of the check. Fix: if it is meant for SGLang,
+    check its spelling against `kvcheck rules`' flag catalogue for the release
+    (docs/flag-catalogues.md).""",
+)

@@ -1,0 +1,386 @@
+"""From a container (or a compose service, or a command line) to the SGLang server arguments it runs.
+
+Kubernetes expands `$(VAR)` in `command`/`args` from the container's `env` before anything runs; a
+shell, when the container starts one (`sh -c SCRIPT`), then expands `$VAR`/`${VAR}` and picks the
+commands. kvcheck does both, in that order, finds the one command that starts an SGLang server
+(`python -m sglang.launch_server`, `sglang serve`, `python -m dynamo.sglang`), parses it with the
+release's flag catalogue, and keeps each value's place in the user's file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcheck.engines.sglang.argv import launch_index, parse_argv
+from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError
+from kvcheck.errors import InputIssue
+from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
+from kvcheck.inputs.deploy.source import Doc
+from kvcheck.inputs.yamlpos import Path_
+from kvcheck.model import Finding, Location
+from kvcheck.policy.registry import finding
+
+_K8S_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+# Flags that only place one process (which node, which address): not part of a role's arguments.
+PLACEMENT_FLAGS = frozenset({"node-rank", "dist-init-addr", "host", "port"})
+# Server arguments handled apart: the model is the manifest's model.path, --config is read inline.
+_MODEL_FLAG = "model-path"
+_CONFIG_FLAG = "config"
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it comes from: the user's file, or how an operator derives it."""
+
+    value: Any
+    location: Location | None
+    origin: str | None = None  # e.g. "LeaderWorkerSet size", "nvidia.com/gpu limit"
+
+
+@dataclass
+class Token:
+    """One argv word with its place in the file and the variables it could not resolve."""
+
+    text: str
+    location: Location
+    unresolved: list[str] = field(default_factory=list)
+    raw: str | None = None  # the text as written, before Kubernetes' $(VAR) expansion
+
+
+@dataclass
+class Env:
+    """Variables a container sees: its own env, ConfigMap entries, and what its operator injects."""
+
+    values: dict[str, Sourced] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # name -> why its value is not in the files
+
+    def lookup(self, name: str) -> str | None:
+        found = self.values.get(name)
+        return None if found is None else str(found.value)
+
+    def with_values(self, extra: Mapping[str, Sourced]) -> Env:
+        return Env({**extra, **self.values}, dict(self.unknown))
+
+
+@dataclass
+class Arg:
+    """One server argument as the role runs it."""
+
+    name: str  # canonical flag name, catalogue spelling without dashes
+    key: str  # SGLang field name
+    value: Any
+    location: Location
+    flag: Flag | None
+    origin: str | None = None
+
+
+@dataclass
+class ServerCommand:
+    """The SGLang server command one container runs."""
+
+    tokens: list[Token]
+    start: int  # index of the first server argument
+    wrapper: str  # "sglang" or "dynamo"
+    location: Location
+
+
+def expand_k8s(text: str, env: Env) -> tuple[str, list[str]]:
+    """Kubernetes' `$(VAR)` expansion: defined names are replaced, others stay as written (and are returned)."""
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        value = env.lookup(match.group(1))
+        if value is None:
+            missing.append(match.group(1))
+            return match.group(0)
+        return value
+
+    return _K8S_VAR_RE.sub(replace, text.replace("$$", "\x00")).replace("\x00", "$"), missing
+
+
+def container_env(
+    doc: Doc,
+    container: Mapping[str, Any],
+    path: Path_,
+    *,
+    injected: Mapping[str, Sourced],
+    config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]],
+) -> Env:
+    """The container's variables: operator-injected first, then envFrom ConfigMaps, then env in order."""
+    env = Env(dict(injected))
+    for i, source in enumerate(container.get("envFrom") or []):
+        if not isinstance(source, Mapping):
+            continue
+        ref = source.get("configMapRef")
+        prefix = str(source.get("prefix") or "")
+        if isinstance(ref, Mapping) and ref.get("name") in config_maps:
+            cm_doc, cm_path, data = config_maps[ref["name"]]
+            for key, value in data.items():
+                env.values[prefix + str(key)] = Sourced(str(value), cm_doc.at((*cm_path, key)), f"ConfigMap {ref['name']}")
+        elif isinstance(ref, Mapping):
+            env.unknown[f"envFrom[{i}]"] = f"ConfigMap {ref.get('name')!r} is not among the files read"
+    for i, item in enumerate(container.get("env") or []):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            continue
+        name = item["name"]
+        where = doc.at((*path, "env", i, "value")) if "value" in item else doc.at((*path, "env", i))
+        if "value" in item:
+            text, missing = expand_k8s("" if item["value"] is None else str(item["value"]), env)
+            if missing:
+                env.values.pop(name, None)
+                env.unknown[name] = f"its value uses $({missing[0]}), which is not set"
+            else:
+                env.values[name] = Sourced(text, where, None)
+                env.unknown.pop(name, None)
+            continue
+        ref = item.get("valueFrom")
+        cm_ref = ref.get("configMapKeyRef") if isinstance(ref, Mapping) else None
+        if isinstance(cm_ref, Mapping) and cm_ref.get("name") in config_maps:
+            cm_doc, cm_path, data = config_maps[cm_ref["name"]]
+            if cm_ref.get("key") in data:
+                key = cm_ref["key"]
+                env.values[name] = Sourced(str(data[key]), cm_doc.at((*cm_path, key)), f"ConfigMap {cm_ref['name']}")
+                continue
+        kind = next(iter(ref), "valueFrom") if isinstance(ref, Mapping) and ref else "valueFrom"
+        env.values.pop(name, None)
+        env.unknown[name] = f"it comes from a {kind} reference"
+    return env
+
+
+def exec_tokens(doc: Doc, container: Mapping[str, Any], path: Path_, env: Env) -> list[Token]:
+    """command + args as the kubelet starts them, `$(VAR)` expanded, each word at its place in the file."""
+    tokens: list[Token] = []
+    for key in ("command", "args"):
+        items = container.get(key)
+        if isinstance(items, str):  # compose allows a string; Kubernetes does not
+            items = [items]
+        for i, item in enumerate(items or []):
+            if item is None or isinstance(item, Mapping | list):
+                continue
+            text = item if isinstance(item, str) else _yaml_scalar_text(item)
+            expanded, missing = expand_k8s(text, env)
+            tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text))
+    return tokens
+
+
+def _yaml_scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def find_server(
+    tokens: list[Token],
+    env: Env,
+    *,
+    doc: Doc | None,
+    script_path: Callable[[int], Path_ | None] | None = None,
+) -> ServerCommand | None:
+    """The SGLang server command among the tokens: exec form, or one command of a `sh -c` script."""
+    argv = [t.text for t in tokens]
+    index = launch_index(argv)
+    if index is not None:
+        return ServerCommand(tokens, index, _wrapper(argv, index), tokens[0].location)
+    script_at = shell_script(argv)
+    if script_at is None:
+        return None
+    script = tokens[script_at]
+    source_path = script_path(script_at) if script_path else None
+    try:
+        # Parsed as written (so offsets are columns in the file); the kubelet's $(VAR) expansion is
+        # applied to each word after, which is what the shell would have seen.
+        commands = parse_script(script.raw if script.raw is not None else script.text, env.lookup)
+    except ShellSyntaxError as exc:
+        where = doc.inside(source_path, exc.offset) if doc is not None and source_path else script.location
+        raise _ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
+    for command in commands:
+        words = strip_prefixes(command)
+        texts = [w.text for w in words]
+        found = launch_index(texts)
+        if found is None:
+            continue
+        out: list[Token] = []
+        for word in words:
+            if doc is not None and source_path is not None:
+                where = doc.inside(source_path, word.offset)
+            else:
+                where = script.location
+            text, _ = expand_k8s(word.text, env)
+            # a $(VAR) the kubelet left alone is a command substitution to the shell: unresolved
+            unresolved = [
+                u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
+            ]
+            out.append(Token(text, where, unresolved))
+        return ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location)
+    return None
+
+
+class _ScriptError(Exception):
+    def __init__(self, issue: InputIssue) -> None:
+        super().__init__(issue.render())
+        self.issue = issue
+
+
+ScriptError = _ScriptError
+
+
+def _wrapper(argv: list[str], index: int) -> str:
+    return "dynamo" if index >= 1 and argv[index - 1].startswith("dynamo.") else "sglang"
+
+
+# Flags of `python -m dynamo.sglang` that are Dynamo's own (not SGLang's); left out without a warning.
+DYNAMO_FLAGS = frozenset(
+    {
+        "endpoint", "migration-limit", "dyn-tool-call-parser", "dyn-reasoning-parser", "use-sglang-tokenizer",
+        "custom-jinja-template", "dump-config-to", "store-kv", "request-plane", "event-plane",
+        "dyn-endpoint-types", "embedding-worker", "multimodal-processor", "multimodal-encode-worker",
+        "multimodal-worker", "multimodal-encode-prefill-worker", "enable-local-indexer", "durable-kv-events",
+    }
+)
+
+
+@dataclass
+class ParsedServer:
+    """A server command's arguments, checked against a catalogue."""
+
+    args: dict[str, Arg]
+    model_path: Sourced | None
+    config: Token | None  # --config FILE, read by the caller (a ConfigMap among the inputs)
+    issues: list[InputIssue]
+    findings: list[Finding]
+
+
+def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> ParsedServer:
+    """Typed arguments by canonical name, input issues (SGLang would exit 2) and findings (KV317, KV502)."""
+    argv = [t.text for t in server.tokens]
+    parsed = parse_argv(argv, catalogue, start=server.start)
+    issues: list[InputIssue] = []
+    findings: list[Finding] = []
+    blocked: set[int] = set()  # tokens whose problem is an unresolved variable
+    value_of: dict[int, str] = {}  # value token index -> the flag it belongs to
+    for occurrence in parsed.occurrences:
+        for i in occurrence.value_indexes:
+            if i != occurrence.index:
+                value_of[i] = occurrence.name
+    for problem in parsed.problems:
+        token = server.tokens[problem.index]
+        owner = value_of.get(problem.index)
+        if owner in PLACEMENT_FLAGS:
+            continue  # which node / address a pod takes: not part of the role's arguments
+        if token.unresolved:
+            blocked.add(problem.index)
+            if owner is not None:
+                for occurrence in parsed.occurrences:
+                    if problem.index in occurrence.value_indexes:
+                        blocked.add(occurrence.index)
+            findings.append(_unresolved(role, token, owner))
+            continue
+        if problem.kind == "repeated":
+            continue
+        if problem.kind == "unknown" and server.wrapper == "dynamo":
+            name = token.text.partition("=")[0].lstrip("-")
+            if name not in DYNAMO_FLAGS:
+                findings.append(
+                    finding(
+                        "KV502",
+                        role,
+                        f"'{token.text.partition('=')[0]}' is not a flag of SGLang {catalogue.version}; "
+                        "kvcheck leaves it to the Dynamo wrapper",
+                        location=token.location,
+                    )
+                )
+            continue
+        issues.append(InputIssue(token.location.file, token.location.line, token.location.column, "", problem.message))
+    args: dict[str, Arg] = {}
+    model_path: Sourced | None = None
+    config: Token | None = None
+    for occurrence in parsed.occurrences:
+        if occurrence.flag is None or occurrence.index in blocked:
+            continue
+        flag_token = server.tokens[occurrence.index]
+        value_tokens = [server.tokens[i] for i in occurrence.value_indexes]
+        unresolved = [t for t in value_tokens if t.unresolved]
+        if unresolved:
+            if occurrence.name == _MODEL_FLAG:
+                model_path = Sourced(None, unresolved[0].location, f"unresolved: {', '.join(unresolved[0].unresolved)}")
+            elif occurrence.name not in PLACEMENT_FLAGS:
+                findings.append(_unresolved(role, unresolved[0], occurrence.name))
+            args.pop(occurrence.name, None)
+            continue
+        where = value_tokens[0].location if value_tokens else flag_token.location
+        if occurrence.value_indexes and occurrence.value_indexes[0] == occurrence.index and where.column is not None:
+            if flag_token.raw is None or flag_token.raw == flag_token.text:
+                # --flag=value: point at the value, after the '='
+                where = Location(where.file, where.line, where.column + len(occurrence.spelled) + 1)
+        if occurrence.name == _MODEL_FLAG:
+            model_path = Sourced(occurrence.value, where)
+            continue
+        if occurrence.name == _CONFIG_FLAG:
+            config = value_tokens[0] if value_tokens else None
+            continue
+        if occurrence.name in PLACEMENT_FLAGS:
+            continue
+        args.pop(occurrence.name, None)  # the last occurrence wins, in its own place
+        args[occurrence.name] = Arg(occurrence.name, occurrence.flag.key, occurrence.value, where, occurrence.flag)
+    return ParsedServer(args, model_path, config, issues, findings)
+
+
+def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
+    names = ", ".join(f"${n}" if not n.startswith(("$", "`")) else n for n in token.unresolved)
+    subject = f"the value of --{flag}" if flag else f"the word '{token.text}'"
+    return finding(
+        "KV317",
+        role,
+        f"{subject} uses {names}, which the files do not set",
+        hint="pass the file that defines it, set it in the container's env, or state the value in an overlay manifest",
+        location=token.location,
+    )
+
+
+def config_args(
+    doc: Doc, path: Path_, text: str, catalogue: Catalogue, *, origin: str
+) -> tuple[dict[str, Arg], list[InputIssue]]:
+    """The arguments of an SGLang `--config` YAML file held in a ConfigMap entry (doc path `path`)."""
+    from kvcheck.inputs.yamlpos import load_yaml_documents
+
+    issues: list[InputIssue] = []
+    try:
+        documents = load_yaml_documents(text, f"{doc.source.name} ({origin})", max_nodes=100_000)
+    except Exception as exc:  # noqa: BLE001 - reported at the ConfigMap entry
+        where = doc.at(path)
+        message = getattr(exc, "message", str(exc))
+        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: {message}")]
+    data = documents[0].data if documents else None
+    if not isinstance(data, Mapping):
+        where = doc.at(path)
+        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: not a mapping of SGLang flags")]
+    positions = documents[0].positions
+    line_starts = _line_starts(text)
+    args: dict[str, Arg] = {}
+    for key, value in data.items():
+        line, column = positions.keys.get((key,), (1, 1))
+        where = doc.inside(path, line_starts[min(line, len(line_starts)) - 1] + column - 1)
+        try:
+            flag = catalogue.resolve(str(key)) if str(key).lstrip("-") not in ("model-path", "model_path") else None
+            if flag is None:
+                continue
+            typed = catalogue.coerce(flag, value)
+        except FlagError as exc:
+            issues.append(InputIssue(where.file, where.line, where.column, str(key), str(exc)))
+            continue
+        name = flag.name[2:]
+        if flag.store_true and typed is False:
+            continue
+        args[name] = Arg(name, flag.key, typed, where, flag, origin)
+    return args, issues
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            starts.append(i + 1)
+    return starts

@@ -1,0 +1,177 @@
+"""The one input step of verify and plan: a kvcheck manifest, deployment files, or an overlay manifest
+whose `deployment:` key names deployment files and adds only what they lack.
+
+Detected by content: a YAML mapping with the manifest's keys (`context_length`, `roles`, `engine`,
+`deployment`) and no Kubernetes `kind`/`apiVersion`, compose `services` or recipe `backend` is a
+kvcheck manifest; anything else is read as deployment files. Every path returns the value
+`load_manifest` returns (`LoadedManifest`), so the commands do not care which it was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.inputs.deploy.manifest import LoadedDeployment, Overrides, load_deployment
+from kvcheck.inputs.deploy.server import Sourced
+from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
+from kvcheck.inputs.manifest.model import MAX_TOKENS, PolicySpec
+from kvcheck.inputs.textfile import read_text_file
+from kvcheck.inputs.yamlpos import load_yaml_with_positions
+from kvcheck.model import Location
+from kvcheck.policy.rules import PolicyConfig
+
+_DEPLOYMENT_KEYS = frozenset({"kind", "apiVersion", "services", "backend"})
+MAX_OVERLAY_BYTES = 4 * 1024 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
+
+
+class OverlayModel(_Strict):
+    """What a manifest with `deployment:` may add to deployment files."""
+
+    path: str | None = None
+    config: str | None = None
+
+
+class OverlayEngine(_Strict):
+    version: str | None = None
+
+
+class Overlay(_Strict):
+    """A kvcheck manifest that names deployment files and adds only what they lack."""
+
+    deployment: str | list[str] = Field(description="Deployment files (relative to this manifest).")
+    name: str | None = None
+    context_length: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    model: OverlayModel | None = None
+    engine: OverlayEngine | None = None
+    gpu: str | None = None
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+
+
+_DEPLOYMENT_LINE_RE = re.compile(r"^(?:apiVersion|kind|services):", re.M)
+
+
+def is_kvcheck_manifest(path: str) -> bool:
+    """Whether one file is read as a kvcheck manifest: anything that is not positively deployment files.
+
+    Deployment files hold a Kubernetes object (`kind`/`apiVersion`), compose `services` or an
+    srt-slurm `backend`; a file that cannot be read or parsed goes to the manifest loader, whose
+    messages for broken manifests stay as they are.
+    """
+    if path == "-":
+        return False
+    try:
+        text = read_text_file(Path(path), path, kind="file", max_bytes=MAX_OVERLAY_BYTES)
+    except InputError:
+        return True
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return _DEPLOYMENT_LINE_RE.search(text) is None
+    if len(documents) != 1:
+        return not documents
+    first = documents[0]
+    return not (isinstance(first, Mapping) and _DEPLOYMENT_KEYS & set(first))
+
+
+def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None) -> LoadedManifest:
+    """A manifest, an overlay manifest with `deployment:`, or deployment files, as one LoadedManifest."""
+    names = [str(p) for p in paths]
+    if not names:
+        raise InputError("no manifest or deployment file given")
+    given = overrides or Overrides()
+    if len(names) == 1 and is_kvcheck_manifest(names[0]):
+        if _has_deployment_key(names[0]):
+            return load_overlay(names[0], given)
+        if any((given.gpu, given.context_length, given.model_config, given.sglang_version)):
+            raise InputError(
+                f"{names[0]} is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version "
+                "apply to deployment files (the manifest states these itself)"
+            )
+        return load_manifest(Path(names[0]))
+    return load_deployment(names, given)
+
+
+def _has_deployment_key(path: str) -> bool:
+    try:
+        text = read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
+        first = next(iter(yaml.safe_load_all(text)), None)
+    except (InputError, yaml.YAMLError):
+        return False
+    return isinstance(first, Mapping) and "deployment" in first
+
+
+def load_overlay(path: str, given: Overrides) -> LoadedDeployment:
+    """An overlay manifest: its deployment files, with the overlay's values where the files say nothing."""
+    text = read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
+    data, positions, issues = load_yaml_with_positions(text, path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}:1:1: the manifest must be a YAML mapping")
+    overlay: Overlay | None = None
+    try:
+        overlay = Overlay.model_validate(data)
+    except ValidationError as exc:
+        issues.extend(_pydantic_issues(exc, path, positions))
+    issues.extend(_check_rule_codes(data.get("policy"), path, positions))
+    if issues or overlay is None:
+        raise ManifestError(issues, hint="an overlay manifest takes: deployment, name, context_length, model, "
+                                         "engine.version, gpu, policy")
+    folder = Path(path).parent
+
+    def at(*keys: Any) -> Location:
+        where = positions.of_value(tuple(keys))
+        return Location(path, *(where or (None, None)))
+
+    files = [overlay.deployment] if isinstance(overlay.deployment, str) else list(overlay.deployment)
+    if not files:
+        raise InputError(f"{at('deployment').render()}: deployment: name at least one file")
+    resolved_files = [str(folder / f) if not Path(f).is_absolute() else f for f in files]
+    for i, (written, full) in enumerate(zip(files, resolved_files, strict=True)):
+        if not Path(full).is_file():
+            where = at("deployment", i) if isinstance(overlay.deployment, list) else at("deployment")
+            raise InputError(f"{where.render()}: deployment: no such file {written} (relative to the manifest)")
+
+    def merged(option: Sourced | None, value: Any, *keys: Any) -> Sourced | None:
+        stated = Sourced(value, at(*keys), "overlay") if value is not None else None
+        if option is not None and stated is not None and str(option.value) != str(stated.value):
+            raise InputError(
+                f"{stated.location.render()}: {'.'.join(map(str, keys))} is {stated.value!r} but {option.origin} "
+                f"gives {option.value!r}; they must agree"
+            )
+        return stated or option
+
+    model = overlay.model or OverlayModel()
+    config = None
+    if model.config is not None:
+        config_path = (folder / model.config).resolve()
+        if not config_path.is_file():
+            raise InputError(f"{at('model', 'config').render()}: model.config: no such file {config_path}")
+        config = Sourced(config_path, at("model", "config"), "overlay")
+    overrides = Overrides(
+        gpu=merged(given.gpu, overlay.gpu, "gpu"),
+        context_length=merged(given.context_length, overlay.context_length, "context_length"),
+        model_config=config or given.model_config,
+        sglang_version=merged(given.sglang_version, overlay.engine.version if overlay.engine else None,
+                              "engine", "version"),
+        model_path=Sourced(model.path, at("model", "path"), "overlay") if model.path else None,
+        policy=PolicyConfig(
+            min_headroom=overlay.policy.min_headroom,
+            ignore=frozenset(overlay.policy.ignore),
+            severity=dict(overlay.policy.severity),
+        ),
+        name=overlay.name,
+    )
+    return load_deployment(resolved_files, overrides, display=path)
+
+
+__all__ = ["InputIssue", "load_inputs", "load_overlay", "is_kvcheck_manifest"]

@@ -1,0 +1,500 @@
+"""The Kubernetes launcher: create a role's objects, watch its pods, stream their logs, delete it all.
+
+Each role is rendered (`render.py`) and created through the API server. A watcher thread lists the
+role's pods (by the run's labels) every `poll_s` and
+  * starts following each pod's engine log as soon as its container runs, feeding every line to the
+    measurement's log reader as it arrives (the same reader the local launcher feeds);
+  * ends the role, fail closed, on what Kubernetes itself reports: a pod the scheduler cannot place
+    (its reason, at once unless `unschedulable_wait_s`), an image that cannot be pulled, a container
+    that cannot be created, a container that terminated or restarted (its exit code; OOMKilled
+    named), a pod that failed (deadline, eviction) or vanished.
+`/server_info` is read through the API server's pod proxy (`relay.py`). `stop()` deletes the objects
+(their pods go with them), waits for the pods to be gone, and says what it could not delete.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
+from kvcheck.backends.measure.launchers.kubernetes.api import KubeApi, KubeError, lines
+from kvcheck.backends.measure.launchers.kubernetes.relay import PodRelay
+from kvcheck.backends.measure.launchers.kubernetes.render import (
+    RUN_LABEL,
+    RenderedRole,
+    new_run_id,
+    render_role,
+    render_run,
+    role_slug,
+)
+from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings, PodTemplates
+from kvcheck.backends.measure.launchers.process import MAX_LINE_BYTES
+from kvcheck.model import RoleTarget
+
+LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+API_LOSS_S = 30.0  # the API server may fail to answer this long before the role is given up
+STOP_EXTRA_S = 30.0  # past the engine's grace, how long deleted pods may take to go
+FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended the role
+RBAC_HINT = "kvcheck needs the Role in docs/measure.md (\"Kubernetes\") in the namespace"
+
+
+class KubernetesEngine(RunningEngine):
+    """One role's objects in the cluster, its pods' logs as they arrive, and its deletion."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        rendered: RenderedRole,
+        request: LaunchRequest,
+        settings: KubernetesSettings,
+        *,
+        run_id: str,
+        created: Sequence[tuple[str, str]],
+        started_at: float,
+        poll_s: float,
+    ) -> None:
+        self.api = api
+        self.rendered = rendered
+        self.request = request
+        self.settings = settings
+        self.argv = rendered.argv
+        self.started_at = started_at
+        self._run_id = run_id
+        self._created = list(created)
+        self._poll_s = poll_s
+        self._lock = threading.Lock()
+        self._log = request.log_path.open("w", encoding="utf-8", errors="replace")
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._streams: dict[str, threading.Thread] = {}
+        self._responses: dict[str, Any] = {}
+        self._leader: str | None = None
+        self._relay: PodRelay | None = None
+        self._returncode: int | None = None
+        self._failure: tuple[str, str] | None = None
+        self._note = ""
+        self._phase: str | None = "waiting for the pods to be created"
+        self._unschedulable_since: dict[str, float] = {}
+        self._api_error_since: float | None = None
+        self._stopping = threading.Event()
+        self._stopped = False
+        self._nodes: dict[str, str] = {}
+        self._watcher = threading.Thread(target=self._watch, name=f"kvcheck-k8s-{rendered.name}", daemon=True)
+        self._watcher.start()
+
+    # -- what boot.py asks ------------------------------------------------------------------------
+
+    @property
+    def details(self) -> Mapping[str, Any]:
+        with self._lock:
+            pods = sorted(self._pods)
+            nodes = dict(self._nodes)
+        return {
+            "engine_env": {str(k): str(v) for k, v in self.request.target.env.items()},
+            "ports": {"http": self.settings.http_port, "bootstrap": None},
+            "kubernetes": {
+                "namespace": self.settings.namespace,
+                "run_id": self._run_id,
+                "objects": [f"{kind}/{name}" for kind, name in self._created],
+                "pods": pods,
+                "nodes": nodes,
+                "gpus_per_pod": self.rendered.gpus_per_node,
+                "nnodes": self.rendered.nnodes,
+            },
+        }
+
+    @property
+    def http_port(self) -> int:
+        return self.settings.http_port
+
+    def base_url(self) -> str | None:
+        with self._lock:
+            return self._relay.url if self._relay is not None else None
+
+    def poll(self) -> int | None:
+        with self._lock:
+            return self._returncode
+
+    @property
+    def returncode(self) -> int | None:
+        return self.poll()
+
+    def phase(self) -> str | None:
+        with self._lock:
+            return self._phase
+
+    def failure(self) -> tuple[str, str] | None:
+        with self._lock:
+            return self._failure
+
+    def exit_note(self) -> str:
+        with self._lock:
+            return self._note
+
+    # -- watching the pods ------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        selector = self.rendered.pod_selector
+        while not self._stopping.is_set():
+            try:
+                pods = self.api.list_pods(self.settings.namespace, selector)
+            except KubeError as exc:
+                now = time.monotonic()
+                self._api_error_since = self._api_error_since or now
+                if now - self._api_error_since >= API_LOSS_S:
+                    self._end_by_launcher(
+                        f"lost the Kubernetes API server for {API_LOSS_S:g} s while the engine ran: {exc.message}",
+                        "check the cluster's API server and kvcheck's network path to it",
+                    )
+                    return
+            else:
+                self._api_error_since = None
+                if self._judge(pods):
+                    return
+            self._stopping.wait(self._poll_s)
+
+    def _judge(self, pods: list[dict[str, Any]]) -> bool:
+        """Take in one listing; True when the role has ended (its status is then set)."""
+        names = {pod["metadata"]["name"] for pod in pods}
+        with self._lock:
+            vanished = sorted(set(self._pods) - names)
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                self._pods[name] = pod
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node:
+                    self._nodes[name] = node
+        if vanished and not self._stopping.is_set():
+            self._end_by_launcher(
+                f"pod {', '.join(vanished)} was deleted while the engine ran (evicted, preempted or deleted by "
+                "someone else)",
+                "check the namespace's events (kubectl get events) and rerun",
+            )
+            return True
+        for pod in sorted(pods, key=self._pod_order):
+            if self._judge_pod(pod):
+                return True
+        self._update_phase(pods)
+        return False
+
+    def _pod_order(self, pod: dict[str, Any]) -> tuple[int, str]:
+        labels = pod["metadata"].get("labels") or {}
+        index = labels.get(LEADER_INDEX_LABEL, "0")
+        return (int(index) if str(index).isdigit() else 0, pod["metadata"]["name"])
+
+    def _is_leader(self, pod: dict[str, Any]) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        return self.rendered.kind == "Job" or str(labels.get(LEADER_INDEX_LABEL, "")) == "0"
+
+    def _container_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == self.rendered.container:
+                return status
+        return None
+
+    def _judge_pod(self, pod: dict[str, Any]) -> bool:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
+                "PodScheduled", "False", "Unschedulable"
+            ):
+                first = self._unschedulable_since.setdefault(name, time.monotonic())
+                if time.monotonic() - first >= self.settings.unschedulable_wait_s:
+                    self._end_by_launcher(
+                        f"the cluster cannot place pod {name}: {condition.get('message') or 'Unschedulable'} "
+                        f"(the role asks for {self.rendered.gpus_per_node} {self.settings.gpu_resource} per pod on "
+                        f"{self.rendered.nnodes} node{'s' if self.rendered.nnodes != 1 else ''})",
+                        "free or add nodes with that many GPUs, or correct the node selector and tolerations; "
+                        "with a cluster autoscaler, set launcher.kubernetes.unschedulable_wait",
+                    )
+                    return True
+        container = self._container_status(pod)
+        if container is not None:
+            state = container.get("state") or {}
+            waiting = state.get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason in PULL_ERRORS:
+                self._end_by_launcher(
+                    f"pod {name} cannot pull image {container.get('image')}: {reason}: {waiting.get('message', '')}".rstrip(": "),
+                    "check the image name and tag, and the pull secrets (launcher.kubernetes.image_pull_secrets)",
+                )
+                return True
+            if reason in CREATE_ERRORS:
+                self._end_by_launcher(
+                    f"pod {name} cannot start its engine container: {reason}: {waiting.get('message', '')}".rstrip(": "),
+                    "a Secret, ConfigMap or volume the pod template names is missing in the namespace",
+                )
+                return True
+            terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated")
+            if terminated:
+                self._end_by_engine(name, terminated, restarted=not state.get("terminated"))
+                return True
+            if state.get("running") and name not in self._streams:
+                self._follow(pod)
+        if status.get("phase") == "Failed":
+            self._end_by_launcher(
+                f"pod {name} failed: {status.get('reason') or 'Failed'}: {status.get('message') or 'no message'}",
+                "a DeadlineExceeded pod ran past kvcheck's timeout; an evicted one lost its node",
+            )
+            return True
+        if self._is_leader(pod) and status.get("podIP") and container and (container.get("state") or {}).get("running"):
+            self._open_relay(name)
+        return False
+
+    def _update_phase(self, pods: list[dict[str, Any]]) -> None:
+        if not pods:
+            phase: str | None = "waiting for the pods to be created"
+        elif any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                 for p in pods for c in (p.get("status") or {}).get("conditions") or []):
+            phase = "waiting for a node"
+        elif all((self._container_status(p) or {}).get("state", {}).get("running") for p in pods):
+            phase = None  # the engine's own log tells the phase from here on
+        else:
+            phase = "pulling the image and starting the containers"
+        with self._lock:
+            self._phase = phase
+
+    def _end_by_launcher(self, message: str, hint: str) -> None:
+        with self._lock:
+            if self._returncode is None:
+                self._failure = (message, hint)
+                self._returncode = FAILED_BY_LAUNCHER
+
+    def _end_by_engine(self, pod: str, terminated: Mapping[str, Any], *, restarted: bool) -> None:
+        """A container ended: wait for its log to drain (its last lines say why), then report its status."""
+        stream = self._streams.get(pod)
+        if stream is not None:
+            stream.join(timeout=5.0)
+        code = int(terminated.get("exitCode", 1) or 0)
+        signal = terminated.get("signal")
+        reason = terminated.get("reason") or ""
+        note = f"; pod {pod}" + (" (restarted)" if restarted else "")
+        if reason == "OOMKilled":
+            note += ": OOMKilled (the kernel killed it at the container's memory limit; raise resources.limits.memory)"
+        elif reason and reason not in ("Error", "Completed"):
+            note += f": {reason}"
+        if terminated.get("message"):
+            note += f": {str(terminated['message']).strip()[:400]}"
+        with self._lock:
+            if self._returncode is None:
+                self._returncode = code if code else (128 + int(signal) if signal else 0)
+                self._note = note
+
+    # -- logs and the server ----------------------------------------------------------------------
+
+    def _follow(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        prefix = "" if self._is_leader(pod) else f"[{name}] "
+        thread = threading.Thread(target=self._pump, args=(name, prefix), name=f"kvcheck-k8s-log-{name}", daemon=True)
+        self._streams[name] = thread
+        thread.start()
+
+    def _pump(self, pod: str, prefix: str) -> None:
+        """Copy a pod's log to the log file and the reader as it arrives; a reader failure is kept, never
+        allowed to stop the draining (the same contract as the local launcher's)."""
+        try:
+            response = self.api.follow_log(self.settings.namespace, pod, self.rendered.container)
+        except KubeError as exc:
+            if not self._stopping.is_set():
+                self._write(f"kvcheck: could not follow the log of pod {pod}: {exc.message}")
+            return
+        with self._lock:
+            self._responses[pod] = response
+        try:
+            for line in lines(response, max_line_bytes=MAX_LINE_BYTES):
+                self._write(prefix + line)
+                if self.pump_error is None:
+                    try:
+                        self.request.on_line(line)
+                    except Exception as exc:  # noqa: BLE001 - reported by the role (exit 4), never swallowed
+                        self.pump_error = exc
+        except Exception as exc:  # noqa: BLE001 - the connection closed under us at stop(), or broke
+            if not self._stopping.is_set():
+                self._write(f"kvcheck: the log stream of pod {pod} broke: {exc}")
+        finally:
+            try:
+                response.release_conn()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+
+    def _write(self, line: str) -> None:
+        with self._lock:
+            if not self._log.closed:
+                self._log.write(line + "\n")
+                self._log.flush()
+
+    def _open_relay(self, pod: str) -> None:
+        with self._lock:
+            if self._relay is not None or self._stopping.is_set():
+                return
+            self._leader = pod
+            namespace, port = self.settings.namespace, self.settings.http_port
+
+            def proxy_get(path: str, timeout_s: float) -> tuple[int, bytes]:
+                return self.api.proxy_get(namespace, pod, port, path, timeout_s=timeout_s)
+
+            self._relay = PodRelay(proxy_get)
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    def stop(self, grace_s: float) -> str | None:
+        """Delete the role's objects and pods; wait until the pods are gone. None when nothing is left."""
+        with self._lock:
+            if self._stopped:
+                return None
+            self._stopped = True
+        self._stopping.set()
+        self._watcher.join(timeout=10.0)
+        problems = delete_role(self.api, self.settings.namespace, self._created, self._role_selector(), grace_s)
+        with self._lock:
+            responses = list(self._responses.values())
+            relay, self._relay = self._relay, None
+        for response in responses:
+            try:
+                response.close()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+        for thread in list(self._streams.values()):
+            thread.join(timeout=5.0)
+        if relay is not None:
+            relay.close()
+        with self._lock:
+            self._log.close()
+        if problems is None:
+            return None
+        return (
+            f"{problems}; the cluster removes them by itself at their deadline "
+            f"(activeDeadlineSeconds {self.rendered.objects[0]['spec']['activeDeadlineSeconds']} s), or run "
+            f"`kvcheck cleanup --namespace {self.settings.namespace}`"
+        )
+
+    def _role_selector(self) -> str:
+        return f"{RUN_LABEL}={self._run_id},kvcheck.io/role={role_slug(self.request.target.name)}"
+
+
+def delete_role(
+    api: KubeApi, namespace: str, created: Sequence[tuple[str, str]], selector: str, grace_s: float
+) -> str | None:
+    """Delete objects (newest first) and the pods they own; wait for the pods. None when all are gone."""
+    failed: list[str] = []
+    for kind, name in reversed(created):
+        try:
+            api.delete(kind, namespace, name)
+        except KubeError as exc:
+            failed.append(f"{kind}/{name} ({exc.message})")
+    deadline = time.monotonic() + grace_s + STOP_EXTRA_S
+    asked: set[str] = set()
+    while True:
+        try:
+            pods = api.list_pods(namespace, selector)
+        except KubeError as exc:
+            failed.append(f"its pods could not be listed ({exc.message})")
+            break
+        if not pods:
+            break
+        for pod in pods:  # owners are deleted in the background; the pods get the engine's grace now
+            name = pod["metadata"]["name"]
+            if name not in asked:
+                asked.add(name)
+                try:
+                    api.delete_pod(namespace, name, grace_s=int(grace_s))
+                except KubeError:
+                    pass  # still listed below if it stays
+        if time.monotonic() >= deadline:
+            failed.append("pods " + ", ".join(sorted(p["metadata"]["name"] for p in pods)) + " are still terminating")
+            break
+        time.sleep(0.2)
+    if not failed:
+        return None
+    return "kvcheck could not remove everything it created in " + namespace + ": " + "; ".join(failed)
+
+
+class KubernetesLauncher(Launcher):
+    """Runs each role as Kubernetes objects in one namespace; one run id labels them all."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        *,
+        run_id: str | None = None,
+        templates: Mapping[str, PodTemplates] | None = None,
+        api: KubeApi | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.run_id = run_id or new_run_id()
+        self.templates = dict(templates or {})
+        self._api = api
+        self._own_api = api is None
+        self._poll_s = poll_s
+
+    def __enter__(self) -> KubernetesLauncher:
+        if self._api is None:
+            self._api = KubeApi.connect(kubeconfig=self.settings.kubeconfig, context=self.settings.context)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._own_api and self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def check(self, targets: Sequence[RoleTarget], *, timeout_s: float, grace_s: float, dummy_weights: bool) -> None:
+        """Render every role once before anything is created: settings errors are input errors (exit 2)."""
+        render_run(targets, self.settings, run_id=self.run_id, timeout_s=timeout_s, grace_s=grace_s,
+                   dummy_weights=dummy_weights, templates=self.templates)
+
+    def start(self, request: LaunchRequest) -> KubernetesEngine:
+        api = self._api
+        if api is None:
+            raise RuntimeError("the Kubernetes launcher is used outside its `with` block")
+        started_at = time.monotonic()
+        rendered = render_role(
+            request.target, self.settings, run_id=self.run_id, timeout_s=request.timeout_s,
+            grace_s=request.grace_s, dummy_weights=request.dummy_weights,
+            templates=self.templates.get(request.target.name),
+        )
+        created: list[tuple[str, str]] = []
+        owner_uid: str | None = None
+        for obj in rendered.objects:
+            obj = dict(obj)
+            if obj["kind"] == "LeaderWorkerSet" and owner_uid is not None:
+                metadata = dict(obj["metadata"])
+                metadata["ownerReferences"] = [{**ref, "uid": owner_uid} for ref in metadata["ownerReferences"]]
+                obj["metadata"] = metadata
+            try:
+                answer = api.create(obj)
+            except KubeError as exc:
+                problems = delete_role(api, self.settings.namespace, created, self._selector(request), request.grace_s)
+                raise LaunchError(
+                    f"the cluster refused {obj['kind']} {self.settings.namespace}/{obj['metadata']['name']}: "
+                    f"{exc.detail}" + (f"; {problems}" if problems else ""),
+                    hint=self._refusal_hint(exc, obj["kind"]),
+                    argv=rendered.argv,
+                    details={"kubernetes": {"namespace": self.settings.namespace, "run_id": self.run_id}},
+                ) from exc
+            created.append((obj["kind"], obj["metadata"]["name"]))
+            if obj["kind"] == "Job" and rendered.kind == "LeaderWorkerSet":
+                owner_uid = str((answer.get("metadata") or {}).get("uid") or "")
+        return KubernetesEngine(
+            api, rendered, request, self.settings, run_id=self.run_id, created=created,
+            started_at=started_at, poll_s=self._poll_s,
+        )
+
+    def _selector(self, request: LaunchRequest) -> str:
+        return f"{RUN_LABEL}={self.run_id},kvcheck.io/role={role_slug(request.target.name)}"
+
+    def _refusal_hint(self, exc: KubeError, kind: str) -> str:
+        if exc.status == 403:
+            return RBAC_HINT + f" {self.settings.namespace}"
+        if exc.status == 404 and kind == "LeaderWorkerSet":
+            return "multi-node roles need the LeaderWorkerSet controller (v0.4 or later) installed in the cluster"
+        if exc.status == 404:
+            return f"create the namespace {self.settings.namespace} or set launcher.kubernetes.namespace"
+        return "the message above is the API server's; fix the launcher settings or the pod template"

@@ -1,16 +1,18 @@
 """The servers to audit: command-line URLs, a fleet file, or a manifest's roles paired with URLs.
 
 A fleet file is one URL per line (`#` comments, blank lines), or YAML mapping names to URLs (each a
-URL or `{url, context_length, role}`), or a YAML list of URLs. Every problem is reported in one pass
-with file:line:column.
+URL or `{url, context_length, role}`, validated by the pydantic model FleetEntry, like the manifest),
+or a YAML list of URLs. Every problem is reported in one pass with file:line:column.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvcheck.engines.sglang.client import display_url, validate_base_url
 from kvcheck.errors import InputError, InputIssue
@@ -18,7 +20,6 @@ from kvcheck.inputs.textfile import read_text_file
 from kvcheck.model import Endpoint, Location, RoleTarget
 
 MAX_FLEET_BYTES = 4 * 1024 * 1024
-FLEET_ENTRY_KEYS = ("url", "context_length", "role")
 
 
 # -- endpoints -----------------------------------------------------------------------------------
@@ -198,45 +199,76 @@ def _parse_fleet_yaml(text: str, display: str) -> tuple[list[Endpoint], list[Inp
                 )
             )
             continue
-        for key in value:
-            if key not in FLEET_ENTRY_KEYS:
-                close = difflib.get_close_matches(str(key), FLEET_ENTRY_KEYS, n=1)
-                suggestion = f" (did you mean '{close[0]}'?)" if close else ""
-                issues.append(
-                    InputIssue(
-                        display,
-                        *where((name, key), key=True),
-                        f"{name}.{key}",
-                        f"unknown key{suggestion}; allowed: {', '.join(FLEET_ENTRY_KEYS)}",
-                    )
-                )
-        if "url" not in value:
-            issues.append(InputIssue(display, *where((name,), key=True), name, "missing url"))
-            url = None
-        else:
-            url = url_of(value["url"], (name, "url"), f"{name}.url")
-        context = value.get("context_length")
-        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
-            issues.append(
-                InputIssue(
-                    display,
-                    *where((name, "context_length")),
-                    f"{name}.context_length",
-                    f"expected a positive number of tokens, got {context!r}",
-                )
-            )
-            context = None
-        role = value.get("role")
-        if role is not None and (not isinstance(role, str) or not role.strip()):
-            issues.append(
-                InputIssue(display, *where((name, "role")), f"{name}.role", f"expected a name, got {role!r}")
-            )
-            role = None
-        if url is not None:
-            endpoints.append(
-                Endpoint(name=name, url=url, role=role, context_length=context, location=location)
-            )
+        try:
+            entry = FleetEntry.model_validate(value)
+        except ValidationError as exc:
+            issues.extend(_entry_issues(exc, str(name), display, where))
+            continue
+        endpoints.append(
+            Endpoint(name=name, url=entry.url, role=entry.role, context_length=entry.context_length, location=location)
+        )
     return endpoints, issues
+
+
+class FleetEntry(BaseModel):
+    """One server of a YAML fleet file written as a mapping: `{url, context_length, role}`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    url: str = Field(description="The server's base URL, http(s)://host:port.")
+    context_length: int | None = Field(default=None, description="The window to check this server against, tokens.")
+    role: str | None = Field(default=None, description="The deployment role the server plays (prefill, decode).")
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _url(cls, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a URL, got {_kind(value)}")
+        try:
+            return str(validate_base_url(value))
+        except InputError as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("context_length", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> int | None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"expected a positive number of tokens, got {value!r}")
+        return value
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: Any) -> str | None:
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"expected a name, got {value!r}")
+        return value
+
+
+FLEET_ENTRY_KEYS = tuple(FleetEntry.model_fields)
+
+
+def _entry_issues(
+    exc: ValidationError, name: str, display: str, where: Callable[..., tuple[int | None, int | None]]
+) -> list[InputIssue]:
+    """Pydantic's errors for one entry as file:line:column issues: unknown keys first, then by field."""
+    order = {"extra_forbidden": -1} | {field: index for index, field in enumerate(FLEET_ENTRY_KEYS)}
+    errors = sorted(
+        exc.errors(), key=lambda e: order["extra_forbidden"] if e["type"] == "extra_forbidden" else order.get(str(e["loc"][0]), 99)
+    )
+    issues = []
+    for error in errors:
+        key = str(error["loc"][0])
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(key, FLEET_ENTRY_KEYS, n=1)
+            suggestion = f" (did you mean '{close[0]}'?)" if close else ""
+            message = f"unknown key{suggestion}; allowed: {', '.join(FLEET_ENTRY_KEYS)}"
+            issues.append(InputIssue(display, *where((name, key), key=True), f"{name}.{key}", message))
+        elif error["type"] == "missing":
+            issues.append(InputIssue(display, *where((name,), key=True), name, f"missing {key}"))
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            issues.append(InputIssue(display, *where((name, key)), f"{name}.{key}", message))
+    return issues
 
 
 def duplicate_issues(endpoints: Sequence[Endpoint], display: str) -> list[InputIssue]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 from kvcheck.model import Finding, Report, RoleResult
@@ -116,16 +116,32 @@ def _finding(item: Finding) -> Finding:
     )
 
 
+def _scrub_typed(value: Any) -> Any:
+    """A typed value (plan, probe rows) with every text in it scrubbed; numbers and flags stay."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: _scrub_typed(getattr(value, f.name)) for f in fields(value) if f.init})
+    if isinstance(value, tuple):
+        return tuple(_scrub_typed(item) for item in value)
+    return value
+
+
 def _role(role: RoleResult) -> RoleResult:
     return replace(
         role,
         argv=tuple(redact_argv(role.argv)) if role.argv is not None else None,
         details=redact_value(dict(role.details)),
+        engine_version=redact_text(role.engine_version) if role.engine_version else role.engine_version,
+        fit_hints=_scrub_typed(role.fit_hints),
+        plan=_scrub_typed(role.plan),
+        plan_error=_scrub_typed(role.plan_error),
+        probe=_scrub_typed(role.probe),
     )
 
 
 def redact_report(report: Report) -> Report:
-    """The report with every secret hidden: argv, details (env, server args), finding texts."""
+    """The report with every secret hidden: argv, details (env, server args), typed texts, finding texts."""
     return replace(
         report,
         roles=tuple(_role(role) for role in report.roles),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.inputs.roles import select_roles
-from kvcheck.model import Finding, PoolMeasurement, Report
+from kvcheck.model import Finding, PoolMeasurement, Report, RolePlan
 from kvcheck.policy.judge import judge
 
 
@@ -33,21 +33,21 @@ def run_plan(options: PlanOptions) -> Report:
     profiles = default_profiles()
     measurements = EstimateBackend(gpu_profiles=profiles).measure(targets)
     planned: list[PoolMeasurement] = []
+    plans: dict[str, tuple[RolePlan | None, str | None]] = {}
     advice: list[Finding] = []
     for target, measurement in zip(targets, measurements, strict=True):
-        details = dict(measurement.details)
-        details["plan"] = None
+        plan, error = None, None
         if measurement.pool_tokens is not None:
             try:
                 plan = plan_role(target, profiles=profiles)
             except (EstimateError, InputError) as exc:
-                details["plan_error"] = exc.message
+                error = exc.message
             else:
-                details["plan"] = plan.to_dict()
                 if not plan.fits:
-                    details["fit_hints"] = hint_sentences(plan)  # KV101's hint names them
+                    measurement = replace(measurement, fit_hints=tuple(hint_sentences(plan)))  # KV101's hint
                 advice.extend(plan_findings(target, plan))
-        planned.append(replace(measurement, details=details))
+        plans[target.name] = (plan, error)
+        planned.append(measurement)
     extra: list[Finding] = loaded.notes()
     report = judge(
         command="plan",
@@ -60,5 +60,8 @@ def run_plan(options: PlanOptions) -> Report:
         extra_findings=extra,
         context_length=loaded.manifest.context_length,
     )
+    roles = tuple(
+        replace(role, plan=plans[role.name][0], plan_error=plans[role.name][1]) for role in report.roles
+    )
     # the verdict on the manifest as written first, then the advice, role by role
-    return replace(report, findings=report.findings + tuple(loaded.policy.apply(advice)))
+    return replace(report, roles=roles, findings=report.findings + tuple(loaded.policy.apply(advice)))

@@ -8,17 +8,24 @@ answers (wire.py, through the guarded transport) -> verdicts and findings (judge
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 
 from kvcheck import __version__
-from kvcheck.model import Finding, Report, RoleResult, role_status
+from kvcheck.model import (
+    Finding,
+    ProbeGroupSection,
+    ProbeLimitsSection,
+    ProbeRequest,
+    Report,
+    RoleResult,
+    SentRecord,
+    role_status,
+)
 from kvcheck.probe import rules
 from kvcheck.probe.judge import RequestResult, findings_for_group, judge
 from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, limits_from_options
@@ -161,22 +168,23 @@ def _prompt(planned: PlannedRequest, plan: ProbePlan) -> list[int] | str:
     return token_prompt(owner, planned.prompt_tokens, token_id=plan.filler_token_id)
 
 
-def _sent_rows(sent: Sequence[SentRequest]) -> list[dict[str, Any]]:
-    return [
-        {"seq": s.seq, "method": s.method, "path": s.path, "body_bytes": s.body_bytes, "status": s.status,
-         "error": s.error}
+def _sent_records(sent: Sequence[SentRequest]) -> tuple[SentRecord, ...]:
+    return tuple(
+        SentRecord(seq=s.seq, method=s.method, path=s.path, body_bytes=s.body_bytes, status=s.status, error=s.error)
         for s in sent
-    ]
+    )
 
 
 def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], findings: list[Finding],
-                 strict: bool, plan: ProbePlan | None) -> RoleResult:
-    details: dict[str, Any] = {"limits": limits.to_details() if limits else None}
-    details["requests_sent"] = len(sent)
-    details["sent"] = _sent_rows(sent)  # every request that left this machine, in order
-    if plan is not None:
-        details["owners"] = {n: {"marker": o.marker, "pattern": list(o.pattern)} for n, o in plan.owners.items()}
-        details["notes"] = list(plan.notes)
+                 strict: bool, plan: ProbePlan | None,
+                 requests: tuple[ProbeRequest, ...] | None = None) -> RoleResult:
+    section = ProbeLimitsSection(
+        limits=limits,
+        sent=_sent_records(sent),  # every request that left this machine, in order
+        owners=tuple(plan.owners.values()) if plan is not None else None,
+        notes=tuple(plan.notes) if plan is not None else None,
+        requests=requests,
+    )
     return RoleResult(
         name=LIMITS_ROLE,
         status=role_status(findings, strict=strict),
@@ -184,7 +192,7 @@ def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], f
         required_tokens=limits.window_tokens if limits else None,
         max_input_tokens=limits.max_req_input_len if limits else None,
         source=limits.source if limits else "probe",
-        details=details,
+        probe=section,
     )
 
 
@@ -193,10 +201,8 @@ def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits |
                      results: dict[int, RequestResult] | None = None) -> Report:
     finding = Finding(rule=rules.UNREACHABLE.code, severity="error", role=LIMITS_ROLE, message=message,
                       hint=hint or rules_hint("KV320"))
-    role = _limits_role(limits, sent, [finding], options.strict, plan)
-    if results:
-        rows = [r.to_row() for r in results.values()]
-        role = dataclasses.replace(role, details={**role.details, "requests": rows})
+    requests = tuple(r.to_row() for r in results.values()) if results else None
+    role = _limits_role(limits, sent, [finding], options.strict, plan, requests)
     return Report(command="probe", mode="probe", source=url,
                   context_length=limits.window_tokens if limits else options.context_length,
                   roles=(role,), findings=(finding,), strict=options.strict)
@@ -226,7 +232,7 @@ def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: Deployment
                 required_tokens=None,
                 max_input_tokens=limits.max_req_input_len,
                 source="probe",
-                details={"endpoint": planned[0].endpoint, "requests": [r.to_row() for r in done]},
+                probe=ProbeGroupSection(endpoint=planned[0].endpoint, requests=tuple(r.to_row() for r in done)),
             )
         )
     return Report(command="probe", mode="probe", source=url, context_length=limits.window_tokens,

@@ -65,7 +65,7 @@ def _with_fit_hints(
     hints = fit_hints(target, offline=offline)
     if not hints:
         return measurement
-    return replace(measurement, details={**measurement.details, "fit_hints": hints})
+    return replace(measurement, fit_hints=tuple(hints))
 
 
 def verify(options: VerifyOptions) -> Report:

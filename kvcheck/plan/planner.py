@@ -18,7 +18,9 @@ from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
 from kvcheck.engines.sglang.sizing.gpus import as_profiles
 from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.model import RoleTarget
+from kvcheck.model import FractionPlan, PlanOption, RolePlan, RoleTarget
+
+Option = PlanOption  # the planner's name for one alternative setting
 
 GPUS_PER_NODE = 8  # one HGX/DGX host; a wider TP group spans nodes (--nnodes)
 TP_CANDIDATES = (1, 2, 4, 8, 16)
@@ -29,110 +31,6 @@ FRACTION_SCALE = 1000
 MAX_FRACTION_STEPS = FRACTION_SCALE - 1  # 0.999: a fraction of 1.0 leaves nothing for activations
 _CANONICAL_KV = KV_DTYPE_ALIASES
 _ESTIMATE_FAILURES = (EstimateError, InputError)
-
-
-@dataclass(frozen=True)
-class FractionPlan:
-    """The mem_fraction_static range that holds the window; fractions in [0, 1], pools in tokens."""
-
-    current: float  # the manifest's flag, or the flag value equal to SGLang's own default when unset
-    current_source: str  # "manifest" | "sglang default"
-    current_pool_tokens: int
-    min_fitting: float | None  # smallest value (0.001 steps) whose predicted pool holds the window
-    min_fitting_pool_tokens: int | None
-    min_fitting_worst_case: float | None  # smallest value whose LOW-end prediction holds it
-    max_safe: float | None  # SGLang's own default for the role: it keeps the activation/graph reserve
-    max_safe_pool_tokens: int | None
-    safe_reserve_mib: float | None  # the reserve SGLang's default keeps free (sglang.md §3.1)
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "current": self.current,
-            "current_source": self.current_source,
-            "current_pool_tokens": self.current_pool_tokens,
-            "min_fitting": self.min_fitting,
-            "min_fitting_pool_tokens": self.min_fitting_pool_tokens,
-            "min_fitting_worst_case": self.min_fitting_worst_case,
-            "max_safe": self.max_safe,
-            "max_safe_pool_tokens": self.max_safe_pool_tokens,
-            "safe_reserve_mib": self.safe_reserve_mib,
-            "note": self.note,
-        }
-
-
-@dataclass(frozen=True)
-class Option:
-    """One alternative setting (a TP degree or a KV dtype) and the pool it would give."""
-
-    setting: str  # SGLang field name: tp_size | kv_cache_dtype
-    value: int | str
-    pool_tokens: int | None  # None: the setting is impossible or cannot be predicted (see note)
-    pool_range: tuple[int, int] | None
-    fits: bool  # the predicted pool holds min_headroom x context_length
-    uncertain: bool  # the window lies inside the prediction's range: might not fit, measure
-    current: bool
-    nnodes: int | None = None  # TP options: nodes of GPUS_PER_NODE the TP x PP group needs
-    gpus: int | None = None  # TP options: GPUs the role needs (TP x PP)
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {self.setting: self.value}
-        if self.setting == "tp_size":
-            out.update(nnodes=self.nnodes, gpus=self.gpus)
-        out.update(
-            pool_tokens=self.pool_tokens,
-            pool_range=list(self.pool_range) if self.pool_range is not None else None,
-            fits=self.fits,
-            uncertain=self.uncertain,
-            current=self.current,
-            note=self.note,
-        )
-        return out
-
-
-@dataclass(frozen=True)
-class RolePlan:
-    """What fits one role, by the estimate model; the structured answer behind `kvcheck plan`."""
-
-    role: str
-    context_length: int  # the advertised window, tokens
-    min_headroom: float
-    required_tokens: int  # ceil(min_headroom x context_length)
-    pool_tokens: int  # predicted pool at the manifest's settings
-    pool_range: tuple[int, int]
-    largest_context_tokens: int
-    binding_limit: str  # pool | max_total_tokens | model_context_length
-    pool_context_tokens: int  # the largest window the pool holds with the headroom
-    model_context_tokens: int  # SGLang's context_len derived from the model's config
-    model_context_overridable: bool  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lifts the model bound
-    uncertain: bool
-    fraction: FractionPlan
-    tp_options: tuple[Option, ...]
-    kv_dtype_options: tuple[Option, ...]
-    gpu: str
-    kv_dtype: str  # resolved KV dtype at the manifest's settings
-    tp_size: int
-    estimates: int  # estimate_role evaluations this plan took (the bench reports it)
-
-    @property
-    def fits(self) -> bool:
-        return self.pool_tokens >= self.required_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form kept in RoleResult.details["plan"]."""
-        return {
-            "required_tokens": self.required_tokens,
-            "min_headroom": self.min_headroom,
-            "largest_context_tokens": self.largest_context_tokens,
-            "binding_limit": self.binding_limit,
-            "pool_context_tokens": self.pool_context_tokens,
-            "model_context_tokens": self.model_context_tokens,
-            "uncertain": self.uncertain,
-            "mem_fraction_static": self.fraction.to_dict(),
-            "tp_options": [o.to_dict() for o in self.tp_options],
-            "kv_dtype_options": [o.to_dict() for o in self.kv_dtype_options],
-        }
 
 
 class _Sweep:

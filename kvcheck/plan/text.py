@@ -1,21 +1,19 @@
-"""The plan as a readable section for the table and Markdown reports, read from RoleResult.details["plan"].
+"""The plan as a readable section for the table and Markdown reports, read from RoleResult.plan.
 
-Renderers only read the report, so this works from the JSON form of the plan, never from the
-planner's objects: a report loaded back from JSON renders the same section.
+Renderers only read the report: this works from the typed plan value the report carries
+(kvcheck.model.RolePlan), never by calling the planner.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
-from typing import Any
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvcheck.model import Report, RoleResult
+from kvcheck.model import PlanOption, Report, RolePlan, RoleResult
 
 _BINDING = {
     "pool": "bound by the predicted pool",
@@ -33,7 +31,7 @@ def _frac(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def _verdict(pool: int | None, pool_range: list[int] | None, required: int) -> str:
+def _verdict(pool: int | None, pool_range: tuple[int, int] | None, required: int) -> str:
     """holds / short / measure (the window lies inside the range) / not possible."""
     if pool is None:
         return "not possible"
@@ -42,64 +40,72 @@ def _verdict(pool: int | None, pool_range: list[int] | None, required: int) -> s
     return "holds" if pool >= required else "short"
 
 
-def _range(value: list[int] | None) -> str:
+def _range(value: tuple[int, int] | None) -> str:
     return "-" if not value else f"{value[0]:,}-{value[1]:,}"
 
 
 def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
     """(setting, value, pool tokens, pool range, window verdict, note) rows for one role's plan."""
-    plan: Mapping[str, Any] = role.details["plan"]
-    required = int(plan["required_tokens"])
+    plan = _plan(role)
+    required = plan.required_tokens
     rows: list[tuple[str, str, str, str, str, str]] = []
-    f = plan["mem_fraction_static"]
-    source = "manifest" if f["current_source"] == "manifest" else "SGLang default"
-    current_range = role.details.get("pool_range")
-    rows.append(("mem-fraction-static", f"{_frac(f['current'])} *", _tok(f["current_pool_tokens"]),
-                 _range(current_range), _verdict(f["current_pool_tokens"], current_range, required), source))
-    if f["min_fitting"] is not None:
-        rows.append(("", _frac(f["min_fitting"]), _tok(f["min_fitting_pool_tokens"]), "-", "holds",
+    f = plan.fraction
+    source = "manifest" if f.current_source == "manifest" else "SGLang default"
+    current_range = role.pool_range
+    rows.append(("mem-fraction-static", f"{_frac(f.current)} *", _tok(f.current_pool_tokens),
+                 _range(current_range), _verdict(f.current_pool_tokens, current_range, required), source))
+    if f.min_fitting is not None:
+        rows.append(("", _frac(f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
                      "smallest"))
-        if f["min_fitting_worst_case"] is not None and f["min_fitting_worst_case"] != f["min_fitting"]:
-            rows.append(("", _frac(f["min_fitting_worst_case"]), "-", "-", "holds",
+        if f.min_fitting_worst_case is not None and f.min_fitting_worst_case != f.min_fitting:
+            rows.append(("", _frac(f.min_fitting_worst_case), "-", "-", "holds",
                          "smallest, low end"))
     else:
         rows.append(("", "none", "-", "-", "short", "no safe value"))
-    if f["max_safe"] is not None:
-        rows.append(("", _frac(f["max_safe"]), _tok(f["max_safe_pool_tokens"]), "-",
-                     "holds" if (f["max_safe_pool_tokens"] or 0) >= required else "short",
+    if f.max_safe is not None:
+        rows.append(("", _frac(f.max_safe), _tok(f.max_safe_pool_tokens), "-",
+                     "holds" if (f.max_safe_pool_tokens or 0) >= required else "short",
                      "safe maximum"))
-    for label, key, options in (("tp-size", "tp_size", plan["tp_options"]),
-                                ("kv-cache-dtype", "kv_cache_dtype", plan["kv_dtype_options"])):
+    for label, options in (("tp-size", plan.tp_options), ("kv-cache-dtype", plan.kv_dtype_options)):
         for index, option in enumerate(options):
-            value = str(option[key]) + (" *" if option["current"] else "")
-            note = ""
-            if key == "tp_size" and (option.get("nnodes") or 1) > 1:
-                note = f"{option['nnodes']} nodes"
-            verdict = _verdict(option["pool_tokens"], option["pool_range"], required)
-            if option["pool_tokens"] == 0:
-                verdict, note = "no room", "weights fill GPUs"
-            elif option["pool_tokens"] is None:
-                note = option.get("note") or ""
-            pool_range = option["pool_range"] if option["pool_tokens"] else None
-            rows.append((label if index == 0 else "", value, _tok(option["pool_tokens"]), _range(pool_range),
-                         verdict, note))
+            rows.append(_option_row(label if index == 0 else "", option, required))
     return rows
+
+
+def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str, str, str, str, str]:
+    value = str(option.value) + (" *" if option.current else "")
+    note = ""
+    if option.setting == "tp_size" and (option.nnodes or 1) > 1:
+        note = f"{option.nnodes} nodes"
+    verdict = _verdict(option.pool_tokens, option.pool_range, required)
+    if option.pool_tokens == 0:
+        verdict, note = "no room", "weights fill GPUs"
+    elif option.pool_tokens is None:
+        note = option.note or ""
+    pool_range = option.pool_range if option.pool_tokens else None
+    return (label, value, _tok(option.pool_tokens), _range(pool_range), verdict, note)
+
+
+def _plan(role: RoleResult) -> RolePlan:
+    if role.plan is None:
+        raise ValueError(f"role {role.name} carries no plan")
+    return role.plan
 
 
 def headline(role: RoleResult) -> str:
     """`plan for prefill: largest context that fits 580,096 tokens (bound by ...)`."""
-    plan = role.details["plan"]
-    binding = plan["binding_limit"]
+    plan = _plan(role)
+    binding = plan.binding_limit
     other = (
-        f"the pool would hold {plan['pool_context_tokens']:,}"
+        f"the pool would hold {plan.pool_context_tokens:,}"
         if binding == "model_context_length"
-        else f"the model allows {plan['model_context_tokens']:,}"
+        else f"the model allows {plan.model_context_tokens:,}"
     )
     text = (
-        f"plan for {role.name}: largest context that fits {plan['largest_context_tokens']:,} tokens "
-        f"({_BINDING.get(binding, binding)}; {other}); the window needs {plan['required_tokens']:,}"
+        f"plan for {role.name}: largest context that fits {plan.largest_context_tokens:,} tokens "
+        f"({_BINDING.get(binding, binding)}; {other}); the window needs {plan.required_tokens:,}"
     )
-    if plan["uncertain"]:
+    if plan.uncertain:
         text += "; might not fit; measure"
     return text
 
@@ -108,7 +114,7 @@ def plan_section(report: Report) -> list[RenderableType]:
     """Rich renderables for TableFormat: one headline and one settings table per planned role."""
     out: list[RenderableType] = []
     for role in report.roles:
-        if not role.details.get("plan"):
+        if role.plan is None:
             continue
         out.append(Text(headline(role), style="bold"))
         table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
@@ -142,7 +148,7 @@ def plan_markdown(report: Report) -> str:
     """The plan section as Markdown, for MarkdownFormat (merge-request comments, step summaries)."""
     out: list[str] = []
     for role in report.roles:
-        if not role.details.get("plan"):
+        if role.plan is None:
             continue
         out.append(f"### {_md(headline(role))}")
         out.append("")

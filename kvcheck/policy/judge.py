@@ -43,13 +43,6 @@ def judge(
                 )
             )
         findings.extend(role_findings)
-        details = dict(measurement.details)
-        if measurement.pool_range is not None:
-            details.setdefault("pool_range", list(measurement.pool_range))
-        if measurement.context_len is not None:
-            details.setdefault("engine_context_len", measurement.context_len)
-        if measurement.engine_version is not None:
-            details.setdefault("engine_version", measurement.engine_version)
         roles.append(
             RoleResult(
                 name=target.name,
@@ -60,7 +53,11 @@ def judge(
                 source=measurement.source,
                 gpus=measurement.gpus if measurement.gpus is not None else (target.gpus or None),
                 argv=measurement.argv,
-                details=details,
+                details=measurement.details,
+                pool_range=measurement.pool_range,
+                engine_context_len=measurement.context_len,
+                engine_version=measurement.engine_version,
+                fit_hints=measurement.fit_hints,
             )
         )
     findings.extend(policy.apply(evaluate_deployment(targets, measurements)))

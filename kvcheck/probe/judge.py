@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from kvcheck.model import Finding
+from kvcheck.model import Finding, ProbeRequest
 from kvcheck.policy.registry import get_rule
 from kvcheck.probe import rules as _rules  # noqa: F401  (defines the codes get_rule looks up)
 from kvcheck.probe.plan import PlannedRequest
@@ -70,29 +70,30 @@ class RequestResult:
             return "warn"
         return "ok"
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> ProbeRequest:
+        """This request as a row of the report's requests table."""
         p, a = self.planned, self.answer
-        return {
-            "index": p.index,
-            "check": p.check,
-            "endpoint": p.endpoint,
-            "stream": p.stream,
-            "owner": p.owner,
-            "prompt": p.prompt_kind,
-            "prompt_tokens": p.prompt_tokens,
-            "max_new_tokens": p.max_new_tokens,
-            "expected": p.expect,
-            "status": a.status,
-            "outcome": self.outcome,
-            "reported_prompt_tokens": a.prompt_tokens,
-            "completion_tokens": a.completion_tokens,
-            "finish": a.finish_type,
-            "latency_ms": a.latency_ms,
-            "verdict": self.verdict,
-            "rules": sorted({hit.rule for hit in self.hits}),
-            "message": a.message,
-            "own_marker_echoed": self.own_marker_echoed,
-        }
+        return ProbeRequest(
+            index=p.index,
+            check=p.check,
+            endpoint=p.endpoint,
+            stream=p.stream,
+            owner=p.owner,
+            prompt=p.prompt_kind,
+            prompt_tokens=p.prompt_tokens,
+            max_new_tokens=p.max_new_tokens,
+            expected=p.expect,
+            status=a.status,
+            outcome=self.outcome,
+            reported_prompt_tokens=a.prompt_tokens,
+            completion_tokens=a.completion_tokens,
+            finish=a.finish_type,
+            latency_ms=a.latency_ms,
+            verdict=self.verdict,
+            rules=tuple(sorted({hit.rule for hit in self.hits})),
+            message=a.message,
+            own_marker_echoed=self.own_marker_echoed,
+        )
 
 
 def judge(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner]) -> RequestResult:

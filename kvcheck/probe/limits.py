@@ -9,13 +9,13 @@ has nothing to aim at and fails closed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from kvcheck.engines.sglang.serving import disaggregation_mode, max_input_len
 from kvcheck.errors import CheckError, EndpointError
+from kvcheck.model import ProbeLimits
 from kvcheck.probe.options import ProbeOptions
 
 
@@ -33,45 +33,7 @@ def longest_promised_prompt(window_tokens: int) -> int:
     return admission_bound(window_tokens, None) - 1
 
 
-@dataclass(frozen=True)
-class DeploymentLimits:
-    """What the probe aims at, in tokens, with the origin of each figure (for the report)."""
-
-    window_tokens: int  # W: the window promised to clients
-    window_source: str
-    max_req_input_len: int  # B: the admission bound; prompts of B tokens or more must be refused
-    bound_source: str
-    pool_tokens: int | None
-    served_context_len: int | None  # the engine's own context_len, when stated
-    source: str  # "server_info" or "options"
-    version: str | None = None
-    has_tokenizer: bool | None = None
-    model_name: str | None = None
-    allow_auto_truncate: bool | None = None
-    disaggregation_mode: str | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def context_limit(self) -> int:
-        """The context the engine enforces (its own context_len, else the window)."""
-        return self.served_context_len or self.window_tokens
-
-    def to_details(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "window_tokens": self.window_tokens,
-            "window_source": self.window_source,
-            "max_req_input_len": self.max_req_input_len,
-            "bound_source": self.bound_source,
-            "pool_tokens": self.pool_tokens,
-            "served_context_len": self.served_context_len,
-            "version": self.version,
-            "has_tokenizer": self.has_tokenizer,
-            "model_name": self.model_name,
-            "allow_auto_truncate": self.allow_auto_truncate,
-            "disaggregation_mode": self.disaggregation_mode,
-            "notes": list(self.notes),
-        }
+DeploymentLimits = ProbeLimits  # the probe's name for what it aims at
 
 
 def limits_from_options(options: ProbeOptions, *, note: str | None = None) -> DeploymentLimits:

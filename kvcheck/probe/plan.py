@@ -73,9 +73,11 @@ class ProbePlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
+        from kvcheck.report.formats.json import limits_dict
+
         return {
             "url": self.url,
-            "limits": self.limits.to_details(),
+            "limits": limits_dict(self.limits),
             "owners": {name: {"marker": o.marker, "pattern": list(o.pattern)} for name, o in self.owners.items()},
             "requests": [
                 {

@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from kvcheck.model import ProbeOwner
 from kvcheck.probe.options import PATTERN_SPAN
 
 PATTERN_LEN = 8  # ids per pattern; a foreign match needs all of them in a row
 
 
-@dataclass(frozen=True)
-class Owner:
-    """One synthetic client: `marker` goes into its text prompts, `pattern` into its token prompts."""
-
-    name: str
-    marker: str  # e.g. TENANT-1f2e3d4c
-    pattern: tuple[int, ...]
+Owner = ProbeOwner  # one synthetic client of the isolation check
 
 
 def make_owners(names: Sequence[str], *, token_id: int, rng: random.Random) -> dict[str, Owner]:

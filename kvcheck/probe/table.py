@@ -7,25 +7,25 @@ from kvcheck.model import Report
 
 def render_requests(report: Report) -> str:
     """One line per probe request, in plan order; empty when the report holds none (dry run, unreachable)."""
-    rows = [row for role in report.roles for row in role.details.get("requests", [])]
+    rows = [row for role in report.roles if role.probe is not None for row in role.probe.requests or ()]
     if not rows:
         return ""
-    rows.sort(key=lambda row: row["index"])
+    rows.sort(key=lambda row: row.index)
     header = ("#", "endpoint", "check", "owner", "prompt tokens", "expected", "status", "outcome", "latency ms",
               "verdict", "rules")
     table = [
         (
-            str(row["index"]),
-            row["endpoint"] + (" (stream)" if row["stream"] else ""),
-            row["check"],
-            row["owner"],
-            "text" if row["prompt_tokens"] is None else str(row["prompt_tokens"]),
-            row["expected"],
-            "-" if row["status"] is None else str(row["status"]),
-            row["outcome"],
-            "-" if row["latency_ms"] is None else f"{row['latency_ms']:.0f}",
-            row["verdict"],
-            ",".join(row["rules"]) or "-",
+            str(row.index),
+            row.endpoint + (" (stream)" if row.stream else ""),
+            row.check,
+            row.owner,
+            "text" if row.prompt_tokens is None else str(row.prompt_tokens),
+            row.expected,
+            "-" if row.status is None else str(row.status),
+            row.outcome,
+            "-" if row.latency_ms is None else f"{row.latency_ms:.0f}",
+            row.verdict,
+            ",".join(row.rules) or "-",
         )
         for row in rows
     ]

@@ -123,11 +123,11 @@ def test_shortfall_reports_kv101_with_the_plans_hints_then_the_advice(tmp_path) 
     assert report.findings[4].message == (
         "kv-cache-dtype fp8_e4m3 would hold the window: 825,391 tokens (bf16 gives 412,695 tokens)"
     )
-    assert report.roles[0].details["fit_hints"] == [
+    assert report.roles[0].fit_hints == (
         "no mem-fraction-static up to SGLang's own 0.83 holds it (412,695 tokens at 0.83, estimate)",
         "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
         "tp-size 2 would hold 938,907 tokens (estimate)",
-    ]
+    )
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATTERS))
@@ -169,7 +169,7 @@ def test_role_that_cannot_be_estimated_is_an_error_with_no_plan(tmp_path) -> Non
     report = run_plan(PlanOptions(_manifest(tmp_path, config=config)))
     assert (report.verdict, report.exit_code) == ("error", 3)
     assert [f.rule for f in report.findings] == ["KV305"]
-    assert report.roles[0].details["plan"] is None
+    assert report.roles[0].plan is None
     assert render_plan_text(report) == ""
 
 

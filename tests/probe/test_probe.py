@@ -9,6 +9,7 @@ import pytest
 from kvcheck.commands.probe import plan_probe, run_probe
 from kvcheck.errors import InputError
 from kvcheck.probe.options import ProbeOptions
+from kvcheck.report.formats.json import request_dict
 
 FAST = {"rate_per_s": 1000.0, "seed": 7}
 
@@ -21,8 +22,9 @@ def rules_by_role(report) -> dict[str, set[str]]:
 
 
 def rows(report) -> list[dict]:
-    return sorted((row for role in report.roles for row in role.details.get("requests", [])),
-                  key=lambda row: row["index"])
+    """Every request row of the report, as the JSON report writes it."""
+    return sorted((request_dict(row) for role in report.roles if role.probe is not None
+                   for row in role.probe.requests or ()), key=lambda row: row["index"])
 
 
 def test_incident_deployment_fails_with_overlong_accepted_and_cross_tenant_content(deploy) -> None:
@@ -78,9 +80,9 @@ def test_fixed_deployment_passes_with_exact_usage_echoed(deploy) -> None:
     assert [r["prompt_tokens"] for r in rows(report) if r["endpoint"] == "/generate" and not r["stream"]
             and r["owner"].startswith("boundary")] == [32, 4089, 4090, 4091, 4096, 4097]
     # every request that left is in the log: 3 GETs (server_info, v1/models, metrics) + 32 POSTs
-    sent = report.roles[0].details["sent"]
+    sent = report.roles[0].probe.sent
     assert len(sent) == d.request_count == 3 + 32
-    assert [s["path"] for s in sent[:3]] == ["/server_info", "/v1/models", "/metrics"]
+    assert [s.path for s in sent[:3]] == ["/server_info", "/v1/models", "/metrics"]
 
 
 def test_fixed_engine_with_a_pool_below_the_window_fails_only_the_promise(deploy) -> None:
@@ -99,7 +101,7 @@ def test_silent_truncation_is_caught_by_the_usage_figures(deploy) -> None:
     assert set().union(*rules_by_role(report).values()) == {"KV401", "KV402"}
     beyond = next(r for r in rows(report) if r["check"] == "beyond-window" and r["endpoint"] == "/generate")
     assert (beyond["prompt_tokens"], beyond["reported_prompt_tokens"], beyond["rules"]) == (4097, 4090, ["KV401", "KV402"])
-    assert report.roles[0].details["limits"]["allow_auto_truncate"] is True
+    assert report.roles[0].probe.limits.allow_auto_truncate is True
 
 
 def test_a_deployment_that_refuses_everything_fails_in_bound_checks(deploy) -> None:
@@ -159,7 +161,7 @@ def test_router_without_server_info_needs_the_limits_as_options(deploy) -> None:
     d2 = deploy("fixed", server_info=False)
     report = run_probe(ProbeOptions(url=d2.url, context_length=4096, pool_tokens=8192, **FAST))
     assert (report.exit_code, report.findings) == (0, ())
-    assert report.roles[0].details["limits"]["source"] == "options"
+    assert report.roles[0].probe.limits.source == "options"
 
 
 def test_an_unreachable_front_door_is_an_error_after_one_post() -> None:
@@ -169,8 +171,8 @@ def test_an_unreachable_front_door_is_an_error_after_one_post() -> None:
     report = run_probe(ProbeOptions(url=f"http://127.0.0.1:{port}", context_length=4096, pool_tokens=8192, **FAST))
     assert report.exit_code == 3
     assert [f.rule for f in report.findings] == ["KV320"]
-    sent = report.roles[0].details["sent"]
-    assert [s["method"] for s in sent].count("POST") == 1
+    sent = report.roles[0].probe.sent
+    assert [s.method for s in sent].count("POST") == 1
 
 
 def test_redirects_to_another_host_are_never_followed(deploy) -> None:

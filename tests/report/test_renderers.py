@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from kvcheck.model import Finding, Location, Report, RoleResult
-from kvcheck.report.render import FORMATTERS, GithubFormat, JsonFormat, JunitFormat, TableFormat
+from kvcheck.report.formats import FORMATTERS, GithubFormat, JsonFormat, JunitFormat, TableFormat
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("KVCHECK_UPDATE_GOLDEN") == "1"
@@ -33,7 +33,7 @@ def incident_report() -> Report:
                 source="measure",
                 gpus=(0, 1, 2, 3, 4, 5, 6, 7),
                 argv=("python3", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-5.2-FP8"),
-                details={"engine_version": "0.5.23"},
+                engine_version="0.5.23",
             ),
             RoleResult(
                 name="decode",
@@ -77,7 +77,7 @@ def passing_report() -> Report:
         context_length=131072,
         roles=(
             RoleResult("server", "pass", 414428, 131072, 131066, "estimate", (0,), None,
-                       {"pool_range": [401000, 421000]}),
+                       pool_range=(401000, 421000)),
         ),
         findings=(),
     )

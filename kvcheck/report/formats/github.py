@@ -1,0 +1,42 @@
+"""GitHub Actions workflow commands: one annotation per finding, on the line that causes it."""
+
+from __future__ import annotations
+
+from kvcheck.model import Report
+from kvcheck.report.formats.base import Format, fmt_tokens
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+class GithubFormat(Format):
+    """GitHub Actions workflow commands: one annotation per finding, on the manifest line."""
+
+    name = "github"
+    _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+    def render(self, report: Report) -> str:
+        lines = []
+        for item in report.findings:
+            props = []
+            if item.location is not None:
+                props.append(f"file={_escape_property(item.location.file)}")
+                if item.location.line is not None:
+                    props.append(f"line={item.location.line}")
+                    if item.location.column is not None:
+                        props.append(f"col={item.location.column}")
+            title = item.rule + (f" {item.role}" if item.role else "")
+            props.append(f"title={_escape_property(title)}")
+            message = item.message + (f"\nfix: {item.hint}" if item.hint else "")
+            lines.append(f"::{self._LEVEL[item.severity]} {','.join(props)}::{_escape_data(message)}")
+        summary = ", ".join(
+            f"{role.name}={role.status}({fmt_tokens(role.pool_tokens)}/{fmt_tokens(role.required_tokens)})"
+            for role in report.roles
+        )
+        lines.append(f"kvcheck {report.command}: {report.verdict} (exit {report.exit_code}) {summary}".rstrip())
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""JUnit XML: one testcase per role; failures and errors carry the findings."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from kvcheck.model import Finding, Report
+from kvcheck.report.formats.base import Format, fmt_tokens
+
+
+class JunitFormat(Format):
+    """JUnit XML: one testcase per role; failures and errors carry the findings."""
+
+    name = "junit"
+
+    def render(self, report: Report) -> str:
+        suite = ET.Element(
+            "testsuite",
+            name=f"kvcheck {report.command}",
+            tests=str(len(report.roles) + (1 if report.findings_for(None) else 0)),
+            failures=str(sum(r.status == "fail" for r in report.roles)),
+            errors=str(sum(r.status == "error" for r in report.roles)),
+            skipped="0",
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in (
+            ("mode", report.mode),
+            ("source", report.source or ""),
+            ("context_length", "" if report.context_length is None else str(report.context_length)),
+            ("verdict", report.verdict),
+        ):
+            ET.SubElement(props, "property", name=key, value=value)
+        cases = _cases(report)
+        suite.set("tests", str(len(cases)))
+        for name, status, findings, summary in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"kvcheck.{report.command}", name=name)
+            text = "\n".join(
+                f"{f.severity} {f.rule}: {f.message}" + (f" (fix: {f.hint})" if f.hint else "") for f in findings
+            )
+            if status in ("fail", "error"):
+                blocking = [f for f in findings if f.blocks] or list(findings)
+                tag = "failure" if status == "fail" else "error"
+                first = blocking[0] if blocking else None
+                element = ET.SubElement(
+                    case,
+                    tag,
+                    message=(f"{first.rule}: {first.message}" if first else status),
+                    type=first.rule if first else status,
+                )
+                element.text = text
+            out = ET.SubElement(case, "system-out")
+            out.text = summary + ("\n" + text if text and status == "pass" else "")
+        ET.indent(suite)
+        return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _cases(report: Report) -> list[tuple[str, str, tuple[Finding, ...], str]]:
+    """(name, status, findings, summary) per role, plus a `deployment` case for cross-role findings."""
+    cases: list[tuple[str, str, tuple[Finding, ...], str]] = []
+    for role in report.roles:
+        summary = (
+            f"pool {fmt_tokens(role.pool_tokens)} tokens, required {fmt_tokens(role.required_tokens)}, "
+            f"source {role.source}"
+        )
+        cases.append((role.name, role.status, report.findings_for(role.name), summary))
+    deployment = report.findings_for(None)
+    if deployment:
+        status = "fail" if any(f.blocks and not f.is_measurement_failure for f in deployment) else (
+            "error" if any(f.is_measurement_failure for f in deployment) else "pass"
+        )
+        cases.append(("deployment", status, deployment, "cross-role checks"))
+    return cases

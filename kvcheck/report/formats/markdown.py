@@ -1,0 +1,58 @@
+"""A Markdown summary fit for $GITHUB_STEP_SUMMARY or a merge-request comment."""
+
+from __future__ import annotations
+
+from kvcheck.model import Report
+from kvcheck.report.formats.base import MODE_TITLES, Format, fmt_tokens, margin
+from kvcheck.report.sections import markdown_section
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+class MarkdownFormat(Format):
+    """A Markdown summary fit for $GITHUB_STEP_SUMMARY or a merge-request comment."""
+
+    name = "markdown"
+    _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+
+    def render(self, report: Report) -> str:
+        out = [f"## kvcheck {report.command}: {self._ICON[report.verdict]} (exit {report.exit_code})", ""]
+        meta = [f"mode: {MODE_TITLES.get(report.mode, report.mode)}"]
+        if report.source:
+            meta.append(f"source: `{report.source}`")
+        if report.context_length is not None:
+            meta.append(f"advertised window: {report.context_length:,} tokens")
+        out.extend(f"- {m}" for m in meta)
+        out.append("")
+        out.append("| role | status | pool tokens | required | pool/req | max input | source |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+        for role in report.roles:
+            cells = [
+                _cell(role.name),
+                self._ICON[role.status],
+                fmt_tokens(role.pool_tokens),
+                fmt_tokens(role.required_tokens),
+                margin(role),
+                fmt_tokens(role.max_input_tokens),
+                role.source,
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        extra = markdown_section(report)
+        if extra:
+            out.append(extra.rstrip("\n"))
+            out.append("")
+        if report.findings:
+            out.append("| severity | rule | role | finding | fix |")
+            out.append("| --- | --- | --- | --- | --- |")
+            for item in report.findings:
+                where = f" ({item.location.render()})" if item.location else ""
+                out.append(
+                    f"| {item.severity} | {item.rule} | {_cell(item.role or '-')} | "
+                    f"{_cell(item.message + where)} | {_cell(item.hint or '')} |"
+                )
+        else:
+            out.append("No findings.")
+        return "\n".join(out) + "\n"

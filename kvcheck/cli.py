@@ -375,3 +375,25 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
         return emit(run_probe(options, progress=progress), fmt, output)
 
     run_guarded(action)
+
+
+@main.command()
+@click.option("--namespace", "-n", help="Where to look (default: the kubeconfig context's namespace).")
+@click.option("--context", "kube_context", help="The kubeconfig context (default: the current one).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="The kubeconfig file (default: $KUBECONFIG).")
+@click.option("--run-id", help="Delete only this run's objects (the report's details.kubernetes.run_id).")
+@click.option("--grace", "grace_s", type=click.FloatRange(min=0), default=15.0, show_default=True,
+              help="Seconds each engine gets to stop before it is killed.")
+def cleanup(namespace, kube_context, kubeconfig, run_id, grace_s):
+    """Delete the Kubernetes Jobs and LeaderWorkerSets that killed kvcheck runs left (by label)."""
+    from kvcheck.commands.cleanup import CleanupOptions, run_cleanup
+
+    options = CleanupOptions(namespace=namespace, context=kube_context, kubeconfig=kubeconfig, run_id=run_id,
+                             grace_s=grace_s)
+
+    def action() -> int:
+        outcome = run_cleanup(options)
+        echo_report(outcome.text)
+        return outcome.exit_code
+
+    run_guarded(action)

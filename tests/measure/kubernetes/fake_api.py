@@ -466,6 +466,7 @@ class FakeCluster:
         """An object another run left behind (for cleanup tests), created as the API would."""
         obj = json.loads(json.dumps(obj))
         obj["metadata"].setdefault("uid", secrets.token_hex(16))
+        obj["metadata"].setdefault("creationTimestamp", _now())
         ns = obj["metadata"]["namespace"]
         with self.lock:
             self.objects[(obj["kind"], ns, obj["metadata"]["name"])] = obj

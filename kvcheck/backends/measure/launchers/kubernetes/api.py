@@ -219,6 +219,21 @@ class KubeApi:
             pass
 
 
+def default_namespace(*, kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, the pod's own (in a cluster), else default."""
+    _, config = _client_module()
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    except Exception:  # noqa: BLE001 - no kubeconfig: maybe inside a pod
+        token_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        try:
+            return token_ns.read_text().strip() or "default"
+        except OSError:
+            return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
 def lines(response: Any, *, max_line_bytes: int = 1 << 20) -> Iterator[str]:
     """The lines of a streaming response as they arrive (the last one even without a newline).
 

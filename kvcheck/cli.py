@@ -93,25 +93,25 @@ def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Pat
     return value
 
 
-def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--format, --output and --strict, which every checking command takes."""
-    func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
-    func = click.option(
-        "--output",
-        "-o",
-        type=click.Path(dir_okay=False, writable=True, path_type=Path),
-        callback=_output_folder_exists,
-        help="Write the report to this file instead of stdout.",
-    )(func)
-    func = click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(sorted(FORMATTERS)),
-        default="table",
-        show_default=True,
-        help="Report format.",
-    )(func)
+def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--gpu, --context-length, --model-config, --sglang-version: what deployment files may not state."""
+    func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
+    func = click.option("--model-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                        help="The model's config.json, for estimates.")(func)
+    func = click.option("--context-length", type=click.IntRange(min=1, max=2**31 - 1),
+                        help="The window you advertise, when the files set no common --context-length.")(func)
+    func = click.option("--gpu", help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
     return func
+
+
+def _overrides(gpu, context_length, model_config, sglang_version):
+    """What deployment files lack, from the command line (None when nothing was given)."""
+    if not any((gpu, context_length, model_config, sglang_version)):
+        return None
+    from kvcheck.commands.import_ import overrides_from_options
+
+    return overrides_from_options(gpu=gpu, context_length=context_length, model_config=model_config,
+                                  sglang_version=sglang_version)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -125,7 +125,8 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True)
+@_deployment_options
 @click.option(
     "--mode",
     type=click.Choice(["measure", "estimate"]),
@@ -158,12 +159,16 @@ def main() -> None:
     help="Boot with --load-format dummy: same memory layout without reading the checkpoint.",
 )
 @report_options
-def verify(manifest, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict):
-    """Check every role of MANIFEST: its KV pool must hold the advertised context window."""
+def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict,
+           gpu=None, context_length=None, model_config=None, sglang_version=None):
+    """Check every role of a manifest or of deployment files (FILE..., - for stdin): each KV pool
+    must hold the advertised context window."""
     from kvcheck.commands import verify as command
 
     options = command.VerifyOptions(
-        manifest=manifest,
+        manifest=Path(files[0]),
+        inputs=tuple(files),
+        overrides=_overrides(gpu, context_length, model_config, sglang_version),
         mode=mode,
         roles=tuple(roles),
         strict=strict,
@@ -201,14 +206,17 @@ def logs(files, context_length, min_headroom, fmt, output, strict):
 
 
 @main.command()
-@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=True)
+@_deployment_options
 @click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
 @report_options
-def plan(manifest, roles, fmt, output, strict):
+def plan(files, roles, fmt, output, strict, gpu=None, context_length=None, model_config=None,
+         sglang_version=None):
     """For each role: the largest context that fits and the settings that would hold the window."""
     from kvcheck.commands.plan import PlanOptions, run_plan
 
-    options = PlanOptions(manifest=manifest, roles=tuple(roles), strict=strict)
+    options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
+                          overrides=_overrides(gpu, context_length, model_config, sglang_version))
     run_guarded(lambda: emit(run_plan(options), fmt, output))
 
 
@@ -373,6 +381,30 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
         if insecure:
             _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
         return emit(run_probe(options, progress=progress), fmt, output)
+
+    run_guarded(action)
+
+
+@main.command("import")
+@click.argument("files", nargs=-1)
+@click.option("--cmd", help='An SGLang command line: "python -m sglang.launch_server --model-path M --tp 8".')
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="yaml: with a comment naming the file:line of each value; json: the values only.")
+@_deployment_options
+def import_(files, cmd, fmt, gpu, context_length, model_config, sglang_version):
+    """Print the kvcheck manifest that deployment files (FILE..., - for stdin) or --cmd describe."""
+    from kvcheck.commands.import_ import ImportOptions, run_import
+
+    options = ImportOptions(files=tuple(files), cmd=cmd, fmt=fmt, gpu=gpu, context_length=context_length,
+                            model_config=model_config, sglang_version=sglang_version)
+
+    def action() -> int:
+        imported = run_import(options)
+        for item in imported.findings:
+            where = f"{item.location.render()}: " if item.location else ""
+            _stderr(f"kvcheck: {item.severity}: {where}{item.rule} {item.message}")
+        echo_report(imported.text)
+        return 0
 
     run_guarded(action)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvcheck.errors import EstimateError, InputError
+from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RolePlan
 from kvcheck.policy.judge import judge
@@ -16,6 +17,9 @@ class PlanOptions:
     """Everything `kvcheck plan` takes, as the CLI collected it."""
 
     manifest: Path
+    # deployment files or a manifest (kvcheck/inputs/load.py), with what the files lack
+    inputs: tuple[str, ...] = ()
+    overrides: Overrides | None = None
     roles: tuple[str, ...] = ()
     strict: bool = False
 
@@ -24,11 +28,11 @@ def run_plan(options: PlanOptions) -> Report:
     """Judge the manifest as written on predicted pools, then add each role's plan and its advice."""
     from kvcheck.backends.estimate import EstimateBackend
     from kvcheck.engines.sglang.sizing.gpus import default_profiles
-    from kvcheck.inputs.manifest.load import load_manifest
+    from kvcheck.inputs.load import load_inputs
     from kvcheck.plan.advice import hint_sentences, plan_findings
     from kvcheck.plan.planner import plan_role
 
-    loaded = load_manifest(options.manifest)
+    loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
     profiles = default_profiles()
     measurements = EstimateBackend(gpu_profiles=profiles).measure(targets)

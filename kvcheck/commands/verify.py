@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvcheck.backends.base import Backend
 from kvcheck.errors import InputError
+from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 from kvcheck.policy.judge import judge
@@ -18,6 +19,9 @@ class VerifyOptions:
     """Everything `kvcheck verify` takes, as the CLI collected it."""
 
     manifest: Path
+    # deployment files or a manifest (kvcheck/inputs/load.py), with what the files lack
+    inputs: tuple[str, ...] = ()
+    overrides: Overrides | None = None
     mode: str = "measure"
     roles: tuple[str, ...] = ()
     strict: bool = False
@@ -70,11 +74,11 @@ def _with_fit_hints(
 
 def verify(options: VerifyOptions) -> Report:
     """The gate: load the manifest, obtain every selected role's pool, judge it."""
-    from kvcheck.inputs.manifest.load import load_manifest
+    from kvcheck.inputs.load import load_inputs
 
     if options.mode not in BACKENDS:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
-    loaded = load_manifest(options.manifest)
+    loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
     backend = BACKENDS[options.mode](options)
     backend.check_targets(targets, loaded.display_path)

@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.doubles import sglang_http
+
 
 @dataclass
 class Reply:
@@ -148,10 +150,10 @@ def server_info_payload(
     version: str | None = "0.5.23",
     extra_args: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A server-info payload shaped like SGLang 0.5.23's build_server_info (a representative subset)."""
+    """A GLM-5-FP8 TP8 server's info (a representative subset of 0.5.23's arguments), one state per DP rank."""
     capacities = dp_token_capacities if dp_token_capacities is not None else [max_total_num_tokens]
     swa = swa_token_capacities or [None] * len(capacities)
-    payload: dict[str, Any] = {
+    resolved_args = {
         "model_path": "zai-org/GLM-5-FP8",
         "tp_size": 8,
         "attn_dp_size": len(capacities),
@@ -163,27 +165,29 @@ def server_info_payload(
         "context_length": context_length,
         "max_total_tokens": None,
         "api_key": None,
-        "launch_command": "python3 -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --tp-size 8",
-        "status": "ready",
-        "max_total_num_tokens": max_total_num_tokens,
-        "max_req_input_len": max_req_input_len,
-        "startup_time": 123.4,
-        "internal_states": [
-            {
-                "world_size": 8,
-                "memory_usage": {
-                    "weight": 80.1,
-                    "kvcache": 41.2,
-                    "token_capacity": capacity,
-                    "token_capacity_swa": swa_capacity,
-                    "graph": {"decode": 1.5},
-                },
-            }
-            for capacity, swa_capacity in zip(capacities, swa, strict=True)
-        ],
-        "version": version,
-        "frontend": "python",
     }
+    states = [
+        {
+            "world_size": 8,
+            "memory_usage": {
+                "weight": 80.1,
+                "kvcache": 41.2,
+                "token_capacity": capacity,
+                "token_capacity_swa": swa_capacity,
+                "graph": {"decode": 1.5},
+            },
+        }
+        for capacity, swa_capacity in zip(capacities, swa, strict=True)
+    ]
+    payload = sglang_http.server_info_payload(
+        resolved_args,
+        launch_command="python3 -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --tp-size 8",
+        max_total_num_tokens=max_total_num_tokens,
+        max_req_input_len=max_req_input_len,
+        startup_time=123.4,
+        internal_states=states,
+        version=version,
+    )
     if max_total_num_tokens is None:
         del payload["max_total_num_tokens"]
     if version is None:
@@ -193,18 +197,7 @@ def server_info_payload(
 
 
 def models_payload(max_model_len: int | None) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": "glm-5",
-                "object": "model",
-                "owned_by": "sglang",
-                "root": "glm-5",
-                "max_model_len": max_model_len,
-            }
-        ],
-    }
+    return sglang_http.models_payload("glm-5", max_model_len, owned_by="sglang", root="glm-5")
 
 
 def metrics_text(*, pool_tokens: list[int], context_len: int, page_size: int = 64) -> str:
@@ -230,9 +223,12 @@ def sglang_routes(
     info_path: str = "/server_info",
 ) -> dict[str, Route]:
     """The routes of a healthy SGLang server: server info, /v1/models and (optionally) /metrics."""
-    routes: dict[str, Route] = {info_path: Reply(body=dict(info or server_info_payload()))}
-    if served_context is not None:
-        routes["/v1/models"] = Reply(body=models_payload(served_context))
+    endpoints = sglang_http.Endpoints(
+        server_info=dict(info or server_info_payload()),
+        models=models_payload(served_context) if served_context is not None else None,
+        info_paths=(info_path,),
+    )
+    routes: dict[str, Route] = {path: Reply(body=dict(body)) for path, body in endpoints.routes().items()}
     if metrics is not None:
         routes["/metrics"] = Reply(body=metrics, content_type="text/plain; version=0.0.4")
     return routes

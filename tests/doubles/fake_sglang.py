@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """An engine double for measure-mode tests: behaves like `python -m sglang.launch_server` 0.5.23.
 
-It follows /work/shared/docs/sglang.md: argparse with the real flag names (abbreviations allowed,
+It follows docs/sglang-internals.md: argparse with the real flag names (abbreviations allowed,
 unknown or ambiguous flags exit 2), one forked scheduler per (DP, PP, TP) rank plus a detokenizer in
-the launcher's process group, rank-tagged log lines on stderr in the 0.5.23 format (§4), an HTTP
-server with `/server_info`, `/get_server_info`, `/v1/models` and `/health` (§5), and the failure paths
-of §10 (OOM while sizing: "Scheduler hit an exception", SIGQUIT to the launcher, exit 137).
+the launcher's process group, rank-tagged log lines on stderr in the 0.5.23 format ("Log lines"), an
+HTTP server with `/server_info`, `/get_server_info`, `/v1/models` and `/health` (sglang_http.py), and
+the failure paths of "Processes, signals and failures" (OOM while sizing: "Scheduler hit an
+exception", SIGQUIT to the launcher, exit 137).
 
 Behaviour is chosen through the environment:
   FAKE_SGLANG_MODE             comma-separated: oom, oom_graph, hang, crash_before_pool,
@@ -39,6 +40,11 @@ import threading
 import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+try:
+    from tests.doubles import sglang_http
+except ImportError:  # run as a script without the repository on the path: the module sits beside it
+    import sglang_http  # type: ignore[no-redef]
 
 MODES = {m.strip() for m in os.environ.get("FAKE_SGLANG_MODE", "").split(",") if m.strip()}
 STEP_S = float(os.environ.get("FAKE_SGLANG_STEP_S", "0.002"))
@@ -86,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Log:
-    """SGLang's logging: `[YYYY-MM-DD HH:MM:SS{tags}] message`, no level name (sglang.md §4.1)."""
+    """SGLang's logging: `[YYYY-MM-DD HH:MM:SS{tags}] message`, no level name (docs/sglang-internals.md)."""
 
     def __init__(self, level: str) -> None:
         self.quiet_info = level.lower() in ("warning", "error", "critical")
@@ -110,7 +116,7 @@ def record_pid() -> None:
 
 
 def die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL), as SGLang's children do (sglang.md §10)."""
+    """prctl(PR_SET_PDEATHSIG, SIGKILL), as SGLang's children do (docs/sglang-internals.md)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
@@ -136,7 +142,7 @@ def context_len(args: argparse.Namespace) -> int:
 
 
 def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int, log: Log) -> None:
-    """One scheduler process: the startup lines of §4.2 in order, then wait to be stopped."""
+    """One scheduler process: the startup lines in SGLang's order, then wait to be stopped."""
     record_pid()
     if "ignore_sigterm" in MODES:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -196,7 +202,7 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
             "raise --mem-fraction-static, or free memory taken before the pool is sized.",
             warning=True,
         )
-    # sglang.md §4.2: the final line comes from tp_rank 0 only (one per PP stage), so under
+    # The final line comes from tp_rank 0 only (one per PP stage; docs/sglang-internals.md), so under
     # attention DP only DP0's scheduler prints it; the other DP ranks show in /server_info.
     leader = tp == 0
     if old:
@@ -214,7 +220,7 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
 
 
 def fail_scheduler(tags: str, log: Log, error: str) -> None:
-    """The OOM path of §10: log the exception, SIGQUIT the launcher, wait for its SIGKILL."""
+    """SGLang's startup-OOM path: log the exception, SIGQUIT the launcher, wait for its SIGKILL."""
     log(
         "Scheduler hit an exception: Traceback (most recent call last):\n"
         '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 6360, in '
@@ -258,7 +264,7 @@ def kill_children(children: list[int]) -> None:
 
 
 def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], int]) -> dict:
-    """/server_info as 0.5.23 builds it (§5): resolved args, first scheduler's info, per-DP states."""
+    """/server_info as 0.5.23 builds it (sglang_http.py): resolved args, first scheduler's info, per-DP states."""
     ctx = context_len(args)
     dp = max(args.attn_dp_size, args.dp_size)
     override = os.environ.get("FAKE_SGLANG_SERVER_POOL_TOKENS")
@@ -276,85 +282,57 @@ def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], in
         context_length=args.context_length,
         enable_dp_attention=args.attn_dp_size > 1,
     )
-    if "old_release" in MODES:
-        return {
-            **resolved,
-            "max_total_num_tokens": first,
-            "max_req_input_len": min(ctx - 1, first - 1) - 5,
-            "version": VERSION,
+    old = "old_release" in MODES
+    states = [
+        {
+            "dp_rank": d,
+            "world_size": args.tp_size * args.pp_size,
+            "memory_usage": {
+                "weight": 15.21,
+                "kvcache": 57.86,
+                "startup_available": 139.31,
+                "token_capacity": cap,
+                "token_capacity_swa": None,
+            },
         }
-    return {
-        **resolved,
-        "launch_command": " ".join(sys.argv),
-        "status": "ready",
-        "max_total_num_tokens": first,
-        "max_req_input_len": min(ctx - 1, first - 1) - 5,
-        "startup_time": 1.5,
-        "internal_states": [
-            {
-                "dp_rank": d,
-                "world_size": args.tp_size * args.pp_size,
-                "memory_usage": {
-                    "weight": 15.21,
-                    "kvcache": 57.86,
-                    "startup_available": 139.31,
-                    "token_capacity": cap,
-                    "token_capacity_swa": None,
-                },
-            }
-            for d, cap in enumerate(capacities[:states_shown])
-        ],
-        "version": VERSION,
-        "frontend": "python",
-    }
+        for d, cap in enumerate(capacities[:states_shown])
+    ]
+    return sglang_http.server_info_payload(
+        resolved,
+        launch_command=" ".join(sys.argv),
+        max_total_num_tokens=first,
+        max_req_input_len=sglang_http.admission_bound(ctx, first),
+        startup_time=None if old else 1.5,
+        internal_states=None if old else states,
+        version=VERSION,
+        scheduler_status=not old,
+    )
 
 
 def serve(
     args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], int], log: Log
 ) -> ThreadingHTTPServer:
-    info = server_info(args, pool_by_rank)
-    old = "old_release" in MODES
+    endpoints = sglang_http.Endpoints(
+        server_info=server_info(args, pool_by_rank),
+        models=sglang_http.models_payload(
+            args.served_model_name or args.model_path,
+            context_len(args),
+            created=0,
+            owned_by="sglang",
+            root=args.model_path,
+        ),
+        # Releases before 0.5 answer only /get_server_info; 0.5.23 keeps it as a deprecated alias.
+        info_paths=(sglang_http.GET_SERVER_INFO,)
+        if "old_release" in MODES
+        else (sglang_http.SERVER_INFO, sglang_http.GET_SERVER_INFO),
+        health=True,
+        on_deprecated=lambda: log(sglang_http.DEPRECATED_WARNING, warning=True),
+    )
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's spelling)
-            path = self.path.split("?")[0]
-            if path == "/server_info" and not old or path == "/get_server_info":
-                if path == "/get_server_info" and not old:
-                    log(
-                        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-                        "Please use '/server_info' instead.",
-                        warning=True,
-                    )
-                self._json(200, info)
-            elif path == "/v1/models":
-                self._json(
-                    200,
-                    {
-                        "object": "list",
-                        "data": [
-                            {
-                                "id": args.served_model_name or args.model_path,
-                                "object": "model",
-                                "created": 0,
-                                "owned_by": "sglang",
-                                "root": args.model_path,
-                                "max_model_len": context_len(args),
-                            }
-                        ],
-                    },
-                )
-            elif path in ("/health", "/ready"):
-                self._json(200, {})
-            else:
-                self._json(404, {"detail": "Not Found"})
-
-        def _json(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            if not endpoints.answer(self):
+                sglang_http.send_json(self, 404, {"detail": "Not Found"})
 
         def log_message(self, format: str, *fmt_args: object) -> None:  # noqa: A002
             pass

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.doubles import sglang_http
+
 MODEL = "probe-double"
 PAGE_IDS = 8  # ids a page keeps from each end of a prompt (the probe's patterns are 8 long)
 
@@ -64,7 +66,7 @@ class Deployment:
         self.context_len = context_len
         self.pool_tokens = pool_tokens
         self.max_req_len = min(context_len - 1, pool_tokens - 1)
-        self.max_req_input_len = self.max_req_len - 5
+        self.max_req_input_len = sglang_http.admission_bound(context_len, pool_tokens)
         self.has_tokenizer = has_tokenizer
         self.server_info = server_info
         self.openai = openai
@@ -102,7 +104,7 @@ class Deployment:
     # -- SGLang's behaviour ---------------------------------------------------------------------
 
     def server_info_payload(self) -> dict[str, Any]:
-        return {
+        resolved_args = {
             "model_path": f"/models/{MODEL}",
             "served_model_name": MODEL,
             "skip_tokenizer_init": not self.has_tokenizer,
@@ -111,14 +113,20 @@ class Deployment:
             "disaggregation_mode": "null",
             "tp_size": 1,
             "api_key": "sk-secret-never-shown",
-            "launch_command": "python3 -m sglang.launch_server --api-key sk-secret-never-shown",
-            "status": "ready",
-            "max_total_num_tokens": self.pool_tokens,
-            "max_req_input_len": self.max_req_input_len,
-            "internal_states": [{"memory_usage": {"token_capacity": self.pool_tokens}}],
-            "version": "0.5.23",
-            "frontend": "python",
         }
+        return sglang_http.server_info_payload(
+            resolved_args,
+            launch_command="python3 -m sglang.launch_server --api-key sk-secret-never-shown",
+            max_total_num_tokens=self.pool_tokens,
+            max_req_input_len=self.max_req_input_len,
+            internal_states=[{"memory_usage": {"token_capacity": self.pool_tokens}}],
+        )
+
+    def endpoints(self) -> sglang_http.Endpoints:
+        return sglang_http.Endpoints(
+            server_info=self.server_info_payload() if self.server_info else None,
+            models=sglang_http.models_payload(MODEL, self.context_len) if self.openai else None,
+        )
 
     def generate(self, prompt: list[int] | str, max_new_tokens: int) -> tuple[int, Any, str]:
         """(status, payload, how): how is 'served', 'tokenizer-error', 'scheduler-abort' or 'stale'."""
@@ -209,12 +217,7 @@ class Deployment:
                 self._record()
                 if self._unauthorized() or self._redirect():
                     return
-                if self.path in ("/server_info", "/get_server_info") and deployment.server_info:
-                    self._send(200, deployment.server_info_payload())
-                elif self.path == "/v1/models" and deployment.openai:
-                    self._send(200, {"object": "list", "data": [
-                        {"id": MODEL, "object": "model", "max_model_len": deployment.context_len}]})
-                else:
+                if not deployment.endpoints().answer(self):
                     self._send(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:  # noqa: N802

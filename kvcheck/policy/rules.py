@@ -18,7 +18,7 @@ from kvcheck.model import Finding, PoolMeasurement, RoleTarget, Severity
 from kvcheck.policy.registry import define_rule, finding
 
 # The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
-# transferring a placeholder's KV (sglang.md section 8.1).
+# transferring a placeholder's KV (docs/sglang-internals.md, Admission bound).
 ADMISSION_FIX_VERSION = Version("0.5.22")
 
 define_rule(

@@ -1,8 +1,8 @@
 """The figures the probe aims at: the advertised window and the admission bound, and where each came from.
 
 SGLang refuses prompts of `max_req_input_len` tokens or more, where
-`max_req_input_len = min(context_len - 1, pool_tokens - 1) - 5` (sglang.md section 2.8), and its
-tokenizer refuses prompts of `context_len` tokens or more. The probe reads both from /server_info
+`max_req_input_len = min(context_len - 1, pool_tokens - 1) - 5` (docs/sglang-internals.md,
+Admission bound), and its tokenizer refuses prompts of `context_len` tokens or more. The probe reads both from /server_info
 when the front door serves it, else computes them from --context-length and --pool; with neither it
 has nothing to aim at and fails closed.
 """

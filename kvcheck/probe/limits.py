@@ -2,9 +2,9 @@
 
 SGLang refuses prompts of `max_req_input_len` tokens or more, where
 `max_req_input_len = min(context_len - 1, pool_tokens - 1) - 5` (docs/sglang-internals.md,
-Admission bound), and its tokenizer refuses prompts of `context_len` tokens or more. The probe reads both from /server_info
-when the front door serves it, else computes them from --context-length and --pool; with neither it
-has nothing to aim at and fails closed.
+Admission bound), and its tokenizer refuses prompts of `context_len` tokens or more. The probe reads
+both from /server_info when the front door serves it, else computes them from --context-length and
+--pool; with neither it has nothing to aim at and fails closed.
 """
 
 from __future__ import annotations

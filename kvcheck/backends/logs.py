@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
-from kvcheck.engines.sglang.logparse import LogReader, LogSummary, RankFigures
+from kvcheck.engines.sglang.logs.reader import LogReader
+from kvcheck.engines.sglang.logs.values import LogSummary, RankFigures
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
 from kvcheck.errors import InputError
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget

@@ -7,7 +7,7 @@ decode batches of every rank, uvicorn access lines), with a traceback now and th
 holds --mb megabytes. Reports MB/s, best of --repeat runs on the same file, for `for line in f: pass`
 (text and binary), for feeding every line to `LogReader.feed` (the per-line path the measure backend
 uses while an engine boots, and what `kvcheck logs` did before the bulk reader) and for
-`kvcheck.engines.sglang.logparse.read_log` (the bulk reader behind `kvcheck logs`); checks that both
+`kvcheck.engines.sglang.logs.read_log` (the bulk reader behind `kvcheck logs`); checks that both
 paths give the same summary and the figures written, and says how many lines reached the parser.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcheck.engines.sglang.logparse import LogReader  # noqa: E402
+from kvcheck.engines.sglang.logs.reader import LogReader  # noqa: E402
 
 TP = 8
 POOL_TOKENS = 947824

@@ -10,19 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from kvcheck.engines.sglang.logparse import (
-    _NEEDLES,
-    MAX_ERROR_LINES,
-    MAX_LINE_CHARS,
-    READ_CHUNK_BYTES,
-    LogReader,
-    RankTag,
-    _find_needle,
-    iter_log_lines,
-    parse_command_line,
-    parse_server_args,
-    read_log,
-)
+from kvcheck.engines.sglang.logs import read_log
+from kvcheck.engines.sglang.logs.bulk import NEEDLES, READ_CHUNK_BYTES, find_needle
+from kvcheck.engines.sglang.logs.lines import iter_log_lines
+from kvcheck.engines.sglang.logs.patterns import HANDLER_KEYS, HANDLERS, LEVEL_STARTS
+from kvcheck.engines.sglang.logs.reader import LogReader
+from kvcheck.engines.sglang.logs.serverargs import parse_command_line, parse_server_args
+from kvcheck.engines.sglang.logs.values import MAX_ERROR_LINES, MAX_LINE_CHARS, RankTag
 from tests.datapaths import DATAPOINTS, LOGS
 
 
@@ -847,8 +841,8 @@ def test_needles_are_found_behind_dense_false_hits_of_their_rare_byte(needle):
         data = noise[:cut] + needle + noise[cut:] if rng.random() < 0.7 else noise
         pos = rng.randrange(len(data) + 1)
         end = rng.randrange(pos, len(data) + 1)
-        rare = next(i for i, (n, r) in enumerate(_NEEDLES) if n == needle)
-        assert _find_needle(data, needle, _NEEDLES[rare][1], pos, end) == data.find(needle, pos, end)
+        rare = next(i for i, (n, r) in enumerate(NEEDLES) if n == needle)
+        assert find_needle(data, needle, NEEDLES[rare][1], pos, end) == data.find(needle, pos, end)
 
 
 def _corpora() -> list[bytes]:
@@ -882,3 +876,11 @@ def test_bulk_reading_equals_feeding_every_line(chunk_bytes):
         bulk = assert_bulk_reading_equals_feeding_every_line(data, [chunk_bytes])
         if data.startswith((b"[pod", b"\x1b", b'{"log')):
             assert bulk.summary().pool_tokens() == 947824 and bulk.summary().ready
+
+
+def test_every_handler_key_names_a_reader_method_and_the_bulk_reader_knows_every_key():
+    reader = LogReader()
+    for key, method in HANDLERS.items():
+        assert len(key) == 4, key
+        assert callable(getattr(reader, method)), method
+    assert HANDLER_KEYS == set(HANDLERS) | {word[:4] for word in LEVEL_STARTS}

@@ -1,7 +1,7 @@
 """Boot one role's engine, read the pool it allocated, stop it: one measurement, every path closed.
 
 The figures come from the engine's own startup log (read line by line as it arrives, with
-`kvcheck.engines.sglang.logparse.LogReader`) and from the head node's server-info endpoint. Where the
+`kvcheck.engines.sglang.logs.reader.LogReader`) and from the head node's server-info endpoint. Where the
 engine runs (this host, a Slurm allocation) is the launcher's business (`launchers/`). The role is
 done when the log says "The server is fired up and ready to roll!" (every scheduler has logged its pool
 by then, and the pipe delivers lines in order), or, when the log shows no such line (`--log-level`
@@ -30,7 +30,8 @@ from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers K
 from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
 from kvcheck.engines.sglang.client import ServerInfo, SglangClient
-from kvcheck.engines.sglang.logparse import LogReader, LogSummary
+from kvcheck.engines.sglang.logs.reader import LogReader
+from kvcheck.engines.sglang.logs.values import LogSummary
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding

@@ -12,7 +12,7 @@ from kvcheck.engines.sglang import serving
 if TYPE_CHECKING:
     from kvcheck.engines.sglang.argv import ParsedArgv
     from kvcheck.engines.sglang.catalogue import Catalogue
-    from kvcheck.engines.sglang.logparse import LogReader
+    from kvcheck.engines.sglang.logs.reader import LogReader
     from kvcheck.engines.sglang.sizing.model import RoleEstimate
     from kvcheck.model import RoleTarget
 
@@ -43,7 +43,7 @@ class SglangEngine(Engine):
         return serving.max_input_len(context_len, pool_tokens)
 
     def log_reader(self) -> LogReader:
-        from kvcheck.engines.sglang.logparse import LogReader
+        from kvcheck.engines.sglang.logs.reader import LogReader
 
         return LogReader()
 

@@ -93,6 +93,29 @@ def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Pat
     return value
 
 
+def _add_profiles(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> None:
+    """--profiles DIR: GPU profiles read ahead of the shipped ones (docs/estimate.md, GPU profiles)."""
+    from kvcheck.engines.sglang.sizing.gpus import add_profile_dir
+    from kvcheck.errors import InputError
+
+    for folder in value:
+        try:
+            add_profile_dir(folder)
+        except InputError as exc:
+            raise click.BadParameter(exc.message, ctx=ctx, param=param) from exc
+
+
+profiles_option = click.option(
+    "--profiles",
+    type=click.Path(file_okay=False, path_type=Path),
+    multiple=True,
+    expose_value=False,
+    callback=_add_profiles,
+    metavar="DIR",
+    help="Also read GPU profiles (*.yaml) from DIR, ahead of the shipped ones (repeatable).",
+)
+
+
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--gpu, --context-length, --model-config, --sglang-version: what deployment files may not state."""
     func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
@@ -158,6 +181,7 @@ def main() -> None:
     is_flag=True,
     help="Boot with --load-format dummy: same memory layout without reading the checkpoint.",
 )
+@profiles_option
 @report_options
 def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict,
            gpu=None, context_length=None, model_config=None, sglang_version=None):
@@ -209,6 +233,7 @@ def logs(files, context_length, min_headroom, fmt, output, strict):
 @click.argument("files", nargs=-1, required=True)
 @_deployment_options
 @click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
+@profiles_option
 @report_options
 def plan(files, roles, fmt, output, strict, gpu=None, context_length=None, model_config=None,
          sglang_version=None):

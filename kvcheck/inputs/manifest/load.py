@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from kvcheck.engines import get_engine
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.manifest.model import EstimateSpec, GpuSpec, Manifest
+from kvcheck.inputs.manifest.model import UNION_TAGS, EstimateSpec, GpuSpec, Manifest
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -86,7 +86,7 @@ def _allowed_keys(path: tuple[str | int, ...]) -> list[str]:
 def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> list[InputIssue]:
     issues = []
     for error in exc.errors():
-        loc = tuple(error["loc"])
+        loc = tuple(part for part in error["loc"] if part not in UNION_TAGS)
         kind = error["type"]
         if kind == "extra_forbidden":
             key = str(loc[-1])

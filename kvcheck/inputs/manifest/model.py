@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND
 
@@ -60,13 +60,45 @@ class EstimateSpec(_Strict):
     )
 
 
+class GpuSpec(_Strict):
+    """A GPU without a profile in profiles/gpus/, described by its figures."""
+
+    name: str = Field(min_length=1, description="The card's name (nvidia-smi's name is checked against it in measure mode).")
+    memory_mib: int = Field(gt=0, description="nvidia-smi memory.total of the card, MiB.")
+    vendor: Literal["nvidia", "amd", "huawei"] = Field(default="nvidia", description="Who makes it.")
+    compute_capability: str | None = Field(
+        default=None,
+        description='CUDA compute capability ("8.9", "9.0", "10.0"; default "8.0"), gfx target on AMD.',
+    )
+    pre_baseline_mib: float | None = Field(
+        default=None, ge=0, description="Memory in use before SGLang's baseline at this role's TP size, MiB."
+    )
+    description: str | None = Field(default=None, description="Free text shown in reports.")
+
+
+# A name or a mapping, told apart by the input's shape so an error names only the form that was
+# meant; the tags are dropped from error locations by the loader (UNION_TAGS).
+UNION_TAGS = frozenset({"gpu-name", "gpu-mapping"})
+GpuField = Annotated[
+    Annotated[
+        Annotated[str, Tag("gpu-name")] | Annotated[GpuSpec, Tag("gpu-mapping")],
+        Discriminator(lambda value: "gpu-mapping" if isinstance(value, dict | GpuSpec) else "gpu-name"),
+    ]
+    | None,
+    Field(
+        description="GPU type (H100, H200, B200, ... or the name nvidia-smi prints), or a mapping "
+        "{name, memory_mib, ...} for a card without a profile.",
+    ),
+]
+
+
 class RoleSpec(_Strict):
     """One server of the deployment (prefill, decode, or a single unified server)."""
 
     gpus: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list, description="GPU indices on the measuring host (per host when nnodes > 1)."
     )
-    gpu: str | None = Field(default=None, description="This role's GPU type when it differs from the top-level gpu.")
+    gpu: GpuField = None  # this role's GPU type when it differs from the top-level gpu
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments; override the shared args.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; overrides engine.env.")
     estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for this role.")
@@ -102,7 +134,7 @@ class Manifest(_Strict):
     )
     model: ModelSpec
     engine: EngineSpec
-    gpu: str | None = Field(default=None, description="GPU type (H100, H200, B200, ... or the name nvidia-smi prints).")
+    gpu: GpuField = None
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments shared by all roles.")
     roles: dict[str, RoleSpec] = Field(min_length=1, description="The servers of the deployment, by name.")
     policy: PolicySpec = Field(default_factory=PolicySpec)

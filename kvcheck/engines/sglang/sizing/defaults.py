@@ -137,6 +137,8 @@ def context_len_of(text: Mapping[str, Any], requested: int | None, env: Mapping[
 def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) -> str:
     arch = shape.architecture
     topk_ok = spec_topk in (None, 1)
+    if gpu.is_npu:
+        return "ascend"  # NPUSRTPlatform.get_default_attention_backend (platforms/npu.py:79)
     if gpu.is_rocm:
         if shape.kind == DSA:
             return "dsa"
@@ -182,6 +184,8 @@ def _page_size(shape: ModelShape, gpu: GpuProfile, backend: str, user: int | Non
         return 64, "hpc_ops backend: 64"
     if backend == "fa4" and not shape.is_mla and gpu.is_sm100 and (spec_topk or 0) <= 1:
         return 128, "fa4 on SM100 (non-MLA): 128"
+    if gpu.is_npu and page is None:
+        return 128, "Ascend NPU default: 128 (hardware_backend/npu/utils.py:96-100)"
     return (page if page is not None else 1), why
 
 

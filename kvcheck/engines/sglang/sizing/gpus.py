@@ -1,12 +1,17 @@
-"""GPU profiles: the memory figures SGLang's sizing depends on, as data in `profiles/gpus/`."""
+"""GPU profiles: the memory figures SGLang's sizing depends on, as data in `profiles/gpus/`.
+
+Three sources, looked up in this order: a `gpu:` mapping in the manifest (a card without a profile),
+the folders given with `--profiles DIR`, then the profiles shipped in `profiles/gpus/`.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -14,14 +19,22 @@ from kvcheck.errors import EstimateError, InputError
 from kvcheck.profiles import profile_path
 
 MIB = 1 << 20
+VENDORS = ("nvidia", "amd", "huawei")
+
+
+class GpuNameError(InputError):
+    """A `gpu:` name that matches several profiles (A100: 40 GB or 80 GB): exit 2 listing them."""
 
 
 @dataclass(frozen=True)
 class PreBaseline:
-    """Device MiB in use before SGLang's baseline reading: `base + per_peer x (ranks - 1)`.
+    """Device MiB in use before SGLang's baseline reading, by the number of ranks on one host.
 
-    The uncertainty grows with the peers too: `band + per_peer_band x (ranks - 1)`, since the
-    collective-library buffers (NCCL, NVLS, custom all-reduce) are the least known part.
+    `by_ranks` holds fitted figures for the rank counts real logs show (1 is `base`); a count in
+    between is interpolated linearly, one beyond the table adds `per_peer` for each further rank.
+    Without a table it is `base + per_peer x (ranks - 1)`. The uncertainty grows with the peers
+    too: `band + per_peer_band x (ranks - 1)`, since the collective-library buffers (NCCL, NVLS,
+    custom all-reduce) are the least known part.
     """
 
     base_mib: float
@@ -29,10 +42,19 @@ class PreBaseline:
     band_mib: float
     source: str
     per_peer_band_mib: float = 0.0
+    by_ranks: tuple[tuple[int, float], ...] = ()
 
     def mib(self, ranks: int) -> float:
-        """Memory taken before the baseline on the most loaded of `ranks` ranks sharing one world."""
-        return self.base_mib + self.per_peer_mib * max(0, ranks - 1)
+        """Memory taken before the baseline on the most loaded of `ranks` ranks sharing one host."""
+        ranks = max(1, ranks)
+        if not self.by_ranks:
+            return self.base_mib + self.per_peer_mib * (ranks - 1)
+        points = [(1, self.base_mib), *sorted(p for p in self.by_ranks if p[0] > 1)]
+        for (r0, m0), (r1, m1) in zip(points, points[1:], strict=False):
+            if r0 <= ranks <= r1:
+                return m0 + (m1 - m0) * (ranks - r0) / (r1 - r0)
+        last_r, last_m = points[-1]
+        return last_m + self.per_peer_mib * (ranks - last_r)
 
     def band(self, ranks: int) -> float:
         """The +/- MiB band around `mib(ranks)`."""
@@ -44,23 +66,28 @@ class GpuProfile:
     """One accelerator model: its memory as SGLang reads it and what is used before the baseline."""
 
     name: str
-    vendor: str  # nvidia | amd
+    vendor: str  # nvidia | amd | huawei
     description: str
     aliases: tuple[str, ...]
-    compute_capability: str  # "9.0" on NVIDIA, "gfx942" on AMD
-    memory_total_mib: int  # nvidia-smi memory.total (rocminfo on AMD), what SGLang's heuristics read
+    compute_capability: str  # "9.0" on NVIDIA, "gfx942" on AMD, "ascend910b" on Ascend
+    memory_total_mib: int  # nvidia-smi memory.total (rocminfo on AMD, torch_npu on Ascend)
     memory_source: str
     pre_baseline: PreBaseline
     path: Path | None = None
+    families: tuple[str, ...] = field(default=())  # loose names shared with sibling profiles (A100)
 
     @property
     def is_rocm(self) -> bool:
         return self.vendor == "amd"
 
     @property
+    def is_npu(self) -> bool:
+        return self.vendor == "huawei"
+
+    @property
     def sm(self) -> int | None:
-        """CUDA SM version as an int (90, 100, 120), None on AMD."""
-        if self.is_rocm:
+        """CUDA SM version as an int (90, 100, 120), None off NVIDIA."""
+        if self.vendor != "nvidia":
             return None
         major, _, minor = self.compute_capability.partition(".")
         return int(major) * 10 + int(minor or 0)
@@ -83,29 +110,51 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def _pre_baseline(pre: Mapping[str, Any]) -> PreBaseline:
+    table = pre.get("by_ranks") or {}
+    if not isinstance(table, Mapping):
+        raise TypeError("pre_baseline_mib.by_ranks must map a rank count to MiB")
+    return PreBaseline(
+        base_mib=float(pre["base"]),
+        per_peer_mib=float(pre.get("per_peer", 0.0)),
+        band_mib=float(pre.get("band", 0.0)),
+        per_peer_band_mib=float(pre.get("per_peer_band", 0.0)),
+        source=str(pre.get("source", "")),
+        by_ranks=tuple(sorted((int(k), float(v)) for k, v in table.items())),
+    )
+
+
+def profile_from_mapping(raw: Mapping[str, Any], path: Path | None = None) -> GpuProfile:
+    """A GpuProfile from a profile file's mapping; KeyError/TypeError/ValueError when malformed."""
+    vendor = str(raw["vendor"])
+    if vendor not in VENDORS:
+        raise ValueError(f"vendor {vendor!r} is not one of {', '.join(VENDORS)}")
+    profile = GpuProfile(
+        name=str(raw["name"]),
+        vendor=vendor,
+        description=str(raw.get("description", "")),
+        aliases=tuple(str(a) for a in raw.get("aliases", ())),
+        families=tuple(str(a) for a in raw.get("families", ())),
+        compute_capability=str(raw["compute_capability"]),
+        memory_total_mib=int(raw["memory_total_mib"]),
+        memory_source=str(raw["memory_source"]),
+        pre_baseline=_pre_baseline(raw["pre_baseline_mib"]),
+        path=path,
+    )
+    if profile.memory_total_mib <= 0:
+        raise ValueError("memory_total_mib must be positive")
+    profile.sm  # noqa: B018 -- a malformed NVIDIA capability fails here, at load time
+    return profile
+
+
 def _parse_profile(path: Path) -> GpuProfile:
     try:
         raw = yaml.safe_load(path.read_text())
-        pre = raw["pre_baseline_mib"]
-        return GpuProfile(
-            name=str(raw["name"]),
-            vendor=str(raw["vendor"]),
-            description=str(raw.get("description", "")),
-            aliases=tuple(str(a) for a in raw.get("aliases", ())),
-            compute_capability=str(raw["compute_capability"]),
-            memory_total_mib=int(raw["memory_total_mib"]),
-            memory_source=str(raw["memory_source"]),
-            pre_baseline=PreBaseline(
-                base_mib=float(pre["base"]),
-                per_peer_mib=float(pre["per_peer"]),
-                band_mib=float(pre["band"]),
-                per_peer_band_mib=float(pre.get("per_peer_band", 0.0)),
-                source=str(pre["source"]),
-            ),
-            path=path,
-        )
+        if not isinstance(raw, Mapping):
+            raise TypeError("not a mapping")
+        return profile_from_mapping(raw, path)
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: not a valid GPU profile: {exc}") from exc
+        raise InputError(f"{path}: not a valid GPU profile: {exc!r}") from exc
 
 
 @functools.cache
@@ -116,14 +165,28 @@ def _load_dir(directory: Path) -> tuple[GpuProfile, ...]:
 
 
 class GpuProfiles:
-    """Every known GPU profile, looked up by short name or by the name nvidia-smi prints."""
+    """Known GPU profiles, looked up by short name or by the name nvidia-smi prints.
+
+    A profile's own name or one of its aliases names it; a `families` entry ("A100") is shared by
+    sibling profiles and is ambiguous unless only one profile carries it. Profiles earlier in the
+    tuple win over later ones of the same name (user folders come before the shipped ones).
+    """
 
     def __init__(self, profiles: tuple[GpuProfile, ...]) -> None:
-        self.profiles = profiles
-        self._by_key: dict[str, GpuProfile] = {}
+        seen: set[str] = set()
+        kept = []
         for profile in profiles:
+            if _norm(profile.name) not in seen:
+                seen.add(_norm(profile.name))
+                kept.append(profile)
+        self.profiles = tuple(kept)
+        self._by_key: dict[str, GpuProfile] = {}
+        self._family: dict[str, list[GpuProfile]] = {}
+        for profile in self.profiles:
             for key in (profile.name, *profile.aliases):
                 self._by_key.setdefault(_norm(key), profile)
+            for key in profile.families:
+                self._family.setdefault(_norm(key), []).append(profile)
 
     @classmethod
     def load(cls, directory: Path | None = None) -> GpuProfiles:
@@ -133,22 +196,81 @@ class GpuProfiles:
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.profiles)
 
+    def matches(self, name: str) -> list[GpuProfile]:
+        """Every profile `name` may mean: one for an exact name or alias, several for a family."""
+        key = _norm(name)
+        custom = _CUSTOM.get(key)
+        if custom is not None:
+            return [custom]
+        exact = self._by_key.get(key)
+        if exact is not None:
+            return [exact]
+        return list(self._family.get(key, ()))
+
     def find(self, name: str) -> GpuProfile | None:
-        return self._by_key.get(_norm(name))
+        """The one profile `name` means; None when there is none or several."""
+        found = self.matches(name)
+        return found[0] if len(found) == 1 else None
 
     def get(self, name: str) -> GpuProfile:
-        """The profile for `name`; EstimateError naming the known profiles when there is none."""
-        profile = self.find(name)
-        if profile is None:
+        """The profile for `name`; GpuNameError when ambiguous, EstimateError when unknown."""
+        found = self.matches(name)
+        if len(found) > 1:
+            raise ambiguous(name, found)
+        if not found:
             raise EstimateError(
                 f"no GPU profile for {name!r}",
-                hint=f"use one of {', '.join(self.names)} or add profiles/gpus/<name>.yaml",
+                hint=f"use one of {', '.join(self.names)}, describe the card with a gpu: mapping "
+                "(name, memory_mib), or add a profile with --profiles DIR",
             )
-        return profile
+        return found[0]
 
 
+def ambiguous(name: str, found: Iterable[GpuProfile]) -> GpuNameError:
+    choices = ", ".join(f"{p.name} ({p.description}, {p.memory_total_mib:,} MiB)" for p in found)
+    return GpuNameError(
+        f"gpu {name!r} is ambiguous: it may mean {choices}",
+        hint="name the exact card (e.g. A100-40GB or A100-80GB); its memory decides the pool",
+    )
+
+
+# Folders given with --profiles (searched before the shipped profiles), and cards a manifest
+# describes with a gpu: mapping (searched first). Both are per process, like the CLI invocation.
+_EXTRA_DIRS: list[Path] = []
+_CUSTOM: dict[str, GpuProfile] = {}
+
+
+def add_profile_dir(directory: Path) -> None:
+    """Use the *.yaml profiles in `directory` too, ahead of the shipped ones (--profiles DIR)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"--profiles {directory}: no such folder")
+    if not any(directory.glob("*.yaml")):
+        raise InputError(f"--profiles {directory}: no *.yaml GPU profile in it")
+    _load_dir(directory)  # validate now: a broken profile is exit 2 before anything runs
+    if directory not in _EXTRA_DIRS:
+        _EXTRA_DIRS.append(directory)
+    default_profiles.cache_clear()
+
+
+def register_custom(profile: GpuProfile) -> None:
+    """A card described in a manifest (gpu: {name, memory_mib, ...}); found by its name first."""
+    _CUSTOM[_norm(profile.name)] = profile
+
+
+def reset_session() -> None:
+    """Forget --profiles folders and manifest-described cards (tests run many sessions in one process)."""
+    _EXTRA_DIRS.clear()
+    _CUSTOM.clear()
+    default_profiles.cache_clear()
+
+
+@functools.cache
 def default_profiles() -> GpuProfiles:
-    return GpuProfiles.load()
+    extra: list[GpuProfile] = []
+    for directory in _EXTRA_DIRS:
+        extra.extend(_load_dir(directory))
+    return GpuProfiles((*extra, *_load_dir(profile_path("gpus"))))
 
 
 def as_profiles(value: GpuProfiles | Mapping[str, GpuProfile] | Path | None) -> GpuProfiles:
@@ -160,3 +282,48 @@ def as_profiles(value: GpuProfiles | Mapping[str, GpuProfile] | Path | None) -> 
     if isinstance(value, Path):
         return GpuProfiles.load(value)
     return GpuProfiles(tuple(value.values()))
+
+
+# What a card described only by name and memory is assumed to use before the baseline, by vendor:
+# the widest of the fitted profiles' figures (docs/estimate.md, GPU profiles), with a wide band.
+_GENERIC_PRE = {
+    "nvidia": ("8.0", PreBaseline(1024, 0.0, 500, "generic NVIDIA card (no profile): TP1 1 GiB, 3 GiB at 8 ranks "
+                                  "(between the PCIe and NVSwitch fits), band +/-500 MiB + 60 MiB per peer",
+                                  60.0, ((8, 3000.0),))),
+    "amd": ("gfx942", PreBaseline(700, 0.0, 800, "generic AMD card (no profile): as MI300X/MI308X", 100.0,
+                                  ((8, 6810.0),))),
+    "huawei": ("ascend910b", PreBaseline(3000, 100.0, 1000, "generic Ascend NPU (no profile): as Ascend-910B",
+                                         100.0, ((2, 3470.0),))),
+}
+
+
+def custom_profile(
+    name: str,
+    memory_mib: int,
+    *,
+    vendor: str = "nvidia",
+    compute_capability: str | None = None,
+    pre_baseline_mib: float | None = None,
+    description: str | None = None,
+) -> GpuProfile:
+    """The profile of a card a manifest describes with a `gpu:` mapping (figures not given: generic)."""
+    default_cc, generic = _GENERIC_PRE[vendor]
+    if pre_baseline_mib is not None:
+        pre = PreBaseline(float(pre_baseline_mib), 0.0, 0.0, "gpu.pre_baseline_mib in the manifest")
+    else:
+        pre = generic
+    profile = GpuProfile(
+        name=name,
+        vendor=vendor,
+        description=description or f"{name} (described in the manifest)",
+        aliases=(),
+        compute_capability=compute_capability or default_cc,
+        memory_total_mib=int(memory_mib),
+        memory_source="gpu.memory_mib in the manifest",
+        pre_baseline=pre,
+    )
+    try:
+        profile.sm  # noqa: B018
+    except ValueError as exc:
+        raise InputError(f"gpu.compute_capability {compute_capability!r} is not a CUDA capability such as 9.0") from exc
+    return profile

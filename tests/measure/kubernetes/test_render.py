@@ -296,3 +296,31 @@ def test_yaml_is_one_document_per_object_in_creation_order():
     assert text.startswith("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: kvcheck-0a1b2c3d-prefill-deadline\n")
     assert text.count("\n---\n") == 1
     assert "\n---\napiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\n" in text
+
+
+def test_dry_run_text_is_every_roles_objects_with_secrets_redacted():
+    import yaml
+
+    from kvcheck.backends.measure.launchers.kubernetes.dryrun import dry_run_text
+
+    prefill = _target(args={"tp_size": 16, "nnodes": 2, "api_key": "sk-live-123456"}, gpus=(),
+                      env={"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz", "NCCL_DEBUG": "WARN"})
+    decode = _target(name="decode", args={"tp_size": 8}, gpus=())
+    text = dry_run_text([prefill, decode], SETTINGS, timeout_s=1800, run_id="0a1b2c3d")
+    assert text.startswith(
+        "# kvcheck verify --launcher kubernetes --dry-run: nothing was created.\n"
+        "# namespace ml-gate, run id 0a1b2c3d; roles: prefill (LeaderWorkerSet, 2 x 8 nvidia.com/gpu), "
+        "decode (Job, 1 x 8 nvidia.com/gpu)\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: kvcheck-0a1b2c3d-prefill-deadline\n")
+    docs = list(yaml.safe_load_all(text))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Job", "kvcheck-0a1b2c3d-prefill-deadline"),
+        ("LeaderWorkerSet", "kvcheck-0a1b2c3d-prefill"),
+        ("Job", "kvcheck-0a1b2c3d-decode"),
+    ]
+    assert "sk-live-123456" not in text and "hf_abcdefghijklmnopqrstuvwxyz" not in text
+    leader = docs[1]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert leader["env"] == [{"name": "HF_TOKEN", "value": "REDACTED"}, {"name": "NCCL_DEBUG", "value": "WARN"}]
+    assert leader["command"][leader["command"].index("--api-key") + 1] == "REDACTED"
+    for doc in docs:
+        assert validation_errors(doc) == []

@@ -1,0 +1,69 @@
+"""Ctrl-C and SIGTERM to kvcheck while a role runs in the cluster: its objects and pods are deleted
+first, then kvcheck dies of the signal (the backend's own contract, with the Kubernetes launcher)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.measure.kubernetes.fake_api import FakeCluster  # noqa: E402
+
+SCRIPT = """
+import sys
+from tests.measure.conftest import make_target
+from kvcheck.backends.measure import MeasureBackend
+from kvcheck.backends.measure.launchers.kubernetes.launcher import KubernetesLauncher
+from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings
+
+settings = KubernetesSettings(namespace="ml-gate", image="i", kubeconfig=sys.argv[1], http_port=int(sys.argv[2]),
+                              dist_init_port=int(sys.argv[3]))
+targets = [make_target("prefill", args={"nnodes": 2}, env={"FAKE_SGLANG_MODE": "hang"}),
+           make_target("decode", env={"FAKE_SGLANG_MODE": "hang"})]
+launcher = KubernetesLauncher(settings, poll_s=0.05)
+MeasureBackend(progress=False, grace_s=1, timeout_s=300, launcher=launcher).measure(targets)
+print("measure returned", flush=True)
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
+    fake = FakeCluster(tmp_path)
+    yield fake
+    fake.close()
+
+
+@pytest.mark.parametrize(("signum", "returncode"), [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_signal_deletes_every_object_and_pod_then_kvcheck_dies_of_it(cluster, signum, returncode):
+    from tests.measure.kubernetes.test_run import _free_port
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(cluster.kubeconfig), str(_free_port()), str(_free_port())],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # three engine pods running, and their logs followed
+        with cluster.lock:
+            running = [p for p in cluster.pods.values() if p.process is not None and p.log]
+            followed = {path for method, path in cluster.requests if path.endswith("/log")}
+        if len(running) == 3 and len(followed) == 3:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"the engines did not start: {proc.communicate()[1][-2000:]}")
+    assert len(cluster.objects) == 3  # prefill's deadline Job and LeaderWorkerSet, decode's Job
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert "measure returned" not in out
+    assert proc.returncode == returncode, err[-2000:]
+    assert cluster.objects == {}
+    assert cluster.pods == {}

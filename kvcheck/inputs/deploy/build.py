@@ -219,6 +219,7 @@ def _build_role(source: RoleSource, override: str | None, issues: list[InputIssu
             args = _with_config(source, parsed.config, args, catalogue, issues, findings)
     for name, arg in source.injected.items():
         args.setdefault(name, arg)
+
     if source.mode is not None:
         stated = args.get("disaggregation-mode")
         if stated is None:

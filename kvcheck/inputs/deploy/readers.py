@@ -9,10 +9,11 @@ gateways and frontends have no SGLang server command and so give no role.
 
 from __future__ import annotations
 
-import copy
+import copy as copy_module
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kvcheck.inputs.deploy.server import (
@@ -31,7 +32,8 @@ from kvcheck.model import Location
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
 GPU_TYPE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name")
-_IMAGE_VERSION_RE = re.compile(r"(?:^|/)sglang(?:-[\w.]+)?:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?)(?![\w.]*\d\.\d)")
+# lmsysorg/sglang:v0.5.23-cu129 names the SGLang release; other images (Dynamo's sglang-runtime) do not
+_IMAGE_VERSION_RE = re.compile(r"(?:^|/)sglang:v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)(?:$|[-_])")
 
 
 @dataclass
@@ -367,24 +369,66 @@ def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     return out
 
 
-def _merge(base: Any, patch: Any) -> Any:
-    """A strategic-merge-like patch as RBG applies it: maps merge, containers merge by name, lists replace."""
-    if isinstance(base, Mapping) and isinstance(patch, Mapping):
-        out = dict(base)
-        for key, value in patch.items():
-            if key in ("containers", "initContainers") and isinstance(value, list) and isinstance(out.get(key), list):
-                by_name = {c.get("name"): copy.deepcopy(c) for c in out[key] if isinstance(c, Mapping)}
-                merged = []
-                for c in value:
-                    if isinstance(c, Mapping) and c.get("name") in by_name:
-                        merged.append(_merge(by_name.pop(c["name"]), c))
+def merged_doc(doc: Doc, base_path: Path_ | None, patch_path: Path_ | None) -> Doc | None:
+    """A pod template patched as RBG patches it (maps merge, containers merge by name, lists replace),
+    as a document of its own whose every value keeps its position in the original file."""
+    from kvcheck.inputs.yamlpos import Positions, YamlDocument
+
+    source = doc.yaml.positions
+    positions = Positions()
+
+    def value_at(path: Path_ | None) -> Any:
+        return None if path is None else _get(doc.data, *path)
+
+    def copy(value: Any, src: Path_, dst: Path_) -> Any:
+        n = len(src)
+        for table, new in ((source.values, positions.values), (source.keys, positions.keys),
+                           (source.styles, positions.styles)):
+            for path, where in table.items():
+                if path[:n] == src:
+                    new[dst + path[n:]] = where
+        return copy_module.deepcopy(value)
+
+    def merge(b: Any, bp: Path_, p: Any, pp: Path_, dst: Path_) -> Any:
+        if not (isinstance(b, Mapping) and isinstance(p, Mapping)):
+            return copy(p, pp, dst) if p is not None else copy(b, bp, dst)
+        if pp in source.values:
+            positions.values[dst] = source.values[pp]
+        out: dict[str, Any] = {}
+        for key, value in b.items():
+            if key not in p:
+                out[key] = copy(value, (*bp, key), (*dst, key))
+        for key, value in p.items():
+            base_value = b.get(key)
+            if key in ("containers", "initContainers") and isinstance(value, list) and isinstance(base_value, list):
+                merged: list[Any] = []
+                used: set[int] = set()
+                for j, container in enumerate(value):
+                    match = next((i for i, c in enumerate(base_value) if isinstance(c, Mapping)
+                                  and isinstance(container, Mapping) and c.get("name") == container.get("name")), None)
+                    at: Path_ = (*dst, key, len(merged))
+                    if match is None:
+                        merged.append(copy(container, (*pp, key, j), at))
                     else:
-                        merged.append(c)
-                out[key] = [*merged, *by_name.values()]
+                        used.add(match)
+                        merged.append(merge(base_value[match], (*bp, key, match), container, (*pp, key, j), at))
+                for i, container in enumerate(base_value):
+                    if i not in used:
+                        merged.append(copy(container, (*bp, key, i), (*dst, key, len(merged))))
+                out[key] = merged
+            elif key in b:
+                out[key] = merge(base_value, (*bp, key), value, (*pp, key), (*dst, key))
             else:
-                out[key] = _merge(out.get(key), value)
+                out[key] = copy(value, (*pp, key), (*dst, key))
+            if (*pp, key) in source.keys:
+                positions.keys[(*dst, key)] = source.keys[(*pp, key)]
         return out
-    return copy.deepcopy(patch) if patch is not None else base
+
+    base, patch = value_at(base_path), value_at(patch_path)
+    if base is None and patch is None:
+        return None
+    data = merge(base, base_path or (), patch, patch_path or (), ())
+    return Doc(doc.source, YamlDocument(data, positions, [], doc.yaml.line), doc.index)
 
 
 def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
@@ -408,37 +452,29 @@ def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         if isinstance(role.get("standalonePattern"), Mapping):  # v1alpha2
             sp = role["standalonePattern"]
             pod = pod_server(doc, sp.get("template"), (*path, "standalonePattern", "template"), inputs, injected=rbg_env)
-        elif isinstance(role.get("leaderWorkerPattern"), Mapping):  # v1alpha2
-            lwp = role["leaderWorkerPattern"]
-            lpath: Path_ = (*path, "leaderWorkerPattern")
-            base = lwp.get("template")
-
-            def patched(patch: Any, which: str, base: Any = base, lwp: Mapping = lwp) -> Any:
-                key = "patchLeaderTemplate" if which == "leader" else "patchWorkerTemplate"
-                return _merge(base, lwp.get(key)) if base is not None else lwp.get(key)
-
-            pod, workers, size = _leader_worker(
-                doc, {"size": lwp.get("size"), "leaderTemplate": lwp.get("template"), "workerTemplate": lwp.get("template")},
-                lpath, inputs, name=f"{group}-{name}", leader_key="leaderTemplate", worker_key="workerTemplate",
-                extra_env=rbg_env, patch=patched,
-            )
-            if "size" in lwp:
-                size = Sourced(lwp["size"], doc.at((*lpath, "size")), "leaderWorkerPattern size")
-        elif isinstance(role.get("leaderWorkerSet"), Mapping):  # v1alpha1 leader-worker role
-            lws = role["leaderWorkerSet"]
-            base = role.get("template")
-
-            def patched1(patch: Any, which: str, base: Any = base, lws: Mapping = lws) -> Any:
-                key = "patchLeaderTemplate" if which == "leader" else "patchWorkerTemplate"
-                return _merge(base, lws.get(key))
-
-            pod, workers, size = _leader_worker(
-                doc, {"size": lws.get("size"), "leaderTemplate": base, "workerTemplate": base},
-                (*path, "leaderWorkerSet"), inputs, name=f"{group}-{name}", leader_key="leaderTemplate",
-                worker_key="workerTemplate", extra_env=rbg_env, patch=patched1,
-            )
-            if "size" in lws:
-                size = Sourced(lws["size"], doc.at((*path, "leaderWorkerSet", "size")), "leaderWorkerSet size")
+        elif isinstance(role.get("leaderWorkerPattern"), Mapping) or isinstance(role.get("leaderWorkerSet"), Mapping):
+            # v1alpha2 leaderWorkerPattern {size, template, patches}; v1alpha1 leaderWorkerSet {size, patches}
+            # over the role's template
+            v2 = isinstance(role.get("leaderWorkerPattern"), Mapping)
+            lw_path: Path_ = (*path, "leaderWorkerPattern" if v2 else "leaderWorkerSet")
+            lw = role["leaderWorkerPattern" if v2 else "leaderWorkerSet"]
+            template_path: Path_ | None = (*lw_path, "template") if v2 else (*path, "template")
+            if _get(doc.data, *template_path) is None:
+                template_path = None
+            size = _int(doc, lw, "size", lw_path, f"{'leaderWorkerPattern' if v2 else 'leaderWorkerSet'} size")
+            size = size or Sourced(1, doc.at(lw_path), "size unset: 1")
+            pods: dict[str, PodServer | None] = {}
+            for which, key in (("leader", "patchLeaderTemplate"), ("worker", "patchWorkerTemplate")):
+                patch_path: Path_ | None = (*lw_path, key) if key in lw else None
+                template = merged_doc(doc, template_path, patch_path)
+                env = {**rbg_env, **lws_vars(doc, size, f"{group}-{name}", worker=which == "worker")}
+                pods[which] = (
+                    pod_server(template, template.data, (), inputs, injected=env) if template is not None else None
+                )
+            pod = pods["leader"] or pods["worker"]
+            worker_pod = pods["worker"]
+            if pods["leader"] is not None and worker_pod is not None:
+                workers = [("worker", worker_pod.server)]
         elif isinstance(role.get("template"), Mapping):  # v1alpha1 single-pod role
             pod = pod_server(doc, role["template"], (*path, "template"), inputs, injected=rbg_env)
         if pod is None:
@@ -627,7 +663,7 @@ def read_ome_service(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 def read_compose(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     """A compose file: each service whose entrypoint + command starts an SGLang server."""
     out = []
-    group = doc.source.name
+    group = str(doc.data.get("name") or Path(doc.source.name).stem)
     for name, service in (doc.data.get("services") or {}).items():
         if not isinstance(service, Mapping):
             continue
@@ -725,6 +761,10 @@ def read_slurm_recipe(doc: Doc, inputs: Inputs) -> list[RoleSource]:
                        model_path=model_path, standalone=True)
         )
         out[-1].config_map = (doc, ("backend", "sglang_config", role))
+        if nodes is not None and nodes.value > 1:
+            # srtctl starts each worker with --nnodes = its nodes unless the config map says otherwise
+            out[-1].injected["nnodes"] = Arg("nnodes", "nnodes", nodes.value, nodes.location, None,
+                                             "srt-slurm: nodes per worker")
     return out
 
 

@@ -108,6 +108,8 @@ class Report:
     findings: tuple[Finding, ...]
     strict: bool = False
     kvcheck_version: str = __version__
+    # findings the policy's `ignore` dropped: (rule, count), by rule code; every format lists them
+    suppressed: tuple[tuple[str, int], ...] = ()
 
     @property
     def verdict(self) -> Status:

@@ -9,7 +9,7 @@ from kvcheck.errors import EstimateError, InputError
 from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RolePlan
-from kvcheck.policy.judge import judge
+from kvcheck.policy.judge import judge, suppressed_counts
 
 
 @dataclass(frozen=True)
@@ -68,4 +68,6 @@ def run_plan(options: PlanOptions) -> Report:
         replace(role, plan=plans[role.name][0], plan_error=plans[role.name][1]) for role in report.roles
     )
     # the verdict on the manifest as written first, then the advice, role by role
-    return replace(report, roles=roles, findings=report.findings + tuple(loaded.policy.apply(advice)))
+    kept, dropped = loaded.policy.split(advice)
+    return replace(report, roles=roles, findings=report.findings + tuple(kept),
+                   suppressed=suppressed_counts(dropped, report.suppressed))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -26,9 +27,16 @@ def judge(
     if len(targets) != len(measurements):
         raise ValueError("judge() needs exactly one measurement per target")
     roles: list[RoleResult] = []
-    findings: list[Finding] = list(policy.apply(extra_findings))
+    dropped: list[Finding] = []
+
+    def keep(items: Sequence[Finding]) -> list[Finding]:
+        kept, ignored = policy.split(items)
+        dropped.extend(ignored)
+        return kept
+
+    findings: list[Finding] = keep(extra_findings)
     for target, measurement in zip(targets, measurements, strict=True):
-        role_findings = policy.apply([*measurement.findings, *evaluate_role(target, measurement)])
+        role_findings = keep([*measurement.findings, *evaluate_role(target, measurement)])
         unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
         if unjudgeable and not any(f.is_measurement_failure for f in role_findings):
             # Fail closed: a role without a pool figure (or a window) is never a pass, whatever
@@ -60,7 +68,7 @@ def judge(
                 fit_hints=measurement.fit_hints,
             )
         )
-    findings.extend(policy.apply(evaluate_deployment(targets, measurements)))
+    findings.extend(keep(evaluate_deployment(targets, measurements)))
     windows = {t.context_length for t in targets if t.context_length > 0}
     if context_length is None and len(windows) == 1:
         context_length = windows.pop()
@@ -72,7 +80,15 @@ def judge(
         roles=tuple(roles),
         findings=tuple(findings),
         strict=strict,
+        suppressed=suppressed_counts(dropped),
     )
+
+
+def suppressed_counts(dropped: Sequence[Finding], already: Sequence[tuple[str, int]] = ()) -> tuple[tuple[str, int], ...]:
+    """(rule, count) for findings the policy dropped, by rule code, added to `already`."""
+    counts = Counter(dict(already))
+    counts.update(item.rule for item in dropped)
+    return tuple(sorted(counts.items()))
 
 
 def with_min_headroom(targets: Sequence[RoleTarget], min_headroom: float) -> list[RoleTarget]:

@@ -94,15 +94,21 @@ class PolicyConfig:
 
     def apply(self, findings: Sequence[Finding]) -> list[Finding]:
         """Drop ignored rules and apply severity overrides."""
+        return self.split(findings)[0]
+
+    def split(self, findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
+        """(kept with severity overrides applied, dropped by `ignore`): reports count what they drop."""
         out = []
+        dropped = []
         for item in findings:
             if item.rule in self.ignore:
+                dropped.append(item)
                 continue
             override = self.severity.get(item.rule)
             if override and override != item.severity:
                 item = Finding(item.rule, override, item.role, item.message, item.hint, item.location)
             out.append(item)
-        return out
+        return out, dropped
 
 
 def effective_args(target: RoleTarget, measurement: PoolMeasurement | None) -> dict[str, Any]:

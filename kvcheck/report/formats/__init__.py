@@ -7,10 +7,11 @@ from kvcheck.report.formats.github import GithubFormat
 from kvcheck.report.formats.json import JsonFormat
 from kvcheck.report.formats.junit import JunitFormat
 from kvcheck.report.formats.markdown import MarkdownFormat
+from kvcheck.report.formats.sarif import SarifFormat
 from kvcheck.report.formats.table import TableFormat
 
 FORMATTERS: dict[str, type[Format]] = {
-    cls.name: cls for cls in (TableFormat, JsonFormat, JunitFormat, GithubFormat, MarkdownFormat)
+    cls.name: cls for cls in (TableFormat, JsonFormat, JunitFormat, GithubFormat, MarkdownFormat, SarifFormat)
 }
 
-__all__ = ["FORMATTERS", "Format", "GithubFormat", "JsonFormat", "JunitFormat", "MarkdownFormat", "TableFormat"]
+__all__ = ["FORMATTERS", "Format", "GithubFormat", "JsonFormat", "JunitFormat", "MarkdownFormat", "SarifFormat", "TableFormat"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 
 from kvcheck.model import Report, RoleResult
 
@@ -38,3 +39,26 @@ def margin(role: RoleResult) -> str:
 def strip_trailing(text: str) -> str:
     """rich pads every line to the table width; reports and golden files should not carry that."""
     return "".join(line.rstrip() + "\n" for line in text.splitlines())
+
+
+def relative_path(file: str, base: Path | None = None) -> str:
+    """A file as a path relative to `base` (default: the working directory, the repository in CI).
+
+    Annotations and code-scanning alerts attach to repository-relative paths only; a path outside
+    `base` stays as given.
+    """
+    path = Path(file)
+    if not path.is_absolute():
+        return file
+    root = (base or Path.cwd()).resolve()
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return file
+
+
+def suppressed_text(report: Report) -> str | None:
+    """`KV203 (2), KV104 (1)`: the findings the policy's ignore list dropped, by rule; None when none."""
+    if not report.suppressed:
+        return None
+    return ", ".join(f"{rule} ({count})" for rule, count in report.suppressed)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kvcheck.model import Report
-from kvcheck.report.formats.base import Format, fmt_tokens
+from kvcheck.report.formats.base import Format, fmt_tokens, relative_path, suppressed_text
 
 
 def _escape_data(text: str) -> str:
@@ -20,12 +22,15 @@ class GithubFormat(Format):
     name = "github"
     _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
+    def __init__(self, *, base: Path | None = None) -> None:
+        self.base = base  # annotation paths are relative to this folder (default: the working directory)
+
     def render(self, report: Report) -> str:
         lines = []
         for item in report.findings:
             props = []
             if item.location is not None:
-                props.append(f"file={_escape_property(item.location.file)}")
+                props.append(f"file={_escape_property(relative_path(item.location.file, self.base))}")
                 if item.location.line is not None:
                     props.append(f"line={item.location.line}")
                     if item.location.column is not None:
@@ -34,6 +39,9 @@ class GithubFormat(Format):
             props.append(f"title={_escape_property(title)}")
             message = item.message + (f"\nfix: {item.hint}" if item.hint else "")
             lines.append(f"::{self._LEVEL[item.severity]} {','.join(props)}::{_escape_data(message)}")
+        suppressed = suppressed_text(report)
+        if suppressed:
+            lines.append(f"::notice title=kvcheck::{_escape_data('suppressed by policy.ignore: ' + suppressed)}")
         summary = ", ".join(
             f"{role.name}={role.status}({fmt_tokens(role.pool_tokens)}/{fmt_tokens(role.required_tokens)})"
             for role in report.roles

@@ -47,6 +47,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "context_length": report.context_length,
         "roles": [role_dict(role, planned=report.command == "plan") for role in report.roles],
         "findings": [finding_dict(item) for item in report.findings],
+        "suppressed": [{"rule": rule, "count": count} for rule, count in report.suppressed],
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, fmt_tokens
+from kvcheck.report.formats.base import Format, fmt_tokens, suppressed_text
 
 
 class JunitFormat(Format):
@@ -30,6 +30,9 @@ class JunitFormat(Format):
             ("verdict", report.verdict),
         ):
             ET.SubElement(props, "property", name=key, value=value)
+        suppressed = suppressed_text(report)
+        if suppressed:
+            ET.SubElement(props, "property", name="suppressed", value=suppressed)
         cases = _cases(report)
         suite.set("tests", str(len(cases)))
         for name, status, findings, summary in cases:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvcheck.model import Report
-from kvcheck.report.formats.base import MODE_TITLES, Format, fmt_tokens, margin
+from kvcheck.report.formats.base import MODE_TITLES, Format, fmt_tokens, margin, suppressed_text
 from kvcheck.report.sections import markdown_section
 
 
@@ -55,4 +55,8 @@ class MarkdownFormat(Format):
                 )
         else:
             out.append("No findings.")
+        suppressed = suppressed_text(report)
+        if suppressed:
+            out.append("")
+            out.append(f"Suppressed by `policy.ignore`: {suppressed}.")
         return "\n".join(out) + "\n"

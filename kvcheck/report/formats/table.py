@@ -10,7 +10,14 @@ from rich.table import Table
 from rich.text import Text
 
 from kvcheck.model import Report
-from kvcheck.report.formats.base import MODE_TITLES, Format, fmt_tokens, margin, strip_trailing
+from kvcheck.report.formats.base import (
+    MODE_TITLES,
+    Format,
+    fmt_tokens,
+    margin,
+    strip_trailing,
+    suppressed_text,
+)
 from kvcheck.report.sections import table_section
 
 _STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
@@ -57,8 +64,11 @@ class TableFormat(Format):
                 buffer.write(renderable)  # preformatted text: wide tables must not be re-wrapped
             else:
                 console.print(renderable)
+        suppressed = suppressed_text(report)
         if not report.findings:
             console.print("no findings")
+            if suppressed:
+                console.print(f"suppressed by policy.ignore: {suppressed}")
             return strip_trailing(buffer.getvalue())
         console.print(Text("findings", style="bold"))
         grid = Table.grid(padding=(0, 1))
@@ -76,6 +86,8 @@ class TableFormat(Format):
                 Text(item.severity.upper(), style=_SEVERITY_STYLE.get(item.severity, "")), item.rule, body
             )
         console.print(grid)
+        if suppressed:
+            console.print(f"suppressed by policy.ignore: {suppressed}")
         return strip_trailing(buffer.getvalue())
 
     @staticmethod

@@ -1,0 +1,129 @@
+"""SARIF 2.1.0 (GitHub code scanning, GitLab, IDE viewers): one run with kvcheck's rules and its findings.
+
+Every rule kvcheck knows is listed (short description: its title; full description and help: its
+documentation; helpUri: its section of docs/rules.md), and each finding is a result on the line of
+the file that causes it, as a path relative to the repository (the working directory), which is what
+code scanning needs to attach an alert to a file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvcheck import __version__
+from kvcheck.model import Finding, Report
+from kvcheck.report.formats.base import Format, relative_path
+
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+# Where the rule documentation is published; a rule's help link is its section of rules.md.
+DOCS_URL = "https://github.com/kvcheck/kvcheck/blob/main/docs/"
+_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def rule_help_uri(code: str) -> str:
+    """The rule's section in docs/rules.md (its `## KV101` heading's anchor)."""
+    return f"{DOCS_URL}rules.md#{code.lower()}"
+
+
+class SarifFormat(Format):
+    """SARIF 2.1.0: one run; rules with descriptions and help links; results with repository-relative locations."""
+
+    name = "sarif"
+
+    def __init__(self, *, base: Path | None = None) -> None:
+        self.base = base  # paths are made relative to this folder (default: the working directory)
+
+    def render(self, report: Report) -> str:
+        from kvcheck.policy.registry import all_rules
+
+        rules = all_rules()
+        index = {code: i for i, code in enumerate(rules)}
+        driver: dict[str, Any] = {
+            "name": "kvcheck",
+            "version": __version__,
+            "semanticVersion": __version__,
+            "informationUri": DOCS_URL + "index.md",
+            "rules": [
+                {
+                    "id": rule.code,
+                    "name": rule.code,
+                    "shortDescription": {"text": rule.title},
+                    "fullDescription": {"text": rule.doc},
+                    "help": {"text": rule.doc, "markdown": f"**{rule.code}: {rule.title}**\n\n{rule.doc}"},
+                    "helpUri": rule_help_uri(rule.code),
+                    "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+                }
+                for rule in rules.values()
+            ],
+        }
+        results = [self._result(report, item, index) for item in report.findings]
+        run: dict[str, Any] = {
+            "tool": {"driver": driver},
+            "invocations": [
+                {
+                    # exit 0 and 1 are verdicts; 3 means kvcheck could not check (fail closed)
+                    "executionSuccessful": report.exit_code in (0, 1),
+                    "exitCode": report.exit_code,
+                    "commandLine": f"kvcheck {report.command}",
+                }
+            ],
+            "automationDetails": {"id": f"kvcheck/{report.command}/"},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+            "properties": {
+                "verdict": report.verdict,
+                "mode": report.mode,
+                "source": report.source,
+                "contextLength": report.context_length,
+                "suppressed": dict(report.suppressed),
+            },
+        }
+        log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+        return json.dumps(log, indent=2) + "\n"
+
+    def _result(self, report: Report, item: Finding, index: dict[str, int]) -> dict[str, Any]:
+        text = item.message + (f"\nfix: {item.hint}" if item.hint else "")
+        result: dict[str, Any] = {
+            "ruleId": item.rule,
+            "level": _LEVEL[item.severity],
+            "message": {"text": text},
+        }
+        if item.rule in index:
+            result["ruleIndex"] = index[item.rule]
+        location = self._location(report, item)
+        if location is not None:
+            result["locations"] = [location]
+        if item.role is not None:
+            result["properties"] = {"role": item.role}
+        return result
+
+    def _location(self, report: Report, item: Finding) -> dict[str, Any] | None:
+        """The finding's file and line; a deployment-wide finding points at the report's input file."""
+        if item.location is not None:
+            file, line, column = item.location.file, item.location.line, item.location.column
+        elif report.source and Path(report.source).is_file():
+            file, line, column = report.source, None, None
+        else:
+            return None  # nothing on disk to point at (a live server, stdin)
+        physical: dict[str, Any] = {"artifactLocation": _artifact(relative_path(file, self.base))}
+        if line is not None:
+            region: dict[str, Any] = {"startLine": line}
+            if column is not None:
+                region["startColumn"] = column
+            physical["region"] = region
+        return {"physicalLocation": physical}
+
+
+def _artifact(path: str) -> dict[str, Any]:
+    """A relative path becomes a URI under the repository root; one outside it stays an absolute file URI."""
+    if Path(path).is_absolute():
+        return {"uri": Path(path).as_uri()}
+    return {"uri": "/".join(_uri_segment(part) for part in Path(path).parts), "uriBaseId": "%SRCROOT%"}
+
+
+def _uri_segment(part: str) -> str:
+    from urllib.parse import quote
+
+    return quote(part, safe="!$&'()*+,;=:@-._~")

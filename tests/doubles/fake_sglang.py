@@ -25,6 +25,16 @@ Behaviour is chosen through the environment:
   FAKE_SGLANG_TOUCH            a file the launcher creates as it starts
   FAKE_SGLANG_WAIT_FOR         the launcher waits for this file before it reports ready (two roles
                                that must boot side by side: each waits for the other's TOUCH file)
+  FAKE_SGLANG_MODE_NODE        FAKE_SGLANG_MODE applies only on this --node-rank (a failure on one node)
+  FAKE_SGLANG_RENDEZVOUS_S     how long node 0 waits at --dist-init-addr for the others (default 60 s)
+
+Several nodes (`--nnodes N --node-rank R --dist-init-addr HOST:PORT`), as SGLang does it: node 0
+listens at the dist-init address and waits for nodes 1..N-1 to connect (torch.distributed's TCP
+rendezvous) before its schedulers start; the TP/PP ranks are split evenly across the nodes, so only
+the node holding tp_rank 0 (node 0 when TP spans the nodes) prints the final pool line. Node 0 serves
+HTTP and says it is ready once every node's schedulers are; nodes >= 1 serve only a dummy /health on
+--host:--port, ignore SIGTERM ("waiting for the rank-0 ShutdownReq broadcast") and exit when node 0
+goes away.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -342,9 +353,127 @@ def serve(
     return server
 
 
+def node_ranks(args: argparse.Namespace, ranks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The (DP, PP, TP) ranks this node runs: PP stages split across nodes first, then TP ranks."""
+    nnodes = args.nnodes
+    if nnodes <= 1:
+        return ranks
+    if args.pp_size >= nnodes:
+        per_node = args.pp_size // nnodes
+        stages = range(args.node_rank * per_node, (args.node_rank + 1) * per_node)
+        return [r for r in ranks if r[1] in stages]
+    nodes_per_stage = nnodes // args.pp_size
+    stage = args.node_rank // nodes_per_stage
+    tp_per_node = args.tp_size // nodes_per_stage
+    first = (args.node_rank % nodes_per_stage) * tp_per_node
+    return [r for r in ranks if r[1] == stage and first <= r[2] < first + tp_per_node]
+
+
+def dist_init(args: argparse.Namespace) -> tuple[str, int]:
+    if not args.dist_init_addr:
+        raise SystemExit("--nnodes > 1 needs --dist-init-addr host:port in this double")
+    host, _, port = args.dist_init_addr.rpartition(":")
+    return host, int(port)
+
+
+RENDEZVOUS_S = float(os.environ.get("FAKE_SGLANG_RENDEZVOUS_S", "60"))
+
+
+def rendezvous_leader(args: argparse.Namespace, log: Log) -> list[socket.socket]:
+    """Node 0: listen at the dist-init port, accept nodes 1..N-1 (each says its rank)."""
+    _, port = dist_init(args)
+    server = socket.create_server(("", port), reuse_port=False)
+    server.settimeout(RENDEZVOUS_S)
+    log(f"Init torch distributed begin. Waiting for {args.nnodes - 1} other node(s) at {args.dist_init_addr}")
+    peers: dict[int, socket.socket] = {}
+    deadline = time.monotonic() + RENDEZVOUS_S
+    while len(peers) < args.nnodes - 1:
+        server.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            sys.stderr.write(
+                "torch.distributed.DistNetworkError: The client socket has timed out after "
+                f"{RENDEZVOUS_S:g}s while trying to connect to ({args.dist_init_addr}); "
+                f"{len(peers) + 1} of {args.nnodes} nodes joined.\n"
+            )
+            sys.exit(1)
+        rank = int(conn.makefile("r").readline() or -1)
+        peers[rank] = conn
+    server.close()
+    log(f"Init torch distributed ends. nodes={sorted([0, *peers])}")
+    return [peers[r] for r in sorted(peers)]
+
+
+def rendezvous_join(args: argparse.Namespace) -> socket.socket:
+    """Nodes >= 1: connect to node 0's dist-init address (retrying while it starts), say our rank."""
+    host, port = dist_init(args)
+    deadline = time.monotonic() + RENDEZVOUS_S
+    while True:
+        try:
+            conn = socket.create_connection((host, port), timeout=1.0)
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.stderr.write(f"torch.distributed.DistNetworkError: cannot reach {args.dist_init_addr}: {exc}\n")
+                sys.exit(1)
+            time.sleep(0.1)
+    conn.settimeout(None)
+    conn.sendall(f"{args.node_rank}\n".encode())
+    return conn
+
+
+def serve_health_only(args: argparse.Namespace) -> None:
+    """Nodes >= 1 answer /health on --host:--port and nothing else (no HTTP API)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's spelling)
+            sglang_http.send_json(self, 200 if self.path.split("?")[0] == "/health" else 404, {})
+
+        def log_message(self, format: str, *fmt_args: object) -> None:  # noqa: A002
+            pass
+
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), Handler)
+    except OSError:
+        return  # nodes sharing one network namespace (a test setup): node 0 holds the port
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def follower_wait(args: argparse.Namespace, conn: socket.socket, children: list[int], log: Log) -> None:
+    """Node >= 1 after its schedulers are up: ignore SIGTERM, exit when node 0 goes away."""
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        log(
+            f"SIGTERM received on node_rank {args.node_rank}; waiting for the rank-0 ShutdownReq broadcast "
+            "before exiting"
+        )
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    conn.sendall(b"ready\n")
+    serve_health_only(args)
+    while True:
+        try:
+            data = conn.recv(64)
+        except InterruptedError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            break
+    log(f"node_rank {args.node_rank}: rank 0 is gone; schedulers exit")
+    event(args, "stop")
+    kill_children(children)
+    os._exit(0)
+
+
 def main() -> None:
+    global MODES
     record_pid()
     args = build_parser().parse_args()
+    only_on = os.environ.get("FAKE_SGLANG_MODE_NODE")
+    if only_on is not None and int(only_on) != args.node_rank:
+        MODES = set()
     log = Log(args.log_level)
     envfile = os.environ.get("FAKE_SGLANG_ENVFILE")
     if envfile:
@@ -374,6 +503,12 @@ def main() -> None:
         sys.exit(1)
     pool_by_rank = pools(args)
     children: list[int] = []
+    peers: list[socket.socket] = []
+    leader_conn: socket.socket | None = None
+    if args.nnodes > 1 and args.node_rank == 0:
+        peers = rendezvous_leader(args, log)
+    elif args.nnodes > 1:
+        leader_conn = rendezvous_join(args)
 
     def on_sigquit(signum: int, frame: object) -> None:
         log("Received sigquit from a child process. It usually means the child failed.")
@@ -392,6 +527,7 @@ def main() -> None:
     if args.attn_dp_size > 1:  # attention DP lives inside the TP group: DP tag = tp_rank // attn_tp
         attn_tp = args.tp_size // args.attn_dp_size
         ranks = [(t // attn_tp, p, t) for p in range(args.pp_size) for t in range(args.tp_size)]
+    ranks = node_ranks(args, ranks)
     for dp, pp, tp in ranks:
         pid = os.fork()
         if pid == 0:
@@ -411,10 +547,21 @@ def main() -> None:
     os.close(ready_w)
 
     ready = 0
-    while ready < len(ranks):
-        readable, _, _ = select.select([ready_r], [], [], 0.05)
-        if readable:
-            ready += len(os.read(ready_r, 64))
+    peers_ready = 0
+    while ready < len(ranks) or peers_ready < len(peers):
+        readable, _, _ = select.select([ready_r, *peers], [], [], 0.05)
+        for source in readable:
+            if source == ready_r:
+                ready += len(os.read(ready_r, 64))
+            elif source.recv(64):
+                peers_ready += 1
+            else:
+                sys.stderr.write(
+                    f"RuntimeError: node_rank {peers.index(source) + 1} left the process group during "
+                    "initialization (connection closed)\n"
+                )
+                kill_children(children)
+                sys.exit(1)
         for rank, child in enumerate(children[: len(ranks)]):
             done, status = os.waitpid(child, os.WNOHANG)
             if done:
@@ -424,6 +571,9 @@ def main() -> None:
                 )
                 kill_children(children)
                 sys.exit(1)
+
+    if leader_conn is not None:
+        follower_wait(args, leader_conn, children, log)
 
     def on_sigterm(signum: int, frame: object) -> None:
         event(args, "stop")

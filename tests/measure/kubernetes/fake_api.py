@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -62,6 +63,8 @@ class FakePod:
     engine: bool  # False: the deadline Job's pause container (no process)
     process: subprocess.Popen | None = None
     log: list[bytes] = field(default_factory=list)
+    stamps: list[str] = field(default_factory=list)  # the kubelet's RFC3339Nano time of each log line
+    streams: int = 0  # log streams opened so far
     log_done: threading.Event = field(default_factory=threading.Event)
     node: str | None = None
     ip: str | None = None
@@ -106,6 +109,9 @@ class FakeCluster:
         self.pods: dict[tuple[str, str], FakePod] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) in arrival order
         self.refuse: dict[tuple[str, str], tuple[int, str, str]] = {}  # (method, path prefix) -> (status, reason, msg)
+        self.finished_logs: dict[str, list[str]] = {}  # a deleted pod's whole output, by pod name
+        self.break_streams = 0  # the first N log streams of each pod break (connection reset) ...
+        self.break_after_lines = 5  # ... after this many lines
         self._next_ip = 8
         self.workdir = workdir
         cluster = self
@@ -248,6 +254,10 @@ class FakeCluster:
     def _log(self, h: Any, pod: FakePod, query: dict) -> None:
         """The pod's output; with follow=true it streams until the process has exited (chunked)."""
         follow = query.get("follow") == "true"
+        stamps = query.get("timestamps") == "true"
+        with self.lock:
+            pod.streams += 1
+            breaks = pod.streams <= self.break_streams
         h.send_response(200)
         h.send_header("Content-Type", "text/plain")
         h.send_header("Transfer-Encoding", "chunked")
@@ -256,9 +266,18 @@ class FakeCluster:
         try:
             while True:
                 with self.lock:
-                    chunk = b"".join(pod.log[sent:])
-                    sent = len(pod.log)
+                    upto = min(len(pod.log), self.break_after_lines) if breaks else len(pod.log)
+                    chunk = b"".join(
+                        (pod.stamps[i].encode() + b" " if stamps else b"") + pod.log[i] for i in range(sent, upto)
+                    )
+                    sent = upto
                     done = pod.log_done.is_set()
+                if breaks and sent == self.break_after_lines:
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"")
+                    h.wfile.flush()
+                    h.close_connection = True
+                    h.connection.shutdown(socket.SHUT_RDWR)  # a connection reset mid-stream
+                    return
                 if chunk:
                     h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     h.wfile.flush()
@@ -371,8 +390,12 @@ class FakeCluster:
     def _pump(self, pod: FakePod) -> None:
         assert pod.process is not None and pod.process.stdout is not None
         for raw in pod.process.stdout:
+            now = time.time_ns()
+            fraction = f"{now % 1_000_000_000:09d}".rstrip("0")
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now // 1_000_000_000))
             with self.lock:
                 pod.log.append(raw)
+                pod.stamps.append(f"{stamp}.{fraction}Z" if fraction else f"{stamp}Z")
         pod.process.wait()
         pod.log_done.set()
 
@@ -451,8 +474,11 @@ class FakeCluster:
                     process.wait()
                 except ProcessLookupError:
                     pass
+            if process is not None:
+                pod.log_done.wait(5.0)
             with self.lock:
                 self.pods.pop((pod.obj["metadata"]["namespace"], pod.name), None)
+                self.finished_logs[pod.name] = [raw.decode("utf-8", "replace").rstrip("\n") for raw in pod.log]
                 pod.gone.set()
                 for other in self.pods.values():  # the freed GPUs let a pending pod be placed
                     if other.node is None:

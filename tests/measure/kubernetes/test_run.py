@@ -184,3 +184,21 @@ def test_no_leaderworkerset_controller_refuses_a_multi_node_role_and_removes_its
 def test_dataclass_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings().namespace = "x"  # type: ignore[misc]
+
+
+def test_a_log_stream_that_breaks_is_resumed_without_losing_or_repeating_a_line(cluster, tmp_path):
+    cluster.break_streams = 2  # the first two streams of the pod reset after 5 lines
+    (m,) = measure(cluster, [target()], logs_dir=tmp_path / "logs")
+    assert (m.pool_tokens, [f.rule for f in m.findings]) == (947824, [])
+    ours = (tmp_path / "logs" / "prefill.log").read_text().splitlines()
+    notes = [line for line in ours if line.startswith("kvcheck: the log stream of pod ")]
+    assert len(notes) == 2 and all(line.endswith("; resuming") for line in notes)
+    engine_lines = [line for line in ours if not line.startswith("kvcheck: ")]
+    log_calls = [path for method, path in cluster.requests if path.endswith("/log")]
+    assert len(log_calls) == 3
+    (pod,) = m.details["kubernetes"]["pods"]
+    # exactly the pod's output, in order, up to where kvcheck stopped reading (after the ready line)
+    printed = cluster.finished_logs[pod]
+    assert engine_lines == printed[: len(engine_lines)]
+    assert any("The server is fired up and ready to roll!" in line for line in engine_lines)
+    assert len(engine_lines) > 10

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -193,10 +194,15 @@ class KubeApi:
         return list(data.get("items") or [])
 
     def follow_log(self, namespace: str, pod: str, container: str) -> Any:
-        """The container's log as a streaming HTTP response (read it with `lines`, close it to stop)."""
+        """The container's log as a streaming HTTP response (read it with `lines`, close it to stop).
+
+        Each line starts with the kubelet's RFC 3339 timestamp and a space (`timestamps=true`), so a
+        stream that breaks can be resumed without losing or repeating a line (`split_timestamp`).
+        """
         return self._call(
             f"reading the log of {namespace}/{pod}", self.core.read_namespaced_pod_log, pod, namespace,
-            container=container, follow=True, _request_timeout=(REQUEST_TIMEOUT_S, LOG_READ_TIMEOUT_S),
+            container=container, follow=True, timestamps=True,
+            _request_timeout=(REQUEST_TIMEOUT_S, LOG_READ_TIMEOUT_S),
         )
 
     def proxy_get(self, namespace: str, pod: str, port: int, path: str, *, timeout_s: float) -> tuple[int, bytes]:
@@ -217,6 +223,21 @@ class KubeApi:
             self.api_client.close()
         except Exception:  # noqa: BLE001 - closing a pool that is already gone
             pass
+
+
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")
+
+
+def split_timestamp(line: str) -> tuple[str | None, str]:
+    """(sortable timestamp, text) of a `timestamps=true` log line; (None, line) without a timestamp.
+
+    The kubelet trims trailing zeros of the fraction (RFC3339Nano), so the key pads it to 9 digits.
+    """
+    match = _TIMESTAMP.match(line)
+    if match is None:
+        return None, line
+    seconds, fraction, zone = match.groups()
+    return f"{seconds}.{(fraction or '').ljust(9, '0')}{zone}", line[match.end() :]
 
 
 def default_namespace(*, kubeconfig: str | None = None, context: str | None = None) -> str:

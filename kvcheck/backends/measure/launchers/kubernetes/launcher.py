@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
-from kvcheck.backends.measure.launchers.kubernetes.api import KubeApi, KubeError, lines
+from kvcheck.backends.measure.launchers.kubernetes.api import KubeApi, KubeError, lines, split_timestamp
 from kvcheck.backends.measure.launchers.kubernetes.relay import PodRelay
 from kvcheck.backends.measure.launchers.kubernetes.render import (
     RUN_LABEL,
@@ -39,6 +39,7 @@ PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
 CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 API_LOSS_S = 30.0  # the API server may fail to answer this long before the role is given up
 STOP_EXTRA_S = 30.0  # past the engine's grace, how long deleted pods may take to go
+RESUME_S = 1.0  # pause before a broken log stream is opened again
 FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended the role
 RBAC_HINT = "kvcheck needs the Role in docs/measure.md (\"Kubernetes\") in the namespace"
 
@@ -295,32 +296,72 @@ class KubernetesEngine(RunningEngine):
         thread.start()
 
     def _pump(self, pod: str, prefix: str) -> None:
-        """Copy a pod's log to the log file and the reader as it arrives; a reader failure is kept, never
-        allowed to stop the draining (the same contract as the local launcher's)."""
-        try:
-            response = self.api.follow_log(self.settings.namespace, pod, self.rendered.container)
-        except KubeError as exc:
-            if not self._stopping.is_set():
-                self._write(f"kvcheck: could not follow the log of pod {pod}: {exc.message}")
-            return
-        with self._lock:
-            self._responses[pod] = response
-        try:
-            for line in lines(response, max_line_bytes=MAX_LINE_BYTES):
-                self._write(prefix + line)
-                if self.pump_error is None:
-                    try:
-                        self.request.on_line(line)
-                    except Exception as exc:  # noqa: BLE001 - reported by the role (exit 4), never swallowed
-                        self.pump_error = exc
-        except Exception as exc:  # noqa: BLE001 - the connection closed under us at stop(), or broke
-            if not self._stopping.is_set():
-                self._write(f"kvcheck: the log stream of pod {pod} broke: {exc}")
-        finally:
+        """Copy a pod's log to the log file and the reader as it arrives, until its container ends.
+
+        A stream that breaks while the container still runs (an API server restart, an idle timeout on
+        a load balancer during a long weight load) is opened again and read from the start, skipping
+        every line up to the last one taken (the kubelet's timestamps order them), so no line is lost
+        or fed twice. A reader failure is kept, never allowed to stop the draining (as locally).
+        """
+        last: tuple[str, int] | None = None  # (timestamp key, lines taken with that key)
+        while not self._stopping.is_set():
             try:
-                response.release_conn()
-            except Exception:  # noqa: BLE001 - already closed
-                pass
+                response = self.api.follow_log(self.settings.namespace, pod, self.rendered.container)
+            except KubeError as exc:
+                if not self._stopping.is_set():
+                    self._write(f"kvcheck: could not follow the log of pod {pod}: {exc.message}")
+                if self._container_ended(pod):
+                    return
+                self._stopping.wait(RESUME_S)
+                continue
+            with self._lock:
+                self._responses[pod] = response
+            skip = last
+            try:
+                for raw in lines(response, max_line_bytes=MAX_LINE_BYTES):
+                    key, line = split_timestamp(raw)
+                    if key is not None and skip is not None:
+                        if key < skip[0]:
+                            continue
+                        if key == skip[0] and skip[1] > 0:
+                            skip = (skip[0], skip[1] - 1)
+                            continue
+                        skip = None
+                    if key is not None:
+                        last = (key, last[1] + 1) if last is not None and last[0] == key else (key, 1)
+                    self._take(prefix, line)
+            except Exception as exc:  # noqa: BLE001 - the connection closed under us at stop(), or broke
+                if not self._stopping.is_set():
+                    self._write(f"kvcheck: the log stream of pod {pod} broke ({exc}); resuming")
+            finally:
+                try:
+                    response.release_conn()
+                except Exception:  # noqa: BLE001 - already closed
+                    pass
+            if self._stopping.is_set() or self._container_ended(pod):
+                return
+            self._stopping.wait(RESUME_S)
+
+    def _take(self, prefix: str, line: str) -> None:
+        self._write(prefix + line)
+        if self.pump_error is None:
+            try:
+                self.request.on_line(line)
+            except Exception as exc:  # noqa: BLE001 - reported by the role (exit 4), never swallowed
+                self.pump_error = exc
+
+    def _container_ended(self, pod: str) -> bool:
+        """True when the pod's engine container is no longer running (its log is complete), or the
+        pod is gone; asks the API server, since the watcher's last listing may be older than the EOF."""
+        try:
+            pods = self.api.list_pods(self.settings.namespace, self.rendered.pod_selector)
+        except KubeError:
+            return False
+        for item in pods:
+            if item["metadata"]["name"] == pod:
+                state = (self._container_status(item) or {}).get("state") or {}
+                return not state.get("running")
+        return True
 
     def _write(self, line: str) -> None:
         with self._lock:

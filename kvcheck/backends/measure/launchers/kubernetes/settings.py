@@ -57,3 +57,31 @@ class KubernetesSettings:
     anchor_image: str = DEFAULT_ANCHOR_IMAGE
     unschedulable_wait_s: float = 0.0  # how long an Unschedulable pod may wait (cluster autoscaler)
     shm: bool = True  # mount a memory-backed /dev/shm (NCCL needs more than the runtime's 64 MiB)
+
+
+def settings_from(spec: Any | None, **overrides: Any) -> KubernetesSettings:
+    """Settings from the manifest's `launcher.kubernetes` block (any object with its attributes, None
+    when absent), then the command line's values that are not None (they win)."""
+    values: dict[str, Any] = {}
+    if spec is not None:
+        for name in (
+            "namespace", "context", "kubeconfig", "image", "service_account", "gpus_per_node", "gpu_resource",
+            "http_port", "dist_init_port", "anchor_image", "shm",
+        ):
+            value = getattr(spec, name, None)
+            if value is not None:
+                values[name] = value
+        for name in ("node_selector", "pod_spec"):
+            value = getattr(spec, name, None)
+            if value:
+                values[name] = dict(value)
+        for name in ("tolerations", "image_pull_secrets"):
+            value = getattr(spec, name, None)
+            if value:
+                values[name] = tuple(dict(v) if isinstance(v, Mapping) else v for v in value)
+        if getattr(spec, "ttl_seconds", None) is not None:
+            values["ttl_s"] = int(spec.ttl_seconds)
+        if getattr(spec, "unschedulable_wait", None) is not None:
+            values["unschedulable_wait_s"] = float(spec.unschedulable_wait)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return KubernetesSettings(**values)

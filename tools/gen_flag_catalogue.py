@@ -174,6 +174,13 @@ class BoundMethod:
 
 
 @dataclass(frozen=True)
+class Thunk:
+    """A ``lambda: EXPR`` without parameters, with EXPR already evaluated (``default_factory``)."""
+
+    value: Any = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
 class FieldCall:
     """``msgspec.field(...)`` / ``dataclasses.field(...)``: a default spelled as a call."""
 
@@ -222,11 +229,13 @@ _BUILTIN_CALLS = {
     "reversed": lambda x: list(reversed(x)),
 }
 _BUILTIN_NAMES = {"None": None, "True": True, "False": False}
+# Values from outside the wheel that are fixed on every platform SGLang serves from (64-bit Linux).
+_EXTERNAL_CONSTANTS = {"sys.maxsize": 2**63 - 1}
 
 
 def is_concrete(value: Any) -> bool:
     """True when ``value`` is plain data with no unresolved part anywhere inside it."""
-    if isinstance(value, (Opaque, ModuleRef, ClassRef, FunctionRef, BoundMethod, FieldCall)):
+    if isinstance(value, (Opaque, ModuleRef, ClassRef, FunctionRef, BoundMethod, FieldCall, Thunk)):
         return False
     if isinstance(value, ExternalRef):
         return False
@@ -296,7 +305,12 @@ class Evaluator:
         """Fold one top-level statement into the running value of ``name``."""
         if isinstance(stmt, ast.ImportFrom):
             for alias in stmt.names:
-                if (alias.asname or alias.name) == name:
+                if alias.name == "*":
+                    # Older releases re-export helpers with `from sglang.srt.utils.common import *`.
+                    source = self._absolute_module(module, stmt.module, stmt.level)
+                    if self._star_exports(source, name):
+                        return self.module_global(source, name)
+                elif (alias.asname or alias.name) == name:
                     source = self._absolute_module(module, stmt.module, stmt.level)
                     return self._import_from(source, alias.name)
         elif isinstance(stmt, ast.Import):
@@ -359,6 +373,20 @@ class Evaluator:
             return copy
         return Opaque(f"{name}.{method}() mutates {name}")
 
+    def _star_exports(self, source: str, name: str, depth: int = 0) -> bool:
+        """Whether ``from source import *`` binds ``name`` (defined there or star-imported again)."""
+        tree = self.tree.parse(source)
+        if tree is None or name.startswith("_") or depth > 4:
+            return False
+        if _defines(tree, name):
+            return True
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                inner = self._absolute_module(source, stmt.module, stmt.level)
+                if self._star_exports(inner, name, depth + 1):
+                    return True
+        return False
+
     def _absolute_module(self, module: str, target: str | None, level: int) -> str:
         if level == 0:
             return target or ""
@@ -374,7 +402,8 @@ class Evaluator:
 
     def _import_from(self, source: str, name: str) -> Any:
         if self.tree.module_file(source) is None:
-            return ExternalRef(f"{source}.{name}")
+            path = f"{source}.{name}"
+            return _EXTERNAL_CONSTANTS.get(path, ExternalRef(path))
         if self.tree.module_file(f"{source}.{name}") is not None and not _defines(
             self.tree.parse(source), name
         ):
@@ -453,13 +482,16 @@ class Evaluator:
             return self._call(node, scope)
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
             return self._comprehension(node, scope)
+        if isinstance(node, ast.Lambda) and not (node.args.args or node.args.vararg or node.args.kwarg):
+            return Thunk(self._eval(node.body, scope))
         return Opaque(f"{type(node).__name__} expression")
 
     def _attribute(self, target: Any, attr: str) -> Any:
         if isinstance(target, ModuleRef):
             return self.module_global(target.dotted, attr)
         if isinstance(target, ExternalRef):
-            return ExternalRef(f"{target.path}.{attr}")
+            path = f"{target.path}.{attr}"
+            return _EXTERNAL_CONSTANTS.get(path, ExternalRef(path))
         if isinstance(target, ClassRef):
             return self.class_attribute(target, attr)
         if isinstance(target, EnumMember):
@@ -747,9 +779,17 @@ def _json_value(value: Any) -> Any:
 class FlagCollector:
     """Turn add_argument calls into catalogue records, the way argparse would interpret them."""
 
-    def __init__(self, evaluator: Evaluator, record_fields: dict[str, Any]):
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        record_fields: dict[str, Any],
+        copied_fields: dict[str, str] | None = None,
+    ):
         self.evaluator = evaluator
         self.record_fields = record_fields
+        # argparse dest -> ServerArgs field for dests that from_cli_args copies by hand
+        # (`args.tp_size = args.tensor_parallel_size` before 0.5.15).
+        self.copied_fields = copied_fields or {}
         self.flags: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         self._seen: dict[str, str] = {}
@@ -805,6 +845,8 @@ class FlagCollector:
                 self.warnings.append(
                     f"{long_options[0]}: choices not statically resolvable ({_why(choices_value)})"
                 )
+        if isinstance(default, ExternalRef) and default.path == "argparse.SUPPRESS":
+            default = None  # no attribute unless given; the ServerArgs field default applies
         if not is_concrete(default):
             self.warnings.append(f"{long_options[0]}: default not statically resolvable ({_why(default)})")
             default = None
@@ -820,7 +862,7 @@ class FlagCollector:
         record = {
             "flag": long_options[0],
             "aliases": aliases,
-            "field": dest if dest in self.record_fields else None,
+            "field": dest if dest in self.record_fields else self.copied_fields.get(dest),
             "type": flag_type,
             "nargs": nargs,
             "store_true": store_true,
@@ -889,7 +931,9 @@ def _field_call_default(call: FieldCall) -> Any:
         "builtins.set",
     }:
         return {"list": [], "dict": {}, "set": []}[factory.name]
-    return Opaque("default_factory other than list/dict/set")
+    if isinstance(factory, Thunk) and is_concrete(factory.value):
+        return factory.value
+    return Opaque("default_factory other than list/dict/set or a lambda of a constant")
 
 
 def _why(value: Any) -> str:
@@ -1214,10 +1258,10 @@ def extract(wheel: Path) -> Extraction:
             decls.extend(reader.fields_of(ns))
         layout = "srt/arg_groups/fields/*.py + ServerArgs.add_cli_args"
     else:
-        layout = "srt/server_args.py ServerArgs.add_cli_args"
+        layout = None
     record_fields = {d.name: d for d in decls}
 
-    collector = FlagCollector(ev, record_fields)
+    collector = FlagCollector(ev, record_fields, _copied_fields(ev, server_args, record_fields))
     add_cli_args = ev.class_attribute(server_args, "add_cli_args")
     if not isinstance(add_cli_args, FunctionRef):
         raise CatalogueError(f"{tree.path.name}: ServerArgs.add_cli_args not found")
@@ -1225,6 +1269,13 @@ def extract(wheel: Path) -> Extraction:
     interpreter.run(add_cli_args, parser_names={_first_param(add_cli_args)})
     if not collector.flags:
         raise CatalogueError(f"{tree.path.name}: ServerArgs.add_cli_args registered no flags")
+    if layout is None:
+        # 0.5.14-0.5.19 annotate the ServerArgs dataclass itself; earlier releases only call add_argument.
+        layout = (
+            "srt/server_args.py ServerArgs fields + ServerArgs.add_cli_args"
+            if interpreter.used_dataclass
+            else "srt/server_args.py ServerArgs.add_cli_args"
+        )
 
     allow_abbrev, config_merger = _parser_switches(ev, tree)
     flag_names = {f["flag"] for f in collector.flags}
@@ -1236,6 +1287,37 @@ def extract(wheel: Path) -> Extraction:
         flags=sorted(collector.flags, key=lambda f: f["flag"]),
         warnings=collector.warnings + interpreter.warnings,
     )
+
+
+def _copied_fields(ev: Evaluator, server_args: ClassRef, record_fields: dict[str, Any]) -> dict[str, str]:
+    """``args.FIELD = args.DEST`` statements of ``ServerArgs.from_cli_args``, as {DEST: FIELD}.
+
+    Releases before 0.5.15 register ``--tensor-parallel-size``/``--tp-size`` with the dest
+    ``tensor_parallel_size`` and copy it into the field ``tp_size`` there, so the flag's field is
+    the copy's target, not its dest.
+    """
+    func = ev.class_attribute(server_args, "from_cli_args")
+    if not isinstance(func, FunctionRef):
+        return {}
+    params = [a.arg for a in func.node.args.args]
+    if len(params) < 2:
+        return {}
+    namespace = params[1]
+    copied: dict[str, str] = {}
+    for stmt in func.node.body:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and _is_attribute_of(stmt.targets[0], namespace)
+            and _is_attribute_of(stmt.value, namespace)
+            and stmt.targets[0].attr in record_fields
+        ):
+            copied[stmt.value.attr] = stmt.targets[0].attr
+    return copied
+
+
+def _is_attribute_of(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name
 
 
 def _first_param(func: FunctionRef) -> str:
@@ -1268,6 +1350,7 @@ class AddCliArgsInterpreter:
         self.server_args = server_args
         self.decls = decls
         self.warnings: list[str] = []
+        self.used_dataclass = False
         self._depth = 0
 
     def run(self, func: FunctionRef, parser_names: set[str], local: dict[str, Any] | None = None) -> None:
@@ -1342,6 +1425,7 @@ class AddCliArgsInterpreter:
     def _from_dataclass(self, call: ast.Call, scope: Scope, where: str) -> None:
         if len(call.args) < 2:
             raise CatalogueError(f"{where}: add_cli_args_from_dataclass without a class argument")
+        self.used_dataclass = True
         target = self.ev.eval(call.args[1], scope)
         if not isinstance(target, ClassRef):
             raise CatalogueError(f"{where}: add_cli_args_from_dataclass target is not a class")
@@ -1485,6 +1569,37 @@ def compute_removed(catalogues: dict[str, dict[str, Any]]) -> dict[str, list[dic
     return result
 
 
+def redundant_post_releases(catalogues: dict[str, dict[str, Any]]) -> list[str]:
+    """Post releases whose parser is identical to the previous catalogued build of the same release.
+
+    SGLang ships post releases that add and drop flags (0.4.1.post2 dropped three, 0.4.3.post3
+    added ten), so each gets its own catalogue, except when nothing changed: then kvcheck's lookup
+    of ``X.Y.Z.postN`` falls back to the newest catalogue of ``X.Y.Z`` at or below it, which is the
+    same parser, and no file is written.
+    """
+    from packaging.version import Version
+
+    ordered = sorted(catalogues, key=_version_key)
+    redundant = []
+    kept: str | None = None
+    for version in ordered:
+        parsed = Version(version)
+        if (
+            kept is not None
+            and parsed.post is not None
+            and parsed.release == Version(kept).release
+            and _parser_of(catalogues[version]) == _parser_of(catalogues[kept])
+        ):
+            redundant.append(version)
+            continue
+        kept = version
+    return redundant
+
+
+def _parser_of(catalogue: dict[str, Any]) -> tuple:
+    return (catalogue["allow_abbrev"], catalogue["config_file"], catalogue["flags"])
+
+
 def catalogue_dict(extraction: Extraction) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -1535,8 +1650,17 @@ def write_catalogues(extractions: list[Extraction], out_dir: Path) -> list[Path]
         catalogues[data["sglang_version"]] = data
     for extraction in extractions:
         catalogues[extraction.version] = catalogue_dict(extraction)
+    # Removed flags are derived before redundant post releases are dropped, so `last_version`
+    # names the last release that accepted a flag even when that release has no file.
     removed = compute_removed(catalogues)
     written = []
+    for version in redundant_post_releases(catalogues):
+        # kvcheck reads the same release's newest older catalogue for it, which is identical.
+        del catalogues[version]
+        path = catalogue_path(out_dir, version)
+        if path.exists():
+            path.unlink()
+            written.append(path)
     for version, data in sorted(catalogues.items(), key=lambda kv: _version_key(kv[0])):
         data["removed"] = removed[version]
         path = catalogue_path(out_dir, version)
@@ -1613,7 +1737,8 @@ def main(argv: list[str] | None = None) -> int:
     for extraction in extractions:
         print(f"{extraction.version}: {len(extraction.flags)} flags", file=sys.stderr)
     for path in written:
-        print(f"wrote {path}", file=sys.stderr)
+        verb = "wrote" if path.exists() else "dropped (same parser as the release's previous build)"
+        print(f"{verb} {path}", file=sys.stderr)
     return 0
 
 

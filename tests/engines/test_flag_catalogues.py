@@ -26,7 +26,38 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = REPO_ROOT / "tools" / "gen_flag_catalogue.py"
 PROFILES = REPO_ROOT / "profiles" / "sglang"
 WHEEL_DIR = Path(os.environ.get("KVCHECK_SGLANG_WHEELS", "/tmp/wheels"))
-CATALOGUED = ["0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+# Every SGLang release from 0.4.0 to 0.5.23, post releases included (PyPI, `pip index versions`).
+RELEASES = """
+0.4.0 0.4.0.post1 0.4.0.post2 0.4.1 0.4.1.post1 0.4.1.post2 0.4.1.post3 0.4.1.post4 0.4.1.post5
+0.4.1.post6 0.4.1.post7 0.4.2 0.4.2.post1 0.4.2.post2 0.4.2.post3 0.4.2.post4 0.4.3 0.4.3.post1
+0.4.3.post2 0.4.3.post3 0.4.3.post4 0.4.4 0.4.4.post1 0.4.4.post2 0.4.4.post3 0.4.4.post4 0.4.5
+0.4.5.post1 0.4.5.post2 0.4.5.post3 0.4.6 0.4.6.post1 0.4.6.post2 0.4.6.post3 0.4.6.post4
+0.4.6.post5 0.4.7 0.4.7.post1 0.4.8 0.4.8.post1 0.4.9 0.4.9.post1 0.4.9.post2 0.4.9.post3
+0.4.9.post4 0.4.9.post5 0.4.9.post6 0.4.10 0.4.10.post1 0.4.10.post2 0.5.1 0.5.1.post1
+0.5.1.post2 0.5.1.post3 0.5.2 0.5.3 0.5.3.post1 0.5.3.post2 0.5.3.post3 0.5.4 0.5.4.post1
+0.5.4.post2 0.5.4.post3 0.5.5 0.5.5.post1 0.5.5.post2 0.5.5.post3 0.5.6 0.5.6.post1 0.5.6.post2
+0.5.7 0.5.8 0.5.8.post1 0.5.9 0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1
+0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
+""".split()
+# Post releases whose parser is identical to the release's previous build: no file of their own,
+# the lookup falls back to that build's catalogue without a note.
+SAME_PARSER_AS_PREVIOUS_BUILD = {
+    "0.4.1.post1": "0.4.1",
+    "0.4.2.post3": "0.4.2.post2",
+    "0.4.2.post4": "0.4.2.post2",
+    "0.4.3.post2": "0.4.3.post1",
+    "0.4.4.post1": "0.4.4",
+    "0.4.4.post3": "0.4.4.post2",
+    "0.5.1.post1": "0.5.1",
+    "0.5.1.post2": "0.5.1",
+    "0.5.5.post2": "0.5.5.post1",
+    "0.5.8.post1": "0.5.8",
+    "0.5.10.post1": "0.5.10",
+    "0.5.12.post1": "0.5.12",
+    "0.5.13.post1": "0.5.13",
+    "0.5.15.post1": "0.5.15",
+}
+CATALOGUED = [v for v in RELEASES if v not in SAME_PARSER_AS_PREVIOUS_BUILD]
 
 
 def _load_generator():
@@ -602,6 +633,115 @@ def test_old_layout_reads_manual_add_argument_calls(tmp_path):
     ]
 
 
+SERVER_ARGS_0_4 = """
+import argparse
+import dataclasses
+import sys
+from typing import List, Optional
+
+from sglang.srt.utils import *
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    model_path: str
+    tp_size: int = 1
+    dp_size: int = 1
+    max_queued_requests: Optional[int] = sys.maxsize
+    attention_backend: Optional[str] = None
+    exclude_prefixes: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_PREFIXES))
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser):
+        parser.add_argument("--model-path", type=str, required=True)
+        parser.add_argument("--tensor-parallel-size", "--tp-size", type=int, default=ServerArgs.tp_size)
+        parser.add_argument("--data-parallel-size", "--dp-size", type=int, default=ServerArgs.dp_size)
+        parser.add_argument("--max-queued-requests", type=int, default=ServerArgs.max_queued_requests)
+        parser.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=argparse.SUPPRESS)
+        parser.add_argument("--exclude-prefixes", nargs="*", default=ServerArgs.exclude_prefixes)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace):
+        args.tp_size = args.tensor_parallel_size
+        args.dp_size = args.data_parallel_size
+        attrs = [attr.name for attr in dataclasses.fields(cls)]
+        return cls(**{attr: getattr(args, attr) for attr in attrs})
+
+
+def prepare_server_args(argv):
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs.from_cli_args(parser.parse_args(argv))
+"""
+
+
+def release_0_4_files() -> dict[str, str]:
+    return {
+        "sglang/__init__.py": "",
+        "sglang/srt/__init__.py": "",
+        "sglang/srt/utils/__init__.py": "from sglang.srt.utils.common import *\n",
+        "sglang/srt/utils/common.py": (
+            'ATTENTION_BACKENDS = ["flashinfer", "triton"] + ["torch_native"]\n'
+            'DEFAULT_PREFIXES = ("/metrics", "/health")\n'
+            '_PRIVATE = ["not exported"]\n'
+        ),
+        "sglang/srt/server_args.py": SERVER_ARGS_0_4,
+    }
+
+
+def test_0_4_shapes_star_imports_copied_dests_and_external_constants(tmp_path):
+    """What 0.4.0-0.5.13 do that the 0.5.20 layout does not, each read as argparse would see it."""
+    extraction = gen.extract(build_wheel(tmp_path, "0.4.9", release_0_4_files()))
+    assert extraction.warnings == []
+    assert extraction.flags == [
+        # argparse.SUPPRESS: no attribute unless given; choices through two star imports.
+        flag("--attention-backend", field="attention_backend", choices=["flashinfer", "triton", "torch_native"]),
+        flag("--data-parallel-size", field="dp_size", type="int", aliases=["--dp-size"], default=1),
+        # default_factory=lambda: list(CONSTANT)
+        flag("--exclude-prefixes", field="exclude_prefixes", nargs="*", default=["/metrics", "/health"]),
+        # sys.maxsize on the 64-bit platforms SGLang serves from
+        flag("--max-queued-requests", field="max_queued_requests", type="int", default=2**63 - 1),
+        flag("--model-path", field="model_path", required=True),
+        # dest tensor_parallel_size is copied into tp_size by from_cli_args
+        flag("--tensor-parallel-size", field="tp_size", type="int", aliases=["--tp-size"], default=1),
+    ]
+
+
+def test_a_post_release_with_an_unchanged_parser_gets_no_file(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    base = build_wheel(wheels, "0.4.9", release_0_4_files())
+    same = build_wheel(wheels, "0.4.9.post1", release_0_4_files())
+    changed_files = release_0_4_files()
+    changed_files["sglang/srt/server_args.py"] = SERVER_ARGS_0_4.replace(
+        'parser.add_argument("--model-path", type=str, required=True)',
+        'parser.add_argument("--model-path", type=str, required=True)\n'
+        '        parser.add_argument("--new-in-post2", action="store_true")',
+    )
+    changed = build_wheel(wheels, "0.4.9.post2", changed_files)
+    out = tmp_path / "out"
+    result = run_generator(str(base), str(same), str(changed), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["flags-0.4.9.json", "flags-0.4.9.post2.json"]
+    # A stale file from an earlier run is removed, and the run says so.
+    (out / "flags-0.4.9.post1.json").write_text((out / "flags-0.4.9.json").read_text())
+    again = run_generator(str(base), str(same), str(changed), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert f"dropped (same parser as the release's previous build) {out / 'flags-0.4.9.post1.json'}" in again.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["flags-0.4.9.json", "flags-0.4.9.post2.json"]
+
+
+def test_redundant_post_releases_compare_with_the_same_release_only():
+    one = [flag("--a", field="a")]
+    two = [flag("--a", field="a"), flag("--b", field="b")]
+    catalogues = {
+        v: {"sglang_version": v, "allow_abbrev": True, "config_file": False, "flags": f}
+        for v, f in [("1.0.0", one), ("1.0.0.post1", one), ("1.0.0.post2", two), ("1.0.0.post3", two),
+                     ("1.0.1", two), ("1.0.1.post1", one)]
+    }
+    assert gen.redundant_post_releases(catalogues) == ["1.0.0.post1", "1.0.0.post3"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Removed flags across versions, output format, determinism
 # ---------------------------------------------------------------------------------------------
@@ -745,21 +885,62 @@ def committed(version: str) -> dict:
     return json.loads((PROFILES / f"flags-{version}.json").read_text(encoding="utf-8"))
 
 
-def test_committed_catalogues_are_the_four_releases():
-    assert sorted(p.name for p in PROFILES.glob("flags-*.json")) == [f"flags-{v}.json" for v in CATALOGUED]
+def test_committed_catalogues_cover_every_release_from_0_4_0():
+    assert len(RELEASES) == 92 and len(CATALOGUED) == 78
+    assert sorted(p.name for p in PROFILES.glob("flags-*.json")) == sorted(f"flags-{v}.json" for v in CATALOGUED)
+
+
+def test_every_committed_catalogue_is_well_formed():
+    total_bytes = 0
+    for version in CATALOGUED:
+        path = PROFILES / f"flags-{version}.json"
+        data = committed(version)
+        assert data["schema"] == "kvcheck/sglang-flags/v1", version
+        assert data["sglang_version"] == version
+        assert data["allow_abbrev"] is True
+        assert data["config_file"] is (gen._version_key(version) >= gen._version_key("0.5.3")), version
+        assert path.read_text(encoding="utf-8") == gen.render(data), version
+        total_bytes += path.stat().st_size
+    # 78 files, about 4.4 MB on disk (about 0.5 MB zipped in the wheel).
+    assert total_bytes < 5_000_000
+
+
+def test_post_releases_without_a_file_have_the_parser_of_the_build_they_fall_back_to():
+    from kvcheck.engines.sglang.catalogue import load_catalogue
+
+    for post, previous in SAME_PARSER_AS_PREVIOUS_BUILD.items():
+        catalogue, note = load_catalogue(post)
+        assert (catalogue.version, note) == (previous, None), post
 
 
 @pytest.mark.parametrize(
-    ("version", "flag_count", "option_count"),
-    [("0.5.20", 494, 507), ("0.5.21", 512, 526), ("0.5.22", 521, 536), ("0.5.23", 531, 547)],
+    ("version", "flag_count", "option_count", "source"),
+    [
+        ("0.4.0", 82, 85, "sglang-0.4.0-py3-none-any.whl: srt/server_args.py ServerArgs.add_cli_args"),
+        ("0.4.1.post2", 81, 85, "sglang-0.4.1.post2-py3-none-any.whl: srt/server_args.py ServerArgs.add_cli_args"),
+        ("0.4.3.post3", 108, 112, "sglang-0.4.3.post3-py3-none-any.whl: srt/server_args.py ServerArgs.add_cli_args"),
+        ("0.5.1", 199, 206, "sglang-0.5.1-py3-none-any.whl: srt/server_args.py ServerArgs.add_cli_args"),
+        (
+            "0.5.19",
+            503,
+            516,
+            "sglang-0.5.19-cp311-cp311-manylinux_2_34_x86_64.whl: "
+            "srt/server_args.py ServerArgs fields + ServerArgs.add_cli_args",
+        ),
+        ("0.5.20", 494, 507, None),
+        ("0.5.21", 512, 526, None),
+        ("0.5.22", 521, 536, None),
+        ("0.5.23", 531, 547, None),
+    ],
 )
-def test_committed_catalogue_shape(version, flag_count, option_count):
+def test_committed_catalogue_shape(version, flag_count, option_count, source):
     data = committed(version)
     assert data["schema"] == "kvcheck/sglang-flags/v1"
     assert data["sglang_version"] == version
     assert data["generated_by"] == "tools/gen_flag_catalogue.py"
     assert data["allow_abbrev"] is True
-    assert data["config_file"] is True
+    if source is not None:
+        assert data["source"] == source
     assert len(data["flags"]) == flag_count
     assert all(list(f) == list(gen.FLAG_KEYS) for f in data["flags"])
     names = [f["flag"] for f in data["flags"]]
@@ -769,18 +950,53 @@ def test_committed_catalogue_shape(version, flag_count, option_count):
     assert (PROFILES / f"flags-{version}.json").read_text(encoding="utf-8") == gen.render(data)
 
 
+def _removed_since(version: str, oldest: str) -> list[dict]:
+    return [r for r in committed(version)["removed"] if gen._version_key(r["last_version"]) >= gen._version_key(oldest)]
+
+
 def test_committed_removed_sections():
-    assert committed("0.5.20")["removed"] == []
-    assert committed("0.5.21")["removed"] == [
+    assert committed("0.4.0")["removed"] == []
+    # 0.4.1.post2 is a post release that dropped flags; --disable-nan-detection went in 0.4.0.post2.
+    # last_version may name a post release without a file of its own (0.4.1.post1 = 0.4.1's parser).
+    assert committed("0.4.1.post2")["removed"] == [
+        {"flag": "--disable-disk-cache", "last_version": "0.4.1.post1", "replacement": None},
+        {"flag": "--disable-flashinfer", "last_version": "0.4.1.post1", "replacement": None},
+        {"flag": "--disable-flashinfer-sampling", "last_version": "0.4.1.post1", "replacement": None},
+        {"flag": "--disable-nan-detection", "last_version": "0.4.0.post1", "replacement": None},
+        {"flag": "--enable-overlap-schedule", "last_version": "0.4.1.post1", "replacement": None},
+    ]
+    assert _removed_since("0.5.20", "0.5.20") == []
+    assert _removed_since("0.5.21", "0.5.20") == [
         {"flag": "--elastic-ep-rejoin", "last_version": "0.5.20", "replacement": None},
         {"flag": "--keep-mm-feature-on-device", "last_version": "0.5.20", "replacement": None},
     ]
-    assert committed("0.5.23")["removed"] == [
+    assert _removed_since("0.5.23", "0.5.20") == [
         {"flag": "--cuda-graph-tc-compiler", "last_version": "0.5.21", "replacement": None},
         {"flag": "--elastic-ep-rejoin", "last_version": "0.5.20", "replacement": None},
         {"flag": "--keep-mm-feature-on-device", "last_version": "0.5.20", "replacement": None},
         {"flag": "--speculative-skip-dp-mlp-sync", "last_version": "0.5.22", "replacement": None},
     ]
+    # The per-phase CUDA-graph flags of 0.5.20 replace 0.5.19's single ones (KNOWN_SUCCESSORS).
+    removed_0520 = {r["flag"]: r for r in committed("0.5.20")["removed"]}
+    assert removed_0520["--cuda-graph-max-bs"] == {
+        "flag": "--cuda-graph-max-bs",
+        "last_version": "0.5.19",
+        "replacement": "--cuda-graph-max-bs-decode",
+    }
+    assert removed_0520["--nsa-prefill-backend"]["replacement"] == "--dsa-prefill-backend"
+    assert len(committed("0.5.20")["removed"]) == 87
+    assert len(committed("0.5.23")["removed"]) == 91
+
+
+def test_releases_before_0_5_15_map_the_copied_dests_to_their_fields():
+    """`args.tp_size = args.tensor_parallel_size` in from_cli_args: the flag's value lands in tp_size."""
+    flags = by_flag(committed("0.4.10.post2")["flags"])
+    assert flags["--tensor-parallel-size"]["aliases"] == ["--tp-size"]
+    assert flags["--tensor-parallel-size"]["field"] == "tp_size"
+    assert flags["--data-parallel-size"]["field"] == "dp_size"
+    assert flags["--expert-parallel-size"]["field"] == "ep_size"
+    assert flags["--pipeline-parallel-size"]["field"] == "pp_size"
+    assert flags["--max-queued-requests"]["default"] == 2**63 - 1  # sys.maxsize
 
 
 def test_0_5_23_facts_from_the_engine_notes():
@@ -846,9 +1062,9 @@ def test_0_5_23_agrees_with_the_independent_extraction():
     assert mismatches == []
 
 
-def _real_wheels() -> list[Path]:
+def _real_wheels(versions: list[str]) -> list[Path]:
     wheels = []
-    for version in CATALOGUED:
+    for version in versions:
         found = sorted(WHEEL_DIR.glob(f"sglang-{version}-*.whl"))
         if not found:
             return []
@@ -856,10 +1072,27 @@ def _real_wheels() -> list[Path]:
     return wheels
 
 
-@pytest.mark.skipif(not _real_wheels(), reason=f"sglang 0.5.20-0.5.23 wheels not in {WHEEL_DIR}")
+@pytest.mark.skipif(not _real_wheels(RELEASES), reason=f"the 92 sglang wheels 0.4.0-0.5.23 are not in {WHEEL_DIR}")
 def test_regenerating_from_the_released_wheels_reproduces_the_committed_files(tmp_path):
-    result = run_generator(*map(str, _real_wheels()), "--out", str(tmp_path))
+    result = run_generator(*map(str, _real_wheels(RELEASES)), "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in PROFILES.glob("flags-*.json"))
     for version in CATALOGUED:
         name = f"flags-{version}.json"
         assert (tmp_path / name).read_bytes() == (PROFILES / name).read_bytes(), name
+
+
+NEW_RELEASES = ["0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+
+
+@pytest.mark.skipif(not _real_wheels(NEW_RELEASES), reason=f"sglang 0.5.20-0.5.23 wheels not in {WHEEL_DIR}")
+def test_the_0_5_20_to_0_5_23_flags_are_unchanged_by_the_old_layout_support(tmp_path):
+    """Alone, the four newest wheels give the same bytes as before the older releases were added,
+    except for `removed`, which spans every catalogue in the folder."""
+    result = run_generator(*map(str, _real_wheels(NEW_RELEASES)), "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for version in NEW_RELEASES:
+        alone = json.loads((tmp_path / f"flags-{version}.json").read_text(encoding="utf-8"))
+        mine = committed(version)
+        assert {**alone, "removed": None} == {**mine, "removed": None}, version
+        assert alone["removed"] == _removed_since(version, "0.5.20"), version

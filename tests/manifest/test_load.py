@@ -136,8 +136,6 @@ def test_newer_release_uses_the_nearest_older_catalogue() -> None:
     assert note == (
         "no flag catalogue for SGLang 0.5.24; arguments were checked against 0.5.23, the nearest older release"
     )
-    with pytest.raises(InputError, match="older than every flag catalogue"):
-        load_catalogue("0.5.19")
     with pytest.raises(InputError, match="not a version number"):
         load_catalogue("latest")
 

@@ -307,11 +307,14 @@ def _load(version: str) -> Catalogue:
 
 
 def load_catalogue(version: str) -> tuple[Catalogue, str | None]:
-    """The catalogue for `version`, plus a note when a nearby release's catalogue stands in.
+    """The catalogue for `version`, plus a note when another release's catalogue stands in.
 
-    A version without its own catalogue gets the nearest older catalogued release (flags are
-    mostly added, rarely removed, between neighbours); a version older than every catalogue is an
-    input error, since its flags cannot be known.
+    A post or local build of a catalogued release (`0.5.23.post1`, `0.4.3.post2`, `0.5.23+cu129`)
+    uses the newest catalogue of the same release at or below it, with no note: a post release
+    whose parser changed has its own catalogue, and one that did not change has none because the
+    release's catalogue is exact for it. Any other uncatalogued version gets the nearest older
+    catalogued release; a version older than every catalogue gets the oldest one. Both come with
+    a note, because flags added or removed in between may then be judged wrongly.
     """
     try:
         wanted = Version(str(version))
@@ -320,16 +323,24 @@ def load_catalogue(version: str) -> tuple[Catalogue, str | None]:
     available = catalogue_versions()
     if not available:
         raise InputError("no SGLang flag catalogue is installed; reinstall kvcheck")
-    exact = [v for v in available if Version(v) == wanted]
+    parsed = {v: Version(v) for v in available}
+    exact = [v for v in available if parsed[v] == wanted]
     if exact:
         return _load(exact[0]), None
-    older = [v for v in available if Version(v) < wanted]
+    same_release = [
+        v for v in available if parsed[v].release == wanted.release and not wanted.is_prerelease and parsed[v] < wanted
+    ]
+    if same_release:
+        return _load(same_release[-1]), None
+    older = [v for v in available if parsed[v] < wanted]
     if not older:
-        raise InputError(
-            f"SGLang {version} is older than every flag catalogue kvcheck ships "
-            f"({', '.join(available)}); its flags cannot be checked",
-            hint="deploy a supported release, or generate its catalogue with tools/gen_flag_catalogue.py",
+        chosen = available[0]
+        note = (
+            f"SGLang {version} is older than every flag catalogue kvcheck ships; arguments were "
+            f"checked against {chosen}, the oldest, so a flag that {version} accepted and {chosen} "
+            "does not is reported as unknown"
         )
+        return _load(chosen), note
     chosen = older[-1]
     note = (
         f"no flag catalogue for SGLang {version}; arguments were checked against {chosen}, "

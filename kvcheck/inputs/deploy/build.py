@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, catalogue_versions, load_catalogue
-from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.readers import (
     READERS,
     SUPPORTED,
@@ -91,7 +91,7 @@ def read_deployments(
             issues.extend(doc.yaml.issues)
         docs.extend(parsed)
     if issues:
-        raise ManifestError(issues, hint=_HINT)
+        raise DeploymentFileError(issues, hint=_HINT)
     inputs = gather_references(docs)
     role_sources: list[RoleSource] = []
     for doc in docs:
@@ -105,7 +105,7 @@ def read_deployments(
     if cmd is not None:
         role_sources.append(_command_line_role(cmd))
     if issues:
-        raise ManifestError(issues, hint=_HINT)
+        raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {SUPPORTED}")
     roles: list[tuple[RoleSource, ImportedRole]] = []
@@ -116,11 +116,21 @@ def read_deployments(
             continue
     if issues:
         issues.sort(key=lambda i: (i.file, i.line or 0, i.column or 0))
-        raise ManifestError(issues, hint=_HINT)
+        raise DeploymentFileError(issues, hint=_HINT)
     return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
+
+
+class DeploymentFileError(InputError):
+    """Deployment files with problems SGLang or Kubernetes would refuse; every one, each at its place."""
+
+    def __init__(self, issues: list[InputIssue], *, hint: str | None = None) -> None:
+        self.issues = list(issues)
+        count = len(self.issues)
+        lines = "\n".join(issue.render() for issue in self.issues)
+        super().__init__(f"{count} error{'s' if count != 1 else ''} in deployment files:\n{lines}", hint=hint)
 
 
 class _Skip(Exception):

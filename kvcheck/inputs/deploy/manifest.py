@@ -12,8 +12,14 @@ from typing import Any
 
 import yaml
 
-from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.deploy.build import ImportedDeployment, ImportedRole, read_deployments, role_args_in_order
+from kvcheck.errors import InputError, InputIssue
+from kvcheck.inputs.deploy.build import (
+    DeploymentFileError,
+    ImportedDeployment,
+    ImportedRole,
+    read_deployments,
+    role_args_in_order,
+)
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
 from kvcheck.inputs.manifest.model import MAX_TOKENS, Manifest
@@ -161,7 +167,8 @@ def manifest_items(resolved: Resolved) -> dict[str, Any]:
     if resolved.model_path is not None and resolved.model_path.value is not None:
         model["path"] = Item(resolved.model_path.value, _where(resolved.model_path))
     if resolved.model_config is not None:
-        model["config"] = Item(str(resolved.model_config.value), _where(resolved.model_config))
+        # absolute: a manifest's model.config is relative to the manifest, wherever it is saved
+        model["config"] = Item(str(Path(str(resolved.model_config.value)).resolve()), _where(resolved.model_config))
     out["model"] = model
     out["engine"] = {"version": Item(str(resolved.version.value), _where(resolved.version))}
     if resolved.gpu is not None:
@@ -272,7 +279,7 @@ def import_deployments(
     issues: list[InputIssue] = []
     resolved = [resolve(d, overrides, issues) for d in deployments]
     if issues:
-        raise ManifestError(issues, hint="drop the option, or make the deployment file say the same")
+        raise DeploymentFileError(issues, hint="drop the option, or make the deployment file say the same")
     findings = [f for d in deployments for f in d.findings]
     return resolved, findings
 
@@ -298,7 +305,7 @@ def load_deployment(
         for role in item.deployment.roles:
             targets.append(_target(item, role, window, overrides, several, issues))
     if issues:
-        raise ManifestError(issues, hint="fix the deployment file")
+        raise DeploymentFileError(issues, hint="fix the deployment file")
     first = resolved[0]
     data = _plain(manifest_items(first))
     data["model"].setdefault("path", "")

@@ -1,0 +1,284 @@
+"""`kvcheck import` on every format: the manifest values each file deploys, exactly, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_kvcheck
+
+FIX = "tests/inputs/deploy/fixtures"
+EIGHT = [0, 1, 2, 3, 4, 5, 6, 7]
+
+EXPECTED = {
+    "deployment": {
+        "name": "llama-sglang", "context_length": 131072,
+        "model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"version": "0.5.23"},
+        "gpu": "NVIDIA-H100-80GB-HBM3",
+        "roles": {"llama-sglang": {"gpus": [0], "args": {
+            "tp-size": 1, "mem-fraction-static": 0.85, "context-length": 131072}}},
+    },
+    "statefulset-shell": {
+        "name": "deepseek", "context_length": 163840,
+        "model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"version": "0.5.22"}, "gpu": "NVIDIA-H200",
+        "roles": {"deepseek": {"gpus": EIGHT, "args": {
+            "tp-size": 16, "nnodes": 2, "mem-fraction-static": 0.88, "trust-remote-code": True,
+            "context-length": 163840}}},
+    },
+    "lws-pd": {
+        "name": "glm", "model": {"path": "zai-org/GLM-5.2-FP8"}, "engine": {"version": "0.5.23"},
+        "roles": {
+            "glm-prefill": {"gpus": EIGHT, "args": {
+                "tp-size": 16, "nnodes": 2, "disaggregation-mode": "prefill", "mem-fraction-static": 0.8}},
+            "glm-decode": {"gpus": EIGHT, "args": {
+                "tp-size": 16, "nnodes": 2, "disaggregation-mode": "decode", "mem-fraction-static": 0.85,
+                "dp-size": 16, "enable-dp-attention": True}},
+        },
+    },
+    "disaggregatedset": {
+        "name": "qwen-pd", "context_length": 32768, "model": {"path": "Qwen/Qwen3-32B"},
+        "engine": {"version": "0.5.23"},
+        "roles": {
+            "prefill": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "prefill", "context-length": 32768}},
+            "decode": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 32768}},
+        },
+    },
+    "rbg-v1alpha1": {
+        "name": "deepseek-rbg", "model": {"path": "/models/DeepSeek-V3"}, "engine": {"version": "0.5.23"},
+        "roles": {"decode": {"gpus": EIGHT, "args": {
+            "tp-size": 16, "nnodes": 2, "disaggregation-mode": "decode", "mem-fraction-static": 0.82}}},
+    },
+    "rbg-v1alpha2": {
+        "name": "kimi-rbg", "model": {"path": "moonshotai/Kimi-K2"}, "engine": {"version": "0.5.23"},
+        "gpu": "NVIDIA-H200",
+        "roles": {
+            "prefill": {"gpus": EIGHT, "args": {
+                "tp-size": 8, "disaggregation-mode": "prefill", "trust-remote-code": True}},
+            "decode": {"gpus": EIGHT, "args": {
+                "tp-size": 16, "nnodes": 2, "disaggregation-mode": "decode", "trust-remote-code": True,
+                "mem-fraction-static": 0.85}},
+        },
+    },
+    "dynamo-v1alpha1": {
+        "name": "sglang-disagg", "model": {"path": "deepseek-ai/DeepSeek-R1"}, "engine": {"version": "0.5.23"},
+        "roles": {
+            "decode": {"gpus": EIGHT, "args": {
+                "nnodes": 2, "served-model-name": "deepseek-ai/DeepSeek-R1", "tp-size": 16, "dp-size": 16,
+                "enable-dp-attention": True, "disaggregation-mode": "decode",
+                "disaggregation-transfer-backend": "nixl", "mem-fraction-static": 0.82}},
+            "prefill": {"gpus": EIGHT, "args": {
+                "disaggregation-mode": "prefill", "tp-size": 8, "disaggregation-transfer-backend": "nixl",
+                "mem-fraction-static": 0.85}},
+        },
+    },
+    "dynamo-v1beta1": {
+        "name": "llama-agg", "context_length": 131072, "model": {"path": "meta-llama/Llama-3.3-70B-Instruct"},
+        "engine": {"version": "0.5.23"},
+        "roles": {"worker": {"gpus": [0, 1, 2, 3], "args": {
+            "tp-size": 4, "context-length": 131072, "kv-cache-dtype": "fp8_e4m3", "mem-fraction-static": 0.85}}},
+    },
+    "ome": {
+        "name": "deepseek-r1-pd", "model": {"path": "/raid/models/deepseek-ai/deepseek-r1"},
+        "engine": {"version": "0.5.23"}, "gpu": "NVIDIA-H200",
+        "roles": {
+            "prefill": {"gpus": EIGHT, "args": {
+                "tp-size": 16, "nnodes": 2, "disaggregation-mode": "prefill", "mem-fraction-static": 0.8,
+                "trust-remote-code": True}},
+            "decode": {"gpus": EIGHT, "args": {
+                "tp-size": 16, "nnodes": 2, "disaggregation-mode": "decode", "mem-fraction-static": 0.85,
+                "trust-remote-code": True}},
+        },
+    },
+    "compose": {
+        "name": "compose", "context_length": 65536, "model": {"path": "meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {"version": "0.5.21"},
+        "roles": {"sglang": {"gpus": [0], "args": {"mem-fraction-static": 0.9, "context-length": 65536}}},
+    },
+    "srt-slurm": {
+        "name": "gb200-fp8-1p-2d", "context_length": 131072, "model": {"path": "/lustre/models/DeepSeek-R1-0528"},
+        "engine": {"version": "0.5.22"}, "gpu": "gb200",
+        "roles": {
+            "prefill": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.84,
+                "kv-cache-dtype": "fp8_e4m3", "nnodes": 2, "context-length": 131072}},
+            "decode": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 8, "disaggregation-mode": "decode", "mem-fraction-static": 0.82,
+                "kv-cache-dtype": "fp8_e4m3", "nnodes": 2, "context-length": 131072}},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_import_reads_what_each_format_deploys(fixture: str) -> None:
+    result = run_kvcheck("import", f"{FIX}/{fixture}.yaml", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == EXPECTED[fixture]
+
+
+def test_yaml_output_names_the_file_line_and_column_of_every_value() -> None:
+    result = run_kvcheck("import", f"{FIX}/deployment.yaml")
+    assert (result.exit_code, result.stderr) == (0, "")
+    f = f"{FIX}/deployment.yaml"
+    assert result.stdout == (
+        f"# kvcheck manifest imported from {f} (kvcheck import)\n"
+        f"name: llama-sglang  # {f}\n"
+        f"context_length: 131072  # {f}:35:15 (--context-length of every role)\n"
+        "model:\n"
+        f"  path: meta-llama/Llama-3.1-8B-Instruct  # {f}:30:15\n"
+        "engine:\n"
+        f'  version: "0.5.23"  # {f}:26:18 (image lmsysorg/sglang:v0.5.23-cu129)\n'
+        f"gpu: NVIDIA-H100-80GB-HBM3  # {f}:23:33 (nodeSelector nvidia.com/gpu.product)\n"
+        "roles:\n"
+        f"  llama-sglang:  # {f}:25:11 (Deployment)\n"
+        f"    gpus: [0]  # {f}:42:31 (limits[nvidia.com/gpu])\n"
+        "    args:\n"
+        f"      tp-size: 1  # {f}:32:15\n"
+        f"      mem-fraction-static: 0.85  # {f}:33:26\n"
+        f"      context-length: 131072  # {f}:35:15\n"
+    )
+
+
+def test_values_inside_shell_scripts_point_at_their_own_column() -> None:
+    """Block scalars (| and >) are mapped back to the line and column each word is written at."""
+    result = run_kvcheck("import", f"{FIX}/statefulset-shell.yaml")
+    f = f"{FIX}/statefulset-shell.yaml"
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert f"      tp-size: 16  # {f}:41:49" in lines  # ${TP} in the literal block
+    assert f"      mem-fraction-static: 0.88  # {f}:44:39" in lines
+    assert f"      trust-remote-code: true  # {f}:44:44" in lines  # --trust-remote, an abbreviation
+    result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
+    f = f"{FIX}/lws-pd.yaml"
+    assert f"      dp-size: 16  # {f}:82:83" in result.stdout.splitlines()  # a folded (>-) block
+
+
+def test_leader_and_worker_disagreeing_is_reported_at_both_lines() -> None:
+    result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
+    f = f"{FIX}/lws-pd.yaml"
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        f"kvcheck: error: {f}:82:83: KV501 --dp-size: the leader runs 16, the worker runs 8",
+        f"kvcheck: error: {f}:96:82: KV501 --dp-size: the leader runs 16, the worker runs 8",
+        f"kvcheck: error: {f}:82:68: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+        f"kvcheck: error: {f}:96:68: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+    ]
+    # the RBG v1alpha2 worker patch drifted the same way
+    result = run_kvcheck("import", f"{FIX}/rbg-v1alpha2.yaml")
+    f = f"{FIX}/rbg-v1alpha2.yaml"
+    assert result.stderr.splitlines() == [
+        f"kvcheck: error: {f}:44:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+        f"kvcheck: error: {f}:49:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+    ]
+
+
+def test_unresolved_variables_are_named_never_guessed() -> None:
+    result = run_kvcheck("import", f"{FIX}/ome.yaml")
+    f = f"{FIX}/ome.yaml"
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        f"kvcheck: error: {f}:70:83: KV317 the value of --max-running-requests uses $(MAX_REQS), "
+        "which the files do not set",
+    ]
+    assert "max-running-requests" not in json.loads(run_kvcheck("import", f"{FIX}/ome.yaml", "--format", "json").stdout)[
+        "roles"]["decode"]["args"]
+
+
+def test_dynamo_flags_that_are_not_sglang_flags_are_a_warning() -> None:
+    result = run_kvcheck("import", f"{FIX}/dynamo-v1alpha1.yaml")
+    f = f"{FIX}/dynamo-v1alpha1.yaml"
+    assert result.stderr.splitlines() == [
+        f"kvcheck: warning: {f}:60:151: KV502 '--dyn-unknown-knob' is not a flag of SGLang 0.5.23; "
+        "kvcheck leaves it to the Dynamo wrapper",
+    ]
+    assert "# note: the files do not name the SGLang release (no lmsysorg/sglang image tag); role 'decode' " \
+        "was read with the flags of 0.5.23, the newest release kvcheck knows" in result.stdout
+
+
+def test_command_line_and_sglang_serve() -> None:
+    result = run_kvcheck(
+        "import", "--format", "json", "--cmd",
+        "NCCL_DEBUG=INFO python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-frac 0.8 "
+        "--context-length 32k --context-length=64k",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "name": "command-line", "context_length": 64000, "model": {"path": "Qwen/Qwen3-8B"},
+        "engine": {"version": "0.5.23"},
+        "roles": {"server": {"args": {"tp-size": 2, "mem-fraction-static": 0.8, "context-length": 64000}}},
+    }
+    result = run_kvcheck("import", "--format", "json", "--sglang-version", "0.5.21", "--cmd",
+                         "sglang serve --model-path Qwen/Qwen3-8B --tensor-parallel-size 4")
+    assert json.loads(result.stdout)["roles"] == {"server": {"args": {"tp-size": 4}}}
+    assert json.loads(result.stdout)["engine"] == {"version": "0.5.21"}
+
+
+def test_several_independent_deployments_are_a_json_list() -> None:
+    result = run_kvcheck("import", f"{FIX}/deployment.yaml", f"{FIX}/compose.yaml", "--format", "json")
+    assert result.exit_code == 0
+    assert [d["name"] for d in json.loads(result.stdout)] == ["llama-sglang", "compose"]
+
+
+def test_stdin_multi_document_stream() -> None:
+    text = open(f"{FIX}/helm/rendered-good.yaml", encoding="utf-8").read()
+    result = run_kvcheck("import", "-", "--format", "json", stdin=text)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "name": "llama-sglang", "context_length": 131072, "model": {"path": "meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {"version": "0.5.23"},
+        "roles": {"llama-sglang": {"gpus": [0], "args": {
+            "tp-size": 1, "mem-fraction-static": 0.85, "context-length": 131072}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n<<<<<<< HEAD\nspec: {}\n=======\n"
+         "spec: {replicas: 2}\n>>>>>>> main\n",
+         "kvcheck: error: <stdin>:5:1: merge-conflict marker '<<<<<<<': resolve the conflict first\n"),
+        ("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: [x\n",
+         "kvcheck: error: <stdin>:5:1: YAML syntax error: while parsing a flow sequence: expected ',' or ']', "
+         "but got '<stream end>'\n"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: batch/v1\nkind: Job\n"
+         "metadata: {name: b}\n",
+         "kvcheck: error: <stdin>: no SGLang server in a supported kind; the input holds: Service (v1) at "
+         "<stdin>:1; Job (batch/v1) at <stdin>:5\n"),
+        ("a: &a [1, 2]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+         "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+         "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+         "h: [*g, *g, *g, *g, *g, *g, *g, *g, *g]\n",
+         None),
+    ],
+    ids=["merge-conflict", "malformed", "unsupported", "alias-bomb"],
+)
+def test_bad_input_is_exit_2_with_file_and_line(text: str, message: str | None) -> None:
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert "Traceback" not in result.stderr
+    if message is not None:
+        assert result.stderr.startswith(message)
+        assert "kvcheck reads: Deployment, StatefulSet" in result.stderr or "YAML" in message or "merge" in message
+    else:
+        assert result.stderr.startswith("kvcheck: error: <stdin>:")
+
+
+def test_flags_sglang_would_refuse_are_input_errors_at_their_place() -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n        - name: s\n          image: lmsysorg/sglang:v0.5.23\n"
+        '          command: ["python3", "-m", "sglang.launch_server", "--mem-fraction-statc", "0.8",\n'
+        '                    "--kv-cache-dtype", "fp9", "--tp", "two"]\n'
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        "kvcheck: error: 3 errors in deployment files:",
+        "<stdin>:10:62: unknown SGLang flag 'mem-fraction-statc' (SGLang 0.5.23) (did you mean 'mem-fraction-static'?)",
+    ]
+    assert lines[2].startswith("<stdin>:11:41: 'kv-cache-dtype' must be one of auto, ")
+    assert lines[3] == "<stdin>:11:56: 'tp-size' must be an integer, not 'two'"

@@ -303,9 +303,12 @@ def render_role(
         target, settings, base=leader_base, container_name=container_name, source=source, argv=argv,
         gpus=gpus, labels=engine_labels, restart_policy="Always",
     )
-    worker_base = templates.worker if templates is not None and templates.worker is not None else leader_base
+    worker_base = leader_base
+    worker_container = container_name
+    if templates is not None and templates.worker is not None:
+        worker_base, worker_container = templates.worker, templates.worker_container
     worker, _ = _pod_template(
-        target, settings, base=worker_base, container_name=container_name, source=source, argv=argv,
+        target, settings, base=worker_base, container_name=worker_container, source=source, argv=argv,
         gpus=gpus, labels=engine_labels, restart_policy="Always",
     )
     anchor_name = f"{name}-deadline"

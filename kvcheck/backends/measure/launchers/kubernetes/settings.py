@@ -26,13 +26,14 @@ class PodTemplates:
     """A role's pod templates as the deployment file writes them (Kubernetes or operator files).
 
     `leader` is the pod template (`metadata` and `spec`) of the pod that runs node 0; `worker` that of
-    nodes 1.. (None: the leader's). `container` names the engine's container (None: the one that asks
-    for GPUs, else the first).
+    nodes 1.. (None: the leader's). `container` and `worker_container` name the engine's container in
+    each (None: the one that asks for GPUs, else the first).
     """
 
     leader: Mapping[str, Any]
     worker: Mapping[str, Any] | None = None
     container: str | None = None
+    worker_container: str | None = None
     source: str | None = None  # the file it came from, for messages
 
 

@@ -131,7 +131,10 @@ def resolve(deployment: ImportedDeployment, overrides: Overrides, issues: list[I
         window = None  # roles serve different windows: the advertised one must be given
     if window is not None:
         window = Sourced(window.value, window.location, "--context-length of every role")
-    window = _override(window, overrides.context_length, "the context window", issues)
+    # The files state the engine's --context-length, not the window advertised to clients: a window
+    # given on the command line or in an overlay is that window (KV102 checks the engine against it).
+    if overrides.context_length is not None:
+        window = overrides.context_length
     model = _agree([(r.name, r.model_path) for r in roles], "model path", issues)
     model = _override(model, overrides.model_path, "model.path", issues)
     version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release", issues)

@@ -1,0 +1,137 @@
+"""verify and plan on deployment files directly: the CI gate on `helm template` output, overlays, findings
+at the deployment file's own line and column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, run_kvcheck
+
+FIX = "tests/inputs/deploy/fixtures"
+LLAMA = "docs/examples/single-server/llama-3.1-8b-instruct.config.json"
+GLM = "docs/examples/incident/glm-5.2-fp8.config.json"
+
+
+def _json(result):
+    return json.loads(result.stdout)
+
+
+def test_helm_template_output_piped_into_verify_gates_the_chart() -> None:
+    """The done-when: `helm template . | kvcheck verify - --mode estimate --gpu H200 --model-config ...`."""
+    for variant, code in (("good", 0), ("short", 1)):
+        text = (REPO_ROOT / FIX / "helm" / f"rendered-{variant}.yaml").read_text(encoding="utf-8")
+        result = run_kvcheck("verify", "-", "--mode", "estimate", "--gpu", "H200", "--model-config", LLAMA,
+                             "--format", "json", stdin=text)
+        assert result.exit_code == code, result.stderr
+        report = _json(result)
+        assert (report["source"], report["context_length"]) == ("<stdin>", 131072)
+        assert [r["name"] for r in report["roles"]] == ["llama-sglang"]
+        role = report["roles"][0]
+        assert (role["status"], role["required_tokens"]) == ("pass" if code == 0 else "fail", 131072)
+        if code == 1:
+            assert role["pool_tokens"] < 131072
+            assert [(f["rule"], f["location"]) for f in report["findings"]] == [
+                ("KV101", {"file": "<stdin>", "line": 49, "column": 11}),
+            ]
+
+
+def test_a_deployment_file_and_the_manifest_imported_from_it_give_the_same_pool(tmp_path: Path) -> None:
+    args = ("--mode", "estimate", "--format", "json")
+    direct = run_kvcheck("verify", f"{FIX}/deployment.yaml", "--model-config", LLAMA, *args)
+    imported = run_kvcheck("import", f"{FIX}/deployment.yaml", "--model-config", LLAMA)
+    manifest = tmp_path / "kvcheck.yaml"
+    manifest.write_text(imported.stdout, encoding="utf-8")
+    via_manifest = run_kvcheck("verify", str(manifest), *args)
+    assert (direct.exit_code, via_manifest.exit_code) == (0, 0)
+    assert _json(direct)["roles"][0]["pool_tokens"] == _json(via_manifest)["roles"][0]["pool_tokens"]
+    assert _json(direct)["roles"][0]["argv"] == _json(via_manifest)["roles"][0]["argv"]
+
+
+def test_overlay_manifest_adds_only_what_the_files_lack() -> None:
+    result = run_kvcheck("verify", f"{FIX}/overlay.yaml", "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = _json(result)
+    assert report["source"] == f"{FIX}/overlay.yaml"
+    assert [(f["rule"], f["location"]) for f in report["findings"]] == [
+        ("KV101", {"file": f"{FIX}/helm/rendered-short.yaml", "line": 49, "column": 11}),
+    ]
+
+
+def test_values_stated_in_the_overlay_and_the_files_must_agree() -> None:
+    result = run_kvcheck("verify", f"{FIX}/overlay-conflict.yaml", "--mode", "estimate")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "kvcheck: error: 1 error in deployment files:\n"
+        f"{FIX}/deployment.yaml:23:33: the GPU type is 'NVIDIA-H100-80GB-HBM3' here (nodeSelector "
+        f"nvidia.com/gpu.product) but 'H200' in {FIX}/overlay-conflict.yaml:3:6 (overlay); they must agree\n"
+        "kvcheck: hint: drop the option, or make the deployment file say the same\n"
+    )
+    result = run_kvcheck("verify", f"{FIX}/deployment.yaml", "--mode", "estimate", "--gpu", "B200")
+    assert result.exit_code == 2
+    assert "the GPU type is 'NVIDIA-H100-80GB-HBM3' here (nodeSelector nvidia.com/gpu.product) but 'B200' " \
+        "in --gpu; they must agree" in result.stderr
+    # the same card under another spelling agrees
+    result = run_kvcheck("verify", f"{FIX}/deployment.yaml", "--mode", "estimate", "--gpu", "H100",
+                         "--model-config", LLAMA)
+    assert result.exit_code == 0, result.stderr
+
+
+def test_findings_point_at_the_deployment_file_in_every_format() -> None:
+    args = (f"{FIX}/lws-pd.yaml", "--mode", "estimate", "--context-length", "131072", "--model-config", GLM,
+            "--gpu", "H200")
+    result = run_kvcheck("verify", *args, "--format", "github")
+    assert result.exit_code == 1
+    f = f"{FIX}/lws-pd.yaml"
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [
+        f"::error file={f},line=82,col=83,title=KV501 glm-decode::--dp-size: the leader runs 16, the worker runs 8"
+        "%0Afix: every node of one instance must start with the same server arguments",
+        f"::error file={f},line=96,col=82,title=KV501 glm-decode::--dp-size: the leader runs 16, the worker runs 8"
+        "%0Afix: every node of one instance must start with the same server arguments",
+    ]
+    report = _json(run_kvcheck("verify", *args, "--format", "json"))
+    assert {(x["rule"], x["location"]["line"], x["location"]["column"]) for x in report["findings"]
+            if x["rule"] == "KV501"} == {("KV501", 82, 83), ("KV501", 96, 82), ("KV501", 82, 68), ("KV501", 96, 68)}
+    table = run_kvcheck("verify", *args)
+    assert f"at {f}:82:83" in table.stdout
+
+
+def test_an_unresolved_value_means_the_deployment_could_not_be_checked() -> None:
+    result = run_kvcheck("verify", f"{FIX}/ome.yaml", "--mode", "estimate", "--context-length", "131072",
+                         "--model-config", GLM, "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    report = _json(result)
+    assert report["verdict"] == "error"
+    assert report["findings"][0] == {
+        "rule": "KV317", "severity": "error", "role": "decode",
+        "message": "the value of --max-running-requests uses $(MAX_REQS), which the files do not set",
+        "hint": "pass the file that defines it, set it in the container's env, or state the value in an "
+                "overlay manifest",
+        "location": {"file": f"{FIX}/ome.yaml", "line": 70, "column": 83},
+    }
+
+
+def test_the_window_must_come_from_somewhere() -> None:
+    result = run_kvcheck("verify", f"{FIX}/lws-pd.yaml", "--mode", "estimate")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        f"kvcheck: error: {FIX}/lws-pd.yaml: the files do not state the context window to check "
+        "(glm: the roles set no common --context-length)\n"
+    )
+
+
+def test_deployment_options_do_not_apply_to_a_kvcheck_manifest() -> None:
+    result = run_kvcheck("verify", "docs/examples/single-server/manifest.yaml", "--mode", "estimate", "--gpu", "H200")
+    assert result.exit_code == 2
+    assert "is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version apply to " \
+        "deployment files" in result.stderr
+
+
+def test_plan_reads_deployment_files_too() -> None:
+    text = (REPO_ROOT / FIX / "helm" / "rendered-short.yaml").read_text(encoding="utf-8")
+    result = run_kvcheck("plan", "-", "--gpu", "H200", "--model-config", LLAMA, "--format", "json", stdin=text)
+    assert result.exit_code == 1, result.stderr
+    report = _json(result)
+    assert [r["name"] for r in report["roles"]] == ["llama-sglang"]
+    assert report["findings"][0]["location"] == {"file": "<stdin>", "line": 49, "column": 11}

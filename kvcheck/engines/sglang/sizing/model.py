@@ -14,6 +14,7 @@ from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source,
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
+from kvcheck.engines.sglang.sizing.refusals import EngineRefusal, check_args, check_parallel
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
     HYBRID_LINEAR,
@@ -29,6 +30,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     config_weights,
     mtp_draft_bytes,
     pp_layer_split,
+    routed_experts,
     vision_tower_bytes,
 )
 from kvcheck.errors import EstimateError
@@ -302,6 +304,12 @@ def estimate_role(
     model = _model(target, args, offline)
     shape = model.shape
     gpu_mib = int(target.estimate.gpu_memory_mib or gpu.memory_total_mib)
+    try:
+        check_args(target, args)
+    except EngineRefusal as exc:
+        if overrides:  # a planner candidate SGLang would refuse: not a setting to offer
+            raise EstimateError(exc.message) from exc
+        raise
     res = resolve(
         args, shape, gpu,
         text=model.source.text,
@@ -312,6 +320,17 @@ def estimate_role(
         vision=model.source.vision,
     )
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
+    try:
+        check_parallel(
+            target, args, tp=res.tp, attn_tp=res.attn_tp, ep=res.ep, num_heads=shape.num_heads,
+            num_kv_heads=None if shape.is_mla else shape.num_kv_heads,
+            routed_experts=routed_experts(model.source.text) + int(args.get("ep_num_redundant_experts") or 0),
+            page_size=res.page_size, chunked_prefill_size=res.chunked_prefill_size, role=res.role,
+        )
+    except EngineRefusal as exc:
+        if overrides:
+            raise EstimateError(exc.message) from exc
+        raise
     if (res.role == "decode" and shape.kind == HYBRID_SWA and res.max_running_requests is not None
             and not args.get("disaggregation_decode_enable_radix_cache")):
         raise EstimateError(

@@ -346,3 +346,8 @@ def vision_tower_bytes(vision: Mapping[str, Any] | None, text_hidden: int) -> fl
     out = _int(vision, "out_hidden_size", "text_hidden_size", default=text_hidden) or text_hidden
     params = layers * (4 * hidden * hidden + 2 * hidden * inter) + merged * merged + merged * out
     return params * 2.0
+
+
+def routed_experts(text: Mapping[str, Any]) -> int:
+    """The model's routed experts (0 for a dense model), as the MoE layers count them."""
+    return _int(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0

@@ -1,0 +1,146 @@
+"""Settings SGLang refuses at startup, refused here too (exit 2) instead of being priced.
+
+Each check names where SGLang 0.5.23 stops: an assertion or error in its argument validation, or
+in the model/pool code it reaches before serving. kvcheck must never pass a role the engine would
+not start, nor crash on one (a page size of 0 used to be a ZeroDivisionError, exit 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvcheck.errors import KvcheckError
+from kvcheck.model import ExitCode, RoleTarget
+
+# Engine arguments that count ranks or tokens and must be at least 1 when given.
+POSITIVE_INTS = {
+    "tp_size": "--tp-size",
+    "pp_size": "--pp-size",
+    "dp_size": "--dp-size",
+    "attn_dp_size": "--attn-dp-size",
+    "attn_cp_size": "--attn-cp-size",
+    "dcp_size": "--dcp-size",
+    "ep_size": "--ep-size",
+    "nnodes": "--nnodes",
+    "page_size": "--page-size",
+}
+
+
+class EngineRefusal(KvcheckError):
+    """SGLang would refuse these settings at startup: exit 2, with SGLang's own reason.
+
+    Deliberately not an EstimateError/InputError: those make a role "not estimated" (KV305,
+    exit 3), while settings the engine refuses are the manifest's error, whatever the mode.
+    """
+
+    exit_code = ExitCode.INPUT
+
+
+def _refuse(target: RoleTarget, fields: tuple[str, ...], message: str, hint: str | None = None) -> EngineRefusal:
+    where = target.arg_location(*fields)
+    prefix = f"{where.render()}: " if where is not None else ""
+    return EngineRefusal(f"{prefix}role {target.name}: {message}", hint=hint)
+
+
+def check_args(target: RoleTarget, args: Mapping[str, Any]) -> None:
+    """Checks that need only the arguments (before any default is resolved)."""
+    for name, flag in POSITIVE_INTS.items():
+        value = args.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _refuse(
+                target, (name,),
+                f"{flag} {value} is not a positive integer: SGLang cannot start "
+                + ("(its pool and allocator divide by the page size)" if name == "page_size"
+                   else "(no rank would be launched)"),
+            )
+    fraction = args.get("mem_fraction_static")
+    if fraction is not None and not 0 < float(fraction) <= 1:
+        why = (
+            "the pool would be sized larger than the free memory and its allocation fails (CUDA out of memory)"
+            if float(fraction) > 1
+            else "SGLang stops with 'Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={fraction}' (kv_cache_configurator._profile_available_bytes)"
+        )
+        raise _refuse(
+            target, ("mem_fraction_static",),
+            f"--mem-fraction-static {fraction} is outside (0, 1]: {why}",
+            hint="it is the fraction of the free GPU memory weights and KV pool may use, e.g. 0.85",
+        )
+    tp = int(args.get("tp_size") or 1)
+    pp = int(args.get("pp_size") or 1)
+    attn_dp = int(args.get("attn_dp_size") or 1)
+    if args.get("enable_dp_attention") and attn_dp == 1:
+        attn_dp = int(args.get("dp_size") or 1)  # deprecated spelling, as defaults.resolve reads it
+    attn_cp = int(args.get("attn_cp_size") or 1)
+    if tp % (attn_dp * attn_cp):
+        raise _refuse(
+            target, ("attn_dp_size", "dp_size", "attn_cp_size", "tp_size"),
+            f"--tp-size {tp} is not divisible by attention DP x CP ({attn_dp} x {attn_cp}): SGLang asserts "
+            "'tp_size must be divisible by attn_dp_size * attn_cp_size' (arg_groups/parallel_hook.py:163)",
+        )
+    nnodes = int(args.get("nnodes") or 1)
+    if nnodes > 1 and (tp * pp) % nnodes:
+        raise _refuse(
+            target, ("tp_size", "nnodes"),
+            f"--tp-size {tp} x --pp-size {pp} is not divisible by --nnodes {nnodes}: SGLang asserts "
+            "'tp_size must be divisible by number of nodes' (arg_groups/validation_hook.py:180)",
+        )
+
+
+def check_parallel(
+    target: RoleTarget,
+    args: Mapping[str, Any],
+    *,
+    tp: int,
+    attn_tp: int,
+    ep: int,
+    num_heads: int,
+    num_kv_heads: int | None,
+    routed_experts: int,
+    page_size: int,
+    chunked_prefill_size: int,
+    role: str | None,
+) -> None:
+    """Checks on the resolved parallel layout against the model's shape."""
+    if num_heads % attn_tp:
+        raise _refuse(
+            target, ("tp_size", "attn_dp_size", "dp_size"),
+            f"the model's {num_heads} attention heads are not divisible by the attention TP size {attn_tp}: "
+            "SGLang's model code asserts 'total_num_heads % tp_size == 0' while loading (e.g. models/llama.py:183)",
+            hint="use a TP size that divides the head count",
+        )
+    if num_kv_heads:
+        if attn_tp >= num_kv_heads and attn_tp % num_kv_heads:
+            raise _refuse(
+                target, ("tp_size",),
+                f"the attention TP size {attn_tp} is not a multiple of the model's {num_kv_heads} KV heads: "
+                "SGLang's QKVParallelLinear asserts 'tp_size % total_num_kv_heads == 0' (layers/linear.py)",
+            )
+        if attn_tp < num_kv_heads and num_kv_heads % attn_tp:
+            raise _refuse(
+                target, ("tp_size",),
+                f"the model's {num_kv_heads} KV heads are not divisible by the attention TP size {attn_tp}: "
+                "SGLang's QKVParallelLinear asserts 'total_num_kv_heads % tp_size == 0' (layers/linear.py)",
+            )
+    if ep > 1:
+        if tp % ep:
+            raise _refuse(
+                target, ("ep_size", "tp_size"),
+                f"--ep-size {ep} does not divide --tp-size {tp}: the MoE TP size is tp_size // ep_size "
+                "(runtime_context.derive_parallel_widths), so SGLang cannot shard the experts",
+            )
+        if routed_experts and routed_experts % ep:
+            raise _refuse(
+                target, ("ep_size",),
+                f"the model's {routed_experts} routed experts are not divisible by --ep-size {ep}: SGLang "
+                "asserts '_num_global_routed % ep_size == 0' (layers/moe/fused_moe_triton/layer.py:414)",
+            )
+    if chunked_prefill_size > 0 and role != "decode" and chunked_prefill_size % page_size:
+        raise _refuse(
+            target, ("chunked_prefill_size", "page_size"),
+            f"--chunked-prefill-size {chunked_prefill_size} is not divisible by the page size {page_size}: "
+            "SGLang asserts 'chunked_prefill_size must be divisible by page_size' (arg_groups/validation_hook.py:245)",
+        )

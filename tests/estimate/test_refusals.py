@@ -1,0 +1,105 @@
+"""Settings SGLang refuses at startup are refused in estimate and plan mode: exit 2, SGLang's reason."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.sglang.sizing import estimate_role
+from kvcheck.engines.sglang.sizing.refusals import EngineRefusal
+from kvcheck.errors import EstimateError
+
+from .helpers import role
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "single-server"
+
+
+def _manifest(tmp_path: Path, args: str, config: Path | None = None) -> Path:
+    source = config or EXAMPLE / "llama-3.1-8b-instruct.config.json"
+    (tmp_path / "config.json").write_text(source.read_text())
+    path = tmp_path / "manifest.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            name: refusal test
+            context_length: 131072
+            model:
+              path: meta-llama/Llama-3.1-8B-Instruct
+              config: config.json
+            engine:
+              version: "0.5.23"
+            gpu: H100
+            """
+        )
+        + f"args: {{{args}}}\nroles:\n  server: {{}}\n"
+    )
+    return path
+
+
+CASES = [
+    ("tp-size: 3", 9, 8, "the model's 32 attention heads are not divisible by the attention TP size 3: SGLang's "
+     "model code asserts 'total_num_heads % tp_size == 0' while loading (e.g. models/llama.py:183)"),
+    ("tp-size: 0", 9, 8, "--tp-size 0 is not a positive integer: SGLang cannot start (no rank would be launched)"),
+    ("page-size: 0", 9, 8, "--page-size 0 is not a positive integer: SGLang cannot start (its pool and allocator "
+     "divide by the page size)"),
+    ("mem-fraction-static: 1.5", 9, 8, "--mem-fraction-static 1.5 is outside (0, 1]: the pool would be sized larger "
+     "than the free memory and its allocation fails (CUDA out of memory)"),
+    ("mem-fraction-static: 0", 9, 8, "--mem-fraction-static 0.0 is outside (0, 1]: SGLang stops with 'Loaded weights "
+     "leave no GPU memory for the KV cache under --mem-fraction-static=0.0' (kv_cache_configurator._profile_available_bytes)"),
+    ("tp-size: 4, attn-dp-size: 3", 9, 20, "--tp-size 4 is not divisible by attention DP x CP (3 x 1): SGLang asserts "
+     "'tp_size must be divisible by attn_dp_size * attn_cp_size' (arg_groups/parallel_hook.py:163)"),
+    ("chunked-prefill-size: 100, page-size: 64", 9, 8, "--chunked-prefill-size 100 is not divisible by the page size "
+     "64: SGLang asserts 'chunked_prefill_size must be divisible by page_size' (arg_groups/validation_hook.py:245)"),
+]
+
+
+@pytest.mark.parametrize(("args", "line", "column", "message"), CASES)
+@pytest.mark.parametrize("command", [["verify", "--mode", "estimate"], ["plan"]])
+def test_refused_settings_are_exit_2_with_sglangs_reason(tmp_path, kvcheck, command, args, line, column, message):
+    manifest = _manifest(tmp_path, args)
+    result = kvcheck(command[0], str(manifest), *command[1:])
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[0] == f"kvcheck: error: {manifest}:{line}:{column}: role server: {message}"
+
+
+def test_tp_16_on_8_kv_heads_is_fine_replication():
+    # 8 KV heads at TP16: each rank keeps one head (SGLang replicates); 32 query heads divide by 16
+    est = estimate_role(role("meta-llama--Meta-Llama-3.1-8B", tp_size=16, nnodes=2), offline=True)
+    assert est.details["kv_cell_parts"]["kv_heads_per_rank"] == 1
+
+
+def test_kv_heads_that_do_not_divide_are_refused(tmp_path):
+    config = tmp_path / "config.json"
+    text = (EXAMPLE / "llama-3.1-8b-instruct.config.json").read_text().replace(
+        '"num_key_value_heads": 8', '"num_key_value_heads": 6'
+    ).replace('"num_attention_heads": 32', '"num_attention_heads": 48')
+    config.write_text(text)
+    with pytest.raises(EngineRefusal, match="the model's 6 KV heads are not divisible by the attention TP size 4"):
+        estimate_role(role(config, tp_size=4), offline=True)
+    with pytest.raises(EngineRefusal, match="the attention TP size 8 is not a multiple of the model's 6 KV heads"):
+        estimate_role(role(config, tp_size=8), offline=True)
+
+
+def test_expert_parallel_must_divide_tp_and_the_experts():
+    with pytest.raises(EngineRefusal, match=r"--ep-size 3 does not divide --tp-size 8"):
+        estimate_role(role("Qwen--Qwen3-30B-A3B", tp_size=8, ep_size=3), offline=True)
+    with pytest.raises(EngineRefusal, match=r"the model's 128 routed experts are not divisible by --ep-size 6"):
+        estimate_role(role("Qwen--Qwen3-30B-A3B", tp_size=12, ep_size=6, attn_dp_size=3, nnodes=2), offline=True)
+    estimate_role(role("Qwen--Qwen3-30B-A3B", tp_size=4, ep_size=4), offline=True)
+
+
+def test_a_planner_candidate_sglang_refuses_is_skipped_not_fatal():
+    # overrides come from the planner's sweep: a refused candidate is "not estimable", not bad input
+    with pytest.raises(EstimateError, match="attention heads are not divisible"):
+        estimate_role(role("meta-llama--Meta-Llama-3.1-8B"), overrides={"tp_size": 3}, offline=True)
+
+
+def test_weights_that_leave_no_room_are_a_zero_pool_never_a_pass(tmp_path, kvcheck):
+    result = kvcheck("verify", str(_manifest(tmp_path, "mem-fraction-static: 0.15")), "--mode", "estimate",
+                     "--format", "json")
+    assert result.exit_code == 1
+    assert '"pool_tokens": 0' in result.stdout
+    assert "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache" in result.stdout

@@ -89,7 +89,7 @@ def read_deployments(
         parsed = parse_documents(source)
         for doc in parsed:
             issues.extend(doc.yaml.issues)
-        docs.extend(parsed)
+            docs.extend(_list_items(doc))
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     inputs = gather_references(docs)
@@ -135,6 +135,21 @@ class DeploymentFileError(InputError):
 
 class _Skip(Exception):
     pass
+
+
+def _list_items(doc: Doc) -> list[Doc]:
+    """`kind: List` (kubectl get -o yaml, some kustomize pipelines): each item as a document of its own."""
+    from kvcheck.inputs.deploy.readers import merged_doc
+
+    data = doc.data
+    if not (isinstance(data, Mapping) and data.get("kind") == "List" and isinstance(data.get("items"), list)):
+        return [doc]
+    out = []
+    for i in range(len(data["items"])):
+        item = merged_doc(doc, ("items", i), None)
+        if item is not None:
+            out.append(item)
+    return out
 
 
 def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:

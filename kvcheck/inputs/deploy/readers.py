@@ -271,7 +271,12 @@ def read_workload(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     if pod is None:
         return []
     replicas = _int(doc, data.get("spec") or {}, "replicas", ("spec",), f"{kind} replicas")
-    return [_role(name, kind, name, doc, pod, replicas=replicas)]
+    mode = None
+    for where in (("metadata", "labels"), (*tpath, "metadata", "labels")):
+        label = _get(data, *where, "llm-d.ai/role")
+        if label in ("prefill", "decode"):  # llm-d marks its prefill and decode Deployments so
+            mode = Sourced(label, doc.at((*where, "llm-d.ai/role")), "label llm-d.ai/role")
+    return [_role(name, kind, name, doc, pod, replicas=replicas, mode=mode)]
 
 
 def _role(name: str, kind: str, group: str, doc: Doc, pod: PodServer, **extra: Any) -> RoleSource:

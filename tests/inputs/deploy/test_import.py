@@ -97,6 +97,13 @@ EXPECTED = {
         "engine": {"version": "0.5.21"},
         "roles": {"sglang": {"gpus": [0], "args": {"mem-fraction-static": 0.9, "context-length": 65536}}},
     },
+    "kubectl-list": {
+        "name": "qwen", "model": {"path": "Qwen/Qwen3-8B"}, "engine": {"version": "0.5.23"},
+        "roles": {
+            "qwen-prefill": {"gpus": [0, 1], "args": {"disaggregation-mode": "prefill", "tp-size": 2}},
+            "qwen-decode": {"gpus": [0, 1], "args": {"tp-size": 2, "disaggregation-mode": "decode"}},
+        },
+    },
     "srt-slurm": {
         "name": "gb200-fp8-1p-2d", "context_length": 131072, "model": {"path": "/lustre/models/DeepSeek-R1-0528"},
         "engine": {"version": "0.5.22"}, "gpu": "gb200",

@@ -1,0 +1,49 @@
+"""The shell subset that picks the server's argv out of `sh -c` strings, and Kubernetes $(VAR) expansion."""
+
+from __future__ import annotations
+
+from kvcheck.inputs.deploy.server import Env, Sourced, expand_k8s
+from kvcheck.inputs.deploy.shell import parse_script, shell_script, strip_prefixes
+
+SCRIPT = """set -e
+pip install foo && \\
+  MODEL=/m NCCL_DEBUG=INFO exec python3 -m sglang.launch_server --model-path "$MODEL" \\
+    --tp ${TP} --mem-frac 0.8 $EXTRA --x '$NOPE' --y "${UNSET}" --z ${U2:-5} --w $(hostname) # comment
+echo done; sleep 1
+"""
+
+
+def test_commands_are_split_on_chains_and_newlines_and_prefixes_are_dropped() -> None:
+    env = {"TP": "8", "EXTRA": "--a 1 --b"}
+    commands = parse_script(SCRIPT, env.get)
+    assert [strip_prefixes(c)[0].text for c in commands] == ["set", "pip", "python3", "echo", "sleep"]
+    server = commands[2]
+    assert {k: v.text for k, v in server.assignments.items()} == {"MODEL": "/m", "NCCL_DEBUG": "INFO"}
+    words = strip_prefixes(server)
+    assert [w.text for w in words] == [
+        "python3", "-m", "sglang.launch_server", "--model-path", "$MODEL", "--tp", "8", "--mem-frac", "0.8",
+        "--a", "1", "--b", "--x", "$NOPE", "--y", "${UNSET}", "--z", "5", "--w", "$(hostname)",
+    ]
+    # a VAR=value prefix sets the command's environment, not the words the shell expands before it
+    assert words[4].unresolved == ["MODEL"]
+    assert words[13].unresolved == []  # single quotes: literal
+    assert words[15].unresolved == ["UNSET"]
+    assert words[19].unresolved == ["$(hostname)"]
+    assert SCRIPT[words[6].offset :].startswith("${TP}")  # offsets are into the script as written
+
+
+def test_assignments_and_exports_carry_to_later_commands() -> None:
+    commands = parse_script("export TP=4\nMEM=0.7\npython -m sglang.launch_server --tp $TP --mem-frac $MEM", {}.get)
+    assert [w.text for w in commands[-1].words][-4:] == ["--tp", "4", "--mem-frac", "0.7"]
+
+
+def test_shell_script_index() -> None:
+    assert shell_script(["/bin/bash", "-c", "x"]) == 2
+    assert shell_script(["sh", "-ec", "x"]) == 2
+    assert shell_script(["bash", "-l", "-c", "x"]) == 3
+    assert shell_script(["python3", "-c", "x"]) is None
+
+
+def test_kubernetes_expansion_leaves_unknown_names_and_unescapes_double_dollars() -> None:
+    env = Env({"A": Sourced("1", None)})
+    assert expand_k8s("--x $(A) $(B) $$(A)", env) == ("--x 1 $(B) $(A)", ["B"])

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from kvcheck import __version__
+from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
 from kvcheck.report.render import FORMATTERS, TableFormat
@@ -181,9 +182,15 @@ def main() -> None:
     is_flag=True,
     help="Boot with --load-format dummy: same memory layout without reading the checkpoint.",
 )
+@click.option(
+    "--launcher",
+    type=click.Choice(sorted(LAUNCHERS)),
+    help="Where measure mode boots each role: this host (local) or a cluster's scheduler "
+    "[default: the manifest's launcher.kind, else local].",
+)
 @profiles_option
 @report_options
-def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, fmt, output, strict,
+def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, launcher, fmt, output, strict,
            gpu=None, context_length=None, model_config=None, sglang_version=None):
     """Check every role of a manifest or of deployment files (FILE..., - for stdin): each KV pool
     must hold the advertised context window."""
@@ -200,6 +207,7 @@ def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights,
         logs_dir=logs_dir,
         gpu_check=not no_gpu_check,
         dummy_weights=dummy_weights,
+        launcher=launcher,
     )
     run_guarded(lambda: emit(command.verify(options), fmt, output))
 

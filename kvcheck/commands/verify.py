@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from kvcheck.backends.base import Backend
 from kvcheck.errors import InputError
@@ -30,13 +31,16 @@ class VerifyOptions:
     gpu_check: bool = True
     dummy_weights: bool = False
     progress: bool | None = None  # None: only when stderr is a terminal
+    launcher: str | None = None  # --launcher; None: the manifest's launcher.kind, else local
 
 
-def _build_measure(options: VerifyOptions) -> Backend:
+def _build_measure(options: VerifyOptions, launcher_spec: Any = None) -> Backend:
     from kvcheck.backends.estimate import EstimateBackend
     from kvcheck.backends.measure import MeasureBackend
+    from kvcheck.backends.measure.launchers import build_launcher
 
     return MeasureBackend(
+        launcher=build_launcher(options.launcher, launcher_spec, gpu_check=options.gpu_check),
         timeout_s=options.timeout_s,
         logs_dir=options.logs_dir,
         gpu_check=options.gpu_check,
@@ -46,13 +50,14 @@ def _build_measure(options: VerifyOptions) -> Backend:
     )
 
 
-def _build_estimate(options: VerifyOptions) -> Backend:
+def _build_estimate(options: VerifyOptions, launcher_spec: Any = None) -> Backend:
     from kvcheck.backends.estimate import EstimateBackend
 
     return EstimateBackend()
 
 
-BACKENDS: dict[str, Callable[[VerifyOptions], Backend]] = {
+# Each builder gets the options and the manifest's `launcher:` block (None when absent).
+BACKENDS: dict[str, Callable[[VerifyOptions, Any], Backend]] = {
     "measure": _build_measure,
     "estimate": _build_estimate,
 }
@@ -80,7 +85,7 @@ def verify(options: VerifyOptions) -> Report:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
     loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
-    backend = BACKENDS[options.mode](options)
+    backend = BACKENDS[options.mode](options, getattr(loaded.manifest, "launcher", None))
     backend.check_targets(targets, loaded.display_path)
     measurements = [
         _with_fit_hints(t, m, offline=backend.offline_hints)

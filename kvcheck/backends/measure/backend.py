@@ -93,7 +93,7 @@ class MeasureBackend(Backend):
     offline_hints = True  # a measured role's hints stay on local files
 
     def check_targets(self, targets: Sequence[RoleTarget], source: str) -> None:
-        check_measurable(targets, source)
+        check_measurable(targets, source, need_gpus=self.launcher.needs_gpu_list)
 
     def __init__(
         self,
@@ -327,11 +327,14 @@ class MeasureBackend(Backend):
         return dataclasses.replace(measurement, details=details, findings=(*measurement.findings, *extra))
 
 
-def check_measurable(targets: Sequence[RoleTarget], source: str) -> None:
-    """Measure mode boots engines on listed GPUs: a role without them is an input error up front."""
+def check_measurable(targets: Sequence[RoleTarget], source: str, *, need_gpus: bool = True) -> None:
+    """Measure mode boots engines on listed GPUs: a role without them is an input error up front.
+
+    `need_gpus=False` for launchers that size a role's request from its parallel layout (Slurm).
+    """
     issues = []
     for target in targets:
-        if not target.gpus:
+        if not target.gpus and need_gpus:
             where = target.location
             issues.append(
                 InputIssue(

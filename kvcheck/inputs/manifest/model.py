@@ -125,6 +125,50 @@ class PolicySpec(_Strict):
     )
 
 
+class SlurmContainerSpec(_Strict):
+    """Container options for sites whose srun runs tasks in images (the pyxis plugin's flags)."""
+
+    image: str = Field(min_length=1, description="--container-image: the engine's image.")
+    mounts: list[str] = Field(default_factory=list, description="--container-mounts, e.g. /models:/models.")
+    workdir: str | None = Field(default=None, description="--container-workdir.")
+    options: list[str] = Field(
+        default_factory=list, description="Further srun options for the container, e.g. --container-env=HF_TOKEN."
+    )
+
+
+class SlurmSpec(_Strict):
+    """How `--launcher slurm` asks for each role's allocation (one per role; see docs/measure.md)."""
+
+    partition: str | None = Field(default=None, description="--partition; default: the cluster's default.")
+    account: str | None = Field(default=None, description="--account.")
+    qos: str | None = Field(default=None, description="--qos.")
+    reservation: str | None = Field(default=None, description="--reservation.")
+    constraint: str | None = Field(default=None, description="--constraint (node features), e.g. h100.")
+    gres_type: str | None = Field(
+        default=None, description="GPU type in the request: h100 gives --gres=gpu:h100:N (or --gpus-per-node=h100:N)."
+    )
+    gpus_flag: Literal["gres", "gpus-per-node"] = Field(
+        default="gres", description="How GPUs are requested: --gres=gpu:N or --gpus-per-node=N."
+    )
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, description="GPUs per node; default: the role's gpus list, else TP x PP (x DP) / nnodes."
+    )
+    salloc_options: list[str] = Field(
+        default_factory=list, description="Extra allocation options, e.g. [--exclusive, --mem=0]."
+    )
+    srun_options: list[str] = Field(default_factory=list, description="Extra srun options, e.g. [--mpi=none].")
+    container: SlurmContainerSpec | None = Field(default=None, description="Run the engine in a container image.")
+
+
+class LauncherSpec(_Strict):
+    """Where measure mode runs each role's engine; `kvcheck verify --launcher` overrides `kind`."""
+
+    kind: Literal["local", "slurm", "kubernetes"] = Field(
+        default="local", description="local: this host; slurm: one allocation per role; kubernetes: see docs."
+    )
+    slurm: SlurmSpec | None = Field(default=None, description="Settings for --launcher slurm.")
+
+
 class Manifest(_Strict):
     """A deployment to gate: the window promised to clients, the model, the engine and its roles."""
 
@@ -139,6 +183,7 @@ class Manifest(_Strict):
     roles: dict[str, RoleSpec] = Field(min_length=1, description="The servers of the deployment, by name.")
     policy: PolicySpec = Field(default_factory=PolicySpec)
     estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for every role.")
+    launcher: LauncherSpec | None = Field(default=None, description="Where measure mode boots the roles.")
 
     @field_validator("context_length", mode="before")
     @classmethod

@@ -115,6 +115,9 @@ class Launcher(ABC):
     """
 
     name: ClassVar[str]
+    # The manifest must list each role's GPU indices (the local launcher boots on exactly those);
+    # a scheduler's launcher sizes the request from the role's layout when they are missing.
+    needs_gpu_list: ClassVar[bool] = False
 
     def __enter__(self) -> Launcher:
         return self

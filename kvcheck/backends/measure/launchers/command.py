@@ -55,7 +55,10 @@ def build_argv(
 
 def needs_bootstrap_port(target: RoleTarget) -> bool:
     """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
-    return get_engine(target.engine).role_mode(target.args) is not None and "disaggregation_bootstrap_port" not in target.args
+    return (
+        get_engine(target.engine).role_mode(target.args) is not None
+        and "disaggregation_bootstrap_port" not in target.args
+    )
 
 
 def build_env(

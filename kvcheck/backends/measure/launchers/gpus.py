@@ -242,7 +242,9 @@ def check_role_gpus(
         profile_mib = _profile_memory_mib(target.gpu)
         if profile_mib:
             # Same name, other memory (an "H100 NVL" 94 GB for an H100 80 GB): another pool.
-            other = [s for s in present if s not in wrong and abs(s.total_mib - profile_mib) > 0.03 * profile_mib]
+            other = [
+                s for s in present if s not in wrong and abs(s.total_mib - profile_mib) > 0.03 * profile_mib
+            ]
             if other:
                 names = ", ".join(f"GPU {s.index} ({s.name}) has {s.total_mib:,} MiB" for s in other)
                 findings.append(

@@ -115,8 +115,11 @@ class LocalLauncher(Launcher):
     """Boots each role on this host; NVML checks its GPUs first (unless `gpu_check` is off)."""
 
     name = "local"
+    needs_gpu_list = True
 
-    def __init__(self, *, gpu_check: bool = True, nvml: Any = None, gpu_settle_s: float = GPU_SETTLE_S) -> None:
+    def __init__(
+        self, *, gpu_check: bool = True, nvml: Any = None, gpu_settle_s: float = GPU_SETTLE_S
+    ) -> None:
         self.gpu_check = gpu_check
         self._nvml = nvml
         self._gpu_settle_s = gpu_settle_s
@@ -184,7 +187,9 @@ class LocalLauncher(Launcher):
         target = request.target
         port = free_port()
         bootstrap_port = free_port() if needs_bootstrap_port(target) else None
-        argv = build_argv(target, port=port, bootstrap_port=bootstrap_port, dummy_weights=request.dummy_weights)
+        argv = build_argv(
+            target, port=port, bootstrap_port=bootstrap_port, dummy_weights=request.dummy_weights
+        )
         env = build_env(target)
         details = {"engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
         try:

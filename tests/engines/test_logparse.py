@@ -884,3 +884,14 @@ def test_every_handler_key_names_a_reader_method_and_the_bulk_reader_knows_every
         assert len(key) == 4, key
         assert callable(getattr(reader, method)), method
     assert HANDLER_KEYS == set(HANDLERS) | {word[:4] for word in LEVEL_STARTS}
+
+
+def test_the_reading_state_of_a_rank_has_every_figure_of_rank_figures():
+    from dataclasses import fields
+
+    from kvcheck.engines.sglang.logs.reader import _READING_STATE, _Rank
+    from kvcheck.engines.sglang.logs.values import RankFigures
+
+    figures = {f.name: f.type for f in fields(RankFigures) if f.name not in ("rank", "figure_line")}
+    reading = {f.name: f.type for f in fields(_Rank) if f.name not in _READING_STATE}
+    assert reading == figures

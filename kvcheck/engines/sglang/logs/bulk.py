@@ -89,7 +89,7 @@ def odd_line_regex(templates: Iterable[bytes]) -> re.Pattern[bytes]:
         return EVERY_LINE_RE
 
     def emit(node: dict[bytes, dict]) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while len(node) == 1:
             token, child = next(iter(node.items()))
             if not token:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import IO, Any
 
 from kvcheck.engines.sglang.logs.bulk import (
@@ -79,25 +79,41 @@ from kvcheck.engines.sglang.logs.values import (
 # ---------------------------------------------------------------------------------------------------
 
 
-# The figures a rank accumulates while reading: RankFigures' fields less those freeze() derives.
-_RANK_FIELDS = tuple(f.name for f in fields(RankFigures) if f.name not in ("rank", "figure_line"))
-# Reading-only state: how many allocation lines were seen, and lines that only choose figure_line.
+# Reading-only state of a rank: how many allocation lines were seen, and lines that only choose
+# figure_line. Every other field of _Rank is a field of RankFigures (a test keeps the two equal).
 _READING_STATE = ("allocation_count", "post_capture_line", "swa_line")
 
 
+@dataclass(slots=True)
 class _Rank:
-    """Mutable per-rank state while reading; frozen into RankFigures by LogReader.summary().
+    """Mutable per-rank state while reading; frozen into RankFigures by LogReader.summary()."""
 
-    Its attributes are RankFigures' fields (one list, in values.py), so the two cannot drift.
-    """
-
-    __slots__ = _RANK_FIELDS + _READING_STATE
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, None)
-        self.allocation_count = 0
-        self.upper_bound = False
+    final_tokens: int | None = None
+    allocated_tokens: int | None = None
+    upper_bound: bool = False
+    post_capture_tokens: int | None = None
+    full_layer_tokens: int | None = None
+    swa_tokens: int | None = None
+    draft_tokens: int | None = None
+    context_len: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    available_gpu_mem_gib: float | None = None
+    kv_dtype: str | None = None
+    kv_gib: float | None = None
+    k_gib: float | None = None
+    v_gib: float | None = None
+    weights_gib: float | None = None
+    avail_after_weights_gib: float | None = None
+    pool_end_avail_gib: float | None = None
+    mamba_cache_size: int | None = None
+    context_warning_tokens: int | None = None
+    final_line: int | None = None
+    allocation_line: int | None = None
+    allocation_count: int = 0
+    post_capture_line: int | None = None
+    swa_line: int | None = None
 
     def freeze(self, tag: RankTag) -> RankFigures:
         figure_line = self.final_line
@@ -107,8 +123,7 @@ class _Rank:
             figure_line = self.swa_line
         if figure_line is None:
             figure_line = self.allocation_line
-        values = {name: getattr(self, name) for name in _RANK_FIELDS}
-        values["upper_bound"] = bool(values["upper_bound"])
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _READING_STATE}
         return RankFigures(rank=tag, figure_line=figure_line, **values)
 
     @property
@@ -498,17 +513,19 @@ class LogReader:
         model_class = TYPE_RE.search(message)
         dtype = WEIGHT_DTYPE_RE.search(message)
         quant = QUANT_RE.search(message)
+        weights_gib = gib(MEM_USAGE_RE.search(message))
+        avail_gib = gib(AVAIL_RE.search(message))
         values = {
             "elapsed_s": float(elapsed.group(1)) if elapsed else None,
             "model_class": model_class.group(1) if model_class else None,
             "dtype": dtype.group(1) if dtype else None,
             "quant": quant.group(1).strip() if quant else None,
-            "avail_mem_gib": gib(AVAIL_RE.search(message)),
-            "mem_usage_gib": gib(MEM_USAGE_RE.search(message)),
+            "avail_mem_gib": avail_gib,
+            "mem_usage_gib": weights_gib,
         }
         _, state = self._rank_state(rank)
-        state.weights_gib = values["mem_usage_gib"]
-        state.avail_after_weights_gib = values["avail_mem_gib"]
+        state.weights_gib = weights_gib
+        state.avail_after_weights_gib = avail_gib
         return self._event("weights_end", rank, message, values, "sizing_pool")
 
     def _on_kv_allocated(self, rank: RankTag | None, message: str) -> list[LogEvent] | None:

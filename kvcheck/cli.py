@@ -17,6 +17,7 @@ from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
+from kvcheck.report.outputs import report_files_option, write_report_files
 from kvcheck.report.render import FORMATTERS, TableFormat
 
 
@@ -51,6 +52,7 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     else:
         formatter = FORMATTERS[fmt]()
     text = formatter.render(report)
+    write_report_files(report)
     if output is None:
         echo_report(text)
     else:
@@ -115,6 +117,28 @@ profiles_option = click.option(
     metavar="DIR",
     help="Also read GPU profiles (*.yaml) from DIR, ahead of the shipped ones (repeatable).",
 )
+
+
+def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--format, --output and --strict, which every checking command takes."""
+    func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
+    func = report_files_option(func)
+    func = click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, writable=True, path_type=Path),
+        callback=_output_folder_exists,
+        help="Write the report to this file instead of stdout.",
+    )(func)
+    func = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(sorted(FORMATTERS)),
+        default="table",
+        show_default=True,
+        help="Report format.",
+    )(func)
+    return func
 
 
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,10 +43,10 @@ def _slurm(spec: Any, *, gpu_check: bool) -> Launcher:
 
 
 def _kubernetes(spec: Any, *, gpu_check: bool) -> Launcher:
-    raise InputError(
-        "--launcher kubernetes is not available in `kvcheck verify` yet",
-        hint="use --launcher local or --launcher slurm, or --mode estimate",
-    )
+    from kvcheck.backends.measure.launchers.kubernetes.launcher import KubernetesLauncher
+    from kvcheck.backends.measure.launchers.kubernetes.settings import settings_from
+
+    return KubernetesLauncher(settings_from(getattr(spec, "kubernetes", None)))
 
 
 LAUNCHERS: dict[str, Callable[..., Launcher]] = {

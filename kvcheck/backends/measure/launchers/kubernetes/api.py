@@ -90,7 +90,9 @@ class KubeApi:
             except Exception as exc:  # noqa: BLE001 - any failure here means: cannot reach the cluster
                 raise KubeError(f"cannot use the pod's service account: {exc}") from exc
         try:
-            api_client = config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
+            api_client = config.new_client_from_config(
+                config_file=kubeconfig, context=context, persist_config=False
+            )
         except Exception as exc:  # noqa: BLE001 - ConfigException, a missing file, a broken exec plugin
             where = kubeconfig or default
             raise KubeError(
@@ -123,17 +125,34 @@ class KubeApi:
         except ValueError as exc:
             raise KubeError(f"{what}: the API server's answer is not JSON") from exc
 
+    def server_version(self) -> str:
+        """The API server's version (GET /version, which every authenticated user may read): proves the
+        cluster answers before anything is created."""
+        client, _ = _client_module()
+        data = self._json(
+            "asking the API server for its version", client.VersionApi(self.api_client).get_code
+        )
+        return str(data.get("gitVersion") or f"{data.get('major')}.{data.get('minor')}")
+
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Create one object; unknown fields are refused (fieldValidation=Strict), not dropped."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         namespace = obj["metadata"]["namespace"]
         what = f"creating {kind} {namespace}/{name}"
         if kind == "Job":
-            return self._json(what, self.batch.create_namespaced_job, namespace, dict(obj), field_validation="Strict")
+            return self._json(
+                what, self.batch.create_namespaced_job, namespace, dict(obj), field_validation="Strict"
+            )
         if kind == "LeaderWorkerSet":
             return self._json(
-                what, self.custom.create_namespaced_custom_object, LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL,
-                dict(obj), field_validation="Strict",
+                what,
+                self.custom.create_namespaced_custom_object,
+                LWS_GROUP,
+                LWS_VERSION,
+                namespace,
+                LWS_PLURAL,
+                dict(obj),
+                field_validation="Strict",
             )
         raise ValueError(f"kvcheck does not create {kind}")
 
@@ -142,11 +161,19 @@ class KubeApi:
         what = f"deleting {kind} {namespace}/{name}"
         try:
             if kind == "Job":
-                self._call(what, self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background")
+                self._call(
+                    what, self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
+                )
             elif kind == "LeaderWorkerSet":
                 self._call(
-                    what, self.custom.delete_namespaced_custom_object, LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL,
-                    name, propagation_policy="Background",
+                    what,
+                    self.custom.delete_namespaced_custom_object,
+                    LWS_GROUP,
+                    LWS_VERSION,
+                    namespace,
+                    LWS_PLURAL,
+                    name,
+                    propagation_policy="Background",
                 )
             elif kind == "Pod":
                 self._call(what, self.core.delete_namespaced_pod, name, namespace)
@@ -161,7 +188,10 @@ class KubeApi:
     def delete_pod(self, namespace: str, name: str, *, grace_s: int | None = None) -> bool:
         try:
             self._call(
-                f"deleting Pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace,
+                f"deleting Pod {namespace}/{name}",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
                 grace_period_seconds=grace_s,
             )
         except KubeError as exc:
@@ -184,7 +214,12 @@ class KubeApi:
         else:
             try:
                 data = self._json(
-                    what, self.custom.list_namespaced_custom_object, LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL,
+                    what,
+                    self.custom.list_namespaced_custom_object,
+                    LWS_GROUP,
+                    LWS_VERSION,
+                    namespace,
+                    LWS_PLURAL,
                     label_selector=selector,
                 )
             except KubeError as exc:
@@ -200,20 +235,33 @@ class KubeApi:
         stream that breaks can be resumed without losing or repeating a line (`split_timestamp`).
         """
         return self._call(
-            f"reading the log of {namespace}/{pod}", self.core.read_namespaced_pod_log, pod, namespace,
-            container=container, follow=True, timestamps=True,
+            f"reading the log of {namespace}/{pod}",
+            self.core.read_namespaced_pod_log,
+            pod,
+            namespace,
+            container=container,
+            follow=True,
+            timestamps=True,
             _request_timeout=(REQUEST_TIMEOUT_S, LOG_READ_TIMEOUT_S),
         )
 
-    def proxy_get(self, namespace: str, pod: str, port: int, path: str, *, timeout_s: float) -> tuple[int, bytes]:
+    def proxy_get(
+        self, namespace: str, pod: str, port: int, path: str, *, timeout_s: float
+    ) -> tuple[int, bytes]:
         """GET a path of the pod's port through the API server's pod proxy: (status, body)."""
         client, _ = _client_module()
         try:
             response = self.core.connect_get_namespaced_pod_proxy_with_path(
-                f"{pod}:{port}", namespace, path.lstrip("/"), _preload_content=False, _request_timeout=timeout_s
+                f"{pod}:{port}",
+                namespace,
+                path.lstrip("/"),
+                _preload_content=False,
+                _request_timeout=timeout_s,
             )
         except client.ApiException as exc:
-            return int(exc.status or 502), (exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode())
+            return int(exc.status or 502), (
+                exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+            )
         except Exception as exc:  # noqa: BLE001 - a connection error: the relay answers 502
             return 502, f"the API server at {self.host} did not answer: {exc}".encode()
         return int(response.status), bytes(response.data or b"")

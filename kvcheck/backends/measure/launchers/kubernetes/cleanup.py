@@ -53,7 +53,9 @@ def find_left(api: KubeApi, namespace: str, run_id: str | None = None) -> list[L
     return found
 
 
-def cleanup(api: KubeApi, namespace: str, *, run_id: str | None = None, grace_s: float = 15.0) -> CleanupResult:
+def cleanup(
+    api: KubeApi, namespace: str, *, run_id: str | None = None, grace_s: float = 15.0
+) -> CleanupResult:
     """Delete them and wait (up to the grace and 30 s) for their pods to be gone."""
     left = find_left(api, namespace, run_id)
     problem = None

@@ -19,16 +19,22 @@ from kvcheck.redact import REDACTED, is_secret_name, redact_argv
 def _redact(node: Any) -> Any:
     """Env entries with secret names lose their value; command lines lose secret flags' values."""
     if isinstance(node, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in node.items():
             if key == "env" and isinstance(value, list):
                 out[key] = [
                     {**item, "value": REDACTED}
-                    if isinstance(item, dict) and "value" in item and is_secret_name(str(item.get("name", "")))
+                    if isinstance(item, dict)
+                    and "value" in item
+                    and is_secret_name(str(item.get("name", "")))
                     else item
                     for item in value
                 ]
-            elif key in ("command", "args") and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            elif (
+                key in ("command", "args")
+                and isinstance(value, list)
+                and all(isinstance(v, str) for v in value)
+            ):
                 out[key] = redact_argv(value)
             else:
                 out[key] = _redact(value)
@@ -51,11 +57,18 @@ def dry_run_text(
     """Every role's objects in creation order, one YAML document each, after a comment header."""
     run_id = run_id or new_run_id()
     rendered = render_run(
-        targets, settings, run_id=run_id, timeout_s=timeout_s, grace_s=grace_s, dummy_weights=dummy_weights,
+        targets,
+        settings,
+        run_id=run_id,
+        timeout_s=timeout_s,
+        grace_s=grace_s,
+        dummy_weights=dummy_weights,
         templates=templates,
     )
     objects = [_redact(obj) for role in rendered for obj in role.objects]
-    roles = ", ".join(f"{r.role} ({r.kind}, {r.nnodes} x {r.gpus_per_node} {settings.gpu_resource})" for r in rendered)
+    roles = ", ".join(
+        f"{r.role} ({r.kind}, {r.nnodes} x {r.gpus_per_node} {settings.gpu_resource})" for r in rendered
+    )
     header = (
         f"# kvcheck verify --launcher kubernetes --dry-run: nothing was created.\n"
         f"# namespace {settings.namespace}, run id {run_id}; roles: {roles}\n"

@@ -31,6 +31,7 @@ from kvcheck.backends.measure.launchers.kubernetes.render import (
     role_slug,
 )
 from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings, PodTemplates
+from kvcheck.backends.measure.launchers.kubernetes.templates import pod_templates
 from kvcheck.backends.measure.launchers.process import MAX_LINE_BYTES
 from kvcheck.model import RoleTarget
 
@@ -41,7 +42,7 @@ API_LOSS_S = 30.0  # the API server may fail to answer this long before the role
 STOP_EXTRA_S = 30.0  # past the engine's grace, how long deleted pods may take to go
 RESUME_S = 1.0  # pause before a broken log stream is opened again
 FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended the role
-RBAC_HINT = "kvcheck needs the Role in docs/measure.md (\"Kubernetes\") in the namespace"
+RBAC_HINT = 'kvcheck needs the Role in docs/measure.md ("Kubernetes") in the namespace'
 
 
 class KubernetesEngine(RunningEngine):
@@ -58,8 +59,10 @@ class KubernetesEngine(RunningEngine):
         created: Sequence[tuple[str, str]],
         started_at: float,
         poll_s: float,
+        server_version: str | None = None,
     ) -> None:
         self.api = api
+        self._server_version = server_version
         self.rendered = rendered
         self.request = request
         self.settings = settings
@@ -100,6 +103,7 @@ class KubernetesEngine(RunningEngine):
             "kubernetes": {
                 "namespace": self.settings.namespace,
                 "run_id": self._run_id,
+                "server_version": self._server_version,
                 "objects": [f"{kind}/{name}" for kind, name in self._created],
                 "pods": pods,
                 "nodes": nodes,
@@ -202,7 +206,9 @@ class KubernetesEngine(RunningEngine):
         status = pod.get("status") or {}
         for condition in status.get("conditions") or []:
             if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
-                "PodScheduled", "False", "Unschedulable"
+                "PodScheduled",
+                "False",
+                "Unschedulable",
             ):
                 first = self._unschedulable_since.setdefault(name, time.monotonic())
                 if time.monotonic() - first >= self.settings.unschedulable_wait_s:
@@ -221,13 +227,17 @@ class KubernetesEngine(RunningEngine):
             reason = waiting.get("reason")
             if reason in PULL_ERRORS:
                 self._end_by_launcher(
-                    f"pod {name} cannot pull image {container.get('image')}: {reason}: {waiting.get('message', '')}".rstrip(": "),
+                    f"pod {name} cannot pull image {container.get('image')}: {reason}: {waiting.get('message', '')}".rstrip(
+                        ": "
+                    ),
                     "check the image name and tag, and the pull secrets (launcher.kubernetes.image_pull_secrets)",
                 )
                 return True
             if reason in CREATE_ERRORS:
                 self._end_by_launcher(
-                    f"pod {name} cannot start its engine container: {reason}: {waiting.get('message', '')}".rstrip(": "),
+                    f"pod {name} cannot start its engine container: {reason}: {waiting.get('message', '')}".rstrip(
+                        ": "
+                    ),
                     "a Secret, ConfigMap or volume the pod template names is missing in the namespace",
                 )
                 return True
@@ -243,15 +253,23 @@ class KubernetesEngine(RunningEngine):
                 "a DeadlineExceeded pod ran past kvcheck's timeout; an evicted one lost its node",
             )
             return True
-        if self._is_leader(pod) and status.get("podIP") and container and (container.get("state") or {}).get("running"):
+        if (
+            self._is_leader(pod)
+            and status.get("podIP")
+            and container
+            and (container.get("state") or {}).get("running")
+        ):
             self._open_relay(name)
         return False
 
     def _update_phase(self, pods: list[dict[str, Any]]) -> None:
         if not pods:
             phase: str | None = "waiting for the pods to be created"
-        elif any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-                 for p in pods for c in (p.get("status") or {}).get("conditions") or []):
+        elif any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
+            for p in pods
+            for c in (p.get("status") or {}).get("conditions") or []
+        ):
             phase = "waiting for a node"
         elif all((self._container_status(p) or {}).get("state", {}).get("running") for p in pods):
             phase = None  # the engine's own log tells the phase from here on
@@ -291,7 +309,9 @@ class KubernetesEngine(RunningEngine):
     def _follow(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         prefix = "" if self._is_leader(pod) else f"[{name}] "
-        thread = threading.Thread(target=self._pump, args=(name, prefix), name=f"kvcheck-k8s-log-{name}", daemon=True)
+        thread = threading.Thread(
+            target=self._pump, args=(name, prefix), name=f"kvcheck-k8s-log-{name}", daemon=True
+        )
         self._streams[name] = thread
         thread.start()
 
@@ -391,7 +411,9 @@ class KubernetesEngine(RunningEngine):
             self._stopped = True
         self._stopping.set()
         self._watcher.join(timeout=10.0)
-        problems = delete_role(self.api, self.settings.namespace, self._created, self._role_selector(), grace_s)
+        problems = delete_role(
+            self.api, self.settings.namespace, self._created, self._role_selector(), grace_s
+        )
         with self._lock:
             responses = list(self._responses.values())
             relay, self._relay = self._relay, None
@@ -447,7 +469,9 @@ def delete_role(
                 except KubeError:
                     pass  # still listed below if it stays
         if time.monotonic() >= deadline:
-            failed.append("pods " + ", ".join(sorted(p["metadata"]["name"] for p in pods)) + " are still terminating")
+            failed.append(
+                "pods " + ", ".join(sorted(p["metadata"]["name"] for p in pods)) + " are still terminating"
+            )
             break
         time.sleep(0.2)
     if not failed:
@@ -475,10 +499,22 @@ class KubernetesLauncher(Launcher):
         self._api = api
         self._own_api = api is None
         self._poll_s = poll_s
+        self.server_version: str | None = None
 
     def __enter__(self) -> KubernetesLauncher:
         if self._api is None:
             self._api = KubeApi.connect(kubeconfig=self.settings.kubeconfig, context=self.settings.context)
+        try:
+            self.server_version = self._api.server_version()
+        except KubeError as exc:
+            if self._own_api:
+                self._api.close()
+                self._api = None
+            raise KubeError(
+                f"the Kubernetes API server cannot be reached: {exc.message}",
+                hint="check the kubeconfig context (launcher.kubernetes.context) and the network path to the "
+                "cluster; nothing was created",
+            ) from exc
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -486,19 +522,35 @@ class KubernetesLauncher(Launcher):
             self._api.close()
             self._api = None
 
-    def check(self, targets: Sequence[RoleTarget], *, timeout_s: float, grace_s: float, dummy_weights: bool) -> None:
-        """Render every role once before anything is created: settings errors are input errors (exit 2)."""
-        render_run(targets, self.settings, run_id=self.run_id, timeout_s=timeout_s, grace_s=grace_s,
-                   dummy_weights=dummy_weights, templates=self.templates)
+    def waits(self, targets: Sequence[RoleTarget]) -> list[list[int]]:
+        """No role waits for another: the scheduler places each on GPUs of its own.
+
+        Every role is rendered here once, before anything is created, so that launcher settings the
+        roles cannot run with (no image, colliding names, a pod template without the named container)
+        are input errors (exit 2) instead of half a run.
+        """
+        self._templates_for(targets)
+        render_run(targets, self.settings, run_id=self.run_id, timeout_s=1.0, templates=self.templates)
+        return [[] for _ in targets]
+
+    def _templates_for(self, targets: Sequence[RoleTarget]) -> None:
+        """Pod templates from the deployment files the roles were read from, unless given."""
+        missing = [t for t in targets if t.name not in self.templates]
+        self.templates.update(pod_templates(missing))
 
     def start(self, request: LaunchRequest) -> KubernetesEngine:
         api = self._api
         if api is None:
             raise RuntimeError("the Kubernetes launcher is used outside its `with` block")
         started_at = time.monotonic()
+        self._templates_for([request.target])
         rendered = render_role(
-            request.target, self.settings, run_id=self.run_id, timeout_s=request.timeout_s,
-            grace_s=request.grace_s, dummy_weights=request.dummy_weights,
+            request.target,
+            self.settings,
+            run_id=self.run_id,
+            timeout_s=request.timeout_s,
+            grace_s=request.grace_s,
+            dummy_weights=request.dummy_weights,
             templates=self.templates.get(request.target.name),
         )
         created: list[tuple[str, str]] = []
@@ -507,14 +559,19 @@ class KubernetesLauncher(Launcher):
             obj = dict(obj)
             if obj["kind"] == "LeaderWorkerSet" and owner_uid is not None:
                 metadata = dict(obj["metadata"])
-                metadata["ownerReferences"] = [{**ref, "uid": owner_uid} for ref in metadata["ownerReferences"]]
+                metadata["ownerReferences"] = [
+                    {**ref, "uid": owner_uid} for ref in metadata["ownerReferences"]
+                ]
                 obj["metadata"] = metadata
             try:
                 answer = api.create(obj)
             except KubeError as exc:
-                problems = delete_role(api, self.settings.namespace, created, self._selector(request), request.grace_s)
+                problems = delete_role(
+                    api, self.settings.namespace, created, self._selector(request), request.grace_s
+                )
+                verb = "refused" if exc.status else "did not create"
                 raise LaunchError(
-                    f"the cluster refused {obj['kind']} {self.settings.namespace}/{obj['metadata']['name']}: "
+                    f"the cluster {verb} {obj['kind']} {self.settings.namespace}/{obj['metadata']['name']}: "
                     f"{exc.detail}" + (f"; {problems}" if problems else ""),
                     hint=self._refusal_hint(exc, obj["kind"]),
                     argv=rendered.argv,
@@ -524,8 +581,15 @@ class KubernetesLauncher(Launcher):
             if obj["kind"] == "Job" and rendered.kind == "LeaderWorkerSet":
                 owner_uid = str((answer.get("metadata") or {}).get("uid") or "")
         return KubernetesEngine(
-            api, rendered, request, self.settings, run_id=self.run_id, created=created,
-            started_at=started_at, poll_s=self._poll_s,
+            api,
+            rendered,
+            request,
+            self.settings,
+            run_id=self.run_id,
+            created=created,
+            started_at=started_at,
+            poll_s=self._poll_s,
+            server_version=self.server_version,
         )
 
     def _selector(self, request: LaunchRequest) -> str:

@@ -40,7 +40,9 @@ class PodRelay:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kvcheck-k8s-relay", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="kvcheck-k8s-relay", daemon=True
+        )
         self._thread.start()
 
     @property

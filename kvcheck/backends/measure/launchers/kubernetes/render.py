@@ -147,7 +147,9 @@ def _labels(run_id: str, role: str, part: str) -> dict[str, str]:
     return {MANAGED_LABEL: MANAGED_BY, RUN_LABEL: run_id, ROLE_LABEL: role_slug(role), PART_LABEL: part}
 
 
-def _metadata(name: str, settings: KubernetesSettings, labels: Mapping[str, str], role: str) -> dict[str, Any]:
+def _metadata(
+    name: str, settings: KubernetesSettings, labels: Mapping[str, str], role: str
+) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": settings.namespace,
@@ -169,7 +171,9 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 def _pick_container(containers: Sequence[Mapping[str, Any]], wanted: str | None, source: str) -> int:
     """The engine's container: the one named, else the one asking for GPUs, else the first."""
     if not containers:
-        raise InputError(f"{source}: the pod template has no containers", hint="point kvcheck at the engine's pod")
+        raise InputError(
+            f"{source}: the pod template has no containers", hint="point kvcheck at the engine's pod"
+        )
     if wanted is not None:
         for i, container in enumerate(containers):
             if container.get("name") == wanted:
@@ -217,7 +221,9 @@ def _pod_template(
         if settings.image is not None:
             container["image"] = settings.image
         elif not container.get("image"):
-            raise InputError(f"{source}: the engine's container names no image", hint="set launcher.kubernetes.image")
+            raise InputError(
+                f"{source}: the engine's container names no image", hint="set launcher.kubernetes.image"
+            )
     else:
         if settings.image is None:
             raise InputError(
@@ -280,8 +286,15 @@ def render_role(
     container_name = templates.container if templates is not None else None
     if nnodes <= 1:
         pod, container = _pod_template(
-            target, settings, base=leader_base, container_name=container_name, source=source, argv=argv,
-            gpus=gpus, labels=engine_labels, restart_policy="Never",
+            target,
+            settings,
+            base=leader_base,
+            container_name=container_name,
+            source=source,
+            argv=argv,
+            gpus=gpus,
+            labels=engine_labels,
+            restart_policy="Never",
         )
         job = {
             "apiVersion": "batch/v1",
@@ -295,21 +308,42 @@ def render_role(
             },
         }
         return RenderedRole(
-            role=target.name, name=name, kind="Job", nnodes=1, gpus_per_node=gpus, argv=argv,
-            objects=(job,), pod_selector=engine_pod_selector(run_id, target.name), container=container,
+            role=target.name,
+            name=name,
+            kind="Job",
+            nnodes=1,
+            gpus_per_node=gpus,
+            argv=argv,
+            objects=(job,),
+            pod_selector=engine_pod_selector(run_id, target.name),
+            container=container,
         )
     # StatefulSets (which a LeaderWorkerSet runs on) only take restartPolicy Always.
     leader, container = _pod_template(
-        target, settings, base=leader_base, container_name=container_name, source=source, argv=argv,
-        gpus=gpus, labels=engine_labels, restart_policy="Always",
+        target,
+        settings,
+        base=leader_base,
+        container_name=container_name,
+        source=source,
+        argv=argv,
+        gpus=gpus,
+        labels=engine_labels,
+        restart_policy="Always",
     )
     worker_base = leader_base
     worker_container = container_name
     if templates is not None and templates.worker is not None:
         worker_base, worker_container = templates.worker, templates.worker_container
     worker, _ = _pod_template(
-        target, settings, base=worker_base, container_name=worker_container, source=source, argv=argv,
-        gpus=gpus, labels=engine_labels, restart_policy="Always",
+        target,
+        settings,
+        base=worker_base,
+        container_name=worker_container,
+        source=source,
+        argv=argv,
+        gpus=gpus,
+        labels=engine_labels,
+        restart_policy="Always",
     )
     anchor_name = f"{name}-deadline"
     anchor_labels = _labels(run_id, target.name, "deadline")
@@ -352,8 +386,15 @@ def render_role(
         },
     }
     return RenderedRole(
-        role=target.name, name=name, kind="LeaderWorkerSet", nnodes=nnodes, gpus_per_node=gpus, argv=argv,
-        objects=(anchor, lws), pod_selector=engine_pod_selector(run_id, target.name), container=container,
+        role=target.name,
+        name=name,
+        kind="LeaderWorkerSet",
+        nnodes=nnodes,
+        gpus_per_node=gpus,
+        argv=argv,
+        objects=(anchor, lws),
+        pod_selector=engine_pod_selector(run_id, target.name),
+        container=container,
     )
 
 
@@ -380,7 +421,12 @@ def render_run(
         seen[slug] = target.name
     return [
         render_role(
-            target, settings, run_id=run_id, timeout_s=timeout_s, grace_s=grace_s, dummy_weights=dummy_weights,
+            target,
+            settings,
+            run_id=run_id,
+            timeout_s=timeout_s,
+            grace_s=grace_s,
+            dummy_weights=dummy_weights,
             templates=(templates or {}).get(target.name),
         )
         for target in targets
@@ -389,4 +435,6 @@ def render_run(
 
 def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
     """Objects as one multi-document YAML stream, keys in the order Kubernetes users write them."""
-    return yaml.safe_dump_all([dict(o) for o in objects], sort_keys=False, default_flow_style=False, width=1000)
+    return yaml.safe_dump_all(
+        [dict(o) for o in objects], sort_keys=False, default_flow_style=False, width=1000
+    )

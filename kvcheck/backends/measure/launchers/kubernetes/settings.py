@@ -66,8 +66,17 @@ def settings_from(spec: Any | None, **overrides: Any) -> KubernetesSettings:
     values: dict[str, Any] = {}
     if spec is not None:
         for name in (
-            "namespace", "context", "kubeconfig", "image", "service_account", "gpus_per_node", "gpu_resource",
-            "http_port", "dist_init_port", "anchor_image", "shm",
+            "namespace",
+            "context",
+            "kubeconfig",
+            "image",
+            "service_account",
+            "gpus_per_node",
+            "gpu_resource",
+            "http_port",
+            "dist_init_port",
+            "anchor_image",
+            "shm",
         ):
             value = getattr(spec, name, None)
             if value is not None:

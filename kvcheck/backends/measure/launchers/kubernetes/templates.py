@@ -34,7 +34,9 @@ def _find(node: yaml.Node, line: int, column: int, path: tuple[Key, ...]) -> tup
                 return found
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            if (item.start_mark.line, item.start_mark.column) == (line, column) and isinstance(item, yaml.MappingNode):
+            if (item.start_mark.line, item.start_mark.column) == (line, column) and isinstance(
+                item, yaml.MappingNode
+            ):
                 return (*path, i)
             found = _find(item, line, column, (*path, i))
             if found is not None:
@@ -72,14 +74,19 @@ def template_at(file: str, line: int, column: int | None) -> PodTemplates | None
         worker, worker_container = None, None
         if template_path and template_path[-1] == "leaderTemplate":
             other = _get(document, template_path[:-1]).get("workerTemplate")
-            containers = ((other or {}).get("spec") or {}).get("containers") if isinstance(other, dict) else None
+            containers = (
+                ((other or {}).get("spec") or {}).get("containers") if isinstance(other, dict) else None
+            )
             if isinstance(containers, list) and containers:
                 worker = other
                 # the engine's container sits where the leader's does (names often differ: -leader/-worker)
                 same = containers[path[-1]] if path[-1] < len(containers) else None
                 worker_container = same.get("name") if isinstance(same, dict) else None
         return PodTemplates(
-            leader=template, worker=worker, container=container.get("name"), worker_container=worker_container,
+            leader=template,
+            worker=worker,
+            container=container.get("name"),
+            worker_container=worker_container,
             source=f"{file}:{line}",
         )
     return None

@@ -178,6 +178,9 @@ class FakeCluster:
             if m == method and path.startswith(prefix):
                 h._status(code, reason, message)
                 return
+        if path in ("/version", "/version/") and method == "GET":
+            h._json(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake"})
+            return
         m = re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?", path)
         if m:
             self._objects(h, method, "Job", m.group(1), m.group(2), query, body)

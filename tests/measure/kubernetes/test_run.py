@@ -73,13 +73,13 @@ def test_one_role_is_created_watched_streamed_read_through_the_proxy_and_deleted
     assert (m.pool_tokens, m.max_input_tokens, m.engine_version) == (947824, 131066, "0.5.23")
     assert [f.rule for f in m.findings] == []
     k8s = m.details["kubernetes"]
-    assert k8s["namespace"] == NS and k8s["run_id"] == "0a1b2c3d"
+    assert (k8s["namespace"], k8s["run_id"], k8s["server_version"]) == (NS, "0a1b2c3d", "v1.30.0-fake")
     assert k8s["objects"] == ["Job/kvcheck-0a1b2c3d-prefill"]
     (pod,) = k8s["pods"]
     assert pod.startswith("kvcheck-0a1b2c3d-prefill-") and k8s["nodes"] == {pod: "gpu-node-0"}
     assert m.argv[-4:] == ("--host", "0.0.0.0", "--port", str(m.details["ports"]["http"]))
     seen = calls(cluster)
-    assert seen[0] == ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs")
+    assert seen[:2] == [("GET", "/version/"), ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs")]
     assert ("GET", f"/api/v1/namespaces/{NS}/pods") in seen
     assert ("GET", f"/api/v1/namespaces/{NS}/pods/{pod}/log") in seen
     assert ("GET", f"/api/v1/namespaces/{NS}/pods/{pod}:{m.details['ports']['http']}/proxy/server_info") in seen
@@ -202,3 +202,24 @@ def test_a_log_stream_that_breaks_is_resumed_without_losing_or_repeating_a_line(
     assert engine_lines == printed[: len(engine_lines)]
     assert any("The server is fired up and ready to roll!" in line for line in engine_lines)
     assert len(engine_lines) > 10
+
+
+def test_an_api_server_that_does_not_answer_ends_the_run_before_anything_is_created(tmp_path):
+    from kvcheck.backends.measure.launchers.kubernetes.api import KubeError
+
+    port = _free_port()
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: gone, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: gone, context: {cluster: gone, user: u}}]\n"
+        "current-context: gone\n")
+    launcher = KubernetesLauncher(settings(kubeconfig=str(config)), run_id="0a1b2c3d", poll_s=0.05)
+    backend = MeasureBackend(timeout_s=30, progress=False, launcher=launcher)
+    with pytest.raises(KubeError) as err:
+        backend.measure([target()])
+    assert err.value.exit_code == 3
+    assert err.value.message.startswith(
+        "the Kubernetes API server cannot be reached: asking the API server for its version: the API server at "
+        f"http://127.0.0.1:{port} did not answer (")
+    assert err.value.hint.endswith("nothing was created")

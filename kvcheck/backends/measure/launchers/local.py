@@ -180,7 +180,8 @@ class LocalLauncher(Launcher):
         return (
             f"role {target.name} spans {nnodes} nodes (nnodes: {nnodes}); measuring across nodes is not "
             "supported on one host",
-            "measure a single-node variant of the role, or use --mode estimate for this role",
+            "measure it where its nodes are (--launcher slurm), measure a single-node variant of the role, "
+            "or use --mode estimate for this role",
         )
 
     def start(self, request: LaunchRequest) -> LocalEngine:

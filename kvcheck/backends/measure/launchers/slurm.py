@@ -45,7 +45,7 @@ from kvcheck.model import RoleTarget
 
 ALL_INTERFACES = "0.0.0.0"
 PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999); SGLang adds small offsets
-TIME_MARGIN_S = 30.0  # past kvcheck's timeout and two graces, before Slurm's own time limit
+TIME_MARGIN_S = 15.0  # past kvcheck's timeout and grace, before Slurm's own time limit
 STOP_WAIT_S = 60.0  # past the grace, how long a cancelled job may take to leave the queue
 FAILED_BY_SCHEDULER = 1  # poll()'s status when Slurm, not the engine, ended the role
 SLURM_HINT = "check the launcher.slurm settings and `sinfo`/`squeue` on this host"
@@ -176,8 +176,12 @@ def gpus_per_node(target: RoleTarget, settings: SlurmSettings) -> int:
 
 
 def time_limit_minutes(timeout_s: float, grace_s: float) -> int:
-    """Slurm's --time (whole minutes): kvcheck's timeout, two graces and a margin, rounded up."""
-    return max(1, math.ceil((timeout_s + 2 * grace_s + TIME_MARGIN_S) / 60))
+    """Slurm's --time (whole minutes): kvcheck's timeout, its grace and a margin, rounded up.
+
+    kvcheck's timeout counts from the submission, so the job has always been told to stop (scancel)
+    before this limit; the limit only ends what a kvcheck killed with SIGKILL could not stop.
+    """
+    return max(1, math.ceil((timeout_s + grace_s + TIME_MARGIN_S) / 60))
 
 
 def job_name(run_id: str, role: str) -> str:
@@ -493,7 +497,8 @@ class SlurmJob(RunningEngine):
         with self._lock:
             step = self._step
         salloc = self._salloc
-        if salloc is not None and salloc.poll() is None:
+        interrupted = salloc is not None and salloc.poll() is None
+        if salloc is not None and interrupted:
             salloc.terminate()  # salloc withdraws a pending request on SIGTERM
         if not self.job_id and salloc is not None:
             try:
@@ -504,7 +509,7 @@ class SlurmJob(RunningEngine):
         survivors: str | None = None
         if self.job_id:
             survivors = self._cancel(step, grace_s)
-        else:  # no id was ever printed: cancel by the run's unique job name
+        elif interrupted:  # stopped before salloc printed an id: cancel by the run's unique job name
             _run(["scancel", f"--name={self.name}"], self._env)
         if step is not None:
             step.stop(5.0)  # srun has exited with its step; end and reap it here

@@ -20,26 +20,37 @@ def main() -> int:
         print(f"{MODELS_ABSENT}: nothing to calibrate against", file=sys.stderr)
         return 2
     outcomes = cc.run_all()
-    print("| id | model | gpu | tp | logged tokens | predicted | range | error % | weights logged / predicted GiB | independent |")
-    print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | --- | --- |")
+    print("| id | release | model | gpu | GPUs | logged tokens | predicted | range | error % "
+          "| weights logged / predicted GiB | fit or independent | trust |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- | --- |")
     for o in outcomes:
-        tp = o.details.get("parallel", {}).get("tp")
         rng = f"{o.pool_range[0]:,}-{o.pool_range[1]:,}" if o.pool_range else "-"
-        weights = (
-            f"{o.logged_weights_gib:.2f} / {o.predicted_weights_gib:.2f}" if o.logged_weights_gib is not None
-            else f"- / {o.predicted_weights_gib:.2f}"
-        )
+        if o.case.weights_from_log:
+            weights = f"{o.logged_weights_gib:.2f} (used)"
+        elif o.logged_weights_gib is not None:
+            weights = f"{o.logged_weights_gib:.2f} / {o.predicted_weights_gib:.2f}"
+        else:
+            weights = f"- / {o.predicted_weights_gib:.2f}"
         err = f"{o.error_pct:+.2f}" if o.error_pct is not None else "-"
         print(
-            f"| {o.case.id} | {o.case.model} | {o.case.gpu} | {tp} | {o.logged_tokens:,} | {o.predicted_tokens:,} "
-            f"| {rng} | {err} | {weights} | {'yes' if o.case.independent else 'no'} |"
+            f"| {o.case.id} | {o.case.release} | {o.case.model} | {o.case.gpu} | {o.gpus} | {o.logged_tokens:,} "
+            f"| {o.predicted_tokens:,} | {rng} | {err} | {weights} | {'independent' if o.case.independent else 'fit'} "
+            f"| {o.case.trust}{'' if o.case.in_targets else ', outside the targets'} |"
         )
     for dp_id, why in cc.UNUSABLE.items():
-        print(f"| {dp_id} | - | - | - | - | - | - | not usable: {why} | - | - |")
+        print(f"| {dp_id} | - | - | - | - | - | - | - | not usable: {why} | - | - | - |")
     print()
+    errors = cc.target_outcomes(outcomes)
+    nvidia = [abs(o.error_pct) for o in errors if o.vendor == "nvidia"]
+    multi = [abs(o.error_pct) for o in errors if o.gpus > 1]
+    print(f"cases in the targets: {len(errors)} ({sum(o.case.independent for o in errors)} independent, "
+          f"{sum(not o.case.independent for o in errors)} fit points); outside: "
+          f"{', '.join(o.case.id for o in outcomes if not o.case.in_targets) or 'none'}")
     print(f"median |error| all cases: {cc.median_abs_error(outcomes):.2f}%")
     print(f"median |error| independent cases: {cc.median_abs_error(outcomes, independent_only=True):.2f}%")
-    worst = max((abs(o.error_pct) for o in outcomes if o.error_pct is not None), default=float("nan"))
+    print(f"max |error| NVIDIA cases: {max(nvidia, default=float('nan')):.2f}%")
+    print(f"max |error| multi-GPU cases: {max(multi, default=float('nan')):.2f}%")
+    worst = max((abs(o.error_pct) for o in errors), default=float("nan"))
     print(f"max |error|: {worst:.2f}%")
     print()
     print("| id | predicted cell B/token | logged B/token (K+V over tokens+page) | diff % |")

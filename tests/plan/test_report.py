@@ -83,10 +83,10 @@ def test_json_plan_structure_is_exact(tmp_path) -> None:
         },
         "tp_options": [
             _option("tp_size", 1, 1, 1, 412_695, 410_703, 414_687, True, True),
-            _option("tp_size", 2, 1, 2, 938_907, 932_389, 945_425, True, False, _sharded(2)),
-            _option("tp_size", 4, 1, 4, 1_950_775, 1_927_817, 1_973_733, True, False, _sharded(4)),
-            _option("tp_size", 8, 1, 8, 3_882_553, 3_797_118, 3_967_988, True, False, _sharded(8)),
-            _option("tp_size", 16, 2, 16, 3_884_800, 3_800_627, 3_968_972, True, False, _sharded(16)),
+            _option("tp_size", 2, 1, 2, 938_907, 934_403, 943_411, True, False, _sharded(2)),
+            _option("tp_size", 4, 1, 4, 1_950_775, 1_939_768, 1_961_782, True, False, _sharded(4)),
+            _option("tp_size", 8, 1, 8, 3_960_193, 3_930_052, 3_990_335, True, False, _sharded(8)),
+            _option("tp_size", 16, 2, 16, 3_961_292, 3_931_596, 3_990_988, True, False, _sharded(16)),
         ],
         "kv_dtype_options": [
             _option("kv_cache_dtype", "bf16", None, None, 412_695, 410_703, 414_687, True, True),
@@ -149,10 +149,10 @@ mem-fraction-static   0.83 *         412,695       410,703-414,687   short    SG
                       none                 -                     -   short    no safe value
                       0.83           412,695                     -   short    safe maximum
 tp-size               1 *            412,695       410,703-414,687   short
-                      2              938,907       932,389-945,425   holds
-                      4            1,950,775   1,927,817-1,973,733   holds
-                      8            3,882,553   3,797,118-3,967,988   holds
-                      16           3,884,800   3,800,627-3,968,972   holds    2 nodes
+                      2              938,907       934,403-943,411   holds
+                      4            1,950,775   1,939,768-1,961,782   holds
+                      8            3,960,193   3,930,052-3,990,335   holds
+                      16           3,961,292   3,931,596-3,990,988   holds    2 nodes
 kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
                       fp8_e4m3       825,391       821,407-829,375   holds
 * = the manifest's setting; figures are predictions (estimate mode)
@@ -161,7 +161,7 @@ kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
     assert table.startswith("kvcheck plan: FAIL (exit 1)")
     markdown = plan_markdown(report)
     assert "| tp-size | 1 * | 412,695 | 410,703-414,687 | short |  |" in markdown
-    assert "|  | 2 | 938,907 | 932,389-945,425 | holds |  |" in markdown
+    assert "|  | 2 | 938,907 | 934,403-943,411 | holds |  |" in markdown
 
 
 def test_role_that_cannot_be_estimated_is_an_error_with_no_plan(tmp_path) -> None:

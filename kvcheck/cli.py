@@ -212,10 +212,15 @@ def main() -> None:
     help="Where measure mode boots each role: this host (local) or a cluster's scheduler "
     "[default: the manifest's launcher.kind, else local].",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --launcher kubernetes: print the objects verify would create, as YAML, and create nothing.",
+)
 @profiles_option
 @report_options
-def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, launcher, fmt, output, strict,
-           gpu=None, context_length=None, model_config=None, sglang_version=None):
+def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, launcher, dry_run, fmt, output,
+           strict, gpu=None, context_length=None, model_config=None, sglang_version=None):
     """Check every role of a manifest or of deployment files (FILE..., - for stdin): each KV pool
     must hold the advertised context window."""
     from kvcheck.commands import verify as command
@@ -233,6 +238,11 @@ def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights,
         dummy_weights=dummy_weights,
         launcher=launcher,
     )
+    if dry_run:
+        from kvcheck.commands.dry_run import dry_run as render_dry_run
+
+        run_guarded(lambda: echo_report(render_dry_run(options)) or 0)
+        return
     run_guarded(lambda: emit(command.verify(options), fmt, output))
 
 

@@ -99,7 +99,7 @@ class KubeApi:
                 f"cannot load the Kubernetes configuration ({where}"
                 + (f", context {context}" if context else "")
                 + f"): {exc}",
-                hint="point launcher.kubernetes.kubeconfig/context (or --kube-context) at the cluster",
+                hint="point launcher.kubernetes.kubeconfig and context (kvcheck cleanup: --kubeconfig, --context) at the cluster",
             ) from exc
         return cls(api_client)
 

@@ -228,7 +228,7 @@ def _pod_template(
         if settings.image is None:
             raise InputError(
                 f"role {target.name}: the Kubernetes launcher needs the engine's image",
-                hint="set launcher.kubernetes.image in the manifest (or pass --image), e.g. lmsysorg/sglang:v0.5.23",
+                hint="set launcher.kubernetes.image in the manifest, e.g. lmsysorg/sglang:v0.5.23",
             )
         spec = {}
         annotations = {}

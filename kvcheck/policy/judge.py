@@ -51,10 +51,12 @@ def judge(
                 )
             )
         findings.extend(role_findings)
+        # findings about the role's inputs (a deployment file's unresolved value, KV317) count for it too
+        about_role = [f for f in findings[: len(findings) - len(role_findings)] if f.role == target.name]
         roles.append(
             RoleResult(
                 name=target.name,
-                status=role_status(role_findings, strict=strict),
+                status=role_status([*about_role, *role_findings], strict=strict),
                 pool_tokens=measurement.pool_tokens,
                 required_tokens=target.required_tokens if target.context_length > 0 else None,
                 max_input_tokens=measurement.max_input_tokens,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -291,10 +291,15 @@ def load_deployment(
     paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, display: str | None = None
 ) -> LoadedDeployment:
     """Deployment files as the value `load_manifest` returns: RoleTargets whose locations are the files' own."""
-    resolved, findings = import_deployments(paths, overrides, cmd=cmd)
+    resolved, _ = import_deployments(paths, overrides, cmd=cmd)
     issues: list[InputIssue] = []
     targets: list[RoleTarget] = []
     several = len(resolved) > 1
+    findings: list[Finding] = []
+    for item in resolved:
+        for found in item.deployment.findings:
+            # roles of several deployments are named deployment/role in the report
+            findings.append(replace(found, role=f"{item.name}/{found.role}") if several and found.role else found)
     for item in resolved:
         if item.context_length is None:
             raise InputError(

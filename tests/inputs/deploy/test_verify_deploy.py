@@ -93,6 +93,7 @@ def test_findings_point_at_the_deployment_file_in_every_format() -> None:
     report = _json(run_kvcheck("verify", *args, "--format", "json"))
     assert {(x["rule"], x["location"]["line"], x["location"]["column"]) for x in report["findings"]
             if x["rule"] == "KV501"} == {("KV501", 82, 83), ("KV501", 96, 82), ("KV501", 82, 68), ("KV501", 96, 68)}
+    assert [(r["name"], r["status"]) for r in report["roles"]] == [("glm-prefill", "pass"), ("glm-decode", "fail")]
     table = run_kvcheck("verify", *args)
     assert f"at {f}:82:83" in table.stdout
 
@@ -103,6 +104,7 @@ def test_an_unresolved_value_means_the_deployment_could_not_be_checked() -> None
     assert result.exit_code == 3, result.stderr
     report = _json(result)
     assert report["verdict"] == "error"
+    assert [(r["name"], r["status"]) for r in report["roles"]] == [("prefill", "pass"), ("decode", "error")]
     assert report["findings"][0] == {
         "rule": "KV317", "severity": "error", "role": "decode",
         "message": "the value of --max-running-requests uses $(MAX_REQS), which the files do not set",

@@ -189,3 +189,35 @@ def test_kvcheck_killed_with_sigkill_leaves_jobs_only_until_their_time_limit(
     while pidfile.survivors() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert pidfile.survivors() == []
+
+
+def test_sigterm_to_kvcheck_cancels_every_job_before_it_dies(
+    cluster: Cluster, pidfile: PidFile, tmp_path: Path
+) -> None:
+    roles = "  prefill:\n    gpus: [0, 1]\n    args: {tp-size: 4, nnodes: 2}\n  decode:\n    gpus: [0]\n"
+    manifest = write_manifest(tmp_path, roles)
+    proc = subprocess.Popen(
+        kvcheck_argv(manifest, "--timeout", "300"),
+        cwd=REPO,
+        env=kvcheck_env(cluster, FAKE_SGLANG_MODE="hang"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(pidfile.pids()) < 2 * 4 + 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "engines did not start"
+            time.sleep(0.1)
+        jobs = [job for job, name in cluster.live_jobs().items() if name.startswith("kvcheck-")]
+        assert len(jobs) == 2
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGTERM, err[-2000:]
+    # kvcheck died of the signal only after Slurm had let go of both jobs
+    assert not set(jobs) & set(cluster.live_jobs())
+    assert [cluster.state(job) for job in jobs] == ["CANCELLED", "CANCELLED"]
+    assert pidfile.survivors() == []

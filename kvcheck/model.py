@@ -110,6 +110,9 @@ class Report:
     kvcheck_version: str = __version__
     # findings the policy's `ignore` dropped: (rule, count), by rule code; every format lists them
     suppressed: tuple[tuple[str, int], ...] = ()
+    # secret values the inputs carry (manifest args and env, a --token-env token); never rendered:
+    # the redactor replaces them wherever they appear (kvcheck/redact.py)
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def verdict(self) -> Status:

@@ -3,13 +3,19 @@
 Manifests, engine command lines, engine logs and server answers can all carry secrets. Every
 report passes through `redact_report` on its way out (kvcheck/cli.py), so no format and no
 command can leak one, whatever a backend put into its details or quoted from an engine's log.
+
+Secrets are found by value first: every secret the manifest's args and engine environment, the
+options (a --token-env token) and this process's environment carry is replaced wherever it
+appears. Names only decide for text: a key such as `api_key` hides its string value, while a
+figure such as `kv_bytes_per_token` is a number and stays.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
@@ -43,43 +49,96 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name.lstrip("-")))
 
 
-def redact_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The args with every secret-looking value replaced."""
-    return {
-        key: (REDACTED if is_secret_name(str(key)) and value not in (None, "", False) else value)
-        for key, value in args.items()
-    }
+# A secret value shorter than this is not searched for in free text: it would blank out ordinary
+# words and figures ("true", "1"). Such values are still hidden where their name or flag shows them.
+MIN_SECRET_CHARS = 8
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """An argv with the values of secret flags (`--api-key X`, `--api-key=X`) hidden."""
+def _is_secret_value(name: str, value: Any) -> bool:
+    """Secrets are judged by name for text only: `kv_bytes_per_token: 1234.5` is a figure, not a key."""
+    if isinstance(value, str):
+        return bool(value) and is_secret_name(name)
+    if isinstance(value, list | tuple):
+        return bool(value) and all(isinstance(item, str) for item in value) and is_secret_name(name)
+    return False
+
+
+def secret_values(
+    args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> frozenset[str]:
+    """The secret values a manifest, an engine environment or the process environment carries.
+
+    Every string (or string in a list) held under a secret name, long enough to search for in text.
+    """
+    found: set[str] = set()
+    for mapping in (args or {}), (env or {}):
+        for name, value in mapping.items():
+            if not _is_secret_value(str(name), value):
+                continue
+            for item in [value] if isinstance(value, str) else value:
+                if len(item.strip()) >= MIN_SECRET_CHARS:
+                    found.add(item.strip())
+    return frozenset(found)
+
+
+def environment_secrets(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """The values of this process's secret-named environment variables (HF_TOKEN, *_API_KEY, ...)."""
+    return secret_values(env=environ)
+
+
+def _replace_values(text: str, secrets: Sequence[str]) -> str:
+    for value in secrets:  # longest first, so a secret containing another is hidden whole
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def _ordered(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The values worth searching for (MIN_SECRET_CHARS and longer), longest first."""
+    return tuple(sorted({v for v in secrets if len(v) >= MIN_SECRET_CHARS}, key=lambda v: (-len(v), v)))
+
+
+def redact_args(args: Mapping[str, Any], secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The args with every secret value replaced: by name for strings, by value everywhere."""
+    known = _ordered(secrets)
+    return {key: _value(str(key), value, known) for key, value in args.items()}
+
+
+def redact_argv(argv: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
+    """An argv with the values of secret flags (`--api-key X Y`, `--api-key=X`) and known secrets hidden.
+
+    A secret flag may take several values: every word up to the next option is hidden.
+    """
+    known = _ordered(secrets)
     out: list[str] = []
-    hide_next = False
+    hiding = False
     for word in argv:
-        if hide_next:
+        if hiding and not word.startswith("-"):
             out.append(REDACTED)
-            hide_next = False
-        elif word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
+            continue
+        hiding = False
+        if word.startswith("--") and "=" in word and is_secret_name(word.split("=", 1)[0]):
             out.append(word.split("=", 1)[0] + "=" + REDACTED)
         elif word.startswith("--") and is_secret_name(word):
             out.append(word)
-            hide_next = True
+            hiding = True
         else:
-            out.append(redact_text(word))
+            out.append(redact_text(word, known))
     return out
 
 
-def redact_command(command: str) -> str:
+def redact_command(command: str, secrets: Iterable[str] = ()) -> str:
     """A shell command line with the values of secret flags hidden."""
     try:
         words = shlex.split(command)
     except ValueError:
         return REDACTED  # unbalanced quotes: cannot tell where a secret ends, show nothing
-    return shlex.join(redact_argv(words))
+    return shlex.join(redact_argv(words, secrets))
 
 
-def redact_text(text: str) -> str:
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a quoted engine log line, an error message) with secret values hidden."""
+    text = _replace_values(text, _ordered(secrets))
     text = _ASSIGNED.sub(lambda m: f"{m['key']}{m['sep']}{_quoted(m['value'])}", text)
     text = _FLAG.sub(lambda m: f"{m['flag']}{m['sep']}{_quoted(m['value'])}", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
@@ -92,59 +151,73 @@ def _quoted(value: str) -> str:
     return REDACTED
 
 
-def redact_value(value: Any) -> Any:
-    """Any JSON-like value: secret-named keys hidden, argv-like lists and strings scrubbed."""
+def _value(name: str, value: Any, secrets: Sequence[str]) -> Any:
+    """One keyed value: hidden when its name says secret and it is text, else scrubbed inside."""
+    if _is_secret_value(name, value):
+        return REDACTED if isinstance(value, str) else type(value)(REDACTED for _ in value)
+    return redact_value(value, secrets)
+
+
+def redact_value(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """Any JSON-like value: text under secret names hidden, argv-like lists and strings scrubbed.
+
+    Numbers, booleans and None are never touched, whatever their key is called.
+    """
+    known = secrets if isinstance(secrets, tuple) else _ordered(secrets)
     if isinstance(value, Mapping):
-        return {
-            key: (REDACTED if is_secret_name(str(key)) and item not in (None, "", False) else redact_value(item))
-            for key, item in value.items()
-        }
+        return {key: _value(str(key), item, known) for key, item in value.items()}
     if isinstance(value, list | tuple):
         if value and all(isinstance(item, str) for item in value):
-            return type(value)(redact_argv(value)) if isinstance(value, list) else tuple(redact_argv(value))
-        return type(value)(redact_value(item) for item in value)
+            scrubbed = redact_argv(value, known)
+            return scrubbed if isinstance(value, list) else tuple(scrubbed)
+        return type(value)(redact_value(item, known) for item in value)
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value, known)
     return value
 
 
-def _finding(item: Finding) -> Finding:
-    return replace(
-        item,
-        message=redact_text(item.message),
-        hint=redact_text(item.hint) if item.hint else item.hint,
-    )
-
-
-def _scrub_typed(value: Any) -> Any:
+def _scrub_typed(value: Any, secrets: Sequence[str]) -> Any:
     """A typed value (plan, probe rows) with every text in it scrubbed; numbers and flags stay."""
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value, secrets)
     if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: _scrub_typed(getattr(value, f.name)) for f in fields(value) if f.init})
+        changes = {f.name: _scrub_typed(getattr(value, f.name), secrets) for f in fields(value) if f.init}
+        return replace(value, **changes)
     if isinstance(value, tuple):
-        return tuple(_scrub_typed(item) for item in value)
+        return tuple(_scrub_typed(item, secrets) for item in value)
     return value
 
 
-def _role(role: RoleResult) -> RoleResult:
+def _finding(item: Finding, secrets: Sequence[str]) -> Finding:
     return replace(
-        role,
-        argv=tuple(redact_argv(role.argv)) if role.argv is not None else None,
-        details=redact_value(dict(role.details)),
-        engine_version=redact_text(role.engine_version) if role.engine_version else role.engine_version,
-        fit_hints=_scrub_typed(role.fit_hints),
-        plan=_scrub_typed(role.plan),
-        plan_error=_scrub_typed(role.plan_error),
-        probe=_scrub_typed(role.probe),
+        item,
+        message=redact_text(item.message, secrets),
+        hint=redact_text(item.hint, secrets) if item.hint else item.hint,
     )
 
 
-def redact_report(report: Report) -> Report:
-    """The report with every secret hidden: argv, details (env, server args), typed texts, finding texts."""
+def _role(role: RoleResult, secrets: Sequence[str]) -> RoleResult:
+    return replace(
+        role,
+        argv=tuple(redact_argv(role.argv, secrets)) if role.argv is not None else None,
+        details=redact_value(dict(role.details), secrets),
+        engine_version=redact_text(role.engine_version, secrets) if role.engine_version else role.engine_version,
+        fit_hints=_scrub_typed(role.fit_hints, secrets),
+        plan=_scrub_typed(role.plan, secrets),
+        plan_error=_scrub_typed(role.plan_error, secrets),
+        probe=_scrub_typed(role.probe, secrets),
+    )
+
+
+def redact_report(report: Report, environ: Mapping[str, str] = os.environ) -> Report:
+    """The report with every secret hidden: the values the manifest, the options and the environment
+    carry (Report.secrets, secret-named variables), wherever they appear, and whatever looks like one
+    (secret flags and keys, bearer tokens, well-known key shapes) in argv, details, texts and findings."""
+    secrets = _ordered(report.secrets | environment_secrets(environ))
     return replace(
         report,
-        roles=tuple(_role(role) for role in report.roles),
-        findings=tuple(_finding(item) for item in report.findings),
-        source=redact_text(report.source) if report.source else report.source,
+        roles=tuple(_role(role, secrets) for role in report.roles),
+        findings=tuple(_finding(item, secrets) for item in report.findings),
+        source=redact_text(report.source, secrets) if report.source else report.source,
+        secrets=frozenset(),
     )

@@ -189,7 +189,7 @@ def audit(options: AuditOptions) -> Report:
                     ),
                 )
             )
-    return judge(
+    report = judge(
         command="audit",
         mode="audit",
         source=source,
@@ -200,3 +200,5 @@ def audit(options: AuditOptions) -> Report:
         extra_findings=extra,
         context_length=window,
     )
+    # the bearer token is a secret wherever an answer or an error might quote it
+    return replace(report, secrets=report.secrets | {token}) if token else report

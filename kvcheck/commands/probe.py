@@ -205,7 +205,7 @@ def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits |
     role = _limits_role(limits, sent, [finding], options.strict, plan, requests)
     return Report(command="probe", mode="probe", source=url,
                   context_length=limits.window_tokens if limits else options.context_length,
-                  roles=(role,), findings=(finding,), strict=options.strict)
+                  roles=(role,), findings=(finding,), strict=options.strict, secrets=_secrets(options))
 
 
 def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: DeploymentLimits,
@@ -236,7 +236,12 @@ def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: Deployment
             )
         )
     return Report(command="probe", mode="probe", source=url, context_length=limits.window_tokens,
-                  roles=tuple(roles), findings=tuple(findings), strict=options.strict)
+                  roles=tuple(roles), findings=tuple(findings), strict=options.strict, secrets=_secrets(options))
+
+
+def _secrets(options: ProbeOptions) -> frozenset[str]:
+    """The bearer token is a secret wherever an answer or an error might quote it."""
+    return frozenset({options.token}) if options.token else frozenset()
 
 
 __all__ = ["plan_probe", "run_probe", "Answer"]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from kvcheck.model import Finding, Report, RoleResult
-from kvcheck.redact import redact_argv, redact_report, redact_text
+from kvcheck.redact import redact_argv, redact_report, redact_text, redact_value, secret_values
 from tests.conftest import EXAMPLES, run_kvcheck
 
 
@@ -53,3 +53,48 @@ def test_estimate_report_never_prints_a_manifest_secret(tmp_path: Path) -> None:
         assert "TOPSECRET" not in result.stdout and "SUPERSECRET" not in result.stdout
     data = json.loads(run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json").stdout)
     assert data["roles"][0]["argv"] == ["--api-key", "REDACTED"]
+
+
+def test_figures_are_never_redacted_whatever_their_name() -> None:
+    assert redact_value({"kv_bytes_per_token": 1234.5, "max_total_tokens": 8, "api_key": None, "hf_token": True}) == {
+        "kv_bytes_per_token": 1234.5, "max_total_tokens": 8, "api_key": None, "hf_token": True,
+    }
+    # text under a secret name is hidden, one value or several
+    assert redact_value({"hf_token": "abc", "api_keys": ["k1", "k2"], "note": "ok"}) == {
+        "hf_token": "REDACTED", "api_keys": ["REDACTED", "REDACTED"], "note": "ok",
+    }
+
+
+def test_a_secret_flag_with_several_values_hides_them_all() -> None:
+    assert redact_argv(["--api-key", "k1", "k2", "--port", "30000", "--hf-token=t"]) == [
+        "--api-key", "REDACTED", "REDACTED", "--port", "30000", "--hf-token=REDACTED",
+    ]
+
+
+def test_known_secret_values_are_hidden_wherever_they_appear() -> None:
+    secrets = {"correct-horse-battery", "short"}
+    assert redact_text("loading /models/correct-horse-battery/config.json", secrets) == (
+        "loading /models/REDACTED/config.json"
+    )
+    assert redact_text("a short word stays", secrets) == "a short word stays"  # too short to search for
+    assert secret_values({"api_key": "correct-horse-battery", "tp_size": 8}, {"HF_TOKEN": "hf_x", "PATH": "/usr/bin"}) == (
+        frozenset({"correct-horse-battery"})
+    )
+
+
+def test_estimate_json_keeps_its_figures_and_hides_every_secret_value(tmp_path: Path) -> None:
+    config = EXAMPLES / "single-server" / "llama-3.1-8b-instruct.config.json"
+    manifest = tmp_path / "m.yaml"
+    # the manifest's secret (engine env) and the environment's secret also appear where no name says so
+    manifest.write_text(
+        f"context_length: 131072\nmodel: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {config}}}\n"
+        'engine: {version: "0.5.23", env: {MY_PASSWORD: pw-0123456789}}\ngpu: H100\n'
+        "args: {served-model-name: pw-0123456789, tokenizer-path: /t/ENVSECRET-abcdef}\nroles:\n  server: {gpus: [0]}\n"
+    )
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json",
+                         env={"DEPLOY_API_KEY": "ENVSECRET-abcdef"})
+    assert result.exit_code == 0, result.stderr
+    assert "pw-0123456789" not in result.stdout and "ENVSECRET" not in result.stdout
+    data = json.loads(result.stdout)
+    assert data["roles"][0]["argv"] == ["--served-model-name", "REDACTED", "--tokenizer-path", "/t/REDACTED"]
+    assert data["roles"][0]["details"]["kv_bytes_per_token"] == 131072  # 32 layers x 8 KV heads x 128 x 2 x 2 bytes

@@ -9,6 +9,7 @@ values the files leave unknown and leaders that disagree with their workers are 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,12 +185,30 @@ def _command_line_role(cmd: str) -> RoleSource:
             from kvcheck.inputs.yamlpos import Positions, YamlDocument
 
             doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
+            gpus, gpu = _slurm_gres(server.tokens[: server.start])
             return RoleSource(name="server", kind="command line", group="command-line", doc=doc,
-                              location=Location("--cmd", 1, 1), server=server, env=Env(), standalone=True)
+                              location=Location("--cmd", 1, 1), server=server, env=Env(), standalone=True,
+                              gpus_per_node=gpus, gpu=gpu)
     raise InputError(
         "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
         hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
     )
+
+
+_GRES_RE = re.compile(r"^--gres=(?:.*,)?gpu(?::([A-Za-z][\w.-]*))?:(\d+)")
+_GPUS_PER_NODE_RE = re.compile(r"^--gpus-per-node=(?:([A-Za-z][\w.-]*):)?(\d+)$")
+
+
+def _slurm_gres(words: list[Token]) -> tuple[Sourced | None, Sourced | None]:
+    """GPUs per node and their type from an `srun --gres=gpu:h100:8` (or --gpus-per-node) prefix."""
+    gpus = gpu = None
+    for word in words:
+        match = _GRES_RE.match(word.text) or _GPUS_PER_NODE_RE.match(word.text)
+        if match:
+            kind, count = match.groups()
+            gpus = Sourced(int(count), word.location, "srun GPUs per node")
+            gpu = Sourced(kind, word.location, "Slurm GRES type") if kind else gpu
+    return gpus, gpu
 
 
 class _EmptyEnv:

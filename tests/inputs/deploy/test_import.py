@@ -223,6 +223,14 @@ def test_command_line_and_sglang_serve() -> None:
     assert json.loads(result.stdout)["engine"] == {"version": "0.5.21"}
 
 
+def test_an_srun_prefix_states_gpus_per_node_and_their_gres_type() -> None:
+    result = run_kvcheck("import", "--format", "json", "--cmd",
+                         "srun --nodes=1 --gres=gpu:h100:8 python3 -m sglang.launch_server --model-path m --tp 8")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert (manifest["gpu"], manifest["roles"]["server"]["gpus"]) == ("h100", EIGHT)
+
+
 def test_several_independent_deployments_are_a_json_list() -> None:
     result = run_kvcheck("import", f"{FIX}/deployment.yaml", f"{FIX}/compose.yaml", "--format", "json")
     assert result.exit_code == 0

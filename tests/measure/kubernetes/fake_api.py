@@ -109,6 +109,7 @@ class FakeCluster:
         self.pods: dict[tuple[str, str], FakePod] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) in arrival order
         self.refuse: dict[tuple[str, str], tuple[int, str, str]] = {}  # (method, path prefix) -> (status, reason, msg)
+        self.expired: list[str] = []  # Jobs whose activeDeadlineSeconds passed
         self.finished_logs: dict[str, list[str]] = {}  # a deleted pod's whole output, by pod name
         self.break_streams = 0  # the first N log streams of each pod break (connection reset) ...
         self.break_after_lines = 5  # ... after this many lines
@@ -317,6 +318,7 @@ class FakeCluster:
         name = obj["metadata"]["name"]
         owner = {"apiVersion": obj["apiVersion"], "kind": kind, "name": name, "uid": obj["metadata"]["uid"]}
         if kind == "Job":
+            self._job_timers(ns, obj)
             template = obj["spec"]["template"]
             self.add_pod(ns, f"{name}-{secrets.token_hex(3)[:5]}", template, owner,
                          {"batch.kubernetes.io/job-name": name}, {}, restart_always=False)
@@ -331,6 +333,42 @@ class FakeCluster:
             labels = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/worker-index": str(index)}
             self.add_pod(ns, pod_name, template, owner, labels, lws_env, restart_always=True,
                          ip=leader_ip if index == 0 else None)
+
+    def _job_timers(self, ns: str, job: dict[str, Any]) -> None:
+        """The Job controller's deadline and the TTL controller: at activeDeadlineSeconds the Job fails
+        (DeadlineExceeded) and its pods are deleted; ttlSecondsAfterFinished later the Job is deleted,
+        and with it what it owns."""
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        deadline = job["spec"].get("activeDeadlineSeconds")
+        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        if deadline is None:
+            return
+
+        def expire() -> None:
+            with self.lock:
+                current = self.objects.get(("Job", ns, name))
+                if current is None or current["metadata"]["uid"] != uid:
+                    return
+                current["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}
+                pods = [p for p in self.pods.values() if any(r["uid"] == uid for r in p.obj["metadata"]["ownerReferences"])]
+                self.expired.append(name)
+            for pod in pods:
+                self.delete_pod(pod, grace_s=0.5)
+            if ttl is not None:
+                timer = threading.Timer(float(ttl), lambda: self._expire_ttl(ns, name, uid))
+                timer.daemon = True
+                timer.start()
+
+        timer = threading.Timer(float(deadline), expire)
+        timer.daemon = True
+        timer.start()
+
+    def _expire_ttl(self, ns: str, name: str, uid: str) -> None:
+        with self.lock:
+            current = self.objects.get(("Job", ns, name))
+            if current is None or current["metadata"]["uid"] != uid:
+                return
+        self.delete_object("Job", ns, name)
 
     def alloc_ip(self) -> str:
         """A loopback address of its own for each pod (127.0.0.0/8 all reaches this host)."""

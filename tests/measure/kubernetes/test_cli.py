@@ -166,7 +166,8 @@ def _rbac_rule(method: str, path: str) -> tuple[str, str, str] | None:
 
 def test_the_documented_role_allows_every_request_a_run_and_a_cleanup_make(cluster, tmp_path):
     docs = (Path(__file__).resolve().parents[3] / "docs" / "measure.md").read_text()
-    block = docs.split("### What it needs", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    section = docs.split("## Launcher: Kubernetes", 1)[1]
+    block = section.split("### What it needs", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     role = yaml.safe_load(block)
     assert role["kind"] == "Role" and role["apiVersion"] == "rbac.authorization.k8s.io/v1"
     allowed = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]

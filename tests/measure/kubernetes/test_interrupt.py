@@ -67,3 +67,42 @@ def test_a_signal_deletes_every_object_and_pod_then_kvcheck_dies_of_it(cluster, 
     assert proc.returncode == returncode, err[-2000:]
     assert cluster.objects == {}
     assert cluster.pods == {}
+
+
+SIGKILL_SCRIPT = """
+import sys
+from tests.measure.conftest import make_target
+from kvcheck.backends.measure import MeasureBackend
+from kvcheck.backends.measure.launchers.kubernetes.launcher import KubernetesLauncher
+from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings
+
+settings = KubernetesSettings(namespace="ml-gate", image="i", kubeconfig=sys.argv[1], http_port=int(sys.argv[2]),
+                              dist_init_port=int(sys.argv[3]), ttl_s=1, deadline_margin_s=0)
+targets = [make_target("prefill", args={"nnodes": 2}, env={"FAKE_SGLANG_MODE": "hang"}),
+           make_target("decode", env={"FAKE_SGLANG_MODE": "hang"})]
+MeasureBackend(progress=False, grace_s=0, timeout_s=4, launcher=KubernetesLauncher(settings, poll_s=0.05)).measure(targets)
+"""
+
+
+def test_kvcheck_killed_with_sigkill_leaves_nothing_past_the_clusters_deadline_and_ttl(cluster):
+    from tests.measure.kubernetes.test_run import _free_port
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGKILL_SCRIPT, str(cluster.kubeconfig), str(_free_port()), str(_free_port())],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with cluster.lock:
+            if len([p for p in cluster.pods.values() if p.process is not None and p.log]) == 3:
+                break
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: kvcheck cannot delete anything
+    proc.communicate(timeout=30)
+    assert len(cluster.objects) == 3
+    # activeDeadlineSeconds = 4 s timeout + 0 s grace + 0 s margin; TTL 1 s; the LWS goes with its deadline Job
+    gone_by = time.monotonic() + 30
+    while time.monotonic() < gone_by and (cluster.objects or cluster.pods):
+        time.sleep(0.1)
+    assert cluster.objects == {} and cluster.pods == {}
+    assert sorted(name.split("-", 2)[2] for name in cluster.expired) == ["decode", "prefill-deadline"]

@@ -75,9 +75,9 @@ def engine_pod_selector(run_id: str, role: str) -> str:
     return f"{RUN_LABEL}={run_id},{ROLE_LABEL}={role_slug(role)},{PART_LABEL}=engine"
 
 
-def deadline_s(timeout_s: float, grace_s: float) -> int:
+def deadline_s(timeout_s: float, grace_s: float, margin_s: int = DEADLINE_MARGIN_S) -> int:
     """The cluster's own limit on a role's objects: kvcheck's timeout, its grace and a margin."""
-    return int(math.ceil(timeout_s + grace_s)) + DEADLINE_MARGIN_S
+    return int(math.ceil(timeout_s + grace_s)) + margin_s
 
 
 def _int_arg(target: RoleTarget, name: str, default: int = 1) -> int:
@@ -279,7 +279,7 @@ def render_role(
     gpus = gpus_per_node(target, settings, nnodes)
     argv = engine_argv(target, settings, nnodes=nnodes, dummy_weights=dummy_weights)
     name = object_name(run_id, target.name)
-    deadline = deadline_s(timeout_s, grace_s)
+    deadline = deadline_s(timeout_s, grace_s, settings.deadline_margin_s)
     engine_labels = _labels(run_id, target.name, "engine")
     source = templates.source if templates is not None and templates.source else f"role {target.name}"
     leader_base = templates.leader if templates is not None else None

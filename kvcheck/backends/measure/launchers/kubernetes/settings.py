@@ -58,6 +58,7 @@ class KubernetesSettings:
     anchor_image: str = DEFAULT_ANCHOR_IMAGE
     unschedulable_wait_s: float = 0.0  # how long an Unschedulable pod may wait (cluster autoscaler)
     shm: bool = True  # mount a memory-backed /dev/shm (NCCL needs more than the runtime's 64 MiB)
+    deadline_margin_s: int = DEADLINE_MARGIN_S  # past kvcheck's timeout and grace (tests shorten it)
 
 
 def settings_from(spec: Any | None, **overrides: Any) -> KubernetesSettings:

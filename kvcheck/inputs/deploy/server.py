@@ -24,6 +24,7 @@ from kvcheck.model import Finding, Location
 from kvcheck.policy.registry import finding
 
 _K8S_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_SHELL_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 # Flags that only place one process (which node, which address): not part of a role's arguments.
 PLACEMENT_FLAGS = frozenset({"node-rank", "dist-init-addr", "host", "port"})
 # Server arguments handled apart: the model is the manifest's model.path, --config is read inline.
@@ -293,7 +294,13 @@ def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> P
                     )
                 )
             continue
-        issues.append(InputIssue(token.location.file, token.location.line, token.location.column, "", problem.message))
+        message = problem.message
+        shell_var = _SHELL_VAR_RE.search(token.text)
+        if token.raw is not None and shell_var:
+            # exec form: no shell runs, so $VAR reaches SGLang as written (Kubernetes expands only $(VAR))
+            message += (f" ({shell_var.group(0)} is passed literally: no shell runs this command; "
+                        f"write $({shell_var.group(1) or shell_var.group(2)}) for Kubernetes to expand it)")
+        issues.append(InputIssue(token.location.file, token.location.line, token.location.column, "", message))
     args: dict[str, Arg] = {}
     model_path: Sourced | None = None
     config: Token | None = None

@@ -297,3 +297,21 @@ def test_flags_sglang_would_refuse_are_input_errors_at_their_place() -> None:
     ]
     assert lines[2].startswith("<stdin>:11:41: 'kv-cache-dtype' must be one of auto, ")
     assert lines[3] == "<stdin>:11:56: 'tp-size' must be an integer, not 'two'"
+
+
+def test_a_shell_variable_in_exec_form_is_named_as_the_bug_it_is() -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n        - name: s\n          image: lmsysorg/sglang:v0.5.23\n"
+        '          env: [{name: TP, value: "8"}]\n'
+        '          command: ["python3", "-m", "sglang.launch_server", "--tp", "$TP"]\n'
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:11:70: 'tp-size' must be an integer, not '$TP' ($TP is passed literally: no shell runs this "
+        "command; write $(TP) for Kubernetes to expand it)"
+    )
+    fixed = text.replace('"$TP"', '"$(TP)"')
+    result = run_kvcheck("import", "-", "--format", "json", stdin=fixed)
+    assert json.loads(result.stdout)["roles"]["x"]["args"] == {"tp-size": 8}

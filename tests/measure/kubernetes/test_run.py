@@ -223,3 +223,16 @@ def test_an_api_server_that_does_not_answer_ends_the_run_before_anything_is_crea
         "the Kubernetes API server cannot be reached: asking the API server for its version: the API server at "
         f"http://127.0.0.1:{port} did not answer (")
     assert err.value.hint.endswith("nothing was created")
+
+
+def test_a_pod_listing_kvcheck_cannot_read_is_a_kvcheck_bug_not_a_hang(cluster, monkeypatch):
+    from kvcheck.backends.measure.launchers.kubernetes import launcher as module
+
+    def broken(self, pods):
+        raise KeyError("metadata")
+
+    monkeypatch.setattr(module.KubernetesEngine, "_judge", broken)
+    with pytest.raises(RuntimeError) as err:
+        measure(cluster, [target()], timeout_s=60)
+    assert "reading role prefill's engine log failed: KeyError('metadata')" in str(err.value)
+    assert cluster.objects == {} and cluster.pods == {}

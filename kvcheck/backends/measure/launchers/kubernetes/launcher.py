@@ -143,6 +143,16 @@ class KubernetesEngine(RunningEngine):
     # -- watching the pods ------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        """The watcher thread; a failure of kvcheck's own code here is a bug (exit 4), never a hang."""
+        try:
+            self._watch_pods()
+        except Exception as exc:  # noqa: BLE001 - reported by the role as kvcheck's bug, never swallowed
+            self.pump_error = self.pump_error or exc
+            with self._lock:
+                if self._returncode is None:
+                    self._returncode = FAILED_BY_LAUNCHER
+
+    def _watch_pods(self) -> None:
         selector = self.rendered.pod_selector
         while not self._stopping.is_set():
             try:

@@ -13,12 +13,14 @@ from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import EngineRefusal, check_args, check_parallel
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
     HYBRID_LINEAR,
     HYBRID_SWA,
+    KV_DTYPE_BYTES,
     MHA,
     MLA,
     ModelShape,
@@ -128,7 +130,9 @@ def _stage_layers(ids: tuple[int, ...], layer_range: range) -> int:
     return sum(1 for i in ids if i in layer_range)
 
 
-def _cell_bytes(shape: ModelShape, res: Resolved, stage: range, draft_layers: int) -> tuple[float, float, dict]:
+def _cell_bytes(
+    shape: ModelShape, res: Resolved, stage: range, draft_layers: int, gpu: GpuProfile | None = None
+) -> tuple[float, float, dict]:
     """(cell bytes per full-pool token, SWA bytes per SWA token, parts) for one PP stage on one rank."""
     kv = res.kv_dtype
     parts: dict[str, Any] = {}
@@ -165,12 +169,42 @@ def _cell_bytes(shape: ModelShape, res: Resolved, stage: range, draft_layers: in
         cell = full_tok * full_layers + res.swa_full_tokens_ratio * swa_total
         return cell, swa_total, parts
     layers = _stage_layers(shape.full_layer_ids, stage)
+    if shape.msa_sparse_layer_ids:
+        fp8_index = res.kv_dtype == "fp8_e4m3" and gpu is not None and (
+            (res.attention_backend == "trtllm_mha" and gpu.is_sm100) or gpu.is_hopper
+        )
+        return _msa_cell(shape, res, stage, draft_layers, parts, fp8_index)
     per_layer = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
     cell = per_layer * layers
     parts.update(kv_heads_per_rank=shape.kv_heads_per_rank(res.attn_tp, res.dcp), bytes_per_layer=per_layer,
                  layers=layers)
     if draft_layers and layers:
         draft = int(cell * draft_layers / layers)
+        parts.update(draft_bytes=draft)
+        cell += draft
+    return cell, 0.0, parts
+
+
+def _msa_cell(
+    shape: ModelShape, res: Resolved, stage: range, draft_layers: int, parts: dict, fp8_index: bool
+) -> tuple[float, float, dict]:
+    """MiniMax-M3 sparse: K+V of every layer + index-K (and index-V) rows of the sparse layers
+    (DefaultPoolConfigurator._compute_cell_size, MiniMaxSparseKVPool; pool_configurator.py:410-490)."""
+    kv_bytes = KV_DTYPE_BYTES.get(res.kv_dtype, 2)
+    local = [i for i in shape.full_layer_ids if i in stage]
+    sparse = [i for i in shape.msa_sparse_layer_ids if i in stage]
+    k_only = sum(1 for i in sparse if i in shape.msa_k_only_layer_ids)
+    heads = shape.kv_heads_per_rank(res.attn_tp)
+    main = len(local) * 2 * heads * shape.head_dim * kv_bytes
+    # index-K dtype (memory_pool.get_minimax_sparse_index_dtype): the KV dtype with fp8 attention GEMMs
+    # (fp8_e4m3 + trtllm_mha on SM100) or fp8_e4m3 KV on Hopper, else the model dtype
+    index_bytes = kv_bytes if fp8_index else KV_DTYPE_BYTES.get(shape.model_dtype, 2)
+    indexer = ((len(sparse) - k_only) * 2 + k_only) * shape.msa_index_dim * index_bytes
+    cell = float(main + indexer)
+    parts.update(kv_heads_per_rank=heads, layers=len(local), sparse_layers=len(sparse), index_k_only_layers=k_only,
+                 index_bytes_per_element=index_bytes, main_bytes=main, indexer_bytes=indexer)
+    if draft_layers and local:
+        draft = int(cell * draft_layers / len(local))
         parts.update(draft_bytes=draft)
         cell += draft
     return cell, 0.0, parts
@@ -319,6 +353,7 @@ def estimate_role(
         gpu_mib=gpu_mib,
         vision=model.source.vision,
     )
+    res = apply_model_overrides(res, shape, gpu, args)
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
     try:
         check_parallel(
@@ -389,7 +424,7 @@ def estimate_role(
             if rest > 0 and shape.kind == HYBRID_LINEAR:
                 rest, mamba = _mamba_carve(shape, res, rest, stage_ranges, args, par)
                 stage_info.update(mamba)
-            cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, draft_layers)
+            cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, draft_layers, gpu)
             stage_info.update(cell=cell, swa_cell=swa_cell, parts=parts)
             if rest <= 0:
                 tokens = 0

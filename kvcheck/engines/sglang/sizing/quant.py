@@ -31,11 +31,22 @@ _PREFIX_REWRITES = (
 )
 
 
+# MoE module spellings of some checkpoints (MiniMax's block_sparse_moe with w1/w2/w3 experts)
+_MOE_REWRITES = ((".block_sparse_moe.", ".mlp."),)
+_EXPERT_MATS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+
+
 def canonical(name: str) -> str:
     """Module names as the estimate spells them (`model.layers.N...`, `lm_head`)."""
     for old, new in _PREFIX_REWRITES:
         if name.startswith(old):
-            return new + name[len(old) :]
+            name = new + name[len(old) :]
+            break
+    for old, new in _MOE_REWRITES:
+        name = name.replace(old, new)
+    head, _, last = name.rpartition(".")
+    if last in _EXPERT_MATS and ".experts." in name:
+        name = f"{head}.{_EXPERT_MATS[last]}"
     return name
 
 

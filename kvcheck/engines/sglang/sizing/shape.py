@@ -44,6 +44,9 @@ MHA_ARCHS = frozenset(
         "Glm4MoeForCausalLM",
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
+        "MiniMaxM3SparseForCausalLM",  # MiniMax-M3: dense + sparse (MSA) layers and an index-K pool
+        "MiniMaxM3SparseForConditionalGeneration",
+        "DeciLMForCausalLM",  # Nemotron-NAS: per-layer blocks, one KV-head count (model_config.py:1655-1667)
     }
 )
 SWA_ARCHS = frozenset(
@@ -52,6 +55,7 @@ SWA_ARCHS = frozenset(
         "Llama4ForConditionalGeneration",
         "MiMoV2FlashForCausalLM",
         "Step3p5ForCausalLM",
+        "Step3p7ForConditionalGeneration",  # Step-3.7: Step3p5 language model + vision (models/step3p7.py)
         "Gemma4ForCausalLM",
         "Gemma4ForConditionalGeneration",
     }
@@ -73,6 +77,7 @@ MULTIMODAL_ARCHS = frozenset(
         "KimiK25ForConditionalGeneration",
         "Llama4ForConditionalGeneration",
         "Gemma4ForConditionalGeneration",
+        "Step3p7ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
     }
@@ -81,6 +86,17 @@ MULTIMODAL_ARCHS = frozenset(
 KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "mxfp8": 1, "nvfp4": 1}
 DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size
 DSA_ROPE_BYTES = 2  # rope part kept in bf16
+
+
+# Architectures real checkpoints name that SGLang 0.5.23 does not serve: its model registry has no
+# such class and the config gives no auto_map for the Transformers fallback (models/registry.py:64,
+# model_loader/utils.py:111), so the engine refuses to load them; kvcheck says so instead of guessing.
+NOT_SERVED = {
+    "Step3p7FlashForCausalLM": "SGLang 0.5.23 serves Step-3.7 only as Step3p7ForConditionalGeneration "
+    "(models/step3p7.py); a text-only Step3p7FlashForCausalLM checkpoint is refused at load",
+    "MiniMaxM3ForCausalLM": "SGLang 0.5.23 serves MiniMax-M3 as MiniMaxM3SparseForCausalLM / "
+    "MiniMaxM3SparseForConditionalGeneration (models/minimax_m3.py, minimax_m3_vl.py); this name is refused at load",
+}
 
 
 def not_understood(arch: str, why: str = "") -> EstimateError:
@@ -146,6 +162,11 @@ class ModelShape:
     indexer_layer_ids: tuple[int, ...] = ()  # DSA layers that carry a fresh index-K row
     mamba: MambaShape | None = None
     mtp_layers: int = 0  # num_nextn_predict_layers shipped with the checkpoint
+    # MiniMax-M3 sparse attention (MiniMaxSparseKVPool): which layers are sparse, which of those keep
+    # only index-K (no index-V), and the index row width; empty for every other model.
+    msa_sparse_layer_ids: tuple[int, ...] = ()
+    msa_k_only_layer_ids: tuple[int, ...] = ()
+    msa_index_dim: int = 0
     is_multimodal: bool = False
     has_attention_sinks: bool = False
     notes: tuple[str, ...] = field(default=())
@@ -327,10 +348,44 @@ def _dsa_skips_topk(text: Mapping[str, Any], layer_id: int) -> bool:
     return layer_id % freq != 0 if freq > 1 else False
 
 
+def decilm_blocks(text: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    blocks = text.get("block_configs")
+    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, Mapping) for b in blocks):
+        raise not_understood("DeciLMForCausalLM", "config has no block_configs")
+    return blocks
+
+
+def decilm_kv_heads(text: Mapping[str, Any], heads: int) -> int:
+    """SGLang's KV-head count for Nemotron-NAS: one value over the blocks that keep attention.
+
+    Every layer gets a KV slot in the pool, no-op attention blocks included (the pool is sized over
+    num_hidden_layers), so the cell is this count x every layer.
+    """
+    counts = {
+        heads // int(b["attention"]["n_heads_in_group"])
+        for b in decilm_blocks(text)
+        if not b.get("attention", {}).get("no_op") and b.get("attention", {}).get("n_heads_in_group")
+    }
+    if not counts:
+        raise not_understood("DeciLMForCausalLM", "no block keeps attention: SGLang cannot determine its KV heads")
+    if len(counts) > 1:
+        raise not_understood(
+            "DeciLMForCausalLM",
+            "its blocks use different KV-head counts; SGLang 0.5.23 refuses with 'Variable GQA (VGQA) is not yet "
+            "supported for nemotron-nas in sglang'",
+        )
+    return counts.pop()
+
+
 def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_dtype: str | None = None) -> ModelShape:
     """Classify the model and read its attention geometry; EstimateError for anything unknown."""
     arch = source.architecture
     text = source.text
+    if arch in NOT_SERVED:
+        raise EstimateError(
+            f"architecture {arch} is not served by SGLang 0.5.23: {NOT_SERVED[arch]}",
+            hint="use the checkpoint SGLang serves for this model, or measure on a GPU with the release you deploy",
+        )
     if arch not in SUPPORTED_ARCHS:
         raise not_understood(arch)
     if arch == "NemotronHForCausalLM" and text.get("num_hidden_layers") is None and nemotron_pattern(text):
@@ -341,6 +396,8 @@ def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_
     hidden = _int(text, arch, "hidden_size")
     heads = _int(text, arch, "num_attention_heads")
     kv_heads = int(_get(text, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads))
+    if arch == "DeciLMForCausalLM":
+        kv_heads = decilm_kv_heads(text, heads)
     head_dim = int(_get(text, "head_dim", default=hidden // heads))
     v_head_dim = int(_get(text, "v_head_dim", default=head_dim))
     common: dict[str, Any] = dict(
@@ -379,6 +436,18 @@ def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_
         return ModelShape(kind=MLA, full_layer_ids=all_layers, kv_lora_rank=kv_lora, qk_rope_head_dim=rope, **common)
 
     if arch in MHA_ARCHS:
+        if arch.startswith("MiniMaxM3Sparse"):
+            sparse_cfg = text.get("sparse_attention_config") or source.config.get("sparse_attention_config")
+            if not isinstance(sparse_cfg, Mapping) or not isinstance(sparse_cfg.get("sparse_attention_freq"), list):
+                raise not_understood(arch, "config has no sparse_attention_config.sparse_attention_freq")
+            freq = sparse_cfg["sparse_attention_freq"][:n_layers]
+            flags = sparse_cfg.get("sparse_disable_index_value") or []
+            sparse = tuple(i for i, f in enumerate(freq) if f)
+            return ModelShape(
+                kind=MHA, full_layer_ids=all_layers, msa_sparse_layer_ids=sparse,
+                msa_k_only_layer_ids=tuple(i for i, f in enumerate(flags[:n_layers]) if f and i in sparse),
+                msa_index_dim=int(sparse_cfg.get("sparse_index_dim") or 0), **common,
+            )
         return ModelShape(kind=MHA, full_layer_ids=all_layers, **common)
 
     if arch in SWA_ARCHS:

@@ -104,6 +104,16 @@ def _moe_layout(shape: ModelShape, text: Mapping[str, Any]) -> _Moe:
             step = _int(text, "interleave_moe_layer_step", default=1) or 1
             layers = {i for i in range(n) if (i + 1) % step == 0}
             shared = inter
+        elif arch.startswith("MiniMaxM3Sparse"):
+            # models/minimax_m3.py: intermediate_size is the expert width, dense_intermediate_size the
+            # first dense layers', shared_intermediate_size each shared expert's
+            inter = _int(text, "intermediate_size", default=0) or 0
+            dense = _int(text, "dense_intermediate_size", default=0) or 0
+            freq = text.get("moe_layer_freq")
+            layers = {i for i, f in enumerate(freq[:n]) if f} if isinstance(freq, list | tuple) else set(range(n))
+            shared = (_int(text, "n_shared_experts", default=0) or 0) * (
+                _int(text, "shared_intermediate_size", default=0) or 0
+            )
         elif arch == "NemotronHForCausalLM":
             pattern = nemotron_pattern(text) or ""
             layers = {i for i, c in enumerate(pattern) if c == "E"}
@@ -257,8 +267,30 @@ def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:
     return {i for i, c in enumerate(nemotron_pattern(text) or "") if c == "-"}
 
 
+def _decilm_layer(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, par: Parallel) -> None:
+    """Nemotron-NAS block i: attention unless no-op, an MLP of its own width (models/nemotron_nas.py:53-63)."""
+    h = shape.hidden_size
+    block = dict(text["block_configs"][i])  # frozen by config_weights: ((key, value), ...) pairs
+    attention, ffn = dict(block.get("attention", ())), dict(block.get("ffn", ()))
+    if attention.get("replace_with_linear"):
+        acc.linear("attention", f"model.layers.{i}.self_attn.linear_attn", h * h)
+    elif not attention.get("no_op"):
+        _attention(acc, shape, text, i, par)
+        acc.plain("norms", h)
+    if ffn.get("replace_with_linear"):
+        acc.linear("mlp", f"model.layers.{i}.mlp.linear_mlp", h * h)
+    elif not ffn.get("no_op"):
+        inter = int(2 * float(ffn["ffn_mult"]) * h / 3)
+        inter = inter if inter % 256 == 0 else inter + 256 - inter % 256
+        acc.linear("mlp", f"model.layers.{i}.mlp.gate_proj", 3 * h * inter / (par.moe_dense_tp or par.tp))
+        acc.plain("norms", h)
+
+
 def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: int, par: Parallel) -> None:
     h = shape.hidden_size
+    if shape.architecture == "DeciLMForCausalLM":
+        _decilm_layer(acc, shape, text, i, par)
+        return
     if shape.kind == HYBRID_LINEAR and i in shape.linear_layer_ids:
         _linear_mixer(acc, shape, i, par)
     elif shape.kind != HYBRID_LINEAR or i in shape.full_layer_ids:
@@ -306,7 +338,8 @@ def config_weights(
         "mlp_layer_types", "decoder_sparse_step", "mlp_only_layers", "interleave_moe_layer_step",
         "hybrid_override_pattern", "mlp_hidden_act", "hidden_act", "q_lora_rank", "qk_nope_head_dim",
         "v_head_dim", "index_n_heads", "attn_output_gate", "attention_k_eq_v", "attention_bias",
-        "layers_block_type", "moe_latent_size",
+        "layers_block_type", "moe_latent_size", "block_configs", "dense_intermediate_size",
+        "shared_intermediate_size",
     )
     items = tuple((k, _freeze(text[k])) for k in keys if k in text)
     return _config_weights(shape, items, scheme, par, tied)

@@ -9,12 +9,13 @@ tag of the rank whose line gave the figure, e.g. `prefill.log[TP0]`, `decode.log
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
 import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
@@ -22,6 +23,7 @@ from kvcheck.engines.sglang.logs.reader import LogReader
 from kvcheck.engines.sglang.logs.values import LogSummary, RankFigures
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
 from kvcheck.errors import InputError
+from kvcheck.inputs.textfile import open_regular_file
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import redact_args, redact_argv
@@ -57,7 +59,7 @@ def read_logs(
     for path in paths:
         name = STDIN_NAME if path == STDIN else path
         if path != STDIN:
-            key = str(Path(path).resolve())
+            key = os.path.realpath(path)  # never raises, even on a symlink loop (read_log_file words that)
             if key in seen:
                 problems.append(f"{path}: given more than once")
                 continue
@@ -107,7 +109,7 @@ def read_log_file(path: str) -> LogSummary:
                     hint="pipe a log into it: kubectl logs POD | kvcheck logs - --context-length N",
                 )
             return _summarise(sys.stdin.buffer, name)
-        with open(path, "rb") as stream:
+        with open_regular_file(path, name, kind="log file") as stream:  # not /dev/zero, a FIFO, a folder
             return _summarise(stream, name)
     except FileNotFoundError as exc:
         raise InputError(f"{name}: no such file") from exc
@@ -118,6 +120,8 @@ def read_log_file(path: str) -> LogSummary:
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise InputError(f"{name}: damaged gzip file ({exc})") from exc
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{name}: a loop of symbolic links, not a log file") from exc
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from exc
 
 

@@ -1,27 +1,85 @@
-"""Reading a small user-supplied text file (manifest, fleet file) with input errors, never tracebacks."""
+"""Reading a small user-supplied text file (manifest, fleet file) with input errors, never tracebacks.
+
+The file is opened before anything is read, so that what it is decides how it is read: only a
+regular file (or a link to one) is read, its size is checked against the cap before reading, and the
+read itself stops one byte past the cap (a file growing meanwhile is still refused). `/dev/zero`, a
+FIFO with no writer, a socket or a folder is refused at once, without blocking; a symlink loop is an
+input error like any unreadable path.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from kvcheck.errors import InputError
 
 
-def read_text_file(path: Path, display: str, *, kind: str, max_bytes: int) -> str:
-    """The file's UTF-8 text; InputError (exit 2) naming the file when it is missing, binary or huge."""
+def open_regular_file(path: Path | str, display: str, *, kind: str) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (or a link to one); InputError (exit 2) when it
+    is something else. OSError (missing, denied, a symlink loop) is the caller's to word.
+
+    O_NONBLOCK makes opening a FIFO return at once (instead of waiting for a writer that may never
+    come); it is cleared again once the file is known to be regular.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        raw = path.read_bytes()
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{display}: is {_what(mode)}, not a regular file; a {kind} must be a file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded(path: Path | str, display: str, *, kind: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; InputError when it is not one or is larger."""
+    try:
+        with open_regular_file(path, display, kind=kind) as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if size > max_bytes:
+                raise InputError(f"{display}: {size:,} bytes is too large for a {kind}")
+            raw = stream.read(max_bytes + 1)
     except FileNotFoundError as exc:
         raise InputError(f"{display}: no such {kind}") from exc
     except IsADirectoryError as exc:
         raise InputError(f"{display}: is a directory, not a {kind}") from exc
     except OSError as exc:
-        raise InputError(f"{display}: cannot read: {exc.strerror}") from exc
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{display}: a loop of symbolic links, not a {kind}") from exc
+        raise InputError(f"{display}: cannot read: {exc.strerror or exc}") from exc
     if len(raw) > max_bytes:
-        raise InputError(f"{display}: {len(raw):,} bytes is too large for a {kind}")
+        raise InputError(f"{display}: more than {max_bytes:,} bytes is too large for a {kind}")
+    return raw
+
+
+def read_text_file(path: Path, display: str, *, kind: str, max_bytes: int) -> str:
+    """The file's UTF-8 text; InputError (exit 2) naming the file when it is missing, binary or huge."""
+    raw = read_bounded(path, display, kind=kind, max_bytes=max_bytes)
     if b"\x00" in raw:
         raise InputError(f"{display}: is a binary file, not a {kind}")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{display}: is not UTF-8 text (byte {exc.start})") from exc
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"

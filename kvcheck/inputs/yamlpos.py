@@ -62,6 +62,16 @@ class _BoundedLoader(yaml.SafeLoader):
         self.depth = 0
         self.written_nodes = 0
 
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # PyYAML's scanner keeps one pending simple key per open `[`/`{` and walks them all per token:
+        # 100k open brackets cost minutes before the composer sees depth 2. Refuse them as they open.
+        if self.flow_level >= MAX_DEPTH:
+            mark = self.get_mark()
+            raise InputError(
+                f"{self.filename}:{mark.line + 1}:{mark.column + 1}: YAML nested more than {MAX_DEPTH} levels deep"
+            )
+        super().fetch_flow_collection_start(token_class)
+
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self.depth += 1
         self.written_nodes += 1
@@ -145,15 +155,31 @@ class _Budget:
             )
 
 
-
 def _build_document(
     node: yaml.Node, filename: str, positions: Positions, issues: list[InputIssue], *, max_nodes: int | None
 ) -> Any:
     constructor = _BoundedConstructor(filename, max_nodes or 2_000_000)
     budget = _Budget(filename, max_nodes)
+    active: set[int] = set()  # the collection nodes being built, to catch an alias to its own ancestor
 
     def build(n: yaml.Node, path: Path_) -> Any:
         budget.spend(n, len(path))
+        if isinstance(n, yaml.CollectionNode):
+            if id(n) in active:
+                line, column = _mark(n)
+                raise InputError(f"{filename}:{line}:{column}: an alias refers to the collection that contains "
+                                 "it (a recursive alias)")
+            active.add(id(n))
+            try:
+                return build_collection(n, path)
+            finally:
+                active.discard(id(n))
+        positions.values[path] = _mark(n)
+        if isinstance(n, yaml.ScalarNode):
+            positions.styles[path] = n.style or ""
+        return constructor.construct_object(n, deep=True)
+
+    def build_collection(n: yaml.CollectionNode, path: Path_) -> Any:
         positions.values[path] = _mark(n)
         if isinstance(n, yaml.MappingNode):
             constructor.flatten_mapping(n)
@@ -177,11 +203,7 @@ def _build_document(
                 positions.keys[child] = _mark(key_node)
                 out[key] = build(value_node, child)
             return out
-        if isinstance(n, yaml.SequenceNode):
-            return [build(item, (*path, i)) for i, item in enumerate(n.value)]
-        if isinstance(n, yaml.ScalarNode):
-            positions.styles[path] = n.style or ""
-        return constructor.construct_object(n, deep=True)
+        return [build(item, (*path, i)) for i, item in enumerate(n.value)]
 
     try:
         return build(node, ())
@@ -233,6 +255,23 @@ def load_yaml_documents(text: str, filename: str, *, max_nodes: int = 2_000_000)
     finally:
         loader.dispose()
     return documents
+
+
+def safe_load_all(text: str, filename: str) -> list[Any]:
+    """Every non-empty document of a YAML stream as plain values: `yaml.safe_load_all` under the same
+    bounds as the loaders above (nesting, alias expansion). Bad YAML raises yaml.YAMLError as PyYAML
+    does; a document over a bound raises InputError with file:line."""
+    loader = _BoundedLoader(text, filename)
+    out: list[Any] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                budget = 2 * loader.written_nodes + ALIAS_EXPANSION_ALLOWANCE
+                out.append(_build_document(node, filename, Positions(), [], max_nodes=budget))
+    finally:
+        loader.dispose()
+    return out
 
 
 def _dotted(path: Path_) -> str:

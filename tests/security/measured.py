@@ -1,19 +1,21 @@
 """Run `python -m kvcheck ARGS` and write this process's peak memory (KiB) where KVCHECK_PEAK_FILE says.
 
-The security tests start kvcheck through this file, so that each attack's memory is kvcheck's own
-(`ru_maxrss` of the process that did the work), measured by the kernel rather than estimated.
+The security tests start kvcheck through this file, so that each attack's memory is kvcheck's own,
+measured by the kernel rather than estimated: VmHWM, the peak resident set of this process's address
+space (unlike ru_maxrss, which Linux carries over from the parent through fork and exec).
 """
 
 import atexit
 import os
-import resource
 import runpy
 import sys
 
 
 def _write_peak() -> None:
+    with open("/proc/self/status") as status:
+        peak_kib = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
     with open(os.environ["KVCHECK_PEAK_FILE"], "w") as out:
-        out.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+        out.write(peak_kib)
 
 
 atexit.register(_write_peak)

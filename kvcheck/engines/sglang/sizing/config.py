@@ -130,14 +130,27 @@ def check_counts(config: Mapping[str, Any], origin: str) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    from kvcheck.errors import InputError
+    from kvcheck.http import JsonRejected, parse_json
+    from kvcheck.inputs.textfile import read_bounded
+
+    try:  # a regular file, size checked before reading, JSON bounded in depth (a config is hostile input too)
+        raw = read_bounded(path, str(path), kind="model config", max_bytes=MAX_HUB_CONFIG_BYTES)
+    except InputError as exc:
+        raise EstimateError(exc.message.replace(f"{path}: ", f"cannot read model config {path}: ", 1)) from exc
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise EstimateError(f"cannot read model config {path}: {exc.strerror or exc}") from exc
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EstimateError(f"model config {path} is not UTF-8 text (byte {exc.start})") from exc
-    except json.JSONDecodeError as exc:
-        raise EstimateError(f"model config {path} is not valid JSON: {exc}") from exc
+    try:
+        data = parse_json(text)
+    except JsonRejected as exc:
+        if str(exc).startswith("not JSON"):
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as decode_error:  # the message the tests and users know
+                raise EstimateError(f"model config {path} is not valid JSON: {decode_error}") from exc
+        raise EstimateError(f"model config {path} cannot be read safely: {exc}") from exc
     if not isinstance(data, dict):
         raise EstimateError(f"model config {path} is not a JSON object")
     return data

@@ -147,9 +147,18 @@ def profile_from_mapping(raw: Mapping[str, Any], path: Path | None = None) -> Gp
     return profile
 
 
+MAX_PROFILE_BYTES = 1024 * 1024
+
+
 def _parse_profile(path: Path) -> GpuProfile:
+    from kvcheck.inputs.textfile import read_text_file
+    from kvcheck.inputs.yamlpos import safe_load_all
+
+    # a user's --profiles folder is input like a manifest: a regular file, bounded, bounded YAML
+    text = read_text_file(path, str(path), kind="GPU profile", max_bytes=MAX_PROFILE_BYTES)
     try:
-        raw = yaml.safe_load(path.read_text())
+        documents = safe_load_all(text, str(path))
+        raw = documents[0] if len(documents) == 1 else None
         if not isinstance(raw, Mapping):
             raise TypeError("not a mapping")
         return profile_from_mapping(raw, path)

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's resolution of the defaults that size the pool (shared/docs/sglang.md §3)."""
+"""SGLang's resolution of the defaults that size the pool: 0.5.23's (shared/docs/sglang.md §3), keyed
+by release where older releases differ (releases.py, docs/sglang-releases.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
+from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile
 from kvcheck.engines.sglang.sizing.shape import DSA, ModelShape
 from kvcheck.errors import EstimateError
@@ -61,6 +63,78 @@ def capacity_defaults(gpu_mib: int | None, tp: int) -> tuple[int, int]:
     if gpu_mib < 160 * 1024:
         return 8192, 256 if tp < 4 else 512
     return 16384, 512
+
+
+def release_capacity_defaults(
+    rules: rel.SizingRules, gpu_mib: int | None, tp: int, *, role: str | None
+) -> tuple[int, int]:
+    """(chunked_prefill_size, decode graph max_bs) when unset, as the release picks them.
+
+    Before 0.5.3 neither feeds the pool; they are resolved to be reported.
+    """
+    if rules.has(rel.CAPACITY_TABLE):
+        cps, bs = capacity_defaults(gpu_mib, tp)
+        if gpu_mib is not None and 20 * 1024 <= gpu_mib < 35 * 1024 and not rules.has(rel.CAPACITY_SMALL_48):
+            cps = 2048
+            bs = (24 if rules.has(rel.CAPACITY_SMALL_24) else 16) if tp < 4 else 80
+        return cps, bs
+    small_limit = 35 * 1024 if rules.has(rel.CAPACITY_BY_GPU) else 25_000
+    if gpu_mib is not None and gpu_mib < small_limit:
+        bs = 80 if rules.has(rel.CAPACITY_SMALL_TP) and tp >= 4 else 8
+    else:
+        bs = 160  # the capture list's default end
+    if rules.has(rel.CAPACITY_BY_GPU):
+        if gpu_mib is None:
+            return 4096, bs
+        return (2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384), bs
+    if gpu_mib is not None and gpu_mib > 180_000 and rules.has(rel.CAPACITY_B200_16K):
+        return 16384, bs
+    if gpu_mib is not None and gpu_mib < 25_000:
+        return 2048, bs
+    if role is not None and rules.has(rel.CAPACITY_PD_16K):
+        return 16384, bs
+    return 8192, bs
+
+
+def fraction_before_0_5_3(
+    rules: rel.SizingRules, gpu_mib: int, *, tp: int, pp: int, speculative: str | None,
+    dp_attention: bool, is_rocm: bool,
+) -> tuple[float, float | None, str]:
+    """(mem_fraction_static, reserve MiB or None, which rule) for releases 0.4.0 to 0.5.2."""
+    p = tp * pp if rules.has(rel.FRACTION_BOOST_96G) else tp
+    if rules.has(rel.FRACTION_RESERVE_BY_GPU):
+        if gpu_mib < 35 * 1024:
+            reserve = (2.8 + p / 10) * 1024
+        elif gpu_mib < 90 * 1024:
+            reserve = (9.5 + p / 2) * 1024
+        elif gpu_mib < 160 * 1024:
+            reserve = (12 + p / 2) * 1024
+        else:
+            reserve = 32 * 1024.0
+        if speculative is not None:
+            reserve += 6 * 1024 if speculative == "STANDALONE" and rules.has(rel.SPEC_STANDALONE_6G) else 2 * 1024
+        if dp_attention:
+            reserve += 4 * 1024
+        return round((gpu_mib - reserve) / gpu_mib, 3), reserve, "reserve by GPU size"
+    table = 0.79 if p >= 16 else 0.81 if p >= 8 else 0.85 if p >= 4 else 0.87 if p >= 2 else 0.88
+    if not rules.has(rel.FRACTION_BIG_GPU_13G) or gpu_mib <= 81920:
+        f, why = table, "by TP size"
+    elif not rules.has(rel.FRACTION_BOOST_96G):
+        return (gpu_mib - 13 * 1024) / gpu_mib, 13 * 1024.0, "13 GiB reserve above 80 GiB"
+    else:
+        f, why = 0.88, "0.88 above 80 GiB"
+    if not rules.has(rel.FRACTION_BOOST_96G):
+        return f, None, why
+    if rules.has(rel.FRACTION_B200_079) and gpu_mib > 180_000 and not is_rocm:
+        return 0.79, None, "0.79 above 180,000 MiB"
+    if gpu_mib > 96 * 1024:
+        reserve = 20 * 1024 if speculative is not None and rules.has(rel.FRACTION_B200_079) else 18 * 1024
+        return min(f + 48 * 1024 * (1 - f) / gpu_mib, (gpu_mib - reserve) / gpu_mib), float(reserve), (
+            f"{why}, raised above 96 GiB"
+        )
+    if speculative is not None and rules.has(rel.FRACTION_B200_079):
+        return f * 0.95, None, f"{why}, x 0.95 for speculative decoding"
+    return f, None, why
 
 
 @dataclass(frozen=True)
@@ -200,9 +274,15 @@ def resolve(
     env: Mapping[str, str],
     gpu_mib: int,
     vision: Mapping[str, Any] | None = None,
+    version: str | None = None,
 ) -> Resolved:
-    """Resolve every pool-relevant setting from the merged args, the model and the GPU."""
+    """Resolve every pool-relevant setting from the merged args, the model and the GPU.
+
+    `version` is the declared SGLang release: the defaults that changed between releases follow
+    it (releases.py); None means the newest rules.
+    """
     notes: list[str] = []
+    rules = rel.rules_for(version)
     tp = int(_arg(args, "tp_size", 1))
     pp = int(_arg(args, "pp_size", 1))
     attn_dp = int(_arg(args, "attn_dp_size", 1))
@@ -225,14 +305,15 @@ def resolve(
             "which the estimate model does not predict"
         )
 
-    # chunked prefill and decode graph batch sizes (memory_hook.py table)
-    default_cps, default_bs = capacity_defaults(gpu_mib, tp)
+    # chunked prefill and decode graph batch sizes (memory_hook.py table; older releases' own)
+    default_cps, default_bs = release_capacity_defaults(rules, gpu_mib, tp, role=role)
     cps = int(_arg(args, "chunked_prefill_size", default_cps))
-    decode_bs_list = args.get("cuda_graph_bs_decode")
-    user_max_bs = args.get("cuda_graph_max_bs_decode")
+    # Before 0.5.20 the decode graph's flags were --cuda-graph-bs / --cuda-graph-max-bs.
+    decode_bs_list = args.get("cuda_graph_bs_decode") or args.get("cuda_graph_bs")
+    user_max_bs = _arg(args, "cuda_graph_max_bs_decode", args.get("cuda_graph_max_bs"))
     max_bs = int(user_max_bs) if user_max_bs is not None else default_bs
     mrr = args.get("max_running_requests")
-    if user_max_bs is None and mrr is not None and max_bs > int(mrr):
+    if user_max_bs is None and mrr is not None and max_bs > int(mrr) and rules.has(rel.MAX_BS_CAPPED_BY_RUNNING):
         max_bs = int(mrr)
     if decode_bs_list:
         bs_values = decode_bs_list if isinstance(decode_bs_list, list | tuple) else [decode_bs_list]
@@ -244,7 +325,15 @@ def resolve(
     decode_graph = not (disable_all or args.get("disable_decode_cuda_graph") or decode_backend_arg == "disabled")
     if role == "prefill" and decode_backend_arg is None:
         decode_graph = False
-    if prefill_backend_arg is not None:
+    if not rules.has(rel.PIECEWISE_OPT_IN):
+        prefill_graph = False
+    elif not rules.has(rel.PIECEWISE_DEFAULT_ON):
+        prefill_graph = bool(args.get("enable_piecewise_cuda_graph")) and not disable_all
+    elif not rules.has(rel.PREFILL_BREAKABLE) and prefill_backend_arg is None:
+        prefill_graph, reasons = _piecewise_prefill_graph(rules, args, shape, gpu, role, pp, attn_cp, a2a, spec)
+        if reasons:
+            notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
+    elif prefill_backend_arg is not None:
         prefill_graph = prefill_backend_arg != "disabled" and not disable_all
     else:
         prefill_graph = not gpu.is_rocm and not disable_all and not args.get("disable_prefill_cuda_graph")
@@ -253,27 +342,39 @@ def resolve(
         reasons = []
         if pp > 1:
             reasons.append("pipeline parallelism")
-        if dcp > 1:
+        if dcp > 1 and rules.has(rel.BREAKABLE_DCP_OFF):
             reasons.append("DCP")
         if attn_cp > 1:
             reasons.append("attention CP")
-        if args.get("enable_two_batch_overlap"):
+        if args.get("enable_two_batch_overlap") and rules.has(rel.BREAKABLE_WIDENED):
             reasons.append("two-batch overlap")
-        if a2a not in A2A_BCG_OK:
+        if rules.has(rel.BREAKABLE_WIDENED) and a2a not in A2A_BCG_OK:
             reasons.append(f"moe-a2a-backend {a2a}")
+        if not rules.has(rel.BREAKABLE_WIDENED):
+            if a2a != "none":
+                reasons.append(f"moe-a2a-backend {a2a}")
+            if attn_dp > 1:
+                reasons.append("DP attention")
+            if args.get("lora_paths") or args.get("enable_lora"):
+                reasons.append("LoRA")
+        if shape.is_mla and not rules.has(rel.BREAKABLE_MLA) and (
+            not rules.has(rel.BREAKABLE_WIDENED) or shape.kind != DSA
+        ):
+            reasons.append("MLA attention")
         if shape.is_multimodal:
             reasons.append("multimodal model")
         if prefill_graph and reasons:
             prefill_graph = False
             notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
-    prefill_max = args.get("cuda_graph_max_bs_prefill")
+    prefill_max = _arg(args, "cuda_graph_max_bs_prefill", args.get("piecewise_cuda_graph_max_tokens"))
     if prefill_max is None:
-        prefill_max = min(8192, cps) if shape.is_mla else cps
+        mla_cap = 8192 if version_has_mla_8192(rules) else 2048
+        prefill_max = min(mla_cap, cps) if shape.is_mla else cps
         if args.get("max_total_tokens") is not None:
             prefill_max = min(prefill_max, int(args["max_total_tokens"]))
         if model_path and "llama-2" in model_path.lower():
             prefill_max = min(prefill_max, 4096)
-    prefill_list = args.get("cuda_graph_bs_prefill")
+    prefill_list = _arg(args, "cuda_graph_bs_prefill", args.get("piecewise_cuda_graph_tokens"))
     n_prefill = len(prefill_list) if isinstance(prefill_list, list | tuple) else len(prefill_capture_sizes(int(prefill_max)))
 
     # context length (needed by the aiter rule and max_running_requests)
@@ -293,6 +394,8 @@ def resolve(
         page_size, page_why = 64, "Qwen3.5 on SM100 with trtllm_mha: 64"
     if shape.architecture == "NemotronHForCausalLM" and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
         page_size, page_why = 64, "Nemotron-H on SM100 with trtllm_mha: 64"
+    if not rules.has(rel.PAGE_ALIGNED):
+        page_size, page_why = 1, f"SGLang {version} has no pages (--page-size came in {rel.PAGE_ALIGNED})"
     notes.append(f"attention backend {backend}{'' if args.get('attention_backend') else ' (default)'}; page size {page_size} ({page_why})")
 
     # KV dtype (§3.6 + DSA override)
@@ -309,15 +412,27 @@ def resolve(
             raise EstimateError(f"--kv-cache-dtype {kv_arg} is not understood by the estimate model")
         kv_dtype = KV_DTYPE_ALIASES[kv_arg]
 
-    # mem_fraction_static (§3.1)
+    # mem_fraction_static (§3.1; docs/sglang-releases.md for the older rules)
     user_f = args.get("mem_fraction_static")
     reserved = None
+    if rules.older_than_known:
+        notes.append(
+            f"SGLang {version} predates 0.4.0, the oldest release whose sizing kvcheck has read; "
+            "sized with 0.4.0's defaults"
+        )
     if user_f is not None:
         f = float(user_f)
         defaulted = False
+    elif not rules.has(rel.FRACTION_ACTIVATION):
+        defaulted = True
+        f, reserved, why = fraction_before_0_5_3(
+            rules, gpu_mib, tp=tp, pp=pp, speculative=spec, dp_attention=attn_dp > 1, is_rocm=gpu.is_rocm
+        )
+        notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule ({why})")
     else:
         defaulted = True
-        if role == "decode":
+        disagg = rules.has(rel.DISAGGREGATION_RESERVE)
+        if role == "decode" and disagg:
             running = mrr or max_bs or 1
             activation = max(int(running) * int(draft_tokens or 1), 2048)
         elif cps > 0:
@@ -326,28 +441,49 @@ def resolve(
             activation = max(int(_arg(args, "max_prefill_tokens", 16384)), 2048)
         reserved = 512 + activation * 1.5 + tp * pp / 8 * 1024
         graph = 0.0
-        if role != "prefill" and decode_graph:
+        if not disagg or (role != "prefill" and decode_graph):
             graph += max_bs * 2
-        if attn_dp > 1 and role != "prefill":
+        if attn_dp > 1 and (not disagg or role != "prefill"):
             graph += max_bs * attn_dp * 3
             if max_bs > 300:
                 graph += max_bs * attn_dp * 1.5
-        if role != "decode" and prefill_graph:
-            graph += 1536 if shape.is_mla else 8 * n_prefill
-            if a2a == "deepep":
+        piecewise_late = 0  # 0.5.5.post1-0.5.7 added the piecewise term after the floor
+        if prefill_graph and (not disagg or role != "decode"):
+            if not rules.has(rel.PIECEWISE_DIV8):
+                piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or 4096) // 4
+            elif not rules.has(rel.PIECEWISE_PER_SIZE):
+                piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or cps) // 8
+            elif shape.is_mla and rules.has(rel.PIECEWISE_DEFAULT_ON):
+                graph += 1536
+            else:
+                graph += 8 * n_prefill
+            if a2a == "deepep" and rules.has(rel.PREFILL_BCG_DEEPEP_1G):
                 graph += 1024
         reserved += graph
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
-        if a2a == "deepep" and decode_graph and role != "prefill":
+        if spec is not None and not rules.has(rel.SPEC_RESERVE_REMOVED):
+            if spec == "STANDALONE":
+                reserved += 6 * 1024
+            elif spec != "NGRAM":
+                reserved += 4 * 1024 if rules.has(rel.SPEC_EAGLE_4G) else 2 * 1024
+        if piecewise_late:
+            reserved += piecewise_late
+        if a2a == "deepep" and decode_graph and role != "prefill" and disagg:
             reserved += 2048
         f = round((gpu_mib - reserved) / gpu_mib, 3)
-        if shape.is_multimodal and not args.get("language_only") and role != "decode":
-            f *= vlm_factor(vision or {})
+        if not rules.has(rel.CAPACITY_SMALL_48):  # rules older than the 0.5.20 line kvcheck was built on
+            notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule (activation reserve)")
+    if defaulted and shape.is_multimodal and rules.has(rel.VLM_X090):
+        skip = (args.get("language_only") and rules.has(rel.VLM_LANGUAGE_ONLY)) or (
+            role == "decode" and rules.has(rel.VLM_NOT_ON_DECODE)
+        )
+        if not skip:
+            f *= vlm_factor(vision or {}) if rules.has(rel.VLM_FACTOR) else 0.90
             notes.append("multimodal: default mem_fraction_static scaled by the vision-tower factor")
-    if backend == "aiter" and context_len > 8192:
+    if backend == "aiter" and context_len > 8192 and rules.has(rel.AITER_X085):
         honor = str(env.get("SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION", "")).lower() in ("1", "true")
-        if defaulted or not honor:
+        if defaulted or not honor or not rules.has(rel.AITER_HONOR_ENV):
             f *= 0.85
             notes.append("aiter backend with context_len > 8192: mem_fraction_static x 0.85")
 
@@ -388,6 +524,44 @@ def resolve(
         dsa_raw_layout=dsa_raw,
         notes=tuple(notes),
     )
+
+
+def version_has_mla_8192(rules: rel.SizingRules) -> bool:
+    """0.5.23 raised an MLA model's prefill-graph token cap from 2048 to min(8192, chunked prefill)."""
+    return rules.has("0.5.23")
+
+
+def _piecewise_prefill_graph(
+    rules: rel.SizingRules, args: Mapping[str, Any], shape: ModelShape, gpu: GpuProfile,
+    role: str | None, pp: int, attn_cp: int, a2a: str, spec: str | None,
+) -> tuple[bool, list[str]]:
+    """0.5.10-0.5.14: the piecewise (torch.compile) prefill graph, on unless a setting rules it out.
+
+    ServerArgs._handle_piecewise_cuda_graph (0.5.10) and
+    _disable_tc_piecewise_cudagraph_if_incompatible (0.5.14), for what a manifest can express.
+    """
+    if args.get("disable_cuda_graph") or args.get("disable_piecewise_cuda_graph"):
+        return False, []
+    if args.get("enforce_piecewise_cuda_graph"):
+        return True, []
+    reasons = []
+    if spec is not None and not rules.has(rel.PREFILL_BACKEND_CONFIG):
+        reasons.append("speculative decoding")
+    checks = (
+        (args.get("enable_dp_attention"), "DP attention"),
+        (args.get("enable_torch_compile"), "torch.compile"),
+        (pp > 1, "pipeline parallelism"),
+        (gpu.is_rocm, "not CUDA"),
+        (a2a != "none", f"moe-a2a-backend {a2a}"),
+        (args.get("lora_paths") or args.get("enable_lora"), "LoRA"),
+        (shape.is_multimodal, "multimodal model"),
+        ((args.get("cpu_offload_gb") or 0) > 0 or args.get("enable_hierarchical_cache"), "CPU offload"),
+        (args.get("enable_deterministic_inference"), "deterministic inference"),
+        (role is not None, "PD disaggregation"),
+        (attn_cp > 1, "attention CP"),
+    )
+    reasons += [why for hit, why in checks if hit]
+    return not reasons, reasons
 
 
 def _dsa_raw_layout(args: Mapping[str, Any], gpu: GpuProfile, kv_dtype: str, role: str | None) -> bool:

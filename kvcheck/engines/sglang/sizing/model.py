@@ -1,4 +1,5 @@
-"""Predict a role's KV pool the way SGLang 0.5.23 sizes it (docs/sglang-internals.md, Pool sizing)."""
+"""Predict a role's KV pool the way SGLang sizes it: 0.5.23's pool code, the declared release's defaults
+(docs/sglang-internals.md, Pool sizing; docs/sglang-releases.md)."""
 
 from __future__ import annotations
 
@@ -325,7 +326,9 @@ def estimate_role(
     profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
 ) -> RoleEstimate:
-    """Predict the role's pool as SGLang 0.5.23 would allocate it; EstimateError when it cannot.
+    """Predict the role's pool as the declared SGLang release would allocate it (0.5.23's pool code,
+    with the defaults that changed between releases taken from that release); EstimateError when it
+    cannot.
 
     `overrides` replaces merged engine args by SGLang field name (the planner sweeps this);
     `offline` True never asks the Hugging Face Hub (None: follow HF_HUB_OFFLINE).
@@ -352,6 +355,7 @@ def estimate_role(
         env=target.env,
         gpu_mib=gpu_mib,
         vision=model.source.vision,
+        version=target.engine_version,
     )
     res = apply_model_overrides(res, shape, gpu, args)
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]

@@ -1,0 +1,101 @@
+"""The parts of SGLang's pool sizing that changed between releases, keyed by the release they came in.
+
+Each entry names the first release whose source has the change (read from the released wheels;
+docs/sglang-releases.md has the table with the file and function of each). The estimate model asks
+`SizingRules.has(CHANGE)` instead of comparing version strings itself, so a rule reads the same in
+the code as in the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from packaging.version import InvalidVersion, Version
+
+# --- the default mem_fraction_static (server_args.py ServerArgs.__post_init__, later
+#     _handle_gpu_memory_settings, arg_groups/memory_hook.py from 0.5.19)
+FRACTION_TP_TABLE = "0.4.0"  # 0.88 / 0.87 / 0.85 / 0.81 / 0.79 by TP size
+FRACTION_BIG_GPU_13G = "0.4.5.post3"  # GPUs > 81,920 MiB: (gpu - 13 GiB) / gpu
+FRACTION_BOOST_96G = "0.4.6.post2"  # table by tp x pp; > 96 GiB: min(f + 48 GiB (1-f)/gpu, (gpu - 18 GiB)/gpu)
+FRACTION_B200_079 = "0.4.7"  # > 180,000 MiB on CUDA: 0.79; speculative 20 GiB / x0.95
+FRACTION_RESERVE_BY_GPU = "0.4.7.post1"  # reserve by GPU size bucket, + spec 2 GiB, + DP attention 4 GiB
+FRACTION_ACTIVATION = "0.5.3"  # 512 + 1.5 x activation tokens + 2 x max_bs + tp x pp / 8 GiB, floor 10 GiB
+SPEC_STANDALONE_6G = "0.5.2"  # STANDALONE drafts reserve 6 GiB instead of 2
+SPEC_EAGLE_4G = "0.5.10"  # EAGLE-family drafts reserve 4 GiB instead of 2
+SPEC_RESERVE_REMOVED = "0.5.14"  # no speculative-decoding reserve any more
+DISAGGREGATION_RESERVE = "0.5.15"  # decode roles size activations by batch; graph terms by role; DeepEP +2 GiB
+PREFILL_BCG_DEEPEP_1G = "0.5.17"  # breakable prefill graph with DeepEP: + 1 GiB
+VLM_X090 = "0.4.9"  # multimodal models: x 0.90
+VLM_FACTOR = "0.4.9.post3"  # multimodal models: 0.95 x clamp(1 - 0.1 (ViT / ViT-L - 1), 0.8, 1.05)
+VLM_LANGUAGE_ONLY = "0.5.9"  # --language-only skips the multimodal factor
+VLM_NOT_ON_DECODE = "0.5.17"  # decode roles skip the multimodal factor
+AITER_X085 = "0.5.4.post2"  # aiter backend with context_len > 8192: x 0.85
+AITER_HONOR_ENV = "0.5.19"  # SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION exempts a given fraction
+
+# --- the prefill CUDA graph's reserve
+PIECEWISE_OPT_IN = "0.5.5.post1"  # --enable-piecewise-cuda-graph: + max_tokens // 4 after the floor
+PIECEWISE_DIV8 = "0.5.7"  # + max_tokens // 8, max_tokens defaulting to chunked_prefill_size
+PIECEWISE_PER_SIZE = "0.5.8"  # + 8 MiB per capture size, before the floor
+PIECEWISE_DEFAULT_ON = "0.5.10"  # on unless disabled; MLA reserves 1.5 GiB
+PREFILL_BACKEND_CONFIG = "0.5.14"  # per-phase config; tc_piecewise prefill backend by default
+PREFILL_BREAKABLE = "0.5.15"  # breakable prefill graph on CUDA by default
+BREAKABLE_DCP_OFF = "0.5.16"  # DCP turns the breakable prefill graph off
+BREAKABLE_WIDENED = "0.5.17"  # LoRA and DP attention keep it; non-DSA MLA, TBO, other A2A backends turn it off
+BREAKABLE_MLA = "0.5.18"  # MLA models keep it
+
+# --- chunked_prefill_size and the decode CUDA-graph max_bs when unset
+CAPACITY_SMALL_TP = "0.4.0.post1"  # < 25,000 MiB: max_bs 8 (TP < 4) or 80
+CAPACITY_PD_16K = "0.4.6.post2"  # prefill/decode roles: chunked prefill 16384
+CAPACITY_B200_16K = "0.4.7"  # > 180,000 MiB: chunked prefill 16384
+CAPACITY_BY_GPU = "0.4.7.post1"  # chunked prefill 2048 / 8192 / 16384 below 35 / 160 GiB / above
+CAPACITY_TABLE = "0.5.3"  # one table for chunked prefill and max_bs by GPU size
+CAPACITY_SMALL_24 = "0.5.4.post1"  # < 35 GiB, TP < 4: max_bs 24
+CAPACITY_SMALL_48 = "0.5.20"  # < 35 GiB: chunked prefill 4096, max_bs 48 (TP < 4) or 160
+MAX_BS_CAPPED_BY_RUNNING = "0.5.22"  # a defaulted decode max_bs is capped at --max-running-requests
+
+# --- the pool
+PAGE_ALIGNED = "0.4.4"  # --page-size appears; the token count is rounded down to a page multiple
+
+OLDEST = Version("0.4.0")
+
+
+@dataclass(frozen=True)
+class SizingRules:
+    """The sizing rules of one declared SGLang release."""
+
+    release: Version  # the release the rules are taken from (the declared one, or 0.4.0 for older)
+    declared: str | None  # the version the manifest states, as written
+
+    def has(self, change: str) -> bool:
+        """Whether this release has the change that came in release `change`."""
+        return self.release >= _release(change)
+
+    @property
+    def older_than_known(self) -> bool:
+        """The declared release predates 0.4.0, the oldest whose sizing kvcheck has read."""
+        return self.declared is not None and _parse(self.declared) is not None and _parse(self.declared) < OLDEST
+
+
+@cache
+def _release(text: str) -> Version:
+    return Version(text)
+
+
+def _parse(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def rules_for(version: str | None) -> SizingRules:
+    """The rules of `version`; no (or an unreadable) version means the newest rules.
+
+    A post or local build (`0.5.23.post1`, `0.5.23+cu129`) is compared as the version it is, so it
+    gets every change of its release; a release older than 0.4.0 gets 0.4.0's rules.
+    """
+    parsed = _parse(version) if version is not None else None
+    if parsed is None:
+        return SizingRules(release=Version("9999"), declared=version)
+    return SizingRules(release=max(parsed, OLDEST), declared=version)

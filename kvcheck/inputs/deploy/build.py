@@ -276,6 +276,15 @@ def _build_role(source: RoleSource, override: str | None, issues: list[InputIssu
                                      f"'{source.mode.value}' at {source.mode.location.render() if source.mode.location else '?'}"))
     for label, worker in source.workers:
         findings.extend(_disagreements(source, args, label, worker, catalogue))
+    nnodes = args.get("nnodes")
+    if source.nodes is not None and nnodes is not None and nnodes.value != source.nodes.value:
+        where = nnodes.location
+        issues.append(InputIssue(
+            where.file, where.line, where.column, "",
+            f"--nnodes {nnodes.value}, but {source.nodes.origin} gives {source.nodes.value} node(s) per instance "
+            f"at {source.nodes.location.render() if source.nodes.location else '?'}: the engine would wait for "
+            "nodes that never join, or leave pods out",
+        ))
     return ImportedRole(
         name=source.name,
         kind=source.kind,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_kvcheck
+from tests.conftest import REPO_ROOT, run_kvcheck
 
 FIX = "tests/inputs/deploy/fixtures"
 EIGHT = [0, 1, 2, 3, 4, 5, 6, 7]
@@ -315,3 +315,13 @@ def test_a_shell_variable_in_exec_form_is_named_as_the_bug_it_is() -> None:
     fixed = text.replace('"$TP"', '"$(TP)"')
     result = run_kvcheck("import", "-", "--format", "json", stdin=fixed)
     assert json.loads(result.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
+
+
+def test_nnodes_that_contradict_the_group_size_are_an_input_error() -> None:
+    text = (REPO_ROOT / FIX / "lws-pd.yaml").read_text(encoding="utf-8").replace("- $(LWS_GROUP_SIZE)", '- "4"', 1)
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:25:17: --nnodes 4, but LeaderWorkerSet size gives 2 node(s) per instance at <stdin>:10:11: "
+        "the engine would wait for nodes that never join, or leave pods out"
+    )

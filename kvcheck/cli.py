@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -19,6 +20,22 @@ from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
 from kvcheck.report.outputs import report_files_option, write_report_files
 from kvcheck.report.render import FORMATTERS, TableFormat
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (click lets them through every comparison)."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        converted = super().convert(value, param, ctx)
+        if not math.isfinite(converted):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return converted
+
+
+DAY_S = 24 * 3600.0
+WEEK_S = 7 * DAY_S
 
 
 def _stderr(message: str) -> None:
@@ -186,7 +203,7 @@ def main() -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1, max=WEEK_S),
     default=1800,
     show_default=True,
     help="Seconds each role's engine may take to report its pool.",
@@ -255,7 +272,7 @@ def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights,
 )
 @click.option(
     "--min-headroom",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="Each pool must hold this many times the window.",
@@ -327,7 +344,7 @@ def rules(code):
 )
 @click.option(
     "--min-headroom",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=None,
     help="Each pool must hold this many times the window. [default: 1.0, or the manifest's policy]",
 )
@@ -337,7 +354,7 @@ def rules(code):
     help="Judge the servers as the roles of this manifest (with --endpoint ROLE=URL).",
 )
 @click.option("--endpoint", "endpoints", multiple=True, help="ROLE=URL: the live server of a manifest role.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0.1, max=DAY_S), default=10, show_default=True,
               help="Seconds per request to one server.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
               help="Retries per server on connection errors and 5xx answers (with backoff).")
@@ -375,18 +392,18 @@ def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeou
 
 @main.command()
 @click.argument("url")
-@click.option("--context-length", type=int, metavar="TOKENS",
+@click.option("--context-length", type=click.IntRange(max=2**31 - 1), metavar="TOKENS",
               help="The window promised to clients (default: what the server serves).")
-@click.option("--pool", "pool_tokens", type=int, metavar="TOKENS",
+@click.option("--pool", "pool_tokens", type=click.IntRange(max=2**31 - 1), metavar="TOKENS",
               help="The smallest role's KV pool, used when the front door has no /server_info (a router).")
 @click.option("--max-requests", type=int, default=64, show_default=True,
               help="Most requests sent in all (GETs included); a plan that needs more is refused.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Requests in flight at once.")
-@click.option("--rate", "rate_per_s", type=float, default=2.0, show_default=True,
+@click.option("--rate", "rate_per_s", type=FiniteFloat(), default=2.0, show_default=True,
               help="Most request starts per second.")
-@click.option("--max-duration", "max_duration_s", type=float, default=1800.0, show_default=True,
+@click.option("--max-duration", "max_duration_s", type=FiniteFloat(max=WEEK_S), default=1800.0, show_default=True,
               help="Seconds for the whole run; nothing is sent after it.")
-@click.option("--request-timeout", "request_timeout_s", type=float, default=600.0, show_default=True,
+@click.option("--request-timeout", "request_timeout_s", type=FiniteFloat(max=DAY_S), default=600.0, show_default=True,
               help="Seconds for one request (long prefills are slow).")
 @click.option("--tenants", type=int, default=4, show_default=True,
               help="Synthetic tenants of the isolation check (0 skips it).")
@@ -481,7 +498,7 @@ def import_(files, cmd, fmt, gpu, context_length, model_config, sglang_version):
 @click.option("--context", "kube_context", help="The kubeconfig context (default: the current one).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="The kubeconfig file (default: $KUBECONFIG).")
 @click.option("--run-id", help="Delete only this run's objects (the report's details.kubernetes.run_id).")
-@click.option("--grace", "grace_s", type=click.FloatRange(min=0), default=15.0, show_default=True,
+@click.option("--grace", "grace_s", type=FiniteFloat(min=0, max=DAY_S), default=15.0, show_default=True,
               help="Seconds each engine gets to stop before it is killed.")
 def cleanup(namespace, kube_context, kubeconfig, run_id, grace_s):
     """Delete the Kubernetes Jobs and LeaderWorkerSets that killed kvcheck runs left (by label)."""

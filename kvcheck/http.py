@@ -42,6 +42,7 @@ MAX_REDIRECTS = 5
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a server_info for hundreds of DP ranks stays far below this
 MAX_JSON_DEPTH = 64  # SGLang's answers nest 4 or 5 levels deep
 MAX_ENCODING_LAYERS = 3
+MAX_DEADLINE_S = 7 * 24 * 3600.0  # beyond this a socket timeout no longer fits the C timeval
 ACCEPT_ENCODING = "gzip, deflate"  # what _Layer decodes; a server may not send anything else
 _DECODE_STEP = 256 * 1024  # at most this many decoded bytes per decompress call, so memory stays bounded
 
@@ -162,6 +163,19 @@ def tls_reason(exc: BaseException) -> str | None:
     return None
 
 
+def token_problem(name: str, value: str) -> str | None:
+    """Why the bearer token in environment variable `name` cannot be sent, or None. Never quotes it.
+
+    An HTTP header carries visible ASCII only; httpx would otherwise fail deep inside a request (a
+    traceback), and a token with a newline would inject headers.
+    """
+    bad = next((i for i, char in enumerate(value) if not 0x21 <= ord(char) <= 0x7E), None)
+    if bad is None:
+        return None
+    return (f"--token-env {name}: the token holds a character that cannot be sent in an HTTP header at "
+            f"position {bad + 1} (only visible ASCII characters can)")
+
+
 # -- the deadline --------------------------------------------------------------------------------------
 
 # Monotonic time by which the current request must be over; set by `deadline()`, read by every socket
@@ -172,7 +186,7 @@ _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("kvchec
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[float]:
     """Every socket operation inside this block ends by `seconds` from now (nested blocks: the earlier)."""
-    end = time.monotonic() + seconds
+    end = time.monotonic() + min(seconds, MAX_DEADLINE_S)
     outer = _DEADLINE.get()
     if outer is not None:
         end = min(end, outer)

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from kvcheck.backends.audit import audit_endpoints
 from kvcheck.errors import InputError
+from kvcheck.http import token_problem
 from kvcheck.inputs.fleet import (
     Endpoint,
     duplicate_issues,
@@ -62,6 +63,9 @@ def read_token(token_env: str | None, environ: Mapping[str, str] = os.environ) -
             f"--token-env {token_env}: the environment variable is not set or empty",
             hint=f"export {token_env}=... before running kvcheck",
         )
+    problem = token_problem(token_env, value)
+    if problem is not None:
+        raise InputError(problem)
     return value
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import httpx
 
+from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.errors import InputError
+from kvcheck.http import token_problem
 
 # Defaults sized so that one run is a small, bounded load (docs/probe.md gives the exact figures).
 DEFAULT_MAX_REQUESTS = 64
@@ -86,12 +88,18 @@ class ProbeOptions:
         for name, value in (("--context-length", self.context_length), ("--pool", self.pool_tokens)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 16):
                 problems.append(f"{name} must be a token count of at least 16, got {value!r}")
+            elif value is not None and value > MAX_TOKEN_FIGURE:
+                problems.append(f"{name} {value} is more tokens than any server can hold (at most {MAX_TOKEN_FIGURE})")
         if self.insecure and self.ca_bundle:
             problems.append("--insecure and --ca-bundle contradict each other; give one")
         if self.ca_bundle and not Path(self.ca_bundle).exists():
             problems.append(f"--ca-bundle {self.ca_bundle} does not exist")
         if self.token_env is not None and not os.environ.get(self.token_env):
             problems.append(f"--token-env {self.token_env}: that environment variable is not set or empty")
+        elif self.token_env is not None:
+            problem = token_problem(self.token_env, os.environ[self.token_env])
+            if problem is not None:
+                problems.append(problem)
         if self.dry_run and (self.context_length is None or self.pool_tokens is None):
             problems.append(
                 "--dry-run sends nothing, not even to /server_info: give --context-length and --pool "

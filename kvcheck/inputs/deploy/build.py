@@ -22,6 +22,7 @@ from kvcheck.inputs.deploy.readers import (
     RoleSource,
     doc_format,
     gather_references,
+    merged_doc,
 )
 from kvcheck.inputs.deploy.server import (
     PLACEMENT_FLAGS,
@@ -140,8 +141,6 @@ class _Skip(Exception):
 
 def _list_items(doc: Doc) -> list[Doc]:
     """`kind: List` (kubectl get -o yaml, some kustomize pipelines): each item as a document of its own."""
-    from kvcheck.inputs.deploy.readers import merged_doc
-
     data = doc.data
     if not (isinstance(data, Mapping) and data.get("kind") == "List" and isinstance(data.get("items"), list)):
         return [doc]
@@ -180,7 +179,6 @@ def _command_line_role(cmd: str) -> RoleSource:
         tokens = [Token(w.text, Location("--cmd", 1, w.offset + 1), list(w.unresolved)) for w in words]
         server = find_server(tokens, _EmptyEnv(), doc=None) if tokens else None
         if server is not None:
-            from kvcheck.inputs.deploy.readers import Inputs  # noqa: F401 - one role, no references
             from kvcheck.inputs.deploy.server import Env
             from kvcheck.inputs.yamlpos import Positions, YamlDocument
 

@@ -27,7 +27,7 @@ from kvcheck.inputs.deploy.server import (
     find_server,
 )
 from kvcheck.inputs.deploy.source import Doc
-from kvcheck.inputs.yamlpos import Path_
+from kvcheck.inputs.yamlpos import Path_, Positions, YamlDocument
 from kvcheck.model import Location
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
@@ -377,8 +377,6 @@ def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 def merged_doc(doc: Doc, base_path: Path_ | None, patch_path: Path_ | None) -> Doc | None:
     """A pod template patched as RBG patches it (maps merge, containers merge by name, lists replace),
     as a document of its own whose every value keeps its position in the original file."""
-    from kvcheck.inputs.yamlpos import Positions, YamlDocument
-
     source = doc.yaml.positions
     positions = Positions()
 
@@ -494,8 +492,6 @@ def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 
 def read_dynamo(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     """DynamoGraphDeployment: workers running `python -m dynamo.sglang`; the frontend gives no role."""
-    from kvcheck.inputs.deploy.server import Arg
-
     group = _name(doc)
     spec = doc.data.get("spec") or {}
     entries: list[tuple[str, Mapping[str, Any], Path_]] = []
@@ -725,8 +721,6 @@ def read_compose(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 
 def read_slurm_recipe(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     """An srt-slurm recipe: per-role SGLang config maps under backend.sglang_config, resources per role."""
-    from kvcheck.inputs.deploy.server import ServerCommand
-
     data = doc.data
     resources = data.get("resources") or {}
     config = _get(data, "backend", "sglang_config") or {}

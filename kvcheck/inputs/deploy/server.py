@@ -14,12 +14,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from kvcheck.engines.sglang.argv import launch_index, parse_argv
 from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError
-from kvcheck.errors import InputIssue
+from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
 from kvcheck.inputs.deploy.source import Doc
-from kvcheck.inputs.yamlpos import Path_
+from kvcheck.inputs.yamlpos import Path_, load_yaml_documents
 from kvcheck.model import Finding, Location
 from kvcheck.policy.registry import finding
 
@@ -351,14 +353,12 @@ def config_args(
     doc: Doc, path: Path_, text: str, catalogue: Catalogue, *, origin: str
 ) -> tuple[dict[str, Arg], list[InputIssue]]:
     """The arguments of an SGLang `--config` YAML file held in a ConfigMap entry (doc path `path`)."""
-    from kvcheck.inputs.yamlpos import load_yaml_documents
-
     issues: list[InputIssue] = []
     try:
         documents = load_yaml_documents(text, f"{doc.source.name} ({origin})", max_nodes=100_000)
-    except Exception as exc:  # noqa: BLE001 - reported at the ConfigMap entry
+    except (InputError, yaml.YAMLError) as exc:  # reported at the ConfigMap entry
         where = doc.at(path)
-        message = getattr(exc, "message", str(exc))
+        message = exc.message if isinstance(exc, InputError) else str(exc)
         return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: {message}")]
     data = documents[0].data if documents else None
     if not isinstance(data, Mapping):

@@ -236,3 +236,20 @@ def test_a_pod_listing_kvcheck_cannot_read_is_a_kvcheck_bug_not_a_hang(cluster, 
         measure(cluster, [target()], timeout_s=60)
     assert "reading role prefill's engine log failed: KeyError('metadata')" in str(err.value)
     assert cluster.objects == {} and cluster.pods == {}
+
+
+def test_a_role_on_more_nodes_than_the_pool_has_fails_closed_at_once(cluster):
+    role = target(args={"tp_size": 24, "nnodes": 3}, gpus=())  # 3 pods of 8 GPUs; the pool has 2 nodes of 8
+    (m,) = measure(cluster, [role], timeout_s=600)
+    (finding,) = m.findings
+    assert finding.message.startswith("the cluster cannot place pod kvcheck-0a1b2c3d-prefill-0-2: 0/2 nodes are ")
+    assert finding.message.endswith("(the role asks for 8 nvidia.com/gpu per pod on 3 nodes)")
+    assert m.details["boot_s"] < 10
+    assert cluster.objects == {} and cluster.pods == {}
+
+
+def test_an_autoscaling_cluster_gets_the_unschedulable_wait(cluster):
+    role = target(args={"tp_size": 16}, gpus=())
+    (m,) = measure(cluster, [role], settings=settings(unschedulable_wait_s=2.0), timeout_s=600)
+    assert m.findings[0].message.startswith("the cluster cannot place pod ")
+    assert 2.0 <= m.details["boot_s"] < 10

@@ -325,3 +325,27 @@ def test_nnodes_that_contradict_the_group_size_are_an_input_error() -> None:
         "<stdin>:25:17: --nnodes 4, but LeaderWorkerSet size gives 2 node(s) per instance at <stdin>:10:11: "
         "the engine would wait for nodes that never join, or leave pods out"
     )
+
+
+def test_an_unterminated_quote_in_a_script_is_reported_where_it_opens() -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        '      containers:\n        - name: s\n          command: ["sh", "-c"]\n          args:\n'
+        "            - |\n              echo hi\n"
+        '              python3 -m sglang.launch_server --model-path "m --tp 2\n'
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == "<stdin>:13:60: shell: unterminated double quote"
+
+
+def test_a_config_file_whose_configmap_is_not_given_is_unknown_not_empty() -> None:
+    text = (REPO_ROOT / FIX / "dynamo-v1beta1.yaml").read_text(encoding="utf-8")
+    without_configmap = text[text.index("apiVersion: nvidia.com") :]
+    result = run_kvcheck("import", "-", "--format", "json", stdin=without_configmap)
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "kvcheck: error: <stdin>:24:87: KV317 --config /etc/sglang/sglang.yaml: the file is not among the "
+        "inputs, so the flags it sets are unknown\n"
+    )
+    assert json.loads(result.stdout)["roles"]["worker"]["args"] == {"mem-fraction-static": 0.85}

@@ -1,5 +1,5 @@
-"""SGLang's resolution of the defaults that size the pool: 0.5.23's (shared/docs/sglang.md §3), keyed
-by release where older releases differ (releases.py, docs/sglang-releases.md)."""
+"""SGLang's resolution of the defaults that size the pool: 0.5.23's (docs/sglang-internals.md,
+Defaults), keyed by release where older releases differ (releases.py, docs/sglang-releases.md)."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def _arg(args: Mapping[str, Any], name: str, default: Any = None) -> Any:
 
 
 def context_len_of(text: Mapping[str, Any], requested: int | None, env: Mapping[str, str]) -> tuple[int, list[str]]:
-    """SGLang's derived context length and the effect of --context-length (§3.5)."""
+    """SGLang's derived context length and the effect of --context-length (docs/sglang-internals.md)."""
     notes: list[str] = []
     rope = text.get("rope_scaling") or {}
     factor = 1.0
@@ -398,7 +398,7 @@ def resolve(
         page_size, page_why = 1, f"SGLang {version} has no pages (--page-size came in {rel.PAGE_ALIGNED})"
     notes.append(f"attention backend {backend}{'' if args.get('attention_backend') else ' (default)'}; page size {page_size} ({page_why})")
 
-    # KV dtype (§3.6 + DSA override)
+    # KV dtype (docs/sglang-internals.md, KV cache dtype; DSA overrides it)
     kv_arg = str(_arg(args, "kv_cache_dtype", "auto"))
     if shape.kind == DSA and kv_arg == "auto" and not gpu.is_rocm:
         kv_dtype = "fp8_e4m3" if gpu.is_blackwell and not shape.has_attention_sinks else "bfloat16"
@@ -412,7 +412,7 @@ def resolve(
             raise EstimateError(f"--kv-cache-dtype {kv_arg} is not understood by the estimate model")
         kv_dtype = KV_DTYPE_ALIASES[kv_arg]
 
-    # mem_fraction_static (§3.1; docs/sglang-releases.md for the older rules)
+    # mem_fraction_static (docs/sglang-internals.md; docs/sglang-releases.md for the older rules)
     user_f = args.get("mem_fraction_static")
     reserved = None
     if rules.older_than_known:

@@ -46,6 +46,7 @@ def run_cleanup(options: CleanupOptions) -> CleanupOutcome:
         lines = [f"deleted {obj.render(namespace)}" for obj in result.deleted]
     else:
         lines = [f"nothing left by {scope} in namespace {namespace}"]
+    lines += [f"note: {note}" for note in result.notes]
     if result.problem:
         lines.append(f"error: {result.problem}")
     return CleanupOutcome(

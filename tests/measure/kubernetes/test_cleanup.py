@@ -126,3 +126,16 @@ def test_without_the_kubernetes_library_the_hint_names_the_extra(tmp_path):
     assert result.stderr == (
         "kvcheck: error: the Kubernetes launcher needs the kubernetes client library, which is not installed\n"
         "kvcheck: hint: pip install 'kvcheck[k8s]'\n")
+
+
+def test_a_role_that_may_not_list_leaderworkersets_still_removes_them_through_their_deadline_jobs(cluster):
+    _leave(cluster, "0a1b2c3d", "prefill", args={"nnodes": 2})
+    cluster.refuse[("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets")] = (
+        403, "Forbidden", "leaderworkersets.leaderworkerset.x-k8s.io is forbidden")
+    result = run_kvcheck("cleanup", "--kubeconfig", str(cluster.kubeconfig), "-n", NS, "--grace", "1")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"deleted Job {NS}/kvcheck-0a1b2c3d-prefill-deadline (run 0a1b2c3d")
+    assert lines[1] == (
+        "note: LeaderWorkerSets could not be listed (forbidden); deleting their deadline Jobs deletes them")
+    assert cluster.objects == {} and cluster.pods == {}

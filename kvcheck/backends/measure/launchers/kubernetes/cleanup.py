@@ -34,13 +34,29 @@ class CleanupResult:
     namespace: str
     deleted: tuple[LeftObject, ...]
     problem: str | None  # what could not be deleted (None: nothing is left)
+    notes: tuple[str, ...] = ()
 
 
-def find_left(api: KubeApi, namespace: str, run_id: str | None = None) -> list[LeftObject]:
-    """Every object kvcheck created in the namespace (one run's, with `run_id`)."""
+def find_left(api: KubeApi, namespace: str, run_id: str | None = None) -> tuple[list[LeftObject], list[str]]:
+    """Every object kvcheck created in the namespace (one run's, with `run_id`), and notes.
+
+    A Role without the LeaderWorkerSet rules (clusters where no role spans nodes) may not list them:
+    that is a note, not a failure, because every LeaderWorkerSet is owned by a deadline Job, and
+    deleting the Job deletes it.
+    """
     found = []
+    notes = []
     for kind in KINDS:
-        for obj in api.list_objects(kind, namespace, run_selector(run_id)):
+        try:
+            items = api.list_objects(kind, namespace, run_selector(run_id))
+        except KubeError as exc:
+            if kind != "LeaderWorkerSet" or exc.status != 403:
+                raise
+            notes.append(
+                "LeaderWorkerSets could not be listed (forbidden); deleting their deadline Jobs deletes them"
+            )
+            continue
+        for obj in items:
             metadata = obj.get("metadata") or {}
             found.append(
                 LeftObject(
@@ -50,20 +66,19 @@ def find_left(api: KubeApi, namespace: str, run_id: str | None = None) -> list[L
                     created=metadata.get("creationTimestamp"),
                 )
             )
-    return found
+    return found, notes
 
 
 def cleanup(
     api: KubeApi, namespace: str, *, run_id: str | None = None, grace_s: float = 15.0
 ) -> CleanupResult:
     """Delete them and wait (up to the grace and 30 s) for their pods to be gone."""
-    left = find_left(api, namespace, run_id)
+    left, notes = find_left(api, namespace, run_id)
     problem = None
-    if left or run_id is None:
-        try:
-            problem = delete_role(
-                api, namespace, [(o.kind, o.name) for o in reversed(left)], run_selector(run_id), grace_s
-            )
-        except KubeError as exc:
-            problem = exc.message
-    return CleanupResult(namespace=namespace, deleted=tuple(left), problem=problem)
+    try:
+        problem = delete_role(
+            api, namespace, [(o.kind, o.name) for o in reversed(left)], run_selector(run_id), grace_s
+        )
+    except KubeError as exc:
+        problem = exc.message
+    return CleanupResult(namespace=namespace, deleted=tuple(left), problem=problem, notes=tuple(notes))

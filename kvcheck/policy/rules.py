@@ -20,6 +20,7 @@ from kvcheck.policy.registry import define_rule, finding
 # The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
 # transferring a placeholder's KV (docs/sglang-internals.md, Admission bound).
 ADMISSION_FIX_VERSION = Version("0.5.22")
+KV_CHECKSUM_VERSION = Version("0.5.21")  # the first release with --disaggregation-enable-kv-checksum
 
 define_rule(
     "KV101",
@@ -229,12 +230,20 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
             )
         )
     if mode is not None and not args.get("disaggregation_enable_kv_checksum"):
+        if version is not None and version < KV_CHECKSUM_VERSION:
+            # The flag would be refused as unknown by this release: the fix is the upgrade.
+            hint = (
+                f"SGLang {version_text} has no KV checksum (--disaggregation-enable-kv-checksum came in "
+                f"{KV_CHECKSUM_VERSION}); deploy {ADMISSION_FIX_VERSION} or later and add it to both roles"
+            )
+        else:
+            hint = "add disaggregation-enable-kv-checksum: true to both prefill and decode args"
         found.append(
             finding(
                 "KV203",
                 role,
                 f"disaggregated {mode} role runs without --disaggregation-enable-kv-checksum",
-                hint="add disaggregation-enable-kv-checksum: true to both prefill and decode args",
+                hint=hint,
                 location=target.arg_location("disaggregation_mode"),
             )
         )

@@ -160,3 +160,16 @@ def test_a_release_before_disaggregation_has_no_disaggregation_flags(tmp_path):
     result = run_kvcheck("verify", str(manifest(tmp_path, "0.4.4", roles=DISAGGREGATED)), "--mode", "estimate")
     assert result.exit_code == 2
     assert "unknown SGLang flag 'disaggregation-mode' (SGLang 0.4.4)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "hint"),
+    [
+        ("0.5.20", "SGLang 0.5.20 has no KV checksum (--disaggregation-enable-kv-checksum came in 0.5.21); "
+                   "deploy 0.5.22 or later and add it to both roles"),
+        ("0.5.21", "add disaggregation-enable-kv-checksum: true to both prefill and decode args"),
+    ],
+)
+def test_kv203_does_not_ask_for_a_flag_the_release_lacks(tmp_path, version, hint):
+    code, report = verify(manifest(tmp_path, version, roles=DISAGGREGATED))
+    assert [f["hint"] for f in report["findings"] if f["rule"] == "KV203"] == [hint, hint]

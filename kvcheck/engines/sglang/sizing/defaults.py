@@ -368,7 +368,7 @@ def resolve(
             notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
     prefill_max = _arg(args, "cuda_graph_max_bs_prefill", args.get("piecewise_cuda_graph_max_tokens"))
     if prefill_max is None:
-        mla_cap = 8192 if version_has_mla_8192(rules) else 2048
+        mla_cap = 8192 if rules.has(rel.PREFILL_MLA_8192) else 2048
         prefill_max = min(mla_cap, cps) if shape.is_mla else cps
         if args.get("max_total_tokens") is not None:
             prefill_max = min(prefill_max, int(args["max_total_tokens"]))
@@ -524,11 +524,6 @@ def resolve(
         dsa_raw_layout=dsa_raw,
         notes=tuple(notes),
     )
-
-
-def version_has_mla_8192(rules: rel.SizingRules) -> bool:
-    """0.5.23 raised an MLA model's prefill-graph token cap from 2048 to min(8192, chunked prefill)."""
-    return rules.has("0.5.23")
 
 
 def _piecewise_prefill_graph(

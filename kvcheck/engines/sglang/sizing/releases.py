@@ -43,6 +43,7 @@ PREFILL_BREAKABLE = "0.5.15"  # breakable prefill graph on CUDA by default
 BREAKABLE_DCP_OFF = "0.5.16"  # DCP turns the breakable prefill graph off
 BREAKABLE_WIDENED = "0.5.17"  # LoRA and DP attention keep it; non-DSA MLA, TBO, other A2A backends turn it off
 BREAKABLE_MLA = "0.5.18"  # MLA models keep it
+PREFILL_MLA_8192 = "0.5.23"  # an MLA prefill graph captures up to min(8192, chunked prefill), not 2048
 
 # --- chunked_prefill_size and the decode CUDA-graph max_bs when unset
 CAPACITY_SMALL_TP = "0.4.0.post1"  # < 25,000 MiB: max_bs 8 (TP < 4) or 80

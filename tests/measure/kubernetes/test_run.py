@@ -253,3 +253,14 @@ def test_an_autoscaling_cluster_gets_the_unschedulable_wait(cluster):
     (m,) = measure(cluster, [role], settings=settings(unschedulable_wait_s=2.0), timeout_s=600)
     assert m.findings[0].message.startswith("the cluster cannot place pod ")
     assert 2.0 <= m.details["boot_s"] < 10
+
+
+def test_an_engine_that_crashed_before_kvcheck_followed_it_is_quoted_from_its_log(cluster, monkeypatch):
+    from kvcheck.backends.measure.launchers.kubernetes import launcher as module
+
+    monkeypatch.setattr(module.KubernetesEngine, "_follow", lambda self, pod: None)  # never caught running
+    (m,) = measure(cluster, [target(env={"FAKE_SGLANG_MODE": "oom"})])
+    (finding,) = m.findings
+    assert finding.message.startswith("the engine exited with status 137 before reporting its pool")
+    assert "Scheduler hit an exception" in finding.message
+    assert ("GET", f"/api/v1/namespaces/{NS}/pods/{m.details['kubernetes']['pods'][0]}/log") in cluster.requests

@@ -245,6 +245,14 @@ class KubeApi:
             _request_timeout=(REQUEST_TIMEOUT_S, LOG_READ_TIMEOUT_S),
         )
 
+    def read_log(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> str:
+        """The container's whole log so far (the previous instance's with `previous`), without timestamps."""
+        response = self._call(
+            f"reading the log of {namespace}/{pod}", self.core.read_namespaced_pod_log, pod, namespace,
+            container=container, previous=previous,
+        )
+        return bytes(response.data or b"").decode("utf-8", "replace")
+
     def proxy_get(
         self, namespace: str, pod: str, port: int, path: str, *, timeout_s: float
     ) -> tuple[int, bytes]:

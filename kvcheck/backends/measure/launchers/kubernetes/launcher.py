@@ -299,6 +299,14 @@ class KubernetesEngine(RunningEngine):
         stream = self._streams.get(pod)
         if stream is not None:
             stream.join(timeout=5.0)
+        else:  # it ended between two listings, before kvcheck followed it: read what it printed
+            try:
+                text = self.api.read_log(self.settings.namespace, pod, self.rendered.container, previous=restarted)
+            except KubeError as exc:
+                self._write(f"kvcheck: could not read the log of pod {pod}: {exc.message}")
+            else:
+                for line in text.splitlines()[-5000:]:
+                    self._take("", line)
         code = int(terminated.get("exitCode", 1) or 0)
         signal = terminated.get("signal")
         reason = terminated.get("reason") or ""

@@ -452,9 +452,8 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
         except OSError as exc:
             raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
 
-    def progress(result, done, total) -> None:
-        if sys.stderr.isatty():
-            _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
+    def progress(result, done, total) -> None:  # plain lines: a terminal and a CI log alike
+        _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
 
     def action() -> int:
         if dry_run:

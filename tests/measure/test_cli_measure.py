@@ -148,7 +148,9 @@ def test_ctrl_c_stops_every_engine_and_exits_130(manifest: Path, pidfile: PidFil
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert out == ""
-    assert err.startswith("kvcheck: interrupted")
+    # progress lines (stderr is not a terminal here), then the interruption: no traceback
+    assert err.splitlines()[-1] == "kvcheck: interrupted; every process kvcheck started has been stopped"
+    assert all(line.startswith("kvcheck: ") for line in err.splitlines())
     assert pidfile.survivors() == []
 
 
@@ -159,3 +161,15 @@ def test_sigterm_stops_every_engine_and_dies_of_sigterm(manifest: Path, pidfile:
     assert proc.returncode == -signal.SIGTERM, err  # a shell shows 143
     assert out == ""
     assert pidfile.survivors() == []
+
+
+def test_progress_comes_as_plain_lines_on_stderr_when_it_is_not_a_terminal(manifest: Path) -> None:
+    code, report, stderr = verify_json(manifest)
+    assert code == report["exit_code"]
+    lines = stderr.splitlines()
+    for role in ("prefill", "decode"):
+        mine = [line for line in lines if line.startswith(f"kvcheck: [{role}] ")]
+        assert mine[0] == f"kvcheck: [{role}] queued"
+        assert f"kvcheck: [{role}] starting" in mine
+        assert mine[-1].startswith(f"kvcheck: [{role}] ✓ pool ") and mine[-1].endswith(" s)")
+    assert not any("[/" in line or "[green]" in line for line in lines)  # no rich markup in a CI log

@@ -105,12 +105,31 @@ def test_no_driver_is_a_check_error_pointing_to_estimate_mode() -> None:
     assert "--mode estimate" in caught.value.hint
 
 
-def test_missing_pynvml_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_pynvml_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)
+    (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (tmp_path / "proc" / "driver" / "nvidia" / "version").write_text("NVRM version: 570.86.15\n")
     with pytest.raises(MissingExtraError) as caught:
-        load_nvml()
+        load_nvml(tmp_path)
     assert caught.value.exit_code == 3
     assert "pip install 'kvcheck[gpu]'" in caught.value.hint
+
+
+def test_no_gpu_on_this_host_says_so_first_and_points_to_estimate_mode(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").touch()  # a control node alone is not a GPU
+    with pytest.raises(GpuInventoryError) as caught:
+        load_nvml(tmp_path)
+    assert caught.value.exit_code == 3
+    assert caught.value.message.startswith("no NVIDIA GPU is visible on this host")
+    assert caught.value.hint.startswith("run `kvcheck verify --mode estimate` here (no GPU needed), or measure on "
+                                        "a cluster's GPUs with --launcher slurm or --launcher kubernetes")
+    (tmp_path / "dev" / "nvidia0").touch()
+    with pytest.raises(MissingExtraError):
+        load_nvml(tmp_path)
 
 
 def test_same_name_other_memory_is_kv302() -> None:

@@ -1,24 +1,35 @@
-"""Live progress on stderr while engines boot: per role the phase its log shows and the time spent.
+"""Progress on stderr while engines boot: per role the phase its log shows and the time spent.
 
-Quiet unless stderr is a terminal (CI logs stay clean; stdout carries only the report).
+On a terminal, a live display; anywhere else (a CI log), one plain line per change, so a run of
+many minutes shows what it is doing. stdout carries only the report either way.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
+from typing import TextIO
 
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 
 class BootProgress:
     """One line per role; thread-safe (role threads report their own phase)."""
 
-    def __init__(self, enabled: bool | None = None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+    def __init__(self, enabled: bool | None = None, *, stream: TextIO | None = None) -> None:
+        """enabled None: live on a terminal, plain lines elsewhere; False: nothing."""
+        self.stream = stream or sys.stderr
+        terminal = self.stream.isatty()
+        self.enabled = terminal if enabled is None else enabled
+        self.plain = enabled is None and not terminal
         self._lock = threading.Lock()
         self._tasks: dict[str, int] = {}
+        self._started: dict[str, float] = {}
+        self._last: dict[str, str] = {}
         self._progress: Progress | None = None
         if self.enabled:
             self._progress = Progress(
@@ -39,7 +50,24 @@ class BootProgress:
         if self._progress is not None:
             self._progress.stop()
 
+    def _line(self, role: str, text: str) -> None:
+        """A plain progress line (markup dropped), once per change: `kvcheck: [prefill] loading weights (12 s)`."""
+        try:
+            plain = Text.from_markup(text).plain
+        except MarkupError:
+            plain = text
+        with self._lock:
+            if self._last.get(role) == plain:
+                return
+            self._last[role] = plain
+            started = self._started.get(role)
+            elapsed = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
+            self.stream.write(f"kvcheck: [{role}] {plain}{elapsed}\n")
+            self.stream.flush()
+
     def add(self, role: str, text: str) -> None:
+        if self.plain:
+            self._line(role, text)
         if self._progress is None:
             return
         with self._lock:
@@ -47,14 +75,19 @@ class BootProgress:
 
     def start(self, role: str) -> None:
         """The role's clock starts when its engine does (not while it waits for shared GPUs)."""
+        self._started.setdefault(role, time.monotonic())
         if self._progress is not None and role in self._tasks:
             self._progress.start_task(self._tasks[role])
 
     def phase(self, role: str, text: str) -> None:
+        if self.plain:
+            self._line(role, text)
         if self._progress is not None and role in self._tasks:
             self._progress.update(self._tasks[role], description=text)
 
     def finish(self, role: str, text: str) -> None:
+        if self.plain:
+            self._line(role, text)
         if self._progress is not None and role in self._tasks:
             task = self._tasks[role]
             self._progress.update(task, description=text, total=1, completed=1)

@@ -52,11 +52,29 @@ class GpuState:
         return bool(self.processes) or self.used_mib > UNEXPLAINED_USED_MIB
 
 
-def load_nvml() -> Any:
-    """Import pynvml (package nvidia-ml-py) only when measure mode needs it."""
+def nvidia_driver_present(root: Path = Path("/")) -> bool:
+    """Whether this host shows an NVIDIA driver (its /proc entry or a /dev/nvidiaN device)."""
+    return (root / "proc" / "driver" / "nvidia" / "version").exists() or any(
+        path.name[len("nvidia"):].isdigit() for path in (root / "dev").glob("nvidia[0-9]*")
+    )
+
+
+def load_nvml(root: Path = Path("/")) -> Any:
+    """Import pynvml (package nvidia-ml-py) only when measure mode needs it.
+
+    On a host without an NVIDIA driver the first thing to say is that there is no GPU here (and
+    what runs without one), not which package to install.
+    """
     try:
         import pynvml
     except ImportError as exc:
+        if not nvidia_driver_present(root):
+            raise GpuInventoryError(
+                "no NVIDIA GPU is visible on this host (no NVIDIA driver), and measure mode boots each "
+                "role's engine on this host's GPUs",
+                hint="run `kvcheck verify --mode estimate` here (no GPU needed), or measure on a cluster's "
+                "GPUs with --launcher slurm or --launcher kubernetes; on a GPU host, pip install 'kvcheck[gpu]'",
+            ) from exc
         raise MissingExtraError(
             "measure mode reads the GPU inventory through NVML, but the Python package nvidia-ml-py "
             "is not installed",

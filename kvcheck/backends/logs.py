@@ -223,7 +223,7 @@ def _role(
     group_context = next((r.context_len for r in group.ranks if r.context_len is not None), None)
     engine_ctx = group_context if group_context is not None else engine_context
     window = context_length if context_length is not None else engine_ctx
-    pool_tokens = chosen.best_tokens if chosen is not None else None
+    pool_tokens = chosen.best_tokens if chosen is not None and not summary.damaged else None
     figure_line = chosen.figure_line if chosen is not None else None
     location = Location(name, figure_line)
     max_input = None
@@ -234,7 +234,10 @@ def _role(
     if pool_tokens is None:
         text = "the log holds no KV pool figure"
         text += f" for {tag}" if tag else ""
-        if summary.failure:
+        if summary.damaged:  # a forged or damaged figure: none of this log's figures is trusted
+            text = f"the log's pool figures cannot be trusted: {summary.damaged[0]}"
+            text += f" (and {len(summary.damaged) - 1} more)" if len(summary.damaged) > 1 else ""
+        elif summary.failure:
             text += f"; the engine failed: {summary.failure}"
         elif summary.missing:
             text += f" ({summary.missing[0]})"

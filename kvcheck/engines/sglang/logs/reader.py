@@ -75,12 +75,16 @@ from kvcheck.engines.sglang.logs.values import (
     RankFigures,
     RankTag,
 )
+from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 
 # ---------------------------------------------------------------------------------------------------
 
 
 # Reading-only state of a rank: how many allocation lines were seen, and lines that only choose
 # figure_line. Every other field of _Rank is a field of RankFigures (a test keeps the two equal).
+_NUMBER_GOES_ON = frozenset("0123456789.eE")  # after a token figure's digits: it was not an integer
+MAX_DAMAGED_NOTES = 8
+
 _READING_STATE = ("allocation_count", "post_capture_line", "swa_line")
 
 
@@ -167,6 +171,7 @@ class LogReader:
         self._after_exception = False
         self._ready = False
         self._failure: str | None = None
+        self._damaged: list[str] = []  # pool figures no server can hold, with their lines
         self._boots = 1
         # Set by every _feed(): see split_prefix(); read_stream() learns prefix templates from it.
         self._plain_start: int | None = None
@@ -326,7 +331,26 @@ class LogReader:
             startup_lines=self._startup_lines,
             boots=self._boots,
             failure=self._failure,
+            damaged=tuple(self._damaged),
         )
+
+    def _figure(self, match: re.Match[str], group: int) -> int | None:
+        """A token figure the log states, or None (and a note) when no server can hold it.
+
+        `#tokens: 1e400` would read as 1, `99999999999999999999` as a pool that does not exist: a figure
+        of more than 10 digits, above MAX_TOKEN_FIGURE, or running on into a fraction or exponent is
+        damage or forgery, and the rank it belongs to is not checked (KV309).
+        """
+        text = match.group(group)
+        after = match.string[match.end(group) : match.end(group) + 1]
+        if len(text) <= 10 and after not in _NUMBER_GOES_ON and int(text) <= MAX_TOKEN_FIGURE:
+            return int(text)
+        if len(self._damaged) < MAX_DAMAGED_NOTES:
+            shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+            shown += f"{after}..." if after in _NUMBER_GOES_ON else ""
+            self._damaged.append(f"line {self._line_no}: {shown} is not a token count a server can hold "
+                                 f"(0 to {MAX_TOKEN_FIGURE:,})")
+        return None
 
     # -- line handling -------------------------------------------------------------------------------
 
@@ -539,7 +563,7 @@ class LogReader:
         sizes = {name: float(value) for name, value in KV_SIZE_RE.findall(rest)}
         if tokens_match is None and not sizes:
             return None
-        tokens = int(tokens_match.group(1)) if tokens_match else None
+        tokens = self._figure(tokens_match, 1) if tokens_match else None
         k_gib, v_gib, kv_gib = sizes.get("K"), sizes.get("V"), sizes.get("KV")
         if kv_gib is None and k_gib is not None and v_gib is not None:
             kv_gib = round(k_gib + v_gib, 2)
@@ -578,7 +602,7 @@ class LogReader:
         match = CONTEXT_WARNING_RE.match(message)
         if not match:
             return None
-        pool_tokens, context_length = int(match.group(1)), int(match.group(2))
+        pool_tokens, context_length = self._figure(match, 1), int(match.group(2))
         _, state = self._rank_state(rank)
         state.context_warning_tokens = pool_tokens
         if state.context_len is None:
@@ -593,7 +617,7 @@ class LogReader:
         match = SWA_POOL_RE.match(message)
         if not match:
             return None
-        full, swa = int(match.group(1)), int(match.group(2))
+        full, swa = self._figure(match, 1), self._figure(match, 2)
         _, state = self._rank_state(rank)
         state.full_layer_tokens, state.swa_tokens, state.swa_line = full, swa, self._line_no
         return self._event(
@@ -604,7 +628,7 @@ class LogReader:
         match = SWAKV_RE.match(message)
         if not match:
             return None
-        mem_gib, swa, full = float(match.group(1)), int(match.group(2)), int(match.group(3))
+        mem_gib, swa, full = float(match.group(1)), self._figure(match, 2), self._figure(match, 3)
         _, state = self._rank_state(rank)
         if state.full_layer_tokens is None:
             state.full_layer_tokens, state.swa_tokens, state.swa_line = full, swa, self._line_no
@@ -661,7 +685,7 @@ class LogReader:
         _, state = self._rank_state(rank)
         split = POST_SPLIT_RE.match(message)
         if split:
-            full, swa = int(split.group(1)), int(split.group(2))
+            full, swa = self._figure(split, 1), self._figure(split, 2)
             state.post_capture_tokens, state.swa_tokens = full, swa
             state.post_capture_line = self._line_no
             return self._event("post_capture_kv", rank, message, {"tokens": full, "swa_layer_tokens": swa})
@@ -671,7 +695,7 @@ class LogReader:
             tokens_match = KV_TOKENS_RE.search(rest)
             if tokens_match is None:
                 return None
-            tokens = int(tokens_match.group(1))
+            tokens = self._figure(tokens_match, 1)
             if state.post_capture_tokens is None or state.swa_tokens is None:
                 state.post_capture_tokens = tokens
                 state.post_capture_line = self._line_no
@@ -693,7 +717,7 @@ class LogReader:
     def _on_max(self, rank: RankTag | None, message: str) -> list[LogEvent] | None:
         final = FINAL_RE.match(message)
         if final:
-            return self._on_final(rank, message, int(final.group(1)), final.group(2))
+            return self._on_final(rank, message, self._figure(final, 1), final.group(2))
         clamped = CLAMPED_RE.match(message)
         if clamped:
             values = {"max_total_tokens": int(clamped.group(1)), "profiled_tokens": int(clamped.group(2))}
@@ -704,7 +728,7 @@ class LogReader:
             return self._event("max_running_requests_reduced", rank, message, values)
         return None
 
-    def _on_final(self, rank: RankTag | None, message: str, tokens: int, rest: str) -> list[LogEvent]:
+    def _on_final(self, rank: RankTag | None, message: str, tokens: int | None, rest: str) -> list[LogEvent]:
         fields = {key: to_number(value) for key, value in FIELD_RE.findall(rest)}
         available = fields.get("available_gpu_mem", fields.get("available_cpu_mem"))
         values: dict[str, Any] = {

@@ -180,6 +180,7 @@ class LogSummary:
     startup_lines: int
     boots: int = 1
     failure: str | None = None
+    damaged: tuple[str, ...] = ()  # pool figures no server can hold ("line N: ..."): the log is not judged
 
     @property
     def is_sglang(self) -> bool:

@@ -64,7 +64,7 @@ PRODUCTION_POD = {
                     {"name": "NCCL_IB_HCA", "value": "mlx5"},
                     {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
                 ],
-                "ports": [{"containerPort": 8000, "name": "http"}],
+                "ports": [{"containerPort": 8000, "name": "http", "hostPort": 8000}],
                 "resources": {"limits": {"nvidia.com/gpu": 8, "memory": "1500Gi"}},
                 "volumeMounts": [{"name": "weights", "mountPath": "/models"}, {"name": "shm", "mountPath": "/dev/shm"}],
                 "livenessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 10},

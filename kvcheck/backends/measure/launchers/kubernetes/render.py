@@ -239,7 +239,12 @@ def _pod_template(
     for probe in _PROBES:
         container.pop(probe, None)
     container["env"] = _env(container.get("env") or [], target.env)
-    ports = [p for p in container.get("ports") or [] if p.get("containerPort") != settings.http_port]
+    # A host port would claim production's port on the node (and keep the pod off nodes that use it).
+    ports = [
+        {k: v for k, v in p.items() if k != "hostPort"}
+        for p in container.get("ports") or []
+        if p.get("containerPort") != settings.http_port
+    ]
     container["ports"] = [{"name": "kvcheck-http", "containerPort": settings.http_port}, *ports]
     resources = container.setdefault("resources", {})
     limits = resources.setdefault("limits", {})

@@ -209,6 +209,10 @@ class PoolMeasurement:
     details: Mapping[str, Any] = field(default_factory=dict)  # the backend's own evidence (see RoleResult)
     findings: tuple[Finding, ...] = ()
     fit_hints: tuple[str, ...] | None = None  # settings that would hold the window, for KV101's hint
+    # SGLang's own mem_fraction_static for the role (the flag value giving it) and the reserve it keeps
+    # (MiB), from the estimate model; None when unknown. KV205 compares the manifest's flag with it.
+    safe_fraction: float | None = None
+    safe_reserve_mib: float | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ def run_plan(options: PlanOptions) -> Report:
             else:
                 if not plan.fits:
                     measurement = replace(measurement, fit_hints=tuple(hint_sentences(plan)))  # KV101's hint
+                # SGLang's own fraction for the role, as verify obtains it: the same KV205 verdict
+                measurement = replace(measurement, safe_fraction=plan.fraction.max_safe,
+                                      safe_reserve_mib=plan.fraction.safe_reserve_mib)
                 advice.extend(plan_findings(target, plan))
         plans[target.name] = (plan, error)
         planned.append(measurement)

@@ -80,6 +80,7 @@ def _with_fit_hints(
 def verify(options: VerifyOptions) -> Report:
     """The gate: load the manifest, obtain every selected role's pool, judge it."""
     from kvcheck.inputs.load import load_inputs
+    from kvcheck.plan import with_safe_fraction
 
     if options.mode not in BACKENDS:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
@@ -88,7 +89,7 @@ def verify(options: VerifyOptions) -> Report:
     backend = BACKENDS[options.mode](options, getattr(loaded.manifest, "launcher", None))
     backend.check_targets(targets, loaded.display_path)
     measurements = [
-        _with_fit_hints(t, m, offline=backend.offline_hints)
+        with_safe_fraction(t, _with_fit_hints(t, m, offline=backend.offline_hints), offline=backend.offline_hints)
         for t, m in zip(targets, backend.measure(targets), strict=True)
     ]
     extra: list[Finding] = loaded.notes()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.model import RoleTarget
+from kvcheck.model import PoolMeasurement, RoleTarget
 
 
 def fit_hints(
@@ -30,4 +31,24 @@ def fit_hints(
     return hint_sentences(plan)
 
 
-__all__ = ["fit_hints"]
+def with_safe_fraction(
+    target: RoleTarget,
+    measurement: PoolMeasurement,
+    *,
+    profiles: Mapping | Path | None = None,
+    offline: bool | None = None,
+) -> PoolMeasurement:
+    """The measurement with SGLang's own mem_fraction_static for the role (KV205 compares the
+    manifest's value with it); unchanged when the manifest leaves the fraction to SGLang or the
+    estimate model cannot tell (no config offline, an unknown GPU)."""
+    if target.args.get("mem_fraction_static") is None:
+        return measurement
+    from kvcheck.plan.planner import safe_ceiling
+
+    ceiling = safe_ceiling(target, profiles=profiles, offline=offline)
+    if ceiling is None:
+        return measurement
+    return replace(measurement, safe_fraction=ceiling[0], safe_reserve_mib=ceiling[1])
+
+
+__all__ = ["fit_hints", "with_safe_fraction"]

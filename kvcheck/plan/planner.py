@@ -150,6 +150,26 @@ def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: RoleEstimate, requir
     )
 
 
+def safe_ceiling(
+    target: RoleTarget,
+    *,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+    offline: bool | None = None,
+) -> tuple[float, float | None] | None:
+    """SGLang's own mem_fraction_static for the role, as the flag value that gives it, and the
+    reserve (MiB) it keeps for activations and graphs; None when the estimate model cannot tell."""
+    sweep = _Sweep(target, as_profiles(profiles), offline)
+    try:
+        default = sweep({"mem_fraction_static": None})
+    except _ESTIMATE_FAILURES:
+        return None
+    steps = _flag_steps_for_effective(sweep, float(default.details["mem_fraction_static"]))
+    if steps is None:
+        return None
+    reserve = default.details.get("mem_fraction_reserved_mib")
+    return fraction_value(steps), None if reserve is None else float(reserve)
+
+
 def _flag_steps_for_effective(sweep: _Sweep, ceiling: float) -> int | None:
     """The largest flag value (in steps) whose effective fraction stays within SGLang's default.
 

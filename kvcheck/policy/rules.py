@@ -84,6 +84,21 @@ define_rule(
     --disaggregation-enable-kv-checksum to both prefill and decode roles.""",
 )
 
+define_rule(
+    "KV205",
+    "warning",
+    "mem-fraction-static above SGLang's own value for this GPU and role",
+    """SGLang picks mem_fraction_static itself from the GPU's memory, the role and the parallel
+    layout, keeping a reserve for activations, CUDA graphs and the sampler. A manifest value above
+    that choice makes the pool larger by taking memory from that reserve: the engine boots and
+    reports a fine pool, then may run out of memory under load (a long prefill, a large decode
+    batch). kvcheck computes SGLang's value for the role with the estimate model, as `kvcheck plan`
+    shows it ("safe maximum"); when the model cannot tell (no model config offline, an unknown GPU)
+    the rule stays silent. Fix: set mem-fraction-static at or below that value and hold the window
+    with a wider TP degree or an FP8 KV cache (see `kvcheck plan`), or measure the role under peak
+    load before raising it.""",
+)
+
 
 @dataclass(frozen=True)
 class PolicyConfig:
@@ -144,8 +159,27 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     return "; ".join(parts)
 
 
+def _fraction_above_safe(target: RoleTarget, measurement: PoolMeasurement) -> Finding | None:
+    """KV205: the manifest's mem-fraction-static above SGLang's own value for the role (when known)."""
+    flag = target.args.get("mem_fraction_static")
+    if flag is None or measurement.safe_fraction is None or float(flag) <= measurement.safe_fraction:
+        return None
+    reserve = measurement.safe_reserve_mib
+    keeps = f" (it keeps {reserve:,.0f} MiB for activations and CUDA graphs)" if reserve is not None else ""
+    return finding(
+        "KV205",
+        target.name,
+        f"mem-fraction-static {float(flag):g} is above {measurement.safe_fraction:g}, SGLang's own value for "
+        f"this GPU and role{keeps}: the pool takes memory from that reserve, so serving may run out of "
+        "memory under load",
+        hint=f"set mem-fraction-static at most {measurement.safe_fraction:g} and hold the window another way "
+        "(see `kvcheck plan`), or measure the role under peak load",
+        location=target.arg_location("mem_fraction_static"),
+    )
+
+
 def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Finding]:
-    """Apply KV101-KV103 and KV201-KV203 to one role."""
+    """Apply KV101-KV103 and KV201-KV205 to one role."""
     found: list[Finding] = []
     args = effective_args(target, measurement)
     required = target.required_tokens
@@ -229,6 +263,9 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
                 location=target.arg_location("allow_auto_truncate"),
             )
         )
+    above = _fraction_above_safe(target, measurement)
+    if above is not None:
+        found.append(above)
     if mode is not None and not args.get("disaggregation_enable_kv_checksum"):
         if version is not None and version < KV_CHECKSUM_VERSION:
             # The flag would be refused as unknown by this release: the fix is the upgrade.

@@ -28,14 +28,14 @@ def fraction(version: str, gpu: str = "H100", **args) -> tuple[float, list[str]]
 @pytest.mark.parametrize(
     ("version", "gpu", "tp", "expected"),
     [
-        ("0.4.0", "H100", 1, 0.88),
+        ("0.4.0", "H100", 1, 0.88),  # the A40 issue-3451 log (0.4.2.post3) has the same 0.88
         ("0.4.0", "H100", 8, 0.81),
         ("0.4.5.post2", "H200", 1, 0.88),  # the TP table for every GPU
         ("0.4.5.post3", "H200", 1, (143771 - 13 * 1024) / 143771),
         ("0.4.6.post2", "H200", 1, (143771 - 18 * 1024) / 143771),  # min(0.921, 0.872)
         ("0.4.6.post2", "B200", 1, (183359 - 18 * 1024) / 183359),
         ("0.4.7", "B200", 1, 0.79),
-        ("0.4.7.post1", "H100", 1, 0.874),  # reserve (9.5 + 1/2) GiB
+        ("0.4.7.post1", "H100", 1, 0.874),  # reserve (9.5 + 1/2) GiB; logged in issue 7495
         ("0.4.7.post1", "H100", 8, 0.831),  # reserve (9.5 + 8/2) GiB
         ("0.4.7.post1", "B200", 1, 0.821),  # reserve 32 GiB
         ("0.5.2", "H100", 1, 0.874),
@@ -130,18 +130,27 @@ def test_pages_came_in_0_4_4():
     assert estimate_role(old, offline=True).details["page_size"] == 1
 
 
-def test_a_release_before_0_4_is_sized_with_0_4_0_rules_and_says_so():
-    target = dataclasses.replace(role(LLAMA, gpu="H100"), engine_version="0.3.6")
+@pytest.mark.parametrize(
+    ("version", "tp8", "table"),
+    [
+        ("0.3.0", 0.83, "its own"),  # the issue-1386 log: Qwen2-72B at TP8 on H100, default 0.83
+        ("0.3.6", 0.82, "its own"),
+        ("0.1.17", 0.83, "0.2.15's"),
+    ],
+)
+def test_a_release_before_0_4_is_sized_with_0_4_0_rules_and_its_own_table(version, tp8, table):
+    target = dataclasses.replace(role(LLAMA, gpu="H100", tp_size=8), engine_version=version)
     est = estimate_role(target, offline=True)
-    assert est.details["mem_fraction_static"] == 0.88
+    assert est.details["mem_fraction_static"] == tp8
     assert (
-        "SGLang 0.3.6 predates 0.4.0, the oldest release whose sizing kvcheck has read; sized with 0.4.0's defaults"
-        in est.assumptions
-    )
+        f"SGLang {version} predates 0.4.0, the oldest release whose sizing kvcheck has read in full; "
+        f"sized with 0.4.0's rules and {table} default-fraction table"
+    ) in est.assumptions
 
 
 @pytest.mark.parametrize(
-    ("version", "expected"), [("0.5.23.post1", "0.5.23.post1"), ("0.2.15", "0.4.0"), (None, "9999"), ("dev", "9999")]
+    ("version", "expected"),
+    [("0.5.23.post1", "0.5.23.post1"), ("0.3.6", "0.3.6"), ("0.1.17", "0.2.15"), (None, "9999"), ("dev", "9999")],
 )
 def test_rules_for(version, expected):
     assert str(rel.rules_for(version).release) == expected

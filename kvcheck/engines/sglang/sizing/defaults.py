@@ -100,7 +100,7 @@ def fraction_before_0_5_3(
     rules: rel.SizingRules, gpu_mib: int, *, tp: int, pp: int, speculative: str | None,
     dp_attention: bool, is_rocm: bool,
 ) -> tuple[float, float | None, str]:
-    """(mem_fraction_static, reserve MiB or None, which rule) for releases 0.4.0 to 0.5.2."""
+    """(mem_fraction_static, reserve MiB or None, which rule) for releases up to 0.5.2."""
     p = tp * pp if rules.has(rel.FRACTION_BOOST_96G) else tp
     if rules.has(rel.FRACTION_RESERVE_BY_GPU):
         if gpu_mib < 35 * 1024:
@@ -116,7 +116,8 @@ def fraction_before_0_5_3(
         if dp_attention:
             reserve += 4 * 1024
         return round((gpu_mib - reserve) / gpu_mib, 3), reserve, "reserve by GPU size"
-    table = 0.79 if p >= 16 else 0.81 if p >= 8 else 0.85 if p >= 4 else 0.87 if p >= 2 else 0.88
+    tp8 = 0.81 if rules.has(rel.FRACTION_TP_TABLE) else 0.82 if rules.has(rel.FRACTION_TP8_082) else 0.83
+    table = 0.79 if p >= 16 else tp8 if p >= 8 else 0.85 if p >= 4 else 0.87 if p >= 2 else 0.88
     if not rules.has(rel.FRACTION_BIG_GPU_13G) or gpu_mib <= 81920:
         f, why = table, "by TP size"
     elif not rules.has(rel.FRACTION_BOOST_96G):
@@ -416,9 +417,10 @@ def resolve(
     user_f = args.get("mem_fraction_static")
     reserved = None
     if rules.older_than_known:
+        table = f"{rules.release}'s" if rules.release == rel.OLDEST_TABLE else "its own"
         notes.append(
-            f"SGLang {version} predates 0.4.0, the oldest release whose sizing kvcheck has read; "
-            "sized with 0.4.0's defaults"
+            f"SGLang {version} predates 0.4.0, the oldest release whose sizing kvcheck has read in full; "
+            f"sized with 0.4.0's rules and {table} default-fraction table"
         )
     if user_f is not None:
         f = float(user_f)

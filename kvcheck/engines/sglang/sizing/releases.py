@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 # --- the default mem_fraction_static (server_args.py ServerArgs.__post_init__, later
 #     _handle_gpu_memory_settings, arg_groups/memory_hook.py from 0.5.19)
+FRACTION_TP8_082 = "0.3.6"  # the TP table's TP 8-15 entry: 0.83 (0.2.15-0.3.5.post2), then 0.82
 FRACTION_TP_TABLE = "0.4.0"  # 0.88 / 0.87 / 0.85 / 0.81 / 0.79 by TP size
 FRACTION_BIG_GPU_13G = "0.4.5.post3"  # GPUs > 81,920 MiB: (gpu - 13 GiB) / gpu
 FRACTION_BOOST_96G = "0.4.6.post2"  # table by tp x pp; > 96 GiB: min(f + 48 GiB (1-f)/gpu, (gpu - 18 GiB)/gpu)
@@ -58,14 +59,15 @@ MAX_BS_CAPPED_BY_RUNNING = "0.5.22"  # a defaulted decode max_bs is capped at --
 # --- the pool
 PAGE_ALIGNED = "0.4.4"  # --page-size appears; the token count is rounded down to a page multiple
 
-OLDEST = Version("0.4.0")
+OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full
+OLDEST_TABLE = Version("0.2.15")  # the oldest release whose default-fraction table was read
 
 
 @dataclass(frozen=True)
 class SizingRules:
     """The sizing rules of one declared SGLang release."""
 
-    release: Version  # the release the rules are taken from (the declared one, or 0.4.0 for older)
+    release: Version  # the release the rules are taken from (the declared one, or 0.2.15 for older)
     declared: str | None  # the version the manifest states, as written
 
     def has(self, change: str) -> bool:
@@ -94,9 +96,10 @@ def rules_for(version: str | None) -> SizingRules:
     """The rules of `version`; no (or an unreadable) version means the newest rules.
 
     A post or local build (`0.5.23.post1`, `0.5.23+cu129`) is compared as the version it is, so it
-    gets every change of its release; a release older than 0.4.0 gets 0.4.0's rules.
+    gets every change of its release. A release before 0.4.0 has none of the changes listed here,
+    which is 0.4.0's sizing with its own default-fraction table; before 0.2.15, 0.2.15's table.
     """
     parsed = _parse(version) if version is not None else None
     if parsed is None:
         return SizingRules(release=Version("9999"), declared=version)
-    return SizingRules(release=max(parsed, OLDEST), declared=version)
+    return SizingRules(release=max(parsed, OLDEST_TABLE), declared=version)

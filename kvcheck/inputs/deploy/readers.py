@@ -299,7 +299,7 @@ def _role(name: str, kind: str, group: str, doc: Doc, pod: PodServer, **extra: A
 def lws_vars(doc: Doc, size: Sourced, name: str, *, worker: bool) -> dict[str, Sourced]:
     """What the LeaderWorkerSet controller puts in every pod's environment (leader: worker index 0)."""
     return {
-        "LWS_GROUP_SIZE": Sourced(size.value, size.location, "LeaderWorkerSet size"),
+        "LWS_GROUP_SIZE": Sourced(size.value, size.location, size.origin or "LeaderWorkerSet size"),
         "LWS_LEADER_ADDRESS": Sourced(f"{name}-0.{name}", size.location, "LeaderWorkerSet leader address"),
         "LWS_WORKER_INDEX": Sourced(1 if worker else 0, size.location, "LeaderWorkerSet worker index"),
         "LWS_NAME": Sourced(name, size.location, "LeaderWorkerSet name"),

@@ -51,6 +51,7 @@ class Token:
     location: Location
     unresolved: list[str] = field(default_factory=list)
     raw: str | None = None  # the text as written, before Kubernetes' $(VAR) expansion
+    via: list[tuple[str, Sourced]] = field(default_factory=list)  # variables whose values it holds
 
 
 @dataclass
@@ -90,7 +91,7 @@ class ServerCommand:
     location: Location
 
 
-def expand_k8s(text: str, env: Env) -> tuple[str, list[str]]:
+def expand_k8s(text: str, env: Env, used: list[str] | None = None) -> tuple[str, list[str]]:
     """Kubernetes' `$(VAR)` expansion: defined names are replaced, others stay as written (and are returned)."""
     missing: list[str] = []
 
@@ -99,6 +100,8 @@ def expand_k8s(text: str, env: Env) -> tuple[str, list[str]]:
         if value is None:
             missing.append(match.group(1))
             return match.group(0)
+        if used is not None:
+            used.append(match.group(1))
         return value
 
     return _K8S_VAR_RE.sub(replace, text.replace("$$", "\x00")).replace("\x00", "$"), missing
@@ -164,8 +167,9 @@ def exec_tokens(doc: Doc, container: Mapping[str, Any], path: Path_, env: Env) -
             if item is None or isinstance(item, Mapping | list):
                 continue
             text = item if isinstance(item, str) else _yaml_scalar_text(item)
-            expanded, missing = expand_k8s(text, env)
-            tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text))
+            used: list[str] = []
+            expanded, missing = expand_k8s(text, env, used)
+            tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text, via=_via(env, used)))
     return tokens
 
 
@@ -211,14 +215,19 @@ def find_server(
                 where = doc.inside(source_path, word.offset)
             else:
                 where = script.location
-            text, _ = expand_k8s(word.text, env)
+            used = list(word.variables)
+            text, _ = expand_k8s(word.text, env, used)
             # a $(VAR) the kubelet left alone is a command substitution to the shell: unresolved
             unresolved = [
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
-            out.append(Token(text, where, unresolved))
+            out.append(Token(text, where, unresolved, via=_via(env, used)))
         return ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location)
     return None
+
+
+def _via(env: Env, names: list[str]) -> list[tuple[str, Sourced]]:
+    return [(name, env.values[name]) for name in dict.fromkeys(names) if name in env.values]
 
 
 class _ScriptError(Exception):
@@ -333,8 +342,20 @@ def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> P
         if occurrence.name in PLACEMENT_FLAGS:
             continue
         args.pop(occurrence.name, None)  # the last occurrence wins, in its own place
-        args[occurrence.name] = Arg(occurrence.name, occurrence.flag.key, occurrence.value, where, occurrence.flag)
+        args[occurrence.name] = Arg(occurrence.name, occurrence.flag.key, occurrence.value, where, occurrence.flag,
+                                    _origin(value_tokens))
     return ParsedServer(args, model_path, config, issues, findings)
+
+
+def _origin(tokens: list[Token]) -> str | None:
+    """`$NAME = file:line:col` for each variable a value came through, so its true source is named too."""
+    parts = []
+    for token in tokens:
+        for name, sourced in token.via:
+            where = sourced.location.render() if sourced.location else None
+            how = " at ".join(x for x in (sourced.origin, where) if x) or "set by the operator"
+            parts.append(f"${name} = {how}")
+    return ", ".join(parts) or None
 
 
 def _unresolved(role: str, token: Token, flag: str | None) -> Finding:

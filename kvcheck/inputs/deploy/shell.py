@@ -38,6 +38,7 @@ class Word:
     text: str
     offset: int  # offset of the word's first character in the script
     unresolved: list[str] = field(default_factory=list)  # variables / substitutions left unexpanded
+    variables: list[str] = field(default_factory=list)  # variables whose values the word holds
 
 
 @dataclass
@@ -86,6 +87,7 @@ class _Reader:
         self.text, self.origin = _strip_continuations(script)
         self.lookup = lookup
         self.variables = variables  # assignments made by the script itself
+        self.used: list[str] = []  # variables expanded, in order
         self.i = 0
 
     def value_of(self, name: str) -> str | None:
@@ -206,8 +208,10 @@ class _Reader:
                         self.i += 2
                         continue
                     if c in "$`":
+                        before = len(self.used)
                         value, unresolved = self._expansion()
                         pieces[-1].unresolved.extend(unresolved)
+                        pieces[-1].variables.extend(self.used[before:])
                         add(value)
                         continue
                     add(c)
@@ -215,8 +219,10 @@ class _Reader:
                 continue
             if ch in "$`":
                 at = self.origin[self.i]
+                before = len(self.used)
                 value, unresolved = self._expansion()
                 pieces[-1].unresolved.extend(unresolved)
+                pieces[-1].variables.extend(self.used[before:])
                 add(value, split=True, at=at)
                 continue
             add(ch)
@@ -265,6 +271,7 @@ class _Reader:
                 return default, []
             if value is None:
                 return text[i : end + 1], [name]
+            self.used.append(name)
             return value, []
         match = _NAME_RE.match(text, i + 1)
         if match:
@@ -272,6 +279,7 @@ class _Reader:
             value = self.value_of(match.group(0))
             if value is None:
                 return text[i : match.end()], [match.group(0)]
+            self.used.append(match.group(0))
             return value, []
         if nxt.isdigit() or nxt in "@*#?$!-":
             self.i = i + 2

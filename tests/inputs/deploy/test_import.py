@@ -155,12 +155,24 @@ def test_values_inside_shell_scripts_point_at_their_own_column() -> None:
     f = f"{FIX}/statefulset-shell.yaml"
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert f"      tp-size: 16  # {f}:41:49" in lines  # ${TP} in the literal block
+    # ${TP} in the literal block, and where TP itself is set
+    assert f"      tp-size: 16  # {f}:41:49 ($TP = {f}:34:22)" in lines
     assert f"      mem-fraction-static: 0.88  # {f}:44:39" in lines
     assert f"      trust-remote-code: true  # {f}:44:44" in lines  # --trust-remote, an abbreviation
     result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
     f = f"{FIX}/lws-pd.yaml"
     assert f"      dp-size: 16  # {f}:82:83" in result.stdout.splitlines()  # a folded (>-) block
+
+
+def test_values_that_come_through_variables_name_where_the_variable_is_set() -> None:
+    f = f"{FIX}/helm/rendered-good.yaml"
+    lines = run_kvcheck("import", f).stdout.splitlines()
+    assert f"      mem-fraction-static: 0.85  # {f}:70:39 ($MEM_FRACTION = ConfigMap llama-sglang-env at {f}:16:17)" \
+        in lines
+    f = f"{FIX}/ome.yaml"
+    lines = run_kvcheck("import", f).stdout.splitlines()
+    assert f"      tp-size: 16  # {f}:38:23 ($PARALLELISM_SIZE = OME: GPUs per pod x pods at {f}:43:29)" in lines
+    assert f"      nnodes: 2  # {f}:38:52 ($LWS_GROUP_SIZE = 1 leader + worker.size at {f}:45:13)" in lines
 
 
 def test_leader_and_worker_disagreeing_is_reported_at_both_lines() -> None:

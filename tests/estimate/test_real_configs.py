@@ -18,12 +18,6 @@ NOT_SERVED = {
     "stepfun-ai--Step-3.7-Flash-FP8": "Step3p7FlashForCausalLM",
 }
 NOT_UNDERSTOOD = {
-    "deepseek-ai--DeepSeek-V4-Flash": "DeepseekV4ForCausalLM",
-    "deepseek-ai--DeepSeek-V4-Pro": "DeepseekV4ForCausalLM",
-    "nvidia--DeepSeek-V4-Flash-NVFP4": "DeepseekV4ForCausalLM",
-    "nvidia--DeepSeek-V4-Pro-NVFP4": "DeepseekV4ForCausalLM",
-    "sgl-project--DeepSeek-V4-Flash-FP8": "DeepseekV4ForCausalLM",
-    "sgl-project--DeepSeek-V4-Pro-FP8": "DeepseekV4ForCausalLM",
     "moonshotai--Kimi-K3": "KimiK3ForConditionalGeneration",  # KDA linear attention
 }
 KINDS = {
@@ -44,6 +38,10 @@ KINDS = {
     "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "hybrid_linear",
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": "mha",
     "nvidia--MiniMax-M3-NVFP4": "mha",
+    "deepseek-ai--DeepSeek-V4-Flash": "dsv4",
+    "deepseek-ai--DeepSeek-V4-Pro": "dsv4",
+    "nvidia--DeepSeek-V4-Pro-NVFP4": "dsv4",
+    "sgl-project--DeepSeek-V4-Flash-FP8": "dsv4",
 }
 
 
@@ -73,7 +71,7 @@ def test_each_real_config_gives_a_pool_or_says_it_is_not_understood(name, gpu):
     assert est.details["architecture"] == est.details["architecture"]
     if name in KINDS:
         assert est.details["architecture_kind"] == KINDS[name]
-    if est.details["architecture_kind"] == "hybrid_swa":
+    if est.details["architecture_kind"] in ("hybrid_swa", "dsv4") and est.pool_tokens:
         assert 0 < est.details["swa_pool_tokens"] <= est.pool_tokens
 
 
@@ -102,7 +100,9 @@ def test_nemotron_nas_prices_every_layer_with_one_kv_head_count():
 def test_nemotron_nas_with_variable_gqa_is_refused_as_sglang_does(tmp_path):
     import json
 
-    config = json.loads((MODELS / "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json").read_text())
+    from .helpers import model_config
+
+    config = json.loads(model_config("nvidia--Llama-3_3-Nemotron-Super-49B-v1").read_text())
     config["block_configs"][1]["attention"]["n_heads_in_group"] = 4
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
@@ -125,7 +125,9 @@ def test_minimax_m3_sparse_pool_adds_the_index_k_rows():
 def test_step_3_7_is_sized_as_sglang_serves_it(tmp_path):
     import json
 
-    flash = json.loads((MODELS / "stepfun-ai--Step-3.7-Flash.json").read_text())
+    from .helpers import model_config
+
+    flash = json.loads(model_config("stepfun-ai--Step-3.7-Flash").read_text())
     wrapped = {"architectures": ["Step3p7ForConditionalGeneration"], "model_type": "step3p7",
                "text_config": {**flash, "architectures": ["Step3p5ForCausalLM"]}}
     path = tmp_path / "config.json"
@@ -133,3 +135,44 @@ def test_step_3_7_is_sized_as_sglang_serves_it(tmp_path):
     est = estimate_role(role(path, gpu="H200", tp_size=8), offline=True)
     assert est.details["architecture_kind"] == "hybrid_swa"
     assert (est.details["kv_cell_parts"]["full_layers"], est.details["kv_cell_parts"]["swa_layers"]) == (12, 33)
+
+
+def test_deepseek_v4_pools_follow_dsv4_pool_configurator():
+    est = estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=8), offline=True)
+    parts = est.details["kv_cell_parts"]
+    # 43 layers: 2 SWA-only, 21 of compress ratio 4, 20 of ratio 128 (compress_ratios[:43])
+    assert parts["compressed_layers_by_ratio"] == {4: 21, 128: 20}
+    # V4 layout rows: 584 B padded per 256-token page to 576 B units -> 585 B/token (SWA), 585 (c4), 864 (c128)
+    swa = 585 * 43 + 8 / 256 * (2 * 2 * 512 * 4 + 2 * 2 * 128 * 4) * 21
+    assert parts["swa_bytes_per_token"] == swa == 31875.0
+    compressed = 21 * (585 / 4 + 132 / 4) + 20 * (864 / 128)
+    assert est.kv_bytes_per_token == pytest.approx(0.1 * swa + compressed)
+    # c128 compress state for 257 request slots x 128-row rings (padded to 128 rows), fp32, per c128 layer
+    assert parts["c128_state_fixed_bytes"] == 33152 * 2 * 512 * 4 * 20
+    assert (est.details["page_size"], est.details["kv_dtype"], est.details["attention_backend"]) == (256, "fp8_e4m3", "dsv4")
+    assert est.details["max_running_requests"] == 256
+    assert est.details["swa_pool_tokens"] == est.pool_tokens // 10 // 256 * 256
+    budget = est.details["budget_gib"] * 2**30
+    assert est.pool_tokens == pytest.approx((budget - parts["fixed_bytes"]) / est.kv_bytes_per_token, abs=256 + 2000)
+
+
+def test_deepseek_v4_mtp_inflates_the_pools_and_counts_the_draft_layer():
+    plain = estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=4), offline=True)
+    mtp = estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=4, speculative_algorithm="EAGLE",
+                             speculative_num_draft_tokens=4, speculative_eagle_topk=1, speculative_num_steps=3),
+                        offline=True)
+    # speculative rings: c4 16 rows instead of 8 (get_compress_state_ring_size), then x (43 + 1) / 43
+    swa = 585 * 43 + 16 / 256 * (2 * 2 * 512 * 4 + 2 * 2 * 128 * 4) * 21
+    compressed = 21 * (585 / 4 + 132 / 4) + 20 * (864 / 128)
+    assert plain.kv_bytes_per_token == pytest.approx(0.1 * (585 * 43 + 8 / 256 * 10240 * 21) + compressed)
+    assert mtp.kv_bytes_per_token == pytest.approx((0.1 * swa + compressed) * 44 / 43)
+    assert mtp.details["draft_weights_gib_per_gpu"] > 0.5
+    assert mtp.pool_tokens < plain.pool_tokens
+
+
+def test_deepseek_v4_refuses_drafts_sglang_refuses():
+    from kvcheck.errors import EstimateError as Refused
+
+    with pytest.raises(Refused, match="only EAGLE \\(MTP\\) and DSPARK are supported for DeepseekV4ForCausalLM"):
+        estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=4, speculative_algorithm="NGRAM"),
+                      offline=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.sglang.serving import max_input_len
+from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
@@ -19,6 +20,7 @@ from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import EngineRefusal, check_args, check_parallel
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
+    DSV4,
     HYBRID_LINEAR,
     HYBRID_SWA,
     KV_DTYPE_BYTES,
@@ -211,6 +213,28 @@ def _msa_cell(
     return cell, 0.0, parts
 
 
+def _dsv4_plan(shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env) -> dsv4.Dsv4Plan:
+    dsv4.check_env(env)
+    if args.get("enable_hisparse") or args.get("enable_encoder_swa_bounded_replay"):
+        raise EstimateError("DeepSeek-V4 with HiSparse or encoder SWA replay is not priced by the estimate model")
+    radix = not args.get("disable_radix_cache") and not (
+        res.role == "decode" and not args.get("disaggregation_decode_enable_radix_cache"))
+    mrr = res.max_running_requests or 256
+    extra = args.get("disaggregation_decode_extra_slots")
+    if extra is None:
+        per_worker = max(1, mrr // res.attn_dp)
+        extra = 2 * per_worker if res.role == "decode" and per_worker <= 32 else 0
+    return dsv4.plan(
+        compress_ratios=shape.compress_ratios, stage=stage, head_dim=shape.head_dim, index_head_dim=shape.index_head_dim,
+        sliding_window=int(shape.sliding_window or 128), page_size=res.page_size, max_running_requests=mrr,
+        attn_dp=res.attn_dp, role=res.role, chunked_prefill_size=res.chunked_prefill_size,
+        swa_ratio_arg=args.get("swa_full_tokens_ratio"),
+        cap_mode_default=shape.model_type == "deepseek_v41",
+        draft_tokens=int(res.spec_draft_tokens or 0) if res.speculative else 0,
+        speculative=res.speculative is not None, radix_cache=radix, decode_extra_slots=int(extra),
+    )
+
+
 def _floor_page(tokens: int, page: int) -> int:
     return max(0, tokens // page * page)
 
@@ -241,6 +265,13 @@ def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Reso
                 f"--speculative-algorithm {algo} without a draft model needs MTP layers "
                 "(num_nextn_predict_layers) in the model config"
             )
+        if model.shape.kind == DSV4:
+            # one V4 decoder layer + eh_proj/norms (bf16); its pool is the (T+1)/T inflation in dsv4.plan
+            stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1))
+            per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
+            h = model.shape.hidden_size
+            draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
+            return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
         draft_bytes = mtp_draft_bytes(model.shape, model.source.text, model.scheme, par, layers)
         return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
     draft_target = replace(target, model_config=None, model_path=str(draft_path))
@@ -272,6 +303,8 @@ def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[flo
             [f"weights from model.safetensors.index.json total_size / (tp x pp) = {per_rank / GIB:.2f} GiB "
              "(replicated modules are undercounted)"],
         )
+    if model.shape.kind == DSV4:
+        return _dsv4_weights(model, par)
     est: WeightsEstimate = config_weights(model.shape, model.source.text, model.scheme, par, tied=_tied(model.source))
     stages = [s.total_bytes for s in est.stages]
     notes: list[str] = []
@@ -281,6 +314,34 @@ def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[flo
             stages[0] += vision
             notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
     return stages, "config", notes
+
+
+def _dsv4_weights(model: _Model, par: Parallel) -> tuple[list[float], str, list[str]]:
+    """DeepSeek-V4 weights per stage (sizing/dsv4.py): dense projections in the checkpoint's format,
+    experts in its expert dtype (fp4 -> MXFP4; NVFP4/FP8 in requantized checkpoints)."""
+    text = model.source.text
+    scheme = model.scheme
+    dense_fmt = "fp8" if scheme.default_fmt.startswith("fp8") or scheme.method == "fp8" else (
+        "bf16" if not scheme.quantized else "fp8")
+    if scheme.default_fmt == "nvfp4":
+        expert_fmt = "nvfp4"
+    elif str(text.get("expert_dtype") or "").lower() == "fp4":
+        expert_fmt = "mxfp4"
+    elif scheme.quantized:
+        expert_fmt = "fp8"
+    else:
+        expert_fmt = "bf16"
+    stages = []
+    ranges = pp_layer_split(model.shape.num_layers, par.pp)
+    for s, layer_range in enumerate(ranges):
+        parts = dsv4.weights_bytes(
+            text, stage=layer_range, tp=par.tp, attn_tp=par.attn_tp, ep=par.ep, dense_fmt=dense_fmt,
+            expert_fmt=expert_fmt, first_stage=s == 0, last_stage=s == len(ranges) - 1,
+        )
+        stages.append(sum(parts.values()))
+    note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt}; compressor, indexer and "
+            "hyper-connection weights from their reference shapes")
+    return stages, "config", [note]
 
 
 def _mamba_carve(shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges: list[range], args, par: Parallel):
@@ -416,6 +477,8 @@ def estimate_role(
     slack_gib = pre_gib * (1 - f)
     stage_ranges = pp_layer_split(shape.num_layers, res.pp)
 
+    dsv4_plans = [_dsv4_plan(shape, res, r, args, target.env) for r in stage_ranges] if shape.kind == DSV4 else []
+
     def pool_for(pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
         best = None
@@ -428,6 +491,15 @@ def estimate_role(
             if rest > 0 and shape.kind == HYBRID_LINEAR:
                 rest, mamba = _mamba_carve(shape, res, rest, stage_ranges, args, par)
                 stage_info.update(mamba)
+            if shape.kind == DSV4:
+                v4 = dsv4_plans[s]
+                stage_info.update(cell=v4.bytes_per_full_token, swa_cell=v4.bytes_per_swa_token, parts=dict(v4.parts))
+                tokens = dsv4.full_tokens(v4, rest * GIB, res.page_size) if rest > 0 else 0
+                if res.max_total_tokens is not None:
+                    tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
+                if best is None or tokens < best:
+                    best, info = tokens, stage_info
+                continue
             cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, draft_layers, gpu)
             stage_info.update(cell=cell, swa_cell=swa_cell, parts=parts)
             if rest <= 0:
@@ -452,6 +524,16 @@ def estimate_role(
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
     swa_tokens = None
+    if shape.kind == DSV4 and tokens_physical > 0:
+        v4 = min(dsv4_plans, key=lambda plan: plan.bytes_per_full_token)
+        swa_tokens = dsv4.swa_tokens(v4, tokens_physical, res.page_size)
+        window = int(shape.sliding_window or 0)
+        if v4.swa_cap_tokens is None and window + res.page_size >= swa_tokens:
+            raise EstimateError(
+                f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+                f"sliding_window_size ({window}) + page_size ({res.page_size}); SGLang would refuse to start",
+                hint="increase --swa-full-tokens-ratio or the KV budget (mem-fraction-static)",
+            )
     if shape.kind == HYBRID_SWA and tokens_physical > 0:
         swa_tokens = _floor_page(int(tokens_physical * res.swa_full_tokens_ratio), res.page_size)
         if shape.sliding_window is not None and shape.sliding_window + res.page_size >= swa_tokens:
@@ -510,7 +592,9 @@ def estimate_role(
     details["cuda_graph_max_bs_decode"] = res.decode_max_bs
     if swa_tokens is not None:
         details["swa_pool_tokens"] = swa_tokens
-        details["swa_full_tokens_ratio"] = res.swa_full_tokens_ratio
+        details["swa_full_tokens_ratio"] = (
+            info.get("parts", {}).get("swa_full_tokens_ratio") if shape.kind == DSV4 else res.swa_full_tokens_ratio
+        )
         details["sliding_window"] = shape.sliding_window
     if res.dcp > 1:
         details["pool_tokens_per_rank"] = tokens_physical

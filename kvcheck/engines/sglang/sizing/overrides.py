@@ -13,13 +13,42 @@ from typing import Any
 
 from kvcheck.engines.sglang.sizing.defaults import Resolved
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile
-from kvcheck.engines.sglang.sizing.shape import ModelShape
+from kvcheck.engines.sglang.sizing.shape import DSV4, ModelShape
+from kvcheck.errors import EstimateError as EngineRefusalLike
 
 
 def apply_model_overrides(res: Resolved, shape: ModelShape, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
     if shape.msa_sparse_layer_ids:
         return _minimax_m3(res, gpu, args)
+    if shape.kind == DSV4:
+        return _deepseek_v4(res, gpu, args)
     return res
+
+
+def _deepseek_v4(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
+    """model_overrides/deepseek_v4.py, deepseek_v4_hook.py and overrides._deepseek_v4_kv_cache_dtype:
+    page size 256 (128 on NPU), the dsv4 attention backend, KV dtype auto -> fp8_e4m3 (bf16 on NPU),
+    max_running_requests 256 when unset; EAGLE (top-k 1) and DSPARK are the only drafts it takes."""
+    notes = list(res.notes)
+    page = 128 if gpu.is_npu else 256
+    kv = res.kv_dtype
+    if args.get("kv_cache_dtype") in (None, "auto"):
+        kv = "bfloat16" if gpu.is_npu else "fp8_e4m3"
+    if kv not in ("fp8_e4m3", "bfloat16"):
+        raise EngineRefusalLike(f"--kv-cache-dtype {kv} is not supported for DeepseekV4ForCausalLM (SGLang asserts)")
+    mrr = res.max_running_requests if res.max_running_requests is not None else 256
+    if res.speculative not in (None, "EAGLE", "NEXTN", "MTP"):
+        raise EngineRefusalLike(
+            f"--speculative-algorithm {res.speculative}: only EAGLE (MTP) and DSPARK are supported for "
+            "DeepseekV4ForCausalLM (deepseek_v4_hook.py), and DSPARK is not priced by the estimate model"
+        )
+    notes.append(
+        f"DeepSeek-V4 overrides: page size {page}, KV dtype {kv}, attention backend dsv4, "
+        f"max_running_requests {mrr}{'' if res.max_running_requests is not None else ' (default for V4)'}"
+    )
+    return replace(
+        res, page_size=page, kv_dtype=kv, attention_backend="dsv4", max_running_requests=mrr, notes=tuple(notes)
+    )
 
 
 def _minimax_m3(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:

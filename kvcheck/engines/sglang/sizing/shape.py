@@ -16,6 +16,8 @@ MLA = "mla"  # multi-head latent attention (DeepSeek V2/V3/R1, Kimi K2.x, GLM-4-
 DSA = "dsa"  # MLA + DeepSeek sparse-attention indexer (V3.2, GLM-5)
 HYBRID_SWA = "hybrid_swa"  # full + sliding-window pools
 HYBRID_LINEAR = "hybrid_linear"  # Mamba / gated-delta-net state + full-attention KV
+DSV4 = "dsv4"  # DeepSeek-V4: SWA ring + compressed (c4/c128) pools + indexer (sizing/dsv4.py)
+DSV4_ARCHS = frozenset({"DeepseekV4ForCausalLM"})
 
 MLA_ARCHS = frozenset(
     {
@@ -68,7 +70,7 @@ LINEAR_ARCHS = frozenset(
         "NemotronHForCausalLM",
     }
 )
-SUPPORTED_ARCHS = MLA_ARCHS | MHA_ARCHS | SWA_ARCHS | LINEAR_ARCHS
+SUPPORTED_ARCHS = MLA_ARCHS | MHA_ARCHS | SWA_ARCHS | LINEAR_ARCHS | DSV4_ARCHS
 # Multimodal wrappers: SGLang loads a vision tower and reserves memory for it (docs/estimate.md).
 MULTIMODAL_ARCHS = frozenset(
     {
@@ -167,6 +169,8 @@ class ModelShape:
     msa_sparse_layer_ids: tuple[int, ...] = ()
     msa_k_only_layer_ids: tuple[int, ...] = ()
     msa_index_dim: int = 0
+    compress_ratios: tuple[int, ...] = ()  # DeepSeek-V4: per layer, 0 (SWA only), 4 or 128
+    model_type: str = ""
     is_multimodal: bool = False
     has_attention_sinks: bool = False
     notes: tuple[str, ...] = field(default=())
@@ -414,6 +418,24 @@ def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_
         is_multimodal=arch in MULTIMODAL_ARCHS and source.vision is not None,
     )
     all_layers = tuple(range(n_layers))
+
+    if arch in DSV4_ARCHS:
+        ratios = text.get("compress_ratios")
+        window = text.get("sliding_window")
+        if not isinstance(ratios, list) or window is None or text.get("index_head_dim") is None:
+            raise not_understood(arch, "config has no compress_ratios, sliding_window or index_head_dim")
+        rope = _int(text, arch, "qk_rope_head_dim")
+        common.update(head_dim=head_dim, v_head_dim=head_dim)
+        return ModelShape(
+            kind=DSV4,
+            full_layer_ids=all_layers,
+            sliding_window=int(window),
+            qk_rope_head_dim=rope,
+            index_head_dim=int(text["index_head_dim"]),
+            compress_ratios=tuple(int(r) for r in ratios),
+            model_type=str(text.get("model_type") or ""),
+            **common,
+        )
 
     if arch in MLA_ARCHS:
         kv_lora = _int(text, arch, "kv_lora_rank")

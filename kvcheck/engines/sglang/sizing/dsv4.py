@@ -1,0 +1,238 @@
+"""DeepSeek-V4's pools as SGLang 0.5.23 sizes them (DSV4PoolConfigurator, pool_configurator.py:1067-1712).
+
+V4 keeps no single per-token cell: every layer holds a sliding-window (SWA) ring of the latent, the
+layers of compress ratio 4 add a compressed KV pool at 1/4 of the tokens plus an FP8 indexer, the
+layers of ratio 128 a compressed pool at 1/128, and the c4/c128 compress states are request-scoped.
+`bytes_per_full_token` prices one full-context token across those pools; the request-scoped c128
+state is a fixed cost taken from the budget first. Reproduced here for the default CUDA path:
+FlashMLA V4 layout (SGLANG_DSV4_KV_LAYOUT=v4, the default), fp32 compress state, no online c128,
+no unified-KV (a ROCm-only switch), no HiSparse, no encoder replay. Other switches are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvcheck.errors import EstimateError
+
+DEFAULT_SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
+V4_ROW_BYTES = 576 + 8  # KVLayout.V4: 576 data bytes + 8 scale bytes per token
+V4_PAGE_ALIGN = 576  # KVLayout.V4.page_align: page stride padded to the TMA row
+STATE_DTYPE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32
+SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+UNSUPPORTED_ENV = {
+    "SGLANG_DSV4_KV_LAYOUT": ("v4",),
+    "SGLANG_DSV4_COMPRESS_STATE_DTYPE": ("float32", "fp32"),
+    "SGLANG_OPT_USE_ONLINE_COMPRESS": ("0", "false"),
+    "SGLANG_HACK_FLASHMLA_BACKEND": (),
+}
+
+
+@dataclass(frozen=True)
+class Dsv4Plan:
+    """What one DeepSeek-V4 rank's pools cost: per full token, and fixed per request slot."""
+
+    bytes_per_full_token: float
+    bytes_per_swa_token: float
+    swa_ratio: float
+    swa_cap_tokens: int | None  # cap mode: SWA slots reserved from the request cap (fixed bytes)
+    fixed_bytes: float  # c128 compress state (+ cap-mode SWA pool)
+    layers: int
+    layers_by_ratio: Mapping[int, int]
+    parts: Mapping[str, Any]
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    for name, allowed in UNSUPPORTED_ENV.items():
+        value = env.get(name)
+        if value is not None and str(value).lower() not in allowed:
+            raise EstimateError(
+                f"{name}={value} selects a DeepSeek-V4 pool layout the estimate model does not price "
+                "(it reproduces the default FlashMLA V4 layout with fp32 compress state)"
+            )
+
+
+def _paged_bytes(page_size: int, ratio: int = 0) -> float:
+    """Bytes per token of a V4-layout page (the page stride is padded to 576 B)."""
+    page = page_size // ratio if ratio else page_size
+    raw = page * V4_ROW_BYTES
+    return math.ceil(raw / V4_PAGE_ALIGN) * V4_PAGE_ALIGN / page
+
+
+def _ring(ratio: int, draft_tokens: int) -> int:
+    """get_compress_state_ring_size: rows per request ring."""
+    if draft_tokens > 0:
+        return 16 if ratio == 4 else 256
+    return 8 if ratio == 4 else 128
+
+
+def plan(
+    *,
+    compress_ratios: tuple[int, ...],
+    stage: range,
+    head_dim: int,
+    index_head_dim: int,
+    sliding_window: int,
+    page_size: int,
+    max_running_requests: int,
+    attn_dp: int,
+    role: str | None,
+    chunked_prefill_size: int,
+    swa_ratio_arg: float | None,
+    cap_mode_default: bool,
+    draft_tokens: int,
+    speculative: bool,
+    radix_cache: bool,
+    decode_extra_slots: int,
+) -> Dsv4Plan:
+    """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank."""
+    if page_size % 128:
+        raise EstimateError(f"page size {page_size}: SGLang asserts a multiple of 128 for compressed attention")
+    ratios = [compress_ratios[i] for i in stage if i < len(compress_ratios)]
+    if any(r not in (0, 4, 128) for r in ratios):
+        raise EstimateError("DeepSeek-V4 compress ratios 1/2 (V4.1 low-ratio pools) are not priced by the estimate model")
+    by_ratio = {r: sum(1 for x in ratios if x == r) for r in (4, 128) if any(x == r for x in ratios)}
+    layers = len(ratios)
+    rings = {r: _ring(r, draft_tokens) for r in by_ratio}
+    indexer_bytes = index_head_dim + index_head_dim // 128 * 4  # get_dsv4_indexer_bytes_per_token, fp8
+
+    c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
+    c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
+    bytes_per_swa = _paged_bytes(page_size) * layers + (
+        rings.get(4, 0) / page_size * (c4_state + c4_indexer_state) * by_ratio.get(4, 0)
+    )
+    compressed = 0.0
+    if 4 in by_ratio:
+        compressed += (_paged_bytes(page_size, 4) / 4 + indexer_bytes / 4) * by_ratio[4]
+    if 128 in by_ratio:
+        compressed += _paged_bytes(page_size, 128) / 128 * by_ratio[128]
+
+    per_worker = max(1, max_running_requests // max(1, attn_dp))
+    # cap mode: the SWA pool is sized from the request cap, unless the operator (or V4's own
+    # override, swa_full_tokens_ratio 0.1 for model_type deepseek_v4) gave a ratio
+    cap_tokens = None
+    if swa_ratio_arg is None and cap_mode_default and (role == "decode" or chunked_prefill_size > 0):
+        trailing = sliding_window + SWA_EVICTION_INTERVAL * max(1, draft_tokens) + page_size
+        per_request = trailing + page_size
+        if role == "decode":
+            cap = per_request * per_worker + (sliding_window + page_size) * decode_extra_slots
+        else:
+            cap = per_request * per_worker + 2 * chunked_prefill_size + page_size
+        tails = 4 * per_worker if radix_cache else 0
+        cap_tokens = math.ceil((cap + tails * (sliding_window + page_size)) / page_size) * page_size
+    swa_ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if swa_ratio_arg is None else float(swa_ratio_arg)
+    full = (0.0 if cap_tokens is not None else swa_ratio * bytes_per_swa) + compressed
+    spec_infl = (layers + 1) / layers if speculative and layers else 1.0
+    full *= spec_infl
+    bytes_per_swa *= spec_infl
+
+    slots = per_worker + 1 + (decode_extra_slots if role == "decode" else 0)
+    c128 = 0.0
+    if 128 in by_ratio:
+        rows = slots * rings[128] + rings[128] + 1
+        rows = math.ceil(rows / 128) * 128
+        c128 = rows * 2 * head_dim * STATE_DTYPE_BYTES * by_ratio[128]
+    fixed = c128 + (cap_tokens * bytes_per_swa if cap_tokens is not None else 0.0)
+    return Dsv4Plan(
+        bytes_per_full_token=full,
+        bytes_per_swa_token=bytes_per_swa,
+        swa_ratio=swa_ratio,
+        swa_cap_tokens=cap_tokens,
+        fixed_bytes=fixed,
+        layers=layers,
+        layers_by_ratio=by_ratio,
+        parts={
+            "layers": layers,
+            "compressed_layers_by_ratio": dict(by_ratio),
+            "swa_bytes_per_token": round(bytes_per_swa, 2),
+            "compressed_bytes_per_full_token": round(compressed * spec_infl, 2),
+            "swa_full_tokens_ratio": None if cap_tokens is not None else swa_ratio,
+            "swa_cap_tokens": cap_tokens,
+            "c128_state_fixed_bytes": int(c128),
+            "fixed_bytes": int(fixed),
+        },
+    )
+
+
+def full_tokens(plan_: Dsv4Plan, available_bytes: float, page_size: int) -> int:
+    """calculate_pool_sizes: the full-token capacity left after the fixed pools, page-aligned."""
+    left = max(available_bytes - plan_.fixed_bytes, 0.0)
+    if plan_.bytes_per_full_token <= 0:
+        return 0
+    return int(left / plan_.bytes_per_full_token) // page_size * page_size
+
+
+def swa_tokens(plan_: Dsv4Plan, full: int, page_size: int) -> int:
+    if plan_.swa_cap_tokens is not None:
+        return plan_.swa_cap_tokens
+    return int(full * plan_.swa_ratio) // page_size * page_size
+
+
+# --- weights ------------------------------------------------------------------------------------------
+
+FMT_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4 / (128 * 128), "mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+
+
+def weights_bytes(
+    text: Mapping[str, Any],
+    *,
+    stage: range,
+    tp: int,
+    attn_tp: int,
+    ep: int,
+    dense_fmt: str,
+    expert_fmt: str,
+    last_stage: bool,
+    first_stage: bool,
+) -> dict[str, float]:
+    """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
+
+    Main projections exactly; the compressor, indexer and hyper-connection weights from their
+    shapes in the reference implementation (small: under 3 % of the model); experts in the
+    checkpoint's expert dtype (fp4 -> MXFP4, or the NVFP4/FP8 of a requantized checkpoint).
+    """
+    h = int(text["hidden_size"])
+    heads = int(text["num_attention_heads"])
+    hd = int(text["head_dim"])
+    q_lora = int(text.get("q_lora_rank") or 0)
+    o_lora = int(text.get("o_lora_rank") or 0)
+    o_groups = int(text.get("o_groups") or 1)
+    idx_heads = int(text.get("index_n_heads") or 64)
+    idx_dim = int(text.get("index_head_dim") or 128)
+    experts = int(text.get("n_routed_experts") or 0)
+    inter = int(text.get("moe_intermediate_size") or 0)
+    shared = int(text.get("n_shared_experts") or 0)
+    vocab = int(text["vocab_size"])
+    ratios = list(text.get("compress_ratios") or [])
+    hc = int(text.get("hc_mult") or 1)
+    d, e = FMT_BYTES[dense_fmt], FMT_BYTES[expert_fmt]
+    out: dict[str, float] = {}
+
+    def add(key: str, value: float) -> None:
+        out[key] = out.get(key, 0.0) + value
+
+    for i in stage:
+        ratio = ratios[i] if i < len(ratios) else 0
+        add("attention", d * (h * q_lora + q_lora * heads * hd / attn_tp + h * hd))  # wq_a, wq_b, wkv
+        add("attention", d * (heads * hd / attn_tp * o_lora + o_groups * o_lora * h / attn_tp))  # wo_a, wo_b
+        add("norms", 2 * (q_lora + hd + 2 * h) + 4 * heads / attn_tp)  # norms, attention sink
+        if ratio:
+            overlap = 2 if ratio == 4 else 1
+            add("compressor", 2 * (2 * h * hd * overlap) + 4 * ratio * hd * overlap)  # wkv + wgate (bf16), ape
+        if ratio == 4:
+            add("dsa_indexer", d * q_lora * idx_heads * idx_dim + 2 * h * idx_heads)  # wq_b, weights_proj
+            add("dsa_indexer", 2 * (2 * h * idx_dim * 2) + 4 * 4 * idx_dim * 2)  # indexer compressor
+        add("moe_experts", e * experts * 3 * h * inter / tp)
+        add("shared_experts", d * shared * 3 * h * inter / tp)
+        add("router", 2 * experts * h + 4 * experts)
+        mix = (2 + hc) * hc
+        add("hyper_connections", 4 * 2 * (mix * hc * h + mix + 1))  # attn + ffn hc_fn/base/scale (fp32)
+    if first_stage:
+        add("embedding", 2 * vocab * h / tp)
+    if last_stage:
+        add("lm_head", 2 * vocab * h / tp)
+        add("hyper_connections", 4 * (hc * hc * h + hc + 1))
+    return out

@@ -29,6 +29,14 @@ _K8S_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 # Flags that only place one process (which node, which address): not part of a role's arguments.
 PLACEMENT_FLAGS = frozenset({"node-rank", "dist-init-addr", "host", "port"})
+# Flags that name credentials, endpoints or text formats and never size memory: an unresolved value
+# (a Secret, most often) is a warning for these, not a role left unchecked.
+NON_SIZING_FLAGS = frozenset({
+    "api-key", "admin-api-key", "served-model-name", "log-level", "log-level-http", "chat-template",
+    "hf-chat-template-name", "tool-call-parser", "reasoning-parser", "ssl-keyfile", "ssl-certfile",
+    "ssl-ca-certs", "ssl-keyfile-password", "file-storage-path", "fastapi-root-path", "grpc-port",
+    "nccl-port", "disaggregation-bootstrap-port", "export-metrics-to-file-dir",
+})
 # Server arguments handled apart: the model is the manifest's model.path, --config is read inline.
 _MODEL_FLAG = "model-path"
 _CONFIG_FLAG = "config"
@@ -52,6 +60,7 @@ class Token:
     unresolved: list[str] = field(default_factory=list)
     raw: str | None = None  # the text as written, before Kubernetes' $(VAR) expansion
     via: list[tuple[str, Sourced]] = field(default_factory=list)  # variables whose values it holds
+    why: dict[str, str] = field(default_factory=dict)  # unresolved name -> why the files do not set it
 
 
 @dataclass
@@ -169,7 +178,8 @@ def exec_tokens(doc: Doc, container: Mapping[str, Any], path: Path_, env: Env) -
             text = item if isinstance(item, str) else _yaml_scalar_text(item)
             used: list[str] = []
             expanded, missing = expand_k8s(text, env, used)
-            tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text, via=_via(env, used)))
+            tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text, via=_via(env, used),
+                                why=_why(env, missing)))
     return tokens
 
 
@@ -221,9 +231,18 @@ def find_server(
             unresolved = [
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
-            out.append(Token(text, where, unresolved, via=_via(env, used)))
+            out.append(Token(text, where, unresolved, via=_via(env, used), why=_why(env, unresolved)))
         return ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location)
     return None
+
+
+def _why(env: Env, names: list[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        bare = name[2:-1] if name.startswith("$(") and name.endswith(")") else name
+        if bare in env.unknown:
+            out[name] = env.unknown[bare]
+    return out
 
 
 def _via(env: Env, names: list[str]) -> list[tuple[str, Sourced]]:
@@ -360,11 +379,16 @@ def _origin(tokens: list[Token]) -> str | None:
 
 def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
     names = ", ".join(f"${n}" if not n.startswith(("$", "`")) else n for n in token.unresolved)
-    subject = f"the value of --{flag}" if flag else f"the word '{token.text}'"
+    # "the value given to api-key", not "--api-key VALUE": the redactor would hide the words after a flag
+    subject = f"the value given to {flag}" if flag else f"the word '{token.text}'"
+    reasons = "".join(f"; {name}: {why}" for name, why in token.why.items())
+    harmless = flag in NON_SIZING_FLAGS
     return finding(
         "KV317",
         role,
-        f"{subject} uses {names}, which the files do not set",
+        f"{subject} uses {names}, which the files do not set{reasons}"
+        + (" (a flag that does not size memory: the check goes on without it)" if harmless else ""),
+        severity="warning" if harmless else None,
         hint="pass the file that defines it, set it in the container's env, or state the value in an overlay manifest",
         location=token.location,
     )

@@ -199,7 +199,7 @@ def test_unresolved_variables_are_named_never_guessed() -> None:
     f = f"{FIX}/ome.yaml"
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
-        f"kvcheck: error: {f}:70:83: KV317 the value of --max-running-requests uses $(MAX_REQS), "
+        f"kvcheck: error: {f}:70:83: KV317 the value given to max-running-requests uses $(MAX_REQS), "
         "which the files do not set",
     ]
     assert "max-running-requests" not in json.loads(run_kvcheck("import", f"{FIX}/ome.yaml", "--format", "json").stdout)[

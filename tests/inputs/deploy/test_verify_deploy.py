@@ -107,7 +107,7 @@ def test_an_unresolved_value_means_the_deployment_could_not_be_checked() -> None
     assert [(r["name"], r["status"]) for r in report["roles"]] == [("prefill", "pass"), ("decode", "error")]
     assert report["findings"][0] == {
         "rule": "KV317", "severity": "error", "role": "decode",
-        "message": "the value of --max-running-requests uses $(MAX_REQS), which the files do not set",
+        "message": "the value given to max-running-requests uses $(MAX_REQS), which the files do not set",
         "hint": "pass the file that defines it, set it in the container's env, or state the value in an "
                 "overlay manifest",
         "location": {"file": f"{FIX}/ome.yaml", "line": 70, "column": 83},
@@ -137,3 +137,29 @@ def test_plan_reads_deployment_files_too() -> None:
     report = _json(result)
     assert [r["name"] for r in report["roles"]] == ["llama-sglang"]
     assert report["findings"][0]["location"] == {"file": "<stdin>", "line": 49, "column": 11}
+
+
+def test_a_secret_in_a_flag_that_does_not_size_memory_is_a_warning_and_configmap_refs_resolve() -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n        - name: s\n          image: lmsysorg/sglang:v0.5.23\n          env:\n"
+        "            - name: MEM\n              valueFrom: {configMapKeyRef: {name: tuning, key: mem}}\n"
+        "            - name: KEY\n              valueFrom: {secretKeyRef: {name: s, key: k}}\n"
+        '          command: ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--context-length", '
+        '"131072", "--mem-fraction-static", "$(MEM)", "--api-key", "$(KEY)"]\n'
+        "          resources: {limits: {nvidia.com/gpu: 1}}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: tuning}\ndata:\n  mem: \"0.77\"\n"
+    )
+    result = run_kvcheck("verify", "-", "--mode", "estimate", "--gpu", "H200", "--model-config", LLAMA,
+                         "--format", "json", stdin=text)
+    assert result.exit_code == 0, result.stderr
+    report = _json(result)
+    assert report["roles"][0]["argv"][-2:] == ["--mem-fraction-static", "0.77"]
+    assert report["findings"] == [{
+        "rule": "KV317", "severity": "warning", "role": "x",
+        "message": "the value given to api-key uses $KEY, which the files do not set; KEY: it comes from a "
+                   "secretKeyRef reference (a flag that does not size memory: the check goes on without it)",
+        "hint": "pass the file that defines it, set it in the container's env, or state the value in an "
+                "overlay manifest",
+        "location": {"file": "<stdin>", "line": 15, "column": 161},
+    }]

@@ -13,9 +13,10 @@ KV317 = define_rule(
     set nowhere kvcheck can see, a command substitution such as `$(hostname)`, or a `valueFrom`
     reference to a Secret. The operators' own variables (LeaderWorkerSet, RBG, OME, Dynamo) are
     resolved as the operator sets them; anything else stays unknown, and kvcheck never guesses a
-    value, so the role counts as not checked (exit 3). Fix: pass the file that defines it (the
-    ConfigMap, in the same command), write the value into the container's `env`, or state it in
-    an overlay manifest.""",
+    value, so the role counts as not checked (exit 3). For a flag that never sizes memory
+    (`--api-key`, `--served-model-name`, TLS files, ports, parsers, log levels) the finding is a
+    warning and the check goes on. Fix: pass the file that defines it (the ConfigMap, in the same
+    command), write the value into the container's `env`, or state it in an overlay manifest.""",
 )
 
 KV501 = define_rule(

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.server import (
     Arg,
     Env,
+    ScriptError,
     ServerCommand,
     Sourced,
     Token,
@@ -633,7 +635,12 @@ def read_ome_service(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     runtime_name = _get(spec, "runtime", "name")
     model_name = _get(spec, "model", "name")
     if runtime_name not in inputs.runtimes:
-        return []
+        where = doc.at(("spec", "runtime", "name")) if runtime_name else doc.at(("spec",), key=True)
+        text = (f"InferenceService {name} names runtime {runtime_name!r}, which is not among the files read; "
+                "pass its ClusterServingRuntime or ServingRuntime too" if runtime_name else
+                f"InferenceService {name} names no runtime (OME would pick one): name it in spec.runtime.name, "
+                "and pass that runtime too")
+        raise ScriptError(InputIssue(where.file, where.line, where.column, "", text))
     rdoc, runtime = inputs.runtimes[runtime_name]
     extra: dict[str, Sourced] = {}
     model_path = None

@@ -361,3 +361,15 @@ def test_a_config_file_whose_configmap_is_not_given_is_unknown_not_empty() -> No
         "inputs, so the flags it sets are unknown\n"
     )
     assert json.loads(result.stdout)["roles"]["worker"]["args"] == {"mem-fraction-static": 0.85}
+
+
+def test_an_inference_service_whose_runtime_is_not_given_says_which_to_pass() -> None:
+    text = (REPO_ROOT / FIX / "ome.yaml").read_text(encoding="utf-8")
+    start = text.rindex("---", 0, text.index("kind: ClusterServingRuntime"))
+    end = text.index("---", text.index("kind: ClusterServingRuntime"))
+    result = run_kvcheck("import", "-", stdin=text[:start] + text[end:])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:32:11: InferenceService deepseek-r1-pd names runtime 'srt-deepseek-r1-pd-rdma', which is not "
+        "among the files read; pass its ClusterServingRuntime or ServingRuntime too"
+    )

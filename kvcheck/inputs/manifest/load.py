@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from kvcheck.engines import get_engine
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.manifest.model import UNION_TAGS, EstimateSpec, GpuSpec, Manifest
+from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -285,7 +285,9 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
     catalogue_note = None
     if isinstance(version, str):
         try:
-            catalogue, catalogue_note = get_engine(manifest.engine.name).catalogue(version)
+            # the engine the manifest names, also when another key failed validation (manifest None)
+            engine_name = manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default
+            catalogue, catalogue_note = get_engine(engine_name).catalogue(version)
         except InputError as exc:
             where = positions.of_value(("engine", "version"))
             issues.append(InputIssue(display, *(where or (None, None)), "engine.version", exc.message))

@@ -7,12 +7,37 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
 
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
 MAX_TOKENS = 2**31 - 1
+# A token count as SGLang's --context-length takes it (its human_readable_int): 131072, 128k (1000s)
+# or 128Ki (1024s); the same spellings at the top level as in args.
+TOKENS_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "exclusiveMinimum": 0, "maximum": MAX_TOKENS},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?\s*$"},
+    ]
+}
+
+
+def tokens_value(value: Any) -> Any:
+    """A token count written as SGLang writes --context-length (128k, 1Mi): the integer it means."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of tokens")
+    if isinstance(value, str):
+        from kvcheck.engines.sglang.catalogue import FlagError, parse_human_readable_int
+
+        try:
+            return parse_human_readable_int("context_length", value)
+        except FlagError:
+            raise ValueError(
+                "must be a number of tokens such as 131072, 128k or 128Ki (SGLang's spellings; the suffixes "
+                "are case-sensitive)"
+            ) from None
+    return value
 
 
 class _Strict(BaseModel):
@@ -212,8 +237,10 @@ class Manifest(_Strict):
     """A deployment to gate: the window promised to clients, the model, the engine and its roles."""
 
     name: str | None = Field(default=None, description="Free text shown in reports.")
-    context_length: int = Field(
-        gt=0, le=MAX_TOKENS, description="REQUIRED: the context window promised to clients, tokens."
+    context_length: Annotated[int, WithJsonSchema(TOKENS_SCHEMA)] = Field(
+        gt=0,
+        le=MAX_TOKENS,
+        description="REQUIRED: the context window promised to clients, tokens (131072, 128k or 128Ki, as in args).",
     )
     model: ModelSpec
     engine: EngineSpec
@@ -226,10 +253,8 @@ class Manifest(_Strict):
 
     @field_validator("context_length", mode="before")
     @classmethod
-    def _no_bool(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("must be a number of tokens")
-        return value
+    def _tokens(cls, value: Any) -> Any:
+        return tokens_value(value)
 
 
 def json_schema() -> dict[str, Any]:

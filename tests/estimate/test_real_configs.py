@@ -17,9 +17,7 @@ NOT_SERVED = {
     "stepfun-ai--Step-3.7-Flash": "Step3p7FlashForCausalLM",
     "stepfun-ai--Step-3.7-Flash-FP8": "Step3p7FlashForCausalLM",
 }
-NOT_UNDERSTOOD = {
-    "moonshotai--Kimi-K3": "KimiK3ForConditionalGeneration",  # KDA linear attention
-}
+NOT_UNDERSTOOD: dict[str, str] = {}  # every architecture SGLang 0.5.23 serves is sized
 KINDS = {
     "meta-llama--Meta-Llama-3.1-8B": "mha",
     "Qwen--Qwen3-235B-A22B-FP8": "mha",
@@ -42,6 +40,7 @@ KINDS = {
     "deepseek-ai--DeepSeek-V4-Pro": "dsv4",
     "nvidia--DeepSeek-V4-Pro-NVFP4": "dsv4",
     "sgl-project--DeepSeek-V4-Flash-FP8": "dsv4",
+    "moonshotai--Kimi-K3": "hybrid_linear",
 }
 
 
@@ -176,3 +175,26 @@ def test_deepseek_v4_refuses_drafts_sglang_refuses():
     with pytest.raises(Refused, match="only EAGLE \\(MTP\\) and DSPARK are supported for DeepseekV4ForCausalLM"):
         estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=4, speculative_algorithm="NGRAM"),
                       offline=True)
+
+
+def test_every_config_in_the_data_folder_is_sized_unless_sglang_does_not_serve_it():
+    sized, refused = [], []
+    for name in _configs():
+        try:
+            estimate_role(role(name, gpu="B300", tp_size=8), offline=True)
+            sized.append(name)
+        except EstimateError as exc:
+            refused.append(name)
+            assert "is not served by SGLang 0.5.23" in exc.message, (name, exc.message)
+    assert sorted(refused) == sorted(NOT_SERVED)
+    assert len(sized) == len(_configs()) - 3
+
+
+def test_kimi_k3_prices_kda_state_and_mla_full_layers():
+    est = estimate_role(role("moonshotai--Kimi-K3", gpu="B300", tp_size=8), offline=True)
+    # 24 full-attention layers keep a 576-element bf16 MLA latent; 69 KDA layers keep recurrent state
+    assert est.details["kv_cell_parts"] == {"latent_bytes_per_layer": 1152, "layers": 24}
+    conv = (96 * 128 * 3 // 8) * 3 * 2  # q, k, v channels over TP8 x (kernel 4 - 1) rows, bf16
+    ssm = 96 // 8 * 128 * 128 * 4  # heads over TP8 x head_dim x head_dim, fp32
+    assert est.details["mamba_state_bytes_per_request"] == (conv + ssm) * 69
+    assert est.pool_tokens > 0

@@ -25,7 +25,6 @@ from kvcheck.engines.sglang.sizing.shape import (
     HYBRID_SWA,
     KV_DTYPE_BYTES,
     MHA,
-    MLA,
     ModelShape,
     model_shape,
 )
@@ -139,7 +138,7 @@ def _cell_bytes(
     """(cell bytes per full-pool token, SWA bytes per SWA token, parts) for one PP stage on one rank."""
     kv = res.kv_dtype
     parts: dict[str, Any] = {}
-    if shape.kind in (MLA, DSA):
+    if shape.mla_full_attention:
         scaled = not res.dsa_raw_layout
         row = shape.mla_row_bytes(kv, scaled_dsa_layout=scaled)
         layers = _stage_layers(shape.full_layer_ids, stage)

@@ -68,6 +68,8 @@ LINEAR_ARCHS = frozenset(
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
         "NemotronHForCausalLM",
+        "KimiK3ForConditionalGeneration",  # Kimi-K3: KDA linear attention + MLA full-attention layers
+        "KimiK3LinearForCausalLM",
     }
 )
 SUPPORTED_ARCHS = MLA_ARCHS | MHA_ARCHS | SWA_ARCHS | LINEAR_ARCHS | DSV4_ARCHS
@@ -80,6 +82,7 @@ MULTIMODAL_ARCHS = frozenset(
         "Llama4ForConditionalGeneration",
         "Gemma4ForConditionalGeneration",
         "Step3p7ForConditionalGeneration",
+        "KimiK3ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
     }
@@ -179,6 +182,11 @@ class ModelShape:
     def is_mla(self) -> bool:
         return self.kind in (MLA, DSA)
 
+    @property
+    def mla_full_attention(self) -> bool:
+        """Full-attention layers keep an MLA latent (MLA/DSA models, Kimi-K3's hybrid)."""
+        return self.kind in (MLA, DSA) or (self.kind == HYBRID_LINEAR and self.kv_lora_rank > 0)
+
     def kv_heads_per_rank(self, attn_tp: int, dcp: int = 1, *, swa: bool = False) -> int:
         """SGLang's get_num_kv_heads: heads shard over tp/dcp; fewer heads than ranks => one each."""
         total = self.swa_num_kv_heads if swa and self.swa_num_kv_heads else self.num_kv_heads
@@ -273,6 +281,15 @@ def _hybrid_swa_layers(arch: str, text: Mapping[str, Any], n: int) -> tuple[list
 
 
 def _mamba_shape(arch: str, text: Mapping[str, Any], ssm_dtype: str) -> MambaShape:
+    if arch.startswith("KimiK3"):
+        # KimiLinearStateShape (configs/mamba_utils.py:323-366): conv over q, k and v (K-1 rows, bf16),
+        # a heads x head_dim x head_dim temporal state; laid out like a GDN state with k heads = heads
+        cfg = _kda_config(arch, text)
+        heads, hd = int(cfg["num_heads"]), int(cfg["head_dim"])
+        return MambaShape(
+            kind="kda", d_inner=heads * hd, groups=heads, state_size=hd, num_heads=heads, head_dim=hd,
+            conv_kernel=int(cfg.get("short_conv_kernel_size") or 4), ssm_dtype=ssm_dtype,
+        )
     if arch == "NemotronHForCausalLM":
         heads = _int(text, arch, "mamba_num_heads")
         head_dim = _int(text, arch, "mamba_head_dim")
@@ -314,8 +331,26 @@ def nemotron_pattern(text: Mapping[str, Any]) -> str | None:
     return pattern if isinstance(pattern, str) else None
 
 
+def _kda_config(arch: str, text: Mapping[str, Any]) -> Mapping[str, Any]:
+    cfg = text.get("linear_attn_config")
+    if isinstance(cfg, str):  # some exports keep it as the repr of a dict
+        import ast
+
+        try:
+            cfg = ast.literal_eval(cfg)
+        except (ValueError, SyntaxError) as exc:
+            raise not_understood(arch, "linear_attn_config is not a mapping") from exc
+    if not isinstance(cfg, Mapping) or not isinstance(cfg.get("kda_layers"), list):
+        raise not_understood(arch, "config has no linear_attn_config.kda_layers")
+    return cfg
+
+
 def _linear_layers(arch: str, text: Mapping[str, Any], n: int) -> tuple[list[int], list[int]]:
     """(full-attention, linear) layer ids for hybrid linear models."""
+    if arch.startswith("KimiK3"):
+        # configs/kimi_linear.py: kda_layers are 1-based; every other layer is full (MLA) attention
+        kda = {int(i) for i in _kda_config(arch, text)["kda_layers"]}
+        return [i for i in range(n) if i + 1 not in kda], [i for i in range(n) if i + 1 in kda]
     if arch == "NemotronHForCausalLM":
         pattern = nemotron_pattern(text)
         if pattern is None:
@@ -503,8 +538,14 @@ def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_
             **common,
         )
 
-    # hybrid linear (Mamba2 / gated delta net)
+    # hybrid linear (Mamba2 / gated delta net / Kimi delta attention)
     full, linear = _linear_layers(arch, text, n_layers)
+    if arch.startswith("KimiK3"):
+        # the full-attention layers are MLA (kimi_k3.py): one latent row per token, not split by TP
+        common.update(kv_lora_rank=_int(text, arch, "kv_lora_rank"), qk_rope_head_dim=_int(text, arch, "qk_rope_head_dim"))
+        latent = text.get("routed_expert_hidden_size")
+        if latent:
+            common["notes"] = (f"Kimi-K3 routed experts work in a {latent}-wide latent space",)
     ssm_dtype = mamba_ssm_dtype or str(text.get("mamba_ssm_dtype") or "float32")
     ssm_dtype = {"bfloat16": "bfloat16", "float16": "float16"}.get(ssm_dtype, "float32")
     return ModelShape(

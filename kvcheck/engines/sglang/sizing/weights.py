@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme
-from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, MLA, ModelShape, nemotron_pattern
+from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, ModelShape, nemotron_pattern
 from kvcheck.errors import EstimateError
 
 GIB = float(1 << 30)
@@ -135,8 +135,9 @@ def _moe_layout(shape: ModelShape, text: Mapping[str, Any]) -> _Moe:
         if not shared:
             if text.get("shared_expert_intermediate_size"):
                 shared = int(text["shared_expert_intermediate_size"])
-            elif text.get("n_shared_experts") and inter:
-                shared = int(text["n_shared_experts"]) * int(text.get("share_expert_dim") or inter)
+            elif (text.get("n_shared_experts") or text.get("num_shared_experts")) and inter:
+                count = text.get("n_shared_experts") or text.get("num_shared_experts")
+                shared = int(count) * int(text.get("share_expert_dim") or inter)
         if not inter:
             raise EstimateError(f"architecture {arch}: MoE config without moe_intermediate_size")
     return _Moe(experts, inter or 0, shared, gated, frozenset(layers), dense, bias=arch == "GptOssForCausalLM")
@@ -161,7 +162,7 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
     h = shape.hidden_size
     tp = par.attn_tp
     prefix = f"model.layers.{i}.self_attn"
-    if shape.kind in (MLA, DSA):
+    if shape.mla_full_attention:
         nh = shape.num_heads / tp
         q_lora = _int(text, "q_lora_rank")
         nope = _int(text, "qk_nope_head_dim", default=128) or 128
@@ -215,7 +216,17 @@ def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
     tp = par.attn_tp
     prefix = f"model.layers.{i}"
     conv_dim = m.d_inner + 2 * m.groups * m.state_size
-    if m.kind == "gdn":
+    if m.kind == "kda":
+        # Kimi delta attention (models/kimi_k3.py, a 'self_attn' module): q/k/v, a full-rank forget
+        # gate and an output gate of heads x head_dim each, low-rank beta, conv weights, o_proj
+        mixer = f"{prefix}.self_attn"
+        acc.linear("linear_attention", f"{mixer}.q_proj", h * conv_dim / tp)
+        acc.linear("linear_attention", f"{mixer}.f_proj", h * m.d_inner / tp)
+        acc.linear("linear_attention", f"{mixer}.g_proj", h * m.d_inner / tp)
+        acc.plain("linear_attention", h * m.num_heads / tp + conv_dim * m.conv_kernel / tp)
+        acc.plain("linear_attention", 2 * m.num_heads / tp + m.head_dim, "fp32")
+        acc.linear("linear_attention", f"{mixer}.o_proj", m.d_inner * h / tp)
+    elif m.kind == "gdn":
         key_dim = 2 * m.groups * m.state_size
         acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_qkv", h * (key_dim + m.d_inner) / tp)
         acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_z", h * m.d_inner / tp)
@@ -240,7 +251,7 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
     prefix = f"model.layers.{i}.{mlp}"
     if i in moe.moe_layers:
         experts = moe.experts + par.redundant_experts
-        latent = text.get("moe_latent_size")
+        latent = text.get("moe_latent_size") or text.get("routed_expert_hidden_size")
         expert_h = int(latent) if latent else h
         per_rank = experts * mats * expert_h * moe.inter / par.tp
         if latent:
@@ -338,7 +349,8 @@ def config_weights(
         "mlp_layer_types", "decoder_sparse_step", "mlp_only_layers", "interleave_moe_layer_step",
         "hybrid_override_pattern", "mlp_hidden_act", "hidden_act", "q_lora_rank", "qk_nope_head_dim",
         "v_head_dim", "index_n_heads", "attn_output_gate", "attention_k_eq_v", "attention_bias",
-        "layers_block_type", "moe_latent_size", "block_configs", "dense_intermediate_size",
+        "layers_block_type", "moe_latent_size", "block_configs", "dense_intermediate_size", "routed_expert_hidden_size",
+        "num_shared_experts",
         "shared_intermediate_size",
     )
     items = tuple((k, _freeze(text[k])) for k in keys if k in text)

@@ -396,6 +396,8 @@ def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeou
               help="The window promised to clients (default: what the server serves).")
 @click.option("--pool", "pool_tokens", type=click.IntRange(max=2**31 - 1), metavar="TOKENS",
               help="The smallest role's KV pool, used when the front door has no /server_info (a router).")
+@click.option("--max-upload-mib", type=int, default=512, show_default=True,
+              help="Most MiB of request bodies the whole run sends (prompts are token ids).")
 @click.option("--max-requests", type=int, default=64, show_default=True,
               help="Most requests sent in all (GETs included); a plan that needs more is refused.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Requests in flight at once.")
@@ -427,7 +429,7 @@ def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeou
 @click.option("--token-env", metavar="VAR",
               help="Name of an environment variable holding a bearer token (never printed).")
 @report_options
-def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_s, max_duration_s,
+def probe(url, context_length, pool_tokens, max_upload_mib, max_requests, concurrency, rate_per_s, max_duration_s,
           request_timeout_s, tenants, rounds, token_id, max_new_tokens, text_prompts, openai, stream, model,
           seed, dry_run, ca_bundle, insecure, token_env, fmt, output, strict):
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
@@ -436,6 +438,7 @@ def probe(url, context_length, pool_tokens, max_requests, concurrency, rate_per_
 
     options = ProbeOptions(
         url=url, context_length=context_length, pool_tokens=pool_tokens, max_requests=max_requests,
+        max_upload_mib=max_upload_mib,
         concurrency=concurrency, rate_per_s=rate_per_s, max_duration_s=max_duration_s,
         request_timeout_s=request_timeout_s, tenants=tenants, rounds=rounds, token_id=token_id,
         max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,

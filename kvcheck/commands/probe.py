@@ -68,6 +68,7 @@ def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Rep
         httpx.HTTPTransport(verify=make_ssl_context(options.verify), trust_env=True),
         origin=origin_of(base),
         max_requests=options.max_requests,
+        max_bytes=options.max_upload_mib * 2**20,
         rate_per_s=options.rate_per_s,
         deadline_s=started + options.max_duration_s,
     )
@@ -144,19 +145,24 @@ def rules_hint(code: str) -> str | None:
 
 def _model_name(client: httpx.Client) -> tuple[str | None, str | None]:
     """The model name /v1/completions wants, from /v1/models; (None, reason) when the API is absent."""
-    try:
-        response = client.get("/v1/models")
+    from kvcheck.http import HttpLimitError, JsonRejected, parse_json
+    from kvcheck.http import request as http_request
+
+    try:  # kvcheck.http: one deadline, a capped body, no redirect followed
+        response = http_request(client, "GET", "/v1/models", timeout_s=30.0, max_redirects=0)
     except ProbeGuardError as exc:
         return None, f"/v1/models not asked: {exc}"
     except httpx.TransportError as exc:
         return None, f"/v1/models: {exc}"
-    if response.status_code == 404:
+    except HttpLimitError as exc:
+        return None, f"/v1/models: {exc.message}"
+    if response.status == 404:
         return None, "the front door answered 404 to /v1/models"
     try:
-        data = response.json().get("data")
+        data = parse_json(response.body).get("data")
         name = data[0]["id"]
-    except (ValueError, AttributeError, LookupError, TypeError):
-        return None, f"/v1/models answered HTTP {response.status_code} without a model list"
+    except (JsonRejected, AttributeError, LookupError, TypeError):
+        return None, f"/v1/models answered HTTP {response.status} without a model list"
     return (name, None) if isinstance(name, str) and name else (None, "/v1/models lists no model id")
 
 

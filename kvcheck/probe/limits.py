@@ -16,7 +16,7 @@ import httpx
 from kvcheck.engines.sglang.serving import disaggregation_mode, max_input_len
 from kvcheck.errors import CheckError, EndpointError
 from kvcheck.model import ProbeLimits
-from kvcheck.probe.options import ProbeOptions
+from kvcheck.probe.options import MAX_PROMPT_TOKENS, ProbeOptions
 
 
 class LimitsUnknown(CheckError):
@@ -115,6 +115,17 @@ def limits_from_server_info(info: Any, options: ProbeOptions) -> DeploymentLimit
         bound_source = f"computed from the pool ({pool}) and context ({served_context or window})"
     else:
         raise LimitsUnknown(f"{info.url}: the server states neither max_req_input_len nor its pool")
+    if window > MAX_PROMPT_TOKENS:
+        raise LimitsUnknown(
+            f"{info.url}: the window to probe is {window:,} tokens ({window_source}), beyond the longest prompt "
+            f"the probe sends ({MAX_PROMPT_TOKENS:,} tokens)",
+            hint="give --context-length, the window promised to clients, if the server's claim is not it",
+        )
+    promised = admission_bound(window, None)
+    if bound > promised:  # prompts aim at what is promised, never at what a server merely claims
+        notes.append(f"the server states a bound of {bound:,} tokens, beyond what the window W = {window:,} "
+                     f"admits; probed at {promised:,}")
+        bound, bound_source = promised, f"computed from the window ({window}), below the server's claim"
     _check_bound(bound)
     skip_tokenizer = args.get("skip_tokenizer_init")
     has_tokenizer = options.text_prompts

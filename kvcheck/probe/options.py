@@ -15,6 +15,10 @@ from kvcheck.http import token_problem
 
 # Defaults sized so that one run is a small, bounded load (docs/probe.md gives the exact figures).
 DEFAULT_MAX_REQUESTS = 64
+DEFAULT_MAX_UPLOAD_MIB = 512  # a 1M-token window's whole plan sends about 150 MiB of token ids
+# The longest prompt the probe builds, tokens: about 10 MB of JSON token ids. Prompts aim at the smaller
+# of what the server claims and what --context-length promises, and never past this.
+MAX_PROMPT_TOKENS = 2**21
 DEFAULT_CONCURRENCY = 4
 DEFAULT_RATE_PER_S = 2.0
 DEFAULT_MAX_DURATION_S = 1800.0
@@ -37,6 +41,7 @@ class ProbeOptions:
     context_length: int | None = None  # the window promised to clients, tokens (else the server's)
     pool_tokens: int | None = None  # used only when the front door does not state its pool
     max_requests: int = DEFAULT_MAX_REQUESTS  # every request sent, GETs included
+    max_upload_mib: int = DEFAULT_MAX_UPLOAD_MIB  # request bodies sent, all requests together, MiB
     concurrency: int = DEFAULT_CONCURRENCY
     rate_per_s: float = DEFAULT_RATE_PER_S  # request starts per second, all requests together
     max_duration_s: float = DEFAULT_MAX_DURATION_S  # wall clock for the whole run
@@ -63,6 +68,7 @@ class ProbeOptions:
         _check_url(self.url, problems)
         for name, value, low in (
             ("--max-requests", self.max_requests, 1),
+            ("--max-upload-mib", self.max_upload_mib, 1),
             ("--concurrency", self.concurrency, 1),
             ("--rounds", self.rounds, 1),
             ("--max-new-tokens", self.max_new_tokens, 1),
@@ -90,6 +96,9 @@ class ProbeOptions:
                 problems.append(f"{name} must be a token count of at least 16, got {value!r}")
             elif value is not None and value > MAX_TOKEN_FIGURE:
                 problems.append(f"{name} {value} is more tokens than any server can hold (at most {MAX_TOKEN_FIGURE})")
+        if isinstance(self.context_length, int) and MAX_TOKEN_FIGURE >= self.context_length > MAX_PROMPT_TOKENS:
+            problems.append(f"--context-length {self.context_length} is beyond the longest prompt the probe sends "
+                            f"({MAX_PROMPT_TOKENS:,} tokens)")
         if self.insecure and self.ca_bundle:
             problems.append("--insecure and --ca-bundle contradict each other; give one")
         if self.ca_bundle and not Path(self.ca_bundle).exists():

@@ -52,6 +52,7 @@ class GuardedTransport(httpx.BaseTransport):
         *,
         origin: tuple[str, str, int | None],
         max_requests: int,
+        max_bytes: int | None = None,
         rate_per_s: float,
         deadline_s: float,
         clock: Callable[[], float] = time.monotonic,
@@ -61,6 +62,8 @@ class GuardedTransport(httpx.BaseTransport):
         self._inner = inner
         self._origin = origin
         self._max_requests = max_requests
+        self._max_bytes = max_bytes
+        self._sent_bytes = 0
         self._interval_s = 1.0 / rate_per_s
         self._deadline_s = deadline_s
         self._clock = clock
@@ -87,6 +90,12 @@ class GuardedTransport(httpx.BaseTransport):
             now = self._clock()
             if len(self.sent) >= self._max_requests:
                 raise BudgetExhausted(f"--max-requests ({self._max_requests}) reached")
+            if self._max_bytes is not None and self._sent_bytes + body_bytes > self._max_bytes:
+                raise BudgetExhausted(
+                    f"--max-upload-mib ({self._max_bytes // 2**20}) reached: {self._sent_bytes:,} bytes sent, "
+                    f"this request would add {body_bytes:,}"
+                )
+            self._sent_bytes += body_bytes
             start = max(now, self._next_start_s)
             if start >= self._deadline_s:
                 raise BudgetExhausted("--max-duration reached")

@@ -8,6 +8,7 @@ finish reason with `status_code`), or something else. Judging is elsewhere (judg
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from kvcheck.http import HttpLimitError, JsonRejected, parse_json
 from kvcheck.http import request as http_request
 from kvcheck.probe.plan import COMPLETIONS, PlannedRequest
 from kvcheck.probe.transport import ProbeGuardError
+from kvcheck.redact import REDACTED
 
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
@@ -102,8 +104,24 @@ def send(client: httpx.Client, path: str, body: dict[str, Any], *, timeout_s: fl
                       message="redirect not followed (the probe only talks to the URL given)",
                       redirect_to=response.headers.get("location"))
     content_type = response.content_type
-    return read_answer(response.status, text, latency_ms=latency,
-                       sse="text/event-stream" in content_type or text.lstrip().startswith("data:"))
+    answer = read_answer(response.status, text, latency_ms=latency,
+                         sse="text/event-stream" in content_type or text.lstrip().startswith("data:"))
+    return _without_token(answer, client)
+
+
+def _without_token(answer: Answer, client: httpx.Client) -> Answer:
+    """The answer with the bearer token cut out of its text and message (after parsing, so that a short
+    token cannot break the JSON): a front door that echoes the request's headers must not put the
+    token into the report."""
+    scheme, _, token = client.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return answer
+    return dataclasses.replace(
+        answer,
+        raw_text=answer.raw_text.replace(token, REDACTED),
+        message=answer.message.replace(token, REDACTED) if answer.message else answer.message,
+    )
 
 
 def read_answer(status: int, text: str, *, latency_ms: float | None, sse: bool) -> Answer:

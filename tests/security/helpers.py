@@ -63,7 +63,7 @@ def attack(*args: str, stdin: bytes | str | None = None, env: Mapping[str, str] 
 
 # -- raw loopback servers ------------------------------------------------------------------------------
 
-Handler = Callable[[socket.socket, str], None]  # (connection, request path) -> writes a raw answer
+Handler = Callable[[socket.socket, bytes], None]  # (connection, request head and body read so far) -> answer
 
 
 class RawServer:
@@ -76,6 +76,7 @@ class RawServer:
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(64)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.received_bytes = 0
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -98,11 +99,20 @@ class RawServer:
                     return
                 data += part
             path = data.split(b" ", 2)[1].decode()
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:  # the whole request body, so that an answer is not a reset
+                part = conn.recv(1 << 20)
+                if not part:
+                    break
+                body += part
+            self.received_bytes += len(head) + len(body)
             handler = self.routes.get(path)
             if handler is None:
                 conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
             else:
-                handler(conn, path)
+                handler(conn, head + b"\r\n\r\n" + body)
         except OSError:
             pass
         finally:
@@ -121,7 +131,7 @@ class RawServer:
 
 def send_body(body: bytes, *, content_type: str = "application/json", headers: Mapping[str, str] | None = None,
               status: str = "200 OK") -> Handler:
-    def handler(conn: socket.socket, path: str) -> None:
+    def handler(conn: socket.socket, request: bytes) -> None:
         head = [f"HTTP/1.1 {status}", f"content-type: {content_type}", f"content-length: {len(body)}",
                 "connection: close", *(f"{k}: {v}" for k, v in (headers or {}).items())]
         conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)

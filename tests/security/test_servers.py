@@ -47,7 +47,7 @@ def test_stacked_gzip_is_capped_after_every_layer():
 
 
 def test_a_server_trickling_its_headers_is_cut_at_the_timeout():
-    def trickle(conn: socket.socket, path: str) -> None:
+    def trickle(conn: socket.socket, request: bytes) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\n")
         for _ in range(600):  # one header byte every 0.1 s: 60 s if nothing cut it
             conn.sendall(b"x")

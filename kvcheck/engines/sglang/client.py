@@ -379,9 +379,10 @@ class SglangClient:
     def _send(self, url: httpx.URL) -> Answer:
         """One GET under kvcheck.http's rules (the token stays with its origin, one deadline, bounded body)."""
         try:
-            return http_request(self._client, "GET", url, timeout_s=self._timeout_s, token=self._token)
+            answer = http_request(self._client, "GET", url, timeout_s=self._timeout_s, token=self._token)
         except HttpLimitError as exc:
             raise EndpointError(f"{display_url(url)}: {self._redact(exc.message)}") from exc
+        return answer
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -415,7 +416,8 @@ class SglangClient:
 
     def _json(self, answer: Answer, path: str) -> Any:
         try:
-            return parse_json(answer.body)
+            payload = parse_json(answer.body)
+            return _without(self._token, payload) if self._token else payload  # a server echoing the token
         except JsonRejected as exc:
             if str(exc).startswith("not JSON"):
                 kind = answer.content_type.split(";")[0].strip() or "no content type"
@@ -460,3 +462,15 @@ class SglangClient:
         return EndpointError(
             f"{display_url(url)}: the connection failed{tries}: {self._redact(str(exc)) or type(exc).__name__}"
         )
+
+
+def _without(token: str, value: Any) -> Any:
+    """A parsed JSON value with `token` replaced in every string value (keys name fields and stay);
+    depth is bounded by parse_json, so the recursion is too."""
+    if isinstance(value, str):
+        return value.replace(token, REDACTED)
+    if isinstance(value, dict):
+        return {key: _without(token, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without(token, item) for item in value]
+    return value

@@ -172,6 +172,7 @@ class RoleTarget:
     gpu: str | None = None  # GPU type the manifest names for this role
     model_path: str | None = None
     model_config: Path | None = None  # config.json for estimate mode
+    draft_config: Path | None = None  # a separate speculative draft model's config.json (estimate mode)
     engine_command: tuple[str, ...] = ()  # empty: the engine's own default launch command
     engine: str = "sglang"  # the registry name of the serving engine (kvcheck.engines.ENGINES)
     env: Mapping[str, str] = field(default_factory=dict)

@@ -356,6 +356,18 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
                         f"no such file: {config_path} (model.config is relative to the manifest's folder)",
                     )
                 )
+            draft = manifest.model.draft_config
+            draft_path = (path.parent / draft).resolve() if draft else None
+            if draft_path is not None and not draft_path.is_file() and name == next(iter(manifest.roles)):
+                where = positions.of_value(("model", "draft_config"))
+                issues.append(
+                    InputIssue(
+                        display,
+                        *(where or (None, None)),
+                        "model.draft_config",
+                        f"no such file: {draft_path} (model.draft_config is relative to the manifest's folder)",
+                    )
+                )
             model_path = _relative_to_manifest(manifest.model.path, path.parent)
             command = list(manifest.engine.command)
             if "/" in command[0]:
@@ -376,6 +388,7 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
                     ),
                     model_path=model_path,
                     model_config=config_path,
+                    draft_config=draft_path,
                     engine_command=tuple(command),
                     engine=manifest.engine.name,
                     env={**manifest.engine.env, **role.env},

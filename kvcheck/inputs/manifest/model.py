@@ -53,6 +53,11 @@ class ModelSpec(_Strict):
         description="config.json for estimate mode (relative to the manifest); defaults to the one in a "
         "local `path`, else the Hugging Face Hub when online.",
     )
+    draft_config: str | None = Field(
+        default=None,
+        description="config.json of the speculative draft model (--speculative-draft-model-path: EAGLE, "
+        "EAGLE3 or STANDALONE), relative to the manifest; built-in MTP layers need none.",
+    )
 
 
 class EngineSpec(_Strict):

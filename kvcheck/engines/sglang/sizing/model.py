@@ -257,7 +257,11 @@ def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Reso
             "the estimate model does not price"
         )
     draft_path = args.get("speculative_draft_model_path")
-    if draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config)):
+    if target.draft_config is not None and draft_path is None:
+        draft_path = str(target.draft_config.parent)
+    if target.draft_config is None and (
+        draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config))
+    ):
         layers = model.shape.mtp_layers
         if layers <= 0:
             raise EstimateError(
@@ -275,13 +279,34 @@ def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Reso
         return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
     draft_target = replace(target, model_config=None, model_path=str(draft_path))
     local = Path(str(draft_path)).expanduser()
-    if (local / "config.json").is_file():
+    if target.draft_config is not None:
+        draft_target = replace(target, model_config=target.draft_config, model_path=str(draft_path))
+    elif (local / "config.json").is_file():
         draft_target = replace(target, model_config=local / "config.json", model_path=str(draft_path))
-    draft = _model(draft_target, {k: v for k, v in args.items() if k != "json_model_override_args"}, offline)
-    draft_par = replace(par, pp=1)
+    draft_args = {k: v for k, v in args.items() if k not in ("json_model_override_args", "quantization")}
+    draft = _model(draft_target, draft_args, offline)
+    draft_par = replace(par, pp=1, ep=1, redundant_experts=0)
     weights = config_weights(draft.shape, draft.source.text, draft.scheme, draft_par, tied=_tied(draft.source))
+    stage = weights.stages[0].components
+    total = weights.max_bytes
+    notes = []
+    if algo in ("EAGLE", "EAGLE3"):
+        # eagle_worker_v2: EAGLE drafts take the target's embedding and lm_head (set_embed_and_head), EAGLE3
+        # drafts its embedding (set_embed) and keep their own lm_head over draft_vocab_size
+        total -= stage.get("embedding", 0.0)
+        if algo == "EAGLE":
+            total -= stage.get("lm_head", 0.0)
+        else:
+            draft_vocab = draft.source.text.get("draft_vocab_size")
+            if draft_vocab and stage.get("lm_head"):
+                total -= stage["lm_head"] * (1 - int(draft_vocab) / draft.shape.vocab_size)
+            h = draft.shape.hidden_size
+            target_h = int(draft.source.text.get("target_hidden_size") or h)
+            total += 2 * 3 * target_h * h  # fc: the three target hidden states into one (bf16)
+        notes.append(f"{algo} draft shares the target's embedding{' and lm_head' if algo == 'EAGLE' else ''}")
     layers = draft.shape.num_layers
-    return layers, weights.max_bytes, [f"{algo} draft {draft_path}: {layers} layer(s), weights counted"]
+    where = target.draft_config or draft_path
+    return layers, total, [f"{algo} draft {where}: {layers} layer(s), weights counted", *notes]
 
 
 def _tied(source: ModelSource) -> bool:

@@ -48,6 +48,11 @@ MHA_ARCHS = frozenset(
         "Qwen3VLMoeForConditionalGeneration",
         "MiniMaxM3SparseForCausalLM",  # MiniMax-M3: dense + sparse (MSA) layers and an index-K pool
         "MiniMaxM3SparseForConditionalGeneration",
+        # separate speculative drafts SGLang serves (models/llama_eagle*.py, qwen2_eagle.py, mistral_eagle.py)
+        "LlamaForCausalLMEagle",
+        "LlamaForCausalLMEagle3",
+        "Qwen2ForCausalLMEagle",
+        "MistralForCausalLMEagle",
         "DeciLMForCausalLM",  # Nemotron-NAS: per-layer blocks, one KV-head count (model_config.py:1655-1667)
     }
 )

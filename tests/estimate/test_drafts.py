@@ -1,0 +1,90 @@
+"""Speculative drafts: a separate draft model's config (model.draft_config) is sized as SGLang sizes its pool."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+from kvcheck.engines.sglang.sizing import estimate_role
+
+from .helpers import role
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "single-server"
+LLAMA = EXAMPLE / "llama-3.1-8b-instruct.config.json"
+# the shape of lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B's config.json
+EAGLE3 = {
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "intermediate_size": 14336,
+    "vocab_size": 128256, "draft_vocab_size": 32000, "max_position_embeddings": 2048, "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+SPEC = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B",
+        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+
+
+def _draft(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "draft" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_eagle3_draft_inflates_the_cell_by_its_layers_and_counts_its_own_weights(tmp_path):
+    plain = estimate_role(role(LLAMA), offline=True)
+    target = replace(role(LLAMA, **SPEC), draft_config=_draft(tmp_path, EAGLE3))
+    est = estimate_role(target, offline=True)
+    # SGLang: the draft pool has the target's token count; cell += cell x draft_layers / target_layers
+    assert est.kv_bytes_per_token == plain.kv_bytes_per_token * (1 + 1 / 32)
+    # one decoder layer + its own lm_head over the 32,000-token draft vocabulary + fc (3 x 4096 -> 4096), bf16;
+    # the embedding is the target's (set_embed)
+    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2
+    expected = layer + 32000 * 4096 * 2 + 3 * 4096 * 4096 * 2
+    assert abs(est.details["draft_weights_gib_per_gpu"] * 2**30 - expected) < 0.01 * 2**30
+    assert est.details["max_running_requests"] == 48
+    assert est.pool_tokens < plain.pool_tokens
+
+
+def test_eagle_draft_shares_embedding_and_lm_head(tmp_path):
+    eagle = dict(EAGLE3, architectures=["LlamaForCausalLMEagle"])
+    eagle.pop("draft_vocab_size")
+    spec = dict(SPEC, speculative_algorithm="EAGLE")
+    est = estimate_role(replace(role(LLAMA, **spec), draft_config=_draft(tmp_path, eagle)), offline=True)
+    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2
+    assert abs(est.details["draft_weights_gib_per_gpu"] * 2**30 - layer) < 0.01 * 2**30
+
+
+def test_manifest_draft_config_end_to_end(tmp_path, kvcheck):
+    (tmp_path / "config.json").write_text(LLAMA.read_text())
+    _draft(tmp_path, EAGLE3)
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(textwrap.dedent("""\
+        name: eagle3 draft
+        context_length: 131072
+        model:
+          path: meta-llama/Llama-3.1-8B-Instruct
+          config: config.json
+          draft_config: draft/config.json
+        engine:
+          version: "0.5.23"
+        gpu: H100
+        args:
+          speculative-algorithm: EAGLE3
+          speculative-draft-model-path: lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B
+          speculative-num-steps: 3
+          speculative-eagle-topk: 1
+          speculative-num-draft-tokens: 4
+        roles:
+          server: {}
+        """))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    details = json.loads(result.stdout)["roles"][0]["details"]
+    assert details["kv_bytes_per_token"] == 131072 * (1 + 1 / 32)
+    assert details["draft_weights_gib_per_gpu"] > 0.7
+    missing = manifest.read_text().replace("draft/config.json", "nowhere.json")
+    manifest.write_text(missing)
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2
+    assert f"{manifest}:6:17: model.draft_config: no such file: {tmp_path / 'nowhere.json'}" in result.stderr

@@ -2,9 +2,10 @@
 
 A role is one file's data-parallel rank: the TP ranks (and PP stages) of one DP rank share one pool
 size, so the role takes the smallest figure among them, preferring the final `max_total_num_tokens=`
-line over the sizing lines. A log without a DP tag is one role. The role's name is the file and the
-tag of the rank whose line gave the figure, e.g. `prefill.log[TP0]`, `decode.log[DP3 TP3]`, or just
-`server.log` for an untagged TP1 server.
+line over the sizing lines. A log without a DP tag is one role. The role's name is the file's name
+and the tag of the rank whose line gave the figure, e.g. `prefill.log[TP0]`, `decode.log[DP3 TP3]`,
+or just `server.log` for an untagged TP1 server; the path as given stays in the findings' locations
+(two files of the same name in different folders keep their paths as names, so names stay unique).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def read_logs(
         )
     targets: list[RoleTarget] = []
     measurements: list[PoolMeasurement] = []
+    labels = role_labels([name for name, _ in logs])
     for name, summary in logs:
         for target, measurement in log_roles(
-            name, summary, context_length=context_length, min_headroom=min_headroom
+            name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
         ):
             targets.append(target)
             measurements.append(measurement)
@@ -174,10 +176,22 @@ def _groups(summary: LogSummary) -> list[_Group]:
     ]
 
 
+def role_labels(names: Sequence[str]) -> dict[str, str]:
+    """The name each log's roles go by: the file's name, or the path as given when two files share it."""
+    base = {name: os.path.basename(name) or name for name in names}
+    counts: dict[str, int] = {}
+    for short in base.values():
+        counts[short] = counts.get(short, 0) + 1
+    return {name: short if counts[short] == 1 else name for name, short in base.items()}
+
+
 def log_roles(
-    name: str, summary: LogSummary, *, context_length: int | None, min_headroom: float
+    name: str, summary: LogSummary, *, context_length: int | None, min_headroom: float, label: str | None = None
 ) -> list[tuple[RoleTarget, PoolMeasurement]]:
-    """The roles of one summarised log (one per DP rank; one role with no figure when it has none)."""
+    """The roles of one summarised log (one per DP rank; one role with no figure when it has none).
+
+    `name` is the path as given (findings' locations); `label` what the roles are called (default: it).
+    """
     args, args_source = _engine_args(summary)
     engine_context = _engine_context(summary, args)
     groups = _groups(summary) or [_Group(None, ())]
@@ -194,6 +208,7 @@ def log_roles(
                 name,
                 summary,
                 group,
+                label=label or name,
                 args=args,
                 args_source=args_source,
                 engine_context=engine_context,
@@ -210,6 +225,7 @@ def _role(
     summary: LogSummary,
     group: _Group,
     *,
+    label: str,
     args: Mapping[str, Any],
     args_source: str | None,
     engine_context: int | None,
@@ -219,7 +235,7 @@ def _role(
 ) -> tuple[RoleTarget, PoolMeasurement]:
     chosen = group.chosen
     tag = str(chosen.rank) if chosen is not None else (f"DP{group.dp}" if group.dp is not None else "")
-    role = f"{name}[{tag}]" if tag else name
+    role = f"{label}[{tag}]" if tag else label
     group_context = next((r.context_len for r in group.ranks if r.context_len is not None), None)
     engine_ctx = group_context if group_context is not None else engine_context
     window = context_length if context_length is not None else engine_ctx

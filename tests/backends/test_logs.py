@@ -56,7 +56,7 @@ def test_a_complete_tp2_log_is_one_role_named_after_the_rank_with_the_final_line
     path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
     targets, measurements = read_logs([path], context_length=None)
     (target,), (measurement,) = targets, measurements
-    assert target.name == measurement.role == f"{path}[TP0]"
+    assert target.name == measurement.role == "server.log[TP0]"  # the file's name; the path is in the locations
     assert (target.context_length, target.required_tokens, target.min_headroom) == (131072, 131072, 1.0)
     assert (measurement.pool_tokens, measurement.max_input_tokens, measurement.context_len) == (947824, 131066, 131072)
     assert measurement.source == "log" and measurement.findings == ()
@@ -86,7 +86,7 @@ def test_attention_dp_ranks_are_one_role_each_and_dp0s_final_line_vouches_for_th
     lines.append("[2026-01-05 10:01:25] The server is fired up and ready to roll!\n")
     path = write(tmp_path, "decode.log", "".join(lines))
     targets, measurements = read_logs([path], context_length=None)
-    assert [t.name for t in targets] == [f"{path}[DP{i} TP{i} EP{i}]" for i in range(4)]
+    assert [t.name for t in targets] == [f"decode.log[DP{i} TP{i} EP{i}]" for i in range(4)]
     assert [m.pool_tokens for m in measurements] == [500000, 500000, 480000, 500000]
     assert [m.details["figure_source"] for m in measurements] == ["final", "allocation", "allocation", "allocation"]
     assert [t.context_length for t in targets] == [131072] * 4
@@ -98,14 +98,14 @@ def test_pipeline_stages_of_one_server_share_the_smallest_final_figure(tmp_path)
     text += "[2026-01-05 10:01:25] The server is fired up and ready to roll!\n"
     path = write(tmp_path, "pp.log", text)
     (target,), (measurement,) = read_logs([path], context_length=None)
-    assert target.name == f"{path}[PP1 TP0]"
+    assert target.name == "pp.log[PP1 TP0]"
     assert measurement.pool_tokens == 480000
 
 
 def test_a_single_untagged_rank_is_named_by_the_file_alone(tmp_path):
     path = write(tmp_path, "tp1.log", final_line(500000, 131072, "").replace(" ]", "]"))
     (target,), _ = read_logs([path], context_length=None)
-    assert target.name == path
+    assert target.name == "tp1.log"
 
 
 def test_a_log_with_only_the_first_allocation_line_gets_a_provisional_warning(tmp_path):
@@ -172,7 +172,7 @@ def test_a_log_without_any_pool_figure_is_an_error_quoting_the_engines_failure(t
     )
     path = write(tmp_path, "oom.log", text)
     (target,), (measurement,) = read_logs([path], context_length=None)
-    assert target.name == path and target.context_length == 131072
+    assert target.name == "oom.log" and target.context_length == 131072
     assert measurement.pool_tokens is None
     (error,) = measurement.findings
     assert (error.rule, error.severity) == ("KV309", "error")
@@ -350,7 +350,7 @@ def test_real_logs_become_roles_with_their_pool(name):
     suffixes, pools, provisional, window = REAL[name]
     path = real_log(name)
     targets, measurements = read_logs([path], context_length=None)
-    assert [t.name for t in targets] == [path + suffix for suffix in suffixes]
+    assert [t.name for t in targets] == [name + suffix for suffix in suffixes]
     assert [m.pool_tokens for m in measurements] == pools
     assert [f.rule for f in measurements[0].findings if f.rule == "KV312"] == (["KV312"] if provisional else [])
     assert measurements[0].context_len == window
@@ -375,7 +375,7 @@ def test_cli_passes_a_complete_log_with_exit_0(tmp_path):
     assert (report["verdict"], report["exit_code"], report["context_length"]) == ("pass", 0, 131072)
     (role,) = report["roles"]
     assert (role["name"], role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
-        f"{path}[TP0]", "pass", 947824, 131072, 131066,
+        "server.log[TP0]", "pass", 947824, 131072, 131066,
     )
     assert role["source"] == "log" and report["findings"] == []
 
@@ -435,3 +435,22 @@ def test_cli_real_tp16_log_passes_its_own_window():
     (role,) = json.loads(result.stdout)["roles"]
     assert (role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (712400, 163840, 163834)
     assert [r["rank"] for r in role["details"]["ranks"]] == [f"TP{i}" for i in range(8)]
+
+
+def test_roles_are_named_by_the_file_and_rank_with_the_path_in_the_location(tmp_path):
+    path = write(tmp_path, "prefill.log", PD_PREFILL)
+    result = run_kvcheck("logs", path, "--format", "json")
+    report = json.loads(result.stdout)
+    assert [role["name"] for role in report["roles"]] == ["prefill.log[TP0]"]
+    assert report["source"] == path
+    located = [f for f in report["findings"] if f["location"] is not None]
+    assert located and all(f["location"]["file"] == path and f["role"] == "prefill.log[TP0]" for f in located)
+
+
+def test_two_files_of_one_name_keep_their_paths_as_names(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write(tmp_path / "a", "server.log", SGLANG_0_5_23_TP2)
+    second = write(tmp_path / "b", "server.log", SGLANG_0_5_23_TP2)
+    targets, _ = read_logs([first, second], context_length=None)
+    assert [t.name for t in targets] == [f"{first}[TP0]", f"{second}[TP0]"]

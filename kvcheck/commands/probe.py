@@ -26,6 +26,7 @@ from kvcheck.model import (
     SentRecord,
     role_status,
 )
+from kvcheck.policy.registry import finding
 from kvcheck.probe import rules
 from kvcheck.probe.judge import RequestResult, findings_for_group, judge
 from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, limits_from_options
@@ -93,7 +94,7 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     model = limits.model_name
     skip_openai: str | None = None
     if any(r.endpoint == COMPLETIONS for r in plan.requests) and model is None:
-        model, skip_openai = _model_name(client)
+        model, skip_openai = _model_name(client, options.request_timeout_s)
     total = len(plan.requests)
     results: dict[int, RequestResult] = {}
 
@@ -114,6 +115,10 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
         status = f"HTTP {first_answer.status}: " if first_answer.status is not None else ""
         return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {status}{first_answer.message or 'no answer'}",
                                 rules_hint("KV320"), guard.sent, plan, results)
+    refused = _control_refused(first, first_answer)
+    if refused is not None:  # a front door that refuses a short prompt cannot say anything about lengths
+        message, hint = refused
+        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {message}", hint, guard.sent, plan, results)
     remaining = [r for r in plan.requests if r.index not in results]
     first_v1 = next((r for r in remaining if r.endpoint == COMPLETIONS), None)
     if first_v1 is not None and skip_openai is None:
@@ -137,19 +142,59 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     return _report(options, url, plan, limits, results, guard.sent, skip_openai)
 
 
+def _limits_findings(limits: DeploymentLimits) -> list[Finding]:
+    """The limits row fails when the pool is below the window, as audit judges a server (KV101)."""
+    if limits.pool_tokens is None or limits.pool_tokens >= limits.window_tokens:
+        return []
+    short = limits.window_tokens - limits.pool_tokens
+    return [finding(
+        "KV101",
+        LIMITS_ROLE,
+        f"pool holds {limits.pool_tokens:,} tokens, below the {limits.window_tokens:,}-token window "
+        f"({limits.window_source}); short by {short:,} tokens: prompts the window promises cannot all be served",
+        hint=f"enlarge the pool (`kvcheck plan` names settings that hold the window) or advertise at most "
+        f"{limits.pool_tokens:,} tokens",
+    )]
+
+
+def _control_refused(planned: PlannedRequest, answer: Answer) -> tuple[str, str] | None:
+    """(message, hint) when the control request (a short prompt every server must serve) got an error.
+
+    Every later verdict compares answers with the limits; a front door that refuses a prompt far
+    below them (maintenance, overload, no healthy backend, credentials) would make every check look
+    like a short pool. The probe stops there: exit 3, with advice about the server.
+    """
+    if planned.check != "control" or answer.status is None or answer.status < 400:
+        return None
+    length = f"{planned.prompt_tokens} tokens" if planned.prompt_tokens is not None else "a short text prompt"
+    detail = f": {answer.message}" if answer.message else ""
+    message = (f"the control request ({length}, far below every limit) was refused with HTTP {answer.status}"
+               f"{detail}; nothing else was sent: no length can be judged while the front door refuses what it "
+               "must serve")
+    if answer.status in (401, 403):
+        hint = "the front door wants credentials: pass --token-env NAME with the variable that holds the token"
+    elif answer.status in (429, 502, 503, 504):
+        hint = ("the server is overloaded, draining or has no healthy backend behind the router: check its health "
+                "(GET /health, the router's backends) and probe again when it serves")
+    else:
+        hint = ("check that the URL is the deployment's SGLang front door (/generate), and --model for a router "
+                "that needs one; the answer above is what it said")
+    return message, hint
+
+
 def rules_hint(code: str) -> str | None:
     from kvcheck.probe.judge import HINTS
 
     return HINTS.get(code)
 
 
-def _model_name(client: httpx.Client) -> tuple[str | None, str | None]:
+def _model_name(client: httpx.Client, timeout_s: float) -> tuple[str | None, str | None]:
     """The model name /v1/completions wants, from /v1/models; (None, reason) when the API is absent."""
     from kvcheck.http import HttpLimitError, JsonRejected, parse_json
     from kvcheck.http import request as http_request
 
     try:  # kvcheck.http: one deadline, a capped body, no redirect followed
-        response = http_request(client, "GET", "/v1/models", timeout_s=30.0, max_redirects=0)
+        response = http_request(client, "GET", "/v1/models", timeout_s=timeout_s, max_redirects=0)
     except ProbeGuardError as exc:
         return None, f"/v1/models not asked: {exc}"
     except httpx.TransportError as exc:
@@ -216,8 +261,8 @@ def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits |
 
 def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: DeploymentLimits,
             results: dict[int, RequestResult], sent: Sequence[SentRequest], skip_openai: str | None) -> Report:
-    findings: list[Finding] = []
-    limit_findings: list[Finding] = []
+    limit_findings = _limits_findings(limits)
+    findings: list[Finding] = list(limit_findings)
     roles = [_limits_role(limits, sent, limit_findings, options.strict, plan)]
     for group in GROUPS:
         planned = [r for r in plan.requests if r.group == group]

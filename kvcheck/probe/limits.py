@@ -73,7 +73,7 @@ def learn_limits(options: ProbeOptions, transport: httpx.BaseTransport) -> Deplo
     try:
         with SglangClient(
             options.url,
-            timeout_s=min(options.info_timeout_s, options.max_duration_s),
+            timeout_s=min(options.request_timeout_s, options.max_duration_s),  # every request: --request-timeout
             verify=options.verify,
             token=options.token,
             retries=0,  # every GET counts against --max-requests

@@ -23,7 +23,6 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_RATE_PER_S = 2.0
 DEFAULT_MAX_DURATION_S = 1800.0
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
-DEFAULT_INFO_TIMEOUT_S = 30.0
 DEFAULT_TENANTS = 4
 DEFAULT_ROUNDS = 2
 DEFAULT_TOKEN_ID = 1000
@@ -58,7 +57,6 @@ class ProbeOptions:
     ca_bundle: str | None = None
     insecure: bool = False
     token_env: str | None = None
-    info_timeout_s: float = DEFAULT_INFO_TIMEOUT_S
     seed: int | None = None  # markers and patterns; None: fresh random ones every run
     strict: bool = False
 
@@ -87,7 +85,6 @@ class ProbeOptions:
             ("--rate", self.rate_per_s),
             ("--max-duration", self.max_duration_s),
             ("--request-timeout", self.request_timeout_s),
-            ("info timeout", self.info_timeout_s),
         ):
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 problems.append(f"{name} must be a positive number, got {value!r}")

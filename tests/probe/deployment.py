@@ -9,6 +9,7 @@ Behaviours (`Deployment(behaviour=...)`):
   and OpenAI's error object.
 - "truncate": --allow-auto-truncate: over-long prompts are cut to max_req_input_len and served (200).
 - "refuse-all": every generation request gets HTTP 400.
+- "unavailable": every generation request gets HTTP 503 (a router with no healthy backend).
 
 Every request is counted (GETs included), so tests can assert what the probe sent and that a dry run
 sends nothing. Stdlib only; binds 127.0.0.1 on an ephemeral port; threaded.
@@ -60,7 +61,7 @@ class Deployment:
         token: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        if behaviour not in ("incident", "fixed", "truncate", "refuse-all"):
+        if behaviour not in ("incident", "fixed", "truncate", "refuse-all", "unavailable"):
             raise ValueError(behaviour)
         self.behaviour = behaviour
         self.context_len = context_len
@@ -137,6 +138,8 @@ class Deployment:
         n = len(ids)
         if self.behaviour == "refuse-all":
             return 400, {"error": {"message": "Service refuses every request (maintenance)."}}, "tokenizer-error"
+        if self.behaviour == "unavailable":
+            return 503, {"error": {"message": "no healthy upstream"}}, "tokenizer-error"
         if self.behaviour == "truncate":
             if n >= self.max_req_input_len:
                 ids = ids[: self.max_req_input_len]

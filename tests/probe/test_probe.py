@@ -34,6 +34,7 @@ def test_incident_deployment_fails_with_overlong_accepted_and_cross_tenant_conte
     assert report.exit_code == 1
     assert report.verdict == "fail"
     assert rules_by_role(report) == {
+        "limits": {"KV101"},  # the pool (2,048) is below the window (4,096), as audit would say
         "/generate": {"KV401", "KV402", "KV405"},
         "/generate (stream)": {"KV401", "KV402", "KV405"},
         "/v1/completions": {"KV401", "KV402"},
@@ -48,6 +49,7 @@ def test_incident_deployment_fails_with_overlong_accepted_and_cross_tenant_conte
     limits = report.roles[0]
     assert (limits.name, limits.pool_tokens, limits.max_input_tokens, limits.required_tokens) == (
         "limits", 2048, 2042, 4096)
+    assert limits.status == "fail"
     assert d.request_count <= 64
 
 
@@ -85,13 +87,19 @@ def test_fixed_deployment_passes_with_exact_usage_echoed(deploy) -> None:
     assert [s.path for s in sent[:3]] == ["/server_info", "/v1/models", "/metrics"]
 
 
-def test_fixed_engine_with_a_pool_below_the_window_fails_only_the_promise(deploy) -> None:
+def test_fixed_engine_with_a_pool_below_the_window_fails_the_limits_row_and_the_promise(deploy) -> None:
     d = deploy("fixed", context_len=4096, pool_tokens=2048)
     report = run_probe(ProbeOptions(url=d.url, **FAST))
     assert report.exit_code == 1
-    assert [(f.rule, f.role) for f in report.findings] == [("KV404", "/generate")]
-    assert "#3 /generate promised (4089 tokens)" in report.findings[0].message
-    assert "exceeds the maximum allowed length (2042 tokens)" in report.findings[0].message
+    assert [(f.rule, f.role) for f in report.findings] == [("KV101", "limits"), ("KV404", "/generate")]
+    assert report.findings[0].message == (
+        "pool holds 2,048 tokens, below the 4,096-token window (served context length (/v1/models max_model_len)); "
+        "short by 2,048 "
+        "tokens: prompts the window promises cannot all be served"
+    )
+    assert [(r.name, r.status) for r in report.roles][0] == ("limits", "fail")
+    assert "#3 /generate promised (4089 tokens)" in report.findings[1].message
+    assert "exceeds the maximum allowed length (2042 tokens)" in report.findings[1].message
 
 
 def test_silent_truncation_is_caught_by_the_usage_figures(deploy) -> None:
@@ -104,12 +112,21 @@ def test_silent_truncation_is_caught_by_the_usage_figures(deploy) -> None:
     assert report.roles[0].probe.limits.allow_auto_truncate is True
 
 
-def test_a_deployment_that_refuses_everything_fails_in_bound_checks(deploy) -> None:
-    d = deploy("refuse-all")
+@pytest.mark.parametrize(("behaviour", "status", "advice"), [
+    ("unavailable", 503, "the server is overloaded, draining or has no healthy backend behind the router"),
+    ("refuse-all", 400, "check that the URL is the deployment's SGLang front door (/generate)"),
+])
+def test_a_front_door_that_refuses_the_control_request_stops_there_with_exit_3(deploy, behaviour, status,
+                                                                                advice) -> None:
+    d = deploy(behaviour)
     report = run_probe(ProbeOptions(url=d.url, **FAST))
-    assert report.exit_code == 1
-    assert rules_by_role(report) == {"/generate": {"KV404"}, "/v1/completions": {"KV404"}, "isolation": {"KV404"}}
-    assert "Service refuses every request" in report.findings[0].message
+    assert (report.exit_code, [(f.rule, f.role) for f in report.findings]) == (3, [("KV320", "limits")])
+    message = report.findings[0].message
+    assert f"the control request (32 tokens, far below every limit) was refused with HTTP {status}" in message
+    assert "nothing else was sent" in message
+    assert report.findings[0].hint.startswith(advice)
+    # the limits GETs, then the one control POST: no over-long prompt reached a server that refuses everything
+    assert [s.method for s in d.seen].count("POST") == 1
 
 
 def test_dry_run_sends_nothing(deploy) -> None:
@@ -199,3 +216,42 @@ def test_ids_only_server_gets_token_prompts_for_every_tenant(deploy) -> None:
 def test_non_http_urls_are_refused() -> None:
     with pytest.raises(InputError, match="only http:// and https:// URLs"):
         run_probe(ProbeOptions(url="file:///etc/passwd"))
+
+
+def test_request_timeout_bounds_every_request_the_first_gets_included() -> None:
+    """A front door that accepts connections and never answers: each request waits --request-timeout, no more."""
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        report = run_probe(ProbeOptions(url=f"http://127.0.0.1:{listener.getsockname()[1]}", context_length=4096,
+                                        pool_tokens=8192, request_timeout_s=1.0, **FAST))
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert report.exit_code == 3
+    sent = report.roles[0].probe.sent
+    assert [s.method for s in sent][:1] == ["GET"] and [s.method for s in sent].count("POST") == 1
+    # GETs (server_info and its fallback, /v1/models) and the control POST, 1 s each: far below the old 30 s
+    assert elapsed < 1.0 * len(sent) + 5, (elapsed, [(s.method, s.path, s.error) for s in sent])

@@ -123,7 +123,11 @@ class Resolved:
     notes: list[str] = field(default_factory=list)
 
 
-def resolve(deployment: ImportedDeployment, overrides: Overrides, issues: list[InputIssue]) -> Resolved:
+def resolve(
+    deployment: ImportedDeployment, overrides: Overrides, issues: list[InputIssue], *, one_release: bool = True
+) -> Resolved:
+    """The deployment with the overrides applied. `one_release`: roles on different SGLang releases are an
+    input error (a manifest holds one engine.version); verify checks each role against its own."""
     roles = deployment.roles
     windows = [(r.name, _sourced_arg(r, "context-length")) for r in roles]
     window = _agree(windows, "--context-length", []) if all(w for _, w in windows) else None
@@ -137,7 +141,8 @@ def resolve(deployment: ImportedDeployment, overrides: Overrides, issues: list[I
         window = overrides.context_length
     model = _agree([(r.name, r.model_path) for r in roles], "model path", issues)
     model = _override(model, overrides.model_path, "model.path", issues)
-    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release", issues)
+    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release",
+                     issues if one_release else [])
     version = _override(version, overrides.sglang_version, "the SGLang release", issues)
     if version is None:
         version = roles[0].version
@@ -274,15 +279,15 @@ class LoadedDeployment(LoadedManifest):
 
 
 def import_deployments(
-    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None
+    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, one_release: bool = True
 ) -> tuple[list[Resolved], list[Finding]]:
     """Read the files and apply the overrides; InputError (exit 2) naming every conflict."""
     version = str(overrides.sglang_version.value) if overrides.sglang_version else None
     deployments = read_deployments(paths, cmd=cmd, sglang_version=version)
     issues: list[InputIssue] = []
-    resolved = [resolve(d, overrides, issues) for d in deployments]
+    resolved = [resolve(d, overrides, issues, one_release=one_release) for d in deployments]
     if issues:
-        raise DeploymentFileError(issues, hint="drop the option, or make the deployment file say the same")
+        raise DeploymentFileError(issues, hint="state each value once, or make the files, the options and the overlay say the same")
     findings = [f for d in deployments for f in d.findings]
     return resolved, findings
 
@@ -291,7 +296,7 @@ def load_deployment(
     paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, display: str | None = None
 ) -> LoadedDeployment:
     """Deployment files as the value `load_manifest` returns: RoleTargets whose locations are the files' own."""
-    resolved, _ = import_deployments(paths, overrides, cmd=cmd)
+    resolved, _ = import_deployments(paths, overrides, cmd=cmd, one_release=False)
     issues: list[InputIssue] = []
     targets: list[RoleTarget] = []
     several = len(resolved) > 1

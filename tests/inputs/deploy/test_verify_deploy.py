@@ -65,7 +65,7 @@ def test_values_stated_in_the_overlay_and_the_files_must_agree() -> None:
         "kvcheck: error: 1 error in deployment files:\n"
         f"{FIX}/deployment.yaml:23:33: the GPU type is 'NVIDIA-H100-80GB-HBM3' here (nodeSelector "
         f"nvidia.com/gpu.product) but 'H200' in {FIX}/overlay-conflict.yaml:3:6 (overlay); they must agree\n"
-        "kvcheck: hint: drop the option, or make the deployment file say the same\n"
+        "kvcheck: hint: state each value once, or make the files, the options and the overlay say the same\n"
     )
     result = run_kvcheck("verify", f"{FIX}/deployment.yaml", "--mode", "estimate", "--gpu", "B200")
     assert result.exit_code == 2
@@ -163,3 +163,21 @@ def test_a_secret_in_a_flag_that_does_not_size_memory_is_a_warning_and_configmap
                 "overlay manifest",
         "location": {"file": "<stdin>", "line": 15, "column": 161},
     }]
+
+
+def test_roles_on_different_releases_are_checked_each_against_its_own() -> None:
+    text = (REPO_ROOT / FIX / "lws-pd.yaml").read_text(encoding="utf-8")
+    cut = text.index("name: glm-decode")
+    mixed = text[:cut] + text[cut:].replace("sglang:v0.5.23", "sglang:v0.5.22")
+    result = run_kvcheck("verify", "-", "--mode", "estimate", "--context-length", "131072", "--model-config", GLM,
+                         "--gpu", "H200", "--format", "json", stdin=mixed)
+    assert result.exit_code == 1
+    assert [(r["name"], r["details"]["engine_version"]) for r in _json(result)["roles"]] == [
+        ("glm-prefill", "0.5.23"), ("glm-decode", "0.5.22")]
+    # a manifest holds one engine.version: import says so
+    result = run_kvcheck("import", "-", stdin=mixed)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:76:20: role 'glm-decode' states SGLang release '0.5.22', role 'glm-prefill' '0.5.23' at "
+        "<stdin>:15:20; a manifest holds one SGLang release"
+    )

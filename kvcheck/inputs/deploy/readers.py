@@ -197,6 +197,17 @@ def pod_server(
             version=image_version(doc, container, cpath),
             config_source=_config_source(doc, container, spec, cpath, spec_path, inputs),
         )
+    for i, container in enumerate(spec.get("containers") or []):
+        args = container.get("args") if isinstance(container, Mapping) else None
+        if (isinstance(container, Mapping) and not container.get("command") and isinstance(args, list) and args
+                and str(args[0]).startswith("--") and _IMAGE_VERSION_RE.search(str(container.get("image") or ""))):
+            # SGLang flags on the image's own entrypoint, which the file does not show: say so, assume nothing
+            where = doc.at((*spec_path, "containers", i, "args"))
+            raise ScriptError(InputIssue(
+                where.file, where.line, where.column, "",
+                "the container passes SGLang flags as args to its image's entrypoint, which the file does not "
+                "state; add command: [python3, -m, sglang.launch_server] so kvcheck reads what runs",
+            ))
     return None
 
 

@@ -373,3 +373,17 @@ def test_an_inference_service_whose_runtime_is_not_given_says_which_to_pass() ->
         "<stdin>:32:11: InferenceService deepseek-r1-pd names runtime 'srt-deepseek-r1-pd-rdma', which is not "
         "among the files read; pass its ClusterServingRuntime or ServingRuntime too"
     )
+
+
+def test_flags_on_an_unstated_image_entrypoint_are_not_assumed() -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n        - name: s\n          image: lmsysorg/sglang:v0.5.23\n"
+        '          args: ["--model-path", "m", "--tp", "2"]\n'
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:10:17: the container passes SGLang flags as args to its image's entrypoint, which the file does "
+        "not state; add command: [python3, -m, sglang.launch_server] so kvcheck reads what runs"
+    )

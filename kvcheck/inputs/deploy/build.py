@@ -9,7 +9,6 @@ values the files leave unknown and leaders that disagree with their workers are 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from kvcheck.inputs.deploy.server import (
     parse_server,
 )
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+from kvcheck.inputs.deploy.slurm import is_batch_script, read_batch_script, slurm_gpus
 from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, parse_documents, read_source
 from kvcheck.model import Finding, Location
 from kvcheck.policy.registry import finding
@@ -87,7 +87,14 @@ def read_deployments(
     sources = [read_source(p) for p in paths]
     docs: list[Doc] = []
     issues: list[InputIssue] = []
+    role_sources: list[RoleSource] = []
     for source in sources:
+        if is_batch_script(source.text):
+            try:
+                role_sources.extend(read_batch_script(source))
+            except ScriptError as exc:
+                issues.append(exc.issue)
+            continue
         parsed = parse_documents(source)
         for doc in parsed:
             issues.extend(doc.yaml.issues)
@@ -95,7 +102,6 @@ def read_deployments(
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     inputs = gather_references(docs)
-    role_sources: list[RoleSource] = []
     for doc in docs:
         fmt = doc_format(doc)
         if fmt is None:
@@ -183,7 +189,7 @@ def _command_line_role(cmd: str) -> RoleSource:
             from kvcheck.inputs.yamlpos import Positions, YamlDocument
 
             doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
-            gpus, gpu = _slurm_gres(server.tokens[: server.start])
+            gpus, gpu = slurm_gpus([(t.text, t.location) for t in server.tokens[: server.start]])
             return RoleSource(name="server", kind="command line", group="command-line", doc=doc,
                               location=Location("--cmd", 1, 1), server=server, env=Env(), standalone=True,
                               gpus_per_node=gpus, gpu=gpu)
@@ -191,22 +197,6 @@ def _command_line_role(cmd: str) -> RoleSource:
         "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
         hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
     )
-
-
-_GRES_RE = re.compile(r"^--gres=(?:.*,)?gpu(?::([A-Za-z][\w.-]*))?:(\d+)")
-_GPUS_PER_NODE_RE = re.compile(r"^--gpus-per-node=(?:([A-Za-z][\w.-]*):)?(\d+)$")
-
-
-def _slurm_gres(words: list[Token]) -> tuple[Sourced | None, Sourced | None]:
-    """GPUs per node and their type from an `srun --gres=gpu:h100:8` (or --gpus-per-node) prefix."""
-    gpus = gpu = None
-    for word in words:
-        match = _GRES_RE.match(word.text) or _GPUS_PER_NODE_RE.match(word.text)
-        if match:
-            kind, count = match.groups()
-            gpus = Sourced(int(count), word.location, "srun GPUs per node")
-            gpu = Sourced(kind, word.location, "Slurm GRES type") if kind else gpu
-    return gpus, gpu
 
 
 class _EmptyEnv:

@@ -807,7 +807,7 @@ SUPPORTED = (
     "Deployment, StatefulSet, Pod (apps/v1, v1); LeaderWorkerSet; DisaggregatedSet; RoleBasedGroup "
     "(v1alpha1, v1alpha2); DynamoGraphDeployment (v1alpha1, v1beta1); OME InferenceService, "
     "ClusterServingRuntime, ServingRuntime (with ClusterBaseModel, AcceleratorClass); docker compose files; "
-    "srt-slurm recipes; an SGLang command line (--cmd)"
+    "srt-slurm recipes; Slurm batch scripts (#SBATCH + srun); an SGLang command line (--cmd)"
 )
 
 

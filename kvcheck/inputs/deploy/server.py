@@ -179,7 +179,7 @@ def exec_tokens(doc: Doc, container: Mapping[str, Any], path: Path_, env: Env) -
             used: list[str] = []
             expanded, missing = expand_k8s(text, env, used)
             tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text, via=_via(env, used),
-                                why=_why(env, missing)))
+                                why=unset_reasons(env, missing)))
     return tokens
 
 
@@ -231,12 +231,12 @@ def find_server(
             unresolved = [
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
-            out.append(Token(text, where, unresolved, via=_via(env, used), why=_why(env, unresolved)))
+            out.append(Token(text, where, unresolved, via=_via(env, used), why=unset_reasons(env, unresolved)))
         return ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location)
     return None
 
 
-def _why(env: Env, names: list[str]) -> dict[str, str]:
+def unset_reasons(env: Env, names: list[str]) -> dict[str, str]:
     out = {}
     for name in names:
         bare = name[2:-1] if name.startswith("$(") and name.endswith(")") else name

@@ -387,3 +387,22 @@ def test_flags_on_an_unstated_image_entrypoint_are_not_assumed() -> None:
         "<stdin>:10:17: the container passes SGLang flags as args to its image's entrypoint, which the file does "
         "not state; add command: [python3, -m, sglang.launch_server] so kvcheck reads what runs"
     )
+
+
+def test_a_slurm_batch_script_gives_one_role_per_srun_server() -> None:
+    f = f"{FIX}/sbatch-pd.sh"
+    result = run_kvcheck("import", f, "--sglang-version", "0.5.23", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "name": "sbatch-pd", "context_length": 65536, "model": {"path": "/lustre/models/Qwen3-235B-A22B"},
+        "engine": {"version": "0.5.23"}, "gpu": "h100",
+        "roles": {
+            "prefill": {"gpus": EIGHT, "args": {
+                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.85, "context-length": 65536}},
+            "decode": {"gpus": EIGHT, "args": {
+                "tp-size": 8, "disaggregation-mode": "decode", "mem-fraction-static": 0.88, "context-length": 65536}},
+        },
+    }
+    lines = run_kvcheck("import", f, "--sglang-version", "0.5.23").stdout.splitlines()
+    assert f"gpu: h100  # {f}:4:9 (Slurm GRES type)" in lines
+    assert f"      mem-fraction-static: 0.88  # {f}:17:56" in lines

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.deploy.manifest import LoadedDeployment, Overrides, load_deployment
 from kvcheck.inputs.deploy.server import Sourced
+from kvcheck.inputs.deploy.slurm import is_batch_script
 from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
 from kvcheck.inputs.manifest.model import MAX_TOKENS, PolicySpec
 from kvcheck.inputs.textfile import read_text_file
@@ -65,7 +66,7 @@ def is_kvcheck_manifest(path: str) -> bool:
     """Whether one file is read as a kvcheck manifest: anything that is not positively deployment files.
 
     Deployment files hold a Kubernetes object (`kind`/`apiVersion`), compose `services` or an
-    srt-slurm `backend`; a file that cannot be read or parsed goes to the manifest loader, whose
+    srt-slurm `backend`, or are a Slurm batch script; a file that cannot be read or parsed goes to the manifest loader, whose
     messages for broken manifests stay as they are.
     """
     if path == "-":
@@ -74,6 +75,8 @@ def is_kvcheck_manifest(path: str) -> bool:
         text = read_text_file(Path(path), path, kind="file", max_bytes=MAX_OVERLAY_BYTES)
     except InputError:
         return True
+    if is_batch_script(text):
+        return False
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError:

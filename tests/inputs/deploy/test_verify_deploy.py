@@ -181,3 +181,11 @@ def test_roles_on_different_releases_are_checked_each_against_its_own() -> None:
         "<stdin>:76:20: role 'glm-decode' states SGLang release '0.5.22', role 'glm-prefill' '0.5.23' at "
         "<stdin>:15:20; a manifest holds one SGLang release"
     )
+
+
+def test_verify_reads_a_slurm_batch_script() -> None:
+    result = run_kvcheck("verify", f"{FIX}/sbatch-pd.sh", "--mode", "estimate", "--sglang-version", "0.5.23",
+                         "--model-config", GLM, "--format", "json")
+    assert result.exit_code in (0, 1), result.stderr  # judged (the figures are the estimator's), not refused
+    assert [r["name"] for r in _json(result)["roles"]] == ["prefill", "decode"]
+    assert _json(result)["source"] == f"{FIX}/sbatch-pd.sh"

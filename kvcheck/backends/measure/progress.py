@@ -13,7 +13,7 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.errors import MarkupError
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 
@@ -27,7 +27,7 @@ class BootProgress:
         self.enabled = terminal if enabled is None else enabled
         self.plain = enabled is None and not terminal
         self._lock = threading.Lock()
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._started: dict[str, float] = {}
         self._last: dict[str, str] = {}
         self._progress: Progress | None = None

@@ -286,6 +286,7 @@ def _audited(
     )
     if manifest_target is not None:
         findings.extend(_manifest_drift(manifest_target, info))
+        findings.extend(_other_model(manifest_target, info))
     details = {
         "url": info.url,
         "role": endpoint.role,
@@ -387,6 +388,32 @@ def _manifest_drift(target: RoleTarget, info: ServerInfo) -> list[Finding]:
             location=target.arg_location(first_key) if first_key else target.location,
         )
     ]
+
+
+def _other_model(target: RoleTarget, info: ServerInfo) -> list[Finding]:
+    """KV311: the server serves another model than the manifest's role declares."""
+    declared = target.model_path
+    served = [value for key in ("model_path", "served_model_name")
+              if isinstance(value := info.resolved_args.get(key), str) and value and value != REDACTED]
+    if not declared or not served or any(_same_model(declared, name) for name in served):
+        return []
+    return [
+        finding(
+            "KV311",
+            target.name,
+            f"{info.url} serves {served[0]!r}, not the manifest's model {declared!r}",
+            hint="point --endpoint at this role's server, or update the manifest's model",
+            location=target.arg_location("model_path") or target.location,
+        )
+    ]
+
+
+def _same_model(declared: str, served: str) -> bool:
+    """Equal, or the same last path component (a Hub id and the folder it was downloaded to)."""
+    def last(name: str) -> str:
+        return name.rstrip("/").rsplit("/", 1)[-1].lower()
+
+    return declared == served or last(declared) == last(served)
 
 
 def _same_value(declared: Any, running: Any) -> bool:

@@ -37,3 +37,15 @@ define_rule(
     manifest describes, so a pass of the manifest (kvcheck verify) says little about it, and the
     reverse. Fix: redeploy the server from the manifest, or update the manifest to what runs.""",
 )
+define_rule(
+    "KV311",
+    "error",
+    "a live server serves another model than the manifest declares",
+    """With --manifest, each audited server is judged as the manifest's role, and its pool was
+    sized for the manifest's model. A server whose `model_path` (or `served_model_name`) names
+    another model is another deployment: its pool says nothing about the manifest's model, and a
+    pass would vouch for the wrong thing. Names match when they are equal or end in the same
+    repository or folder name (`zai-org/GLM-5-FP8` and `/models/GLM-5-FP8`). A server that states
+    no model name is not compared. Fix: point --endpoint at the role's real server, or update the
+    manifest's model.""",
+)

@@ -354,7 +354,8 @@ policy: {min_headroom: 1.1}
 
 
 def pd_payload(mode: str, pool: int, limit: int, **extra) -> dict:
-    args = {"disaggregation_mode": mode, "disaggregation_enable_kv_checksum": True, **extra}
+    args = {"disaggregation_mode": mode, "disaggregation_enable_kv_checksum": True,
+            "model_path": "Qwen/Qwen3-8B", **extra}  # the manifest's model (else KV311)
     return server_info_payload(max_total_num_tokens=pool, max_req_input_len=limit, extra_args=args)
 
 

@@ -191,7 +191,7 @@ def test_manifest_mode(serve, kvcheck, tmp_path):
     )
 
     def role(mode: str, pool: int):
-        extra = {"disaggregation_mode": mode, "disaggregation_enable_kv_checksum": True}
+        extra = {"disaggregation_mode": mode, "disaggregation_enable_kv_checksum": True, "model_path": "Qwen/Qwen3-8B"}
         payload = server_info_payload(max_total_num_tokens=pool, max_req_input_len=262138, extra_args=extra)
         return serve(sglang_routes(payload, served_context=262144))
 

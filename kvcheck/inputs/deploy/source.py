@@ -127,7 +127,19 @@ def read_source(path: str) -> SourceFile:
         except UnicodeDecodeError as exc:
             raise InputError(f"{STDIN_NAME}: is not UTF-8 text (byte {exc.start})") from exc
         return SourceFile(STDIN_NAME, text)
-    return SourceFile(path, read_text_file(Path(path), path, kind="deployment file", max_bytes=MAX_DEPLOY_BYTES))
+    name = display_name(path)
+    return SourceFile(name, read_text_file(Path(path), name, kind="deployment file", max_bytes=MAX_DEPLOY_BYTES))
+
+
+def display_name(path: str) -> str:
+    """The path as locations show it: relative to the working directory when the file is below it."""
+    candidate = Path(path)
+    if candidate.is_absolute():
+        try:
+            return str(candidate.relative_to(Path.cwd()))
+        except ValueError:
+            return path
+    return path
 
 
 def parse_documents(source: SourceFile) -> list[Doc]:

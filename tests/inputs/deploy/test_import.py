@@ -406,3 +406,8 @@ def test_a_slurm_batch_script_gives_one_role_per_srun_server() -> None:
     lines = run_kvcheck("import", f, "--sglang-version", "0.5.23").stdout.splitlines()
     assert f"gpu: h100  # {f}:4:9 (Slurm GRES type)" in lines
     assert f"      mem-fraction-static: 0.88  # {f}:17:56" in lines
+
+
+def test_locations_are_relative_to_the_working_directory_when_the_file_is_below_it() -> None:
+    result = run_kvcheck("import", str(REPO_ROOT / FIX / "compose.yaml"))
+    assert result.stdout.splitlines()[1] == f"name: compose  # {FIX}/compose.yaml"

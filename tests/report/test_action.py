@@ -117,3 +117,15 @@ def test_action_yml_passes_every_input_to_the_scripts_through_the_environment() 
     for script in ("install.sh", "verify.sh"):
         assert os.access(REPO_ROOT / "action" / script, os.X_OK), script
     assert action["outputs"]["exit-code"]["value"] == "${{ steps.verify.outputs.exit-code }}"
+
+
+def test_deployment_files_are_checked_together_with_the_args_they_need(tmp_path: Path) -> None:
+    fixtures = "tests/inputs/deploy/fixtures/helm"
+    done, summary, outputs = run_step(
+        tmp_path,
+        deployments=f"{fixtures}/rendered-good.yaml\n{fixtures}/rendered-short.yaml",
+        args="--gpu H200 --model-config docs/examples/single-server/llama-3.1-8b-instruct.config.json",
+    )
+    assert (done.returncode, outputs["exit-code"]) == (1, "1"), done.stderr
+    assert f"::error file={fixtures}/rendered-short.yaml,line=49,col=11,title=KV101 llama-sglang::" in done.stdout
+    assert summary.count("## kvcheck verify: ") == 2 and "## kvcheck verify: PASS (exit 0)" in summary

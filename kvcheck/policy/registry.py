@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from kvcheck.model import Finding, Location, Severity
 
@@ -39,9 +40,13 @@ RULE_MODULES = (
 )
 
 
+def _is_severity(text: str) -> TypeGuard[Severity]:
+    return text in _SEVERITIES
+
+
 def define_rule(code: str, severity: str, title: str, doc: str) -> Rule:
     """Register a rule; defining the same code twice with other content is a bug."""
-    if severity not in _SEVERITIES:
+    if not _is_severity(severity):
         raise ValueError(f"rule {code}: severity must be one of {_SEVERITIES}, not {severity!r}")
     rule = Rule(code=code, severity=severity, title=title, doc=" ".join(doc.split()))
     existing = RULES.get(code)

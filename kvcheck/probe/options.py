@@ -64,7 +64,21 @@ class ProbeOptions:
         """Every problem in one message, so a user fixes the command line once."""
         problems: list[str] = []
         _check_url(self.url, problems)
-        for name, value, low in (
+        self._check_counts(problems)
+        self._check_durations(problems)
+        self._check_token_figures(problems)
+        self._check_credentials(problems)
+        if self.dry_run and (self.context_length is None or self.pool_tokens is None):
+            problems.append(
+                "--dry-run sends nothing, not even to /server_info: give --context-length and --pool "
+                "so that the plan's prompt lengths can be computed"
+            )
+        if problems:
+            raise InputError("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
+
+    def _check_counts(self, problems: list[str]) -> None:
+        """Integer options: request, upload and load bounds, tenants and the filler token id."""
+        counts: tuple[tuple[str, object, int], ...] = (
             ("--max-requests", self.max_requests, 1),
             ("--max-upload-mib", self.max_upload_mib, 1),
             ("--concurrency", self.concurrency, 1),
@@ -72,7 +86,8 @@ class ProbeOptions:
             ("--max-new-tokens", self.max_new_tokens, 1),
             ("--tenants", self.tenants, 0),
             ("--token-id", self.token_id, 0),
-        ):
+        )
+        for name, value, low in counts:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 problems.append(f"{name} must be an integer of at least {low}, got {value!r}")
         if isinstance(self.concurrency, int) and self.concurrency > MAX_CONCURRENCY:
@@ -81,21 +96,34 @@ class ProbeOptions:
             problems.append(f"--token-id is at most {MAX_TOKEN_ID}, got {self.token_id}")
         if self.tenants == 1:
             problems.append("--tenants must be 0 (skip the isolation check) or at least 2")
-        for name, value in (
+
+    def _check_durations(self, problems: list[str]) -> None:
+        durations: tuple[tuple[str, object], ...] = (
             ("--rate", self.rate_per_s),
             ("--max-duration", self.max_duration_s),
             ("--request-timeout", self.request_timeout_s),
-        ):
+        )
+        for name, value in durations:
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 problems.append(f"{name} must be a positive number, got {value!r}")
-        for name, value in (("--context-length", self.context_length), ("--pool", self.pool_tokens)):
+
+    def _check_token_figures(self, problems: list[str]) -> None:
+        """--context-length and --pool: token counts a server could hold and the probe could send."""
+        figures: tuple[tuple[str, object], ...] = (
+            ("--context-length", self.context_length),
+            ("--pool", self.pool_tokens),
+        )
+        for name, value in figures:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 16):
                 problems.append(f"{name} must be a token count of at least 16, got {value!r}")
-            elif value is not None and value > MAX_TOKEN_FIGURE:
+            elif isinstance(value, int) and value > MAX_TOKEN_FIGURE:
                 problems.append(f"{name} {value} is more tokens than any server can hold (at most {MAX_TOKEN_FIGURE})")
         if isinstance(self.context_length, int) and MAX_TOKEN_FIGURE >= self.context_length > MAX_PROMPT_TOKENS:
             problems.append(f"--context-length {self.context_length} is beyond the longest prompt the probe sends "
                             f"({MAX_PROMPT_TOKENS:,} tokens)")
+
+    def _check_credentials(self, problems: list[str]) -> None:
+        """TLS options and the bearer token's environment variable."""
         if self.insecure and self.ca_bundle:
             problems.append("--insecure and --ca-bundle contradict each other; give one")
         if self.ca_bundle and not Path(self.ca_bundle).exists():
@@ -106,13 +134,6 @@ class ProbeOptions:
             problem = token_problem(self.token_env, os.environ[self.token_env])
             if problem is not None:
                 problems.append(problem)
-        if self.dry_run and (self.context_length is None or self.pool_tokens is None):
-            problems.append(
-                "--dry-run sends nothing, not even to /server_info: give --context-length and --pool "
-                "so that the plan's prompt lengths can be computed"
-            )
-        if problems:
-            raise InputError("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
 
     @property
     def token(self) -> str | None:

@@ -77,7 +77,8 @@ class SizingRules:
     @property
     def older_than_known(self) -> bool:
         """The declared release predates 0.4.0, the oldest whose sizing kvcheck has read."""
-        return self.declared is not None and _parse(self.declared) is not None and _parse(self.declared) < OLDEST
+        declared = _parse(self.declared) if self.declared is not None else None
+        return declared is not None and declared < OLDEST
 
 
 @cache

@@ -4,7 +4,8 @@ CI (.ci/run) starts it with slurm-up.sh before pytest, exports SLURM_CONF and se
 KVCHECK_TEST_SLURM=required, so a cluster that does not answer fails the tests there. Elsewhere the
 session starts one itself (root only: namespaces, device nodes, apt-get for the packages) and stops
 what it started; the tests skip, saying why, only when it cannot be started. One session at a time
-uses the cluster (a lock file), because its names and addresses are host-wide.
+uses the cluster (a lock file, taken in CI too): its names and addresses are host-wide, and a test
+must see only its own jobs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,9 +84,9 @@ class Cluster:
         return time.monotonic() - start
 
 
-def _start_own() -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm tests start a two-node cluster (namespaces, device nodes) and need root")
+@contextmanager
+def _exclusive(required: bool) -> Iterator[None]:
+    """Hold the host-wide lock on the test cluster for this session."""
     LOCK.touch(exist_ok=True)
     with LOCK.open("w") as lock:
         deadline = time.monotonic() + LOCK_WAIT_S
@@ -94,44 +96,55 @@ def _start_own() -> Iterator[Cluster]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.skip(f"another test session held the Slurm test cluster ({LOCK}) for {LOCK_WAIT_S} s")
+                    why = f"another test session held the Slurm test cluster ({LOCK}) for {LOCK_WAIT_S} s"
+                    if required:
+                        pytest.fail(why)
+                    pytest.skip(why)
                 time.sleep(1)
-        conf = BASE / "etc" / "slurm.conf"
-        started = False
-        if not _answers(conf):
-            env = {**os.environ, "SLURM_CI_DIR": str(BASE)}
-            done = subprocess.run(
-                ["bash", str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, check=False
-            )
-            if done.returncode != 0 or not _answers(conf):
-                subprocess.run(["bash", str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, check=False)
-                said = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                pytest.skip(f"could not start the Slurm test cluster: {' / '.join(said) or 'no output'}")
-            started = True
-        try:
-            yield Cluster(conf)
-        finally:
-            if started:
-                env = {**os.environ, "SLURM_CI_DIR": str(BASE)}
-                subprocess.run(["bash", str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, check=False)
+        yield
+
+
+def _start_own() -> Iterator[Cluster]:
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm tests start a two-node cluster (namespaces, device nodes) and need root")
+    conf = BASE / "etc" / "slurm.conf"
+    env = {**os.environ, "SLURM_CI_DIR": str(BASE)}
+    started = False
+    if not _answers(conf):
+        done = subprocess.run(["bash", str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not _answers(conf):
+            subprocess.run(["bash", str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, check=False)
+            said = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            pytest.skip(f"could not start the Slurm test cluster: {' / '.join(said) or 'no output'}")
+        started = True
+    try:
+        yield Cluster(conf)
+    finally:
+        if started:
+            subprocess.run(["bash", str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, check=False)
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
-    conf = os.environ.get("SLURM_CONF")
-    if conf and _answers(Path(conf)):
-        yield Cluster(Path(conf))
-        return
-    if os.environ.get("KVCHECK_TEST_SLURM") == "required":
-        pytest.fail(f"KVCHECK_TEST_SLURM=required, but no Slurm cluster answers (SLURM_CONF={conf})")
-    yield from _start_own()
+    required = os.environ.get("KVCHECK_TEST_SLURM") == "required"
+    with _exclusive(required):
+        conf = os.environ.get("SLURM_CONF")
+        if conf and _answers(Path(conf)):
+            yield Cluster(Path(conf))
+            return
+        if required:
+            pytest.fail(f"KVCHECK_TEST_SLURM=required, but no Slurm cluster answers (SLURM_CONF={conf})")
+        yield from _start_own()
 
 
 @pytest.fixture
 def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
     """The cluster, with any job a failed test left behind cancelled afterwards (never a leak)."""
+    before = set(slurm_cluster.live_jobs())
     yield slurm_cluster
-    leftover = [job for job, name in slurm_cluster.live_jobs().items() if name.startswith("kvcheck-")]
+    leftover = [
+        job for job, name in slurm_cluster.live_jobs().items() if name.startswith("kvcheck-") and job not in before
+    ]
     if leftover:
         slurm_cluster.run("scancel", *leftover)
 

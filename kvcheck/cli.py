@@ -18,6 +18,7 @@ from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
+from kvcheck.redact import environment_secrets, redact_text
 from kvcheck.report.outputs import report_files_option, write_report_files
 from kvcheck.report.render import FORMATTERS, TableFormat
 
@@ -85,10 +86,10 @@ def run_guarded(action: Callable[[], int]) -> None:
     """Turn kvcheck's own errors into their exit codes and anything else into exit 4."""
     try:
         code = action()
-    except KvcheckError as exc:
-        _stderr(f"kvcheck: error: {exc.message}")
+    except KvcheckError as exc:  # messages may quote what the user gave: secrets hidden here too
+        _stderr(f"kvcheck: error: {redact_text(exc.message, environment_secrets())}")
         if exc.hint:
-            _stderr(f"kvcheck: hint: {exc.hint}")
+            _stderr(f"kvcheck: hint: {redact_text(exc.hint, environment_secrets())}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")

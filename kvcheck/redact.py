@@ -81,6 +81,57 @@ def secret_values(
     return frozenset(found)
 
 
+# Manifest args whose text is public: model and tokenizer names, backends, dtypes, modes. Every other
+# text value of a manifest's args, and every env value not named below, is taken as a secret by value
+# (`DATABASE_URL=postgres://admin:PASS@db`, `GITHUB_PAT=...`): kvcheck cannot know what it holds.
+PUBLIC_ARG_FIELDS = frozenset({
+    "model_path", "tokenizer_path", "served_model_name", "host", "kv_cache_dtype", "dtype", "quantization",
+    "attention_backend", "prefill_attention_backend", "decode_attention_backend", "mm_attention_backend",
+    "sampling_backend", "grammar_backend", "disaggregation_mode", "disaggregation_transfer_backend",
+    "disaggregation_ib_device", "load_format", "tokenizer_mode", "device", "schedule_policy",
+    "speculative_algorithm", "speculative_draft_model_path", "moe_runner_backend", "moe_a2a_backend",
+    "chat_template", "tool_call_parser", "reasoning_parser", "model_impl", "revision", "log_level",
+    "log_level_http", "lora_backend", "ep_dispatch_algorithm", "hicache_storage_backend",
+})
+PUBLIC_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_", "OMP_", "GLOO_", "UCX_", "NVSHMEM_",
+                       "TRITON_", "SGL_", "SGLANG_", "FLASHINFER_", "MC_", "HIP_", "ROCM_", "HSA_")
+PUBLIC_ENV_NAMES = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "HOME", "HF_HOME", "HF_HUB_OFFLINE",
+                              "TRANSFORMERS_CACHE", "HF_HUB_ENABLE_HF_TRANSFER", "TZ", "LANG", "LC_ALL"})
+_PLAIN = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|true|false|none|null|yes|no|on|off", re.I)
+# scheme://user:password@host: the userinfo of any URL (even one that does not parse)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s'\"]+)@")
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+def manifest_secrets(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Every value of a manifest's args and engine env kvcheck must not print (secret_values, plus by value).
+
+    By value: an env value that is not a plain number or boolean, unless its name is a known public one
+    (CUDA_*, NCCL_*, HF_HOME, ...); an arg's text that is not a plain number, unless its field is a known
+    public one (model_path, kv_cache_dtype, ...); and the userinfo of every URL either of them holds.
+    SGLANG_* names are public only when is_secret_name says nothing (SGLANG_API_KEY stays secret).
+    """
+    found = set(secret_values(args, env))
+    for name, value in (env or {}).items():
+        public = (name in PUBLIC_ENV_NAMES or name.startswith(PUBLIC_ENV_PREFIXES)) and not is_secret_name(name)
+        found.update(text.strip() for text in _texts(value) if not public and not _PLAIN.fullmatch(text.strip()))
+    for name, value in (args or {}).items():
+        if str(name) not in PUBLIC_ARG_FIELDS:
+            found.update(text.strip() for text in _texts(value) if not _PLAIN.fullmatch(text.strip()))
+    for mapping in (args or {}), (env or {}):
+        for value in mapping.values():
+            for text in _texts(value):
+                found.update(m["userinfo"] for m in _USERINFO.finditer(text))
+    return frozenset(item for item in found if len(item) >= MIN_SECRET_CHARS)
+
+
 def environment_secrets(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
     """The values of this process's secret-named environment variables (HF_TOKEN, *_API_KEY, ...)."""
     return secret_values(env=environ)
@@ -142,6 +193,7 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     text = _ASSIGNED.sub(lambda m: f"{m['key']}{m['sep']}{_quoted(m['value'])}", text)
     text = _FLAG.sub(lambda m: f"{m['flag']}{m['sep']}{_quoted(m['value'])}", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)  # user:password@ of any URL
     return _TOKEN_SHAPES.sub(REDACTED, text)
 
 

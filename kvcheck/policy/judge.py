@@ -9,7 +9,7 @@ from dataclasses import replace
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
 from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
-from kvcheck.redact import secret_values
+from kvcheck.redact import manifest_secrets
 
 
 def judge(
@@ -84,7 +84,7 @@ def judge(
         findings=tuple(findings),
         strict=strict,
         suppressed=suppressed_counts(dropped),
-        secrets=frozenset().union(*(secret_values(t.args, t.env) for t in targets)),
+        secrets=frozenset().union(*(manifest_secrets(t.args, t.env) for t in targets)),
     )
 
 

@@ -163,7 +163,7 @@ def test_schema_command_prints_a_json_schema() -> None:
     assert schema["required"] == ["context_length", "model", "engine", "roles"]
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) == {
-        "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate",
+        "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate", "launcher",
     }
 
 

@@ -1,9 +1,8 @@
-"""Where the tests and benches find real-world inputs: tests/data, and the model configs kept outside.
+"""Where the tests and benches find real-world inputs: tests/data (tests/data/README.md gives sources).
 
-Logs and the independent flag catalogue are in the repository (tests/data/README.md gives their
-sources). Hugging Face model configs are not: their folder asks not to be copied, so they are read
-from $KVCHECK_TEST_MODELS, else tests/data/models if it exists, else ../shared/data/models beside the
-checkout, and tests skip without them.
+Logs, the independent flag catalogue and the Hugging Face model configs are in the repository, so a
+plain clone runs every test. $KVCHECK_TEST_MODELS points the tests at another folder of
+<org>--<model>.json configs (to try the estimator on more models).
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ TEST_DATA = REPO_ROOT / "tests" / "data"
 LOGS = TEST_DATA / "logs"
 DATAPOINTS = LOGS / "datapoints.yaml"
 FLAGS_0_5_23 = TEST_DATA / "sglang" / "flags-0.5.23.json"
-_MODELS_IN_REPO = TEST_DATA / "models"  # used if configs are ever allowed into the repository
+_MODELS_IN_REPO = TEST_DATA / "models"
 MODELS = Path(
     os.environ.get("KVCHECK_TEST_MODELS")
     or (_MODELS_IN_REPO if _MODELS_IN_REPO.is_dir() else REPO_ROOT.parent / "shared" / "data" / "models")
 ).resolve()
 MODELS_ABSENT = (
-    f"real model configs absent ({MODELS}): they are not copied into the repository at their source's "
-    "request; set KVCHECK_TEST_MODELS to a folder of <org>--<model>.json configs"
+    f"real model configs absent ({MODELS}): tests/data/models is missing from this checkout, or "
+    "KVCHECK_TEST_MODELS names a folder that does not exist"
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvcheck.model import Finding, RoleTarget
+from kvcheck.model import Finding, FractionPlan, RoleTarget
 from kvcheck.plan.planner import Option, RolePlan
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import finding
@@ -88,7 +88,6 @@ def _context_finding(target: RoleTarget, plan: RolePlan) -> Finding:
 
 def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     f = plan.fraction
-    required = plan.required_tokens
     where = "the manifest's" if f.current_source == "manifest" else "SGLang's default"
     current = f"{where} {fraction(f.current)} gives {f.current_pool_tokens:,} tokens"
     ceiling = ""
@@ -96,40 +95,11 @@ def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
         ceiling = f"{fraction(f.max_safe)}, SGLang's own default for this role"
         if f.safe_reserve_mib is not None:
             ceiling += f" (it keeps {f.safe_reserve_mib:,.0f} MiB for activations and CUDA graphs)"
-    hint = None
+    hint: str | None
     if f.min_fitting is None:
-        if f.max_safe is None:
-            message = f"mem-fraction-static: no value up to 0.999 holds {required:,} tokens; {current}"
-        else:
-            message = (
-                f"mem-fraction-static: no value fits: even the safe ceiling {ceiling} gives "
-                f"{tokens(f.max_safe_pool_tokens)} of the {required:,} tokens required; {current}"
-            )
-        cap = target.args.get("max_total_tokens")
-        if cap is not None and int(cap) < required:
-            hint = f"--max-total-tokens {int(cap):,} caps the pool: remove it or raise it to {required:,}"
-        else:
-            hint = "use a wider TP degree or a smaller KV dtype (see the other advice), or advertise less"
+        message, hint = _no_fraction_fits(target, f, plan.required_tokens, current, ceiling)
     else:
-        holds = f"{fraction(f.min_fitting)} is the smallest value that holds {required:,} tokens " \
-                f"({f.min_fitting_pool_tokens:,} predicted)"
-        if f.max_safe is not None:
-            holds += f"; safe up to {ceiling}"
-        if f.current_pool_tokens >= required:
-            message = f"mem-fraction-static: {current}, enough; {holds}"
-        else:
-            message = f"mem-fraction-static {fraction(f.min_fitting)} would hold the window: {holds}; {current}"
-            hint = f"set mem-fraction-static: {fraction(f.min_fitting)}"
-            if f.max_safe is not None:
-                hint += f" (any value up to {fraction(f.max_safe)} holds the window)"
-        if f.min_fitting_worst_case is None:
-            message += (
-                f"; at the low end of the estimate's range no safe value holds it: {MIGHT_NOT_FIT}"
-            )
-        elif f.min_fitting_worst_case > f.min_fitting:
-            message += (
-                f"; {fraction(f.min_fitting_worst_case)} holds it even at the low end of the estimate's range"
-            )
+        message, hint = _fraction_fits(f, f.min_fitting, plan.required_tokens, current, ceiling)
     if f.max_safe is not None and f.current > f.max_safe:
         message += (
             f"; {where} {fraction(f.current)} is above the safe ceiling {fraction(f.max_safe)}: "
@@ -138,6 +108,52 @@ def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     if f.note:
         message += f" ({f.note})"
     return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("mem_fraction_static"))
+
+
+def _no_fraction_fits(
+    target: RoleTarget, f: FractionPlan, required: int, current: str, ceiling: str
+) -> tuple[str, str]:
+    """No fraction up to the ceiling (or 0.999) holds the window: what caps the pool instead."""
+    if f.max_safe is None:
+        message = f"mem-fraction-static: no value up to 0.999 holds {required:,} tokens; {current}"
+    else:
+        message = (
+            f"mem-fraction-static: no value fits: even the safe ceiling {ceiling} gives "
+            f"{tokens(f.max_safe_pool_tokens)} of the {required:,} tokens required; {current}"
+        )
+    cap = target.args.get("max_total_tokens")
+    if cap is not None and int(cap) < required:
+        hint = f"--max-total-tokens {int(cap):,} caps the pool: remove it or raise it to {required:,}"
+    else:
+        hint = "use a wider TP degree or a smaller KV dtype (see the other advice), or advertise less"
+    return message, hint
+
+
+def _fraction_fits(
+    f: FractionPlan, min_fitting: float, required: int, current: str, ceiling: str
+) -> tuple[str, str | None]:
+    """Some fraction holds the window: the smallest, the safe ceiling, and the low end of the range."""
+    holds = f"{fraction(min_fitting)} is the smallest value that holds {required:,} tokens " \
+            f"({f.min_fitting_pool_tokens:,} predicted)"
+    if f.max_safe is not None:
+        holds += f"; safe up to {ceiling}"
+    hint = None
+    if f.current_pool_tokens >= required:
+        message = f"mem-fraction-static: {current}, enough; {holds}"
+    else:
+        message = f"mem-fraction-static {fraction(min_fitting)} would hold the window: {holds}; {current}"
+        hint = f"set mem-fraction-static: {fraction(min_fitting)}"
+        if f.max_safe is not None:
+            hint += f" (any value up to {fraction(f.max_safe)} holds the window)"
+    if f.min_fitting_worst_case is None:
+        message += (
+            f"; at the low end of the estimate's range no safe value holds it: {MIGHT_NOT_FIT}"
+        )
+    elif f.min_fitting_worst_case > min_fitting:
+        message += (
+            f"; {fraction(f.min_fitting_worst_case)} holds it even at the low end of the estimate's range"
+        )
+    return message, hint
 
 
 def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
@@ -159,7 +175,7 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
             f"(tp-size {current.value} gives {option_pool_text(current)})"
         )
         hint = f"set tp-size: {best.value}"
-        if best.nnodes and best.nnodes > 1:
+        if best.nnodes and best.nnodes > 1 and best.gpus is not None:
             hint += f" and nnodes: {best.nnodes}, with {best.gpus // best.nnodes} GPUs per node"
     else:
         message = f"no tp-size up to {max(int(o.value) for o in plan.tp_options)} holds the window"

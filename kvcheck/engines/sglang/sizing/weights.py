@@ -133,14 +133,20 @@ def _moe_layout(shape: ModelShape, text: Mapping[str, Any]) -> _Moe:
             only = set(text.get("mlp_only_layers") or ())
             layers = {i for i in range(n) if (i + 1) % step == 0 and i not in only}
         if not shared:
-            if text.get("shared_expert_intermediate_size"):
-                shared = int(text["shared_expert_intermediate_size"])
-            elif (text.get("n_shared_experts") or text.get("num_shared_experts")) and inter:
-                count = text.get("n_shared_experts") or text.get("num_shared_experts")
-                shared = int(count) * int(text.get("share_expert_dim") or inter)
+            shared = _shared_width(text, inter)
         if not inter:
             raise EstimateError(f"architecture {arch}: MoE config without moe_intermediate_size")
     return _Moe(experts, inter or 0, shared, gated, frozenset(layers), dense, bias=arch == "GptOssForCausalLM")
+
+
+def _shared_width(text: Mapping[str, Any], inter: int | None) -> int:
+    """Total shared-expert width from the common config keys (0: no shared expert)."""
+    if text.get("shared_expert_intermediate_size"):
+        return int(text["shared_expert_intermediate_size"])
+    count = text.get("n_shared_experts") or text.get("num_shared_experts")
+    if count and inter:
+        return int(count) * int(text.get("share_expert_dim") or inter)
+    return 0
 
 
 class _Acc:

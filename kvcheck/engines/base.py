@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -50,7 +49,11 @@ class Engine(ABC):
         self,
         target: RoleTarget,
         *,
-        profiles: Mapping[str, Any] | Path | None = None,
+        profiles: Any = None,
         offline: bool | None = None,
     ) -> Any:
-        """The role's predicted pool (the engine's own sizing, re-derived); EstimateError if it cannot."""
+        """The role's predicted pool (the engine's own sizing, re-derived); EstimateError if it cannot.
+
+        `profiles` is the engine's own GPU profile set (its type belongs to the engine, so the
+        interface leaves it open); None reads the shipped profiles.
+        """

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.sglang.argv import ParsedArgv
     from kvcheck.engines.sglang.catalogue import Catalogue
     from kvcheck.engines.sglang.logs.reader import LogReader
+    from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles
     from kvcheck.engines.sglang.sizing.model import RoleEstimate
     from kvcheck.model import RoleTarget
 
@@ -51,7 +52,7 @@ class SglangEngine(Engine):
         self,
         target: RoleTarget,
         *,
-        profiles: Mapping[str, Any] | Path | None = None,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> RoleEstimate:
         from kvcheck.engines.sglang.sizing.model import estimate_role

@@ -442,7 +442,7 @@ def estimate_role(
         vision=model.source.vision,
         version=target.engine_version,
     )
-    res = apply_model_overrides(res, shape, gpu, args)
+    res = apply_model_overrides(res, shape, gpu, args, gpu_mib=gpu_mib, vision=model.source.vision)
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
     try:
         check_parallel(

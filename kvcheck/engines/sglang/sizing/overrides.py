@@ -11,18 +11,78 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from kvcheck.engines.sglang.sizing.defaults import Resolved
+from kvcheck.engines.sglang.sizing.defaults import Resolved, vlm_factor
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile
-from kvcheck.engines.sglang.sizing.shape import DSV4, ModelShape
+from kvcheck.engines.sglang.sizing.shape import DSV4, HYBRID_LINEAR, ModelShape
 from kvcheck.errors import EstimateError as EngineRefusalLike
 
 
-def apply_model_overrides(res: Resolved, shape: ModelShape, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
+def apply_model_overrides(
+    res: Resolved,
+    shape: ModelShape,
+    gpu: GpuProfile,
+    args: Mapping[str, Any],
+    *,
+    gpu_mib: int | None = None,
+    vision: Mapping[str, Any] | None = None,
+) -> Resolved:
     if shape.msa_sparse_layer_ids:
-        return _minimax_m3(res, gpu, args)
+        res = _minimax_m3(res, gpu, args)
+        if (shape.is_multimodal and res.mem_fraction_defaulted and res.reserved_mib is not None and gpu_mib
+                and res.role != "decode" and not gpu.is_rocm and not args.get("language_only")):
+            # Checked with the reference oracle (0.8094 on B200 TP4, 0.84835 on H200 TP8): SGLang keeps the
+            # prefill CUDA graph of MiniMax-M3's VL wrapper (its reserve counts), and its config object gives
+            # adjust_mem_fraction_for_vlm no ViT size, so the ViT-L default factor 0.95 applies.
+            reserved = res.reserved_mib + (0 if res.prefill_graph else 8 * res.prefill_capture)
+            f = round((gpu_mib - reserved) / gpu_mib, 3) * vlm_factor({})
+            res = replace(res, mem_fraction_static=f, reserved_mib=reserved, prefill_graph=True)
+        return res
     if shape.kind == DSV4:
-        return _deepseek_v4(res, gpu, args)
+        res = _deepseek_v4(res, gpu, args)
+        return _no_prefill_graph(res, shape, args, gpu_mib, vision, "DeepSeek-V4")
+    if shape.kind == HYBRID_LINEAR and shape.mamba is not None and shape.mamba.kind == "kda":
+        res = _kimi_k3(res, gpu, args)
+        return _no_prefill_graph(res, shape, args, gpu_mib, vision, "KDA hybrid")
     return res
+
+
+def _no_prefill_graph(
+    res: Resolved, shape: ModelShape, args: Mapping[str, Any], gpu_mib: int | None,
+    vision: Mapping[str, Any] | None, why: str,
+) -> Resolved:
+    """SGLang turns the prefill CUDA graph off for KDA hybrids and DeepSeek-V4 (cuda_graph_hook.py);
+    a defaulted mem_fraction_static then keeps no reserve for it (memory_hook.py)."""
+    if not res.prefill_graph or args.get("cuda_graph_backend_prefill") is not None:
+        return res
+    notes = [*res.notes, f"prefill CUDA graph off ({why})"]
+    f = res.mem_fraction_static
+    if res.mem_fraction_defaulted and res.reserved_mib is not None and gpu_mib and res.role != "decode":
+        reserved = res.reserved_mib - (1536 if shape.is_mla else 8 * res.prefill_capture)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        f = round((gpu_mib - reserved) / gpu_mib, 3)
+        if shape.is_multimodal and not args.get("language_only"):
+            f *= vlm_factor(vision or {})
+        if res.attention_backend == "aiter" and res.context_len > 8192:
+            f *= 0.85
+        return replace(res, prefill_graph=False, mem_fraction_static=f, reserved_mib=reserved, notes=tuple(notes))
+    return replace(res, prefill_graph=False, notes=tuple(notes))
+
+
+def _kimi_k3(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
+    """Kimi-K3's full-attention layers are MLA: SGLang's MLA backend defaults apply (trtllm_mla and
+    page 64 on SM100, fa3 on Hopper, triton elsewhere), not the MHA ones."""
+    if args.get("attention_backend"):
+        return res
+    if gpu.is_sm100:
+        backend = "trtllm_mla"
+        page = res.page_size if args.get("page_size") in (32, 64) else 64
+    elif gpu.is_hopper:
+        backend, page = "fa3", res.page_size if args.get("page_size") is not None else 1
+    else:
+        backend, page = ("triton" if not gpu.is_npu else "ascend"), res.page_size
+    notes = [*res.notes, f"Kimi-K3 MLA layers: attention backend {backend}, page size {page}"]
+    return replace(res, attention_backend=backend, page_size=page, notes=tuple(notes))
 
 
 def _deepseek_v4(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:

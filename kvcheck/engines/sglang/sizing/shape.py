@@ -88,6 +88,7 @@ MULTIMODAL_ARCHS = frozenset(
         "Gemma4ForConditionalGeneration",
         "Step3p7ForConditionalGeneration",
         "KimiK3ForConditionalGeneration",
+        "MiniMaxM3SparseForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
     }

@@ -89,7 +89,7 @@ def test_an_unknown_launcher_setting_is_exit_2_with_file_and_line(tmp_path: Path
     manifest = write_manifest(tmp_path, "  prefill:\n    gpus: [0]\n", launcher=launcher)
     done = _verify(manifest)
     assert done.returncode == 2, done.stderr
-    assert f"{manifest}:17:5: launcher.slurm.partitoin: unknown key 'partitoin' (did you mean 'partition'?)" in done.stderr
+    assert f"{manifest}:18:5: launcher.slurm.partitoin: unknown key 'partitoin' (did you mean 'partition'?)" in done.stderr
 
 
 def test_the_local_launcher_still_refuses_several_nodes(tmp_path: Path) -> None:

@@ -34,6 +34,12 @@ class InputIssue:
     path: str  # dotted path into the document, "" for the whole file
     message: str
 
+    @classmethod
+    def at(cls, file: str, where: tuple[int, int] | None, path: str, message: str) -> InputIssue:
+        """An issue at `where`, the (line, column) a YAML position lookup gives; None: no known place."""
+        line, column = where if where is not None else (None, None)
+        return cls(file, line, column, path, message)
+
     def render(self) -> str:
         where = self.file
         if self.line is not None:

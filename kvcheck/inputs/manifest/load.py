@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from kvcheck.engines import get_engine
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest
+from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest, RoleSpec
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -146,19 +146,19 @@ def _validate_args(
             flag = catalogue.resolve(key)
         except FlagError as exc:
             where = positions.of_key(path)
-            issues.append(InputIssue(file, *(where or (None, None)), dotted(path), str(exc)))
+            issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
             continue
         try:
             typed = catalogue.coerce(flag, value)
         except FlagError as exc:
             where = positions.of_value(path)
-            issues.append(InputIssue(file, *(where or (None, None)), dotted(path), str(exc)))
+            issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
             continue
         if flag.key in out and out[flag.key][2][:-1] == base:
             where = positions.of_key(path)
             other = dotted(out[flag.key][2])
             issues.append(
-                InputIssue(file, *(where or (None, None)), dotted(path), f"sets the same flag as {other}")
+                InputIssue.at(file, where, dotted(path), f"sets the same flag as {other}")
             )
             continue
         out[flag.key] = (flag, typed, path)
@@ -197,12 +197,12 @@ def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[Inpu
     known = all_rules()
     found = []
     ignore = policy.get("ignore")
-    severity = policy.get("severity")
+    raw_severity = policy.get("severity")
+    severity: dict[Any, Any] = raw_severity if isinstance(raw_severity, dict) else {}
     entries: list[tuple[tuple[str | int, ...], Any, bool]] = []
     if isinstance(ignore, list):
         entries += [(("policy", "ignore", i), code, False) for i, code in enumerate(ignore)]
-    if isinstance(severity, dict):
-        entries += [(("policy", "severity", code), code, True) for code in severity]
+    entries += [(("policy", "severity", code), code, True) for code in severity]
     for sub, code, is_key in entries:
         if not isinstance(code, str):
             continue
@@ -210,15 +210,15 @@ def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[Inpu
         if code not in known:
             close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
             message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
-            found.append(InputIssue(file, *(where or (None, None)), dotted(sub), message))
+            found.append(InputIssue.at(file, where, dotted(sub), message))
             continue
         rule = known[code]
         lowered = not is_key or severity.get(code) != "error"
         if rule.code.startswith("KV3") and rule.severity == "error" and lowered:
             found.append(
-                InputIssue(
+                InputIssue.at(
                     file,
-                    *(where or (None, None)),
+                    where,
                     dotted(sub),
                     f"{code} cannot be ignored or downgraded: it means a role could not be checked, "
                     "and a role that was not checked must never pass",
@@ -246,7 +246,7 @@ def _resolve_gpu(
             )
         except InputError as exc:
             where = positions.of_value((*where_path, "compute_capability"))
-            issues.append(InputIssue(file, *(where or (None, None)), dotted(where_path), exc.message))
+            issues.append(InputIssue.at(file, where, dotted(where_path), exc.message))
         return value.name
     try:
         found = gpus.default_profiles().matches(value)
@@ -255,10 +255,13 @@ def _resolve_gpu(
         return value
     if len(found) > 1:
         where = positions.of_value(where_path)
-        issue = InputIssue(file, *(where or (None, None)), dotted(where_path), gpus.ambiguous(value, found).message)
+        issue = InputIssue.at(file, where, dotted(where_path), gpus.ambiguous(value, found).message)
         if issue not in issues:  # a top-level gpu: shared by several roles is reported once
             issues.append(issue)
     return value
+
+
+_ArgEntries = dict[str, tuple[Any, Any, tuple[str | int, ...]]]  # field -> (flag, typed value, key path)
 
 
 def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedManifest:
@@ -280,123 +283,19 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
 
     # Engine arguments are checked against the declared release even when other keys are wrong,
     # so one run reports every problem.
-    version = data.get("engine", {}).get("version") if isinstance(data.get("engine"), dict) else None
-    catalogue: Catalogue | None = None
-    catalogue_note = None
-    if isinstance(version, str):
-        try:
-            # the engine the manifest names, also when another key failed validation (manifest None)
-            engine_name = manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default
-            catalogue, catalogue_note = get_engine(engine_name).catalogue(version)
-        except InputError as exc:
-            where = positions.of_value(("engine", "version"))
-            issues.append(InputIssue(display, *(where or (None, None)), "engine.version", exc.message))
-
-    shared: dict[str, tuple[Any, Any, tuple[str | int, ...]]] = {}
-    role_args: dict[str, dict[str, tuple[Any, Any, tuple[str | int, ...]]]] = {}
-    args_broken: set[str] = set()  # roles whose merged args had an invalid entry
-    if catalogue is not None:
-        before = len(issues)
-        if isinstance(data.get("args"), dict):
-            shared = _validate_args(data["args"], ("args",), catalogue, display, positions, issues)
-        shared_broken = len(issues) > before
-        for name, role in (data.get("roles") or {}).items() if isinstance(data.get("roles"), dict) else ():
-            before = len(issues)
-            if isinstance(role, dict) and isinstance(role.get("args"), dict):
-                role_args[name] = _validate_args(
-                    role["args"], ("roles", name, "args"), catalogue, display, positions, issues
-                )
-            if shared_broken or len(issues) > before:
-                args_broken.add(name)
-
-    if catalogue is not None and isinstance(data.get("roles"), dict):
-        for name, role in data["roles"].items():
-            gpus = role.get("gpus") if isinstance(role, dict) else None
-            if not isinstance(gpus, list) or not gpus or name in args_broken:
-                continue  # without valid parallel settings the GPU count cannot be judged
-            args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
-            nnodes = int(args.get("nnodes") or 1)
-            need = _parallel_gpus(args)
-            if len(gpus) * nnodes != need:
-                where = positions.of_value(("roles", name, "gpus"))
-                issues.append(
-                    InputIssue(
-                        display,
-                        *(where or (None, None)),
-                        f"roles.{name}.gpus",
-                        f"{len(gpus)} GPU(s) x {nnodes} node(s) = {len(gpus) * nnodes}, but the role's "
-                        f"parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
-                    )
-                )
-
+    catalogue, catalogue_note = _declared_catalogue(data, manifest, display, positions, issues)
+    shared: _ArgEntries = {}
+    role_args: dict[str, _ArgEntries] = {}
     targets: list[RoleTarget] = []
-    if manifest is not None and catalogue is not None:
-        for name, role in manifest.roles.items():
-            merged = {**shared, **role_args.get(name, {})}
-            args = {key: value for key, (_, value, _) in merged.items()}
-            argv: list[str] = []
-            for _key, (flag, value, _) in merged.items():
-                argv.extend(catalogue.argv(flag, value))
-            arg_locations = {}
-            for key, (_, _, arg_path) in merged.items():
-                where = positions.of_key(arg_path)
-                arg_locations[key] = Location(display, *(where or (None, None)))
-            role_where = positions.of_key(("roles", name))
-            role_location = Location(display, *(role_where or (None, None)))
-
-            config = manifest.model.config
-            config_path = (path.parent / config).resolve() if config else None
-            if config_path is not None and not config_path.is_file() and name == next(iter(manifest.roles)):
-                where = positions.of_value(("model", "config"))
-                issues.append(
-                    InputIssue(
-                        display,
-                        *(where or (None, None)),
-                        "model.config",
-                        f"no such file: {config_path} (model.config is relative to the manifest's folder)",
-                    )
-                )
-            draft = manifest.model.draft_config
-            draft_path = (path.parent / draft).resolve() if draft else None
-            if draft_path is not None and not draft_path.is_file() and name == next(iter(manifest.roles)):
-                where = positions.of_value(("model", "draft_config"))
-                issues.append(
-                    InputIssue(
-                        display,
-                        *(where or (None, None)),
-                        "model.draft_config",
-                        f"no such file: {draft_path} (model.draft_config is relative to the manifest's folder)",
-                    )
-                )
-            model_path = _relative_to_manifest(manifest.model.path, path.parent)
-            command = list(manifest.engine.command)
-            if "/" in command[0]:
-                command[0] = _relative_to_manifest(command[0], path.parent)
-            targets.append(
-                RoleTarget(
-                    name=name,
-                    context_length=manifest.context_length,
-                    min_headroom=manifest.policy.min_headroom,
-                    engine_version=manifest.engine.version,
-                    args=args,
-                    argv_args=tuple(argv),
-                    gpus=tuple(role.gpus),
-                    gpu=_resolve_gpu(
-                        role.gpu or manifest.gpu,
-                        ("roles", name, "gpu") if role.gpu else ("gpu",),
-                        display, positions, issues,
-                    ),
-                    model_path=model_path,
-                    model_config=config_path,
-                    draft_config=draft_path,
-                    engine_command=tuple(command),
-                    engine=manifest.engine.name,
-                    env={**manifest.engine.env, **role.env},
-                    estimate=_merge_estimate(manifest.estimate, role.estimate),
-                    location=role_location,
-                    arg_locations=arg_locations,
-                )
-            )
+    if catalogue is not None:
+        shared, role_args, args_broken = _validate_all_args(data, catalogue, display, positions, issues)
+        _check_gpu_counts(data, shared, role_args, args_broken, display, positions, issues)
+        if manifest is not None:
+            targets = [
+                _role_target(manifest, name, role, {**shared, **role_args.get(name, {})}, catalogue,
+                             path, display, positions, issues)
+                for name, role in manifest.roles.items()
+            ]
 
     issues.extend(_check_rule_codes(data.get("policy"), display, positions))
 
@@ -417,3 +316,155 @@ def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedMani
         policy=policy,
         catalogue_note=catalogue_note,
     )
+
+
+def _declared_catalogue(
+    data: dict[str, Any], manifest: Manifest | None, display: str, positions: Positions, issues: list[InputIssue]
+) -> tuple[Catalogue | None, str | None]:
+    """The flag catalogue of the release the manifest declares (and the note when another stood in)."""
+    version = data.get("engine", {}).get("version") if isinstance(data.get("engine"), dict) else None
+    if not isinstance(version, str):
+        return None, None
+    try:
+        # the engine the manifest names, also when another key failed validation (manifest None)
+        engine_name = manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default
+        catalogue: Catalogue
+        catalogue, note = get_engine(engine_name).catalogue(version)
+    except InputError as exc:
+        where = positions.of_value(("engine", "version"))
+        issues.append(InputIssue.at(display, where, "engine.version", exc.message))
+        return None, None
+    return catalogue, note
+
+
+def _validate_all_args(
+    data: dict[str, Any], catalogue: Catalogue, display: str, positions: Positions, issues: list[InputIssue]
+) -> tuple[_ArgEntries, dict[str, _ArgEntries], set[str]]:
+    """The shared and per-role args, typed; also the roles whose merged args had an invalid entry."""
+    shared: _ArgEntries = {}
+    role_args: dict[str, _ArgEntries] = {}
+    args_broken: set[str] = set()
+    before = len(issues)
+    if isinstance(data.get("args"), dict):
+        shared = _validate_args(data["args"], ("args",), catalogue, display, positions, issues)
+    shared_broken = len(issues) > before
+    for name, role in (data.get("roles") or {}).items() if isinstance(data.get("roles"), dict) else ():
+        before = len(issues)
+        if isinstance(role, dict) and isinstance(role.get("args"), dict):
+            role_args[name] = _validate_args(
+                role["args"], ("roles", name, "args"), catalogue, display, positions, issues
+            )
+        if shared_broken or len(issues) > before:
+            args_broken.add(name)
+    return shared, role_args, args_broken
+
+
+def _check_gpu_counts(
+    data: dict[str, Any],
+    shared: _ArgEntries,
+    role_args: dict[str, _ArgEntries],
+    args_broken: set[str],
+    display: str,
+    positions: Positions,
+    issues: list[InputIssue],
+) -> None:
+    """Each role's GPU list x nnodes must be what its parallel settings use."""
+    if not isinstance(data.get("roles"), dict):
+        return
+    for name, role in data["roles"].items():
+        gpus = role.get("gpus") if isinstance(role, dict) else None
+        if not isinstance(gpus, list) or not gpus or name in args_broken:
+            continue  # without valid parallel settings the GPU count cannot be judged
+        args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
+        nnodes = int(args.get("nnodes") or 1)
+        need = _parallel_gpus(args)
+        if len(gpus) * nnodes != need:
+            where = positions.of_value(("roles", name, "gpus"))
+            issues.append(
+                InputIssue.at(
+                    display,
+                    where,
+                    f"roles.{name}.gpus",
+                    f"{len(gpus)} GPU(s) x {nnodes} node(s) = {len(gpus) * nnodes}, but the role's "
+                    f"parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
+                )
+            )
+
+
+def _role_target(
+    manifest: Manifest,
+    name: str,
+    role: RoleSpec,
+    merged: _ArgEntries,
+    catalogue: Catalogue,
+    path: Path,
+    display: str,
+    positions: Positions,
+    issues: list[InputIssue],
+) -> RoleTarget:
+    """One role's target: its merged args and argv, where each was written, and its files."""
+    args = {key: value for key, (_, value, _) in merged.items()}
+    argv: list[str] = []
+    for _key, (flag, value, _) in merged.items():
+        argv.extend(catalogue.argv(flag, value))
+    arg_locations = {}
+    for key, (_, _, arg_path) in merged.items():
+        where = positions.of_key(arg_path)
+        arg_locations[key] = Location(display, *(where or (None, None)))
+    role_where = positions.of_key(("roles", name))
+    role_location = Location(display, *(role_where or (None, None)))
+
+    first_role = name == next(iter(manifest.roles))  # model files are reported once, not per role
+    config_path = _model_file(manifest.model.config, "config", path, display, positions, issues, first_role)
+    draft_path = _model_file(manifest.model.draft_config, "draft_config", path, display, positions, issues, first_role)
+    model_path = _relative_to_manifest(manifest.model.path, path.parent)
+    command = list(manifest.engine.command)
+    if "/" in command[0]:
+        command[0] = _relative_to_manifest(command[0], path.parent)
+    return RoleTarget(
+        name=name,
+        context_length=manifest.context_length,
+        min_headroom=manifest.policy.min_headroom,
+        engine_version=manifest.engine.version,
+        args=args,
+        argv_args=tuple(argv),
+        gpus=tuple(role.gpus),
+        gpu=_resolve_gpu(
+            role.gpu or manifest.gpu,
+            ("roles", name, "gpu") if role.gpu else ("gpu",),
+            display, positions, issues,
+        ),
+        model_path=model_path,
+        model_config=config_path,
+        draft_config=draft_path,
+        engine_command=tuple(command),
+        engine=manifest.engine.name,
+        env={**manifest.engine.env, **role.env},
+        estimate=_merge_estimate(manifest.estimate, role.estimate),
+        location=role_location,
+        arg_locations=arg_locations,
+    )
+
+
+def _model_file(
+    value: str | None,
+    key: str,
+    path: Path,
+    display: str,
+    positions: Positions,
+    issues: list[InputIssue],
+    report: bool,
+) -> Path | None:
+    """model.<key> resolved against the manifest's folder; a missing file is an issue when `report`."""
+    file = (path.parent / value).resolve() if value else None
+    if file is not None and not file.is_file() and report:
+        where = positions.of_value(("model", key))
+        issues.append(
+            InputIssue.at(
+                display,
+                where,
+                f"model.{key}",
+                f"no such file: {file} (model.{key} is relative to the manifest's folder)",
+            )
+        )
+    return file

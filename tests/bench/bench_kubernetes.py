@@ -2,7 +2,7 @@
 
 Run by hand from the repository root (not part of the test suite):
 
-    python tests/bench/bench_kubernetes.py [--runs 3] [--load-s 0]
+    python tests/bench/bench_kubernetes.py [--runs 3] [--load-s 0] [--poll-s 1.0]
 
 Each run measures through the real MeasureBackend, the real `kubernetes` client and the API double,
 whose kubelet runs the engine double; the wall time covers creating the objects, listing pods, following
@@ -29,6 +29,7 @@ from tests.measure.kubernetes.test_run import measure, target  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--poll-s", type=float, default=1.0, help="how often pods are listed (kvcheck's default)")
     parser.add_argument("--load-s", default="0", help="the engine double's weight-loading time (FAKE_SGLANG_LOAD_S)")
     options = parser.parse_args()
     env = {"FAKE_SGLANG_LOAD_S": options.load_s}
@@ -46,7 +47,7 @@ def main() -> None:
                 walls, boots = [], []
                 for i in range(options.runs):
                     started = time.monotonic()
-                    results = measure(cluster, roles(), run_id=f"bench{i:03d}")
+                    results = measure(cluster, roles(), run_id=f"bench{i:03d}", poll_s=options.poll_s)
                     walls.append(time.monotonic() - started)
                     boots.append(max(float(m.details["boot_s"]) for m in results))
                     if any(m.pool_tokens is None for m in results) or cluster.objects or cluster.pods:

@@ -46,7 +46,8 @@ def settings(**kw) -> KubernetesSettings:
 
 def measure(cluster: FakeCluster, targets, *, run_id: str = "0a1b2c3d", timeout_s: float = 30, **kw):
     api = KubeApi.connect(kubeconfig=str(cluster.kubeconfig))
-    launcher = KubernetesLauncher(kw.pop("settings", None) or settings(), run_id=run_id, api=api, poll_s=0.05)
+    launcher = KubernetesLauncher(kw.pop("settings", None) or settings(), run_id=run_id, api=api,
+                                  poll_s=kw.pop("poll_s", 0.05))
     backend = MeasureBackend(timeout_s=timeout_s, grace_s=kw.pop("grace_s", 2.0), progress=False, launcher=launcher,
                              ready_wait_s=kw.pop("ready_wait_s", 10.0), **kw)
     try:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kvcheck.model import Report, RoleResult
 
@@ -62,3 +66,41 @@ def suppressed_text(report: Report) -> str | None:
     if not report.suppressed:
         return None
     return ", ".join(f"{rule} ({count})" for rule, count in report.suppressed)
+
+
+# Control characters (C0 but tab and newline, DEL, C1), lone surrogates and the XML non-characters: what
+# a role name, a server's version string or a quoted log line may carry to forge terminal escapes,
+# GitHub workflow commands or invalid JUnit XML. Each becomes a visible escape such as \x1b.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as an escape (`\x1b`, `\r`); tabs and newlines stay."""
+    if not _UNPRINTABLE.search(text):
+        return text
+    return _UNPRINTABLE.sub(lambda m: "\\r" if m.group() == "\r" else f"\\x{ord(m.group()):02x}"
+                            if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def one_line(text: str) -> str:
+    """`text` as printable() makes it, with newlines shown as `\n` too (names, table cells)."""
+    return printable(text).replace("\n", "\\n")
+
+
+def printable_report(report: Report) -> Report:
+    """The report with printable() applied to every string it holds (untrusted text reaches every field:
+    role names from files, versions and messages from servers, quoted engine lines)."""
+    return _printable(report)
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _printable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, Mapping):
+        return {_printable(key): _printable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_printable(item) for item in value) if not hasattr(value, "_fields") else value
+    return value

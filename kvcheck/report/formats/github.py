@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvcheck.model import Report
-from kvcheck.report.formats.base import Format, fmt_tokens, relative_path, suppressed_text
+from kvcheck.report.formats.base import (
+    Format,
+    fmt_tokens,
+    one_line,
+    printable_report,
+    relative_path,
+    suppressed_text,
+)
 
 
 def _escape_data(text: str) -> str:
@@ -26,6 +33,7 @@ class GithubFormat(Format):
         self.base = base  # annotation paths are relative to this folder (default: the working directory)
 
     def render(self, report: Report) -> str:
+        report = printable_report(report)  # no control character reaches the runner's log
         lines = []
         for item in report.findings:
             props = []
@@ -43,8 +51,9 @@ class GithubFormat(Format):
         if suppressed:
             lines.append(f"::notice title=kvcheck::{_escape_data('suppressed by policy.ignore: ' + suppressed)}")
         summary = ", ".join(
-            f"{role.name}={role.status}({fmt_tokens(role.pool_tokens)}/{fmt_tokens(role.required_tokens)})"
+            f"{one_line(role.name)}={role.status}({fmt_tokens(role.pool_tokens)}/{fmt_tokens(role.required_tokens)})"
             for role in report.roles
         )
+        # a plain line: a role name with a newline must not start a `::command` line of its own
         lines.append(f"kvcheck {report.command}: {report.verdict} (exit {report.exit_code}) {summary}".rstrip())
         return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, fmt_tokens, suppressed_text
+from kvcheck.report.formats.base import Format, fmt_tokens, printable_report, suppressed_text
 
 
 class JunitFormat(Format):
@@ -14,6 +14,7 @@ class JunitFormat(Format):
     name = "junit"
 
     def render(self, report: Report) -> str:
+        report = printable_report(report)  # XML 1.0 cannot carry control characters: the file would not parse
         suite = ET.Element(
             "testsuite",
             name=f"kvcheck {report.command}",

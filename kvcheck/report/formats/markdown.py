@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from kvcheck.model import Report
-from kvcheck.report.formats.base import MODE_TITLES, Format, fmt_tokens, margin, suppressed_text
+from kvcheck.report.formats.base import (
+    MODE_TITLES,
+    Format,
+    fmt_tokens,
+    margin,
+    printable_report,
+    suppressed_text,
+)
 from kvcheck.report.sections import markdown_section
 
 
@@ -18,6 +25,7 @@ class MarkdownFormat(Format):
     _ICON = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 
     def render(self, report: Report) -> str:
+        report = printable_report(report)  # escape sequences shown, not run, wherever the summary is viewed
         out = [f"## kvcheck {report.command}: {self._ICON[report.verdict]} (exit {report.exit_code})", ""]
         meta = [f"mode: {MODE_TITLES.get(report.mode, report.mode)}"]
         if report.source:

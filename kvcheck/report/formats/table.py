@@ -15,6 +15,8 @@ from kvcheck.report.formats.base import (
     Format,
     fmt_tokens,
     margin,
+    one_line,
+    printable_report,
     strip_trailing,
     suppressed_text,
 )
@@ -34,6 +36,7 @@ class TableFormat(Format):
         self.width = width
 
     def render(self, report: Report) -> str:
+        report = printable_report(report)  # a terminal must not run a server's or a file's escape sequences
         buffer = io.StringIO()
         console = Console(
             file=buffer,
@@ -108,7 +111,7 @@ class TableFormat(Format):
             )
         for role in report.roles:
             row: list[Text | str] = [
-                role.name,
+                Text(one_line(role.name)),  # Text: a name like "[red]x" is not rich markup
                 Text(role.status.upper(), style=_STATUS_STYLE[role.status]),
                 fmt_tokens(role.pool_tokens),
                 fmt_tokens(role.required_tokens),

@@ -1,0 +1,56 @@
+"""Untrusted strings in every output format: role names with newlines and escape sequences (from file
+names), a server's version string. None may forge a GitHub workflow command, reach a terminal as an
+escape sequence, or make the JUnit XML invalid."""
+
+from __future__ import annotations
+
+import json
+import re
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from tests.audit.servers import models_payload, server_info_payload
+from tests.conftest import REPO_ROOT
+from tests.security.helpers import RawServer, attack, send_json
+
+LOG = REPO_ROOT / "tests" / "data" / "logs" / "sglang-qwen35-9b-2x4090-tp2.log"
+FORGED = "srv\n::error file=deploy.yaml,line=1::forged\x1b[31m\x07"
+HOSTILE_VERSION = "0.5.23\n::error::forged by the server\x1b]0;owned\x07\x1b[2J"
+
+
+def check_output(fmt: str, text: str) -> None:
+    """What must hold of one format's output, whatever the strings in the report."""
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    if fmt == "github":  # a workflow command is a line that starts with ::; only kvcheck's annotations may
+        commands = [line for line in text.splitlines() if line.startswith("::")]
+        assert all(re.match(r"::(error|warning|notice) (file|title)=", line) for line in commands), commands
+        assert not any(line.startswith(("::error file=deploy.yaml", "::error::forged")) for line in text.splitlines())
+    if fmt == "junit":
+        ET.fromstring(text.split("\n", 1)[1])  # parses: no control character in the XML
+    if fmt == "markdown":  # every row of a table has its header's number of cells
+        for table in re.findall(r"(?:^\|.*\n)+", text, flags=re.M):
+            cells = {len(re.findall(r"(?<!\\)\|", row)) for row in table.splitlines()}
+            assert len(cells) == 1, table
+
+
+@pytest.mark.parametrize("fmt", ["github", "junit", "markdown", "table", "json"])
+def test_a_role_name_from_a_file_name_cannot_forge_output(tmp_path, fmt):
+    log = tmp_path / FORGED
+    log.write_text(LOG.read_text())
+    out = attack("logs", str(log), "--format", fmt)
+    assert out.exit_code == 0, out.stderr
+    check_output(fmt, out.stdout)
+    if fmt == "json":
+        names = [role["name"] for role in json.loads(out.stdout)["roles"]]
+        assert names == [f"{FORGED}[TP0]"]  # JSON keeps the exact name, escaped by JSON itself
+
+
+@pytest.mark.parametrize("fmt", ["github", "junit", "markdown", "table"])
+def test_a_server_version_string_cannot_forge_output(fmt):
+    info = server_info_payload(version=HOSTILE_VERSION)
+    routes = {"/server_info": send_json(info), "/v1/models": send_json(models_payload(131072))}
+    with RawServer(routes) as server:
+        out = attack("audit", server.url, "--retries", "0", "--format", fmt)
+    assert out.exit_code in (0, 1, 3), out.stderr
+    check_output(fmt, out.stdout)

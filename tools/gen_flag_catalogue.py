@@ -13,10 +13,15 @@ the namespace classes in ``srt/arg_groups/fields/*.py`` and then registers a few
 with ``parser.add_argument``. Both halves are reproduced here: the dataclass half by the same
 decision tree as ``srt/arg_groups/arg_utils.py``, the manual half by interpreting the
 ``add_argument`` calls with a small static evaluator that resolves constants across modules.
+Releases 0.4.0-0.5.13 only call ``add_argument`` (and copy some dests into fields in
+``ServerArgs.from_cli_args``, which gives those flags their field); 0.5.14-0.5.19 annotate the
+``ServerArgs`` dataclass itself.
 
 Output is deterministic (flags sorted, one flag per line) so regenerating gives no diff.
 ``removed`` is derived across every catalogue in the output directory, so the generator
-rewrites the ``removed`` section of catalogues it was not asked to regenerate when needed.
+rewrites the ``removed`` section of catalogues it was not asked to regenerate when needed. A post
+release whose parser equals its release's previous build gets no file (kvcheck falls back to
+that build's catalogue for it).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def fraction_before_0_5_3(
 
 @dataclass(frozen=True)
 class Resolved:
-    """The engine settings that decide the pool, each as SGLang 0.5.23 would resolve it."""
+    """The engine settings that decide the pool, each as the declared SGLang release would resolve it."""
 
     tp: int
     pp: int

@@ -316,8 +316,10 @@ define_rule(
     "KV204",
     "warning",
     "no flag catalogue for the declared SGLang release; a neighbouring release's stood in",
-    """kvcheck checks engine arguments against the flag catalogue of the declared SGLang release.
-    When it ships none for that release, the nearest older catalogued release is used, so a flag
-    added or removed in between may be judged wrongly. Fix: upgrade kvcheck, or generate the
+    """kvcheck checks engine arguments against the flag catalogue of the declared SGLang release
+    (it ships one for every release from 0.4.0; a post or local build of a catalogued release uses
+    that release's catalogue without this finding). For another release the nearest older
+    catalogued release is used, or the oldest (0.4.0) for a release older than every catalogue, so
+    a flag added or removed in between may be judged wrongly. Fix: upgrade kvcheck, or generate the
     release's catalogue with tools/gen_flag_catalogue.py.""",
 )

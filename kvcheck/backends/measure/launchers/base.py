@@ -63,8 +63,16 @@ class RunningEngine(ABC):
 
     argv: tuple[str, ...]  # the engine's command line as the report shows it
     started_at: float  # time.monotonic() when the launch began; --timeout counts from here
-    pump_error: Exception | None = None  # kvcheck's own log parsing failed (a bug, exit 4)
-    output_held: bool = False  # a process outside kvcheck's reach still holds the output
+
+    @property
+    def pump_error(self) -> Exception | None:
+        """kvcheck's own log parsing failed (a bug, exit 4); a launcher that reads logs overrides this."""
+        return None
+
+    @property
+    def output_held(self) -> bool:
+        """A process outside kvcheck's reach still holds the output (after stop())."""
+        return False
 
     @property
     @abstractmethod

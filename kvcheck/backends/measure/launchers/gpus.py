@@ -121,9 +121,10 @@ class GpuInventory:
     def __exit__(self, *exc_info: object) -> None:
         if self._count is None:
             return
+        nvml = self._session()
         try:
-            self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
             pass  # the session is over either way; nothing to clean up on our side
         self._count = None
 
@@ -133,9 +134,15 @@ class GpuInventory:
             raise RuntimeError("GpuInventory used outside its `with` block")
         return self._count
 
+    def _session(self) -> Any:
+        """The open NVML module (pynvml has no type information, hence Any)."""
+        if self._nvml is None or self._count is None:
+            raise RuntimeError("GpuInventory used outside its `with` block")
+        return self._nvml
+
     def state(self, index: int) -> GpuState | None:
         """The GPU at NVML (PCI bus) index `index`, or None when there is no such GPU."""
-        nvml = self._nvml
+        nvml = self._session()
         if not 0 <= index < self.count:
             return None
         try:

@@ -93,11 +93,11 @@ class LocalEngine(RunningEngine):
     def returncode(self) -> int | None:
         return self.process.returncode
 
-    @property  # type: ignore[override]
+    @property
     def pump_error(self) -> Exception | None:
         return self.process.pump_error
 
-    @property  # type: ignore[override]
+    @property
     def output_held(self) -> bool:
         return self.process.output_held
 

@@ -334,11 +334,11 @@ class SlurmJob(RunningEngine):
         step = self._step
         return step.returncode if step is not None else None
 
-    @property  # type: ignore[override]
+    @property
     def pump_error(self) -> Exception | None:
         return self._step.pump_error if self._step is not None else None
 
-    @property  # type: ignore[override]
+    @property
     def output_held(self) -> bool:
         return self._step.output_held if self._step is not None else False
 

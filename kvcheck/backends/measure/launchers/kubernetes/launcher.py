@@ -48,6 +48,8 @@ RBAC_HINT = 'kvcheck needs the Role in docs/measure.md ("Kubernetes") in the nam
 class KubernetesEngine(RunningEngine):
     """One role's objects in the cluster, its pods' logs as they arrive, and its deletion."""
 
+    pump_error: Exception | None = None  # set by the log streams' threads
+
     def __init__(
         self,
         api: KubeApi,

@@ -388,8 +388,8 @@ class RoleBoot:
         keep = "" if details.get("log_file") else " (keep the whole log with --logs-dir DIR)"
         refused = engine.failure() if outcome == "exited" else None
         if refused is not None:  # the launcher (a scheduler) ended the role before the engine ran
-            message, hint = refused
-            return self._replace(self._fail(message, hint=hint), details=details)
+            refusal_message, refusal_hint = refused
+            return self._replace(self._fail(refusal_message, hint=refusal_hint), details=details)
         if outcome == "exited":
             status = exit_text(engine.returncode if engine.returncode is not None else -9)
             lines = list(summary.errors) or list(self._tail)

@@ -123,7 +123,7 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
             )
     pools = [p for p in (log_pool, server_pool) if p is not None]
     pool = min(pools) if pools else None
-    if log_pool is not None and server_pool is not None and log_pool != server_pool:
+    if log_pool is not None and server is not None and server_pool is not None and log_pool != server_pool:
         found.append(
             finding(
                 "KV310",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
-from kvcheck.engines.sglang.logs.reader import LogReader
+from kvcheck.engines.sglang.logs.reader import BinaryReadable, LogReader
 from kvcheck.engines.sglang.logs.values import LogSummary, RankFigures
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
 from kvcheck.errors import InputError
@@ -129,10 +129,11 @@ def read_log_file(path: str) -> LogSummary:
 
 def _summarise(stream: IO[bytes], name: str) -> LogSummary:
     head = _peek(stream)
+    source: BinaryReadable = stream
     if head.startswith(_GZIP_MAGIC):
-        stream = gzip.GzipFile(fileobj=stream, mode="rb")
+        source = gzip.GzipFile(fileobj=stream, mode="rb")
     reader = LogReader()
-    reader.read_stream(stream)
+    reader.read_stream(source)
     return reader.summary()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -18,6 +18,9 @@ from kvcheck.engines.sglang.client import display_url, validate_base_url
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.model import Endpoint, Location, RoleTarget
+
+if TYPE_CHECKING:
+    from kvcheck.inputs.yamlpos import Positions
 
 MAX_FLEET_BYTES = 4 * 1024 * 1024
 
@@ -152,62 +155,78 @@ def _parse_fleet_yaml(text: str, display: str) -> tuple[list[Endpoint], list[Inp
     from kvcheck.inputs.yamlpos import load_yaml_with_positions
 
     data, positions, issues = load_yaml_with_positions(text, display)
-    endpoints: list[Endpoint] = []
-
-    def where(path: tuple[str | int, ...], *, key: bool = False) -> tuple[int | None, int | None]:
-        found = positions.of_key(path) if key else positions.of_value(path)
-        return found or (None, None)
-
-    def url_of(value: Any, path: tuple[str | int, ...], label: str) -> str | None:
-        if not isinstance(value, str):
-            issues.append(InputIssue(display, *where(path), label, f"expected a URL, got {_kind(value)}"))
-            return None
-        try:
-            return str(validate_base_url(value))
-        except InputError as exc:
-            issues.append(InputIssue(display, *where(path), label, exc.message))
-            return None
-
+    reader = _FleetYaml(display, positions, issues)
     if isinstance(data, list):
-        for index, item in enumerate(data):
-            url = url_of(item, (index,), f"[{index}]")
-            if url is not None:
-                endpoints.append(
-                    Endpoint(name=display_url(url), url=url, location=Location(display, *where((index,))))
-                )
-        return endpoints, issues
+        return reader.listed(data), issues
     if not isinstance(data, dict):
         issues.append(
             InputIssue(display, 1, 1, "", "a YAML fleet file maps server names to URLs (or lists URLs)")
         )
-        return endpoints, issues
+        return [], issues
+    return reader.named(data), issues
 
-    for name, value in data.items():
-        location = Location(display, *where((name,), key=True))
-        if isinstance(value, str):
-            url = url_of(value, (name,), name)
+
+class _FleetYaml:
+    """Reads a parsed YAML fleet file into endpoints; each problem becomes an issue at its place."""
+
+    def __init__(self, display: str, positions: Positions, issues: list[InputIssue]) -> None:
+        self.display = display
+        self.positions = positions
+        self.issues = issues
+
+    def where(self, path: tuple[str | int, ...], *, key: bool = False) -> tuple[int | None, int | None]:
+        found = self.positions.of_key(path) if key else self.positions.of_value(path)
+        return found or (None, None)
+
+    def url_of(self, value: Any, path: tuple[str | int, ...], label: str) -> str | None:
+        if not isinstance(value, str):
+            self.issues.append(InputIssue(self.display, *self.where(path), label, f"expected a URL, got {_kind(value)}"))
+            return None
+        try:
+            return str(validate_base_url(value))
+        except InputError as exc:
+            self.issues.append(InputIssue(self.display, *self.where(path), label, exc.message))
+            return None
+
+    def listed(self, data: list[Any]) -> list[Endpoint]:
+        """A YAML list of URLs."""
+        endpoints: list[Endpoint] = []
+        for index, item in enumerate(data):
+            url = self.url_of(item, (index,), f"[{index}]")
             if url is not None:
-                endpoints.append(Endpoint(name=name, url=url, location=location))
-            continue
+                endpoints.append(
+                    Endpoint(name=display_url(url), url=url, location=Location(self.display, *self.where((index,))))
+                )
+        return endpoints
+
+    def named(self, data: dict[Any, Any]) -> list[Endpoint]:
+        """A mapping of names to a URL or to `{url, context_length, role}`."""
+        endpoints = [self._entry(name, value) for name, value in data.items()]
+        return [endpoint for endpoint in endpoints if endpoint is not None]
+
+    def _entry(self, name: Any, value: Any) -> Endpoint | None:
+        location = Location(self.display, *self.where((name,), key=True))
+        if isinstance(value, str):
+            url = self.url_of(value, (name,), name)
+            return Endpoint(name=name, url=url, location=location) if url is not None else None
         if not isinstance(value, dict):
-            issues.append(
+            self.issues.append(
                 InputIssue(
-                    display,
-                    *where((name,)),
+                    self.display,
+                    *self.where((name,)),
                     name,
                     f"expected a URL or a mapping with url, got {_kind(value)}",
                 )
             )
-            continue
+            return None
         try:
             entry = FleetEntry.model_validate(value)
         except ValidationError as exc:
-            issues.extend(_entry_issues(exc, str(name), display, where))
-            continue
-        endpoints.append(
-            Endpoint(name=name, url=entry.url, role=entry.role, context_length=entry.context_length, location=location)
+            self.issues.extend(_entry_issues(exc, str(name), self.display, self.where))
+            return None
+        return Endpoint(
+            name=name, url=entry.url, role=entry.role, context_length=entry.context_length, location=location
         )
-    return endpoints, issues
 
 
 class FleetEntry(BaseModel):
@@ -272,7 +291,8 @@ def _entry_issues(
 
 
 def duplicate_issues(endpoints: Sequence[Endpoint], display: str) -> list[InputIssue]:
-    issues, first_seen = [], {}
+    issues: list[InputIssue] = []
+    first_seen: dict[str, str] = {}  # url -> the name it was first listed under
     for endpoint in endpoints:
         key = endpoint.url.rstrip("/")
         if key in first_seen:

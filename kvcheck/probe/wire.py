@@ -151,8 +151,9 @@ def read_answer(status: int, text: str, *, latency_ms: float | None, sse: bool) 
 def _read_success(status: int, payload: dict[str, Any], text: str, latency_ms: float | None,
                   runs: tuple[tuple[int, ...], ...]) -> Answer:
     if "choices" in payload or "usage" in payload:  # OpenAI completion
-        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
-        choices = payload.get("choices") if isinstance(payload.get("choices"), list) else []
+        raw_usage, raw_choices = payload.get("usage"), payload.get("choices")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+        choices: list[Any] = raw_choices if isinstance(raw_choices, list) else []
         finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
         finish_type = finish if isinstance(finish, str) else None
         kind: Kind = "abort" if finish_type == "abort" else ("success" if choices else "empty")

@@ -6,7 +6,7 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import IO, Any
+from typing import Any, Protocol
 
 from kvcheck.engines.sglang.logs.bulk import (
     DENSE_AFTER_LINES,
@@ -87,6 +87,11 @@ MAX_DAMAGED_NOTES = 8
 
 _READING_STATE = ("allocation_count", "post_capture_line", "swa_line")
 
+
+class BinaryReadable(Protocol):
+    """What read_stream needs of a stream: a file, a pipe or a gzip.GzipFile."""
+
+    def read(self, size: int, /) -> bytes: ...
 
 @dataclass(slots=True)
 class _Rank:
@@ -205,7 +210,7 @@ class LogReader:
         for line in lines:
             feed(line)
 
-    def read_stream(self, stream: IO[bytes], *, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+    def read_stream(self, stream: BinaryReadable, *, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
         """Read a whole binary stream (file, pipe, gzip) in chunks, feeding only the lines that can matter.
 
         Gives the same summary as feeding every line (see the bulk-reading notes above MAX_LINE_BYTES);

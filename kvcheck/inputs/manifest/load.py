@@ -188,6 +188,22 @@ def _parallel_gpus(args: Mapping[str, Any]) -> int:
     return tp * pp * (1 if attention_dp else dp)
 
 
+# Characters people type for digits in codes like KV101: letter O for zero, I or l for one.
+_DIGIT_LOOKALIKES = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "i": "1"})
+
+
+def _likely_rule_code(code: str, known: list[str]) -> str | None:
+    """The rule a typo meant: the code with look-alike letters read as digits, else the closest spelling.
+
+    Read look-alikes first so the suggestion for `KV1O1` stays KV101 however many rules are added.
+    """
+    normal = code.upper()[:2] + code[2:].translate(_DIGIT_LOOKALIKES) if len(code) > 2 else code.upper()
+    if normal in known:
+        return normal
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[InputIssue]:
     """policy.ignore and policy.severity must name rules that exist (a typo would silence nothing)."""
     from kvcheck.policy.registry import all_rules
@@ -208,8 +224,8 @@ def _check_rule_codes(policy: Any, file: str, positions: Positions) -> list[Inpu
             continue
         where = positions.of_key(sub) if is_key else positions.of_value(sub)
         if code not in known:
-            close = difflib.get_close_matches(code, list(known), n=1, cutoff=0.6)
-            message = f"unknown rule code '{code}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+            close = _likely_rule_code(code, list(known))
+            message = f"unknown rule code '{code}'" + (f" (did you mean '{close}'?)" if close else "")
             found.append(InputIssue.at(file, where, dotted(sub), message))
             continue
         rule = known[code]

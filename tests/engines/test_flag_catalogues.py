@@ -1096,3 +1096,21 @@ def test_the_0_5_20_to_0_5_23_flags_are_unchanged_by_the_old_layout_support(tmp_
         mine = committed(version)
         assert {**alone, "removed": None} == {**mine, "removed": None}, version
         assert alone["removed"] == _removed_since(version, "0.5.20"), version
+
+
+CHECKER = REPO_ROOT / "tools" / "check_flag_catalogue.py"
+
+
+@pytest.mark.parametrize("version", ["0.4.0", "0.4.1.post2", "0.4.9.post3", "0.5.3", "0.5.10", "0.5.19"])
+def test_the_catalogue_matches_the_parser_the_wheel_builds(version):
+    """tools/check_flag_catalogue.py imports the wheel's server_args (dependencies stubbed) and
+    compares its real argparse parser with the committed catalogue."""
+    wheels = _real_wheels([version])
+    if not wheels:
+        pytest.skip(f"sglang {version} wheel not in {WHEEL_DIR}")
+    result = subprocess.run(
+        [sys.executable, str(CHECKER), str(wheels[0]), str(PROFILES / f"flags-{version}.json")],
+        capture_output=True, text=True, cwd=REPO_ROOT, check=False, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{version}: " in result.stdout and " 0 differences" in result.stdout

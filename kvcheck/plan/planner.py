@@ -330,6 +330,12 @@ def _kv_dtype_options(
     candidates = list(KV_DTYPE_CANDIDATES)
     if gpu.vendor == "nvidia" and gpu.is_blackwell:
         candidates.extend(FP4_KV_DTYPES)
+    accepted = _release_kv_dtypes(target.engine_version)
+    if accepted is not None:
+        # Offer only what the declared release's --kv-cache-dtype accepts (0.4.0-0.4.2: auto and
+        # fp8_e5m2; bf16 as a spelling from 0.5.x).
+        if "fp8_e4m3" not in accepted and "fp8_e5m2" in accepted:
+            candidates = [("fp8_e5m2" if c == "fp8_e4m3" else c) for c in candidates]
 
     def is_current(name: str) -> bool:
         if explicit is not None and name in FP4_KV_DTYPES:
@@ -344,6 +350,8 @@ def _kv_dtype_options(
         if is_current(name):
             options.append(_option("kv_cache_dtype", name, base, required, current=True))
             continue
+        if accepted is not None and name not in accepted:
+            continue
         try:
             est = sweep({"kv_cache_dtype": name})
         except _ESTIMATE_FAILURES as exc:
@@ -352,6 +360,19 @@ def _kv_dtype_options(
             continue
         options.append(_option("kv_cache_dtype", name, est, required, current=False))
     return tuple(options)
+
+
+def _release_kv_dtypes(version: str | None) -> frozenset[str] | None:
+    """The --kv-cache-dtype values the declared SGLang release accepts; None when unknown."""
+    if version is None:
+        return None
+    from kvcheck.engines.sglang.catalogue import FlagError, load_catalogue
+
+    try:
+        choices = load_catalogue(version)[0].resolve("kv-cache-dtype").choices
+    except (InputError, FlagError):
+        return None
+    return None if choices is None else frozenset(str(c) for c in choices)
 
 
 def _truthy(value: str | None) -> bool:

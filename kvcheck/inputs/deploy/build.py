@@ -26,6 +26,7 @@ from kvcheck.inputs.deploy.readers import (
 from kvcheck.inputs.deploy.server import (
     PLACEMENT_FLAGS,
     Arg,
+    Env,
     ScriptError,
     ServerCommand,
     Sourced,
@@ -85,6 +86,22 @@ def read_deployments(
     if list(paths).count(STDIN) > 1:
         raise InputError("'-' (stdin) is given more than once")
     sources = [read_source(p) for p in paths]
+    docs, role_sources = _parse_sources(sources)
+    issues: list[InputIssue] = []
+    role_sources += _read_docs(docs, issues)
+    if cmd is not None:
+        role_sources.append(_command_line_role(cmd))
+    if issues:
+        raise DeploymentFileError(issues, hint=_HINT)
+    if not role_sources:
+        raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {SUPPORTED}")
+    roles = _build_roles(role_sources, sglang_version)
+    return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+
+
+def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSource]]:
+    """The files' YAML documents (a List's items each on its own) and the roles of Slurm batch
+    scripts; DeploymentFileError when any file does not parse."""
     docs: list[Doc] = []
     issues: list[InputIssue] = []
     role_sources: list[RoleSource] = []
@@ -95,13 +112,18 @@ def read_deployments(
             except ScriptError as exc:
                 issues.append(exc.issue)
             continue
-        parsed = parse_documents(source)
-        for doc in parsed:
+        for doc in parse_documents(source):
             issues.extend(doc.yaml.issues)
             docs.extend(_list_items(doc))
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
+    return docs, role_sources
+
+
+def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
+    """The roles each document declares, read by its format's reader; a reader's error is an issue."""
     inputs = gather_references(docs)
+    role_sources: list[RoleSource] = []
     for doc in docs:
         fmt = doc_format(doc)
         if fmt is None:
@@ -110,12 +132,12 @@ def read_deployments(
             role_sources.extend(READERS[fmt](doc, inputs))
         except ScriptError as exc:
             issues.append(exc.issue)
-    if cmd is not None:
-        role_sources.append(_command_line_role(cmd))
-    if issues:
-        raise DeploymentFileError(issues, hint=_HINT)
-    if not role_sources:
-        raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {SUPPORTED}")
+    return role_sources
+
+
+def _build_roles(role_sources: list[RoleSource], sglang_version: str | None) -> list[tuple[RoleSource, ImportedRole]]:
+    """Each role's arguments checked against its release's catalogue; DeploymentFileError with every issue."""
+    issues: list[InputIssue] = []
     roles: list[tuple[RoleSource, ImportedRole]] = []
     for source in role_sources:
         try:
@@ -125,7 +147,7 @@ def read_deployments(
     if issues:
         issues.sort(key=lambda i: (i.file, i.line or 0, i.column or 0))
         raise DeploymentFileError(issues, hint=_HINT)
-    return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+    return roles
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
@@ -183,9 +205,8 @@ def _command_line_role(cmd: str) -> RoleSource:
     for command in commands:
         words = command.words
         tokens = [Token(w.text, Location("--cmd", 1, w.offset + 1), list(w.unresolved)) for w in words]
-        server = find_server(tokens, _EmptyEnv(), doc=None) if tokens else None
+        server = find_server(tokens, Env(), doc=None) if tokens else None
         if server is not None:
-            from kvcheck.inputs.deploy.server import Env
             from kvcheck.inputs.yamlpos import Positions, YamlDocument
 
             doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
@@ -197,11 +218,6 @@ def _command_line_role(cmd: str) -> RoleSource:
         "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
         hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
     )
-
-
-class _EmptyEnv:
-    def lookup(self, name: str) -> None:
-        return None
 
 
 def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue]) -> tuple[Catalogue, Sourced, str | None]:
@@ -256,7 +272,7 @@ def _build_role(source: RoleSource, override: str | None, issues: list[InputIssu
         stated = args.get("disaggregation-mode")
         if stated is None:
             args["disaggregation-mode"] = Arg("disaggregation-mode", "disaggregation_mode", source.mode.value,
-                                              source.mode.location, None, source.mode.origin)
+                                              source.mode.location or source.location, None, source.mode.origin)
         elif stated.value != source.mode.value:
             where = stated.location
             issues.append(InputIssue(where.file, where.line, where.column, "",

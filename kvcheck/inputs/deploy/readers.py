@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.server import (
@@ -31,6 +31,8 @@ from kvcheck.inputs.deploy.server import (
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.inputs.yamlpos import Path_, Positions, YamlDocument
 from kvcheck.model import Location
+
+_P = TypeVar("_P")  # a position table's entry: (line, column) or a scalar style
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
 GPU_TYPE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name")
@@ -276,6 +278,7 @@ def read_workload(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     data = doc.data
     kind = data["kind"]
     name = _name(doc)
+    tpath: Path_
     if kind == "Pod":
         template, tpath = data, ()
     else:
@@ -387,64 +390,95 @@ def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     return out
 
 
-def merged_doc(doc: Doc, base_path: Path_ | None, patch_path: Path_ | None) -> Doc | None:
+def merged_doc(doc: Doc, base_path: Path_ | None, *patch_paths: Path_ | None) -> Doc | None:
     """A pod template patched as RBG patches it (maps merge, containers merge by name, lists replace),
-    as a document of its own whose every value keeps its position in the original file."""
-    source = doc.yaml.positions
-    positions = Positions()
+    each patch over the result of the ones before, as a document of its own whose every value keeps
+    its position in the original file."""
+    layers = [(p, _get(doc.data, *p)) for p in (base_path, *patch_paths) if p is not None]
+    layers = [(p, v) for p, v in layers if v is not None]
+    if not layers:
+        return None
+    positions = doc.yaml.positions
+    (at, data), rest = layers[0], layers[1:]
+    for step, (patch_path, patch) in enumerate(rest):
+        patcher = _TemplatePatch(positions)
+        dst: Path_ = (_MERGED, step)  # where the result sits until the next layer goes over it
+        data = patcher.merge(data, at, patch, patch_path, dst)
+        positions = Positions(
+            {**doc.yaml.positions.keys, **patcher.positions.keys},
+            {**doc.yaml.positions.values, **patcher.positions.values},
+            {**doc.yaml.positions.styles, **patcher.positions.styles},
+        )
+        at = dst
+    patcher = _TemplatePatch(positions)
+    data = patcher.merge(data, at, None, (), ())
+    return Doc(doc.source, YamlDocument(data, patcher.positions, [], doc.yaml.line), doc.index)
 
-    def value_at(path: Path_ | None) -> Any:
-        return None if path is None else _get(doc.data, *path)
 
-    def copy(value: Any, src: Path_, dst: Path_) -> Any:
-        n = len(src)
-        for table, new in ((source.values, positions.values), (source.keys, positions.keys),
-                           (source.styles, positions.styles)):
-            for path, where in table.items():
-                if path[:n] == src:
-                    new[dst + path[n:]] = where
+_MERGED = "\0merged"  # a path root no YAML key can spell
+
+
+class _TemplatePatch:
+    """Merges a patch over a base the way RBG does, carrying each value's position to its new path."""
+
+    def __init__(self, source: Positions) -> None:
+        self.source = source
+        self.positions = Positions()
+
+    def copy(self, value: Any, src: Path_, dst: Path_) -> Any:
+        """`value` (at `src`) placed at `dst`, with every position under `src` moved along."""
+        _move_positions(self.source.values, self.positions.values, src, dst)
+        _move_positions(self.source.keys, self.positions.keys, src, dst)
+        _move_positions(self.source.styles, self.positions.styles, src, dst)
         return copy_module.deepcopy(value)
 
-    def merge(b: Any, bp: Path_, p: Any, pp: Path_, dst: Path_) -> Any:
+    def merge(self, b: Any, bp: Path_, p: Any, pp: Path_, dst: Path_) -> Any:
+        """Base `b` (at `bp`) patched by `p` (at `pp`), placed at `dst`."""
         if not (isinstance(b, Mapping) and isinstance(p, Mapping)):
-            return copy(p, pp, dst) if p is not None else copy(b, bp, dst)
+            return self.copy(p, pp, dst) if p is not None else self.copy(b, bp, dst)
+        source = self.source
         if pp in source.values:
-            positions.values[dst] = source.values[pp]
+            self.positions.values[dst] = source.values[pp]
         out: dict[str, Any] = {}
         for key, value in b.items():
             if key not in p:
-                out[key] = copy(value, (*bp, key), (*dst, key))
+                out[key] = self.copy(value, (*bp, key), (*dst, key))
         for key, value in p.items():
             base_value = b.get(key)
             if key in ("containers", "initContainers") and isinstance(value, list) and isinstance(base_value, list):
-                merged: list[Any] = []
-                used: set[int] = set()
-                for j, container in enumerate(value):
-                    match = next((i for i, c in enumerate(base_value) if isinstance(c, Mapping)
-                                  and isinstance(container, Mapping) and c.get("name") == container.get("name")), None)
-                    at: Path_ = (*dst, key, len(merged))
-                    if match is None:
-                        merged.append(copy(container, (*pp, key, j), at))
-                    else:
-                        used.add(match)
-                        merged.append(merge(base_value[match], (*bp, key, match), container, (*pp, key, j), at))
-                for i, container in enumerate(base_value):
-                    if i not in used:
-                        merged.append(copy(container, (*bp, key, i), (*dst, key, len(merged))))
-                out[key] = merged
+                out[key] = self._merge_containers(base_value, (*bp, key), value, (*pp, key), (*dst, key))
             elif key in b:
-                out[key] = merge(base_value, (*bp, key), value, (*pp, key), (*dst, key))
+                out[key] = self.merge(base_value, (*bp, key), value, (*pp, key), (*dst, key))
             else:
-                out[key] = copy(value, (*pp, key), (*dst, key))
+                out[key] = self.copy(value, (*pp, key), (*dst, key))
             if (*pp, key) in source.keys:
-                positions.keys[(*dst, key)] = source.keys[(*pp, key)]
+                self.positions.keys[(*dst, key)] = source.keys[(*pp, key)]
         return out
 
-    base, patch = value_at(base_path), value_at(patch_path)
-    if base is None and patch is None:
-        return None
-    data = merge(base, base_path or (), patch, patch_path or (), ())
-    return Doc(doc.source, YamlDocument(data, positions, [], doc.yaml.line), doc.index)
+    def _merge_containers(self, base: list[Any], bp: Path_, patch: list[Any], pp: Path_, dst: Path_) -> list[Any]:
+        """Containers merge by name: patched ones in the patch's order, then the base's others."""
+        merged: list[Any] = []
+        used: set[int] = set()
+        for j, container in enumerate(patch):
+            match = next((i for i, c in enumerate(base) if isinstance(c, Mapping)
+                          and isinstance(container, Mapping) and c.get("name") == container.get("name")), None)
+            at: Path_ = (*dst, len(merged))
+            if match is None:
+                merged.append(self.copy(container, (*pp, j), at))
+            else:
+                used.add(match)
+                merged.append(self.merge(base[match], (*bp, match), container, (*pp, j), at))
+        for i, container in enumerate(base):
+            if i not in used:
+                merged.append(self.copy(container, (*bp, i), (*dst, len(merged))))
+        return merged
+
+
+def _move_positions(table: Mapping[Path_, _P], new: dict[Path_, _P], src: Path_, dst: Path_) -> None:
+    n = len(src)
+    for path, where in table.items():
+        if path[:n] == src:
+            new[dst + path[n:]] = where
 
 
 def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
@@ -474,9 +508,8 @@ def read_rbg(doc: Doc, inputs: Inputs) -> list[RoleSource]:
             v2 = isinstance(role.get("leaderWorkerPattern"), Mapping)
             lw_path: Path_ = (*path, "leaderWorkerPattern" if v2 else "leaderWorkerSet")
             lw = role["leaderWorkerPattern" if v2 else "leaderWorkerSet"]
-            template_path: Path_ | None = (*lw_path, "template") if v2 else (*path, "template")
-            if _get(doc.data, *template_path) is None:
-                template_path = None
+            own_template: Path_ = (*lw_path, "template") if v2 else (*path, "template")
+            template_path = own_template if _get(doc.data, *own_template) is not None else None
             size = _int(doc, lw, "size", lw_path, f"{'leaderWorkerPattern' if v2 else 'leaderWorkerSet'} size")
             size = size or Sourced(1, doc.at(lw_path), "size unset: 1")
             pods: dict[str, PodServer | None] = {}
@@ -687,54 +720,72 @@ def read_compose(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         if not isinstance(service, Mapping):
             continue
         path: Path_ = ("services", name)
-        env = Env()
-        environment = service.get("environment")
-        if isinstance(environment, Mapping):
-            for key, value in environment.items():
-                if value is not None:
-                    env.values[str(key)] = Sourced(str(value), doc.at((*path, "environment", key)))
-        elif isinstance(environment, list):
-            for i, item in enumerate(environment):
-                if isinstance(item, str) and "=" in item:
-                    key, _, value = item.partition("=")
-                    env.values[key] = Sourced(value, doc.at((*path, "environment", i)))
-        tokens: list[Token] = []
-        for key in ("entrypoint", "command"):
-            value = service.get(key)
-            if isinstance(value, str):
-                # compose splits a string command like a shell would, without running one
-                from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
-
-                try:
-                    commands = parse_script(value.replace("$$", "\x00"), lambda n, env=env: env.lookup(n))
-                except ShellSyntaxError:
-                    commands = []
-                for command in commands[:1]:
-                    for word in command.words:
-                        tokens.append(Token(word.text.replace("\x00", "$"), doc.inside((*path, key), word.offset),
-                                            list(word.unresolved)))
-            elif isinstance(value, list):
-                for i, item in enumerate(value):
-                    tokens.append(Token(str(item), doc.at((*path, key, i))))
+        env = _compose_env(doc, service, path)
+        tokens = _compose_tokens(doc, service, path, env)
         server = find_server(tokens, env, doc=None) if tokens else None
         if server is None:
             continue
-        devices = _get(service, "deploy", "resources", "reservations", "devices")
-        gpus = None
-        for d, device in enumerate(devices or []):
-            if not isinstance(device, Mapping) or "gpu" not in (device.get("capabilities") or []):
-                continue
-            dpath: Path_ = (*path, "deploy", "resources", "reservations", "devices", d)
-            if isinstance(device.get("device_ids"), list):
-                gpus = Sourced(len(device["device_ids"]), doc.at((*dpath, "device_ids")), "device_ids")
-            elif isinstance(device.get("count"), int):
-                gpus = Sourced(device["count"], doc.at((*dpath, "count")), "devices count")
         version = image_version(doc, service, path)
         out.append(
             RoleSource(name=str(name), kind="compose", group=group, doc=doc, location=doc.at(path, key=True),
-                       server=server, env=env, gpus_per_node=gpus, version=version, standalone=True)
+                       server=server, env=env, gpus_per_node=_compose_gpus(doc, service, path), version=version,
+                       standalone=True)
         )
     return out
+
+
+def _compose_env(doc: Doc, service: Mapping[str, Any], path: Path_) -> Env:
+    """A service's `environment`, as a mapping or as a list of NAME=value."""
+    env = Env()
+    environment = service.get("environment")
+    if isinstance(environment, Mapping):
+        for key, value in environment.items():
+            if value is not None:
+                env.values[str(key)] = Sourced(str(value), doc.at((*path, "environment", key)))
+    elif isinstance(environment, list):
+        for i, item in enumerate(environment):
+            if isinstance(item, str) and "=" in item:
+                key, _, value = item.partition("=")
+                env.values[key] = Sourced(value, doc.at((*path, "environment", i)))
+    return env
+
+
+def _compose_tokens(doc: Doc, service: Mapping[str, Any], path: Path_, env: Env) -> list[Token]:
+    """The service's entrypoint + command as words, each at its place in the file."""
+    tokens: list[Token] = []
+    for key in ("entrypoint", "command"):
+        value = service.get(key)
+        if isinstance(value, str):
+            # compose splits a string command like a shell would, without running one
+            from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+
+            try:
+                commands = parse_script(value.replace("$$", "\x00"), env.lookup)
+            except ShellSyntaxError:
+                commands = []
+            for command in commands[:1]:
+                for word in command.words:
+                    tokens.append(Token(word.text.replace("\x00", "$"), doc.inside((*path, key), word.offset),
+                                        list(word.unresolved)))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                tokens.append(Token(str(item), doc.at((*path, key, i))))
+    return tokens
+
+
+def _compose_gpus(doc: Doc, service: Mapping[str, Any], path: Path_) -> Sourced | None:
+    """GPUs reserved under deploy.resources.reservations.devices (device_ids or count); the last wins."""
+    devices = _get(service, "deploy", "resources", "reservations", "devices")
+    gpus = None
+    for d, device in enumerate(devices or []):
+        if not isinstance(device, Mapping) or "gpu" not in (device.get("capabilities") or []):
+            continue
+        dpath: Path_ = (*path, "deploy", "resources", "reservations", "devices", d)
+        if isinstance(device.get("device_ids"), list):
+            gpus = Sourced(len(device["device_ids"]), doc.at((*dpath, "device_ids")), "device_ids")
+        elif isinstance(device.get("count"), int):
+            gpus = Sourced(device["count"], doc.at((*dpath, "count")), "devices count")
+    return gpus
 
 
 def read_slurm_recipe(doc: Doc, inputs: Inputs) -> list[RoleSource]:
@@ -780,7 +831,7 @@ def read_slurm_recipe(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         out[-1].config_map = (doc, ("backend", "sglang_config", role))
         if nodes is not None and nodes.value > 1:
             # srtctl starts each worker with --nnodes = its nodes unless the config map says otherwise
-            out[-1].injected["nnodes"] = Arg("nnodes", "nnodes", nodes.value, nodes.location, None,
+            out[-1].injected["nnodes"] = Arg("nnodes", "nnodes", nodes.value, nodes.location or where, None,
                                              "srt-slurm: nodes per worker")
     return out
 

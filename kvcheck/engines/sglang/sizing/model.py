@@ -136,47 +136,68 @@ def _cell_bytes(
     shape: ModelShape, res: Resolved, stage: range, draft_layers: int, gpu: GpuProfile | None = None
 ) -> tuple[float, float, dict]:
     """(cell bytes per full-pool token, SWA bytes per SWA token, parts) for one PP stage on one rank."""
-    kv = res.kv_dtype
     parts: dict[str, Any] = {}
     if shape.mla_full_attention:
-        scaled = not res.dsa_raw_layout
-        row = shape.mla_row_bytes(kv, scaled_dsa_layout=scaled)
-        layers = _stage_layers(shape.full_layer_ids, stage)
-        cell = row * layers
-        parts.update(latent_bytes_per_layer=row, layers=layers)
-        if shape.kind == DSA:
-            idx_layers = _stage_layers(shape.indexer_layer_ids, stage)
-            indexer = shape.indexer_row_bytes() * idx_layers * res.dcp
-            parts.update(indexer_bytes_per_layer=shape.indexer_row_bytes(), indexer_layers=idx_layers)
-            if draft_layers:
-                draft_kv = int(cell * draft_layers / layers) * res.dcp
-                draft_idx = shape.indexer_row_bytes() * draft_layers * res.dcp
-                parts.update(draft_bytes=draft_kv + draft_idx)
-                return cell + indexer + draft_kv + draft_idx, 0.0, parts
-            cell += indexer
-        if draft_layers:
-            draft = int(cell * draft_layers / layers)
-            parts.update(draft_bytes=draft)
-            cell += draft
-        return cell, 0.0, parts
+        return _mla_cell(shape, res, stage, draft_layers, parts)
     if shape.kind == HYBRID_SWA:
-        full_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
-        swa_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv, swa=True)
-        full_layers = _stage_layers(shape.full_layer_ids, stage)
-        swa_layers = _stage_layers(shape.swa_layer_ids, stage)
-        parts.update(full_layers=full_layers, swa_layers=swa_layers, full_bytes_per_layer=full_tok,
-                     swa_bytes_per_layer=swa_tok)
-        # a draft layer of a hybrid SWA model is priced as an SWA layer (MTP drafts use the window)
-        swa_total = swa_tok * (swa_layers + draft_layers)
-        cell = full_tok * full_layers + res.swa_full_tokens_ratio * swa_total
-        return cell, swa_total, parts
-    layers = _stage_layers(shape.full_layer_ids, stage)
+        return _hybrid_swa_cell(shape, res, stage, draft_layers, parts)
     if shape.msa_sparse_layer_ids:
         fp8_index = res.kv_dtype == "fp8_e4m3" and gpu is not None and (
             (res.attention_backend == "trtllm_mha" and gpu.is_sm100) or gpu.is_hopper
         )
         return _msa_cell(shape, res, stage, draft_layers, parts, fp8_index)
-    per_layer = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
+    return _mha_cell(shape, res, stage, draft_layers, parts)
+
+
+def _mla_cell(
+    shape: ModelShape, res: Resolved, stage: range, draft_layers: int, parts: dict
+) -> tuple[float, float, dict]:
+    """MLA latent rows per layer, plus the DSA indexer's rows and a draft's layers."""
+    scaled = not res.dsa_raw_layout
+    row = shape.mla_row_bytes(res.kv_dtype, scaled_dsa_layout=scaled)
+    layers = _stage_layers(shape.full_layer_ids, stage)
+    cell = row * layers
+    parts.update(latent_bytes_per_layer=row, layers=layers)
+    if shape.kind == DSA:
+        idx_layers = _stage_layers(shape.indexer_layer_ids, stage)
+        indexer = shape.indexer_row_bytes() * idx_layers * res.dcp
+        parts.update(indexer_bytes_per_layer=shape.indexer_row_bytes(), indexer_layers=idx_layers)
+        if draft_layers:
+            draft_kv = int(cell * draft_layers / layers) * res.dcp
+            draft_idx = shape.indexer_row_bytes() * draft_layers * res.dcp
+            parts.update(draft_bytes=draft_kv + draft_idx)
+            return cell + indexer + draft_kv + draft_idx, 0.0, parts
+        cell += indexer
+    if draft_layers:
+        draft = int(cell * draft_layers / layers)
+        parts.update(draft_bytes=draft)
+        cell += draft
+    return cell, 0.0, parts
+
+
+def _hybrid_swa_cell(
+    shape: ModelShape, res: Resolved, stage: range, draft_layers: int, parts: dict
+) -> tuple[float, float, dict]:
+    """Full-attention layers per full-pool token, sliding-window layers per SWA token."""
+    kv = res.kv_dtype
+    full_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv)
+    swa_tok = shape.mha_token_bytes(res.attn_tp, res.dcp, kv, swa=True)
+    full_layers = _stage_layers(shape.full_layer_ids, stage)
+    swa_layers = _stage_layers(shape.swa_layer_ids, stage)
+    parts.update(full_layers=full_layers, swa_layers=swa_layers, full_bytes_per_layer=full_tok,
+                 swa_bytes_per_layer=swa_tok)
+    # a draft layer of a hybrid SWA model is priced as an SWA layer (MTP drafts use the window)
+    swa_total = swa_tok * (swa_layers + draft_layers)
+    cell = full_tok * full_layers + res.swa_full_tokens_ratio * swa_total
+    return cell, swa_total, parts
+
+
+def _mha_cell(
+    shape: ModelShape, res: Resolved, stage: range, draft_layers: int, parts: dict
+) -> tuple[float, float, dict]:
+    """K and V rows of every full-attention layer, plus a draft's layers."""
+    layers = _stage_layers(shape.full_layer_ids, stage)
+    per_layer = shape.mha_token_bytes(res.attn_tp, res.dcp, res.kv_dtype)
     cell = per_layer * layers
     parts.update(kv_heads_per_rank=shape.kv_heads_per_rank(res.attn_tp, res.dcp), bytes_per_layer=per_layer,
                  layers=layers)
@@ -262,21 +283,7 @@ def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Reso
     if target.draft_config is None and (
         draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config))
     ):
-        layers = model.shape.mtp_layers
-        if layers <= 0:
-            raise EstimateError(
-                f"--speculative-algorithm {algo} without a draft model needs MTP layers "
-                "(num_nextn_predict_layers) in the model config"
-            )
-        if model.shape.kind == DSV4:
-            # one V4 decoder layer + eh_proj/norms (bf16); its pool is the (T+1)/T inflation in dsv4.plan
-            stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1))
-            per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
-            h = model.shape.hidden_size
-            draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
-            return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
-        draft_bytes = mtp_draft_bytes(model.shape, model.source.text, model.scheme, par, layers)
-        return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
+        return _builtin_mtp_draft(model, par, algo)
     draft_target = replace(target, model_config=None, model_path=str(draft_path))
     local = Path(str(draft_path)).expanduser()
     if target.draft_config is not None:
@@ -307,6 +314,25 @@ def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Reso
     layers = draft.shape.num_layers
     where = target.draft_config or draft_path
     return layers, total, [f"{algo} draft {where}: {layers} layer(s), weights counted", *notes]
+
+
+def _builtin_mtp_draft(model: _Model, par: Parallel, algo: str) -> tuple[int, float, list[str]]:
+    """A draft from the model's own MTP/NextN layers: (layers priced into the cell, weight bytes, notes)."""
+    layers = model.shape.mtp_layers
+    if layers <= 0:
+        raise EstimateError(
+            f"--speculative-algorithm {algo} without a draft model needs MTP layers "
+            "(num_nextn_predict_layers) in the model config"
+        )
+    if model.shape.kind == DSV4:
+        # one V4 decoder layer + eh_proj/norms (bf16); its pool is the (T+1)/T inflation in dsv4.plan
+        stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1))
+        per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
+        h = model.shape.hidden_size
+        draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
+        return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
+    draft_bytes = mtp_draft_bytes(model.shape, model.source.text, model.scheme, par, layers)
+    return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
 
 
 def _tied(source: ModelSource) -> bool:
@@ -426,43 +452,9 @@ def estimate_role(
     model = _model(target, args, offline)
     shape = model.shape
     gpu_mib = int(target.estimate.gpu_memory_mib or gpu.memory_total_mib)
-    try:
-        check_args(target, args)
-    except EngineRefusal as exc:
-        if overrides:  # a planner candidate SGLang would refuse: not a setting to offer
-            raise EstimateError(exc.message) from exc
-        raise
-    res = resolve(
-        args, shape, gpu,
-        text=model.source.text,
-        checkpoint_kv_fp8=model.scheme.kv_cache_fp8,
-        model_path=target.model_path,
-        env=target.env,
-        gpu_mib=gpu_mib,
-        vision=model.source.vision,
-        version=target.engine_version,
-    )
-    res = apply_model_overrides(res, shape, gpu, args, gpu_mib=gpu_mib, vision=model.source.vision)
+    res = _checked_resolve(target, args, model, gpu, gpu_mib, planning=bool(overrides))
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
-    try:
-        check_parallel(
-            target, args, tp=res.tp, attn_tp=res.attn_tp, ep=res.ep, num_heads=shape.num_heads,
-            num_kv_heads=None if shape.is_mla else shape.num_kv_heads,
-            routed_experts=routed_experts(model.source.text) + int(args.get("ep_num_redundant_experts") or 0),
-            page_size=res.page_size, chunked_prefill_size=res.chunked_prefill_size, role=res.role,
-        )
-    except EngineRefusal as exc:
-        if overrides:
-            raise EstimateError(exc.message) from exc
-        raise
-    if (res.role == "decode" and shape.kind == HYBRID_SWA and res.max_running_requests is not None
-            and not args.get("disaggregation_decode_enable_radix_cache")):
-        raise EstimateError(
-            "a decode role of a sliding-window model with --max-running-requests caps the SWA pool per "
-            "request (SWARequestCapPoolConfigurator), which the estimate model does not predict"
-        )
-    if args.get("enable_kv_cache_sharding") or args.get("enable_unified_memory") or args.get("enable_hisparse"):
-        raise EstimateError("KV-cache sharding, unified memory and HiSparse pools are not understood by the estimate model")
+    _refuse_unpriced(res, shape, args)
     if shape.kind == HYBRID_SWA and args.get("disable_hybrid_swa_memory"):
         shape = replace(shape, kind=MHA, full_layer_ids=tuple(range(shape.num_layers)), swa_layer_ids=())
         assumptions.append("--disable-hybrid-swa-memory: every layer priced as full attention")
@@ -477,8 +469,131 @@ def estimate_role(
     assumptions.extend(weight_notes)
     draft_layers, draft_bytes, draft_notes = _draft(target, args, model, res, par, offline)
     assumptions.extend(draft_notes)
+    budget = _budget(target, gpu, res, args, shape, gpu_mib, weights_method, assumptions)
+    stage_ranges = pp_layer_split(shape.num_layers, res.pp)
+    sizer = _PoolSizer(
+        shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
+        stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
+        dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env) for r in stage_ranges] if shape.kind == DSV4 else [],
+    )
 
-    # baseline: free memory after CUDA context + NCCL on the most loaded rank
+    pre_gib, overhead_gib, pre_band_gib = budget.pre_gib, budget.overhead_gib, budget.pre_band_mib / 1024
+    tokens_physical, info = sizer.pool(pre_gib, 1.0, overhead_gib)
+    known_weights = weights_method == "override"
+    weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
+    overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
+    low_phys, _ = sizer.pool(pre_gib - pre_band_gib, 1 + weights_band, overhead_gib + overhead_band)
+    high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
+    pool_tokens = tokens_physical * res.dcp
+    pool_range = (low_phys * res.dcp, high_phys * res.dcp)
+
+    swa_tokens = sizer.swa_tokens(tokens_physical)
+    if tokens_physical <= 0:
+        assumptions.append(_no_pool_note(info, res.mem_fraction_static))
+
+    max_input = max(0, max_input_len(res.context_len, pool_tokens))
+    mrr = _max_running_requests(res, tokens_physical, info)
+    details = _details(
+        target, model, sizer, info,
+        weights_method=weights_method, swa_tokens=swa_tokens, tokens_physical=tokens_physical,
+        max_running_requests=mrr, pool_range=pool_range, assumptions=assumptions,
+    )
+    return RoleEstimate(
+        role=target.name,
+        pool_tokens=pool_tokens,
+        pool_range=pool_range,
+        context_len=res.context_len,
+        max_input_tokens=max_input,
+        max_running_requests=mrr,
+        kv_bytes_per_token=info.get("cell", 0.0),
+        details=details,
+        assumptions=tuple(assumptions),
+    )
+
+
+def _checked_resolve(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile, gpu_mib: int, *, planning: bool
+) -> Resolved:
+    """The engine's settings as the release resolves them, refused where SGLang would refuse them.
+
+    A planner candidate SGLang would refuse (`planning`) is an EstimateError: not a setting to offer.
+    """
+    shape = model.shape
+    try:
+        check_args(target, args)
+    except EngineRefusal as exc:
+        if planning:
+            raise EstimateError(exc.message) from exc
+        raise
+    res = resolve(
+        args, shape, gpu,
+        text=model.source.text,
+        checkpoint_kv_fp8=model.scheme.kv_cache_fp8,
+        model_path=target.model_path,
+        env=target.env,
+        gpu_mib=gpu_mib,
+        vision=model.source.vision,
+        version=target.engine_version,
+    )
+    res = apply_model_overrides(res, shape, gpu, args, gpu_mib=gpu_mib, vision=model.source.vision)
+    try:
+        check_parallel(
+            target, args, tp=res.tp, attn_tp=res.attn_tp, ep=res.ep, num_heads=shape.num_heads,
+            num_kv_heads=None if shape.is_mla else shape.num_kv_heads,
+            routed_experts=routed_experts(model.source.text) + int(args.get("ep_num_redundant_experts") or 0),
+            page_size=res.page_size, chunked_prefill_size=res.chunked_prefill_size, role=res.role,
+        )
+    except EngineRefusal as exc:
+        if planning:
+            raise EstimateError(exc.message) from exc
+        raise
+    return res
+
+
+def _refuse_unpriced(res: Resolved, shape: ModelShape, args: Mapping[str, Any]) -> None:
+    """Pools whose sizing the model does not predict: an EstimateError, never a guess."""
+    if (res.role == "decode" and shape.kind == HYBRID_SWA and res.max_running_requests is not None
+            and not args.get("disaggregation_decode_enable_radix_cache")):
+        raise EstimateError(
+            "a decode role of a sliding-window model with --max-running-requests caps the SWA pool per "
+            "request (SWARequestCapPoolConfigurator), which the estimate model does not predict"
+        )
+    if args.get("enable_kv_cache_sharding") or args.get("enable_unified_memory") or args.get("enable_hisparse"):
+        raise EstimateError("KV-cache sharding, unified memory and HiSparse pools are not understood by the estimate model")
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """What one rank has for weights and the pool, and how it was derived."""
+
+    gpu_mib: int
+    pre_used_mib: float  # in use before the baseline (CUDA context, NCCL) on the most loaded rank
+    pre_band_mib: float  # the profile's uncertainty on pre_used_mib
+    overhead_gib: float  # weight-loading overhead
+    mm_reserve_gib: float  # multimodal caches
+    fraction: float  # mem_fraction_static
+
+    @property
+    def pre_gib(self) -> float:
+        """Free memory at the baseline."""
+        return (self.gpu_mib - self.pre_used_mib) / 1024
+
+    @property
+    def slack_gib(self) -> float:
+        return self.pre_gib * (1 - self.fraction)
+
+
+def _budget(
+    target: RoleTarget,
+    gpu: GpuProfile,
+    res: Resolved,
+    args: Mapping[str, Any],
+    shape: ModelShape,
+    gpu_mib: int,
+    weights_method: str,
+    assumptions: list[str],
+) -> _Budget:
+    """Baseline: free memory after CUDA context + NCCL on the most loaded rank, and the reserves."""
     nnodes = int(args.get("nnodes") or 1)
     ranks = _ranks_on_node(res, nnodes)
     if target.estimate.pre_baseline_mib is not None:
@@ -489,115 +604,153 @@ def estimate_role(
         pre_used_mib = gpu.pre_baseline.mib(ranks)
         pre_band_mib = gpu.pre_baseline.band(ranks)
         assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
-    pre_gib = (gpu_mib - pre_used_mib) / 1024
-    overhead_gib = 0.0 if weights_method == "override" else LOAD_OVERHEAD_GIB
     mm_reserve_gib = 0.0
     if shape.is_multimodal:
         mm_reserve_mib = MM_VLM_CACHE_MIB
         if args.get("mm_feature_transport") in ("cuda_ipc", "cuda_vmm"):
             mm_reserve_mib += MM_FEATURE_CACHE_MIB
         mm_reserve_gib = mm_reserve_mib / 1024
-    f = res.mem_fraction_static
-    slack_gib = pre_gib * (1 - f)
-    stage_ranges = pp_layer_split(shape.num_layers, res.pp)
+    return _Budget(
+        gpu_mib=gpu_mib,
+        pre_used_mib=pre_used_mib,
+        pre_band_mib=pre_band_mib,
+        overhead_gib=0.0 if weights_method == "override" else LOAD_OVERHEAD_GIB,
+        mm_reserve_gib=mm_reserve_gib,
+        fraction=res.mem_fraction_static,
+    )
 
-    dsv4_plans = [_dsv4_plan(shape, res, r, args, target.env) for r in stage_ranges] if shape.kind == DSV4 else []
 
-    def pool_for(pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
+@dataclass(frozen=True)
+class _PoolSizer:
+    """The pool for one set of uncertain inputs (baseline, weights, load overhead): min over PP stages."""
+
+    shape: ModelShape
+    res: Resolved
+    args: Mapping[str, Any]
+    par: Parallel
+    gpu: GpuProfile
+    budget: _Budget
+    stage_ranges: list[range]
+    stage_weights: list[float]
+    draft_layers: int
+    draft_bytes: float
+    dsv4_plans: list[dsv4.Dsv4Plan]
+
+    def pool(self, pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
         best = None
         info: dict[str, Any] = {}
-        for s, layer_range in enumerate(stage_ranges):
-            weights_gib = stage_weights[s] * weights_scale / GIB + draft_bytes / GIB
-            after = pre - weights_gib - overhead
-            rest = after - pre * (1 - f) - mm_reserve_gib
-            stage_info: dict[str, Any] = {"weights_gib": weights_gib, "after_gib": after, "rest_gib": rest}
-            if rest > 0 and shape.kind == HYBRID_LINEAR:
-                rest, mamba = _mamba_carve(shape, res, rest, stage_ranges, args, par)
-                stage_info.update(mamba)
-            if shape.kind == DSV4:
-                v4 = dsv4_plans[s]
-                stage_info.update(cell=v4.bytes_per_full_token, swa_cell=v4.bytes_per_swa_token, parts=dict(v4.parts))
-                tokens = dsv4.full_tokens(v4, rest * GIB, res.page_size) if rest > 0 else 0
-                if res.max_total_tokens is not None:
-                    tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
-                if best is None or tokens < best:
-                    best, info = tokens, stage_info
-                continue
-            cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, draft_layers, gpu)
-            stage_info.update(cell=cell, swa_cell=swa_cell, parts=parts)
-            if rest <= 0:
-                tokens = 0
-            elif cell <= 0:
-                tokens = res.max_total_tokens or res.context_len
-            else:
-                tokens = _floor_page(int(int(rest * GIB) // cell), res.page_size)
-            if res.max_total_tokens is not None and cell > 0:
-                tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
+        for s, layer_range in enumerate(self.stage_ranges):
+            tokens, stage_info = self._stage(s, layer_range, pre, weights_scale, overhead)
             if best is None or tokens < best:
                 best, info = tokens, stage_info
         return (best or 0), info
 
-    tokens_physical, info = pool_for(pre_gib, 1.0, overhead_gib)
-    known_weights = weights_method == "override"
-    weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
-    overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
-    low_phys, _ = pool_for(pre_gib - pre_band_mib / 1024, 1 + weights_band, overhead_gib + overhead_band)
-    high_phys, _ = pool_for(pre_gib + pre_band_mib / 1024, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
-    pool_tokens = tokens_physical * res.dcp
-    pool_range = (low_phys * res.dcp, high_phys * res.dcp)
-
-    swa_tokens = None
-    if shape.kind == DSV4 and tokens_physical > 0:
-        v4 = min(dsv4_plans, key=lambda plan: plan.bytes_per_full_token)
-        swa_tokens = dsv4.swa_tokens(v4, tokens_physical, res.page_size)
-        window = int(shape.sliding_window or 0)
-        if v4.swa_cap_tokens is None and window + res.page_size >= swa_tokens:
-            raise EstimateError(
-                f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
-                f"sliding_window_size ({window}) + page_size ({res.page_size}); SGLang would refuse to start",
-                hint="increase --swa-full-tokens-ratio or the KV budget (mem-fraction-static)",
-            )
-    if shape.kind == HYBRID_SWA and tokens_physical > 0:
-        swa_tokens = _floor_page(int(tokens_physical * res.swa_full_tokens_ratio), res.page_size)
-        if shape.sliding_window is not None and shape.sliding_window + res.page_size >= swa_tokens:
-            raise EstimateError(
-                f"SWA pool ({swa_tokens} tokens) cannot hold one request of window {shape.sliding_window}: "
-                "SGLang would refuse to start"
-            )
-    if tokens_physical <= 0:
-        if info.get("mamba_slots") == 0:
-            assumptions.append(
-                "SGLang would refuse to start: not enough GPU memory for the hybrid (mamba/linear-attention) "
-                f"state cache under mem_fraction_static={f:.3f}"
-            )
+    def _stage(
+        self, s: int, layer_range: range, pre: float, weights_scale: float, overhead: float
+    ) -> tuple[int, dict[str, Any]]:
+        shape, res = self.shape, self.res
+        weights_gib = self.stage_weights[s] * weights_scale / GIB + self.draft_bytes / GIB
+        after = pre - weights_gib - overhead
+        rest = after - pre * (1 - self.budget.fraction) - self.budget.mm_reserve_gib
+        stage_info: dict[str, Any] = {"weights_gib": weights_gib, "after_gib": after, "rest_gib": rest}
+        if rest > 0 and shape.kind == HYBRID_LINEAR:
+            rest, mamba = _mamba_carve(shape, res, rest, self.stage_ranges, self.args, self.par)
+            stage_info.update(mamba)
+        if shape.kind == DSV4:
+            v4 = self.dsv4_plans[s]
+            stage_info.update(cell=v4.bytes_per_full_token, swa_cell=v4.bytes_per_swa_token, parts=dict(v4.parts))
+            tokens = dsv4.full_tokens(v4, rest * GIB, res.page_size) if rest > 0 else 0
+            if res.max_total_tokens is not None:
+                tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
+            return tokens, stage_info
+        cell, swa_cell, parts = _cell_bytes(shape, res, layer_range, self.draft_layers, self.gpu)
+        stage_info.update(cell=cell, swa_cell=swa_cell, parts=parts)
+        if rest <= 0:
+            tokens = 0
+        elif cell <= 0:
+            tokens = res.max_total_tokens or res.context_len
         else:
-            assumptions.append(
-                "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache "
-                f"under mem_fraction_static={f:.3f}"
-            )
+            tokens = _floor_page(int(int(rest * GIB) // cell), res.page_size)
+        if res.max_total_tokens is not None and cell > 0:
+            tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
+        return tokens, stage_info
 
-    max_input = max(0, max_input_len(res.context_len, pool_tokens))
-    mrr = _max_running_requests(res, tokens_physical, info)
+    def swa_tokens(self, tokens_physical: int) -> int | None:
+        """The sliding-window pool beside a full pool of `tokens_physical`; EstimateError when SGLang
+        would refuse to start because it cannot hold one request."""
+        shape, res = self.shape, self.res
+        if tokens_physical <= 0:
+            return None
+        if shape.kind == DSV4:
+            v4 = min(self.dsv4_plans, key=lambda plan: plan.bytes_per_full_token)
+            swa_tokens = dsv4.swa_tokens(v4, tokens_physical, res.page_size)
+            window = int(shape.sliding_window or 0)
+            if v4.swa_cap_tokens is None and window + res.page_size >= swa_tokens:
+                raise EstimateError(
+                    f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+                    f"sliding_window_size ({window}) + page_size ({res.page_size}); SGLang would refuse to start",
+                    hint="increase --swa-full-tokens-ratio or the KV budget (mem-fraction-static)",
+                )
+            return swa_tokens
+        if shape.kind == HYBRID_SWA:
+            swa_tokens = _floor_page(int(tokens_physical * res.swa_full_tokens_ratio), res.page_size)
+            if shape.sliding_window is not None and shape.sliding_window + res.page_size >= swa_tokens:
+                raise EstimateError(
+                    f"SWA pool ({swa_tokens} tokens) cannot hold one request of window {shape.sliding_window}: "
+                    "SGLang would refuse to start"
+                )
+            return swa_tokens
+        return None
+
+
+def _no_pool_note(info: Mapping[str, Any], f: float) -> str:
+    """Why SGLang would refuse to start when no memory is left for the pool."""
+    if info.get("mamba_slots") == 0:
+        return (
+            "SGLang would refuse to start: not enough GPU memory for the hybrid (mamba/linear-attention) "
+            f"state cache under mem_fraction_static={f:.3f}"
+        )
+    return (
+        "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache "
+        f"under mem_fraction_static={f:.3f}"
+    )
+
+
+def _details(
+    target: RoleTarget,
+    model: _Model,
+    sizer: _PoolSizer,
+    info: Mapping[str, Any],
+    *,
+    weights_method: str,
+    swa_tokens: int | None,
+    tokens_physical: int,
+    max_running_requests: int,
+    pool_range: tuple[int, int],
+    assumptions: list[str],
+) -> OrderedDict[str, Any]:
+    """The estimate's arithmetic, step by step, for the JSON report's `details`."""
+    shape, res, budget = sizer.shape, sizer.res, sizer.budget
     details: OrderedDict[str, Any] = OrderedDict()
     details["engine"] = "sglang 0.5.23 sizing model"
-    details["gpu"] = gpu.name
-    details["gpu_memory_mib"] = gpu_mib
-    details["pre_baseline_gib"] = round(pre_gib, 3)
-    details["pre_baseline_used_mib"] = round(pre_used_mib, 1)
+    details["gpu"] = sizer.gpu.name
+    details["gpu_memory_mib"] = budget.gpu_mib
+    details["pre_baseline_gib"] = round(budget.pre_gib, 3)
+    details["pre_baseline_used_mib"] = round(budget.pre_used_mib, 1)
     details["weights_gib_per_gpu"] = round(info.get("weights_gib", 0.0), 3)
     details["weights_source"] = weights_method
-    if draft_bytes:
-        details["draft_weights_gib_per_gpu"] = round(draft_bytes / GIB, 3)
-    details["load_overhead_gib"] = overhead_gib
+    if sizer.draft_bytes:
+        details["draft_weights_gib_per_gpu"] = round(sizer.draft_bytes / GIB, 3)
+    details["load_overhead_gib"] = budget.overhead_gib
     details["after_weights_gib"] = round(info.get("after_gib", 0.0), 3)
-    details["mem_fraction_static"] = round(f, 4)
+    details["mem_fraction_static"] = round(budget.fraction, 4)
     details["mem_fraction_static_defaulted"] = res.mem_fraction_defaulted
     if res.reserved_mib is not None:
         details["mem_fraction_reserved_mib"] = round(res.reserved_mib, 1)
-    details["slack_gib"] = round(slack_gib, 3)
-    if mm_reserve_gib:
-        details["mm_reserve_gib"] = round(mm_reserve_gib, 3)
+    details["slack_gib"] = round(budget.slack_gib, 3)
+    if budget.mm_reserve_gib:
+        details["mm_reserve_gib"] = round(budget.mm_reserve_gib, 3)
     details["budget_gib"] = round(info.get("rest_gib", 0.0), 3)
     for key in ("mamba_slots", "mamba_slots_from", "mamba_state_bytes_per_request", "mamba_state_gib"):
         if key in info:
@@ -622,22 +775,12 @@ def estimate_role(
         details["sliding_window"] = shape.sliding_window
     if res.dcp > 1:
         details["pool_tokens_per_rank"] = tokens_physical
-    details["max_running_requests"] = mrr
+    details["max_running_requests"] = max_running_requests
     details["context_len"] = res.context_len
     details["pool_range"] = list(pool_range)
     details["model_config"] = model.source.origin
     details["assumptions"] = assumptions
-    return RoleEstimate(
-        role=target.name,
-        pool_tokens=pool_tokens,
-        pool_range=pool_range,
-        context_len=res.context_len,
-        max_input_tokens=max_input,
-        max_running_requests=mrr,
-        kv_bytes_per_token=info.get("cell", 0.0),
-        details=details,
-        assumptions=tuple(assumptions),
-    )
+    return details
 
 
 def _max_running_requests(res: Resolved, tokens: int, info: Mapping[str, Any]) -> int:

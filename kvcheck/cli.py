@@ -20,7 +20,7 @@ from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import environment_secrets, redact_text
 from kvcheck.report.outputs import report_files_option, write_report_files
-from kvcheck.report.render import FORMATTERS, TableFormat
+from kvcheck.report.render import FORMATTERS, Format, TableFormat
 
 
 class FiniteFloat(click.FloatRange):
@@ -63,6 +63,7 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     from kvcheck.redact import redact_report
 
     report = redact_report(report)
+    formatter: Format
     if fmt == "table":
         color = output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         width = 100 if output is not None or not sys.stdout.isatty() else None
@@ -259,7 +260,11 @@ def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights,
     if dry_run:
         from kvcheck.commands.dry_run import dry_run as render_dry_run
 
-        run_guarded(lambda: echo_report(render_dry_run(options)) or 0)
+        def show_dry_run() -> int:
+            echo_report(render_dry_run(options))
+            return 0
+
+        run_guarded(show_dry_run)
         return
     run_guarded(lambda: emit(command.verify(options), fmt, output))
 
@@ -324,11 +329,11 @@ def rules(code):
         for rule in known.values():
             click.echo(f"{rule.code}  {rule.severity:<7}  {rule.title}")
         return
-    rule = known.get(code.upper())
-    if rule is None:
+    explained = known.get(code.upper())
+    if explained is None:
         _stderr(f"kvcheck: error: unknown rule code '{code}'")
         sys.exit(2)
-    click.echo(f"{rule.code} ({rule.severity}): {rule.title}\n\n{rule.doc}")
+    click.echo(f"{explained.code} ({explained.severity}): {explained.title}\n\n{explained.doc}")
 
 
 @main.command()

@@ -103,12 +103,9 @@ def judge(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner]) 
     length = f"{planned.prompt_tokens} tokens" if planned.prompt_tokens is not None else "text prompt"
     head = f"{where} ({length})"
     own = owners[planned.owner]
-    foreign = foreign_owners(planned.owner, answer, owners)
-    if foreign:
-        names = ", ".join(f"{o.name} ({o.marker})" for o in foreign[:3])
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        hits.append(Hit("KV405", f"{head}: the answer ({answer.short()}) carries content of "
-                                 f"{len(foreign)} other client{'s' if len(foreign) != 1 else ''}: {names}{more}"))
+    leak = _foreign_content_hit(planned, answer, owners, head)
+    if leak is not None:
+        hits.append(leak)
     echoed = own.marker in answer.raw_text if planned.prompt_kind == "text" else None
 
     if answer.kind == "not-sent":
@@ -144,14 +141,31 @@ def judge(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner]) 
                                  f"{_usage_text(answer)}"))
         return RequestResult(planned, answer, tuple(hits), "accepted", echoed)
     outcome = _refusal_text(answer)
+    hits += _refusal_hits(planned, answer, head)
+    return RequestResult(planned, answer, tuple(hits), outcome, echoed)
+
+
+def _foreign_content_hit(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner], head: str) -> Hit | None:
+    """KV405 when the answer carries another client's marker or token pattern."""
+    foreign = foreign_owners(planned.owner, answer, owners)
+    if not foreign:
+        return None
+    names = ", ".join(f"{o.name} ({o.marker})" for o in foreign[:3])
+    more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    return Hit("KV405", f"{head}: the answer ({answer.short()}) carries content of "
+                        f"{len(foreign)} other client{'s' if len(foreign) != 1 else ''}: {names}{more}")
+
+
+def _refusal_hits(planned: PlannedRequest, answer: Answer, head: str) -> list[Hit]:
+    """A refusal must be explicit (KV406) and a 400 (KV407)."""
     explicit = _explicit_status(planned, answer)
     if explicit is None:
-        hits.append(Hit("KV406", f"{head}: refused without an explicit error: {answer.short()}"
-                                 + (f" ({answer.message})" if answer.message else "")))
-    elif explicit != 400:
-        hits.append(Hit("KV407", f"{head}: refused with status {explicit}, not 400"
-                                 + (f": {answer.message}" if answer.message else "")))
-    return RequestResult(planned, answer, tuple(hits), outcome, echoed)
+        return [Hit("KV406", f"{head}: refused without an explicit error: {answer.short()}"
+                             + (f" ({answer.message})" if answer.message else ""))]
+    if explicit != 400:
+        return [Hit("KV407", f"{head}: refused with status {explicit}, not 400"
+                             + (f": {answer.message}" if answer.message else ""))]
+    return []
 
 
 def foreign_owners(owner: str, answer: Answer, owners: Mapping[str, Owner]) -> list[Owner]:

@@ -20,6 +20,7 @@ from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.prompts import Owner, make_owners
 
 Expect = Literal["accept", "refuse"]
+PromptKind = Literal["ids", "text"]
 
 GENERATE = "/generate"
 COMPLETIONS = "/v1/completions"
@@ -48,7 +49,7 @@ class PlannedRequest:
     endpoint: str  # GENERATE or COMPLETIONS
     stream: bool
     owner: str  # boundary-N or tenant-N
-    prompt_kind: Literal["ids", "text"]
+    prompt_kind: PromptKind
     prompt_tokens: int | None
     expect: Expect
     max_new_tokens: int
@@ -150,65 +151,93 @@ def check_budget(options: ProbeOptions) -> None:
 
 def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, info_requests: int = 0) -> ProbePlan:
     """Every request of the run, in sending order; lengths come from the limits, never guessed."""
-    bound = limits.max_req_input_len
-    window = limits.window_tokens
     rng = random.Random(options.seed if options.seed is not None else secrets.randbits(64))
-    boundary_points = _boundary_points(limits)
-    requests: list[PlannedRequest] = []
-    owner_names: list[str] = []
+    builder = _PlanBuilder(options, limits)
+    builder.boundary_checks(_boundary_points(limits))
+    builder.isolation_rounds()
+    owners = make_owners(builder.owner_names, token_id=options.token_id, rng=rng)
+    return ProbePlan(
+        url=options.url,
+        limits=limits,
+        owners=owners,
+        requests=tuple(builder.requests),
+        info_requests=info_requests,
+        filler_token_id=options.token_id,
+        notes=tuple(_plan_notes(options, limits)),
+    )
 
-    def add(group: str, check: str, endpoint: str, stream: bool, owner: str, kind: str, tokens: int | None,
-            expect: Expect, why: str) -> None:
-        if owner not in owner_names:
-            owner_names.append(owner)
-        requests.append(
+
+class _PlanBuilder:
+    """The plan's requests in sending order, and the owners (boundary checks, tenants) they belong to."""
+
+    def __init__(self, options: ProbeOptions, limits: DeploymentLimits) -> None:
+        self.options = options
+        self.limits = limits
+        self.requests: list[PlannedRequest] = []
+        self.owner_names: list[str] = []
+
+    def add(self, group: str, check: str, endpoint: str, stream: bool, owner: str, kind: PromptKind,
+            tokens: int | None, expect: Expect, why: str) -> None:
+        if owner not in self.owner_names:
+            self.owner_names.append(owner)
+        self.requests.append(
             PlannedRequest(
-                index=len(requests) + 1,
+                index=len(self.requests) + 1,
                 group=group,
                 check=check,
                 endpoint=endpoint,
                 stream=stream,
                 owner=owner,
-                prompt_kind=kind,  # type: ignore[arg-type]
+                prompt_kind=kind,
                 prompt_tokens=tokens,
                 expect=expect,
-                max_new_tokens=_max_new_tokens(options, limits, tokens, expect),
+                max_new_tokens=_max_new_tokens(self.options, self.limits, tokens, expect),
                 why=why,
             )
         )
 
-    def boundary_owner() -> str:
-        return f"boundary-{sum(1 for name in owner_names if name.startswith('boundary-')) + 1}"
+    def _boundary_owner(self) -> str:
+        return f"boundary-{sum(1 for name in self.owner_names if name.startswith('boundary-')) + 1}"
 
-    for check, tokens, expect, why in boundary_points:
-        add(GROUP_GENERATE, check, GENERATE, False, boundary_owner(), "ids", tokens, expect, why)
-    if options.stream:
-        for check, tokens, expect, why in boundary_points:
-            if check in ("at-bound", "window"):
-                add(GROUP_STREAM, check, GENERATE, True, boundary_owner(), "ids", tokens, expect, why)
-    if options.openai:
-        for check, tokens, expect, why in boundary_points:
-            if check in ("control", "below-bound", "at-bound", "window"):
-                add(GROUP_COMPLETIONS, check, COMPLETIONS, False, boundary_owner(), "ids", tokens, expect, why)
+    def boundary_checks(self, points: list[tuple[str, int, Expect, str]]) -> None:
+        """The lengths around B and W on /generate, then streamed and on /v1/completions when asked."""
+        for check, tokens, expect, why in points:
+            self.add(GROUP_GENERATE, check, GENERATE, False, self._boundary_owner(), "ids", tokens, expect, why)
+        if self.options.stream:
+            for check, tokens, expect, why in points:
+                if check in ("at-bound", "window"):
+                    self.add(GROUP_STREAM, check, GENERATE, True, self._boundary_owner(), "ids", tokens, expect, why)
+        if self.options.openai:
+            for check, tokens, expect, why in points:
+                if check in ("control", "below-bound", "at-bound", "window"):
+                    self.add(GROUP_COMPLETIONS, check, COMPLETIONS, False, self._boundary_owner(), "ids", tokens,
+                             expect, why)
 
-    tenants = [f"tenant-{n + 1}" for n in range(options.tenants)]
-    text_short = bool(limits.has_tokenizer)
-    short_tokens = min(SHORT_TENANT_PROMPT_TOKENS, bound - 1)
-    for round_number in range(1, options.rounds + 1):
-        for tenant in tenants:
-            if text_short:
-                add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "text", None, "accept",
-                    "a short text prompt asking for the tenant's own marker")
-            else:
-                add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "ids", short_tokens, "accept",
-                    f"{short_tokens} tokens, far below B = {bound}")
-        if round_number == 1:
+    def isolation_rounds(self) -> None:
+        """Each round: every tenant's short prompt, (first round) its near-edge one, its over-long one."""
+        bound = self.limits.max_req_input_len
+        tenants = [f"tenant-{n + 1}" for n in range(self.options.tenants)]
+        text_short = bool(self.limits.has_tokenizer)
+        short_tokens = min(SHORT_TENANT_PROMPT_TOKENS, bound - 1)
+        for round_number in range(1, self.options.rounds + 1):
             for tenant in tenants:
-                add(GROUP_ISOLATION, "near-edge", GENERATE, False, tenant, "ids", bound - 1, "accept",
-                    f"B - 1 = {bound - 1} tokens fills the pool's edge and is admitted")
-        for tenant in tenants:
-            add(GROUP_ISOLATION, "over-long", GENERATE, False, tenant, "ids", bound, "refuse",
-                f"B = {bound} tokens must be refused (prompts of B tokens or more are)")
+                if text_short:
+                    self.add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "text", None, "accept",
+                             "a short text prompt asking for the tenant's own marker")
+                else:
+                    self.add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "ids", short_tokens, "accept",
+                             f"{short_tokens} tokens, far below B = {bound}")
+            if round_number == 1:
+                for tenant in tenants:
+                    self.add(GROUP_ISOLATION, "near-edge", GENERATE, False, tenant, "ids", bound - 1, "accept",
+                             f"B - 1 = {bound - 1} tokens fills the pool's edge and is admitted")
+            for tenant in tenants:
+                self.add(GROUP_ISOLATION, "over-long", GENERATE, False, tenant, "ids", bound, "refuse",
+                         f"B = {bound} tokens must be refused (prompts of B tokens or more are)")
+
+
+def _plan_notes(options: ProbeOptions, limits: DeploymentLimits) -> list[str]:
+    bound, window = limits.max_req_input_len, limits.window_tokens
     notes: list[str] = []
     if limits.has_tokenizer is None and options.tenants:
         notes.append("tokenizer unknown: tenants' short prompts use token ids, not text markers")
@@ -217,16 +246,7 @@ def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, info_requests
             f"W = {window} exceeds what the bound B = {bound} admits: prompts of {bound} to "
             f"{longest_promised_prompt(window)} tokens fit the window but not the bound (checked as 'promised')"
         )
-    owners = make_owners(owner_names, token_id=options.token_id, rng=rng)
-    return ProbePlan(
-        url=options.url,
-        limits=limits,
-        owners=owners,
-        requests=tuple(requests),
-        info_requests=info_requests,
-        filler_token_id=options.token_id,
-        notes=tuple(notes),
-    )
+    return notes
 
 
 def _boundary_points(limits: DeploymentLimits) -> list[tuple[str, int, Expect, str]]:

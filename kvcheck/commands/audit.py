@@ -105,104 +105,135 @@ def _warn_plain_http_token(endpoints: Sequence[Endpoint], console: Console) -> N
         )
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What one audit covers: the servers, the policy, and what the report names as its source."""
+
+    endpoints: list[Endpoint]
+    policy: PolicyConfig
+    source: str
+    window: int | None  # the context length the report states
+    manifest_targets: Sequence[RoleTarget] = ()
+    notes: tuple[Finding, ...] = ()
+
+
 def audit(options: AuditOptions) -> Report:
     """`kvcheck audit`: collect the endpoints, ask them, judge every server like a role."""
     console = Console(stderr=True)
     token = read_token(options.token_env)
     verify = _verify_setting(options, console)
-    extra: list[Finding] = []
-    manifest_targets: Sequence[RoleTarget] = ()
-    if options.manifest is not None:
-        from kvcheck.inputs.manifest.load import load_manifest
-
-        if options.urls or options.fleet is not None:
-            raise InputError(
-                "--manifest takes its servers from --endpoint ROLE=URL, not from URLs or --fleet"
-            )
-        if not options.endpoints:
-            raise InputError(
-                "--manifest needs the live server of at least one role: --endpoint ROLE=URL",
-                hint="e.g. --endpoint prefill=http://10.0.0.5:30000 --endpoint decode=http://10.0.0.6:30000",
-            )
-        if options.context_length is not None:
-            raise InputError(
-                "--context-length conflicts with --manifest: the manifest's context_length is the window"
-            )
-        loaded = load_manifest(options.manifest)
-        policy = loaded.policy
-        manifest_targets = loaded.targets
-        if options.min_headroom is not None:
-            policy = replace(policy, min_headroom=options.min_headroom)
-            manifest_targets = with_min_headroom(manifest_targets, options.min_headroom)
-        endpoints = endpoints_from_manifest(manifest_targets, options.endpoints)
-        source = loaded.display_path
-        window: int | None = loaded.manifest.context_length
-        extra.extend(loaded.notes())
-    else:
-        if options.endpoints:
-            raise InputError("--endpoint ROLE=URL pairs servers with a manifest's roles: it needs --manifest")
-        endpoints = []
-        if options.fleet is not None:
-            endpoints.extend(parse_fleet_file(options.fleet))
-        endpoints.extend(endpoints_from_urls(options.urls))
-        if not endpoints:
-            raise InputError(
-                "nothing to audit",
-                hint="give server URLs, --fleet FILE, or --manifest M --endpoint ROLE=URL",
-            )
-        if options.fleet is not None and options.urls:
-            duplicates = duplicate_issues(endpoints, "command line")
-            if duplicates:
-                raise InputError("\n".join(issue.message for issue in duplicates))
-        policy = PolicyConfig(min_headroom=options.min_headroom if options.min_headroom is not None else 1.0)
-        parts = ([str(options.fleet)] if options.fleet is not None else []) + list(options.urls)
-        source = ", ".join(parts) if len(parts) <= 3 else f"{parts[0]} and {len(parts) - 1} more"
-        window = options.context_length
+    scope = _manifest_scope(options) if options.manifest is not None else _fleet_scope(options)
     if token is not None:
-        _warn_plain_http_token(endpoints, console)
+        _warn_plain_http_token(scope.endpoints, console)
     targets, measurements = audit_endpoints(
-        endpoints,
+        scope.endpoints,
         context_length=options.context_length,
-        min_headroom=policy.min_headroom,
+        min_headroom=scope.policy.min_headroom,
         timeout_s=options.timeout_s,
         retries=options.retries,
         concurrency=options.concurrency,
         verify=verify,
         token=token,
         progress=options.progress,
-        manifest_targets=manifest_targets,
+        manifest_targets=scope.manifest_targets,
     )
     # A manifest role without a live server was not audited: fail closed rather than drop it.
-    paired = {endpoint.role for endpoint in endpoints}
-    for target in manifest_targets:
-        if target.name not in paired:
-            targets.append(target)
-            measurements.append(
-                PoolMeasurement(
-                    role=target.name,
-                    source="audit",
-                    pool_tokens=None,
-                    findings=(
-                        finding(
-                            "KV306",
-                            target.name,
-                            f"manifest role '{target.name}' has no --endpoint, so it was not audited",
-                            hint=f"add --endpoint {target.name}=URL (every role of the manifest is checked)",
-                            location=target.location,
-                        ),
-                    ),
-                )
-            )
+    for target, measurement in _unaudited_roles(scope):
+        targets.append(target)
+        measurements.append(measurement)
     report = judge(
         command="audit",
         mode="audit",
-        source=source,
+        source=scope.source,
         targets=targets,
         measurements=measurements,
-        policy=policy,
+        policy=scope.policy,
         strict=options.strict,
-        extra_findings=extra,
-        context_length=window,
+        extra_findings=list(scope.notes),
+        context_length=scope.window,
     )
     # the bearer token is a secret wherever an answer or an error might quote it
     return replace(report, secrets=report.secrets | {token}) if token else report
+
+
+def _manifest_scope(options: AuditOptions) -> _Scope:
+    """--manifest M --endpoint ROLE=URL: the manifest's roles, each checked against its live server."""
+    from kvcheck.inputs.manifest.load import load_manifest
+
+    assert options.manifest is not None
+    if options.urls or options.fleet is not None:
+        raise InputError(
+            "--manifest takes its servers from --endpoint ROLE=URL, not from URLs or --fleet"
+        )
+    if not options.endpoints:
+        raise InputError(
+            "--manifest needs the live server of at least one role: --endpoint ROLE=URL",
+            hint="e.g. --endpoint prefill=http://10.0.0.5:30000 --endpoint decode=http://10.0.0.6:30000",
+        )
+    if options.context_length is not None:
+        raise InputError(
+            "--context-length conflicts with --manifest: the manifest's context_length is the window"
+        )
+    loaded = load_manifest(options.manifest)
+    policy = loaded.policy
+    manifest_targets: Sequence[RoleTarget] = loaded.targets
+    if options.min_headroom is not None:
+        policy = replace(policy, min_headroom=options.min_headroom)
+        manifest_targets = with_min_headroom(manifest_targets, options.min_headroom)
+    return _Scope(
+        endpoints=endpoints_from_manifest(manifest_targets, options.endpoints),
+        policy=policy,
+        source=loaded.display_path,
+        window=loaded.manifest.context_length,
+        manifest_targets=manifest_targets,
+        notes=tuple(loaded.notes()),
+    )
+
+
+def _fleet_scope(options: AuditOptions) -> _Scope:
+    """Server URLs and/or a --fleet file: each server judged on its own."""
+    if options.endpoints:
+        raise InputError("--endpoint ROLE=URL pairs servers with a manifest's roles: it needs --manifest")
+    endpoints: list[Endpoint] = []
+    if options.fleet is not None:
+        endpoints.extend(parse_fleet_file(options.fleet))
+    endpoints.extend(endpoints_from_urls(options.urls))
+    if not endpoints:
+        raise InputError(
+            "nothing to audit",
+            hint="give server URLs, --fleet FILE, or --manifest M --endpoint ROLE=URL",
+        )
+    if options.fleet is not None and options.urls:
+        duplicates = duplicate_issues(endpoints, "command line")
+        if duplicates:
+            raise InputError("\n".join(issue.message for issue in duplicates))
+    policy = PolicyConfig(min_headroom=options.min_headroom if options.min_headroom is not None else 1.0)
+    parts = ([str(options.fleet)] if options.fleet is not None else []) + list(options.urls)
+    source = ", ".join(parts) if len(parts) <= 3 else f"{parts[0]} and {len(parts) - 1} more"
+    return _Scope(endpoints=endpoints, policy=policy, source=source, window=options.context_length)
+
+
+def _unaudited_roles(scope: _Scope) -> list[tuple[RoleTarget, PoolMeasurement]]:
+    """Manifest roles no --endpoint names: KV306, so they fail closed instead of dropping out."""
+    paired = {endpoint.role for endpoint in scope.endpoints}
+    return [
+        (
+            target,
+            PoolMeasurement(
+                role=target.name,
+                source="audit",
+                pool_tokens=None,
+                findings=(
+                    finding(
+                        "KV306",
+                        target.name,
+                        f"manifest role '{target.name}' has no --endpoint, so it was not audited",
+                        hint=f"add --endpoint {target.name}=URL (every role of the manifest is checked)",
+                        location=target.location,
+                    ),
+                ),
+            ),
+        )
+        for target in scope.manifest_targets
+        if target.name not in paired
+    ]

@@ -52,6 +52,22 @@ def read_logs(
         raise InputError(f"--context-length must be a positive number of tokens, not {context_length}")
     if not min_headroom > 0:
         raise InputError(f"--min-headroom must be above 0, not {min_headroom}")
+    logs = _read_sglang_logs(paths)
+    targets: list[RoleTarget] = []
+    measurements: list[PoolMeasurement] = []
+    labels = role_labels([name for name, _ in logs])
+    for name, summary in logs:
+        for target, measurement in log_roles(
+            name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
+        ):
+            targets.append(target)
+            measurements.append(measurement)
+    return targets, measurements
+
+
+def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, LogSummary]]:
+    """Each file's summary by display name; every file that is unreadable, repeated or not an SGLang
+    log is reported in one InputError."""
     if list(paths).count(STDIN) > 1:
         raise InputError("'-' (stdin) is given more than once")
     seen: set[str] = set()
@@ -70,15 +86,9 @@ def read_logs(
         except InputError as exc:
             problems.append(exc.message)
             continue
-        if summary.lines == 0:
-            problems.append(f"{name}: empty, not an SGLang log")
-            continue
-        if not summary.is_sglang:
-            count = f"{summary.lines:,} line{'s' if summary.lines != 1 else ''}"
-            problems.append(
-                f"{name}: not an SGLang log: none of its {count} is an SGLang startup line "
-                "(server_args, 'Load weight', 'KV Cache is allocated', 'max_total_num_tokens=', ...)"
-            )
+        problem = _not_an_sglang_log(name, summary)
+        if problem is not None:
+            problems.append(problem)
             continue
         logs.append((name, summary))
     if problems:
@@ -86,16 +96,19 @@ def read_logs(
             "\n".join(problems),
             hint="pass the engine's startup log as SGLang printed it (kubectl logs POD, docker logs, a file)",
         )
-    targets: list[RoleTarget] = []
-    measurements: list[PoolMeasurement] = []
-    labels = role_labels([name for name, _ in logs])
-    for name, summary in logs:
-        for target, measurement in log_roles(
-            name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
-        ):
-            targets.append(target)
-            measurements.append(measurement)
-    return targets, measurements
+    return logs
+
+
+def _not_an_sglang_log(name: str, summary: LogSummary) -> str | None:
+    if summary.lines == 0:
+        return f"{name}: empty, not an SGLang log"
+    if not summary.is_sglang:
+        count = f"{summary.lines:,} line{'s' if summary.lines != 1 else ''}"
+        return (
+            f"{name}: not an SGLang log: none of its {count} is an SGLang startup line "
+            "(server_args, 'Load weight', 'KV Cache is allocated', 'max_total_num_tokens=', ...)"
+        )
+    return None
 
 
 def read_log_file(path: str) -> LogSummary:

@@ -83,6 +83,20 @@ def _check_log_names(targets: Sequence[RoleTarget], logs_dir: Path) -> None:
         seen[name] = target.name
 
 
+class _RoleThreads:
+    """What one run's role threads share with the main thread: per role, its result or error and
+    whether it began and ended; one cancel event for all."""
+
+    def __init__(self, targets: list[RoleTarget], waits: list[list[int]]) -> None:
+        self.targets = targets
+        self.waits = waits  # per role: the earlier roles whose engines must be gone before it starts
+        self.results: list[PoolMeasurement | None] = [None] * len(targets)
+        self.errors: list[BaseException | None] = [None] * len(targets)
+        self.done = [threading.Event() for _ in targets]
+        self.begun = [threading.Event() for _ in targets]
+        self.cancel = threading.Event()
+
+
 class MeasureBackend(Backend):
     """Boots each role's engine through a launcher and reads the pool it allocated (docs/measure.md).
 
@@ -132,63 +146,62 @@ class MeasureBackend(Backend):
         if self.settings.logs_dir is not None:
             _check_log_names(targets, self.settings.logs_dir)
         estimates = [self._estimate(t) for t in targets]
-        results: list[PoolMeasurement | None] = [None] * len(targets)
-        errors: list[BaseException | None] = [None] * len(targets)
-        done = [threading.Event() for _ in targets]
-        begun = [threading.Event() for _ in targets]
-        cancel = threading.Event()
         launcher = self.launcher
-        waits = launcher.waits(targets)
+        run = _RoleThreads(targets, launcher.waits(targets))
 
         with ExitStack() as stack:
             stack.enter_context(launcher)
             progress = stack.enter_context(BootProgress(self.progress))
             for i, target in enumerate(targets):
-                waiting = ", ".join(targets[j].name for j in waits[i])
+                waiting = ", ".join(targets[j].name for j in run.waits[i])
                 progress.add(target.name, f"waiting for {waiting}" if waiting else "queued")
 
-            def run_role(i: int) -> None:
-                begun[i].set()
-                target = targets[i]
-                try:
-                    for j in waits[i]:
-                        while not done[j].wait(0.05):
-                            if cancel.is_set():
-                                return
-                    if cancel.is_set():
-                        return
-                    results[i] = self._measure_role(target, progress, cancel, shared=bool(waits[i]))
-                except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
-                    errors[i] = exc
-                    cancel.set()
-                finally:
-                    done[i].set()
-
             threads = [
-                threading.Thread(target=run_role, args=(i,), name=f"kvcheck-role-{t.name}")
+                threading.Thread(target=self._run_role, args=(run, i, progress), name=f"kvcheck-role-{t.name}")
                 for i, t in enumerate(targets)
             ]
-            with _sigterm_cancels(cancel) as signals:
+            with _sigterm_cancels(run.cancel) as signals:
                 launched = 0
                 try:
                     for thread in threads:
                         thread.start()
                         launched += 1
-                    self._join(done)
+                    self._join(run.done)
                 except BaseException:
-                    cancel.set()
-                    self._release_unstarted(launched, begun, done)
-                    self._join_through_interrupts(done)
+                    run.cancel.set()
+                    self._release_unstarted(launched, run.begun, run.done)
+                    self._join_through_interrupts(run.done)
                     raise
             for thread in threads:
                 thread.join()  # already finished: their done events are set
             if signals["terminated"]:
                 self._reraise_sigterm(signals["signal"] or signal.SIGTERM)
-        for error in errors:
+        return self._assemble(run, estimates)
+
+    def _run_role(self, run: _RoleThreads, i: int, progress: BootProgress) -> None:
+        """One role's thread: wait for the roles it shares GPUs with, then measure it (unless cancelled)."""
+        run.begun[i].set()
+        try:
+            for j in run.waits[i]:
+                while not run.done[j].wait(0.05):
+                    if run.cancel.is_set():
+                        return
+            if run.cancel.is_set():
+                return
+            run.results[i] = self._measure_role(run.targets[i], progress, run.cancel, shared=bool(run.waits[i]))
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
+            run.errors[i] = exc
+            run.cancel.set()
+        finally:
+            run.done[i].set()
+
+    def _assemble(self, run: _RoleThreads, estimates: list[PoolMeasurement | None]) -> list[PoolMeasurement]:
+        """The measurements in target order, each with its estimate; a role thread's error is re-raised."""
+        for error in run.errors:
             if error is not None:
                 raise error
         out: list[PoolMeasurement] = []
-        for target, result, estimate in zip(targets, results, estimates, strict=True):
+        for target, result, estimate in zip(run.targets, run.results, estimates, strict=True):
             if result is None:  # a bug, not an engine failure: never let it pass as a measurement
                 raise RuntimeError(f"role {target.name} produced no measurement")
             result = self._with_estimate(result, estimate)

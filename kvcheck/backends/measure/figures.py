@@ -59,32 +59,11 @@ def _same_version(declared: str, booted: str) -> bool:
         return declared.strip() == booted.strip()
 
 
-def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
-    """Cross-check log and server figures for one role; the smaller figure wins (fail closed)."""
+def _dp_rank_findings(target: RoleTarget, report: EngineReport) -> list[Finding]:
+    """KV301/KV310 when some data-parallel ranks did not state their pool."""
     role = target.name
-    found: list[Finding] = []
-    details: dict[str, Any] = dict(report.extra)
     server = report.server
-
-    # Every rank's own figures count: the final lines (tp_rank 0 of each stage/replica) and the
-    # "KV pool holds N tokens" warning each rank prints; the smallest is the pool (fail closed).
-    log_pool = min((*(r.pool_tokens for r in report.ranks), *report.below_context_pools), default=None)
-    server_pool = server.pool_tokens if server is not None else None
-    details["log_ranks"] = [
-        {"rank": r.rank or "TP0", "pool_tokens": r.pool_tokens, "context_len": r.context_len}
-        for r in report.ranks
-    ]
-    if server is not None:
-        details["server_info"] = {
-            "endpoint": server.endpoint,
-            "max_total_num_tokens": server.max_total_num_tokens,
-            "dp_token_capacities": list(server.dp_token_capacities),
-            "max_req_input_len": server.max_req_input_len,
-            "version": server.version,
-        }
-    elif report.server_error:
-        details["server_info_error"] = report.server_error
-
+    found: list[Finding] = []
     # Every data-parallel rank (attention DP or replicas) has its own pool; the log's final line
     # comes from DP0 only, so the others rest on /server_info's per-rank token_capacity.
     expected_dp = max(int(target.args.get("attn_dp_size") or 1), int(target.args.get("dp_size") or 1))
@@ -121,6 +100,36 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
                     hint="keep the log (--logs-dir) to see every rank's allocation",
                 )
             )
+    return found
+
+
+def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
+    """Cross-check log and server figures for one role; the smaller figure wins (fail closed)."""
+    role = target.name
+    found: list[Finding] = []
+    details: dict[str, Any] = dict(report.extra)
+    server = report.server
+
+    # Every rank's own figures count: the final lines (tp_rank 0 of each stage/replica) and the
+    # "KV pool holds N tokens" warning each rank prints; the smallest is the pool (fail closed).
+    log_pool = min((*(r.pool_tokens for r in report.ranks), *report.below_context_pools), default=None)
+    server_pool = server.pool_tokens if server is not None else None
+    details["log_ranks"] = [
+        {"rank": r.rank or "TP0", "pool_tokens": r.pool_tokens, "context_len": r.context_len}
+        for r in report.ranks
+    ]
+    if server is not None:
+        details["server_info"] = {
+            "endpoint": server.endpoint,
+            "max_total_num_tokens": server.max_total_num_tokens,
+            "dp_token_capacities": list(server.dp_token_capacities),
+            "max_req_input_len": server.max_req_input_len,
+            "version": server.version,
+        }
+    elif report.server_error:
+        details["server_info_error"] = report.server_error
+
+    found += _dp_rank_findings(target, report)
     pools = [p for p in (log_pool, server_pool) if p is not None]
     pool = min(pools) if pools else None
     if log_pool is not None and server is not None and server_pool is not None and log_pool != server_pool:

@@ -198,6 +198,48 @@ def _takes(flag: Flag) -> tuple[int, int | None]:
     return 1, 1
 
 
+def _take_values(argv: Sequence[str], i: int, most: int | None, values: list[str], value_indexes: list[int]) -> int:
+    """Append the words from argv[i] up to the next option (at most `most` in all); the next index."""
+    while (most is None or len(values) < most) and i < len(argv) and not is_option(argv[i]):
+        values.append(argv[i])
+        value_indexes.append(i)
+        i += 1
+    return i
+
+
+def _flag_value(
+    catalogue: Catalogue,
+    flag: Flag,
+    spelled: str,
+    flag_index: int,
+    values: list[str],
+    value_indexes: list[int],
+    *,
+    inline: bool,
+    negated: bool,
+    problems: list[ArgvProblem],
+) -> Any:
+    """A known flag's value as SGLang would type it: a switch's truth, or its words typed; a problem
+    (a switch given a value, too few values, a value of the wrong type) is appended to `problems`."""
+    least, most = _takes(flag)
+    if most == 0:
+        if inline:
+            problems.append(
+                ArgvProblem(flag_index, "switch", f"'{spelled}' is a switch and takes no value (argparse exits 2)")
+            )
+        return not negated
+    if len(values) < least:
+        problems.append(
+            ArgvProblem(flag_index, "value", f"'{spelled}' expects {'a value' if least == 1 else f'{least} values'}")
+        )
+        return None
+    try:
+        return typed_value(catalogue, flag, values) if values else None
+    except FlagError as exc:
+        problems.append(ArgvProblem(value_indexes[0] if value_indexes else flag_index, "value", str(exc)))
+        return values[0] if len(values) == 1 else list(values)
+
+
 def parse_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0) -> ParsedArgv:
     """Parse the server arguments argv[start:] as SGLang's argparse would, against `catalogue`.
 
@@ -236,40 +278,19 @@ def parse_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0) -> 
             values.append(inline)
             value_indexes.append(flag_index)
         if flag is None:
-            while not eq and i < n and not is_option(argv[i]):
-                values.append(argv[i])
-                value_indexes.append(i)
-                i += 1
+            if not eq:
+                i = _take_values(argv, i, None, values, value_indexes)
             bare = spelled[2:]
             value: Any = (values[0] if len(values) == 1 else list(values)) if values else True
             occurrences.append(
                 ParsedFlag(bare, bare.replace("-", "_"), spelled, flag_index, tuple(values), tuple(value_indexes), value, None)
             )
             continue
-        least, most = _takes(flag)
         if not eq:
-            while (most is None or len(values) < most) and i < n and not is_option(argv[i]):
-                values.append(argv[i])
-                value_indexes.append(i)
-                i += 1
+            i = _take_values(argv, i, _takes(flag)[1], values, value_indexes)
         canonical = flag.name[2:]
-        if most == 0:
-            if eq:
-                problems.append(
-                    ArgvProblem(flag_index, "switch", f"'{spelled}' is a switch and takes no value (argparse exits 2)")
-                )
-            value = not negated
-        elif len(values) < least:
-            problems.append(
-                ArgvProblem(flag_index, "value", f"'{spelled}' expects {'a value' if least == 1 else f'{least} values'}")
-            )
-            value = None
-        else:
-            try:
-                value = typed_value(catalogue, flag, values) if values else None
-            except FlagError as exc:
-                problems.append(ArgvProblem(value_indexes[0] if value_indexes else flag_index, "value", str(exc)))
-                value = values[0] if len(values) == 1 else list(values)
+        value = _flag_value(catalogue, flag, spelled, flag_index, values, value_indexes,
+                            inline=bool(eq), negated=negated, problems=problems)
         if canonical in seen:
             problems.append(
                 ArgvProblem(

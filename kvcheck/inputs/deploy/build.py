@@ -24,6 +24,7 @@ from kvcheck.inputs.deploy.readers import (
     merged_doc,
 )
 from kvcheck.inputs.deploy.server import (
+    NON_SIZING_FLAGS,
     PLACEMENT_FLAGS,
     Arg,
     Env,
@@ -354,6 +355,10 @@ def _with_config(
 
 
 _COMPARED_EXCLUDE = PLACEMENT_FLAGS | {"model-path", "config"}
+# Leader and workers may differ on these without the pool coming apart: names, credentials and text
+# formats (the front end runs on the leader only), metrics, and the RDMA devices, which are named per
+# node (a node whose NICs are numbered differently lists its own). A difference is a KV501 warning.
+KV501_WARNING_FLAGS = NON_SIZING_FLAGS | {"enable-metrics", "disaggregation-ib-device"}
 
 
 def _disagreements(
@@ -373,12 +378,15 @@ def _disagreements(
         shown_other = _shown(other)
         text = f"--{name}: the leader runs {shown_mine}, the {label} runs {shown_other}"
         hint = "every node of one instance must start with the same server arguments"
-        if mine is not None:
-            out.append(finding("KV501", source.name, text, hint=hint, location=mine.location))
-        if other is not None:
-            out.append(finding("KV501", source.name, text, hint=hint, location=other.location))
-        elif mine is not None:
-            out.append(finding("KV501", source.name, text, hint=hint, location=worker.location))
+        severity = None
+        if name in KV501_WARNING_FLAGS:
+            text += " (a flag that does not size the pool: a warning)"
+            severity = "warning"
+        places = [arg.location for arg in (mine, other) if arg is not None]
+        if other is None:
+            places.append(worker.location)
+        for where in dict.fromkeys(places):  # once per place (a value that came through a variable)
+            out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
     return out
 
 

@@ -30,6 +30,13 @@ class SourceFile:
 
     def __post_init__(self) -> None:
         self.lines = self.text.splitlines()
+        self._line_starts: list[int] | None = None
+
+    def line_start(self, line: int) -> int:
+        """Index in `text` of 1-based `line`'s first character (lines end at '\\n', as YAML counts them)."""
+        if self._line_starts is None:
+            self._line_starts = [0] + [i + 1 for i, c in enumerate(self.text) if c == "\n"]
+        return self._line_starts[min(line, len(self._line_starts)) - 1]
 
 
 @dataclass
@@ -53,7 +60,8 @@ class Doc:
         return Location(self.source.name, *where)
 
     def inside(self, path: Path_, offset: int) -> Location:
-        """Where character `offset` of the text value at `path` is written (literal blocks, one-line scalars)."""
+        """Where character `offset` of the text value at `path` is written (block scalars, one-line
+        scalars, and flow scalars folded or `\\`-continued over several lines)."""
         positions = self.yaml.positions
         where = positions.values.get(path)
         if where is None:
@@ -63,13 +71,34 @@ class Doc:
         value = _get(self.data, path)
         if not isinstance(value, str):
             return Location(self.source.name, line, column)
-        before = value[:offset]
         if style in ("|", ">"):
             return self._in_block(line + 1, offset)
-        if "\n" in before or "\\" in value and style == '"':
-            return Location(self.source.name, line, column)
         quote = 1 if style in ("'", '"') else 0
-        return Location(self.source.name, line, column + quote + offset)
+        start = column - 1 + quote
+        if self.source.lines[line - 1][start : start + len(value)] == value:  # written on one line, verbatim
+            return Location(self.source.name, line, start + offset + 1)
+        return self._in_flow(line, column, start, value, offset)
+
+    def _in_flow(self, line: int, column: int, start: int, value: str, offset: int) -> Location:
+        """A plain or quoted scalar written over several lines (folded, or `\\` continued): the word at
+        `offset` is written verbatim (folding only touches the spaces between words), so it is the
+        same occurrence of that word in the source, counted from the scalar's start."""
+        rest = value[offset:]
+        word = rest.split(None, 1)[0] if rest.strip() and not rest[0].isspace() else ""
+        if not word or any(c in word for c in "\\\"'"):
+            return Location(self.source.name, line, column)
+        nth = _occurrences(value[:offset], word)
+        text = self.source.text
+        at = self.source.line_start(line) + start  # the scalar's first character
+        limit = at + 2 * len(value) + 256  # the scalar's own text, folded or continued
+        for _ in range(nth + 1):
+            found = text.find(word, at, limit)
+            if found < 0:
+                return Location(self.source.name, line, column)
+            at = found + len(word)
+        found = at - len(word)
+        number = text.count("\n", 0, found) + 1
+        return Location(self.source.name, number, found - (text.rfind("\n", 0, found) + 1) + 1)
 
     def _in_block(self, first_line: int, offset: int) -> Location:
         """Walk a block scalar's content lines: a literal keeps each line break, a folded one turns
@@ -88,6 +117,15 @@ class Doc:
             consumed += len(content) + 1
             number += 1
         return Location(self.source.name, first_line, indent + 1)
+
+
+def _occurrences(text: str, word: str) -> int:
+    """Non-overlapping occurrences of `word` in `text`, as str.find walks them."""
+    count, at = 0, text.find(word)
+    while at >= 0:
+        count += 1
+        at = text.find(word, at + len(word))
+    return count
 
 
 def _block_indent(lines: list[str], line: int) -> int:

@@ -62,6 +62,22 @@ EXPECTED = {
                 "mem-fraction-static": 0.85}},
         },
     },
+    "rbg-v1alpha2-roletemplates": {
+        "name": "glm-rbg", "model": {"path": "zai-org/GLM-4.6"}, "engine": {"version": "0.5.22"},
+        "gpu": "NVIDIA-H100-80GB-HBM3",
+        "roles": {
+            "prefill": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.83, "nnodes": 2}},
+            "decode": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 131072}},
+        },
+    },
+    "lws-quoted": {
+        "name": "qwen-mn", "model": {"path": "/models/Qwen3-32B"}, "engine": {"version": "0.5.22"},
+        "roles": {"qwen-mn": {"gpus": [0, 1], "args": {
+            "tp-size": 4, "nnodes": 2, "mem-fraction-static": 0.86, "disaggregation-ib-device": "mlx5_0,mlx5_1",
+            "enable-metrics": True}}},
+    },
     "dynamo-v1alpha1": {
         "name": "sglang-disagg", "model": {"path": "deepseek-ai/DeepSeek-R1"}, "engine": {"version": "0.5.23"},
         "roles": {
@@ -189,8 +205,8 @@ def test_leader_and_worker_disagreeing_is_reported_at_both_lines() -> None:
     result = run_kvcheck("import", f"{FIX}/rbg-v1alpha2.yaml")
     f = f"{FIX}/rbg-v1alpha2.yaml"
     assert result.stderr.splitlines() == [
-        f"kvcheck: error: {f}:44:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
-        f"kvcheck: error: {f}:49:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+        f"kvcheck: error: {f}:45:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+        f"kvcheck: error: {f}:50:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
     ]
 
 
@@ -411,3 +427,58 @@ def test_a_slurm_batch_script_gives_one_role_per_srun_server() -> None:
 def test_locations_are_relative_to_the_working_directory_when_the_file_is_below_it() -> None:
     result = run_kvcheck("import", str(REPO_ROOT / FIX / "compose.yaml"))
     assert result.stdout.splitlines()[1] == f"name: compose  # {FIX}/compose.yaml"
+
+
+def test_rbg_role_templates_patches_and_the_controllers_own_variables() -> None:
+    """RBG v1alpha2 as its examples write it: templateRef + patch over spec.roleTemplates,
+    leaderTemplatePatch / workerTemplatePatch, and RBG_LWP_GROUP_SIZE for --nnodes (checked against
+    the public examples: sgl-project/rbg examples/inference/*.yaml)."""
+    f = f"{FIX}/rbg-v1alpha2-roletemplates.yaml"
+    result = run_kvcheck("import", f)
+    assert result.exit_code == 0, result.stderr
+    # the worker patch replaced the env the shared template set; a value that came through a variable
+    # is reported once at its place, not twice at the same line and column
+    assert result.stderr.splitlines() == [
+        f"kvcheck: error: {f}:60:23: KV501 --mem-fraction-static: the leader runs 0.83, the worker runs 0.8",
+    ]
+    assert f"nnodes: 2  # {f}:64:23 ($RBG_LWP_GROUP_SIZE = leaderWorkerPattern size at {f}:42:15)" in result.stdout
+    assert f"gpus: [0, 1, 2, 3]  # {f}:24:35 (limits[nvidia.com/gpu])" in result.stdout
+
+
+def test_a_templateref_to_an_undefined_role_template_is_an_input_error() -> None:
+    text = (
+        "apiVersion: workloads.x-k8s.io/v1alpha2\nkind: RoleBasedGroup\nmetadata: {name: g}\nspec:\n"
+        "  roleTemplates:\n    - name: base\n      template: {spec: {containers: []}}\n"
+        "  roles:\n    - name: decode\n      standalonePattern:\n        templateRef:\n          name: bsae\n"
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        "kvcheck: error: 1 error in deployment files:\n<stdin>:12:17: templateRef names roleTemplate 'bsae', "
+        "which spec.roleTemplates does not define (it defines: base)\n"
+    )
+
+
+def test_leader_only_and_per_node_flags_that_differ_are_warnings_at_their_own_column() -> None:
+    """A double-quoted `sh -c` script continued with `\\` over two lines (the shape of RBG's multi-node
+    LeaderWorkerSet example): each value points at its own line and column; --enable-metrics on the
+    leader only and per-node --disaggregation-ib-device lists are KV501 warnings, and verify passes."""
+    f = f"{FIX}/lws-quoted.yaml"
+    result = run_kvcheck("import", f)
+    assert result.exit_code == 0, result.stderr
+    note = "(a flag that does not size the pool: a warning)"
+    ib = "--disaggregation-ib-device: the leader runs mlx5_0,mlx5_1, the worker runs mlx5_2,mlx5_3"
+    assert result.stderr.splitlines() == [
+        f"kvcheck: warning: {f}:22:128: KV501 {ib} {note}",
+        f"kvcheck: warning: {f}:35:128: KV501 {ib} {note}",
+        f"kvcheck: warning: {f}:22:142: KV501 --enable-metrics: the leader runs True, the worker runs without it {note}",
+        f"kvcheck: warning: {f}:34:18: KV501 --enable-metrics: the leader runs True, the worker runs without it {note}",
+    ]
+    assert f"tp-size: 4  # {f}:21:86" in result.stdout
+    assert f"nnodes: 2  # {f}:22:24 ($LWS_GROUP_SIZE = LeaderWorkerSet size at {f}:12:11)" in result.stdout
+    assert f"mem-fraction-static: 0.86  # {f}:22:96" in result.stdout
+    verify = run_kvcheck(
+        "verify", f, "--mode", "estimate", "--gpu", "H200", "--context-length", "32768",
+        "--model-config", "tests/data/models/Qwen--Qwen3-32B.json",
+    )
+    assert verify.exit_code == 0, verify.stdout + verify.stderr

@@ -45,6 +45,30 @@ FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended
 RBAC_HINT = 'kvcheck needs the Role in docs/measure.md ("Kubernetes") in the namespace'
 
 
+class _LogPosition:
+    """How far a pod's log was taken, so that a reopened stream (read from the start) skips what was."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str, int] | None = None  # (timestamp key, lines taken with that key)
+        self._skip: tuple[str, int] | None = None
+
+    def reopened(self) -> None:
+        self._skip = self.last
+
+    def is_new(self, key: str | None) -> bool:
+        """Whether a line with this timestamp key is past the last one taken; counts it as taken."""
+        if key is not None and self._skip is not None:
+            if key < self._skip[0]:
+                return False
+            if key == self._skip[0] and self._skip[1] > 0:
+                self._skip = (self._skip[0], self._skip[1] - 1)
+                return False
+            self._skip = None
+        if key is not None:
+            self.last = (key, self.last[1] + 1) if self.last is not None and self.last[0] == key else (key, 1)
+        return True
+
+
 class KubernetesEngine(RunningEngine):
     """One role's objects in the cluster, its pods' logs as they arrive, and its deletion."""
 
@@ -343,7 +367,7 @@ class KubernetesEngine(RunningEngine):
         every line up to the last one taken (the kubelet's timestamps order them), so no line is lost
         or fed twice. A reader failure is kept, never allowed to stop the draining (as locally).
         """
-        last: tuple[str, int] | None = None  # (timestamp key, lines taken with that key)
+        position = _LogPosition()
         while not self._stopping.is_set():
             try:
                 response = self.api.follow_log(self.settings.namespace, pod, self.rendered.container)
@@ -356,20 +380,12 @@ class KubernetesEngine(RunningEngine):
                 continue
             with self._lock:
                 self._responses[pod] = response
-            skip = last
+            position.reopened()
             try:
                 for raw in lines(response, max_line_bytes=MAX_LINE_BYTES):
                     key, line = split_timestamp(raw)
-                    if key is not None and skip is not None:
-                        if key < skip[0]:
-                            continue
-                        if key == skip[0] and skip[1] > 0:
-                            skip = (skip[0], skip[1] - 1)
-                            continue
-                        skip = None
-                    if key is not None:
-                        last = (key, last[1] + 1) if last is not None and last[0] == key else (key, 1)
-                    self._take(prefix, line)
+                    if position.is_new(key):
+                        self._take(prefix, line)
             except Exception as exc:  # noqa: BLE001 - the connection closed under us at stop(), or broke
                 if not self._stopping.is_set():
                     self._write(f"kvcheck: the log stream of pod {pod} broke ({exc}); resuming")

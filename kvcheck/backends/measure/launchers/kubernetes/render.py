@@ -254,6 +254,15 @@ def _pod_template(
         spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     spec["restartPolicy"] = restart_policy
+    _apply_scheduling(spec, settings)
+    metadata: dict[str, Any] = {"labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": spec}, str(container.get("name") or ENGINE_CONTAINER)
+
+
+def _apply_scheduling(spec: dict[str, Any], settings: KubernetesSettings) -> None:
+    """The launcher's service account, node selector, tolerations, pull secrets and pod_spec, over the pod's."""
     if settings.service_account is not None:
         spec["serviceAccountName"] = settings.service_account
     if settings.node_selector:
@@ -263,10 +272,6 @@ def _pod_template(
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     _merge(spec, settings.pod_spec)
-    metadata: dict[str, Any] = {"labels": dict(labels)}
-    if annotations:
-        metadata["annotations"] = annotations
-    return {"metadata": metadata, "spec": spec}, str(container.get("name") or ENGINE_CONTAINER)
 
 
 def render_role(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -164,40 +164,15 @@ class Catalogue:
         elif kind == "human_readable_int":
             out = parse_human_readable_int(name, value)
         elif kind in JSON_TYPES:
-            if kind == "json_list_type" and not isinstance(value, list | str):
-                raise FlagError(f"'{name}' must be a list (or a JSON list string), not {value!r}")
-            if isinstance(value, dict | list):
-                out = value
-            elif isinstance(value, str):
-                try:
-                    out = json.loads(value)
-                except json.JSONDecodeError as exc:
-                    raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
-            else:
-                raise FlagError(f"'{name}' must be a JSON object or string, not {value!r}")
+            out = _json_value(name, kind, value)
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise FlagError(f"'{name}' must be true or false, not {value!r}")
             out = value
-        elif isinstance(value, dict | list) and _takes_json_text(flag):
-            out = value  # rendered as JSON text, which SGLang parses itself
         else:
-            # str, nullable_str and parser functions that take one token: argparse sees text.
-            if isinstance(value, dict | list) or isinstance(value, bool):
-                raise FlagError(f"'{name}' takes a single text value, not {value!r}")
-            out = str(value) if not isinstance(value, str) else value
+            out = _text_value(flag, name, value)
         if flag.choices is not None:
-            allowed = [str(c) for c in flag.choices]
-            if str(out) not in allowed:
-                close = [c for c in allowed if c.startswith(str(out))] or difflib.get_close_matches(
-                    str(out), allowed, n=1, cutoff=0.5
-                )
-                text = f"'{name}' must be one of {', '.join(allowed)}; got {out!r}"
-                if len(close) == 1:
-                    text += f" (did you mean '{close[0]}'?)"
-                elif close:
-                    text += f" (did you mean one of {', '.join(repr(c) for c in close)}?)"
-                raise FlagError(text)
+            _check_choice(name, flag.choices, out)
         return out
 
     def argv(self, flag: Flag, value: Any) -> list[str]:
@@ -347,3 +322,42 @@ def load_catalogue(version: str) -> tuple[Catalogue, str | None]:
         "the nearest older release"
     )
     return _load(chosen), note
+
+
+def _text_value(flag: Flag, name: str, value: Any) -> Any:
+    """str, nullable_str and parser functions that take one token: argparse sees text."""
+    if isinstance(value, dict | list) and _takes_json_text(flag):
+        return value  # rendered as JSON text, which SGLang parses itself
+    if isinstance(value, dict | list) or isinstance(value, bool):
+        raise FlagError(f"'{name}' takes a single text value, not {value!r}")
+    return str(value) if not isinstance(value, str) else value
+
+
+def _json_value(name: str, kind: str, value: Any) -> Any:
+    """A JSON-typed flag's value: a mapping or list as given, a string parsed as JSON."""
+    if kind == "json_list_type" and not isinstance(value, list | str):
+        raise FlagError(f"'{name}' must be a list (or a JSON list string), not {value!r}")
+    if isinstance(value, dict | list):
+        return value
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
+    raise FlagError(f"'{name}' must be a JSON object or string, not {value!r}")
+
+
+def _check_choice(name: str, choices: Sequence[Any], value: Any) -> None:
+    """A value outside the flag's choices is a FlagError that suggests the closest ones."""
+    allowed = [str(c) for c in choices]
+    if str(value) in allowed:
+        return
+    close = [c for c in allowed if c.startswith(str(value))] or difflib.get_close_matches(
+        str(value), allowed, n=1, cutoff=0.5
+    )
+    text = f"'{name}' must be one of {', '.join(allowed)}; got {value!r}"
+    if len(close) == 1:
+        text += f" (did you mean '{close[0]}'?)"
+    elif close:
+        text += f" (did you mean one of {', '.join(repr(c) for c in close)}?)"
+    raise FlagError(text)

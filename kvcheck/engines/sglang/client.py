@@ -177,6 +177,28 @@ class ServerInfo:
         return min(figures) if figures else None
 
 
+def _rank_capacities(states: list[Any], where: str) -> tuple[list[int], list[int]]:
+    """Each DP rank's token_capacity (and SWA token capacity) from internal_states[].memory_usage."""
+    capacities: list[int] = []
+    swa: list[int] = []
+    for rank, state in enumerate(states):
+        usage = state.get("memory_usage") if isinstance(state, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        capacity = _count(usage.get("token_capacity"))
+        if capacity is not None:
+            capacities.append(capacity)
+        elif usage.get("token_capacity") is not None:
+            raise EndpointError(
+                f"{where}: internal_states[{rank}].memory_usage.token_capacity is "
+                f"{usage['token_capacity']!r}, not a token count"
+            )
+        swa_capacity = _count(usage.get("token_capacity_swa"))
+        if swa_capacity:
+            swa.append(swa_capacity)
+    return capacities, swa
+
+
 def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
     """Turn a server-info JSON payload into a ServerInfo; raise EndpointError when it is not SGLang's."""
     if not isinstance(payload, dict) or (
@@ -196,26 +218,10 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
         if payload.get(key) is not None and _count(payload[key]) is None:
             raise EndpointError(f"{url}{endpoint}: {key} is {payload[key]!r}, not a token count")
     notes: list[str] = []
-    capacities: list[int] = []
-    swa: list[int] = []
     states = payload.get("internal_states")
     if states is not None and not isinstance(states, list):
         raise EndpointError(f"{url}{endpoint}: internal_states is {type(states).__name__}, not a list")
-    for rank, state in enumerate(states or []):
-        usage = state.get("memory_usage") if isinstance(state, dict) else None
-        if not isinstance(usage, dict):
-            continue
-        capacity = _count(usage.get("token_capacity"))
-        if capacity is not None:
-            capacities.append(capacity)
-        elif usage.get("token_capacity") is not None:
-            raise EndpointError(
-                f"{url}{endpoint}: internal_states[{rank}].memory_usage.token_capacity is "
-                f"{usage['token_capacity']!r}, not a token count"
-            )
-        swa_capacity = _count(usage.get("token_capacity_swa"))
-        if swa_capacity:
-            swa.append(swa_capacity)
+    capacities, swa = _rank_capacities(states or [], f"{url}{endpoint}")
     if states and capacities and len(capacities) != len(states):
         notes.append(f"only {len(capacities)} of {len(states)} DP ranks state their token_capacity")
     if max_total is None and not capacities:

@@ -193,7 +193,28 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
     if kinds:
         shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
         return f"{names}: no SGLang server in a supported kind; the input holds: {shown}"
+    for doc in docs:
+        sweep = _srt_slurm_sweep(doc)
+        if sweep:
+            return (
+                f"{doc.source.name}:{doc.yaml.line}: an srt-slurm sweep file ({sweep}): each variant is a recipe "
+                "only once srtctl has merged it over `base`; write them with `srtctl resolve-override -f "
+                f"{doc.source.name}` and check the files it writes (<file>_<variant>.yaml)"
+            )
     return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
+
+
+def _srt_slurm_sweep(doc: Doc) -> str:
+    """The variant keys of an srt-slurm sweep file (`base` recipe + `override_*` / `zip_override_*`), else ''."""
+    data = doc.data
+    if not (isinstance(data, Mapping) and isinstance(data.get("base"), Mapping)):
+        return ""
+    base = data["base"]
+    if not (isinstance(base.get("backend"), Mapping) or isinstance(base.get("resources"), Mapping)):
+        return ""
+    variants = [str(k) for k in data if str(k).startswith(("override_", "zip_override_"))]
+    return "`base` + " + (", ".join(f"`{v}`" for v in variants[:3]) + (", ..." if len(variants) > 3 else "")
+                          if variants else "no variants")
 
 
 def _command_line_role(cmd: str) -> RoleSource:
@@ -252,6 +273,30 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
 
 def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue]) -> ImportedRole:
     catalogue, version, note = _catalogue(source, override, issues)
+    first = len(issues)
+    try:
+        return _build_role_args(source, catalogue, version, note, issues)
+    finally:
+        if version.origin == "not in the files":
+            _name_the_assumed_release(issues, first, str(version.value))
+
+
+def _name_the_assumed_release(issues: list[InputIssue], first: int, version: str) -> None:
+    """A flag refused by a catalogue the files never named: say so, since an older release may accept it."""
+    said = f"SGLang {version}"
+    for i in range(first, len(issues)):
+        issue = issues[i]
+        if said in issue.message:
+            issues[i] = InputIssue(
+                issue.file, issue.line, issue.column, issue.path,
+                f"{issue.message}. The files do not name the SGLang release, so kvcheck read them with the flags "
+                f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
+            )
+
+
+def _build_role_args(
+    source: RoleSource, catalogue: Catalogue, version: Sourced, note: str | None, issues: list[InputIssue]
+) -> ImportedRole:
     findings: list[Finding] = []
     model_path = source.model_path
     if source.config_map is not None:

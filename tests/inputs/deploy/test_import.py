@@ -482,3 +482,36 @@ def test_leader_only_and_per_node_flags_that_differ_are_warnings_at_their_own_co
         "--model-config", "tests/data/models/Qwen--Qwen3-32B.json",
     )
     assert verify.exit_code == 0, verify.stdout + verify.stderr
+
+
+def test_an_srt_slurm_sweep_file_says_how_to_get_its_recipes() -> None:
+    """NVIDIA/srt-slurm recipes/b200-fp8/*.yaml are sweeps (`base` + `zip_override_*`), not recipes."""
+    f = f"{FIX}/srt-slurm-sweep.yaml"
+    result = run_kvcheck("import", f)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[0] == (
+        f"kvcheck: error: {f}:4: an srt-slurm sweep file (`base` + `zip_override_lowlat`, `zip_override_maxtpt`): "
+        "each variant is a recipe only once srtctl has merged it over `base`; write them with "
+        f"`srtctl resolve-override -f {f}` and check the files it writes (<file>_<variant>.yaml)"
+    )
+
+
+def test_a_flag_refused_by_an_assumed_release_says_the_release_was_assumed() -> None:
+    """Dynamo's runtime image names no SGLang release: a flag the newest catalogue removed is still an
+    input error, and the message says which release was assumed and how to state the real one."""
+    f = f"{FIX}/dynamo-unstated-release.yaml"
+    result = run_kvcheck("import", f)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[:2] == [
+        "kvcheck: error: 1 error in deployment files:",
+        f"{f}:35:15: '--prefill-round-robin-balance' was removed in SGLang 0.5.23 (last in 0.5.19). The files "
+        "do not name the SGLang release, so kvcheck read them with the flags of 0.5.23, the newest it knows: "
+        "if the deployment runs an older release, pass --sglang-version",
+    ]
+    result = run_kvcheck("import", f, "--sglang-version", "0.5.6", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    roles = json.loads(result.stdout)["roles"]
+    assert roles["decode"] == {"gpus": [0, 1, 2, 3], "args": {
+        "tensor-parallel-size": 4, "disaggregation-mode": "decode", "mem-fraction-static": 0.8,
+        "prefill-round-robin-balance": True}}
+    assert roles["prefill"]["args"]["load-balance-method"] == "round_robin"

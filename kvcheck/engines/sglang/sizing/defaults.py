@@ -96,6 +96,25 @@ def release_capacity_defaults(
     return 8192, bs
 
 
+def _reserve_by_gpu_size(
+    rules: rel.SizingRules, gpu_mib: int, p: int, *, speculative: str | None, dp_attention: bool
+) -> float:
+    """The MiB releases with FRACTION_RESERVE_BY_GPU keep free, by GPU size and parallel width `p`."""
+    if gpu_mib < 35 * 1024:
+        reserve = (2.8 + p / 10) * 1024
+    elif gpu_mib < 90 * 1024:
+        reserve = (9.5 + p / 2) * 1024
+    elif gpu_mib < 160 * 1024:
+        reserve = (12 + p / 2) * 1024
+    else:
+        reserve = 32 * 1024.0
+    if speculative is not None:
+        reserve += 6 * 1024 if speculative == "STANDALONE" and rules.has(rel.SPEC_STANDALONE_6G) else 2 * 1024
+    if dp_attention:
+        reserve += 4 * 1024
+    return reserve
+
+
 def fraction_before_0_5_3(
     rules: rel.SizingRules, gpu_mib: int, *, tp: int, pp: int, speculative: str | None,
     dp_attention: bool, is_rocm: bool,
@@ -103,18 +122,7 @@ def fraction_before_0_5_3(
     """(mem_fraction_static, reserve MiB or None, which rule) for releases up to 0.5.2."""
     p = tp * pp if rules.has(rel.FRACTION_BOOST_96G) else tp
     if rules.has(rel.FRACTION_RESERVE_BY_GPU):
-        if gpu_mib < 35 * 1024:
-            reserve = (2.8 + p / 10) * 1024
-        elif gpu_mib < 90 * 1024:
-            reserve = (9.5 + p / 2) * 1024
-        elif gpu_mib < 160 * 1024:
-            reserve = (12 + p / 2) * 1024
-        else:
-            reserve = 32 * 1024.0
-        if speculative is not None:
-            reserve += 6 * 1024 if speculative == "STANDALONE" and rules.has(rel.SPEC_STANDALONE_6G) else 2 * 1024
-        if dp_attention:
-            reserve += 4 * 1024
+        reserve = _reserve_by_gpu_size(rules, gpu_mib, p, speculative=speculative, dp_attention=dp_attention)
         return round((gpu_mib - reserve) / gpu_mib, 3), reserve, "reserve by GPU size"
     tp8 = 0.81 if rules.has(rel.FRACTION_TP_TABLE) else 0.82 if rules.has(rel.FRACTION_TP8_082) else 0.83
     table = 0.79 if p >= 16 else tp8 if p >= 8 else 0.85 if p >= 4 else 0.87 if p >= 2 else 0.88
@@ -209,7 +217,9 @@ def context_len_of(text: Mapping[str, Any], requested: int | None, env: Mapping[
     return int(requested), notes
 
 
-def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) -> str:
+def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) -> str:  # noqa: C901 - a flat decision table
+    """SGLang's default attention backend for the platform and model: one rule per return, in the
+    order SGLang applies them, kept whole so it reads against SGLang's own code rule by rule."""
     arch = shape.architecture
     topk_ok = spec_topk in (None, 1)
     if gpu.is_npu:
@@ -281,231 +291,43 @@ def resolve(
 
     `version` is the declared SGLang release: the defaults that changed between releases follow
     it (releases.py); None means the newest rules.
+
+    The steps follow the order SGLang resolves them in: parallel sizes, CUDA-graph batch sizes and
+    graphs, the context length, the attention backend and page size, the KV dtype, the static
+    memory fraction; each appends its notes in that order.
     """
-    notes: list[str] = []
-    rules = rel.rules_for(version)
-    tp = int(_arg(args, "tp_size", 1))
-    pp = int(_arg(args, "pp_size", 1))
-    attn_dp = int(_arg(args, "attn_dp_size", 1))
-    if args.get("enable_dp_attention") and attn_dp == 1:
-        attn_dp = int(_arg(args, "dp_size", 1))  # deprecated spelling: --dp-size N --enable-dp-attention
-    attn_cp = int(_arg(args, "attn_cp_size", 1))
-    dcp = int(_arg(args, "dcp_size", 1))
-    ep = int(_arg(args, "ep_size", 1))
-    if tp % (attn_dp * attn_cp) != 0:
-        raise EstimateError(f"tp_size {tp} is not divisible by attn_dp_size x attn_cp_size ({attn_dp} x {attn_cp})")
-    role = disaggregation_mode(args)
-    spec = args.get("speculative_algorithm")
-    spec = str(spec).upper() if spec else None
-    spec_topk = args.get("speculative_eagle_topk")
-    draft_tokens = args.get("speculative_num_draft_tokens")
-    a2a = str(_arg(args, "moe_a2a_backend", "none"))
-    if str(env.get("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "0")).lower() in ("1", "true"):
-        raise EstimateError(
-            "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1 sizes the pool after CUDA-graph capture, "
-            "which the estimate model does not predict"
-        )
-
-    # chunked prefill and decode graph batch sizes (memory_hook.py table; older releases' own)
-    default_cps, default_bs = release_capacity_defaults(rules, gpu_mib, tp, role=role)
-    cps = int(_arg(args, "chunked_prefill_size", default_cps))
-    # Before 0.5.20 the decode graph's flags were --cuda-graph-bs / --cuda-graph-max-bs.
-    decode_bs_list = args.get("cuda_graph_bs_decode") or args.get("cuda_graph_bs")
-    user_max_bs = _arg(args, "cuda_graph_max_bs_decode", args.get("cuda_graph_max_bs"))
-    max_bs = int(user_max_bs) if user_max_bs is not None else default_bs
-    mrr = args.get("max_running_requests")
-    if user_max_bs is None and mrr is not None and max_bs > int(mrr) and rules.has(rel.MAX_BS_CAPPED_BY_RUNNING):
-        max_bs = int(mrr)
-    if decode_bs_list:
-        bs_values = decode_bs_list if isinstance(decode_bs_list, list | tuple) else [decode_bs_list]
-        max_bs = max(int(b) for b in bs_values)
-
-    disable_all = bool(args.get("disable_cuda_graph"))
-    decode_backend_arg = args.get("cuda_graph_backend_decode")
-    prefill_backend_arg = args.get("cuda_graph_backend_prefill")
-    decode_graph = not (disable_all or args.get("disable_decode_cuda_graph") or decode_backend_arg == "disabled")
-    if role == "prefill" and decode_backend_arg is None:
-        decode_graph = False
-    if not rules.has(rel.PIECEWISE_OPT_IN):
-        prefill_graph = False
-    elif not rules.has(rel.PIECEWISE_DEFAULT_ON):
-        prefill_graph = bool(args.get("enable_piecewise_cuda_graph")) and not disable_all
-    elif not rules.has(rel.PREFILL_BREAKABLE) and prefill_backend_arg is None:
-        prefill_graph, reasons = _piecewise_prefill_graph(rules, args, shape, gpu, role, pp, attn_cp, a2a, spec)
-        if reasons:
-            notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
-    elif prefill_backend_arg is not None:
-        prefill_graph = prefill_backend_arg != "disabled" and not disable_all
-    else:
-        prefill_graph = not gpu.is_rocm and not disable_all and not args.get("disable_prefill_cuda_graph")
-        if role == "decode":
-            prefill_graph = False
-        reasons = []
-        if pp > 1:
-            reasons.append("pipeline parallelism")
-        if dcp > 1 and rules.has(rel.BREAKABLE_DCP_OFF):
-            reasons.append("DCP")
-        if attn_cp > 1:
-            reasons.append("attention CP")
-        if args.get("enable_two_batch_overlap") and rules.has(rel.BREAKABLE_WIDENED):
-            reasons.append("two-batch overlap")
-        if rules.has(rel.BREAKABLE_WIDENED) and a2a not in A2A_BCG_OK:
-            reasons.append(f"moe-a2a-backend {a2a}")
-        if not rules.has(rel.BREAKABLE_WIDENED):
-            if a2a != "none":
-                reasons.append(f"moe-a2a-backend {a2a}")
-            if attn_dp > 1:
-                reasons.append("DP attention")
-            if args.get("lora_paths") or args.get("enable_lora"):
-                reasons.append("LoRA")
-        if shape.is_mla and not rules.has(rel.BREAKABLE_MLA) and (
-            not rules.has(rel.BREAKABLE_WIDENED) or shape.kind != DSA
-        ):
-            reasons.append("MLA attention")
-        if shape.is_multimodal:
-            reasons.append("multimodal model")
-        if prefill_graph and reasons:
-            prefill_graph = False
-            notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
-    prefill_max = _arg(args, "cuda_graph_max_bs_prefill", args.get("piecewise_cuda_graph_max_tokens"))
-    if prefill_max is None:
-        mla_cap = 8192 if rules.has(rel.PREFILL_MLA_8192) else 2048
-        prefill_max = min(mla_cap, cps) if shape.is_mla else cps
-        if args.get("max_total_tokens") is not None:
-            prefill_max = min(prefill_max, int(args["max_total_tokens"]))
-        if model_path and "llama-2" in model_path.lower():
-            prefill_max = min(prefill_max, 4096)
-    prefill_list = _arg(args, "cuda_graph_bs_prefill", args.get("piecewise_cuda_graph_tokens"))
-    n_prefill = len(prefill_list) if isinstance(prefill_list, list | tuple) else len(prefill_capture_sizes(int(prefill_max)))
+    c = _inputs(args, shape, gpu, env=env, gpu_mib=gpu_mib, version=version)
+    cps, max_bs = _batch_sizes(c)
+    decode_graph, prefill_graph = _cuda_graphs(c)
+    n_prefill = _prefill_captures(c, cps, model_path)
 
     # context length (needed by the aiter rule and max_running_requests)
     context_len, ctx_notes = context_len_of(text, args.get("context_length"), env)
-    notes.extend(ctx_notes)
+    c.notes.extend(ctx_notes)
 
-    # attention backend and page size
-    backend = args.get("attention_backend")
-    if backend is None and args.get("prefill_attention_backend") and (
-        args.get("prefill_attention_backend") == args.get("decode_attention_backend")
-    ):
-        backend = args.get("prefill_attention_backend")
-    backend = str(backend) if backend else _default_backend(shape, gpu, spec_topk)
-    user_page = args.get("page_size")
-    page_size, page_why = _page_size(shape, gpu, backend, None if user_page is None else int(user_page), spec_topk)
-    if shape.architecture.startswith("Qwen3_5") and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
-        page_size, page_why = 64, "Qwen3.5 on SM100 with trtllm_mha: 64"
-    if shape.architecture == "NemotronHForCausalLM" and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
-        page_size, page_why = 64, "Nemotron-H on SM100 with trtllm_mha: 64"
-    if not rules.has(rel.PAGE_ALIGNED):
-        page_size, page_why = 1, f"SGLang {version} has no pages (--page-size came in {rel.PAGE_ALIGNED})"
-    notes.append(f"attention backend {backend}{'' if args.get('attention_backend') else ' (default)'}; page size {page_size} ({page_why})")
-
-    # KV dtype (docs/sglang-internals.md, KV cache dtype; DSA overrides it)
-    kv_arg = str(_arg(args, "kv_cache_dtype", "auto"))
-    if shape.kind == DSA and kv_arg == "auto" and not gpu.is_rocm:
-        kv_dtype = "fp8_e4m3" if gpu.is_blackwell and not shape.has_attention_sinks else "bfloat16"
-        notes.append(f"DSA KV dtype auto -> {kv_dtype} on {gpu.name}")
-    elif kv_arg == "auto":
-        kv_dtype = "fp8_e4m3" if checkpoint_kv_fp8 else shape.model_dtype
-        if checkpoint_kv_fp8:
-            notes.append("KV dtype auto -> fp8_e4m3 (checkpoint kv_cache_quant_algo FP8)")
-    else:
-        if kv_arg not in KV_DTYPE_ALIASES:
-            raise EstimateError(f"--kv-cache-dtype {kv_arg} is not understood by the estimate model")
-        kv_dtype = KV_DTYPE_ALIASES[kv_arg]
-
-    # mem_fraction_static (docs/sglang-internals.md; docs/sglang-releases.md for the older rules)
-    user_f = args.get("mem_fraction_static")
-    reserved = None
-    if rules.older_than_known:
-        table = f"{rules.release}'s" if rules.release == rel.OLDEST_TABLE else "its own"
-        notes.append(
-            f"SGLang {version} predates 0.4.0, the oldest release whose sizing kvcheck has read in full; "
-            f"sized with 0.4.0's rules and {table} default-fraction table"
-        )
-    if user_f is not None:
-        f = float(user_f)
-        defaulted = False
-    elif not rules.has(rel.FRACTION_ACTIVATION):
-        defaulted = True
-        f, reserved, why = fraction_before_0_5_3(
-            rules, gpu_mib, tp=tp, pp=pp, speculative=spec, dp_attention=attn_dp > 1, is_rocm=gpu.is_rocm
-        )
-        notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule ({why})")
-    else:
-        defaulted = True
-        disagg = rules.has(rel.DISAGGREGATION_RESERVE)
-        if role == "decode" and disagg:
-            running = mrr or max_bs or 1
-            activation = max(int(running) * int(draft_tokens or 1), 2048)
-        elif cps > 0:
-            activation = max(cps, 2048)
-        else:
-            activation = max(int(_arg(args, "max_prefill_tokens", 16384)), 2048)
-        reserved = 512 + activation * 1.5 + tp * pp / 8 * 1024
-        graph = 0.0
-        if not disagg or (role != "prefill" and decode_graph):
-            graph += max_bs * 2
-        if attn_dp > 1 and (not disagg or role != "prefill"):
-            graph += max_bs * attn_dp * 3
-            if max_bs > 300:
-                graph += max_bs * attn_dp * 1.5
-        piecewise_late = 0  # 0.5.5.post1-0.5.7 added the piecewise term after the floor
-        if prefill_graph and (not disagg or role != "decode"):
-            if not rules.has(rel.PIECEWISE_DIV8):
-                piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or 4096) // 4
-            elif not rules.has(rel.PIECEWISE_PER_SIZE):
-                piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or cps) // 8
-            elif shape.is_mla and rules.has(rel.PIECEWISE_DEFAULT_ON):
-                graph += 1536
-            else:
-                graph += 8 * n_prefill
-            if a2a == "deepep" and rules.has(rel.PREFILL_BCG_DEEPEP_1G):
-                graph += 1024
-        reserved += graph
-        if gpu_mib > 60 * 1024:
-            reserved = max(reserved, 10 * 1024)
-        if spec is not None and not rules.has(rel.SPEC_RESERVE_REMOVED):
-            if spec == "STANDALONE":
-                reserved += 6 * 1024
-            elif spec != "NGRAM":
-                reserved += 4 * 1024 if rules.has(rel.SPEC_EAGLE_4G) else 2 * 1024
-        if piecewise_late:
-            reserved += piecewise_late
-        if a2a == "deepep" and decode_graph and role != "prefill" and disagg:
-            reserved += 2048
-        f = round((gpu_mib - reserved) / gpu_mib, 3)
-        if not rules.has(rel.CAPACITY_SMALL_48):  # rules older than the 0.5.20 line kvcheck was built on
-            notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule (activation reserve)")
-    if defaulted and shape.is_multimodal and rules.has(rel.VLM_X090):
-        skip = (args.get("language_only") and rules.has(rel.VLM_LANGUAGE_ONLY)) or (
-            role == "decode" and rules.has(rel.VLM_NOT_ON_DECODE)
-        )
-        if not skip:
-            f *= vlm_factor(vision or {}) if rules.has(rel.VLM_FACTOR) else 0.90
-            notes.append("multimodal: default mem_fraction_static scaled by the vision-tower factor")
-    if backend == "aiter" and context_len > 8192 and rules.has(rel.AITER_X085):
-        honor = str(env.get("SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION", "")).lower() in ("1", "true")
-        if defaulted or not honor or not rules.has(rel.AITER_HONOR_ENV):
-            f *= 0.85
-            notes.append("aiter backend with context_len > 8192: mem_fraction_static x 0.85")
+    backend, page_size = _attention(c)
+    kv_dtype = _kv_dtype(c, checkpoint_kv_fp8)
+    graphs = _Graphs(cps=cps, max_bs=max_bs, decode=decode_graph, prefill=prefill_graph, n_prefill=n_prefill)
+    f, defaulted, reserved = _mem_fraction(c, graphs, backend=backend, context_len=context_len, vision=vision)
 
     dsa_raw = False
     if shape.kind == DSA:
-        dsa_raw = _dsa_raw_layout(args, gpu, kv_dtype, role)
+        dsa_raw = _dsa_raw_layout(args, gpu, kv_dtype, c.role)
         if kv_dtype == "fp8_e4m3":
             layout = "raw 576-byte rows" if dsa_raw else "scaled 656-byte rows"
-            notes.append(f"DSA latent layout: {layout}")
+            c.notes.append(f"DSA latent layout: {layout}")
 
     max_total = args.get("max_total_tokens")
     ratio = args.get("swa_full_tokens_ratio")
+    mrr = c.max_running_requests
     return Resolved(
-        tp=tp,
-        pp=pp,
-        attn_dp=attn_dp,
-        attn_cp=attn_cp,
-        dcp=dcp,
-        ep=ep,
-        role=role,
+        tp=c.tp,
+        pp=c.pp,
+        attn_dp=c.attn_dp,
+        attn_cp=c.attn_cp,
+        dcp=c.dcp,
+        ep=c.ep,
+        role=c.role,
         chunked_prefill_size=cps,
         decode_max_bs=max_bs,
         decode_graph=decode_graph,
@@ -520,12 +342,319 @@ def resolve(
         context_len=context_len,
         max_total_tokens=None if max_total is None else int(max_total),
         max_running_requests=None if mrr is None else int(mrr),
-        speculative=spec,
-        spec_draft_tokens=None if draft_tokens is None else int(draft_tokens),
+        speculative=c.spec,
+        spec_draft_tokens=None if c.draft_tokens is None else int(c.draft_tokens),
         swa_full_tokens_ratio=0.8 if ratio is None else float(ratio),
         dsa_raw_layout=dsa_raw,
-        notes=tuple(notes),
+        notes=tuple(c.notes),
     )
+
+
+@dataclass
+class _Inputs:
+    """What every resolution step reads: the args, model, GPU and release, the parallel layout; the
+    steps append their notes to `notes`."""
+
+    args: Mapping[str, Any]
+    shape: ModelShape
+    gpu: GpuProfile
+    env: Mapping[str, str]
+    gpu_mib: int
+    version: str | None
+    rules: rel.SizingRules
+    tp: int
+    pp: int
+    attn_dp: int
+    attn_cp: int
+    dcp: int
+    ep: int
+    role: str | None  # the disaggregated role (prefill, decode), None for a unified server
+    spec: str | None  # the speculative algorithm, upper case
+    spec_topk: Any
+    draft_tokens: Any
+    max_running_requests: Any
+    a2a: str  # --moe-a2a-backend
+    notes: list[str] = field(default_factory=list)
+
+
+def _inputs(
+    args: Mapping[str, Any], shape: ModelShape, gpu: GpuProfile, *, env: Mapping[str, str], gpu_mib: int,
+    version: str | None,
+) -> _Inputs:
+    """The parallel layout and the settings every later step reads; EstimateError on a layout SGLang
+    refuses or a sizing mode the model does not predict."""
+    rules = rel.rules_for(version)
+    tp = int(_arg(args, "tp_size", 1))
+    pp = int(_arg(args, "pp_size", 1))
+    attn_dp = int(_arg(args, "attn_dp_size", 1))
+    if args.get("enable_dp_attention") and attn_dp == 1:
+        attn_dp = int(_arg(args, "dp_size", 1))  # deprecated spelling: --dp-size N --enable-dp-attention
+    attn_cp = int(_arg(args, "attn_cp_size", 1))
+    dcp = int(_arg(args, "dcp_size", 1))
+    ep = int(_arg(args, "ep_size", 1))
+    if tp % (attn_dp * attn_cp) != 0:
+        raise EstimateError(f"tp_size {tp} is not divisible by attn_dp_size x attn_cp_size ({attn_dp} x {attn_cp})")
+    role = disaggregation_mode(args)
+    spec = args.get("speculative_algorithm")
+    if str(env.get("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "0")).lower() in ("1", "true"):
+        raise EstimateError(
+            "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1 sizes the pool after CUDA-graph capture, "
+            "which the estimate model does not predict"
+        )
+    return _Inputs(
+        args=args, shape=shape, gpu=gpu, env=env, gpu_mib=gpu_mib, version=version,
+        rules=rules,
+        tp=tp, pp=pp, attn_dp=attn_dp, attn_cp=attn_cp, dcp=dcp, ep=ep,
+        role=role,
+        spec=str(spec).upper() if spec else None,
+        spec_topk=args.get("speculative_eagle_topk"),
+        draft_tokens=args.get("speculative_num_draft_tokens"),
+        max_running_requests=args.get("max_running_requests"),
+        a2a=str(_arg(args, "moe_a2a_backend", "none")),
+    )
+
+
+def _batch_sizes(c: _Inputs) -> tuple[int, int]:
+    """(chunked_prefill_size, decode graph max batch size): memory_hook.py's table, older releases' own."""
+    args, rules = c.args, c.rules
+    default_cps, default_bs = release_capacity_defaults(rules, c.gpu_mib, c.tp, role=c.role)
+    cps = int(_arg(args, "chunked_prefill_size", default_cps))
+    # Before 0.5.20 the decode graph's flags were --cuda-graph-bs / --cuda-graph-max-bs.
+    decode_bs_list = args.get("cuda_graph_bs_decode") or args.get("cuda_graph_bs")
+    user_max_bs = _arg(args, "cuda_graph_max_bs_decode", args.get("cuda_graph_max_bs"))
+    max_bs = int(user_max_bs) if user_max_bs is not None else default_bs
+    mrr = c.max_running_requests
+    if user_max_bs is None and mrr is not None and max_bs > int(mrr) and rules.has(rel.MAX_BS_CAPPED_BY_RUNNING):
+        max_bs = int(mrr)
+    if decode_bs_list:
+        bs_values = decode_bs_list if isinstance(decode_bs_list, list | tuple) else [decode_bs_list]
+        max_bs = max(int(b) for b in bs_values)
+    return cps, max_bs
+
+
+def _cuda_graphs(c: _Inputs) -> tuple[bool, bool]:
+    """(decode graph on, prefill graph on) as the release decides them."""
+    args, rules = c.args, c.rules
+    disable_all = bool(args.get("disable_cuda_graph"))
+    decode_backend_arg = args.get("cuda_graph_backend_decode")
+    prefill_backend_arg = args.get("cuda_graph_backend_prefill")
+    decode_graph = not (disable_all or args.get("disable_decode_cuda_graph") or decode_backend_arg == "disabled")
+    if c.role == "prefill" and decode_backend_arg is None:
+        decode_graph = False
+    if not rules.has(rel.PIECEWISE_OPT_IN):
+        prefill_graph = False
+    elif not rules.has(rel.PIECEWISE_DEFAULT_ON):
+        prefill_graph = bool(args.get("enable_piecewise_cuda_graph")) and not disable_all
+    elif not rules.has(rel.PREFILL_BREAKABLE) and prefill_backend_arg is None:
+        prefill_graph, reasons = _piecewise_prefill_graph(
+            rules, args, c.shape, c.gpu, c.role, c.pp, c.attn_cp, c.a2a, c.spec
+        )
+        if reasons:
+            c.notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
+    elif prefill_backend_arg is not None:
+        prefill_graph = prefill_backend_arg != "disabled" and not disable_all
+    else:
+        prefill_graph = not c.gpu.is_rocm and not disable_all and not args.get("disable_prefill_cuda_graph")
+        if c.role == "decode":
+            prefill_graph = False
+        reasons = _breakable_prefill_graph_off(c)
+        if prefill_graph and reasons:
+            prefill_graph = False
+            c.notes.append(f"prefill CUDA graph off ({', '.join(reasons)})")
+    return decode_graph, prefill_graph
+
+
+def _breakable_prefill_graph_off(c: _Inputs) -> list[str]:
+    """Why the breakable prefill graph (0.5.15 on) is off: SGLang's conditions, release by release."""
+    args, rules, shape = c.args, c.rules, c.shape
+    reasons = []
+    if c.pp > 1:
+        reasons.append("pipeline parallelism")
+    if c.dcp > 1 and rules.has(rel.BREAKABLE_DCP_OFF):
+        reasons.append("DCP")
+    if c.attn_cp > 1:
+        reasons.append("attention CP")
+    if args.get("enable_two_batch_overlap") and rules.has(rel.BREAKABLE_WIDENED):
+        reasons.append("two-batch overlap")
+    if rules.has(rel.BREAKABLE_WIDENED) and c.a2a not in A2A_BCG_OK:
+        reasons.append(f"moe-a2a-backend {c.a2a}")
+    if not rules.has(rel.BREAKABLE_WIDENED):
+        if c.a2a != "none":
+            reasons.append(f"moe-a2a-backend {c.a2a}")
+        if c.attn_dp > 1:
+            reasons.append("DP attention")
+        if args.get("lora_paths") or args.get("enable_lora"):
+            reasons.append("LoRA")
+    if shape.is_mla and not rules.has(rel.BREAKABLE_MLA) and (
+        not rules.has(rel.BREAKABLE_WIDENED) or shape.kind != DSA
+    ):
+        reasons.append("MLA attention")
+    if shape.is_multimodal:
+        reasons.append("multimodal model")
+    return reasons
+
+
+def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
+    """How many prefill graph sizes are captured (each reserves memory in newer releases)."""
+    args = c.args
+    prefill_max = _arg(args, "cuda_graph_max_bs_prefill", args.get("piecewise_cuda_graph_max_tokens"))
+    if prefill_max is None:
+        mla_cap = 8192 if c.rules.has(rel.PREFILL_MLA_8192) else 2048
+        prefill_max = min(mla_cap, cps) if c.shape.is_mla else cps
+        if args.get("max_total_tokens") is not None:
+            prefill_max = min(prefill_max, int(args["max_total_tokens"]))
+        if model_path and "llama-2" in model_path.lower():
+            prefill_max = min(prefill_max, 4096)
+    prefill_list = _arg(args, "cuda_graph_bs_prefill", args.get("piecewise_cuda_graph_tokens"))
+    return len(prefill_list) if isinstance(prefill_list, list | tuple) else len(prefill_capture_sizes(int(prefill_max)))
+
+
+def _attention(c: _Inputs) -> tuple[str, int]:
+    """(attention backend, page size)."""
+    args, shape, gpu = c.args, c.shape, c.gpu
+    backend = args.get("attention_backend")
+    if backend is None and args.get("prefill_attention_backend") and (
+        args.get("prefill_attention_backend") == args.get("decode_attention_backend")
+    ):
+        backend = args.get("prefill_attention_backend")
+    backend = str(backend) if backend else _default_backend(shape, gpu, c.spec_topk)
+    user_page = args.get("page_size")
+    page_size, page_why = _page_size(shape, gpu, backend, None if user_page is None else int(user_page), c.spec_topk)
+    if shape.architecture.startswith("Qwen3_5") and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
+        page_size, page_why = 64, "Qwen3.5 on SM100 with trtllm_mha: 64"
+    if shape.architecture == "NemotronHForCausalLM" and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
+        page_size, page_why = 64, "Nemotron-H on SM100 with trtllm_mha: 64"
+    if not c.rules.has(rel.PAGE_ALIGNED):
+        page_size, page_why = 1, f"SGLang {c.version} has no pages (--page-size came in {rel.PAGE_ALIGNED})"
+    c.notes.append(
+        f"attention backend {backend}{'' if args.get('attention_backend') else ' (default)'}; "
+        f"page size {page_size} ({page_why})"
+    )
+    return backend, page_size
+
+
+def _kv_dtype(c: _Inputs, checkpoint_kv_fp8: bool) -> str:
+    """The KV cache dtype (docs/sglang-internals.md, KV cache dtype; DSA overrides it)."""
+    shape, gpu = c.shape, c.gpu
+    kv_arg = str(_arg(c.args, "kv_cache_dtype", "auto"))
+    if shape.kind == DSA and kv_arg == "auto" and not gpu.is_rocm:
+        kv_dtype = "fp8_e4m3" if gpu.is_blackwell and not shape.has_attention_sinks else "bfloat16"
+        c.notes.append(f"DSA KV dtype auto -> {kv_dtype} on {gpu.name}")
+        return kv_dtype
+    if kv_arg == "auto":
+        if checkpoint_kv_fp8:
+            c.notes.append("KV dtype auto -> fp8_e4m3 (checkpoint kv_cache_quant_algo FP8)")
+        return "fp8_e4m3" if checkpoint_kv_fp8 else shape.model_dtype
+    if kv_arg not in KV_DTYPE_ALIASES:
+        raise EstimateError(f"--kv-cache-dtype {kv_arg} is not understood by the estimate model")
+    return KV_DTYPE_ALIASES[kv_arg]
+
+
+@dataclass(frozen=True)
+class _Graphs:
+    """The CUDA-graph settings the activation reserve depends on."""
+
+    cps: int  # chunked_prefill_size
+    max_bs: int  # decode graph max batch size
+    decode: bool
+    prefill: bool
+    n_prefill: int  # prefill graph sizes captured
+
+
+def _mem_fraction(
+    c: _Inputs, graphs: _Graphs, *, backend: str, context_len: int, vision: Mapping[str, Any] | None
+) -> tuple[float, bool, float | None]:
+    """(mem_fraction_static, whether SGLang chose it, its reserve in MiB when it did by reserving)."""
+    args, rules, shape = c.args, c.rules, c.shape
+    user_f = args.get("mem_fraction_static")
+    reserved = None
+    if rules.older_than_known:
+        table = f"{rules.release}'s" if rules.release == rel.OLDEST_TABLE else "its own"
+        c.notes.append(
+            f"SGLang {c.version} predates 0.4.0, the oldest release whose sizing kvcheck has read in full; "
+            f"sized with 0.4.0's rules and {table} default-fraction table"
+        )
+    if user_f is not None:
+        f = float(user_f)
+        defaulted = False
+    elif not rules.has(rel.FRACTION_ACTIVATION):
+        defaulted = True
+        f, reserved, why = fraction_before_0_5_3(
+            rules, c.gpu_mib, tp=c.tp, pp=c.pp, speculative=c.spec, dp_attention=c.attn_dp > 1, is_rocm=c.gpu.is_rocm
+        )
+        c.notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule ({why})")
+    else:
+        defaulted = True
+        reserved = _activation_reserve(c, graphs)
+        f = round((c.gpu_mib - reserved) / c.gpu_mib, 3)
+        if not rules.has(rel.CAPACITY_SMALL_48):  # rules older than the 0.5.20 line kvcheck was built on
+            c.notes.append(f"default mem_fraction_static {f:.3f}: SGLang {rules.release} rule (activation reserve)")
+    if defaulted and shape.is_multimodal and rules.has(rel.VLM_X090):
+        skip = (args.get("language_only") and rules.has(rel.VLM_LANGUAGE_ONLY)) or (
+            c.role == "decode" and rules.has(rel.VLM_NOT_ON_DECODE)
+        )
+        if not skip:
+            f *= vlm_factor(vision or {}) if rules.has(rel.VLM_FACTOR) else 0.90
+            c.notes.append("multimodal: default mem_fraction_static scaled by the vision-tower factor")
+    if backend == "aiter" and context_len > 8192 and rules.has(rel.AITER_X085):
+        honor = str(c.env.get("SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION", "")).lower() in ("1", "true")
+        if defaulted or not honor or not rules.has(rel.AITER_HONOR_ENV):
+            f *= 0.85
+            c.notes.append("aiter backend with context_len > 8192: mem_fraction_static x 0.85")
+    return f, defaulted, reserved
+
+
+def _activation_reserve(c: _Inputs, graphs: _Graphs) -> float:
+    """0.5.3 on: the MiB SGLang keeps free for activations, CUDA graphs and speculative decoding."""
+    args, rules = c.args, c.rules
+    disagg = rules.has(rel.DISAGGREGATION_RESERVE)
+    if c.role == "decode" and disagg:
+        running = c.max_running_requests or graphs.max_bs or 1
+        activation = max(int(running) * int(c.draft_tokens or 1), 2048)
+    elif graphs.cps > 0:
+        activation = max(graphs.cps, 2048)
+    else:
+        activation = max(int(_arg(args, "max_prefill_tokens", 16384)), 2048)
+    reserved = 512 + activation * 1.5 + c.tp * c.pp / 8 * 1024
+    graph, piecewise_late = _graph_reserve(c, graphs, disagg)
+    reserved += graph
+    if c.gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if c.spec is not None and not rules.has(rel.SPEC_RESERVE_REMOVED):
+        if c.spec == "STANDALONE":
+            reserved += 6 * 1024
+        elif c.spec != "NGRAM":
+            reserved += 4 * 1024 if rules.has(rel.SPEC_EAGLE_4G) else 2 * 1024
+    if piecewise_late:
+        reserved += piecewise_late
+    if c.a2a == "deepep" and graphs.decode and c.role != "prefill" and disagg:
+        reserved += 2048
+    return reserved
+
+
+def _graph_reserve(c: _Inputs, graphs: _Graphs, disagg: bool) -> tuple[float, int]:
+    """(MiB for the CUDA graphs before the 10 GiB floor, MiB 0.5.5.post1-0.5.7 added after it)."""
+    args, rules, role, max_bs = c.args, c.rules, c.role, graphs.max_bs
+    graph = 0.0
+    if not disagg or (role != "prefill" and graphs.decode):
+        graph += max_bs * 2
+    if c.attn_dp > 1 and (not disagg or role != "prefill"):
+        graph += max_bs * c.attn_dp * 3
+        if max_bs > 300:
+            graph += max_bs * c.attn_dp * 1.5
+    piecewise_late = 0  # 0.5.5.post1-0.5.7 added the piecewise term after the floor
+    if graphs.prefill and (not disagg or role != "decode"):
+        if not rules.has(rel.PIECEWISE_DIV8):
+            piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or 4096) // 4
+        elif not rules.has(rel.PIECEWISE_PER_SIZE):
+            piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or graphs.cps) // 8
+        elif c.shape.is_mla and rules.has(rel.PIECEWISE_DEFAULT_ON):
+            graph += 1536
+        else:
+            graph += 8 * graphs.n_prefill
+        if c.a2a == "deepep" and rules.has(rel.PREFILL_BCG_DEEPEP_1G):
+            graph += 1024
+    return graph, piecewise_late
 
 
 def _piecewise_prefill_graph(

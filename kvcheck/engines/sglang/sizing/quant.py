@@ -140,15 +140,7 @@ def quant_scheme(quant: Mapping[str, Any] | None, *, model_dtype: str, quantizat
     """Read the checkpoint's quantization (or `--quantization` for online methods)."""
     unq = "fp16" if model_dtype == "float16" else "bf16"
     if not quant:
-        if quantization_arg in (None, "", "unquant"):
-            return QuantScheme("none", unq, unq)
-        if quantization_arg in ("fp8", "w8a8_fp8", "modelopt_fp8"):
-            # online FP8: linear layers in decoder blocks, per-channel scales
-            return QuantScheme("fp8-online", "fp8", unq, ignore=("lm_head", "model.embed_tokens"))
-        raise EstimateError(
-            f"--quantization {quantization_arg} on an unquantized checkpoint is not understood by the estimate model",
-            hint="set estimate.weights_gib_per_gpu in the manifest (the 'mem usage' of a 'Load weight end' line)",
-        )
+        return _online_scheme(quantization_arg, unq)
     method = str(quant.get("quant_method") or "").lower()
     kv_fp8 = str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8"
     ignore = tuple(
@@ -160,50 +152,9 @@ def quant_scheme(quant: Mapping[str, Any] | None, *, model_dtype: str, quantizat
         block = quant.get("weight_block_size")
         return QuantScheme("fp8", "fp8_block" if block else "fp8", unq, ignore=ignore, kv_cache_fp8=kv_fp8)
     if method in ("modelopt", "modelopt_fp8", "modelopt_fp4", "modelopt_mixed"):
-        algo = str(quant.get("quant_algo") or "").upper()
-        group = quant.get("group_size")
-        if algo == "MIXED_PRECISION":
-            table = []
-            for name, spec in (quant.get("quantized_layers") or {}).items():
-                spec_algo = str((spec or {}).get("quant_algo") or "")
-                fmt = _algo_fmt(spec_algo, group=(spec or {}).get("group_size"))
-                if fmt is None:
-                    raise EstimateError(f"modelopt quant_algo {spec_algo!r} is not understood by the estimate model")
-                table.append((canonical(name), fmt))
-            return QuantScheme("modelopt", "nvfp4", unq, ignore=ignore, per_module=tuple(table), kv_cache_fp8=kv_fp8)
-        fmt = _algo_fmt(algo, group=group)
-        if fmt is None:
-            raise EstimateError(f"modelopt quant_algo {algo!r} is not understood by the estimate model")
-        return QuantScheme("modelopt", fmt, unq, ignore=ignore, kv_cache_fp8=kv_fp8)
+        return _modelopt_scheme(quant, unq, ignore, kv_fp8)
     if method == "compressed-tensors":
-        groups = quant.get("config_groups") or {}
-        fmts = set()
-        experts_only = False
-        for group in groups.values():
-            weights = (group or {}).get("weights") or {}
-            bits = int(weights.get("num_bits") or 8)
-            wtype = str(weights.get("type") or "int")
-            gsize = weights.get("group_size")
-            if wtype == "float" and bits == 4:
-                fmts.add("nvfp4" if (gsize or 16) == 16 else "mxfp4")
-            elif wtype == "float" and bits == 8:
-                fmts.add("fp8_block" if weights.get("strategy") == "block" else "fp8")
-            elif wtype == "int":
-                fmts.add("int8" if bits == 8 else int_fmt(bits, int(gsize or 128), bool(weights.get("symmetric", True))))
-            targets = [str(t) for t in (group or {}).get("targets") or ()]
-            if targets and all("expert" in t for t in targets):
-                experts_only = True
-        if len(fmts) != 1:
-            raise EstimateError(
-                f"compressed-tensors config with weight formats {sorted(fmts) or 'none'} is not understood "
-                "by the estimate model",
-                hint="set estimate.weights_gib_per_gpu in the manifest",
-            )
-        kv_scheme = quant.get("kv_cache_scheme") or {}
-        kv_fp8 = kv_fp8 or (kv_scheme.get("type") == "float" and int(kv_scheme.get("num_bits") or 0) == 8)
-        return QuantScheme(
-            "compressed-tensors", fmts.pop(), unq, ignore=ignore, targets_experts_only=experts_only, kv_cache_fp8=kv_fp8
-        )
+        return _compressed_tensors_scheme(quant, unq, ignore, kv_fp8)
     if method == "mxfp4":
         return QuantScheme("mxfp4", "mxfp4", unq, ignore=ignore)
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
@@ -214,4 +165,70 @@ def quant_scheme(quant: Mapping[str, Any] | None, *, model_dtype: str, quantizat
     raise EstimateError(
         f"quantization method {method or '<unnamed>'!r} is not understood by the estimate model",
         hint="set estimate.weights_gib_per_gpu in the manifest (the 'mem usage' of a 'Load weight end' line)",
+    )
+
+
+def _online_scheme(quantization_arg: str | None, unq: str) -> QuantScheme:
+    """An unquantized checkpoint, possibly quantized online by `--quantization`."""
+    if quantization_arg in (None, "", "unquant"):
+        return QuantScheme("none", unq, unq)
+    if quantization_arg in ("fp8", "w8a8_fp8", "modelopt_fp8"):
+        # online FP8: linear layers in decoder blocks, per-channel scales
+        return QuantScheme("fp8-online", "fp8", unq, ignore=("lm_head", "model.embed_tokens"))
+    raise EstimateError(
+        f"--quantization {quantization_arg} on an unquantized checkpoint is not understood by the estimate model",
+        hint="set estimate.weights_gib_per_gpu in the manifest (the 'mem usage' of a 'Load weight end' line)",
+    )
+
+
+def _modelopt_scheme(quant: Mapping[str, Any], unq: str, ignore: tuple[str, ...], kv_fp8: bool) -> QuantScheme:
+    """NVIDIA ModelOpt: one quant_algo, or MIXED_PRECISION with a format per quantized layer."""
+    algo = str(quant.get("quant_algo") or "").upper()
+    group = quant.get("group_size")
+    if algo == "MIXED_PRECISION":
+        table = []
+        for name, spec in (quant.get("quantized_layers") or {}).items():
+            spec_algo = str((spec or {}).get("quant_algo") or "")
+            fmt = _algo_fmt(spec_algo, group=(spec or {}).get("group_size"))
+            if fmt is None:
+                raise EstimateError(f"modelopt quant_algo {spec_algo!r} is not understood by the estimate model")
+            table.append((canonical(name), fmt))
+        return QuantScheme("modelopt", "nvfp4", unq, ignore=ignore, per_module=tuple(table), kv_cache_fp8=kv_fp8)
+    fmt = _algo_fmt(algo, group=group)
+    if fmt is None:
+        raise EstimateError(f"modelopt quant_algo {algo!r} is not understood by the estimate model")
+    return QuantScheme("modelopt", fmt, unq, ignore=ignore, kv_cache_fp8=kv_fp8)
+
+
+def _compressed_tensors_scheme(
+    quant: Mapping[str, Any], unq: str, ignore: tuple[str, ...], kv_fp8: bool
+) -> QuantScheme:
+    """compressed-tensors: one weight format over its config groups (several are not understood)."""
+    groups = quant.get("config_groups") or {}
+    fmts = set()
+    experts_only = False
+    for group in groups.values():
+        weights = (group or {}).get("weights") or {}
+        bits = int(weights.get("num_bits") or 8)
+        wtype = str(weights.get("type") or "int")
+        gsize = weights.get("group_size")
+        if wtype == "float" and bits == 4:
+            fmts.add("nvfp4" if (gsize or 16) == 16 else "mxfp4")
+        elif wtype == "float" and bits == 8:
+            fmts.add("fp8_block" if weights.get("strategy") == "block" else "fp8")
+        elif wtype == "int":
+            fmts.add("int8" if bits == 8 else int_fmt(bits, int(gsize or 128), bool(weights.get("symmetric", True))))
+        targets = [str(t) for t in (group or {}).get("targets") or ()]
+        if targets and all("expert" in t for t in targets):
+            experts_only = True
+    if len(fmts) != 1:
+        raise EstimateError(
+            f"compressed-tensors config with weight formats {sorted(fmts) or 'none'} is not understood "
+            "by the estimate model",
+            hint="set estimate.weights_gib_per_gpu in the manifest",
+        )
+    kv_scheme = quant.get("kv_cache_scheme") or {}
+    kv_fp8 = kv_fp8 or (kv_scheme.get("type") == "float" and int(kv_scheme.get("num_bits") or 0) == 8)
+    return QuantScheme(
+        "compressed-tensors", fmts.pop(), unq, ignore=ignore, targets_experts_only=experts_only, kv_cache_fp8=kv_fp8
     )

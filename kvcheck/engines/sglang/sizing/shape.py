@@ -458,93 +458,122 @@ def model_shape(source: ModelSource, *, dtype_arg: str | None = None, mamba_ssm_
         mtp_layers=int(text.get("num_nextn_predict_layers") or 0),
         is_multimodal=arch in MULTIMODAL_ARCHS and source.vision is not None,
     )
-    all_layers = tuple(range(n_layers))
-
     if arch in DSV4_ARCHS:
-        ratios = text.get("compress_ratios")
-        window = text.get("sliding_window")
-        if not isinstance(ratios, list) or window is None or text.get("index_head_dim") is None:
-            raise not_understood(arch, "config has no compress_ratios, sliding_window or index_head_dim")
-        rope = _int(text, arch, "qk_rope_head_dim")
-        common.update(head_dim=head_dim, v_head_dim=head_dim)
-        return ModelShape(
-            kind=DSV4,
-            full_layer_ids=all_layers,
-            sliding_window=int(window),
-            qk_rope_head_dim=rope,
-            index_head_dim=int(text["index_head_dim"]),
-            compress_ratios=tuple(int(r) for r in ratios),
-            model_type=str(text.get("model_type") or ""),
-            **common,
-        )
-
+        return _dsv4_shape(arch, text, common, head_dim)
     if arch in MLA_ARCHS:
-        kv_lora = _int(text, arch, "kv_lora_rank")
-        rope = _int(text, arch, "qk_rope_head_dim")
-        if arch in DSA_CAPABLE_ARCHS and text.get("index_topk") is not None:
-            indexer = tuple(i for i in all_layers if not _dsa_skips_topk(text, i))
-            return ModelShape(
-                kind=DSA,
-                full_layer_ids=all_layers,
-                kv_lora_rank=kv_lora,
-                qk_rope_head_dim=rope,
-                index_head_dim=_int(text, arch, "index_head_dim"),
-                index_kpool=int(text.get("index_kpool") or 1),
-                indexer_layer_ids=indexer,
-                has_attention_sinks=bool(text.get("learnable_sink")),
-                **common,
-            )
-        if arch == "DeepseekV32ForCausalLM" or arch == "GlmMoeDsaForCausalLM":
-            raise not_understood(arch, "DSA model without index_topk")
-        return ModelShape(kind=MLA, full_layer_ids=all_layers, kv_lora_rank=kv_lora, qk_rope_head_dim=rope, **common)
-
+        return _mla_shape(arch, text, common)
     if arch in MHA_ARCHS:
-        if arch.startswith("MiniMaxM3Sparse"):
-            sparse_cfg = text.get("sparse_attention_config") or source.config.get("sparse_attention_config")
-            if not isinstance(sparse_cfg, Mapping) or not isinstance(sparse_cfg.get("sparse_attention_freq"), list):
-                raise not_understood(arch, "config has no sparse_attention_config.sparse_attention_freq")
-            freq = sparse_cfg["sparse_attention_freq"][:n_layers]
-            flags = sparse_cfg.get("sparse_disable_index_value") or []
-            sparse = tuple(i for i, f in enumerate(freq) if f)
-            return ModelShape(
-                kind=MHA, full_layer_ids=all_layers, msa_sparse_layer_ids=sparse,
-                msa_k_only_layer_ids=tuple(i for i, f in enumerate(flags[:n_layers]) if f and i in sparse),
-                msa_index_dim=int(sparse_cfg.get("sparse_index_dim") or 0), **common,
-            )
-        return ModelShape(kind=MHA, full_layer_ids=all_layers, **common)
-
+        return _mha_shape(source, common)
     if arch in SWA_ARCHS:
-        full, swa = _hybrid_swa_layers(arch, text, n_layers)
-        window = _get(text, "sliding_window", "sliding_window_size", "attention_chunk_size")
-        if arch == "Llama4ForConditionalGeneration":
-            window = text.get("attention_chunk_size")
-        if not swa or window is None:
-            raise not_understood(arch, "no sliding-window layers or window size in the config")
-        swa_head = _get(text, "swa_head_dim")
-        if arch.startswith("Gemma4"):
-            # Gemma 4: full layers use global_head_dim / num_global_key_value_heads when present
-            global_hd = text.get("global_head_dim")
-            global_kv = text.get("num_global_key_value_heads")
-            common["head_dim"] = int(global_hd or head_dim)
-            common["v_head_dim"] = int(global_hd or head_dim)
-            common["num_kv_heads"] = int(global_kv or kv_heads)
-            swa_head = head_dim
-            swa_kv = kv_heads
-        else:
-            swa_kv = _get(text, "swa_num_key_value_heads", default=kv_heads)
+        return _hybrid_swa_shape(arch, text, common)
+    return _hybrid_linear_shape(arch, text, common, mamba_ssm_dtype)
+
+
+def _dsv4_shape(arch: str, text: Mapping[str, Any], common: dict[str, Any], head_dim: int) -> ModelShape:
+    """DeepSeek-V4: compressed full-attention pools beside a sliding window."""
+    all_layers = tuple(range(common["num_layers"]))
+    ratios = text.get("compress_ratios")
+    window = text.get("sliding_window")
+    if not isinstance(ratios, list) or window is None or text.get("index_head_dim") is None:
+        raise not_understood(arch, "config has no compress_ratios, sliding_window or index_head_dim")
+    rope = _int(text, arch, "qk_rope_head_dim")
+    common.update(head_dim=head_dim, v_head_dim=head_dim)
+    return ModelShape(
+        kind=DSV4,
+        full_layer_ids=all_layers,
+        sliding_window=int(window),
+        qk_rope_head_dim=rope,
+        index_head_dim=int(text["index_head_dim"]),
+        compress_ratios=tuple(int(r) for r in ratios),
+        model_type=str(text.get("model_type") or ""),
+        **common,
+    )
+
+
+def _mla_shape(arch: str, text: Mapping[str, Any], common: dict[str, Any]) -> ModelShape:
+    """MLA latent attention, with DeepSeek's sparse-attention indexer (DSA) where the config has one."""
+    all_layers = tuple(range(common["num_layers"]))
+    kv_lora = _int(text, arch, "kv_lora_rank")
+    rope = _int(text, arch, "qk_rope_head_dim")
+    if arch in DSA_CAPABLE_ARCHS and text.get("index_topk") is not None:
+        indexer = tuple(i for i in all_layers if not _dsa_skips_topk(text, i))
         return ModelShape(
-            kind=HYBRID_SWA,
-            full_layer_ids=tuple(full),
-            swa_layer_ids=tuple(swa),
-            sliding_window=int(window),
-            swa_num_kv_heads=int(swa_kv),
-            swa_head_dim=int(swa_head or head_dim),
-            swa_v_head_dim=int(_get(text, "swa_v_head_dim", default=swa_head or v_head_dim)),
-            has_attention_sinks=arch == "GptOssForCausalLM",
+            kind=DSA,
+            full_layer_ids=all_layers,
+            kv_lora_rank=kv_lora,
+            qk_rope_head_dim=rope,
+            index_head_dim=_int(text, arch, "index_head_dim"),
+            index_kpool=int(text.get("index_kpool") or 1),
+            indexer_layer_ids=indexer,
+            has_attention_sinks=bool(text.get("learnable_sink")),
             **common,
         )
+    if arch == "DeepseekV32ForCausalLM" or arch == "GlmMoeDsaForCausalLM":
+        raise not_understood(arch, "DSA model without index_topk")
+    return ModelShape(kind=MLA, full_layer_ids=all_layers, kv_lora_rank=kv_lora, qk_rope_head_dim=rope, **common)
 
-    # hybrid linear (Mamba2 / gated delta net / Kimi delta attention)
+
+def _mha_shape(source: ModelSource, common: dict[str, Any]) -> ModelShape:
+    """Full attention on every layer (MiniMax-M3's sparse layers add index rows)."""
+    arch, text = source.architecture, source.text
+    n_layers = common["num_layers"]
+    all_layers = tuple(range(n_layers))
+    if arch.startswith("MiniMaxM3Sparse"):
+        sparse_cfg = text.get("sparse_attention_config") or source.config.get("sparse_attention_config")
+        if not isinstance(sparse_cfg, Mapping) or not isinstance(sparse_cfg.get("sparse_attention_freq"), list):
+            raise not_understood(arch, "config has no sparse_attention_config.sparse_attention_freq")
+        freq = sparse_cfg["sparse_attention_freq"][:n_layers]
+        flags = sparse_cfg.get("sparse_disable_index_value") or []
+        sparse = tuple(i for i, f in enumerate(freq) if f)
+        return ModelShape(
+            kind=MHA, full_layer_ids=all_layers, msa_sparse_layer_ids=sparse,
+            msa_k_only_layer_ids=tuple(i for i, f in enumerate(flags[:n_layers]) if f and i in sparse),
+            msa_index_dim=int(sparse_cfg.get("sparse_index_dim") or 0), **common,
+        )
+    return ModelShape(kind=MHA, full_layer_ids=all_layers, **common)
+
+
+def _hybrid_swa_shape(arch: str, text: Mapping[str, Any], common: dict[str, Any]) -> ModelShape:
+    """Full-attention layers beside sliding-window ones, each with its own head geometry."""
+    n_layers, head_dim, v_head_dim, kv_heads = (
+        common["num_layers"], common["head_dim"], common["v_head_dim"], common["num_kv_heads"]
+    )
+    full, swa = _hybrid_swa_layers(arch, text, n_layers)
+    window = _get(text, "sliding_window", "sliding_window_size", "attention_chunk_size")
+    if arch == "Llama4ForConditionalGeneration":
+        window = text.get("attention_chunk_size")
+    if not swa or window is None:
+        raise not_understood(arch, "no sliding-window layers or window size in the config")
+    swa_head = _get(text, "swa_head_dim")
+    if arch.startswith("Gemma4"):
+        # Gemma 4: full layers use global_head_dim / num_global_key_value_heads when present
+        global_hd = text.get("global_head_dim")
+        global_kv = text.get("num_global_key_value_heads")
+        common["head_dim"] = int(global_hd or head_dim)
+        common["v_head_dim"] = int(global_hd or head_dim)
+        common["num_kv_heads"] = int(global_kv or kv_heads)
+        swa_head = head_dim
+        swa_kv = kv_heads
+    else:
+        swa_kv = _get(text, "swa_num_key_value_heads", default=kv_heads)
+    return ModelShape(
+        kind=HYBRID_SWA,
+        full_layer_ids=tuple(full),
+        swa_layer_ids=tuple(swa),
+        sliding_window=int(window),
+        swa_num_kv_heads=int(swa_kv),
+        swa_head_dim=int(swa_head or head_dim),
+        swa_v_head_dim=int(_get(text, "swa_v_head_dim", default=swa_head or v_head_dim)),
+        has_attention_sinks=arch == "GptOssForCausalLM",
+        **common,
+    )
+
+
+def _hybrid_linear_shape(
+    arch: str, text: Mapping[str, Any], common: dict[str, Any], mamba_ssm_dtype: str | None
+) -> ModelShape:
+    """Hybrid linear attention (Mamba2 / gated delta net / Kimi delta attention) beside full attention."""
+    n_layers = common["num_layers"]
     full, linear = _linear_layers(arch, text, n_layers)
     if arch.startswith("KimiK3"):
         # the full-attention layers are MLA (kimi_k3.py): one latent row per token, not split by TP

@@ -310,7 +310,9 @@ def _build_role_args(
         if parsed.model_path is not None:
             model_path = parsed.model_path
         if parsed.config is not None:
-            args = _with_config(source, parsed.config, args, catalogue, issues, findings)
+            args, config_model = _with_config(source, parsed.config, args, catalogue, issues, findings)
+            if parsed.model_path is None and config_model is not None:  # the command line wins, as in SGLang
+                model_path = config_model
     for name, arg in source.injected.items():
         args.setdefault(name, arg)
 
@@ -379,8 +381,9 @@ def _mapping_args(doc: Doc, path: tuple, catalogue: Catalogue, issues: list[Inpu
 def _with_config(
     source: RoleSource, token: Token, args: dict[str, Arg], catalogue: Catalogue,
     issues: list[InputIssue], findings: list[Finding],
-) -> dict[str, Arg]:
-    """Arguments from `--config FILE`: the ConfigMap entry mounted there; the command line wins over it."""
+) -> tuple[dict[str, Arg], Sourced | None]:
+    """Arguments (and the model path) from `--config FILE`: the ConfigMap entry mounted there; the command
+    line wins over it."""
     found = source.config_source(token) if source.config_source is not None else None
     if found is None:
         findings.append(
@@ -392,11 +395,11 @@ def _with_config(
                 location=token.location,
             )
         )
-        return args
+        return args, None
     doc, path, text = found
-    from_config, config_issues = config_args(doc, path, text, catalogue, origin=f"--config {token.text}")
+    from_config, config_issues, model = config_args(doc, path, text, catalogue, origin=f"--config {token.text}")
     issues.extend(config_issues)
-    return {**from_config, **args}
+    return {**from_config, **args}, model
 
 
 _COMPARED_EXCLUDE = PLACEMENT_FLAGS | {"model-path", "config"}

@@ -269,6 +269,7 @@ DYNAMO_FLAGS = frozenset(
         "custom-jinja-template", "dump-config-to", "store-kv", "request-plane", "event-plane",
         "dyn-endpoint-types", "embedding-worker", "multimodal-processor", "multimodal-encode-worker",
         "multimodal-worker", "multimodal-encode-prefill-worker", "enable-local-indexer", "durable-kv-events",
+        "dyn-enable-structural-tag",
     }
 )
 
@@ -396,29 +397,34 @@ def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
 
 def config_args(
     doc: Doc, path: Path_, text: str, catalogue: Catalogue, *, origin: str
-) -> tuple[dict[str, Arg], list[InputIssue]]:
-    """The arguments of an SGLang `--config` YAML file held in a ConfigMap entry (doc path `path`)."""
+) -> tuple[dict[str, Arg], list[InputIssue], Sourced | None]:
+    """The arguments of an SGLang `--config` YAML file held in a ConfigMap entry (doc path `path`), and
+    the model path it sets (`model-path`, or SGLang's alias `model`)."""
     issues: list[InputIssue] = []
+    model: Sourced | None = None
     try:
         documents = load_yaml_documents(text, f"{doc.source.name} ({origin})", max_nodes=100_000)
     except (InputError, yaml.YAMLError) as exc:  # reported at the ConfigMap entry
         where = doc.at(path)
         message = exc.message if isinstance(exc, InputError) else str(exc)
-        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: {message}")]
+        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: {message}")], None
     data = documents[0].data if documents else None
     if not isinstance(data, Mapping):
         where = doc.at(path)
-        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: not a mapping of SGLang flags")]
+        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: not a mapping of SGLang flags")], None
     positions = documents[0].positions
     line_starts = _line_starts(text)
     args: dict[str, Arg] = {}
     for key, value in data.items():
         line, column = positions.keys.get((key,), (1, 1))
         where = doc.inside(path, line_starts[min(line, len(line_starts)) - 1] + column - 1)
+        if str(key).lstrip("-").replace("_", "-") in ("model-path", "model"):
+            value_at = positions.values.get((key,), (line, column))
+            model = Sourced(value, doc.inside(path, line_starts[min(value_at[0], len(line_starts)) - 1] + value_at[1] - 1),
+                            origin)
+            continue
         try:
-            flag = catalogue.resolve(str(key)) if str(key).lstrip("-") not in ("model-path", "model_path") else None
-            if flag is None:
-                continue
+            flag = catalogue.resolve(str(key))
             typed = catalogue.coerce(flag, value)
         except FlagError as exc:
             issues.append(InputIssue(where.file, where.line, where.column, str(key), str(exc)))
@@ -427,7 +433,7 @@ def config_args(
         if flag.store_true and typed is False:
             continue
         args[name] = Arg(name, flag.key, typed, where, flag, origin)
-    return args, issues
+    return args, issues, model
 
 
 def _line_starts(text: str) -> list[int]:

@@ -515,3 +515,20 @@ def test_a_flag_refused_by_an_assumed_release_says_the_release_was_assumed() -> 
         "tensor-parallel-size": 4, "disaggregation-mode": "decode", "mem-fraction-static": 0.8,
         "prefill-round-robin-balance": True}}
     assert roles["prefill"]["args"]["load-balance-method"] == "round_robin"
+
+
+def test_the_model_path_in_a_config_file_is_the_roles_model() -> None:
+    """Dynamo's recipes keep every SGLang flag, --model-path too, in the ConfigMap passed with --config;
+    Dynamo's own flags in public recipes (--dyn-enable-structural-tag) are left to the wrapper without KV502."""
+    f = f"{FIX}/dynamo-config-model.yaml"
+    result = run_kvcheck("import", f, "--sglang-version", "0.5.19")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    assert f"  path: Qwen/Qwen3-235B-A22B-FP8  # {f}:10:17 (--config /etc/sglang/worker.yaml)" in result.stdout
+    result = run_kvcheck("import", f, "--sglang-version", "0.5.19", "--format", "json")
+    assert json.loads(result.stdout) == {
+        "name": "qwen-agg", "context_length": 131072, "model": {"path": "Qwen/Qwen3-235B-A22B-FP8"},
+        "engine": {"version": "0.5.19"},
+        "roles": {"Worker": {"gpus": [0, 1, 2, 3], "args": {
+            "tp-size": 4, "context-length": 131072, "mem-fraction-static": 0.88, "cuda-graph-bs": [1, 8, 32]}}},
+    }

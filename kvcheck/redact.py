@@ -190,11 +190,22 @@ def redact_command(command: str, secrets: Iterable[str] = ()) -> str:
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a quoted engine log line, an error message) with secret values hidden."""
     text = _replace_values(text, _ordered(secrets))
-    text = _ASSIGNED.sub(lambda m: f"{m['key']}{m['sep']}{_quoted(m['value'])}", text)
+    text = _ASSIGNED.sub(_assigned, text)
     text = _FLAG.sub(lambda m: f"{m['flag']}{m['sep']}{_quoted(m['value'])}", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)  # user:password@ of any URL
     return _TOKEN_SHAPES.sub(REDACTED, text)
+
+
+def _assigned(match: re.Match[str]) -> str:
+    """`api_key=x` hides x; prose such as `--token-env MY_TOKEN: the token holds ...` stays readable."""
+    if ":" in match["sep"] and _PROSE_WORD.fullmatch(match["value"]):
+        return match[0]
+    return f"{match['key']}{match['sep']}{_quoted(match['value'])}"
+
+
+# After `NAME: ` a bare lowercase word is a sentence going on, not a value (known secrets are hidden by value)
+_PROSE_WORD = re.compile(r"[a-z]{1,7}")
 
 
 def _quoted(value: str) -> str:

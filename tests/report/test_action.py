@@ -97,7 +97,13 @@ def test_nothing_to_check_is_an_error_not_a_pass(tmp_path: Path) -> None:
 
 
 def test_globs_expand_and_summary_can_be_turned_off(tmp_path: Path) -> None:
-    done, summary, _ = run_step(tmp_path, manifests=str(EXAMPLES / "*" / "manifest.yaml"), summary="false")
+    for name, example in (("a", FAILING), ("b", PASSING)):
+        folder = tmp_path / "deploy" / name
+        folder.mkdir(parents=True)
+        for file in example.parent.iterdir():
+            (folder / file.name).write_bytes(file.read_bytes())
+    done, summary, _ = run_step(tmp_path, manifests=str(tmp_path / "deploy" / "*" / "manifest.yaml"),
+                                summary="false")
     assert done.returncode == 1
     assert done.stdout.count("::group::kvcheck verify") == 2
     assert summary == "# earlier step\n"

@@ -98,3 +98,12 @@ def test_estimate_json_keeps_its_figures_and_hides_every_secret_value(tmp_path: 
     data = json.loads(result.stdout)
     assert data["roles"][0]["argv"] == ["--served-model-name", "REDACTED", "--tokenizer-path", "/t/REDACTED"]
     assert data["roles"][0]["details"]["kv_bytes_per_token"] == 131072  # 32 layers x 8 KV heads x 128 x 2 x 2 bytes
+
+
+def test_prose_after_a_secret_name_stays_readable() -> None:
+    assert redact_text("--token-env DEPLOY_TOKEN: the token holds a tab") == (
+        "--token-env DEPLOY_TOKEN: the token holds a tab"
+    )
+    assert redact_text("HF_TOKEN: abcdefghij api_key=abc API_KEY: Sk1") == (
+        "HF_TOKEN: REDACTED api_key=REDACTED API_KEY: REDACTED"
+    )

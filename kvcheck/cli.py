@@ -19,8 +19,8 @@ from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import environment_secrets, redact_text
+from kvcheck.report.formats import FORMATTERS, Format, TableFormat
 from kvcheck.report.outputs import report_files_option, write_report_files
-from kvcheck.report.render import FORMATTERS, Format, TableFormat
 
 
 class FiniteFloat(click.FloatRange):

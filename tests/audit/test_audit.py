@@ -11,7 +11,7 @@ from kvcheck.commands.audit import AuditOptions, read_token
 from kvcheck.commands.audit import audit as run_audit
 from kvcheck.errors import InputError
 from kvcheck.model import Endpoint
-from kvcheck.report.render import FORMATTERS
+from kvcheck.report.formats import FORMATTERS
 
 from .servers import Reply, metrics_text, server_info_payload, sglang_routes
 

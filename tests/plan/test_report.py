@@ -10,7 +10,7 @@ import pytest
 from kvcheck.commands.plan import PlanOptions, run_plan
 from kvcheck.errors import InputError
 from kvcheck.plan.text import plan_markdown, render_plan_text
-from kvcheck.report.render import FORMATTERS, TableFormat
+from kvcheck.report.formats import FORMATTERS, TableFormat
 from tests.conftest import EXAMPLES
 from tests.plan.helpers import LLAMA_31_8B, write_config
 

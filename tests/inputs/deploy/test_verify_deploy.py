@@ -189,3 +189,17 @@ def test_verify_reads_a_slurm_batch_script() -> None:
     assert result.exit_code in (0, 1), result.stderr  # judged (the figures are the estimator's), not refused
     assert [r["name"] for r in _json(result)["roles"]] == ["prefill", "decode"]
     assert _json(result)["source"] == f"{FIX}/sbatch-pd.sh"
+
+
+def test_an_unknown_node_count_is_not_checked_rather_than_a_wrong_gpu_count() -> None:
+    """--nnodes from a Secret: exit 3 with KV317 naming it, not exit 2 claiming 8 GPUs x 1 node != 16."""
+    f = f"{FIX}/statefulset-secret-nnodes.yaml"
+    result = run_kvcheck("verify", f, "--mode", "estimate", "--gpu", "H200", "--context-length", "32768",
+                         "--model-config", "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    report = _json(result)
+    assert [(r["name"], r["status"]) for r in report["roles"]] == [("qwen-dist", "error")]
+    assert [(x["rule"], x["severity"], x["location"]) for x in report["findings"] if x["rule"] == "KV317"] == [
+        ("KV317", "error", {"file": f, "line": 17, "column": 33}),
+    ]
+    assert "GPU(s) per node" not in result.stderr

@@ -558,7 +558,7 @@ def _rbg_template(
     if not isinstance(ref, Mapping):
         return None, None
     name = ref.get("name")
-    if name not in templates:
+    if not isinstance(name, str) or name not in templates:
         where = doc.at((*source, "templateRef", "name"))
         known = ", ".join(sorted(templates)) or "none"
         raise ScriptError(InputIssue(
@@ -573,7 +573,7 @@ def _rbg_template(
 def _rbg_vars(doc: Doc, path: Path_, group: str, name: str, *, v2: bool) -> dict[str, Sourced]:
     """What the RBG controller puts in every pod of a role: RBG_GROUP_NAME, RBG_ROLE_NAME, RBG_ROLE_INDEX
     (and, for v1alpha1 objects, the names older controllers set: GROUP_NAME, ROLE_NAME, ROLE_INDEX)."""
-    names = (("RBG_GROUP_NAME", "RBG_ROLE_NAME", "RBG_ROLE_INDEX"),)
+    names: tuple[tuple[str, str, str], ...] = (("RBG_GROUP_NAME", "RBG_ROLE_NAME", "RBG_ROLE_INDEX"),)
     if not v2:
         names += (("GROUP_NAME", "ROLE_NAME", "ROLE_INDEX"),)
     out: dict[str, Sourced] = {}
@@ -596,6 +596,35 @@ def rbg_lw_vars(doc: Doc, size: Sourced, name: str, *, worker: bool) -> dict[str
 # -- NVIDIA Dynamo -------------------------------------------------------------------------------------
 
 
+def _dynamo_pod(doc: Doc, service: Mapping[str, Any], path: Path_, inputs: Inputs) -> PodServer | None:
+    """A Dynamo service's server: its extraPodSpec.mainContainer, else a pod template of its own."""
+    pod = None
+    main = _get(service, "extraPodSpec", "mainContainer")
+    if isinstance(main, Mapping):
+        extra_path: Path_ = (*path, "extraPodSpec")
+        pod_spec = service.get("extraPodSpec") or {}
+        cpath: Path_ = (*extra_path, "mainContainer")
+        found = container_server(doc, main, cpath, inputs, injected={})
+        if found is not None:
+            server, env = found
+            pod = PodServer(
+                server, env, doc.at(cpath),
+                gpu_limit(doc, service.get("resources"), (*path, "resources"))
+                or gpu_limit(doc, main.get("resources"), (*cpath, "resources")),
+                gpu_type(doc, pod_spec, extra_path),
+                image_version(doc, main, cpath),
+                _config_source(doc, main, pod_spec, cpath, extra_path, inputs),
+            )
+    else:
+        for key in ("podTemplate", "template"):
+            if isinstance(service.get(key), Mapping):
+                pod = pod_server(doc, service[key], (*path, key), inputs, injected={})
+                if pod is not None and pod.gpus_per_node is None:
+                    pod.gpus_per_node = gpu_limit(doc, service.get("resources"), (*path, "resources"))
+                break
+    return pod
+
+
 def read_dynamo(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     """DynamoGraphDeployment: workers running `python -m dynamo.sglang`; the frontend gives no role."""
     group = _name(doc)
@@ -611,30 +640,7 @@ def read_dynamo(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         ]
     out = []
     for name, service, path in entries:
-        pod = None
-        main = _get(service, "extraPodSpec", "mainContainer")
-        if isinstance(main, Mapping):
-            extra_path: Path_ = (*path, "extraPodSpec")
-            pod_spec = service.get("extraPodSpec") or {}
-            cpath: Path_ = (*extra_path, "mainContainer")
-            found = container_server(doc, main, cpath, inputs, injected={})
-            if found is not None:
-                server, env = found
-                pod = PodServer(
-                    server, env, doc.at(cpath),
-                    gpu_limit(doc, service.get("resources"), (*path, "resources"))
-                    or gpu_limit(doc, main.get("resources"), (*cpath, "resources")),
-                    gpu_type(doc, pod_spec, extra_path),
-                    image_version(doc, main, cpath),
-                    _config_source(doc, main, pod_spec, cpath, extra_path, inputs),
-                )
-        else:
-            for key in ("podTemplate", "template"):
-                if isinstance(service.get(key), Mapping):
-                    pod = pod_server(doc, service[key], (*path, key), inputs, injected={})
-                    if pod is not None and pod.gpus_per_node is None:
-                        pod.gpus_per_node = gpu_limit(doc, service.get("resources"), (*path, "resources"))
-                    break
+        pod = _dynamo_pod(doc, service, path, inputs)
         if pod is None:
             continue
         node_count = _get(service, "multinode", "nodeCount")

@@ -100,50 +100,43 @@ class _Reader:
         words: list[Word] = []
         text, n = self.text, len(self.text)
         while True:
-            # skip blanks
-            while self.i < n and text[self.i] in " \t\r":
-                self.i += 1
+            self._skip_blanks()
             if self.i >= n:
                 break
             ch = text[self.i]
-            if ch == "#" and not words:
-                while self.i < n and text[self.i] != "\n":
-                    self.i += 1
-                continue
-            if ch == "#":
+            if ch == "#":  # a comment runs to the end of the line
                 while self.i < n and text[self.i] != "\n":
                     self.i += 1
                 continue
             op = next((o for o in _OPERATORS if text.startswith(o, self.i)), None)
-            if op is not None:
-                self.i += len(op)
+            if op is not None or ch in "()":  # ( ): subshell / grouping: what is inside are commands of their own
+                self.i += len(op) if op is not None else 1
                 if words:
                     commands.append(self._command(words))
                     words = []
                 continue
-            if ch in "()":  # subshell / grouping: read what is inside as commands of their own
-                self.i += 1
-                if words:
-                    commands.append(self._command(words))
-                    words = []
-                continue
-            if ch == "{" and not words and self.i + 1 < n and text[self.i + 1] in " \t\n":
+            if not words and self._at_group_brace(ch):
                 self.i += 1
                 continue
-            if ch == "}" and not words:
-                self.i += 1
-                continue
-            for word in self._word():
-                words.append(word)
+            words.extend(self._word())
         if words:
             commands.append(self._command(words))
         return commands
 
+    def _skip_blanks(self) -> None:
+        while self.i < len(self.text) and self.text[self.i] in " \t\r":
+            self.i += 1
+
+    def _at_group_brace(self, ch: str) -> bool:
+        """`{ ` opening or `}` closing a command group, where a command would start."""
+        text = self.text
+        return (ch == "{" and self.i + 1 < len(text) and text[self.i + 1] in " \t\n") or ch == "}"
+
     def _command(self, words: list[Word]) -> Command:
         assignments: dict[str, Word] = {}
         rest = list(words)
-        while rest and not rest[0].unresolved and _ASSIGN_RE.match(rest[0].text):
-            name, value = _ASSIGN_RE.match(rest[0].text).groups()  # type: ignore[union-attr]
+        while rest and not rest[0].unresolved and (match := _ASSIGN_RE.match(rest[0].text)):
+            name, value = match.groups()
             assignments[name] = Word(value, rest[0].offset + len(name) + 1, rest[0].unresolved)
             rest.pop(0)
         if not rest:
@@ -163,71 +156,59 @@ class _Reader:
         start = self.origin[self.i]
         pieces: list[Word] = [Word("", start)]
         quoted = False  # "" and '' are words of their own, even when empty
-
-        def add(chunk: str, *, split: bool = False, at: int | None = None) -> None:
-            if not split:
-                pieces[-1].text += chunk
-                return
-            parts = re.split(r"([ \t\n]+)", chunk)
-            for k, part in enumerate(parts):
-                if k % 2 == 1:
-                    if pieces[-1].text or pieces[-1].unresolved:
-                        pieces.append(Word("", at if at is not None else start))
-                    continue
-                pieces[-1].text += part
-
         while self.i < n:
             ch = text[self.i]
             if ch in " \t\r" or any(text.startswith(o, self.i) for o in _OPERATORS) or ch in "()":
                 break
             if ch == "\\":
                 if self.i + 1 < n:
-                    add(text[self.i + 1])
+                    _add(pieces, text[self.i + 1])
                 self.i += 2
-                continue
-            if ch == "'":
+            elif ch == "'":
                 end = text.find("'", self.i + 1)
                 if end < 0:
                     raise ShellSyntaxError("unterminated single quote", self.origin[self.i])
-                add(text[self.i + 1 : end])
+                _add(pieces, text[self.i + 1 : end])
                 quoted = True
                 self.i = end + 1
-                continue
-            if ch == '"':
+            elif ch == '"':
                 quoted = True
-                self.i += 1
-                while True:
-                    if self.i >= n:
-                        raise ShellSyntaxError("unterminated double quote", start)
-                    c = text[self.i]
-                    if c == '"':
-                        self.i += 1
-                        break
-                    if c == "\\" and self.i + 1 < n and text[self.i + 1] in '"\\$`':
-                        add(text[self.i + 1])
-                        self.i += 2
-                        continue
-                    if c in "$`":
-                        before = len(self.used)
-                        value, unresolved = self._expansion()
-                        pieces[-1].unresolved.extend(unresolved)
-                        pieces[-1].variables.extend(self.used[before:])
-                        add(value)
-                        continue
-                    add(c)
-                    self.i += 1
-                continue
-            if ch in "$`":
+                self._double_quoted(pieces, start)
+            elif ch in "$`":
                 at = self.origin[self.i]
-                before = len(self.used)
-                value, unresolved = self._expansion()
-                pieces[-1].unresolved.extend(unresolved)
-                pieces[-1].variables.extend(self.used[before:])
-                add(value, split=True, at=at)
-                continue
-            add(ch)
-            self.i += 1
+                self._expand_into(pieces, split=True, at=at)
+            else:
+                _add(pieces, ch)
+                self.i += 1
         return [p for p in pieces if p.text or p.unresolved or (quoted and p is pieces[0])]
+
+    def _double_quoted(self, pieces: list[Word], start: int) -> None:
+        """The inside of "...": backslash escapes and expansions, no field splitting."""
+        text, n = self.text, len(self.text)
+        self.i += 1
+        while True:
+            if self.i >= n:
+                raise ShellSyntaxError("unterminated double quote", start)
+            c = text[self.i]
+            if c == '"':
+                self.i += 1
+                return
+            if c == "\\" and self.i + 1 < n and text[self.i + 1] in '"\\$`':
+                _add(pieces, text[self.i + 1])
+                self.i += 2
+            elif c in "$`":
+                self._expand_into(pieces)
+            else:
+                _add(pieces, c)
+                self.i += 1
+
+    def _expand_into(self, pieces: list[Word], *, split: bool = False, at: int | None = None) -> None:
+        """Expand at self.i into the word being read, noting the variables used and left unresolved."""
+        before = len(self.used)
+        value, unresolved = self._expansion()
+        pieces[-1].unresolved.extend(unresolved)
+        pieces[-1].variables.extend(self.used[before:])
+        _add(pieces, value, split=split, at=at if at is not None else pieces[0].offset)
 
     def _expansion(self) -> tuple[str, list[str]]:
         """Expand `$...` or a backtick at self.i; unresolvable parts come back as their source text."""
@@ -243,36 +224,12 @@ class _Reader:
             self.i += 1
             return "$", []
         nxt = text[i + 1]
-        if nxt == "(":
-            depth, j = 0, i + 1
-            while j < n:
-                if text[j] == "(":
-                    depth += 1
-                elif text[j] == ")":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            self.i = min(j + 1, n)
+        if nxt == "(":  # $( ... ): a command substitution is never run, so it stays unresolved
+            self.i = min(_closing_paren(text, i + 1) + 1, n)
             source = text[i : self.i]
             return source, [source]
         if nxt == "{":
-            end = text.find("}", i + 2)
-            if end < 0:
-                raise ShellSyntaxError("unterminated ${", self.origin[i])
-            self.i = end + 1
-            inner = text[i + 2 : end]
-            match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])(.*))?", inner, re.S)
-            if not match:
-                return text[i : end + 1], [text[i : end + 1]]
-            name, operator, default = match.groups()
-            value = self.value_of(name)
-            if operator is not None and (value is None or (operator.startswith(":") and value == "")):
-                return default, []
-            if value is None:
-                return text[i : end + 1], [name]
-            self.used.append(name)
-            return value, []
+            return self._braced(i)
         match = _NAME_RE.match(text, i + 1)
         if match:
             self.i = match.end()
@@ -287,6 +244,54 @@ class _Reader:
             return source, [source]
         self.i = i + 1
         return "$", []
+
+    def _braced(self, i: int) -> tuple[str, list[str]]:
+        """${NAME}, ${NAME-default}, ${NAME:-default} (and = forms) at i."""
+        text = self.text
+        end = text.find("}", i + 2)
+        if end < 0:
+            raise ShellSyntaxError("unterminated ${", self.origin[i])
+        self.i = end + 1
+        inner = text[i + 2 : end]
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])(.*))?", inner, re.S)
+        if not match:
+            return text[i : end + 1], [text[i : end + 1]]
+        name, operator, default = match.groups()
+        value = self.value_of(name)
+        if operator is not None and (value is None or (operator.startswith(":") and value == "")):
+            return default, []
+        if value is None:
+            return text[i : end + 1], [name]
+        self.used.append(name)
+        return value, []
+
+
+def _add(pieces: list[Word], chunk: str, *, split: bool = False, at: int | None = None) -> None:
+    """Append text to the word being read; with `split`, blanks in it start new words (field splitting)."""
+    if not split:
+        pieces[-1].text += chunk
+        return
+    parts = re.split(r"([ \t\n]+)", chunk)
+    for k, part in enumerate(parts):
+        if k % 2 == 1:
+            if pieces[-1].text or pieces[-1].unresolved:
+                pieces.append(Word("", at if at is not None else pieces[0].offset))
+            continue
+        pieces[-1].text += part
+
+
+def _closing_paren(text: str, j: int) -> int:
+    """The index of the ")" that closes the "(" at `j` (len(text) when none does)."""
+    depth = 0
+    while j < len(text):
+        if text[j] == "(":
+            depth += 1
+        elif text[j] == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        j += 1
+    return j
 
 
 def parse_script(script: str, lookup: Lookup) -> list[Command]:

@@ -39,7 +39,7 @@ from kvcheck.inputs.deploy.server import (
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
 from kvcheck.inputs.deploy.slurm import is_batch_script, read_batch_script, slurm_gpus
 from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, parse_documents, read_source
-from kvcheck.model import Finding, Location
+from kvcheck.model import Finding, Location, Severity
 from kvcheck.policy.registry import finding
 
 # Formats whose object is a whole deployment; loose workloads (Deployment, LWS, ...) are grouped.
@@ -426,7 +426,7 @@ def _disagreements(
         shown_other = _shown(other)
         text = f"--{name}: the leader runs {shown_mine}, the {label} runs {shown_other}"
         hint = "every node of one instance must start with the same server arguments"
-        severity = None
+        severity: Severity | None = None
         if name in KV501_WARNING_FLAGS:
             text += " (a flag that does not size the pool: a warning)"
             severity = "warning"

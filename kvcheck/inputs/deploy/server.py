@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kvcheck.engines.sglang.argv import launch_index, parse_argv
+from kvcheck.engines.sglang.argv import ParsedArgv, ParsedFlag, launch_index, parse_argv
 from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
@@ -291,7 +291,18 @@ def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> P
     parsed = parse_argv(argv, catalogue, start=server.start)
     issues: list[InputIssue] = []
     findings: list[Finding] = []
-    blocked: set[int] = set()  # tokens whose problem is an unresolved variable
+    blocked = _problems(server, parsed, catalogue, role, issues, findings)
+    args, model_path, config = _arguments(server, parsed, blocked, role, findings)
+    return ParsedServer(args, model_path, config, issues, findings)
+
+
+def _problems(
+    server: ServerCommand, parsed: ParsedArgv, catalogue: Catalogue, role: str,
+    issues: list[InputIssue], findings: list[Finding],
+) -> set[int]:
+    """What argparse would refuse: input issues, or KV317/KV502 findings; returns the tokens whose
+    problem is an unresolved variable (their flags are left out, not refused)."""
+    blocked: set[int] = set()
     value_of: dict[int, str] = {}  # value token index -> the flag it belongs to
     for occurrence in parsed.occurrences:
         for i in occurrence.value_indexes:
@@ -305,33 +316,42 @@ def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> P
         if token.unresolved:
             blocked.add(problem.index)
             if owner is not None:
-                for occurrence in parsed.occurrences:
-                    if problem.index in occurrence.value_indexes:
-                        blocked.add(occurrence.index)
+                blocked.update(o.index for o in parsed.occurrences if problem.index in o.value_indexes)
             findings.append(_unresolved(role, token, owner))
-            continue
-        if problem.kind == "repeated":
-            continue
-        if problem.kind == "unknown" and server.wrapper == "dynamo":
-            name = token.text.partition("=")[0].lstrip("-")
-            if name not in DYNAMO_FLAGS:
-                findings.append(
-                    finding(
-                        "KV502",
-                        role,
-                        f"'{token.text.partition('=')[0]}' is not a flag of SGLang {catalogue.version}; "
-                        "kvcheck leaves it to the Dynamo wrapper",
-                        location=token.location,
-                    )
-                )
-            continue
-        message = problem.message
-        shell_var = _SHELL_VAR_RE.search(token.text)
-        if token.raw is not None and shell_var:
-            # exec form: no shell runs, so $VAR reaches SGLang as written (Kubernetes expands only $(VAR))
-            message += (f" ({shell_var.group(0)} is passed literally: no shell runs this command; "
-                        f"write $({shell_var.group(1) or shell_var.group(2)}) for Kubernetes to expand it)")
-        issues.append(InputIssue(token.location.file, token.location.line, token.location.column, "", message))
+        elif problem.kind == "unknown" and server.wrapper == "dynamo":
+            _wrapper_flag(token, catalogue, role, findings)
+        elif problem.kind != "repeated":
+            issues.append(_refused(token, problem.message))
+    return blocked
+
+
+def _wrapper_flag(token: Token, catalogue: Catalogue, role: str, findings: list[Finding]) -> None:
+    name = token.text.partition("=")[0].lstrip("-")
+    if name not in DYNAMO_FLAGS:
+        findings.append(
+            finding(
+                "KV502",
+                role,
+                f"'{token.text.partition('=')[0]}' is not a flag of SGLang {catalogue.version}; "
+                "kvcheck leaves it to the Dynamo wrapper",
+                location=token.location,
+            )
+        )
+
+
+def _refused(token: Token, message: str) -> InputIssue:
+    shell_var = _SHELL_VAR_RE.search(token.text)
+    if token.raw is not None and shell_var:
+        # exec form: no shell runs, so $VAR reaches SGLang as written (Kubernetes expands only $(VAR))
+        message += (f" ({shell_var.group(0)} is passed literally: no shell runs this command; "
+                    f"write $({shell_var.group(1) or shell_var.group(2)}) for Kubernetes to expand it)")
+    return InputIssue(token.location.file, token.location.line, token.location.column, "", message)
+
+
+def _arguments(
+    server: ServerCommand, parsed: ParsedArgv, blocked: set[int], role: str, findings: list[Finding]
+) -> tuple[dict[str, Arg], Sourced | None, Token | None]:
+    """The typed arguments (the last occurrence of each wins, at its own place), the model path and `--config`."""
     args: dict[str, Arg] = {}
     model_path: Sourced | None = None
     config: Token | None = None
@@ -348,23 +368,25 @@ def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> P
                 findings.append(_unresolved(role, unresolved[0], occurrence.name))
             args.pop(occurrence.name, None)
             continue
-        where = value_tokens[0].location if value_tokens else flag_token.location
-        if occurrence.value_indexes and occurrence.value_indexes[0] == occurrence.index and where.column is not None:
-            if flag_token.raw is None or flag_token.raw == flag_token.text:
-                # --flag=value: point at the value, after the '='
-                where = Location(where.file, where.line, where.column + len(occurrence.spelled) + 1)
+        where = _value_place(occurrence, flag_token, value_tokens)
         if occurrence.name == _MODEL_FLAG:
             model_path = Sourced(occurrence.value, where)
-            continue
-        if occurrence.name == _CONFIG_FLAG:
+        elif occurrence.name == _CONFIG_FLAG:
             config = value_tokens[0] if value_tokens else None
-            continue
-        if occurrence.name in PLACEMENT_FLAGS:
-            continue
-        args.pop(occurrence.name, None)  # the last occurrence wins, in its own place
-        args[occurrence.name] = Arg(occurrence.name, occurrence.flag.key, occurrence.value, where, occurrence.flag,
-                                    _origin(value_tokens))
-    return ParsedServer(args, model_path, config, issues, findings)
+        elif occurrence.name not in PLACEMENT_FLAGS:
+            args.pop(occurrence.name, None)  # the last occurrence wins, in its own place
+            args[occurrence.name] = Arg(occurrence.name, occurrence.flag.key, occurrence.value, where, occurrence.flag,
+                                        _origin(value_tokens))
+    return args, model_path, config
+
+
+def _value_place(occurrence: ParsedFlag, flag_token: Token, value_tokens: list[Token]) -> Location:
+    where = value_tokens[0].location if value_tokens else flag_token.location
+    if occurrence.value_indexes and occurrence.value_indexes[0] == occurrence.index and where.column is not None:
+        if flag_token.raw is None or flag_token.raw == flag_token.text:
+            # --flag=value: point at the value, after the '='
+            where = Location(where.file, where.line, where.column + len(occurrence.spelled) + 1)
+    return where
 
 
 def _origin(tokens: list[Token]) -> str | None:

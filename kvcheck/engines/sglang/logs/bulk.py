@@ -45,7 +45,11 @@ NEEDLES = ((b"KV Cache", 1), (b" hit an exception", 9), (b"Uvicorn", 0), (b"\x1b
 _FALSE_HIT_BYTES = 512
 # A carriage return inside a line (a redrawn progress bar); one just before the newline is CRLF.
 INNER_CR_RE = re.compile(rb"\r(?!\r*\n)")
-EVERY_LINE_RE = re.compile(rb"\n")
+# A blank line (spaces, tabs, CRs at most) changes nothing feed() keeps unless a command line is being
+# continued, when every line is fed anyway ("forced"): neither regex points at one. A log of nothing but
+# newlines is then counted in C instead of fed line by line.
+_NOT_BLANK = rb"(?![ \t\r]*(?:\n|$))"
+EVERY_LINE_RE = re.compile(rb"\n" + _NOT_BLANK)
 # A chunk where one line in DENSE_SHARE or more needs parsing (after DENSE_AFTER_LINES of them) has
 # its remaining lines fed one by one: the search would find nearly every line anyway.
 DENSE_AFTER_LINES = 256
@@ -99,4 +103,4 @@ def odd_line_regex(templates: Iterable[bytes]) -> re.Pattern[bytes]:
         branches = b"|".join(token + emit(child) if token else b"" for token, child in node.items())
         return b"".join(parts) + b"(?:" + branches + b")"
 
-    return re.compile(rb"\n(?!" + emit(trie) + rb"(?!" + _SKIP_KEYS_RE + rb"))")
+    return re.compile(rb"\n" + _NOT_BLANK + rb"(?!" + emit(trie) + rb"(?!" + _SKIP_KEYS_RE + rb"))")

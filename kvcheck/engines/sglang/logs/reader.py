@@ -6,6 +6,7 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from itertools import groupby
 from typing import Any, Protocol
 
 from kvcheck.engines.sglang.logs.bulk import (
@@ -82,7 +83,8 @@ from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 
 # Reading-only state of a rank: how many allocation lines were seen, and lines that only choose
 # figure_line. Every other field of _Rank is a field of RankFigures (a test keeps the two equal).
-_NUMBER_GOES_ON = frozenset("0123456789.eE")  # after a token figure's digits: it was not an integer
+_NUMBER_GOES_ON = frozenset("0123456789.eE")
+TIMESTAMP_RE = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?")  # after a token figure's digits: it was not an integer
 MAX_DAMAGED_NOTES = 8
 
 _READING_STATE = ("allocation_count", "post_capture_line", "swa_line")
@@ -176,7 +178,11 @@ class LogReader:
         self._after_exception = False
         self._ready = False
         self._failure: str | None = None
-        self._damaged: list[str] = []  # pool figures no server can hold, with their lines
+        self._damaged: list[str] = []
+        self._last_allocation: bytes | None = None  # the last allocation line read in bulk, timestamp cut
+        self._last_allocation_raw: bytes | None = None
+        self._allocation_repeats = 0
+        self._allocation_evidence = 0  # pool figures no server can hold, with their lines
         self._boots = 1
         # Set by every _feed(): see split_prefix(); read_stream() learns prefix templates from it.
         self._plain_start: int | None = None
@@ -286,7 +292,11 @@ class LogReader:
             newline = data.find(b"\n", at, end)
             line_no += data.count(b"\n", counted, at)
             self._line_no = line_no
-            feed(data[at : min(newline, at + MAX_LINE_BYTES)])
+            line = data[at : min(newline, at + MAX_LINE_BYTES)]
+            if forced or not self._repeated_allocation(line):
+                feed(line)
+            else:
+                self._line_no += 1
             line_no += 1
             counted = pos = newline + 1
             forced = self._command_parts is not None or self._after_exception
@@ -295,14 +305,70 @@ class LogReader:
             fed += 1
             if fed >= DENSE_AFTER_LINES and fed * DENSE_SHARE > line_no - first_line_no:
                 # Most lines need parsing (ANSI colours, Docker's JSON): searching costs more than it saves.
-                for line in data[pos : end - 1].split(b"\n") if pos < end else ():
-                    feed(line[:MAX_LINE_BYTES])
+                self._feed_dense(data, pos, end)
                 return
         self._line_no = line_no + data.count(b"\n", counted, end)
 
+    def _feed_dense(self, data: bytes, pos: int, end: int) -> None:
+        """Feed the lines of `data[pos:end]` one by one, but for blank lines and repeated allocation lines.
+
+        Runs of identical lines are grouped in C (itertools.groupby): once one line of a run is known to
+        change nothing, the rest of the run is counted, not looked at.
+        """
+        feed = self._feed_raw
+        for line, group in groupby(data[pos : end - 1].split(b"\n") if pos < end else ()):
+            count, done = len(list(group)), 0
+            while done < count:
+                done += 1
+                if self._command_parts is not None or self._after_exception:
+                    feed(line[:MAX_LINE_BYTES])
+                    continue
+                blank = not line.strip()
+                if not blank and not self._repeated_allocation(line):
+                    feed(line[:MAX_LINE_BYTES])
+                    continue
+                self._line_no += 1  # a blank line or a repeat: nothing feed() keeps would change
+                if done < count and (blank or self._allocation_repeats >= 2):
+                    rest, done = count - done, count  # the same line again and again: count them
+                    self._line_no += rest
+                    if not blank:
+                        self._allocation_repeats += rest
+                        self._startup_lines += self._allocation_evidence * rest
+
+    def _repeated_allocation(self, line: bytes) -> bool:
+        """Whether `line` repeats, a third time or more and timestamps aside, the allocation line before it.
+
+        The allocation handler keeps the first figure and a same-size second one (a draft pool); a third
+        identical line only raises a count nothing reads, so a log repeating one allocation line a
+        million times (issue 14) is counted, not parsed a million times.
+        """
+        if line == self._last_allocation_raw:  # the common repeat: byte for byte, no regex needed
+            return self._repeat()
+        if b"KV Cache is allocated" not in line:
+            return False
+        self._last_allocation_raw = line
+        key = TIMESTAMP_RE.sub(b"", line[:MAX_LINE_BYTES], count=1)
+        if key == self._last_allocation:
+            return self._repeat()
+        self._last_allocation, self._allocation_repeats = key, 0
+        return False
+
+    def _repeat(self) -> bool:
+        self._allocation_repeats += 1
+        if self._allocation_repeats < 2:
+            return False
+        self._startup_lines += self._allocation_evidence  # as feeding it would have counted
+        return True
+
     def _feed_raw(self, raw: bytes) -> None:
         """Feed one raw line and learn its prefix template (see split_prefix) for the lines to come."""
-        self._feed(raw)
+        if raw != self._last_allocation_raw:  # any other line (a restart, another rank) ends a run of repeats
+            self._last_allocation_raw = self._last_allocation = None
+            self._feed(raw)
+        else:  # what a repeat of this line adds to the startup-line count, for the repeats skipped
+            before = self._startup_lines
+            self._feed(raw)
+            self._allocation_evidence = self._startup_lines - before
         start = self._plain_start
         if start is None or start > MAX_TEMPLATE_BYTES or len(self._templates) >= MAX_TEMPLATES:
             return

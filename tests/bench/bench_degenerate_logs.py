@@ -89,14 +89,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         for name, (path, _) in inputs(Path(folder), options.mb).items():
             decoded = 1024 * 2**20 if path.suffix == ".gz" else path.stat().st_size
-            loop_s = best(lambda: bare_loop(path), options.repeat)
-            bulk_s = best(lambda: bulk(path), options.repeat)
+            loop_s = best(lambda path=path: bare_loop(path), options.repeat)
+            bulk_s = best(lambda path=path: bulk(path), options.repeat)
             ratio = bulk_s / loop_s
             worst = max(worst, ratio)
             line = (f"{name:34} bare loop {decoded / loop_s / 2**20:8.0f} MB/s   kvcheck logs "
                     f"{decoded / bulk_s / 2**20:8.0f} MB/s  ({ratio:4.1f}x the bare loop)")
             if options.per_line:
-                feed_s = best(lambda: per_line(path), 1)
+                feed_s = best(lambda path=path: per_line(path), 1)
                 line += f"   per-line feed {decoded / feed_s / 2**20:6.0f} MB/s ({feed_s / loop_s:4.1f}x)"
             print(line, flush=True)
     print(f"worst: {worst:.1f}x the bare loop (bound: 5x)")

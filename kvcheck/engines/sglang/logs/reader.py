@@ -462,27 +462,12 @@ class LogReader:
     def _unprefixed(self, line: str) -> list[LogEvent] | tuple[LogEvent, ...]:
         """Lines without SGLang's prefix: tracebacks, launcher prints, quoted command lines."""
         if self._command_parts is not None:
-            self._command_parts.append(line.rstrip("\\ "))
-            if not line.rstrip().endswith("\\"):
-                self._finish_command()
-            return _NO_EVENTS
+            return self._continue_command(self._command_parts, line)
         stripped = line.strip()
         if not stripped:
             return _NO_EVENTS
         if self._in_traceback:
-            if line[:1] in (" ", "\t"):
-                self._errors.append(line)
-                return _NO_EVENTS
-            if stripped.startswith("Traceback (most recent call last)"):
-                self._errors.append(stripped)
-                return _NO_EVENTS
-            match = EXCEPTION_RE.match(stripped)
-            if match:
-                self._in_traceback = False
-                self._after_exception = True
-                return self._exception_event(None, stripped, match)
-            self._errors.append(stripped)  # continuation of a multi-line exception message
-            return _NO_EVENTS
+            return self._traceback_line(line, stripped)
         if self._after_exception:
             self._after_exception = False
             if stripped.startswith(CHAINED_EXCEPTION):
@@ -499,17 +484,48 @@ class LogReader:
         if "sglang" in stripped or "SGLang" in stripped:
             command = parse_command_line(stripped) if COMMAND_RE.search(stripped) else None
             if command is not None:
-                if stripped.endswith("\\"):
-                    self._command_parts = [stripped.rstrip("\\ ")]
-                    return _NO_EVENTS
-                return self._set_command(command, stripped)
+                return self._command_line(command, stripped)
             self._check_version(stripped)
+        return self._bare_exception(stripped)
+
+    def _bare_exception(self, stripped: str) -> list[LogEvent] | tuple[LogEvent, ...]:
+        """An exception line printed without a traceback before it (`ValueError: ...`)."""
         if "Error" in stripped or "Exception" in stripped:
             match = EXCEPTION_RE.match(stripped)
             if match:
                 self._after_exception = True
                 return self._exception_event(None, stripped, match)
         return _NO_EVENTS
+
+    def _continue_command(self, parts: list[str], line: str) -> tuple[LogEvent, ...]:
+        """The next line of a quoted command line continued with backslashes."""
+        parts.append(line.rstrip("\\ "))
+        if not line.rstrip().endswith("\\"):
+            self._finish_command()
+        return _NO_EVENTS
+
+    def _traceback_line(self, line: str, stripped: str) -> list[LogEvent] | tuple[LogEvent, ...]:
+        """A line inside a traceback: a frame, a chained traceback's start, or the exception it ends with."""
+        if line[:1] in (" ", "\t"):
+            self._errors.append(line)
+            return _NO_EVENTS
+        if stripped.startswith("Traceback (most recent call last)"):
+            self._errors.append(stripped)
+            return _NO_EVENTS
+        match = EXCEPTION_RE.match(stripped)
+        if match:
+            self._in_traceback = False
+            self._after_exception = True
+            return self._exception_event(None, stripped, match)
+        self._errors.append(stripped)  # continuation of a multi-line exception message
+        return _NO_EVENTS
+
+    def _command_line(self, command: tuple[str, ...], stripped: str) -> list[LogEvent] | tuple[LogEvent, ...]:
+        """A quoted SGLang command line; one ending in a backslash continues on the next lines."""
+        if stripped.endswith("\\"):
+            self._command_parts = [stripped.rstrip("\\ ")]
+            return _NO_EVENTS
+        return self._set_command(command, stripped)
 
     def _finish_command(self) -> None:
         parts = self._command_parts or []

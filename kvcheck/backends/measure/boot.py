@@ -281,7 +281,8 @@ class RoleBoot:
                 logs_dir.mkdir(parents=True, exist_ok=True)
                 if path.is_dir():
                     raise IsADirectoryError(21, "is a directory")
-                path.touch()
+                # never through a link planted in the folder (it would overwrite the file it points at)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
             except OSError as exc:
                 raise InputError(
                     f"--logs-dir {logs_dir}: cannot write {path.name}: {exc.strerror or exc}",

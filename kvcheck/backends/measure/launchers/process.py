@@ -13,8 +13,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 _POLL_S = 0.02
 
@@ -64,6 +66,19 @@ def group_pids(pgid: int) -> list[int]:
 
 # The longest engine output line kvcheck reads at once; the rest of a longer line is skipped.
 MAX_LINE_BYTES = 1 << 20
+# An engine that logs nonstop (18 MB/s seen) must not fill the disk: the log keeps its first
+# LOG_HEAD_BYTES, then only the last LOG_TAIL_BYTES (in memory until the engine ends), with a line
+# saying how much was left out between them. Every line still reaches the parser.
+LOG_HEAD_BYTES = 64 << 20
+LOG_TAIL_BYTES = 16 << 20
+
+
+def open_log(path: Path) -> IO[str]:
+    """The engine's log file, created or truncated without following a symlink planted in its place,
+    readable by its owner only (an engine's output can hold secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that existed keeps its mode otherwise
+    return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
 
 
 class EngineProcess:
@@ -80,7 +95,7 @@ class EngineProcess:
         self.argv = argv
         self.log_path = log_path
         self._on_line = on_line
-        self._log = log_path.open("w", encoding="utf-8", errors="replace")
+        self._log = open_log(log_path)
         try:
             self._proc = subprocess.Popen(
                 list(argv),
@@ -111,6 +126,9 @@ class EngineProcess:
         stream = self._proc.stdout
         if stream is None:  # pragma: no cover - Popen was given stdout=PIPE
             raise RuntimeError("engine output is not captured")
+        written = 0  # bytes of the log's head on disk
+        tail: deque[str] = deque()  # past the head: the last lines, LOG_TAIL_BYTES at most
+        tail_bytes = left_out = 0
         try:
             skipping = False  # inside an over-long line whose head was already handed on
             while raw := stream.readline(MAX_LINE_BYTES):
@@ -120,18 +138,34 @@ class EngineProcess:
                     continue
                 skipping = not ends and len(raw) >= MAX_LINE_BYTES
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                try:
-                    self._log.write(line + "\n")
-                    self._log.flush()
-                except ValueError:
-                    pass  # stop() gave up waiting for a writer that escaped SIGKILL and closed the log
+                if written < LOG_HEAD_BYTES:
+                    written += len(line) + 1
+                    self._write_log(line + "\n")
+                else:
+                    tail.append(line)
+                    tail_bytes += len(line) + 1
+                    while tail_bytes > LOG_TAIL_BYTES:
+                        tail_bytes -= len(tail.popleft()) + 1
+                        left_out += 1
                 if self.pump_error is None:
                     try:
                         self._on_line(line)
                     except Exception as exc:  # noqa: BLE001 - reported by the role, never swallowed
                         self.pump_error = exc
         finally:
+            if tail:
+                if left_out:
+                    self._write_log(f"[kvcheck: {left_out:,} lines of engine output left out here: the log keeps "
+                                    f"its first {LOG_HEAD_BYTES >> 20} MiB and last {LOG_TAIL_BYTES >> 20} MiB]\n")
+                self._write_log("".join(line + "\n" for line in tail))
             stream.close()
+
+    def _write_log(self, text: str) -> None:
+        try:
+            self._log.write(text)
+            self._log.flush()
+        except ValueError:
+            pass  # stop() gave up waiting for a writer that escaped SIGKILL and closed the log
 
     def poll(self) -> int | None:
         """The launcher's exit status (negative: killed by that signal), None while it runs."""

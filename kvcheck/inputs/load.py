@@ -24,7 +24,7 @@ from kvcheck.inputs.deploy.slurm import is_batch_script
 from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
 from kvcheck.inputs.manifest.model import MAX_TOKENS, PolicySpec
 from kvcheck.inputs.textfile import read_text_file
-from kvcheck.inputs.yamlpos import load_yaml_with_positions
+from kvcheck.inputs.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
 from kvcheck.policy.rules import PolicyConfig
 
@@ -78,7 +78,7 @@ def is_kvcheck_manifest(path: str) -> bool:
     if is_batch_script(text):
         return False
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in safe_load_all(text, path) if d is not None]
     except yaml.YAMLError:
         return _DEPLOYMENT_LINE_RE.search(text) is None
     if len(documents) != 1:
@@ -108,7 +108,7 @@ def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None)
 def _has_deployment_key(path: str) -> bool:
     try:
         text = read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
-        first = next(iter(yaml.safe_load_all(text)), None)
+        first = next(iter(safe_load_all(text, path)), None)
     except (InputError, yaml.YAMLError):
         return False
     return isinstance(first, Mapping) and "deployment" in first

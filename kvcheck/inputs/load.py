@@ -145,10 +145,11 @@ def load_overlay(path: str, given: Overrides) -> LoadedDeployment:
             raise InputError(f"{where.render()}: deployment: no such file {written} (relative to the manifest)")
 
     def merged(option: Sourced | None, value: Any, *keys: Any) -> Sourced | None:
-        stated = Sourced(value, at(*keys), "overlay") if value is not None else None
+        where = at(*keys)
+        stated = Sourced(value, where, "overlay") if value is not None else None
         if option is not None and stated is not None and str(option.value) != str(stated.value):
             raise InputError(
-                f"{stated.location.render()}: {'.'.join(map(str, keys))} is {stated.value!r} but {option.origin} "
+                f"{where.render()}: {'.'.join(map(str, keys))} is {stated.value!r} but {option.origin} "
                 f"gives {option.value!r}; they must agree"
             )
         return stated or option

@@ -93,6 +93,12 @@ PUBLIC_ARG_FIELDS = frozenset({
     "chat_template", "tool_call_parser", "reasoning_parser", "model_impl", "revision", "log_level",
     "log_level_http", "lora_backend", "ep_dispatch_algorithm", "hicache_storage_backend",
 })
+# Args named like these choose among an engine's implementations (`eplb-algorithm: deepseek`,
+# `moe-runner-backend: triton`); a single plain word there is public. A URL, a path or anything with
+# punctuation a credential carries is still taken as a secret.
+PUBLIC_ARG_SUFFIXES = ("_backend", "_algorithm", "_mode", "_policy", "_parser", "_dtype", "_format", "_impl",
+                       "_strategy", "_method", "_level", "_type", "_kernel")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 PUBLIC_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_", "OMP_", "GLOO_", "UCX_", "NVSHMEM_",
                        "TRITON_", "SGL_", "SGLANG_", "FLASHINFER_", "MC_", "HIP_", "ROCM_", "HSA_")
 PUBLIC_ENV_NAMES = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "HOME", "HF_HOME", "HF_HUB_OFFLINE",
@@ -110,21 +116,34 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def manifest_secrets(args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> frozenset[str]:
+def manifest_secrets(
+    args: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    public_fields: Iterable[str] = (),
+) -> frozenset[str]:
     """Every value of a manifest's args and engine env kvcheck must not print (secret_values, plus by value).
 
     By value: an env value that is not a plain number or boolean, unless its name is a known public one
     (CUDA_*, NCCL_*, HF_HOME, ...); an arg's text that is not a plain number, unless its field is a known
     public one (model_path, kv_cache_dtype, ...); and the userinfo of every URL either of them holds.
     SGLANG_* names are public only when is_secret_name says nothing (SGLANG_API_KEY stays secret).
+    `public_fields` adds args the engine knows are public words (a value from the flag's choices).
     """
+    public_args = PUBLIC_ARG_FIELDS | frozenset(public_fields)
     found = set(secret_values(args, env))
     for name, value in (env or {}).items():
         public = (name in PUBLIC_ENV_NAMES or name.startswith(PUBLIC_ENV_PREFIXES)) and not is_secret_name(name)
         found.update(text.strip() for text in _texts(value) if not public and not _PLAIN.fullmatch(text.strip()))
     for name, value in (args or {}).items():
-        if str(name) not in PUBLIC_ARG_FIELDS:
-            found.update(text.strip() for text in _texts(value) if not _PLAIN.fullmatch(text.strip()))
+        if str(name) in public_args:
+            continue
+        word_field = str(name).endswith(PUBLIC_ARG_SUFFIXES)
+        found.update(
+            text.strip()
+            for text in _texts(value)
+            if not _PLAIN.fullmatch(text.strip()) and not (word_field and _WORD.fullmatch(text.strip()))
+        )
     for mapping in (args or {}), (env or {}):
         for value in mapping.values():
             for text in _texts(value):

@@ -33,6 +33,10 @@ class Engine(ABC):
         """
 
     @abstractmethod
+    def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
+        """The args whose value is one of the flag's declared choices: public words, never a secret."""
+
+    @abstractmethod
     def role_mode(self, args: Mapping[str, Any]) -> str | None:
         """The disaggregated role the args give a server (prefill, decode), None for a unified one."""
 

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
+from kvcheck.engines import get_engine
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
 from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
@@ -84,7 +85,7 @@ def judge(
         findings=tuple(findings),
         strict=strict,
         suppressed=suppressed_counts(dropped),
-        secrets=frozenset().union(*(manifest_secrets(t.args, t.env) for t in targets)),
+        secrets=frozenset().union(*(_secrets(target) for target in targets)),
     )
 
 
@@ -98,3 +99,9 @@ def suppressed_counts(dropped: Sequence[Finding], already: Sequence[tuple[str, i
 def with_min_headroom(targets: Sequence[RoleTarget], min_headroom: float) -> list[RoleTarget]:
     """Targets with another headroom factor (audit and logs take it as an option)."""
     return [replace(t, min_headroom=min_headroom) for t in targets]
+
+
+def _secrets(target: RoleTarget) -> frozenset[str]:
+    """The role's values no report may print; a value from a flag's fixed choices is a public word."""
+    public = get_engine(target.engine).enumerated_fields(target.args, target.engine_version)
+    return manifest_secrets(target.args, target.env, public_fields=public)

@@ -55,6 +55,23 @@ def test_estimate_report_never_prints_a_manifest_secret(tmp_path: Path) -> None:
     assert data["roles"][0]["argv"] == ["--api-key", "REDACTED"]
 
 
+def test_a_value_from_a_flags_fixed_choices_is_a_public_word_not_a_secret(tmp_path: Path) -> None:
+    """--eplb-algorithm deepseek used to redact 'deepseek' everywhere, the manifest's own name included."""
+    config = EXAMPLES / "single-server" / "llama-3.1-8b-instruct.config.json"
+    manifest = tmp_path / "deepseek-pd.yaml"
+    manifest.write_text(
+        f"context_length: 131072\nmodel: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {config}}}\n"
+        'engine: {version: "0.5.23"}\ngpu: H100\n'
+        "args: {eplb-algorithm: deepseek, api-key: sk-TOPSECRET456}\nroles:\n  server: {gpus: [0]}\n"
+    )
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["source"].endswith("deepseek-pd.yaml")
+    assert data["roles"][0]["argv"] == ["--eplb-algorithm", "deepseek", "--api-key", "REDACTED"]
+    assert "TOPSECRET" not in result.stdout
+
+
 def test_figures_are_never_redacted_whatever_their_name() -> None:
     assert redact_value({"kv_bytes_per_token": 1234.5, "max_total_tokens": 8, "api_key": None, "hf_token": True}) == {
         "kv_bytes_per_token": 1234.5, "max_total_tokens": 8, "api_key": None, "hf_token": True,

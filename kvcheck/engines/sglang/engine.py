@@ -37,6 +37,26 @@ class SglangEngine(Engine):
         catalogue, _ = self.catalogue(version if version is not None else catalogue_versions()[-1])
         return parse_argv(argv, catalogue)
 
+    def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
+        from kvcheck.engines.sglang.catalogue import FlagError, catalogue_versions
+        from kvcheck.errors import InputError
+
+        try:
+            catalogue, _ = self.catalogue(version if version is not None else catalogue_versions()[-1])
+        except InputError:
+            return frozenset()
+        found = set()
+        for name, value in args.items():
+            try:
+                flag = catalogue.resolve(str(name))
+            except FlagError:
+                continue
+            choices = {str(choice) for choice in flag.choices or ()}
+            values = value if isinstance(value, list | tuple) else [value]
+            if choices and values and all(str(item) in choices for item in values):
+                found.add(str(name))
+        return frozenset(found)
+
     def role_mode(self, args: Mapping[str, Any]) -> str | None:
         return serving.disaggregation_mode(args)
 

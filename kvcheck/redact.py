@@ -98,7 +98,7 @@ PUBLIC_ARG_FIELDS = frozenset({
 # punctuation a credential carries is still taken as a secret.
 PUBLIC_ARG_SUFFIXES = ("_backend", "_algorithm", "_mode", "_policy", "_parser", "_dtype", "_format", "_impl",
                        "_strategy", "_method", "_level", "_type", "_kernel")
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
+_CHOICE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 PUBLIC_ENV_PREFIXES = ("CUDA_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_", "OMP_", "GLOO_", "UCX_", "NVSHMEM_",
                        "TRITON_", "SGL_", "SGLANG_", "FLASHINFER_", "MC_", "HIP_", "ROCM_", "HSA_")
 PUBLIC_ENV_NAMES = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "HOME", "HF_HOME", "HF_HUB_OFFLINE",
@@ -142,7 +142,7 @@ def manifest_secrets(
         found.update(
             text.strip()
             for text in _texts(value)
-            if not _PLAIN.fullmatch(text.strip()) and not (word_field and _WORD.fullmatch(text.strip()))
+            if not _PLAIN.fullmatch(text.strip()) and not (word_field and _CHOICE_WORD.fullmatch(text.strip()))
         )
     for mapping in (args or {}), (env or {}):
         for value in mapping.values():

@@ -183,6 +183,7 @@ class RoleBoot:
             timeout_s=self.settings.timeout_s,
             grace_s=self.settings.grace_s,
             dummy_weights=self.settings.dummy_weights,
+            temporary_log=not keep_log,
         )
         try:
             engine = self.launcher.start(request)

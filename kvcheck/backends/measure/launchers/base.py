@@ -29,6 +29,7 @@ class LaunchRequest:
     timeout_s: float
     grace_s: float
     dummy_weights: bool = False
+    temporary_log: bool = False  # log_path is kvcheck's temporary file (no --logs-dir): removed at the end
 
 
 @dataclass(frozen=True)

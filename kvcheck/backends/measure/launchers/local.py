@@ -30,6 +30,7 @@ from kvcheck.backends.measure.launchers.command import (
 )
 from kvcheck.backends.measure.launchers.gpus import GpuInventory, GpuState, check_role_gpus
 from kvcheck.backends.measure.launchers.process import EngineProcess
+from kvcheck.backends.measure.launchers.watchdog import Watchdog
 from kvcheck.model import RoleTarget
 
 GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
@@ -104,6 +105,7 @@ class LocalEngine(RunningEngine):
     def stop(self, grace_s: float) -> str | None:
         survivors = self.process.stop(grace_s)
         if not survivors:
+            Watchdog.stopped(self.process.pgid)  # a group with survivors stays listed: SIGKILL again at exit
             return None
         return (
             f"engine processes {', '.join(map(str, survivors))} survived SIGKILL (uninterruptible "
@@ -193,6 +195,7 @@ class LocalLauncher(Launcher):
         )
         env = build_env(target)
         details = {"engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
+        Watchdog.prepare()  # before the engine: ends it even if kvcheck is SIGKILLed (watchdog.py)
         try:
             process = EngineProcess(argv, env, log_path=request.log_path, on_line=request.on_line)
         except OSError as exc:
@@ -202,4 +205,5 @@ class LocalLauncher(Launcher):
                 argv=argv,
                 details=details,
             ) from exc
+        Watchdog.started(process.pgid, request.log_path if request.temporary_log else None)
         return LocalEngine(process, port=port, details=details)

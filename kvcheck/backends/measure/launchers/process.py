@@ -104,6 +104,7 @@ class EngineProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                close_fds=True,  # the engine must never hold the watchdog's pipe (watchdog.py)
             )
         except OSError:
             self._log.close()

@@ -1,0 +1,202 @@
+"""Engines die with kvcheck, however it dies (SIGKILL included): a small watchdog process.
+
+kvcheck starts it before its first local engine (`Watchdog.start`), in its own session (a Ctrl-C
+to kvcheck's group does not reach it), with stdin the read end of a pipe whose write end only
+kvcheck holds (the pipe is close-on-exec and every engine is started with close_fds, so no engine
+holds it). kvcheck writes one line per engine process group it starts and one when it has stopped
+it:
+
+    start <pgid> <leader start time> <temporary log path, or ->
+    stop <pgid>
+
+End of file on stdin means kvcheck is gone (every descriptor closes when a process dies, SIGKILL
+included). The watchdog then sends SIGTERM to every group still listed, SIGKILL to what is left
+after GRACE_S, removes the listed temporary logs, and exits; with nothing listed it exits at once.
+A group is signalled only while its leader is the process kvcheck started (same start time in
+/proc/<pid>/stat, field 22) or is gone with members of the group left behind: a process group id
+stays taken while any member lives, so such members are kvcheck's engines, never a later process
+that happens to reuse the number.
+
+This file imports only the standard library and is run by path (`python -I watchdog.py`), so the
+watchdog starts in milliseconds and loads none of kvcheck.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+GRACE_S = 5.0  # SIGTERM to SIGKILL once kvcheck is gone (SGLang drains in well under this)
+_POLL_S = 0.05
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on; None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: fields start after the last ')'
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22), "-" where /proc cannot tell."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else "-"
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group runs (zombies hold nothing and cannot be killed again)."""
+    proc = Path("/proc")
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is not None and len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in "ZX":
+            return True
+    return False
+
+
+def _still_ours(pgid: int, started: str) -> bool:
+    """The group kvcheck started, not a later one reusing its number (see the module docstring)."""
+    now = start_time(pgid)
+    if now == "-":  # the leader is gone: any member left is one of ours
+        return _group_alive(pgid)
+    return started == "-" or now == started
+
+
+def _signal(pgids: list[int], signum: int) -> None:
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+
+
+def end_groups(groups: dict[int, str], grace_s: float = GRACE_S) -> None:
+    """SIGTERM every group still ours, SIGKILL what is left after `grace_s`, wait until none runs."""
+    ours = [pgid for pgid, started in groups.items() if _still_ours(pgid, started)]
+    _signal(ours, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while ours and time.monotonic() < deadline:
+        ours = [pgid for pgid in ours if _group_alive(pgid)]
+        if ours:
+            time.sleep(_POLL_S)
+    _signal(ours, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while ours and time.monotonic() < deadline:
+        ours = [pgid for pgid in ours if _group_alive(pgid)]
+        if ours:
+            time.sleep(_POLL_S)
+
+
+def serve(stream: IO[str], grace_s: float = GRACE_S) -> None:
+    """Read kvcheck's lines until end of file, then end what is still listed and remove its logs."""
+    groups: dict[int, str] = {}
+    logs: dict[int, str] = {}
+    for line in stream:
+        words = line.split(" ", 3)
+        try:
+            if words[0] == "start" and len(words) == 4:
+                pgid = int(words[1])
+                groups[pgid] = words[2]
+                log = words[3].rstrip("\n")
+                if log != "-":
+                    logs[pgid] = log
+            elif words[0] == "stop" and len(words) == 2:
+                pgid = int(words[1])
+                groups.pop(pgid, None)
+                logs.pop(pgid, None)  # kvcheck removes its own log after a normal stop
+        except ValueError:
+            continue  # never from kvcheck; a bad line must not keep the others from being ended
+    if groups:
+        end_groups(groups, grace_s)
+    for log in logs.values():
+        with contextlib.suppress(OSError):
+            os.unlink(log)
+
+
+def main() -> None:
+    # kvcheck's terminal and Ctrl-C are not the watchdog's business: only end of file ends it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    grace_s = float(sys.argv[1]) if len(sys.argv) > 1 else GRACE_S
+    serve(sys.stdin, grace_s)
+
+
+class Watchdog:
+    """kvcheck's side: starts the watchdog once per kvcheck process and tells it about each group."""
+
+    _lock = threading.Lock()
+    _writer: IO[str] | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def _ensure(cls) -> IO[str] | None:
+        if cls._writer is not None and cls._proc is not None and cls._proc.poll() is None:
+            return cls._writer
+        if cls._writer is not None:  # it died (killed by someone): start another
+            with contextlib.suppress(OSError):
+                cls._writer.close()
+            cls._writer = None
+        if not Path("/proc/self/stat").exists():
+            return None  # not Linux: no watchdog (docs/measure.md)
+        read_fd, write_fd = os.pipe()  # both close-on-exec: no other child inherits them
+        try:
+            cls._proc = subprocess.Popen(
+                [sys.executable, "-I", str(Path(__file__).resolve())],
+                stdin=read_fd,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            os.close(write_fd)
+            return None
+        finally:
+            os.close(read_fd)
+        cls._writer = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+        return cls._writer
+
+    @classmethod
+    def _send(cls, line: str) -> None:
+        with cls._lock:
+            writer = cls._ensure()
+            if writer is None:
+                return
+            try:
+                writer.write(line + "\n")
+                writer.flush()
+            except OSError:  # the watchdog died between the check and the write
+                with contextlib.suppress(OSError):
+                    writer.close()
+                cls._writer = None
+
+    @classmethod
+    def prepare(cls) -> None:
+        """Start the watchdog now, before the first engine, so registering one costs only a write."""
+        with cls._lock:
+            cls._ensure()
+
+    @classmethod
+    def started(cls, pgid: int, temporary_log: Path | None) -> None:
+        """Register a group just started; `temporary_log` is removed if kvcheck dies before it."""
+        log = str(temporary_log) if temporary_log is not None else "-"
+        if "\n" in log:
+            log = "-"  # cannot be framed on one line; mkstemp names never hold one
+        cls._send(f"start {pgid} {start_time(pgid)} {log}")
+
+    @classmethod
+    def stopped(cls, pgid: int) -> None:
+        """kvcheck ended the group itself: the watchdog forgets it."""
+        cls._send(f"stop {pgid}")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ FLAGS_0_5_23 = TEST_DATA / "sglang" / "flags-0.5.23.json"
 _MODELS_IN_REPO = TEST_DATA / "models"
 MODELS = Path(
     os.environ.get("KVCHECK_TEST_MODELS")
-    or (_MODELS_IN_REPO if _MODELS_IN_REPO.is_dir() else REPO_ROOT.parent / "shared" / "data" / "models")
+    or _MODELS_IN_REPO
 ).resolve()
 MODELS_ABSENT = (
     f"real model configs absent ({MODELS}): tests/data/models is missing from this checkout, or "

@@ -112,17 +112,8 @@ def load_yaml_with_positions(text: str, filename: str) -> tuple[Any, Positions, 
     loader = _BoundedLoader(text, filename)
     try:
         node = loader.get_single_node()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        problem = exc.problem or "invalid YAML"
-        if exc.context:
-            problem = f"{exc.context}: {problem}"
-        raise InputError(
-            InputIssue(filename, line, column, "", f"YAML syntax error: {problem}").render()
-        ) from exc
     except yaml.YAMLError as exc:
-        raise InputError(f"{filename}: YAML error: {exc}") from exc
+        raise _syntax_error(exc, filename) from exc
     finally:
         loader.dispose()
     if node is None:
@@ -241,17 +232,8 @@ def load_yaml_documents(text: str, filename: str, *, max_nodes: int = 2_000_000)
             data = _build_document(node, filename, positions, issues, max_nodes=budget_left)
             budget_left -= max(1, len(positions.values))
             documents.append(YamlDocument(data, positions, issues, node.start_mark.line + 1))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        problem = exc.problem or "invalid YAML"
-        if exc.context:
-            problem = f"{exc.context}: {problem}"
-        raise InputError(
-            InputIssue(filename, line, column, "", f"YAML syntax error: {problem}").render()
-        ) from exc
     except yaml.YAMLError as exc:
-        raise InputError(f"{filename}: YAML error: {exc}") from exc
+        raise _syntax_error(exc, filename) from exc
     finally:
         loader.dispose()
     return documents
@@ -285,3 +267,15 @@ def _dotted(path: Path_) -> str:
 
 
 dotted = _dotted
+
+
+def _syntax_error(exc: yaml.YAMLError, filename: str) -> InputError:
+    """PyYAML's error as an input error at the file:line:column it marks (exit 2)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        problem = exc.problem or "invalid YAML"
+        if exc.context:
+            problem = f"{exc.context}: {problem}"
+        return InputError(InputIssue(filename, line, column, "", f"YAML syntax error: {problem}").render())
+    return InputError(f"{filename}: YAML error: {exc}")

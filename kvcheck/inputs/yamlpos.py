@@ -229,7 +229,10 @@ def load_yaml_documents(text: str, filename: str, *, max_nodes: int = 2_000_000)
                 continue
             positions = Positions()
             issues: list[InputIssue] = []
-            data = _build_document(node, filename, positions, issues, max_nodes=budget_left)
+            # as many values as the file writes, twice over plus an allowance: an alias bomb stops
+            # after a few thousand values, in milliseconds, not at the 2-million ceiling
+            budget = min(budget_left, 2 * loader.written_nodes + ALIAS_EXPANSION_ALLOWANCE)
+            data = _build_document(node, filename, positions, issues, max_nodes=budget)
             budget_left -= max(1, len(positions.values))
             documents.append(YamlDocument(data, positions, issues, node.start_mark.line + 1))
     except yaml.YAMLError as exc:

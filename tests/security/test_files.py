@@ -46,7 +46,7 @@ def test_a_yaml_bomb_is_bad_input_with_its_line(tmp_path, text, where):
     assert caught.value.message.startswith(f"{path}{where}")
     assert loader_s < 0.5  # the loader alone: well under a second, even on a loaded 2-core runner
 
-    for args in (("verify", str(path), "--mode", "estimate"), ("audit", "--fleet", str(path))):
+    for args in (("verify", str(path), "--mode", "estimate"), ("audit", "--fleet", str(path)), ("import", str(path))):
         out = attack(*args, timeout=30)
         assert out.exit_code == 2, (args, out.stderr)
         assert f"kvcheck: error: {path}{where}" in out.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from pathlib import Path
 
 from kvcheck.backends.measure.launchers.kubernetes.render import render_role
@@ -108,3 +110,18 @@ def test_a_kvcheck_manifest_or_a_missing_file_gives_none(tmp_path):
     manifest = tmp_path / "m.yaml"
     manifest.write_text("context_length: 1000\nroles:\n  prefill:\n    gpus: [0]\n")
     assert pod_templates([_target(manifest, 4, 5), _target(tmp_path / "gone.yaml", 1, 1)]) == {}
+
+
+def test_the_file_is_read_again_under_the_input_bounds(tmp_path):
+    # The roles were loaded from the file before; the launcher reads it again for the pod template, and
+    # a file swapped for a bomb or a FIFO in between must not cost memory or block (issue 14).
+    from tests.security.test_files import alias_bomb
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(alias_bomb())
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert template_at(str(bomb), 1, 1) is None
+    assert template_at(str(fifo), 1, 1) is None
+    assert time.monotonic() - started < 5  # the unbounded loader took 24-50 s and gigabytes on the bomb

@@ -15,33 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kvcheck.backends.measure.launchers.kubernetes.settings import PodTemplates
+from kvcheck.errors import InputError
+from kvcheck.inputs.deploy.source import MAX_DEPLOY_BYTES
+from kvcheck.inputs.textfile import read_text_file
+from kvcheck.inputs.yamlpos import YamlDocument, load_yaml_documents
 from kvcheck.model import RoleTarget
 
 Key = str | int
-
-
-def _find(node: yaml.Node, line: int, column: int, path: tuple[Key, ...]) -> tuple[Key, ...] | None:
-    """The key path to the mapping that starts at (line, column), 0-based as PyYAML counts."""
-    if isinstance(node, yaml.MappingNode):
-        if (node.start_mark.line, node.start_mark.column) == (line, column):
-            return path
-        for key, value in node.value:
-            found = _find(value, line, column, (*path, str(key.value)))
-            if found is not None:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            if (item.start_mark.line, item.start_mark.column) == (line, column) and isinstance(
-                item, yaml.MappingNode
-            ):
-                return (*path, i)
-            found = _find(item, line, column, (*path, i))
-            if found is not None:
-                return found
-    return None
 
 
 def _get(data: Any, path: Sequence[Key]) -> Any:
@@ -50,46 +31,61 @@ def _get(data: Any, path: Sequence[Key]) -> Any:
     return data
 
 
+def _documents(file: str) -> list[YamlDocument] | None:
+    """The file's documents under the same bounds as every other input (size, nesting, aliases);
+    None where it cannot be read now (it was read once already, when the roles were loaded)."""
+    try:
+        text = read_text_file(Path(file), file, kind="deployment file", max_bytes=MAX_DEPLOY_BYTES)
+        return load_yaml_documents(text, file)
+    except InputError:
+        return None
+
+
 def template_at(file: str, line: int, column: int | None) -> PodTemplates | None:
     """The pod template(s) around the container declared at file:line:column (1-based), if standard."""
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        documents = list(yaml.safe_load_all(text))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    documents = _documents(file)
+    if documents is None:
         return None
-    for node, document in zip(nodes, documents, strict=False):
-        if node is None:
-            continue
-        path = _find(node, line - 1, (column or 1) - 1, ())
+    where = (line, column or 1)
+    for document in documents:
+        path = next(
+            (p for p, at in document.positions.values.items()
+             if at == where and isinstance(_get(document.data, p), dict)),
+            None,
+        )
         if path is None:
             continue
         if len(path) < 3 or path[-3:-1] != ("spec", "containers") or not isinstance(path[-1], int):
             return None
-        template_path = path[:-3]
-        template = _get(document, template_path)
-        container = _get(document, path)
-        if not isinstance(template, dict) or not isinstance(container, dict):
-            return None
-        worker, worker_container = None, None
-        if template_path and template_path[-1] == "leaderTemplate":
-            other = _get(document, template_path[:-1]).get("workerTemplate")
-            containers = (
-                ((other or {}).get("spec") or {}).get("containers") if isinstance(other, dict) else None
-            )
-            if isinstance(containers, list) and containers:
-                worker = other
-                # the engine's container sits where the leader's does (names often differ: -leader/-worker)
-                same = containers[path[-1]] if path[-1] < len(containers) else None
-                worker_container = same.get("name") if isinstance(same, dict) else None
-        return PodTemplates(
-            leader=template,
-            worker=worker,
-            container=container.get("name"),
-            worker_container=worker_container,
-            source=f"{file}:{line}",
-        )
+        return _templates(document.data, path, f"{file}:{line}")
     return None
+
+
+def _templates(document: Any, path: tuple[Key, ...], source: str) -> PodTemplates | None:
+    """The pod template holding the container at `path` (…, spec, containers, i), and for a
+    LeaderWorkerSet leader the worker template beside it."""
+    template_path = path[:-3]
+    template = _get(document, template_path)
+    container = _get(document, path)
+    if not isinstance(template, dict) or not isinstance(container, dict):
+        return None
+    worker, worker_container = None, None
+    index = path[-1]
+    if template_path and template_path[-1] == "leaderTemplate" and isinstance(index, int):
+        other = _get(document, template_path[:-1]).get("workerTemplate")
+        containers = ((other or {}).get("spec") or {}).get("containers") if isinstance(other, dict) else None
+        if isinstance(containers, list) and containers:
+            worker = other
+            # the engine's container sits where the leader's does (names often differ: -leader/-worker)
+            same = containers[index] if index < len(containers) else None
+            worker_container = same.get("name") if isinstance(same, dict) else None
+    return PodTemplates(
+        leader=template,
+        worker=worker,
+        container=container.get("name"),
+        worker_container=worker_container,
+        source=source,
+    )
 
 
 def pod_templates(targets: Sequence[RoleTarget]) -> dict[str, PodTemplates]:

@@ -487,6 +487,15 @@ def main() -> None:
                 handle,
             )
     event(args, "start")
+    if args.nnodes > 1 and (args.tp_size * args.pp_size) % args.nnodes:
+        # ServerArgs' own check, before anything starts (arg_groups/validation_hook.py:180 in 0.5.23)
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 24, in <module>\n'
+            "    server_args = prepare_server_args(sys.argv[1:])\n"
+            "AssertionError: tp_size must be divisible by number of nodes\n"
+        )
+        sys.exit(1)
     touch = os.environ.get("FAKE_SGLANG_TOUCH")
     if touch:
         open(touch, "w").close()

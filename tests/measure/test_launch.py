@@ -15,9 +15,9 @@ from kvcheck.backends.measure.launchers.command import (
     role_nnodes,
 )
 from kvcheck.backends.measure.launchers.local import free_port
-from kvcheck.backends.measure.launchers.process import EngineProcess, group_alive
+from kvcheck.backends.measure.launchers.process import EngineProcess, create_log, group_alive
 from kvcheck.errors import InputError
-from tests.measure.conftest import ENGINE, PidFile, make_target
+from tests.measure.conftest import ENGINE, PidFile, make_target, pid_alive
 
 
 def test_argv_is_engine_model_args_then_loopback_and_ports() -> None:
@@ -80,6 +80,7 @@ def test_nnodes() -> None:
 def _start(tmp_path: Path, mode: str, lines: list[str]) -> EngineProcess:
     env = {**os.environ, "FAKE_SGLANG_MODE": mode}
     argv = (*ENGINE, "--model-path", "m", "--tp-size", "2", "--port", str(free_port()))
+    create_log(tmp_path / "engine.log")
     return EngineProcess(argv, env, log_path=tmp_path / "engine.log", on_line=lines.append)
 
 
@@ -124,5 +125,80 @@ def test_engine_runs_in_its_own_session(tmp_path: Path, pidfile: PidFile) -> Non
 
 
 def test_missing_program_raises_oserror(tmp_path: Path) -> None:
-    with pytest.raises(OSError):
+    # the reaper starts the engine; the error is still the one starting it directly would raise
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory: '/nonexistent/sglang'"):
         EngineProcess(("/nonexistent/sglang",), {}, log_path=tmp_path / "x.log", on_line=print)
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory: 'no-such-sglang'"):
+        EngineProcess(("no-such-sglang",), {"PATH": str(tmp_path)}, log_path=tmp_path / "x.log", on_line=print)
+    script = tmp_path / "sglang"
+    script.write_text("#!/bin/sh\n")  # not executable
+    with pytest.raises(PermissionError, match="Permission denied"):
+        EngineProcess((str(script),), {}, log_path=tmp_path / "x.log", on_line=print)
+
+
+def _run(tmp_path: Path, script: str, *, grace_s: float = 5.0) -> EngineProcess:
+    log = tmp_path / "engine.log"
+    create_log(log)
+    return EngineProcess(("/bin/sh", "-c", script), dict(os.environ), log_path=log, on_line=lambda line: None,
+                         grace_s=grace_s)
+
+
+@pytest.mark.parametrize(("script", "returncode"), [
+    ("exit 0", 0), ("exit 3", 3), ("kill -TERM $$", -15), ("kill -KILL $$", -9), ("kill -SEGV $$", -11),
+])
+def test_the_reaper_ends_as_the_engine_did(tmp_path: Path, script: str, returncode: int) -> None:
+    engine = _run(tmp_path, script)
+    _wait_for(lambda: engine.poll() is not None, "the engine's end")
+    assert engine.returncode == returncode
+    assert engine.stop(grace_s=1) == []
+    assert not list(tmp_path.glob("core*"))  # a mirrored SIGSEGV leaves no core of the reaper
+
+
+def test_the_engine_runs_below_the_reaper_in_its_group_with_a_clean_signal_state(tmp_path: Path) -> None:
+    out = tmp_path / "status"
+    engine = _run(tmp_path, f"grep -E '^(SigBlk|SigIgn):' /proc/$$/status > {out}; echo $PPID $(ps -o pgid= $$) >> {out}")
+    _wait_for(lambda: engine.poll() is not None, "the engine's end")
+    blocked, ignored, parent = out.read_text().splitlines()
+    assert blocked.split() == ["SigBlk:", "0000000000000000"]  # the reaper's blocked signals are its own
+    assert ignored.split() == ["SigIgn:", "0000000000000000"]  # SIGPIPE and SIGXFSZ back at their defaults
+    ppid, pgid = map(int, parent.split())
+    assert ppid == engine.pid == pgid  # below the reaper, in the group kvcheck signals
+
+
+def test_stop_ends_a_process_that_left_the_group(tmp_path: Path) -> None:
+    # setsid, output closed, SIGTERM ignored: outside the group, invisible to killpg and to the pipe
+    pidfile = tmp_path / "escaped"
+    engine = _run(tmp_path, f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; exec sleep 60' "
+                            "</dev/null >/dev/null 2>&1 & exec sleep 60")
+    _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "the escaped process")
+    escaped = int(pidfile.read_text())
+    assert os.getpgid(escaped) != engine.pgid
+    started = time.monotonic()
+    assert engine.stop(grace_s=0.5) == []
+    assert not pid_alive(escaped)
+    assert time.monotonic() - started < 10  # SIGKILL right after the grace, not at some later timeout
+    assert not engine.output_held
+
+
+def test_leftovers_of_an_engine_that_exited_are_ended_by_the_reaper(tmp_path: Path) -> None:
+    pidfile = tmp_path / "left"
+    engine = _run(tmp_path, f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; exec sleep 60' "
+                            "</dev/null >/dev/null 2>&1 & sleep 0.2; exit 7", grace_s=0.3)
+    _wait_for(lambda: engine.poll() is not None, "the reaper's end")  # after SIGKILL of the leftover
+    assert engine.returncode == 7
+    assert not pid_alive(int(pidfile.read_text()))
+    assert engine.stop(grace_s=1) == []
+
+
+def test_the_double_refuses_more_nodes_than_tp_times_pp_as_sglang_does(tmp_path: Path) -> None:
+    # SGLang asserts tp_size * pp_size % nnodes == 0 before starting anything; the double used to wait
+    # for peers that could never be placed.
+    import subprocess
+
+    done = subprocess.run(
+        [*ENGINE, "--model-path", "m", "--tp-size", "1", "--nnodes", "2", "--node-rank", "0",
+         "--dist-init-addr", "127.0.0.1:1", "--port", str(free_port())],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "FAKE_SGLANG_PIDFILE": str(tmp_path / "p")},
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == "AssertionError: tp_size must be divisible by number of nodes"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -13,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from kvcheck.backends.measure.launchers import watchdog
-from tests.measure.conftest import FAKE_SGLANG, PidFile, pid_alive, start_until_engines_started
+from tests.measure.conftest import FAKE_SGLANG, REPO, PidFile, pid_alive, start_until_engines_started
 from tests.measure.test_cli_measure import MANIFEST
 
 WATCHDOG = [sys.executable, "-I", watchdog.__file__]
+DETACHING = REPO / "tests" / "doubles" / "detaching_engine.py"
 
 
 def _sleep_group() -> subprocess.Popen[bytes]:
@@ -73,7 +76,9 @@ def test_a_group_ignoring_sigterm_gets_sigkill_after_the_grace(tmp_path: Path) -
         dog.stdin.write(f"start {stubborn.pid} {watchdog.start_time(stubborn.pid)} -\n")
         dog.stdin.close()
         assert dog.wait(timeout=10) == 0
-        assert stubborn.wait(timeout=1) == -signal.SIGKILL
+        # the leader is not a reaper: SIGUSR2's default action ends it, and the rest of the group
+        # (the backgrounded sleep, also ignoring SIGTERM) gets SIGKILL at once after that
+        assert stubborn.wait(timeout=1) == -signal.SIGUSR2
         assert not watchdog._group_alive(stubborn.pid)  # the backgrounded sleep too (a zombie at most)
     finally:
         stubborn.kill()
@@ -141,3 +146,34 @@ def test_sigkill_of_kvcheck_ends_every_engine_within_seconds(
     for port in ports:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))  # free again
+
+
+def test_sigkill_of_kvcheck_ends_a_daemon_that_left_the_engines_session(
+    tmp_path: Path, pidfile: PidFile
+) -> None:
+    # Issue 14: a double-forked daemon in its own session, output on /dev/null, ignoring SIGTERM,
+    # holding a port. kvcheck is SIGKILLed mid-boot; the watchdog's SIGTERM reaches the engine groups,
+    # and its SIGUSR2 after the grace makes each engine's reaper SIGKILL the daemon it inherited.
+    markers = tmp_path / "daemons"
+    engine = ", ".join(json.dumps(str(part)) for part in (
+        DETACHING, markers, "ignore-term", "stay", sys.executable, FAKE_SGLANG))
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(MANIFEST.format(python=json.dumps(sys.executable), engine=engine))
+    argv = [sys.executable, "-m", "kvcheck", "verify", str(manifest), "--no-gpu-check"]
+    proc = start_until_engines_started(argv, pidfile, expected=8, mode="hang")
+    try:
+        daemons = [tuple(map(int, m.read_text().split())) for m in markers.iterdir() if m.name.isdigit()]
+        assert len(daemons) == 2  # one per role
+        proc.kill()
+        killed_at = time.monotonic()
+        proc.communicate(timeout=30)  # returns when the watchdog, which shares kvcheck's stderr, exits
+        _wait_gone(pidfile.pids() + [pid for pid, _ in daemons], timeout_s=20)
+        print(f"SIGKILL of kvcheck to no daemon left: {time.monotonic() - killed_at:.2f} s")
+        for _, port in daemons:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port))  # free again
+    finally:
+        for marker in markers.iterdir():
+            if marker.name.isdigit():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(marker.name), signal.SIGKILL)

@@ -197,7 +197,9 @@ class LocalLauncher(Launcher):
         details = {"engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
         Watchdog.prepare()  # before the engine: ends it even if kvcheck is SIGKILLed (watchdog.py)
         try:
-            process = EngineProcess(argv, env, log_path=request.log_path, on_line=request.on_line)
+            process = EngineProcess(
+                argv, env, log_path=request.log_path, on_line=request.on_line, grace_s=request.grace_s
+            )
         except OSError as exc:
             raise LaunchError(
                 f"could not start the engine: {exc.strerror or exc} ({argv[0]})",

@@ -1,16 +1,21 @@
-"""A local process group whose output kvcheck reads line by line, and which it can always end.
+"""A local process tree whose output kvcheck reads line by line, and which it can always end.
 
 Used by the local launcher for the engine itself and by the Slurm launcher for the `srun` client
 that forwards the engine's output. The process runs in its own session (own process group) so that
 kvcheck can end the whole group, and so that SGLang's `SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION` cannot
-take kvcheck down with it (docs/measure.md, "Cleanup guarantees").
+take kvcheck down with it; on Linux it runs below a subreaper (`reaper.py`), so that a process that
+leaves the group, or is orphaned by a double fork, is still found and stopped with it
+(docs/measure.md, "Cleanup guarantees").
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -18,7 +23,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
+from kvcheck.backends.measure.launchers import reaper
+
 _POLL_S = 0.02
+REAPER_KILL_WAIT_S = reaper.GIVE_UP_S + 2.0  # SIGUSR2 to SIGKILL of the group: the reaper's own wait, and 2 s
 
 
 def _group_members(pgid: int) -> list[tuple[int, str]] | None:
@@ -59,6 +67,14 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2 :][:1] not in ("Z", "X", "")
+
+
 def group_pids(pgid: int) -> list[int]:
     """Live members of the group (for messages); empty where /proc cannot tell."""
     return sorted(pid for pid, state in (_group_members(pgid) or []) if state not in ("Z", "X"))
@@ -73,12 +89,36 @@ LOG_HEAD_BYTES = 64 << 20
 LOG_TAIL_BYTES = 16 << 20
 
 
+def create_log(path: Path) -> None:
+    """Create the engine's log file, readable by its owner only (an engine's output can hold
+    secrets); exclusively, so neither a file nor a symlink already there is written through."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
 def open_log(path: Path) -> IO[str]:
-    """The engine's log file, created or truncated without following a symlink planted in its place,
-    readable by its owner only (an engine's output can hold secrets)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    os.fchmod(fd, 0o600)  # a file that existed keeps its mode otherwise
+    """The engine's log file that `create_log` (or mkstemp) made, opened without following a symlink
+    planted in its place since; it stays the owner's only."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    os.fchmod(fd, 0o600)
     return os.fdopen(fd, "w", encoding="utf-8", errors="replace")
+
+
+def _check_program(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
+    """Raise the OSError starting `argv[0]` directly would raise: the reaper starts it, and its
+    failure would otherwise read as an engine that exited with status 127."""
+    program = argv[0] if argv else ""
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is not None:
+        return
+    if os.sep in program and os.path.exists(program):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def _reaper_argv(argv: tuple[str, ...], grace_s: float) -> list[str]:
+    """`argv` below the subreaper on Linux, `argv` itself where /proc is not Linux's."""
+    if not Path("/proc/self/stat").exists():
+        return list(argv)
+    return [sys.executable, "-I", str(Path(reaper.__file__).resolve()), repr(float(grace_s)), "--", *argv]
 
 
 class EngineProcess:
@@ -91,14 +131,18 @@ class EngineProcess:
         *,
         log_path: Path,
         on_line: Callable[[str], None],
+        grace_s: float = 15.0,
     ) -> None:
         self.argv = argv
         self.log_path = log_path
         self._on_line = on_line
+        _check_program(argv, env)
+        launch = _reaper_argv(argv, grace_s)
+        self.reaped = launch != list(argv)
         self._log = open_log(log_path)
         try:
             self._proc = subprocess.Popen(
-                list(argv),
+                launch,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -111,8 +155,9 @@ class EngineProcess:
             raise
         self.pump_error: Exception | None = None  # a failure of kvcheck's own log parsing
         self.output_held = False  # set by stop(): a process outside the group still holds the output
+        self.stuck: list[int] = []  # pids the reaper reported as outliving SIGKILL
         self.pid = self._proc.pid
-        self.pgid = self.pid  # start_new_session: the engine leads its own session and group
+        self.pgid = self.pid  # start_new_session: the reaper (or the engine) leads its own session and group
         self.started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name=f"kvcheck-log-{self.pid}", daemon=True)
         self._reader.start()
@@ -139,6 +184,8 @@ class EngineProcess:
                     continue
                 skipping = not ends and len(raw) >= MAX_LINE_BYTES
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if self.reaped and line.startswith(reaper.SURVIVORS_PREFIX):
+                    self.stuck = [int(p) for p in line[len(reaper.SURVIVORS_PREFIX):].split() if p.isdigit()]
                 if written < LOG_HEAD_BYTES:
                     written += len(line) + 1
                     self._write_log(line + "\n")
@@ -177,13 +224,23 @@ class EngineProcess:
         return self._proc.returncode
 
     def stop(self, grace_s: float) -> list[int]:
-        """End the whole process group: SIGTERM, then SIGKILL after `grace_s`; returns survivors' pids.
+        """End the engine and everything it started: SIGTERM, then SIGKILL after `grace_s`; returns
+        survivors' pids.
 
+        The group gets SIGTERM, and the reaper hands it on to the engine's processes outside the
+        group. After `grace_s` the reaper is told to SIGKILL every one of them (SIGUSR2); it exits
+        when none is left, and the group, reaper included, gets SIGKILL if it has not gone by then.
         Idempotent. After it returns the launcher is reaped and the log is complete and closed; the
         returned list is empty unless a process escaped even SIGKILL (uninterruptible sleep).
         """
         self._signal_group(signal.SIGTERM)
         if not self._wait_group(grace_s):
+            if self.reaped and self._proc.poll() is None:
+                self._proc.send_signal(signal.SIGUSR2)  # poll() first: never a pid reused since
+                try:
+                    self._proc.wait(timeout=REAPER_KILL_WAIT_S)  # it exits once nothing it reaps is left
+                except subprocess.TimeoutExpired:
+                    pass
             self._signal_group(signal.SIGKILL)
             self._wait_group(10.0)
         try:
@@ -191,6 +248,7 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             pass
         survivors = group_pids(self.pgid) if group_alive(self.pgid) else []
+        survivors = sorted({*survivors, *(pid for pid in self.stuck if _running(pid))})
         self._reader.join(timeout=5.0)
         # Still open after the whole group is gone: a process that left the group (setsid) holds
         # the engine's output, and kvcheck cannot stop what it cannot see.

@@ -470,7 +470,8 @@ class SlurmJob(RunningEngine):
                 return
             try:
                 self._step = EngineProcess(
-                    argv, self._env, log_path=self.request.log_path, on_line=self.request.on_line
+                    argv, self._env, log_path=self.request.log_path, on_line=self.request.on_line,
+                    grace_s=self.request.grace_s,
                 )
             except OSError as exc:
                 self._fail(f"could not run Slurm's srun: {exc.strerror or exc} ({argv[0]})")

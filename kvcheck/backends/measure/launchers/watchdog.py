@@ -10,8 +10,11 @@ it:
     stop <pgid>
 
 End of file on stdin means kvcheck is gone (every descriptor closes when a process dies, SIGKILL
-included). The watchdog then sends SIGTERM to every group still listed, SIGKILL to what is left
-after GRACE_S, removes the listed temporary logs, and exits; with nothing listed it exits at once.
+included). The watchdog then sends SIGTERM to every group still listed; after GRACE_S, SIGUSR2 to
+each group's leader, the subreaper kvcheck starts the engine under (`reaper.py`: it SIGKILLs every
+process the engine started, in the group or outside it, and exits when none is left), and SIGKILL to
+what is left of the groups; it removes the listed temporary logs, and exits. With nothing listed it
+exits at once.
 A group is signalled only while its leader is the process kvcheck started (same start time in
 /proc/<pid>/stat, field 22) or is gone with members of the group left behind: a process group id
 stays taken while any member lives, so such members are kvcheck's engines, never a later process
@@ -30,10 +33,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 GRACE_S = 5.0  # SIGTERM to SIGKILL once kvcheck is gone (SGLang drains in well under this)
+REAPER_WAIT_S = 12.0  # SIGUSR2 to SIGKILL of the group: the reaper's own 10 s for a stuck process, and 2 s
 _POLL_S = 0.05
 
 
@@ -65,6 +70,11 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _running(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in "ZX"
+
+
 def _still_ours(pgid: int, started: str) -> bool:
     """The group kvcheck started, not a later one reusing its number (see the module docstring)."""
     now = start_time(pgid)
@@ -79,15 +89,29 @@ def _signal(pgids: list[int], signum: int) -> None:
             os.killpg(pgid, signum)
 
 
+def _wait(pgids: list[int], timeout_s: float, *, alive: Callable[[int], bool] = _group_alive) -> list[int]:
+    """Wait until `alive` is false for every one of `pgids`, at most `timeout_s`; those still alive."""
+    deadline = time.monotonic() + timeout_s
+    while pgids and time.monotonic() < deadline:
+        pgids = [pgid for pgid in pgids if alive(pgid)]
+        if pgids:
+            time.sleep(_POLL_S)
+    return [pgid for pgid in pgids if alive(pgid)]
+
+
 def end_groups(groups: dict[int, str], grace_s: float = GRACE_S) -> None:
-    """SIGTERM every group still ours, SIGKILL what is left after `grace_s`, wait until none runs."""
+    """SIGTERM every group still ours; after `grace_s`, SIGUSR2 to each group's leader (the reaper
+    above the engine SIGKILLs every descendant, in the group or not, and exits when none is left),
+    then SIGKILL to what is left of the groups; wait until none runs."""
     ours = [pgid for pgid, started in groups.items() if _still_ours(pgid, started)]
     _signal(ours, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while ours and time.monotonic() < deadline:
-        ours = [pgid for pgid in ours if _group_alive(pgid)]
-        if ours:
-            time.sleep(_POLL_S)
+    ours = _wait(ours, grace_s)
+    leaders = [pgid for pgid in ours if groups[pgid] != "-" and start_time(pgid) == groups[pgid]]
+    for pgid in leaders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pgid, signal.SIGUSR2)
+    _wait(leaders, REAPER_WAIT_S, alive=lambda pgid: start_time(pgid) == groups[pgid] and _running(pgid))
+    ours = [pgid for pgid in ours if _group_alive(pgid)]
     _signal(ours, signal.SIGKILL)
     deadline = time.monotonic() + 10.0
     while ours and time.monotonic() < deadline:

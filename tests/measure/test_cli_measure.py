@@ -111,8 +111,10 @@ def test_logs_dir_and_dummy_weights(manifest: Path, pidfile: PidFile, tmp_path: 
     logs = tmp_path / "logs"
     code, report, _ = verify_json(manifest, "--logs-dir", str(logs), "--dummy-weights")
     assert code == 0
-    assert sorted(p.name for p in logs.iterdir()) == ["decode.log", "prefill.log"]
-    assert "max_total_num_tokens=947824" in (logs / "prefill.log").read_text()
+    [run] = logs.iterdir()  # this run's own folder
+    assert sorted(p.name for p in run.iterdir()) == ["decode.log", "prefill.log"]
+    assert "max_total_num_tokens=947824" in (run / "prefill.log").read_text()
+    assert [r["details"]["log_file"] for r in report["roles"]] == [str(run / "prefill.log"), str(run / "decode.log")]
     assert report["roles"][0]["argv"][-2:] == ["--load-format", "dummy"]
     assert [(f["rule"], f["severity"], f["role"]) for f in report["findings"]] == [
         ("KV315", "warning", "prefill"), ("KV315", "warning", "decode"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +20,9 @@ from kvcheck.backends.measure.launchers.local import conflicts
 from kvcheck.errors import EstimateError, GpuInventoryError, InputError
 from kvcheck.model import PoolMeasurement, RoleTarget
 from tests.doubles.fake_nvml import MIB, FakeGpu, FakeNvml, FakeProcess
-from tests.measure.conftest import ENGINE, FAKE_SGLANG, PidFile, make_target
+from tests.measure.conftest import ENGINE, FAKE_SGLANG, REPO, PidFile, make_target, pid_alive
+
+DETACHING = REPO / "tests" / "doubles" / "detaching_engine.py"
 
 
 def measure(*targets: RoleTarget, **options) -> list[PoolMeasurement]:
@@ -216,10 +220,14 @@ def test_missing_engine_program(pidfile: PidFile) -> None:
     assert m.findings[0].message.startswith("could not start the engine: No such file or directory")
 
 
-def test_logs_dir_keeps_each_role_log(pidfile: PidFile, tmp_path: Path) -> None:
+def test_logs_dir_keeps_each_role_log_in_the_runs_own_folder(pidfile: PidFile, tmp_path: Path) -> None:
     [m] = measure(make_target(name="decode/0"), logs_dir=tmp_path / "logs")
-    log = tmp_path / "logs" / "decode_0.log"
+    [run] = (tmp_path / "logs").iterdir()
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", run.name)
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    log = run / "decode_0.log"
     assert m.details["log_file"] == str(log)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
     assert "max_total_num_tokens=947824" in log.read_text()
     assert "The server is fired up and ready to roll!" in log.read_text()
 
@@ -371,7 +379,7 @@ def test_unwritable_logs_dir_is_an_input_error(pidfile: PidFile, tmp_path: Path)
     with pytest.raises(InputError) as caught:
         measure(make_target(), logs_dir=blocker / "logs")
     assert caught.value.exit_code == 2
-    assert caught.value.message.startswith(f"--logs-dir {blocker / 'logs'}: cannot write prefill.log")
+    assert caught.value.message == f"--logs-dir {blocker / 'logs'}: cannot create this run's folder: Not a directory"
     assert pidfile.pids() == []
 
 
@@ -417,12 +425,11 @@ def test_a_wrapper_that_exits_at_once_is_kv301(pidfile: PidFile) -> None:
     )
 
 
-def test_a_logs_dir_entry_that_is_a_folder_is_an_input_error(pidfile: PidFile, tmp_path: Path) -> None:
-    (tmp_path / "logs" / "prefill.log").mkdir(parents=True)
-    with pytest.raises(InputError) as caught:
-        measure(make_target(), logs_dir=tmp_path / "logs")
-    assert caught.value.message == f"--logs-dir {tmp_path / 'logs'}: cannot write prefill.log: is a directory"
-    assert pidfile.pids() == []
+def test_a_run_whose_roles_never_start_leaves_no_folder(pidfile: PidFile, tmp_path: Path) -> None:
+    target = make_target(args={"nnodes": 2})  # refused by the local launcher before any engine starts
+    [m] = measure(target, logs_dir=tmp_path / "logs")
+    assert rules(m) == [("KV301", "error")]
+    assert list((tmp_path / "logs").iterdir()) == []
 
 
 def test_a_failure_reading_the_log_is_a_kvcheck_bug_not_a_verdict(pidfile: PidFile, monkeypatch) -> None:
@@ -448,8 +455,61 @@ def test_quoted_engine_lines_hide_the_manifests_secret_values() -> None:
     assert quoted == "    | token rejected for REDACTED\n    | bad key REDACTED at /usr/local/cuda"
 
 
-def test_a_process_that_escapes_the_group_is_kv301(pidfile: PidFile, tmp_path: Path) -> None:
-    # The wrapper starts the double, plus a process in its own session that inherits the output pipe.
+def _daemon(markers: Path) -> tuple[int, int]:
+    [marker] = markers.iterdir()
+    pid, port = marker.read_text().split()
+    return int(pid), int(port)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("term", ["term", "ignore-term"])
+@pytest.mark.parametrize("after", ["stay", "exit"])
+def test_a_daemon_that_leaves_the_session_and_drops_its_output_is_stopped(
+    pidfile: PidFile, tmp_path: Path, term: str, after: str
+) -> None:
+    # Issue 14's attack: a double-forked daemon in its own session, output on /dev/null, holding a
+    # port; orphaned at once, so no process-group signal and no scan of the engine's children reaches
+    # it. The reaper above the engine inherits it as an orphan and stops it with the engine: after the
+    # measurement ("stay") or when the engine exits by itself ("exit"); SIGKILL if it ignores SIGTERM.
+    marker = tmp_path / "daemon"
+    target = dataclasses.replace(
+        make_target(), engine_command=(sys.executable, str(DETACHING), str(marker), term, after, *ENGINE)
+    )
+    try:
+        [m] = measure(target, timeout_s=30.0, grace_s=1.0)
+        pid, port = _daemon(marker)
+        assert not pid_alive(pid)
+        assert _port_free(port)
+        if after == "stay":
+            assert (m.pool_tokens, m.findings) == (947824, ())
+        else:
+            assert rules(m) == [("KV301", "error")]
+            assert m.findings[0].message.startswith("the engine exited with status 1 before reporting its pool")
+            assert "left its daemon running" in m.findings[0].message
+    finally:
+        for leftover in marker.glob("[0-9]*"):
+            try:
+                os.kill(int(leftover.name), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def test_a_process_that_escaped_even_the_reaper_is_kv301(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
+    # The last resort stays: without the reaper (not Linux, or PR_SET_CHILD_SUBREAPER refused) a
+    # process that left the group and still holds the output is reported, never passed over.
+    from kvcheck.backends.measure.launchers import process
+
+    monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s: list(argv))
     marker = tmp_path / "escaped.pid"
     wrapper = tmp_path / "wrapper.sh"
     wrapper.write_text(
@@ -484,5 +544,6 @@ def test_a_dp_rank_missing_from_server_info_is_not_measured(pidfile: PidFile, mo
 def test_roles_that_would_share_a_log_file_are_an_input_error(pidfile: PidFile, tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         measure(make_target("a/b", gpus=(0,)), make_target("a b", gpus=(1,)), logs_dir=tmp_path / "logs")
-    assert caught.value.message == f"roles 'a/b' and 'a b' would both write {tmp_path / 'logs' / 'a_b.log'}"
+    assert caught.value.message == "roles 'a/b' and 'a b' would both write the log a_b.log"
+    assert not (tmp_path / "logs").exists()
     assert pidfile.pids() == []

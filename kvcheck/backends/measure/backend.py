@@ -9,7 +9,9 @@ kvcheck exits (130 or 143).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import secrets
 import signal
 import threading
 import time
@@ -20,7 +22,7 @@ from typing import Any
 
 from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
-from kvcheck.backends.measure.boot import BootSettings, RoleBoot
+from kvcheck.backends.measure.boot import BootSettings, RoleBoot, log_file_name
 from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.launchers.base import Launcher
 from kvcheck.backends.measure.launchers.local import GPU_SETTLE_S, LocalLauncher
@@ -68,27 +70,55 @@ def _sigterm_cancels(cancel: threading.Event) -> Iterator[dict[str, Any]]:
             signal.signal(signum, handler)
 
 
-def _check_log_names(targets: Sequence[RoleTarget], logs_dir: Path) -> None:
+def _check_log_names(targets: Sequence[RoleTarget]) -> None:
     """Two roles must not write one --logs-dir file (names that differ only in unsafe characters)."""
-    from kvcheck.backends.measure.boot import log_file_name
-
     seen: dict[str, str] = {}
     for target in targets:
         name = log_file_name(target.name)
         if name in seen:
             raise InputError(
-                f"roles '{seen[name]}' and '{target.name}' would both write {logs_dir / name}",
+                f"roles '{seen[name]}' and '{target.name}' would both write the log {name}",
                 hint="rename one of the roles (letters, digits, '.', '_' and '-' are kept as they are)",
             )
         seen[name] = target.name
+
+
+def make_run_folder(logs_dir: Path) -> Path:
+    """This run's own folder in --logs-dir, `<UTC time>-<random>`: made with mkdir, which neither
+    reuses a folder nor follows a link already there, and readable by its owner only. Runs sharing one
+    --logs-dir each write their own folder (issue 14)."""
+    try:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(64):
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            folder = logs_dir / f"{stamp}-{secrets.token_hex(3)}"
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            return folder
+        raise FileExistsError(errno.EEXIST, "no unused run folder name after 64 tries")
+    except OSError as exc:
+        raise InputError(
+            f"--logs-dir {logs_dir}: cannot create this run's folder: {exc.strerror or exc}",
+            hint="pass a folder kvcheck may create and write",
+        ) from exc
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # it holds logs (or is gone): kept
 
 
 class _RoleThreads:
     """What one run's role threads share with the main thread: per role, its result or error and
     whether it began and ended; one cancel event for all."""
 
-    def __init__(self, targets: list[RoleTarget], waits: list[list[int]]) -> None:
+    def __init__(self, targets: list[RoleTarget], waits: list[list[int]], settings: BootSettings) -> None:
         self.targets = targets
+        self.settings = settings  # this run's: logs_dir is the run's own folder
         self.waits = waits  # per role: the earlier roles whose engines must be gone before it starts
         self.results: list[PoolMeasurement | None] = [None] * len(targets)
         self.errors: list[BaseException | None] = [None] * len(targets)
@@ -143,13 +173,19 @@ class MeasureBackend(Backend):
         targets = list(targets)
         if not targets:
             return []
-        if self.settings.logs_dir is not None:
-            _check_log_names(targets, self.settings.logs_dir)
+        settings = self.settings
+        if settings.logs_dir is not None:
+            _check_log_names(targets)
         estimates = [self._estimate(t) for t in targets]
         launcher = self.launcher
-        run = _RoleThreads(targets, launcher.waits(targets))
 
         with ExitStack() as stack:
+            if settings.logs_dir is not None:
+                run_folder = make_run_folder(settings.logs_dir)
+                settings = dataclasses.replace(settings, logs_dir=run_folder)
+                # a run whose roles were all refused before their engines started leaves no empty folder
+                stack.callback(_remove_if_empty, run_folder)
+            run = _RoleThreads(targets, launcher.waits(targets), settings)
             stack.enter_context(launcher)
             progress = stack.enter_context(BootProgress(self.progress))
             for i, target in enumerate(targets):
@@ -188,7 +224,9 @@ class MeasureBackend(Backend):
                         return
             if run.cancel.is_set():
                 return
-            run.results[i] = self._measure_role(run.targets[i], progress, run.cancel, shared=bool(run.waits[i]))
+            run.results[i] = self._measure_role(
+                run.targets[i], progress, run.cancel, shared=bool(run.waits[i]), settings=run.settings
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which re-raises
             run.errors[i] = exc
             run.cancel.set()
@@ -258,7 +296,13 @@ class MeasureBackend(Backend):
         raise SystemExit(128 + signum)
 
     def _measure_role(
-        self, target: RoleTarget, progress: BootProgress, cancel: threading.Event, *, shared: bool
+        self,
+        target: RoleTarget,
+        progress: BootProgress,
+        cancel: threading.Event,
+        *,
+        shared: bool,
+        settings: BootSettings,
     ) -> PoolMeasurement:
         def on_phase(text: str) -> None:
             progress.phase(target.name, text)
@@ -276,7 +320,7 @@ class MeasureBackend(Backend):
             )
         boot = RoleBoot(
             target,
-            self.settings,
+            settings,
             cancel=cancel,
             on_phase=on_phase,
             on_start=lambda: progress.start(target.name),

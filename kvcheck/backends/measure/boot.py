@@ -29,6 +29,7 @@ import httpx
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
+from kvcheck.backends.measure.launchers.process import create_log
 from kvcheck.engines.sglang.client import ServerInfo, SglangClient
 from kvcheck.engines.sglang.logs.reader import LogReader
 from kvcheck.engines.sglang.logs.values import LogSummary
@@ -274,19 +275,18 @@ class RoleBoot:
         return dataclasses.replace(measurement, **changes)
 
     def _log_path(self) -> tuple[Path, bool]:
-        """The role's log: kept as DIR/<role>.log with --logs-dir, else a temporary file."""
-        logs_dir = self.settings.logs_dir
-        if logs_dir is not None:
-            path = logs_dir / log_file_name(self.target.name)
+        """The role's log: kept as RUN/<role>.log with --logs-dir, else a temporary file.
+
+        RUN is this run's own folder in --logs-dir (`make_run_folder`); the file is created there
+        exclusively, never through a link, readable by its owner only."""
+        run_dir = self.settings.logs_dir
+        if run_dir is not None:
+            path = run_dir / log_file_name(self.target.name)
             try:
-                logs_dir.mkdir(parents=True, exist_ok=True)
-                if path.is_dir():
-                    raise IsADirectoryError(21, "is a directory")
-                # never through a link planted in the folder (it would overwrite the file it points at)
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+                create_log(path)
             except OSError as exc:
                 raise InputError(
-                    f"--logs-dir {logs_dir}: cannot write {path.name}: {exc.strerror or exc}",
+                    f"--logs-dir {run_dir}: cannot write {path.name}: {exc.strerror or exc}",
                     hint="pass a folder kvcheck may create and write",
                 ) from exc
             return path, True

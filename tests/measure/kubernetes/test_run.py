@@ -86,7 +86,7 @@ def test_one_role_is_created_watched_streamed_read_through_the_proxy_and_deleted
     assert ("GET", f"/api/v1/namespaces/{NS}/pods/{pod}:{m.details['ports']['http']}/proxy/server_info") in seen
     assert ("DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/kvcheck-0a1b2c3d-prefill") in seen
     assert cluster.objects == {} and cluster.pods == {}
-    log = (tmp_path / "logs" / "prefill.log").read_text()
+    log = Path(m.details["log_file"]).read_text()
     assert "The server is fired up and ready to roll!" in log
     assert "max_total_num_tokens=947824" in log
 
@@ -191,7 +191,7 @@ def test_a_log_stream_that_breaks_is_resumed_without_losing_or_repeating_a_line(
     cluster.break_streams = 2  # the first two streams of the pod reset after 5 lines
     (m,) = measure(cluster, [target()], logs_dir=tmp_path / "logs")
     assert (m.pool_tokens, [f.rule for f in m.findings]) == (947824, [])
-    ours = (tmp_path / "logs" / "prefill.log").read_text().splitlines()
+    ours = Path(m.details["log_file"]).read_text().splitlines()
     notes = [line for line in ours if line.startswith("kvcheck: the log stream of pod ")]
     assert len(notes) == 2 and all(line.endswith("; resuming") for line in notes)
     engine_lines = [line for line in ours if not line.startswith("kvcheck: ")]

@@ -32,7 +32,7 @@ from kvcheck.backends.measure.launchers.kubernetes.render import (
 )
 from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings, PodTemplates
 from kvcheck.backends.measure.launchers.kubernetes.templates import pod_templates
-from kvcheck.backends.measure.launchers.process import MAX_LINE_BYTES
+from kvcheck.backends.measure.launchers.process import MAX_LINE_BYTES, open_log
 from kvcheck.model import RoleTarget
 
 LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -98,7 +98,7 @@ class KubernetesEngine(RunningEngine):
         self._created = list(created)
         self._poll_s = poll_s
         self._lock = threading.Lock()
-        self._log = request.log_path.open("w", encoding="utf-8", errors="replace")
+        self._log = open_log(request.log_path)  # no symlink followed, the owner's only (process.py)
         self._pods: dict[str, dict[str, Any]] = {}
         self._streams: dict[str, threading.Thread] = {}
         self._responses: dict[str, Any] = {}

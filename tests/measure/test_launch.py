@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -202,3 +203,37 @@ def test_the_double_refuses_more_nodes_than_tp_times_pp_as_sglang_does(tmp_path:
     )
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == "AssertionError: tp_size must be divisible by number of nodes"
+
+
+STUBBORN_REAPER = """\
+import signal, sys
+sys.path.insert(0, {folder!r})
+import reaper
+reaper.GIVE_UP_S = 0.5
+real = reaper._signal
+# a process stuck in the kernel outlives SIGKILL: here, SIGKILL never reaches the sleeping one
+reaper._signal = lambda pids, signum: real(
+    [p for p in pids if signum != signal.SIGKILL or open(f"/proc/{{p}}/comm").read().strip() != "sleep"], signum)
+reaper.main(sys.argv[1:])
+"""
+
+
+def test_processes_the_reaper_gave_up_on_are_named(tmp_path: Path, monkeypatch) -> None:
+    # They come back on the reaper's own pipe, not in the engine's output, which could forge them.
+    from kvcheck.backends.measure.launchers import process, reaper
+
+    script = tmp_path / "stubborn_reaper.py"
+    script.write_text(STUBBORN_REAPER.format(folder=str(Path(reaper.__file__).parent)))
+    monkeypatch.setattr(process, "_reaper_argv",
+                        lambda argv, grace_s, fd: [sys.executable, str(script), str(grace_s), str(fd), "--", *argv])
+    pidfile = tmp_path / "stuck"
+    engine = _run(tmp_path, f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; exec sleep 60' "
+                            "</dev/null >/dev/null 2>&1 & "
+                            "echo '1 2 3'; exec tail -f /dev/null")
+    _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "the stuck process")
+    stuck = int(pidfile.read_text())
+    try:
+        survivors = engine.stop(grace_s=0.2)
+        assert survivors == [stuck]  # not the engine's forged "1 2 3"
+    finally:
+        os.kill(stuck, 9)

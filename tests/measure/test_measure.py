@@ -509,7 +509,7 @@ def test_a_process_that_escaped_even_the_reaper_is_kv301(pidfile: PidFile, tmp_p
     # process that left the group and still holds the output is reported, never passed over.
     from kvcheck.backends.measure.launchers import process
 
-    monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s: list(argv))
+    monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s, report_fd: list(argv))
     marker = tmp_path / "escaped.pid"
     wrapper = tmp_path / "wrapper.sh"
     wrapper.write_text(

@@ -114,11 +114,12 @@ def _check_program(argv: tuple[str, ...], env: Mapping[str, str]) -> None:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
-def _reaper_argv(argv: tuple[str, ...], grace_s: float) -> list[str]:
+def _reaper_argv(argv: tuple[str, ...], grace_s: float, report_fd: int) -> list[str]:
     """`argv` below the subreaper on Linux, `argv` itself where /proc is not Linux's."""
     if not Path("/proc/self/stat").exists():
         return list(argv)
-    return [sys.executable, "-I", str(Path(reaper.__file__).resolve()), repr(float(grace_s)), "--", *argv]
+    return [sys.executable, "-I", str(Path(reaper.__file__).resolve()), repr(float(grace_s)), str(report_fd),
+            "--", *argv]
 
 
 class EngineProcess:
@@ -137,25 +138,34 @@ class EngineProcess:
         self.log_path = log_path
         self._on_line = on_line
         _check_program(argv, env)
-        launch = _reaper_argv(argv, grace_s)
+        # the reaper names processes that outlived SIGKILL on its own pipe, which the engine never
+        # holds (the reaper makes it close-on-exec), so no engine output can forge the list
+        self._report, report_w = os.pipe()
+        launch = _reaper_argv(argv, grace_s, report_w)
         self.reaped = launch != list(argv)
-        self._log = open_log(log_path)
         try:
-            self._proc = subprocess.Popen(
-                launch,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,  # the engine must never hold the watchdog's pipe (watchdog.py)
-            )
+            self._log = open_log(log_path)
+            try:
+                self._proc = subprocess.Popen(
+                    launch,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,  # the engine must never hold the watchdog's pipe (watchdog.py)
+                    pass_fds=(report_w,) if self.reaped else (),
+                )
+            except OSError:
+                self._log.close()
+                raise
         except OSError:
-            self._log.close()
+            os.close(self._report)
             raise
+        finally:
+            os.close(report_w)
         self.pump_error: Exception | None = None  # a failure of kvcheck's own log parsing
         self.output_held = False  # set by stop(): a process outside the group still holds the output
-        self.stuck: list[int] = []  # pids the reaper reported as outliving SIGKILL
         self.pid = self._proc.pid
         self.pgid = self.pid  # start_new_session: the reaper (or the engine) leads its own session and group
         self.started_at = time.monotonic()
@@ -184,8 +194,6 @@ class EngineProcess:
                     continue
                 skipping = not ends and len(raw) >= MAX_LINE_BYTES
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if self.reaped and line.startswith(reaper.SURVIVORS_PREFIX):
-                    self.stuck = [int(p) for p in line[len(reaper.SURVIVORS_PREFIX):].split() if p.isdigit()]
                 if written < LOG_HEAD_BYTES:
                     written += len(line) + 1
                     self._write_log(line + "\n")
@@ -248,7 +256,7 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             pass
         survivors = group_pids(self.pgid) if group_alive(self.pgid) else []
-        survivors = sorted({*survivors, *(pid for pid in self.stuck if _running(pid))})
+        survivors = sorted({*survivors, *(pid for pid in self._reported_stuck() if _running(pid))})
         self._reader.join(timeout=5.0)
         # Still open after the whole group is gone: a process that left the group (setsid) holds
         # the engine's output, and kvcheck cannot stop what it cannot see.
@@ -256,6 +264,21 @@ class EngineProcess:
         if not self._log.closed:
             self._log.close()
         return survivors
+
+    def _reported_stuck(self) -> list[int]:
+        """The pids the reaper gave up on (it writes them as it exits); read once, then closed."""
+        if self._report < 0:
+            return []
+        text = b""
+        if self._proc.returncode is not None:  # the reaper has exited: its end of the pipe is closed
+            os.set_blocking(self._report, False)
+            try:
+                text = os.read(self._report, 1 << 16)
+            except BlockingIOError:  # never expected: the engine's side is close-on-exec
+                pass
+        os.close(self._report)
+        self._report = -1
+        return [int(word) for word in text.split() if word.isdigit()]
 
     def _signal_group(self, signum: int) -> None:
         try:

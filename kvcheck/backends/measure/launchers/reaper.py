@@ -23,7 +23,10 @@ the same signal, so kvcheck reads the engine's own end. It loads none of kvcheck
 by path with `python -I`), and passes the engine its environment, descriptors and a clean signal
 state, as starting the engine directly would.
 
-    python -I reaper.py GRACE_S -- PROGRAM [ARG...]
+    python -I reaper.py GRACE_S REPORT_FD -- PROGRAM [ARG...]
+
+REPORT_FD is a pipe kvcheck reads after the reaper has exited: the pids of processes that outlived
+SIGKILL (stuck in the kernel) when the reaper gave up waiting for them, so kvcheck can name them.
 """
 
 from __future__ import annotations
@@ -38,14 +41,12 @@ from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 GIVE_UP_S = 10.0  # after SIGKILL: a process in uninterruptible sleep may never go
+PIPE_REPORT_MAX = 4096  # bytes of pids written to kvcheck, read after the reaper exits
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2, signal.SIGCHLD)
 # Python ignores these at start; the engine gets them at their defaults, as subprocess's
 # restore_signals gives them (the signals above are only blocked here, and the engine's mask is
 # empty; Python's own handlers end with the exec)
 _DEFAULTS = (signal.SIGPIPE, signal.SIGXFSZ)
-# The line the reaper prints (into the engine's output, which kvcheck reads) when processes outlived
-# SIGKILL and it gave up waiting for them: kvcheck reports their pids.
-SURVIVORS_PREFIX = "[kvcheck reaper] survived SIGKILL:"
 
 
 def become_subreaper() -> bool:
@@ -180,10 +181,11 @@ def exit_as(status: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: reaper.py GRACE_S -- PROGRAM [ARG...]\n")
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: reaper.py GRACE_S REPORT_FD -- PROGRAM [ARG...]\n")
         os._exit(2)
-    grace_s, command = float(argv[0]), argv[2:]
+    grace_s, report_fd, command = float(argv[0]), int(argv[1]), argv[3:]
+    os.set_inheritable(report_fd, False)  # the engine never holds it: only the reaper reports
     if not Path("/proc/self/stat").exists() or not become_subreaper():
         os.execvp(command[0], command)  # no subreaper here: run the engine as it would run without us
     signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
@@ -199,10 +201,13 @@ def main(argv: list[str]) -> None:
         os._exit(127)
     reaper = Reaper(engine, grace_s)
     reaper.run()
-    stuck = sorted(_live(descendants(reaper.me)))
-    if stuck:
-        sys.stderr.write(f"{SURVIVORS_PREFIX} {' '.join(map(str, stuck))}\n")
-        sys.stderr.flush()
+    stuck = sorted(_live(descendants(reaper.me)))  # it gave up on them: kvcheck reports them (KV301)
+    try:
+        report = " ".join(map(str, stuck))[:PIPE_REPORT_MAX]  # within a pipe's buffer: never blocks
+        os.write(report_fd, (report[: report.rfind(" ")] if len(report) == PIPE_REPORT_MAX else report).encode())
+    except OSError:
+        pass  # kvcheck is gone; the watchdog has the group
+    os.close(report_fd)
     exit_as(reaper.status)
 
 

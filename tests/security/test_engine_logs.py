@@ -40,14 +40,6 @@ sys.exit(1)
 """
 
 
-def manifest(tmp_path: Path) -> Path:
-    engine = tmp_path / "engine.py"
-    engine.write_text(NOISY_ENGINE)
-    path = tmp_path / "deploy.yaml"
-    path.write_text(MANIFEST.format(python=json.dumps(sys.executable), engine=json.dumps(str(engine))))
-    return path
-
-
 QUICK_ENGINE = """\
 import sys
 print("RuntimeError: engine " + sys.argv[sys.argv.index("--port") + 1] + " stops here", flush=True)
@@ -55,12 +47,16 @@ sys.exit(1)
 """
 
 
-def quick_manifest(tmp_path: Path) -> Path:
-    engine = tmp_path / "quick.py"
-    engine.write_text(QUICK_ENGINE)
-    path = tmp_path / "quick.yaml"
+def manifest(tmp_path: Path, engine_text: str = NOISY_ENGINE, name: str = "engine") -> Path:
+    engine = tmp_path / f"{name}.py"
+    engine.write_text(engine_text)
+    path = tmp_path / f"{name}.yaml"
     path.write_text(MANIFEST.format(python=json.dumps(sys.executable), engine=json.dumps(str(engine))))
     return path
+
+
+def quick_manifest(tmp_path: Path) -> Path:
+    return manifest(tmp_path, QUICK_ENGINE, "quick")
 
 
 def run_folder(logs: Path) -> Path:

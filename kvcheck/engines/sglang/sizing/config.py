@@ -223,6 +223,9 @@ def _fetch_hub(repo: str, offline: bool | None) -> tuple[dict, dict | None]:
             config = parse_json(response.body)
             quant_response = get("hf_quant_config.json")
             hf_quant = parse_json(quant_response.body) if quant_response.status == 200 else None
+    except httpx.TimeoutException as exc:  # one deadline covers the whole request (kvcheck/http.py)
+        raise EstimateError(f"the Hugging Face Hub gave no complete answer for {repo!r} within "
+                            f"{HUB_TIMEOUT_S:g} s", hint=hint) from exc
     except httpx.HTTPError as exc:
         raise EstimateError(f"cannot reach the Hugging Face Hub for {repo!r}: {exc}", hint=hint) from exc
     except HttpLimitError as exc:

@@ -11,7 +11,7 @@ import pytest
 from kvcheck.model import Finding, Location, Report, RoleResult
 from kvcheck.policy.registry import all_rules
 from kvcheck.report.formats import FORMATTERS
-from kvcheck.report.formats.sarif import SarifFormat, rule_help_uri
+from kvcheck.report.formats.sarif import SarifFormat, docs_url
 from tests.conftest import EXAMPLES, run_kvcheck
 from tests.report.test_renderers import incident_report, passing_report
 
@@ -29,14 +29,15 @@ def test_reports_are_valid_sarif_2_1_0(report: Report) -> None:
     assert log["version"] == "2.1.0" and len(log["runs"]) == 1
 
 
-def test_the_run_lists_every_rule_with_descriptions_and_its_docs_section() -> None:
+def test_the_run_lists_every_rule_with_descriptions_and_its_docs_section(monkeypatch) -> None:
+    monkeypatch.delenv("KVCHECK_DOCS_URL", raising=False)
     driver = json.loads(SarifFormat().render(passing_report()))["runs"][0]["tool"]["driver"]
     rules = all_rules()
     assert [r["id"] for r in driver["rules"]] == list(rules)
     kv101 = next(r for r in driver["rules"] if r["id"] == "KV101")
     assert kv101["shortDescription"]["text"] == rules["KV101"].title
     assert kv101["fullDescription"]["text"] == rules["KV101"].doc
-    assert kv101["helpUri"] == rule_help_uri("KV101") and kv101["helpUri"].endswith("docs/rules.md#kv101")
+    assert "helpUri" not in kv101 and "informationUri" not in driver  # no published docs address known
     assert kv101["defaultConfiguration"] == {"level": "error"}
     # the anchor is the rule's own heading in docs/rules.md
     assert "## KV101" in (Path(__file__).parents[2] / "docs" / "rules.md").read_text(encoding="utf-8")
@@ -99,3 +100,35 @@ def test_sarif_is_a_format_choice_end_to_end(tmp_path: Path) -> None:
     assert kv104["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (
         "docs/examples/incident/manifest.yaml"
     )
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("https://docs.example.com/kvcheck/docs", "https://docs.example.com/kvcheck/docs/"),
+    ("https://git.corp/kvcheck/blob/v1/docs/", "https://git.corp/kvcheck/blob/v1/docs/"),
+    ("javascript:alert(1)", None),  # only web addresses become links
+])
+def test_help_links_follow_the_published_docs_address(monkeypatch, value, expected) -> None:
+    monkeypatch.setenv("KVCHECK_DOCS_URL", value)
+    assert docs_url() == expected
+    log = json.loads(SarifFormat().render(passing_report()))
+    validate(log)
+    driver = log["runs"][0]["tool"]["driver"]
+    kv101 = next(r for r in driver["rules"] if r["id"] == "KV101")
+    if expected is None:
+        assert "helpUri" not in kv101 and "informationUri" not in driver
+    else:
+        assert kv101["helpUri"] == expected + "rules.md#kv101"
+        assert driver["informationUri"] == expected + "index.md"
+
+
+def test_the_packages_documentation_url_is_the_default(monkeypatch) -> None:
+    from email.message import Message
+
+    from kvcheck.report.formats import sarif
+
+    meta = Message()
+    meta["Project-URL"] = "Source, https://git.example/kvcheck"
+    meta["Project-URL"] = "Documentation, https://kvcheck.example/docs"
+    monkeypatch.delenv("KVCHECK_DOCS_URL", raising=False)
+    monkeypatch.setattr(sarif, "metadata", lambda name: meta)
+    assert docs_url() == "https://kvcheck.example/docs/"

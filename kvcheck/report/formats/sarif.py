@@ -1,7 +1,8 @@
 """SARIF 2.1.0 (GitHub code scanning, GitLab, IDE viewers): one run with kvcheck's rules and its findings.
 
 Every rule kvcheck knows is listed (short description: its title; full description and help: its
-documentation; helpUri: its section of docs/rules.md), and each finding is a result on the line of
+documentation; helpUri: its section of docs/rules.md where the docs' published address is known,
+see `docs_url`), and each finding is a result on the line of
 the file that causes it, as a path relative to the repository (the working directory), which is what
 code scanning needs to attach an alert to a file.
 """
@@ -9,6 +10,8 @@ code scanning needs to attach an alert to a file.
 from __future__ import annotations
 
 import json
+import os
+from importlib.metadata import PackageNotFoundError, metadata
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +20,30 @@ from kvcheck.model import Finding, Report
 from kvcheck.report.formats.base import Format, relative_path
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-# Where the rule documentation is published; a rule's help link is its section of rules.md.
-DOCS_URL = "https://github.com/kvcheck/kvcheck/blob/main/docs/"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+DOCS_URL_ENV = "KVCHECK_DOCS_URL"
 
 
-def rule_help_uri(code: str) -> str:
+def docs_url() -> str | None:
+    """Where kvcheck's docs/ folder is published, ending in '/': $KVCHECK_DOCS_URL, else the
+    installed package's `Documentation` project URL ([project.urls] in pyproject.toml); None when
+    neither is set. No link is better than a made-up one: the rule text is in the SARIF file anyway."""
+    url = os.environ.get(DOCS_URL_ENV, "").strip()
+    if not url:
+        try:
+            entries = metadata("kvcheck").get_all("Project-URL") or []
+        except PackageNotFoundError:
+            entries = []
+        url = next((e.split(",", 1)[1].strip() for e in entries
+                    if "," in e and e.split(",", 1)[0].strip().lower() == "documentation"), "")
+    if not url.startswith(("https://", "http://")):
+        return None
+    return url if url.endswith("/") else url + "/"
+
+
+def rule_help_uri(code: str, base: str) -> str:
     """The rule's section in docs/rules.md (its `## KV101` heading's anchor)."""
-    return f"{DOCS_URL}rules.md#{code.lower()}"
+    return f"{base}rules.md#{code.lower()}"
 
 
 class SarifFormat(Format):
@@ -40,11 +59,12 @@ class SarifFormat(Format):
 
         rules = all_rules()
         index = {code: i for i, code in enumerate(rules)}
+        base = docs_url()
         driver: dict[str, Any] = {
             "name": "kvcheck",
             "version": __version__,
             "semanticVersion": __version__,
-            "informationUri": DOCS_URL + "index.md",
+            **({"informationUri": base + "index.md"} if base else {}),
             "rules": [
                 {
                     "id": rule.code,
@@ -52,7 +72,7 @@ class SarifFormat(Format):
                     "shortDescription": {"text": rule.title},
                     "fullDescription": {"text": rule.doc},
                     "help": {"text": rule.doc, "markdown": f"**{rule.code}: {rule.title}**\n\n{rule.doc}"},
-                    "helpUri": rule_help_uri(rule.code),
+                    **({"helpUri": rule_help_uri(rule.code, base)} if base else {}),
                     "defaultConfiguration": {"level": _LEVEL[rule.severity]},
                 }
                 for rule in rules.values()

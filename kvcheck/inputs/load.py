@@ -65,8 +65,8 @@ _DEPLOYMENT_LINE_RE = re.compile(r"^(?:apiVersion|kind|services):", re.M)
 def is_kvcheck_manifest(path: str) -> bool:
     """Whether one file is read as a kvcheck manifest: anything that is not positively deployment files.
 
-    Deployment files hold a Kubernetes object (`kind`/`apiVersion`), compose `services` or an
-    srt-slurm `backend`, or are a Slurm batch script; a file that cannot be read or parsed goes to the manifest loader, whose
+    Deployment files hold a Kubernetes object (`kind`/`apiVersion`), compose `services`, an
+    srt-slurm `backend` (or a sweep's `base` recipe), or are a Slurm batch script; a file that cannot be read or parsed goes to the manifest loader, whose
     messages for broken manifests stay as they are.
     """
     if path == "-":
@@ -84,7 +84,14 @@ def is_kvcheck_manifest(path: str) -> bool:
     if len(documents) != 1:
         return not documents
     first = documents[0]
-    return not (isinstance(first, Mapping) and _DEPLOYMENT_KEYS & set(first))
+    return not (isinstance(first, Mapping) and (_DEPLOYMENT_KEYS & set(first) or _is_srt_slurm_sweep(first)))
+
+
+def _is_srt_slurm_sweep(document: Mapping[Any, Any]) -> bool:
+    """An srt-slurm sweep file: a `base` recipe (with `backend` or `resources`) and its variants; the
+    deployment reader explains how to resolve it, where the manifest loader would only list unknown keys."""
+    base = document.get("base")
+    return isinstance(base, Mapping) and bool({"backend", "resources"} & set(base))
 
 
 def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None) -> LoadedManifest:

@@ -487,13 +487,15 @@ def test_leader_only_and_per_node_flags_that_differ_are_warnings_at_their_own_co
 def test_an_srt_slurm_sweep_file_says_how_to_get_its_recipes() -> None:
     """NVIDIA/srt-slurm recipes/b200-fp8/*.yaml are sweeps (`base` + `zip_override_*`), not recipes."""
     f = f"{FIX}/srt-slurm-sweep.yaml"
-    result = run_kvcheck("import", f)
-    assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[0] == (
-        f"kvcheck: error: {f}:4: an srt-slurm sweep file (`base` + `zip_override_lowlat`, `zip_override_maxtpt`): "
-        "each variant is a recipe only once srtctl has merged it over `base`; write them with "
-        f"`srtctl resolve-override -f {f}` and check the files it writes (<file>_<variant>.yaml)"
-    )
+    # verify and plan say the same as import (they read it as a manifest with unknown keys before)
+    for args in (("import", f), ("verify", f, "--mode", "estimate"), ("plan", f)):
+        result = run_kvcheck(*args)
+        assert (result.exit_code, result.stdout) == (2, ""), args
+        assert result.stderr.splitlines()[0] == (
+            f"kvcheck: error: {f}:4: an srt-slurm sweep file (`base` + `zip_override_lowlat`, "
+            "`zip_override_maxtpt`): each variant is a recipe only once srtctl has merged it over `base`; write "
+            f"them with `srtctl resolve-override -f {f}` and check the files it writes (<file>_<variant>.yaml)"
+        ), args
 
 
 def test_a_flag_refused_by_an_assumed_release_says_the_release_was_assumed() -> None:

@@ -22,7 +22,7 @@ from kvcheck.inputs.deploy.manifest import LoadedDeployment, Overrides, load_dep
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.deploy.slurm import is_batch_script
 from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
-from kvcheck.inputs.manifest.model import MAX_TOKENS, PolicySpec
+from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, PolicySpec
 from kvcheck.inputs.textfile import read_text_file
 from kvcheck.inputs.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
@@ -57,6 +57,9 @@ class Overlay(_Strict):
     engine: OverlayEngine | None = None
     gpu: str | None = None
     policy: PolicySpec = Field(default_factory=PolicySpec)
+    launcher: LauncherSpec | None = Field(
+        default=None, description="Where measure mode boots the roles (as in a manifest; the files give no launcher)."
+    )
 
 
 _DEPLOYMENT_LINE_RE = re.compile(r"^(?:apiVersion|kind|services):", re.M)
@@ -135,7 +138,7 @@ def load_overlay(path: str, given: Overrides) -> LoadedDeployment:
     issues.extend(_check_rule_codes(data.get("policy"), path, positions))
     if issues or overlay is None:
         raise ManifestError(issues, hint="an overlay manifest takes: deployment, name, context_length, model, "
-                                         "engine.version, gpu, policy")
+                                         "engine.version, gpu, policy, launcher")
     folder = Path(path).parent
 
     def at(*keys: Any) -> Location:
@@ -181,6 +184,7 @@ def load_overlay(path: str, given: Overrides) -> LoadedDeployment:
             severity=dict(overlay.policy.severity),
         ),
         name=overlay.name,
+        launcher=overlay.launcher,
     )
     return load_deployment(resolved_files, overrides, display=path)
 

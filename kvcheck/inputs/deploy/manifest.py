@@ -22,7 +22,7 @@ from kvcheck.inputs.deploy.build import (
 )
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
-from kvcheck.inputs.manifest.model import MAX_TOKENS, Manifest
+from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, Manifest
 from kvcheck.model import Finding, Location, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import PolicyConfig
@@ -39,6 +39,7 @@ class Overrides:
     model_path: Sourced | None = None
     policy: PolicyConfig | None = None
     name: str | None = None
+    launcher: LauncherSpec | None = None  # an overlay's launcher: block (deployment files state none)
 
 
 # -- one deployment as manifest values, each with its source -------------------------------------------
@@ -323,7 +324,9 @@ def load_deployment(
     data = _plain(manifest_items(first))
     data["model"].setdefault("path", "")
     data.setdefault("context_length", int(first.context_length.value) if first.context_length else 1)
-    manifest = Manifest.model_construct(**{k: v for k, v in data.items() if k in ("name", "context_length")})
+    manifest = Manifest.model_construct(
+        **{k: v for k, v in data.items() if k in ("name", "context_length")}, launcher=overrides.launcher
+    )
     policy = overrides.policy or PolicyConfig()
     source = display or ", ".join(first.deployment.sources)
     notes = tuple(n for item in resolved for n in item.notes)

@@ -203,3 +203,24 @@ def test_an_unknown_node_count_is_not_checked_rather_than_a_wrong_gpu_count() ->
         ("KV317", "error", {"file": f, "line": 17, "column": 33}),
     ]
     assert "GPU(s) per node" not in result.stderr
+
+
+def test_an_overlay_says_where_measure_mode_runs_the_files_roles(tmp_path: Path) -> None:
+    # Deployment files name no launcher; the overlay's `launcher:` block is the manifest's, validated alike.
+    overlay = tmp_path / "kvcheck.yaml"
+    overlay.write_text(
+        f"deployment: {REPO_ROOT / FIX / 'deployment.yaml'}\n"
+        f"model: {{config: {REPO_ROOT / LLAMA}}}\n"
+        "launcher:\n"
+        "  kind: kubernetes\n"
+        "  kubernetes: {namespace: kvcheck-ci}\n"
+    )
+    result = run_kvcheck("verify", str(overlay), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "# namespace kvcheck-ci, run id " in result.stdout
+    assert "\n  namespace: kvcheck-ci\n" in result.stdout
+
+    overlay.write_text(overlay.read_text().replace("namespace: kvcheck-ci", "namespaces: kvcheck-ci"))
+    result = run_kvcheck("verify", str(overlay), "--dry-run")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert f"{overlay}:5:16: launcher.kubernetes.namespaces: unknown key 'namespaces'" in result.stderr

@@ -109,9 +109,10 @@ def test_version_mismatch_is_exit_3(manifest: Path, pidfile: PidFile) -> None:
 
 def test_logs_dir_and_dummy_weights(manifest: Path, pidfile: PidFile, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    code, report, _ = verify_json(manifest, "--logs-dir", str(logs), "--dummy-weights")
+    code, report, stderr = verify_json(manifest, "--logs-dir", str(logs), "--dummy-weights")
     assert code == 0
     [run] = logs.iterdir()  # this run's own folder
+    assert stderr.splitlines()[0] == f"kvcheck: engine logs: {run}/"  # stderr is not a terminal: plain lines
     assert sorted(p.name for p in run.iterdir()) == ["decode.log", "prefill.log"]
     assert "max_total_num_tokens=947824" in (run / "prefill.log").read_text()
     assert [r["details"]["log_file"] for r in report["roles"]] == [str(run / "prefill.log"), str(run / "decode.log")]

@@ -188,6 +188,8 @@ class MeasureBackend(Backend):
             run = _RoleThreads(targets, launcher.waits(targets), settings)
             stack.enter_context(launcher)
             progress = stack.enter_context(BootProgress(self.progress))
+            if settings.logs_dir is not None:
+                progress.note(f"engine logs: {settings.logs_dir}/")
             for i, target in enumerate(targets):
                 waiting = ", ".join(targets[j].name for j in run.waits[i])
                 progress.add(target.name, f"waiting for {waiting}" if waiting else "queued")

@@ -65,6 +65,15 @@ class BootProgress:
             self.stream.write(f"kvcheck: [{role}] {plain}{elapsed}\n")
             self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """One line about the whole run (where its engine logs go), in either mode."""
+        if self.plain:
+            with self._lock:
+                self.stream.write(f"kvcheck: {text}\n")
+                self.stream.flush()
+        elif self._progress is not None:
+            self._progress.console.print(Text(text))
+
     def add(self, role: str, text: str) -> None:
         if self.plain:
             self._line(role, text)

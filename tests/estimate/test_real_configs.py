@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.errors import EstimateError
 from tests.datapaths import MODELS_ABSENT
 
-from .helpers import MODELS, role
+from .helpers import MODELS, model_config, role
 
 # Checkpoints whose architecture SGLang 0.5.23 itself does not serve (no registry class, no auto_map):
 # the only configs that stay unsized, each with the engine's reason.
@@ -198,3 +200,26 @@ def test_kimi_k3_prices_kda_state_and_mla_full_layers():
     ssm = 96 // 8 * 128 * 128 * 4  # heads over TP8 x head_dim x head_dim, fp32
     assert est.details["mamba_state_bytes_per_request"] == (conv + ssm) * 69
     assert est.pool_tokens > 0
+
+
+def test_kimi_k3_vision_factor_reads_sglangs_vision_config_class(tmp_path):
+    """SGLang loads Kimi-K3's vision config as KimiK3VisionConfig (configs/kimi_k3.py), whose
+    num_hidden_layers/hidden_size come from vt_num_hidden_layers/vt_hidden_size: a 27 x 1024 ViT scales the
+    default fraction by 0.95 x 0.9875. On B300 TP8: round((282624 - 27136) / 282624, 3) = 0.904 x 0.938125,
+    the 0.848065 SGLang's own resolution prints (tests/estimate/oracle_defaults_0.5.23.json)."""
+    est = estimate_role(role("moonshotai--Kimi-K3", gpu="B300", tp_size=8), offline=True)
+    assert est.details["mem_fraction_static"] == round(0.904 * 0.95 * 0.9875, 4) == 0.8481
+    config = json.loads(model_config("moonshotai--Kimi-K3").read_text())
+    config["vision_config"]["vt_num_hidden_layers"] = 36  # 1.5 x ViT-L: factor 0.95 x (1 - 0.1 x 0.5)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    est = estimate_role(role(path, gpu="B300", tp_size=8), offline=True)
+    assert est.details["mem_fraction_static"] == round(0.904 * 0.95 * 0.95, 4) == 0.8159
+    config["vision_config"]["vt_hidden_size"] = None
+    path.write_text(json.dumps(config))
+    with pytest.raises(EstimateError) as exc:
+        estimate_role(role(path, gpu="B300", tp_size=8), offline=True)
+    assert exc.value.message == (
+        "model config: vision_config.vt_hidden_size is null; SGLang's kimi_k3 vision config would carry None "
+        "into its multimodal memory factor and fail"
+    )

@@ -500,7 +500,8 @@ def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
     prefill_max = _arg(args, "cuda_graph_max_bs_prefill", args.get("piecewise_cuda_graph_max_tokens"))
     if prefill_max is None:
         mla_cap = 8192 if c.rules.has(rel.PREFILL_MLA_8192) else 2048
-        prefill_max = min(mla_cap, cps) if c.shape.is_mla else cps
+        # use_mla_backend (attention_arch MLA): Kimi-K3's hybrid counts as MLA too (model_config.py)
+        prefill_max = min(mla_cap, cps) if c.shape.mla_full_attention else cps
         if args.get("max_total_tokens") is not None:
             prefill_max = min(prefill_max, int(args["max_total_tokens"]))
         if model_path and "llama-2" in model_path.lower():
@@ -648,7 +649,7 @@ def _graph_reserve(c: _Inputs, graphs: _Graphs, disagg: bool) -> tuple[float, in
             piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or 4096) // 4
         elif not rules.has(rel.PIECEWISE_PER_SIZE):
             piecewise_late = int(args.get("piecewise_cuda_graph_max_tokens") or graphs.cps) // 8
-        elif c.shape.is_mla and rules.has(rel.PIECEWISE_DEFAULT_ON):
+        elif c.shape.mla_full_attention and rules.has(rel.PIECEWISE_DEFAULT_ON):
             graph += 1536
         else:
             graph += 8 * graphs.n_prefill
@@ -714,6 +715,35 @@ def _dsa_raw_layout(args: Mapping[str, Any], gpu: GpuProfile, kv_dtype: str, rol
     if gpu.is_rocm and ({prefill, decode} & {"tilelang", "triton", "aiter"}):
         return True
     return prefill == "tilelang" and decode == "tilelang"
+
+
+# SGLang loads these model types through its own config class (utils/hf_transformers: _CONFIG_REGISTRY),
+# whose vision config sets the attributes the multimodal factor reads (num_hidden_layers, hidden_size)
+# from other keys: configs/kimi_k3.py KimiK3VisionConfig takes vt_num_hidden_layers (default 27) and
+# vt_hidden_size (default 1024) and overwrites any plain spelling with them.
+_SGLANG_VISION_ALIASES = {"kimi_k3": (("vt_num_hidden_layers", 27), ("vt_hidden_size", 1024))}
+
+
+def vision_as_sglang_loads(model_type: object, vision: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The vision config as SGLang's config class hands it to adjust_mem_fraction_for_vlm (memory_hook.py).
+
+    For Kimi-K3 that is a ViT of 27 x 1024 (a factor 0.95 x 0.9875), not the ViT-L default 24 x 1024
+    the plain keys' absence would give; a model type without its own class is read as written.
+    """
+    aliases = _SGLANG_VISION_ALIASES.get(model_type) if isinstance(model_type, str) else None
+    if aliases is None:
+        return vision
+    seen = dict(vision or {})
+    for (key, default), target in zip(aliases, ("num_hidden_layers", "hidden_size"), strict=True):
+        value = seen.get(key, default)  # a whole number already (config.check_counts), or null
+        if value is None:
+            raise EstimateError(
+                f"model config: vision_config.{key} is null; SGLang's {model_type} vision config would carry "
+                "None into its multimodal memory factor and fail",
+                hint="pass the model's own config.json (model.config in the manifest)",
+            )
+        seen[target] = int(value)
+    return seen
 
 
 def vlm_factor(vision: Mapping[str, Any]) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
-from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve
+from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
@@ -519,6 +519,7 @@ def _checked_resolve(
     A planner candidate SGLang would refuse (`planning`) is an EstimateError: not a setting to offer.
     """
     shape = model.shape
+    vision = vision_as_sglang_loads(model.source.config.get("model_type"), model.source.vision)
     try:
         check_args(target, args)
     except EngineRefusal as exc:
@@ -532,10 +533,10 @@ def _checked_resolve(
         model_path=target.model_path,
         env=target.env,
         gpu_mib=gpu_mib,
-        vision=model.source.vision,
+        vision=vision,
         version=target.engine_version,
     )
-    res = apply_model_overrides(res, shape, gpu, args, gpu_mib=gpu_mib, vision=model.source.vision)
+    res = apply_model_overrides(res, shape, gpu, args, gpu_mib=gpu_mib, vision=vision)
     try:
         check_parallel(
             target, args, tp=res.tp, attn_tp=res.attn_tp, ep=res.ep, num_heads=shape.num_heads,

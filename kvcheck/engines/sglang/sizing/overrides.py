@@ -57,7 +57,7 @@ def _no_prefill_graph(
     notes = [*res.notes, f"prefill CUDA graph off ({why})"]
     f = res.mem_fraction_static
     if res.mem_fraction_defaulted and res.reserved_mib is not None and gpu_mib and res.role != "decode":
-        reserved = res.reserved_mib - (1536 if shape.is_mla else 8 * res.prefill_capture)
+        reserved = res.reserved_mib - (1536 if shape.mla_full_attention else 8 * res.prefill_capture)
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         f = round((gpu_mib - reserved) / gpu_mib, 3)

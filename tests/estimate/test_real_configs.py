@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -223,3 +224,35 @@ def test_kimi_k3_vision_factor_reads_sglangs_vision_config_class(tmp_path):
         "model config: vision_config.vt_hidden_size is null; SGLang's kimi_k3 vision config would carry None "
         "into its multimodal memory factor and fail"
     )
+
+
+def test_kimi_k25_vision_factor_and_prefill_graph_as_sglang_resolves_them(tmp_path):
+    """SGLang loads Kimi-K2.5's vision config as KimiK25VisionConfig (configs/kimi_k25.py): it reads the plain
+    num_hidden_layers/hidden_size, defaulting to 27 x 1152, and ignores the checkpoint's vt_* keys, so the
+    factor is 0.95 x (1 - 0.1 x (27 x 1152^2 / (24 x 1024^2) - 1)) = 0.909736328125. KimiK25ForConditionalGeneration
+    is on the multimodal breakable-graph allow-list (0.5.18 on), so the MLA prefill graph's 1.5 GiB stays in the
+    reserve: on B200 TP8 round((183359 - 28672) / 183359, 3) = 0.844, x 0.909736 = 0.76782, as SGLang prints."""
+    factor = 0.95 * (1 - 0.1 * (27 * 1152**2 / (24 * 1024**2) - 1))
+    est = estimate_role(role("moonshotai--Kimi-K2.5", gpu="B200", tp_size=8), offline=True)
+    assert est.details["mem_fraction_static"] == round(0.844 * factor, 4) == 0.7678
+    config = json.loads(model_config("moonshotai--Kimi-K2.5").read_text())
+    path = tmp_path / "config.json"
+    config["vision_config"]["vt_num_hidden_layers"] = 36  # SGLang's class ignores it
+    path.write_text(json.dumps(config))
+    assert estimate_role(role(path, gpu="B200", tp_size=8), offline=True).details["mem_fraction_static"] == 0.7678
+    config["vision_config"]["num_hidden_layers"] = 36  # the key it reads: 36 x 1152
+    path.write_text(json.dumps(config))
+    factor36 = 0.95 * (1 - 0.1 * (36 * 1152**2 / (24 * 1024**2) - 1))
+    est = estimate_role(role(path, gpu="B200", tp_size=8), offline=True)
+    assert est.details["mem_fraction_static"] == round(0.844 * factor36, 4) == 0.7298
+    config["vision_config"]["hidden_size"] = None
+    path.write_text(json.dumps(config))
+    with pytest.raises(EstimateError) as exc:
+        estimate_role(role(path, gpu="B200", tp_size=8), offline=True)
+    assert exc.value.message == (
+        "model config: vision_config.hidden_size is null; SGLang's kimi_k25 vision config would carry None "
+        "into its multimodal memory factor and fail"
+    )
+    # 0.5.17 did not list Kimi-K2.5: the multimodal rule turns the prefill graph off, no 1.5 GiB reserve
+    older = replace(role("moonshotai--Kimi-K2.5", gpu="B200", tp_size=8), engine_version="0.5.17")
+    assert estimate_role(older, offline=True).details["mem_fraction_static"] == round(0.852 * factor, 4) == 0.7751

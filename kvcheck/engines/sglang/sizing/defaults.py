@@ -489,9 +489,19 @@ def _breakable_prefill_graph_off(c: _Inputs) -> list[str]:
         not rules.has(rel.BREAKABLE_WIDENED) or shape.kind != DSA
     ):
         reasons.append("MLA attention")
-    if shape.is_multimodal:
+    if shape.is_multimodal and not (
+        shape.architecture in _MM_BREAKABLE_OK and rules.has(_MM_BREAKABLE_OK[shape.architecture])
+    ):
         reasons.append("multimodal model")
     return reasons
+
+
+# Multimodal architectures that keep the breakable prefill graph, with the release that listed them
+# (configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs, read by
+# _disable_breakable_cudagraph_if_incompatible). Only the entries checked against SGLang's own resolution
+# are here: Kimi-K3 (also listed) loses it to the KDA rule first (overrides.py), MiniMax-M3's VL wrapper
+# is handled in overrides.py; SGLang's Qwen3.5 entries (0.5.17) are not followed yet.
+_MM_BREAKABLE_OK = {"KimiK25ForConditionalGeneration": rel.MM_BREAKABLE_KIMI_K25}
 
 
 def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
@@ -719,16 +729,23 @@ def _dsa_raw_layout(args: Mapping[str, Any], gpu: GpuProfile, kv_dtype: str, rol
 
 # SGLang loads these model types through its own config class (utils/hf_transformers: _CONFIG_REGISTRY),
 # whose vision config sets the attributes the multimodal factor reads (num_hidden_layers, hidden_size)
-# from other keys: configs/kimi_k3.py KimiK3VisionConfig takes vt_num_hidden_layers (default 27) and
-# vt_hidden_size (default 1024) and overwrites any plain spelling with them.
-_SGLANG_VISION_ALIASES = {"kimi_k3": (("vt_num_hidden_layers", 27), ("vt_hidden_size", 1024))}
+# from other keys or defaults: configs/kimi_k3.py KimiK3VisionConfig takes vt_num_hidden_layers (default 27)
+# and vt_hidden_size (default 1024) and overwrites any plain spelling with them; configs/kimi_k25.py
+# KimiK25VisionConfig reads the plain num_hidden_layers and hidden_size, defaulting to 27 and 1152, and
+# ignores the vt_* keys Kimi-K2.5/K2.6 checkpoints write (so they load as 27 x 1152 whatever vt_* says).
+# (source key, default) for num_hidden_layers, then hidden_size.
+_SGLANG_VISION_ALIASES = {
+    "kimi_k3": (("vt_num_hidden_layers", 27), ("vt_hidden_size", 1024)),
+    "kimi_k25": (("num_hidden_layers", 27), ("hidden_size", 1152)),
+}
 
 
 def vision_as_sglang_loads(model_type: object, vision: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The vision config as SGLang's config class hands it to adjust_mem_fraction_for_vlm (memory_hook.py).
 
-    For Kimi-K3 that is a ViT of 27 x 1024 (a factor 0.95 x 0.9875), not the ViT-L default 24 x 1024
-    the plain keys' absence would give; a model type without its own class is read as written.
+    For Kimi-K3 that is a ViT of 27 x 1024 (a factor 0.95 x 0.9875), for Kimi-K2.5 27 x 1152 (0.95 x
+    0.957617...), not the ViT-L default 24 x 1024 the plain keys' absence would give; a model type
+    without its own class is read as written.
     """
     aliases = _SGLANG_VISION_ALIASES.get(model_type) if isinstance(model_type, str) else None
     if aliases is None:

@@ -44,6 +44,7 @@ PREFILL_BREAKABLE = "0.5.15"  # breakable prefill graph on CUDA by default
 BREAKABLE_DCP_OFF = "0.5.16"  # DCP turns the breakable prefill graph off
 BREAKABLE_WIDENED = "0.5.17"  # LoRA and DP attention keep it; non-DSA MLA, TBO, other A2A backends turn it off
 BREAKABLE_MLA = "0.5.18"  # MLA models keep it
+MM_BREAKABLE_KIMI_K25 = "0.5.18"  # Kimi-K2.5's multimodal wrapper keeps it (the multimodal allow-list)
 PREFILL_MLA_8192 = "0.5.23"  # an MLA prefill graph captures up to min(8192, chunked prefill), not 2048
 
 # --- chunked_prefill_size and the decode CUDA-graph max_bs when unset

@@ -166,7 +166,7 @@ def test_sigkill_of_kvcheck_ends_a_daemon_that_left_the_engines_session(
         assert len(daemons) == 2  # one per role
         proc.kill()
         killed_at = time.monotonic()
-        proc.communicate(timeout=30)  # returns when the watchdog, which shares kvcheck's stderr, exits
+        proc.communicate(timeout=30)
         _wait_gone(pidfile.pids() + [pid for pid, _ in daemons], timeout_s=20)
         print(f"SIGKILL of kvcheck to no daemon left: {time.monotonic() - killed_at:.2f} s")
         for _, port in daemons:
@@ -177,3 +177,30 @@ def test_sigkill_of_kvcheck_ends_a_daemon_that_left_the_engines_session(
             if marker.name.isdigit():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(marker.name), signal.SIGKILL)
+
+
+def test_end_of_file_cancels_listed_slurm_jobs_by_name(tmp_path: Path) -> None:
+    # Fake scancel and squeue record their calls; squeue keeps saying the job is queued, so the
+    # second scancel (no --signal) comes after the grace. A job kvcheck saw leave is not touched.
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, answer in (("scancel", ""), ("squeue", "4242")):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $* SLURM_CONF=$SLURM_CONF$SLURM_JOB_ID" >> {calls}\necho {answer}\n')
+        script.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_CONF": "/etc/test-slurm.conf"}
+    dog = subprocess.Popen([*WATCHDOG, "0.6"], stdin=subprocess.PIPE, text=True, start_new_session=True,
+                           env={**os.environ, "SLURM_JOB_ID": "99"})  # a surrounding job's id is dropped
+    assert dog.stdin is not None
+    dog.stdin.write(f"slurm kvcheck-ab12cd34-prefill {json.dumps(env)}\n")
+    dog.stdin.write(f"slurm kvcheck-ab12cd34-decode {json.dumps(env)}\n")
+    dog.stdin.write("slurm-done kvcheck-ab12cd34-decode\n")
+    dog.stdin.close()
+    started = time.monotonic()
+    assert dog.wait(timeout=20) == 0
+    assert time.monotonic() - started >= 0.6  # the final scancel waits for the grace
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "scancel --signal=TERM --name=kvcheck-ab12cd34-prefill SLURM_CONF=/etc/test-slurm.conf"
+    assert set(lines[1:-1]) == {"squeue -h --name=kvcheck-ab12cd34-prefill -o %i SLURM_CONF=/etc/test-slurm.conf"}
+    assert lines[-1] == "scancel --name=kvcheck-ab12cd34-prefill SLURM_CONF=/etc/test-slurm.conf"

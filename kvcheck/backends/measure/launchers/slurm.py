@@ -41,6 +41,7 @@ from kvcheck.backends.measure.launchers.command import (
     role_nnodes,
 )
 from kvcheck.backends.measure.launchers.process import EngineProcess
+from kvcheck.backends.measure.launchers.watchdog import Watchdog
 from kvcheck.model import RoleTarget
 
 ALL_INTERFACES = "0.0.0.0"
@@ -512,6 +513,8 @@ class SlurmJob(RunningEngine):
             survivors = self._cancel(step, grace_s)
         elif interrupted:  # stopped before salloc printed an id: cancel by the run's unique job name
             _run(["scancel", f"--name={self.name}"], self._env)
+        if (self.job_id and survivors is None) or not (self.job_id or interrupted):
+            Watchdog.slurm_stopped(self.name)  # gone from the queue, or never submitted
         if step is not None:
             step.stop(5.0)  # srun has exited with its step; end and reap it here
         self._state = self._job_state() or self._state
@@ -576,6 +579,9 @@ class SlurmLauncher(Launcher):
                 "--nnodes", str(nnodes), "--node-rank", "$SLURM_NODEID",
                 "--dist-init-addr", f"<first node>:{dist_port}",
             )  # fmt: skip
+        # the watchdog cancels the job by its unique name if kvcheck dies, SIGKILL included (watchdog.py)
+        Watchdog.prepare()
+        Watchdog.slurm_started(name, env)
         details: dict[str, Any] = {
             "engine_env": added_env(target, env),
             "ports": {"http": port, "bootstrap": bootstrap_port, "dist_init": dist_port},

@@ -8,13 +8,17 @@ it:
 
     start <pgid> <leader start time> <temporary log path, or ->
     stop <pgid>
+    slurm <job name> <JSON: the PATH and SLURM_CONF of Slurm's client commands>
+    slurm-done <job name>
 
 End of file on stdin means kvcheck is gone (every descriptor closes when a process dies, SIGKILL
 included). The watchdog then sends SIGTERM to every group still listed; after GRACE_S, SIGUSR2 to
 each group's leader, the subreaper kvcheck starts the engine under (`reaper.py`: it SIGKILLs every
 process the engine started, in the group or outside it, and exits when none is left), and SIGKILL to
-what is left of the groups; it removes the listed temporary logs, and exits. With nothing listed it
-exits at once.
+what is left of the groups; it removes the listed temporary logs, and exits. Slurm jobs still listed
+get `scancel --signal=TERM --name=<job>` at once and `scancel --name=<job>` after GRACE_S unless they
+have left the queue by then (a job name is unique to one kvcheck run and role, so this never touches
+another job). With nothing listed it exits at once.
 A group is signalled only while its leader is the process kvcheck started (same start time in
 /proc/<pid>/stat, field 22) or is gone with members of the group left behind: a process group id
 stays taken while any member lives, so such members are kvcheck's engines, never a later process
@@ -27,13 +31,14 @@ watchdog starts in milliseconds and loads none of kvcheck.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -120,14 +125,59 @@ def end_groups(groups: dict[int, str], grace_s: float = GRACE_S) -> None:
             time.sleep(_POLL_S)
 
 
+def _scancel(args: list[str], env: dict[str, str]) -> str:
+    """Run scancel (or squeue, with args[0] == "squeue"); its output, "" when it cannot run."""
+    argv = args if args[0] == "squeue" else ["scancel", *args]
+    try:
+        done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip()
+
+
+def _job_env(given: dict[str, str]) -> dict[str, str]:
+    """The environment for Slurm's client commands: the watchdog's own without a surrounding job's
+    SLURM_* (they would redirect them), and the PATH and SLURM_CONF the launcher used."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update({k: v for k, v in given.items() if k in ("PATH", "SLURM_CONF")})
+    return env
+
+
+def signal_jobs(jobs: dict[str, dict[str, str]]) -> None:
+    """SIGTERM to the steps of every listed Slurm job, by its unique name (pending ones included)."""
+    for name, env in jobs.items():
+        _scancel(["--signal=TERM", f"--name={name}"], _job_env(env))
+
+
+def cancel_jobs(jobs: dict[str, dict[str, str]], grace_s: float = GRACE_S, started: float | None = None) -> None:
+    """After the grace (counted from `started`), scancel every listed job still in the queue."""
+    deadline = (started if started is not None else time.monotonic()) + grace_s
+    left = dict(jobs)
+    while left and time.monotonic() < deadline:
+        left = {name: env for name, env in left.items()
+                if _scancel(["squeue", "-h", f"--name={name}", "-o", "%i"], _job_env(env))}
+        if left:
+            time.sleep(0.5)
+    for name, env in left.items():
+        _scancel([f"--name={name}"], _job_env(env))
+
+
 def serve(stream: IO[str], grace_s: float = GRACE_S) -> None:
     """Read kvcheck's lines until end of file, then end what is still listed and remove its logs."""
     groups: dict[int, str] = {}
     logs: dict[int, str] = {}
+    jobs: dict[str, dict[str, str]] = {}
     for line in stream:
         words = line.split(" ", 3)
         try:
-            if words[0] == "start" and len(words) == 4:
+            if words[0] == "slurm" and len(words) >= 3:
+                _, name, given = line.rstrip("\n").split(" ", 2)
+                env = json.loads(given)
+                jobs[name] = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+            elif words[0] == "slurm-done" and len(words) == 2:
+                jobs.pop(words[1].rstrip("\n"), None)
+            elif words[0] == "start" and len(words) == 4:
                 pgid = int(words[1])
                 groups[pgid] = words[2]
                 log = words[3].rstrip("\n")
@@ -139,8 +189,13 @@ def serve(stream: IO[str], grace_s: float = GRACE_S) -> None:
                 logs.pop(pgid, None)  # kvcheck removes its own log after a normal stop
         except ValueError:
             continue  # never from kvcheck; a bad line must not keep the others from being ended
+    started = time.monotonic()
+    if jobs:
+        signal_jobs(jobs)
     if groups:
         end_groups(groups, grace_s)
+    if jobs:
+        cancel_jobs(jobs, grace_s, started)
     for log in logs.values():
         with contextlib.suppress(OSError):
             os.unlink(log)
@@ -176,7 +231,10 @@ class Watchdog:
             cls._proc = subprocess.Popen(
                 [sys.executable, "-I", str(Path(__file__).resolve())],
                 stdin=read_fd,
+                # it outlives kvcheck by up to its grace: holding kvcheck's stderr would keep a pipe
+                # reading kvcheck's output (`kvcheck ... 2>&1 | tee`, a CI step) open that long
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
             )
@@ -220,6 +278,20 @@ class Watchdog:
     def stopped(cls, pgid: int) -> None:
         """kvcheck ended the group itself: the watchdog forgets it."""
         cls._send(f"stop {pgid}")
+
+    @classmethod
+    def slurm_started(cls, name: str, env: Mapping[str, str]) -> None:
+        """Register a Slurm job by its unique name, before it is submitted; `env` gives the PATH and
+        SLURM_CONF its client commands use."""
+        if " " in name or "\n" in name:
+            return  # job_name() never makes one; it could not be framed on one line
+        given = {k: env[k] for k in ("PATH", "SLURM_CONF") if k in env}
+        cls._send(f"slurm {name} {json.dumps(given)}")
+
+    @classmethod
+    def slurm_stopped(cls, name: str) -> None:
+        """kvcheck cancelled the job itself and saw it leave the queue: the watchdog forgets it."""
+        cls._send(f"slurm-done {name}")
 
 
 if __name__ == "__main__":

@@ -500,8 +500,12 @@ def _breakable_prefill_graph_off(c: _Inputs) -> list[str]:
 # (configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs, read by
 # _disable_breakable_cudagraph_if_incompatible). Only the entries checked against SGLang's own resolution
 # are here: Kimi-K3 (also listed) loses it to the KDA rule first (overrides.py), MiniMax-M3's VL wrapper
-# is handled in overrides.py; SGLang's Qwen3.5 entries (0.5.17) are not followed yet.
-_MM_BREAKABLE_OK = {"KimiK25ForConditionalGeneration": rel.MM_BREAKABLE_KIMI_K25}
+# is handled in overrides.py. Qwen3.5/3.6 (both wrappers) were the list's first entries (0.5.16).
+_MM_BREAKABLE_OK = {
+    "KimiK25ForConditionalGeneration": rel.MM_BREAKABLE_KIMI_K25,
+    "Qwen3_5ForConditionalGeneration": rel.MM_BREAKABLE_QWEN3_5,
+    "Qwen3_5MoeForConditionalGeneration": rel.MM_BREAKABLE_QWEN3_5,
+}
 
 
 def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
@@ -520,6 +524,33 @@ def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
     return len(prefill_list) if isinstance(prefill_list, list | tuple) else len(prefill_capture_sizes(int(prefill_max)))
 
 
+_QWEN3_5_ARCHS = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
+
+
+def _qwen3_5_sm100_backend(c: _Inputs, default: str) -> str | None:
+    """Qwen3.5/3.6 on SM100 with no --attention-backend: SGLang's own choice, or None where it has none.
+
+    Keyed on the architecture, as SGLang keys it (arg_groups/model_overrides/qwen3_5.py
+    _qwen3_5_hybrid_overrides from 0.5.15; server_args.py before): triton (page 1), except that from
+    0.5.10 the platform default trtllm_mha (page 64) stays when the radix cache is off (--disable-radix-cache,
+    or a decode role without --disaggregation-decode-enable-radix-cache), a speculative algorithm is set, or
+    the mamba radix cache uses the extra buffer (mamba_extra_buffer_of: --mamba-radix-cache-strategy
+    extra_buffer / extra_buffer_lazy with the radix cache on). In 0.5.9 (the first release with Qwen3.5)
+    triton was set unconditionally (_handle_mamba_radix_cache). Only 0.5.23 is checked against SGLang's
+    own resolution (tests/estimate/oracle_defaults_0.5.23.json).
+    """
+    if c.shape.architecture not in _QWEN3_5_ARCHS or not c.gpu.is_sm100 or not c.rules.has(rel.QWEN3_5_SM100_TRITON):
+        return None
+    if default != "trtllm_mha" or not c.rules.has(rel.QWEN3_5_SM100_TRTLLM_KEPT):
+        return "triton"
+    args = c.args
+    radix_off = bool(args.get("disable_radix_cache")) or (
+        c.role == "decode" and not args.get("disaggregation_decode_enable_radix_cache")
+    )
+    extra_buffer = not radix_off and args.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")
+    return "trtllm_mha" if radix_off or c.spec is not None or extra_buffer else "triton"
+
+
 def _attention(c: _Inputs) -> tuple[str, int]:
     """(attention backend, page size)."""
     args, shape, gpu = c.args, c.shape, c.gpu
@@ -528,10 +559,17 @@ def _attention(c: _Inputs) -> tuple[str, int]:
         args.get("prefill_attention_backend") == args.get("decode_attention_backend")
     ):
         backend = args.get("prefill_attention_backend")
+    user_backend = bool(backend)
     backend = str(backend) if backend else _default_backend(shape, gpu, c.spec_topk)
     user_page = args.get("page_size")
+    qwen35_sm100 = not user_backend and _qwen3_5_sm100_backend(c, backend)
+    if qwen35_sm100:
+        backend = qwen35_sm100
     page_size, page_why = _page_size(shape, gpu, backend, None if user_page is None else int(user_page), c.spec_topk)
-    if shape.architecture.startswith("Qwen3_5") and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
+    if qwen35_sm100:
+        # The override sets the page size with the backend, over --page-size (model_overrides/qwen3_5.py).
+        page_size, page_why = (64 if backend == "trtllm_mha" else 1), f"Qwen3.5 override on SM100 with {backend}"
+    elif shape.architecture.startswith("Qwen3_5") and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
         page_size, page_why = 64, "Qwen3.5 on SM100 with trtllm_mha: 64"
     if shape.architecture == "NemotronHForCausalLM" and gpu.is_sm100 and backend == "trtllm_mha" and user_page is None:
         page_size, page_why = 64, "Nemotron-H on SM100 with trtllm_mha: 64"

@@ -44,8 +44,13 @@ PREFILL_BREAKABLE = "0.5.15"  # breakable prefill graph on CUDA by default
 BREAKABLE_DCP_OFF = "0.5.16"  # DCP turns the breakable prefill graph off
 BREAKABLE_WIDENED = "0.5.17"  # LoRA and DP attention keep it; non-DSA MLA, TBO, other A2A backends turn it off
 BREAKABLE_MLA = "0.5.18"  # MLA models keep it
+MM_BREAKABLE_QWEN3_5 = "0.5.16"  # Qwen3.5/3.6 multimodal wrappers keep it (the list appears, with them only)
 MM_BREAKABLE_KIMI_K25 = "0.5.18"  # Kimi-K2.5's multimodal wrapper keeps it (the multimodal allow-list)
 PREFILL_MLA_8192 = "0.5.23"  # an MLA prefill graph captures up to min(8192, chunked prefill), not 2048
+
+# --- the attention backend and page size
+QWEN3_5_SM100_TRITON = "0.5.9"  # Qwen3.5/3.6 on SM100 with no --attention-backend: triton, page 1
+QWEN3_5_SM100_TRTLLM_KEPT = "0.5.10"  # ... unless radix cache off, speculative or mamba extra buffer: trtllm_mha, page 64
 
 # --- chunked_prefill_size and the decode CUDA-graph max_bs when unset
 CAPACITY_SMALL_TP = "0.4.0.post1"  # < 25,000 MiB: max_bs 8 (TP < 4) or 80

@@ -530,8 +530,9 @@ _QWEN3_5_ARCHS = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGe
 def _qwen3_5_sm100_backend(c: _Inputs, default: str) -> str | None:
     """Qwen3.5/3.6 on SM100 with no --attention-backend: SGLang's own choice, or None where it has none.
 
-    Keyed on the architecture, as SGLang keys it (arg_groups/model_overrides/qwen3_5.py
-    _qwen3_5_hybrid_overrides from 0.5.15; server_args.py before): triton (page 1), except that from
+    Keyed on the architecture, as SGLang keys it (_qwen3_5_hybrid_overrides: arg_groups/model_overrides/
+    qwen3_5.py from 0.5.19, arg_groups/overrides.py in 0.5.15-0.5.18; server_args.py
+    _handle_model_specific_adjustments before): triton (page 1), except that from
     0.5.10 the platform default trtllm_mha (page 64) stays when the radix cache is off (--disable-radix-cache,
     or a decode role without --disaggregation-decode-enable-radix-cache), a speculative algorithm is set, or
     the mamba radix cache uses the extra buffer (mamba_extra_buffer_of: --mamba-radix-cache-strategy

@@ -154,3 +154,35 @@ def test_a_release_before_0_4_is_sized_with_0_4_0_rules_and_its_own_table(versio
 )
 def test_rules_for(version, expected):
     assert str(rel.rules_for(version).release) == expected
+
+
+QWEN35 = "Qwen--Qwen3.5-27B"
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "expected"),
+    [
+        ("0.5.8", {}, ("trtllm_mha", 64)),  # before SGLang knew Qwen3.5: the platform default
+        ("0.5.9", {"disaggregation_mode": "decode"}, ("triton", 1)),  # triton unconditionally
+        ("0.5.10", {"disaggregation_mode": "decode"}, ("trtllm_mha", 64)),  # radix cache off keeps trtllm_mha
+        ("0.5.10", {}, ("triton", 1)),
+        ("0.5.23", {}, ("triton", 1)),
+        ("0.5.23", {"page_size": 64}, ("triton", 1)),  # the override's page size wins
+        ("0.5.23", {"disable_radix_cache": True}, ("trtllm_mha", 64)),
+        ("0.5.23", {"mamba_radix_cache_strategy": "extra_buffer"}, ("trtllm_mha", 64)),
+        ("0.5.23", {"attention_backend": "fa4"}, ("fa4", 128)),  # a given backend is left alone
+    ],
+)
+def test_qwen3_5_sm100_attention_backend_by_release(version, args, expected):
+    target = dataclasses.replace(role(QWEN35, gpu="B200", tp_size=8, **args), engine_version=version)
+    d = estimate_role(target, offline=True).details
+    assert (d["attention_backend"], d["page_size"]) == expected
+
+
+@pytest.mark.parametrize(("version", "kept"), [("0.5.15", False), ("0.5.16", True), ("0.5.23", True)])
+def test_qwen3_5_keeps_the_prefill_graph_from_0_5_16(version, kept):
+    """configs/model_config.py's multimodal allow-list appears in 0.5.16, naming the Qwen3.5 wrappers."""
+    target = dataclasses.replace(role(QWEN35, gpu="B200", tp_size=8), engine_version=version)
+    est = estimate_role(target, offline=True)
+    off = [a for a in est.assumptions if "prefill CUDA graph off (multimodal model)" in a]
+    assert (not off) == kept

@@ -203,6 +203,16 @@ def test_kimi_k3_prices_kda_state_and_mla_full_layers():
     assert est.pool_tokens > 0
 
 
+def _edited(tmp_path, config: dict, gpu: str):
+    """The estimate (or its EstimateError) for an edited copy of a real config, at TP8 on `gpu`."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    try:
+        return estimate_role(role(path, gpu=gpu, tp_size=8), offline=True).details["mem_fraction_static"]
+    except EstimateError as exc:
+        return exc.message
+
+
 def test_kimi_k3_vision_factor_reads_sglangs_vision_config_class(tmp_path):
     """SGLang loads Kimi-K3's vision config as KimiK3VisionConfig (configs/kimi_k3.py), whose
     num_hidden_layers/hidden_size come from vt_num_hidden_layers/vt_hidden_size: a 27 x 1024 ViT scales the
@@ -212,15 +222,9 @@ def test_kimi_k3_vision_factor_reads_sglangs_vision_config_class(tmp_path):
     assert est.details["mem_fraction_static"] == round(0.904 * 0.95 * 0.9875, 4) == 0.8481
     config = json.loads(model_config("moonshotai--Kimi-K3").read_text())
     config["vision_config"]["vt_num_hidden_layers"] = 36  # 1.5 x ViT-L: factor 0.95 x (1 - 0.1 x 0.5)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    est = estimate_role(role(path, gpu="B300", tp_size=8), offline=True)
-    assert est.details["mem_fraction_static"] == round(0.904 * 0.95 * 0.95, 4) == 0.8159
+    assert _edited(tmp_path, config, "B300") == round(0.904 * 0.95 * 0.95, 4) == 0.8159
     config["vision_config"]["vt_hidden_size"] = None
-    path.write_text(json.dumps(config))
-    with pytest.raises(EstimateError) as exc:
-        estimate_role(role(path, gpu="B300", tp_size=8), offline=True)
-    assert exc.value.message == (
+    assert _edited(tmp_path, config, "B300") == (
         "model config: vision_config.vt_hidden_size is null; SGLang's kimi_k3 vision config would carry None "
         "into its multimodal memory factor and fail"
     )
@@ -236,20 +240,13 @@ def test_kimi_k25_vision_factor_and_prefill_graph_as_sglang_resolves_them(tmp_pa
     est = estimate_role(role("moonshotai--Kimi-K2.5", gpu="B200", tp_size=8), offline=True)
     assert est.details["mem_fraction_static"] == round(0.844 * factor, 4) == 0.7678
     config = json.loads(model_config("moonshotai--Kimi-K2.5").read_text())
-    path = tmp_path / "config.json"
     config["vision_config"]["vt_num_hidden_layers"] = 36  # SGLang's class ignores it
-    path.write_text(json.dumps(config))
-    assert estimate_role(role(path, gpu="B200", tp_size=8), offline=True).details["mem_fraction_static"] == 0.7678
+    assert _edited(tmp_path, config, "B200") == 0.7678
     config["vision_config"]["num_hidden_layers"] = 36  # the key it reads: 36 x 1152
-    path.write_text(json.dumps(config))
     factor36 = 0.95 * (1 - 0.1 * (36 * 1152**2 / (24 * 1024**2) - 1))
-    est = estimate_role(role(path, gpu="B200", tp_size=8), offline=True)
-    assert est.details["mem_fraction_static"] == round(0.844 * factor36, 4) == 0.7298
+    assert _edited(tmp_path, config, "B200") == round(0.844 * factor36, 4) == 0.7298
     config["vision_config"]["hidden_size"] = None
-    path.write_text(json.dumps(config))
-    with pytest.raises(EstimateError) as exc:
-        estimate_role(role(path, gpu="B200", tp_size=8), offline=True)
-    assert exc.value.message == (
+    assert _edited(tmp_path, config, "B200") == (
         "model config: vision_config.hidden_size is null; SGLang's kimi_k25 vision config would carry None "
         "into its multimodal memory factor and fail"
     )

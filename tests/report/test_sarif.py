@@ -122,13 +122,12 @@ def test_help_links_follow_the_published_docs_address(monkeypatch, value, expect
 
 
 def test_the_packages_documentation_url_is_the_default(monkeypatch) -> None:
+    import importlib.metadata
     from email.message import Message
-
-    from kvcheck.report.formats import sarif
 
     meta = Message()
     meta["Project-URL"] = "Source, https://git.example/kvcheck"
     meta["Project-URL"] = "Documentation, https://kvcheck.example/docs"
     monkeypatch.delenv("KVCHECK_DOCS_URL", raising=False)
-    monkeypatch.setattr(sarif, "metadata", lambda name: meta)
+    monkeypatch.setattr(importlib.metadata, "metadata", lambda name: meta)
     assert docs_url() == "https://kvcheck.example/docs/"

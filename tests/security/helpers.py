@@ -138,6 +138,14 @@ def send_body(body: bytes, *, content_type: str = "application/json", headers: M
     return handler
 
 
+def trickle_headers(conn: socket.socket, request: bytes) -> None:
+    """A status line, then one header byte every 0.1 s: 60 s if nothing cuts the request short."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(600):
+        conn.sendall(b"x")
+        time.sleep(0.1)
+
+
 def send_json(payload: Any) -> Handler:
     return send_body(json.dumps(payload).encode())
 

@@ -6,14 +6,12 @@ memory, and a well-formed config from the same place must still be sized (the co
 from __future__ import annotations
 
 import json
-import socket
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.datapaths import MODELS
-from tests.security.helpers import PEAK_MIB_LIMIT, RawServer, attack, gzip_bomb, send_body
+from tests.security.helpers import PEAK_MIB_LIMIT, RawServer, attack, gzip_bomb, send_body, trickle_headers
 
 CONFIG = "/org/model/resolve/main/config.json"
 MANIFEST = """\
@@ -29,20 +27,13 @@ roles:
 """
 
 
-def _trickle(conn: socket.socket, request: bytes) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\n")
-    for _ in range(600):  # one header byte every 0.1 s: 60 s if nothing cut it
-        conn.sendall(b"x")
-        time.sleep(0.1)
-
-
 ATTACKS = {
     "stacked gzip": (send_body(gzip_bomb(2048, 2), headers={"content-encoding": "gzip, gzip"}),
                      "the answer is larger than 4 MiB after gzip decoding"),
     "64 MiB body": (send_body(b"{" + b" " * (64 << 20) + b"}"), "larger than 4 MiB"),
     "100k-deep JSON": (send_body(b"[" * 100_000 + b"]" * 100_000), "nested deeper than 64 levels"),
     "duplicate keys": (send_body(b'{"num_hidden_layers": 1, "num_hidden_layers": 80}'), "num_hidden_layers"),
-    "trickled headers": (_trickle, "gave no complete answer for 'org/model' within 20 s"),
+    "trickled headers": (trickle_headers, "gave no complete answer for 'org/model' within 20 s"),
 }
 
 

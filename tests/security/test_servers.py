@@ -4,8 +4,6 @@ kvcheck ends in bounded time and memory with "could not check" (exit 3), never a
 from __future__ import annotations
 
 import json
-import socket
-import time
 
 import pytest
 
@@ -18,6 +16,7 @@ from tests.security.helpers import (
     healthy_routes,
     send_body,
     send_json,
+    trickle_headers,
 )
 
 FORMATS = ("json", "junit", "github", "table", "markdown")
@@ -47,13 +46,7 @@ def test_stacked_gzip_is_capped_after_every_layer():
 
 
 def test_a_server_trickling_its_headers_is_cut_at_the_timeout():
-    def trickle(conn: socket.socket, request: bytes) -> None:
-        conn.sendall(b"HTTP/1.1 200 OK\r\n")
-        for _ in range(600):  # one header byte every 0.1 s: 60 s if nothing cut it
-            conn.sendall(b"x")
-            time.sleep(0.1)
-
-    with RawServer({"/server_info": trickle}) as server:
+    with RawServer({"/server_info": trickle_headers}) as server:
         out = attack("audit", server.url, "--context-length", "131072", "--timeout", "2", "--retries", "0",
                      "--format", "json", timeout=40)
     assert out.exit_code == 3, out.stderr

@@ -154,20 +154,19 @@ def test_no_reachable_scheduler_is_exit_3_with_slurms_message(cluster: Cluster, 
     assert "Unable to contact slurm controller (connect failure)" in message
 
 
-def test_kvcheck_killed_with_sigkill_has_its_watchdog_cancel_every_job(
-    cluster: Cluster, pidfile: PidFile, tmp_path: Path
-) -> None:
-    # SIGKILL runs no cleanup in kvcheck; its watchdog sees the end of its pipe and cancels each job by
-    # its unique name: scancel --signal=TERM at once, scancel after the 5 s grace. The jobs used to run
-    # on until their time limit (--time=1 here, and up to 30 s more until slurmctld checks limits).
+def _two_roles_hanging(
+    cluster: Cluster, pidfile: PidFile, tmp_path: Path, *, timeout: str, mode: str
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """kvcheck measuring a 2-node prefill and a 1-node decode whose engines hang in loading: returned
+    once every engine is up, with the two job ids."""
     roles = "  prefill:\n    gpus: [0, 1]\n    args: {tp-size: 4, nnodes: 2}\n  decode:\n    gpus: [0]\n"
-    manifest = write_manifest(tmp_path, roles)
     proc = subprocess.Popen(
-        kvcheck_argv(manifest, "--timeout", "10"),
+        kvcheck_argv(write_manifest(tmp_path, roles), "--timeout", timeout),
         cwd=REPO,
-        env=kvcheck_env(cluster, FAKE_SGLANG_MODE="hang,ignore_sigterm"),
+        env=kvcheck_env(cluster, FAKE_SGLANG_MODE=mode),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -176,8 +175,23 @@ def test_kvcheck_killed_with_sigkill_has_its_watchdog_cancel_every_job(
             time.sleep(0.1)
         jobs = [job for job, name in cluster.live_jobs().items() if name.startswith("kvcheck-")]
         assert len(jobs) == 2
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, jobs
+
+
+def test_kvcheck_killed_with_sigkill_has_its_watchdog_cancel_every_job(
+    cluster: Cluster, pidfile: PidFile, tmp_path: Path
+) -> None:
+    # SIGKILL runs no cleanup in kvcheck; its watchdog sees the end of its pipe and cancels each job by
+    # its unique name: scancel --signal=TERM at once, scancel after the 5 s grace. The jobs used to run
+    # on until their time limit (--time=1 here, and up to 30 s more until slurmctld checks limits).
+    proc, jobs = _two_roles_hanging(cluster, pidfile, tmp_path, timeout="10", mode="hang,ignore_sigterm")
+    try:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)
         waited = cluster.wait_gone(jobs, timeout_s=60)
     finally:
         if proc.poll() is None:
@@ -194,23 +208,8 @@ def test_kvcheck_killed_with_sigkill_has_its_watchdog_cancel_every_job(
 def test_sigterm_to_kvcheck_cancels_every_job_before_it_dies(
     cluster: Cluster, pidfile: PidFile, tmp_path: Path
 ) -> None:
-    roles = "  prefill:\n    gpus: [0, 1]\n    args: {tp-size: 4, nnodes: 2}\n  decode:\n    gpus: [0]\n"
-    manifest = write_manifest(tmp_path, roles)
-    proc = subprocess.Popen(
-        kvcheck_argv(manifest, "--timeout", "300"),
-        cwd=REPO,
-        env=kvcheck_env(cluster, FAKE_SGLANG_MODE="hang"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, jobs = _two_roles_hanging(cluster, pidfile, tmp_path, timeout="300", mode="hang")
     try:
-        deadline = time.monotonic() + 60
-        while len(pidfile.pids()) < 2 * 4 + 3:
-            assert proc.poll() is None and time.monotonic() < deadline, "engines did not start"
-            time.sleep(0.1)
-        jobs = [job for job, name in cluster.live_jobs().items() if name.startswith("kvcheck-")]
-        assert len(jobs) == 2
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:

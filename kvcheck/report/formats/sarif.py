@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib.metadata import PackageNotFoundError, metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,9 @@ def docs_url() -> str | None:
     neither is set. No link is better than a made-up one: the rule text is in the SARIF file anyway."""
     url = os.environ.get(DOCS_URL_ENV, "").strip()
     if not url:
+        # imported here: importlib.metadata costs every command about 25 ms at start-up
+        from importlib.metadata import PackageNotFoundError, metadata
+
         try:
             entries = metadata("kvcheck").get_all("Project-URL") or []
         except PackageNotFoundError:

@@ -24,40 +24,16 @@ from pathlib import Path
 from typing import IO
 
 from kvcheck.backends.measure.launchers import reaper
+from kvcheck.backends.measure.launchers.watchdog import group_members, running
 
 _POLL_S = 0.02
 REAPER_KILL_WAIT_S = reaper.GIVE_UP_S + 2.0  # SIGUSR2 to SIGKILL of the group: the reaper's own wait, and 2 s
 
 
-def _group_members(pgid: int) -> list[tuple[int, str]] | None:
-    """(pid, state) of every process in group `pgid` from /proc; None where /proc is not Linux's."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return None
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # comm may contain spaces and parentheses: fields start after the last ')'
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append((int(entry.name), fields[0]))
-    return members
-
-
 def group_alive(pgid: int) -> bool:
-    """True while any process of the group is still running.
-
-    Zombies (state Z/X) hold no memory and cannot be killed again; an orphaned zombie stays until
-    its new parent reaps it, which is not ours to wait for.
-    """
-    members = _group_members(pgid)
-    if members is not None:
-        return any(state not in ("Z", "X") for _, state in members)
+    """True while any process of the group is still running (zombies aside: `group_members`)."""
+    if Path("/proc/self/stat").exists():
+        return bool(group_members(pgid))
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -67,17 +43,9 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rfind(")") + 2 :][:1] not in ("Z", "X", "")
-
-
 def group_pids(pgid: int) -> list[int]:
     """Live members of the group (for messages); empty where /proc cannot tell."""
-    return sorted(pid for pid, state in (_group_members(pgid) or []) if state not in ("Z", "X"))
+    return group_members(pgid) if Path("/proc/self/stat").exists() else []
 
 
 # The longest engine output line kvcheck reads at once; the rest of a longer line is skipped.
@@ -256,7 +224,7 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             pass
         survivors = group_pids(self.pgid) if group_alive(self.pgid) else []
-        survivors = sorted({*survivors, *(pid for pid in self._reported_stuck() if _running(pid))})
+        survivors = sorted({*survivors, *(pid for pid in self._reported_stuck() if running(pid))})
         self._reader.join(timeout=5.0)
         # Still open after the whole group is gone: a process that left the group (setsid) holds
         # the engine's output, and kvcheck cannot stop what it cannot see.

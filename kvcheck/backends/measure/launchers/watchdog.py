@@ -63,19 +63,25 @@ def start_time(pid: int) -> str:
     return fields[19] if fields is not None and len(fields) > 19 else "-"
 
 
-def _group_alive(pgid: int) -> bool:
-    """True while a process of the group runs (zombies hold nothing and cannot be killed again)."""
-    proc = Path("/proc")
-    for entry in proc.iterdir():
+def group_members(pgid: int) -> list[int]:
+    """The pids of group `pgid` that still run, from /proc (zombies hold nothing and cannot be killed
+    again; an orphaned zombie stays until its new parent reaps it)."""
+    members = []
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = _stat_fields(int(entry.name))  # None: it exited while we looked
         if fields is not None and len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in "ZX":
-            return True
-    return False
+            members.append(int(entry.name))
+    return sorted(members)
 
 
-def _running(pid: int) -> bool:
+def _group_alive(pgid: int) -> bool:
+    return bool(group_members(pgid))
+
+
+def running(pid: int) -> bool:
+    """True while `pid` runs (not a zombie)."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] not in "ZX"
 
@@ -115,7 +121,7 @@ def end_groups(groups: dict[int, str], grace_s: float = GRACE_S) -> None:
     for pgid in leaders:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pgid, signal.SIGUSR2)
-    _wait(leaders, REAPER_WAIT_S, alive=lambda pgid: start_time(pgid) == groups[pgid] and _running(pgid))
+    _wait(leaders, REAPER_WAIT_S, alive=lambda pgid: start_time(pgid) == groups[pgid] and running(pgid))
     ours = [pgid for pgid in ours if _group_alive(pgid)]
     _signal(ours, signal.SIGKILL)
     deadline = time.monotonic() + 10.0

@@ -56,7 +56,8 @@ def test_two_node_prefill_and_one_node_decode_are_measured_together(
         assert option in slurm["salloc"]
     assert slurm["srun"][-4:-1] == ["--nnodes", "2", "--dist-init-addr"]
     assert slurm["srun"][-1].startswith("10.77.0.11:")  # the allocation's first node
-    assert 'exec "$@" --node-rank "$SLURM_NODEID"' in slurm["srun"]  # expanded by each task's shell
+    [script] = [arg for arg in slurm["srun"] if "--node-rank" in arg]
+    assert '"$@" --node-rank "$SLURM_NODEID";' in script  # expanded by each task's own shell
     assert prefill["details"]["server_info"]["endpoint"] == "/server_info"
     # the head's final line and every rank's allocation line, from both nodes' tasks through srun
     assert prefill["details"]["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072}]

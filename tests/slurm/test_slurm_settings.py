@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kvcheck.backends.measure.launchers.slurm import (
-    NODE_RANK_SCRIPT,
     SlurmContainer,
     SlurmSettings,
     gpus_per_node,
     salloc_argv,
     srun_argv,
+    task_script,
     time_limit_minutes,
 )
 from tests.measure.conftest import REPO, make_target
@@ -43,16 +45,70 @@ def test_srun_runs_the_engine_on_every_node_with_its_own_node_rank() -> None:
     )
     argv = srun_argv("42", 2, settings, ("python3", "-m", "sglang.launch_server", "--tp-size", "16"))
     assert argv == (
-        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+        "srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=0", "--wait=5",
         "--container-image=lmsysorg/sglang:v0.5.23", "--container-mounts=/models:/models",
         "--container-workdir=/w", "--mpi=none",
-        "sh", "-c", 'exec "$@" --node-rank "$SLURM_NODEID"', "kvcheck-engine",
-        "python3", "-m", "sglang.launch_server", "--tp-size", "16",
+        "sh", "-c", 'trap : TERM INT HUP; "$@" --node-rank "$SLURM_NODEID"; status=$?; sleep 1; exit $status',
+        "kvcheck-engine", "python3", "-m", "sglang.launch_server", "--tp-size", "16",
     )  # fmt: skip
-    # the script reaches the task's shell as one argument: no shell on kvcheck's side expands it
-    assert NODE_RANK_SCRIPT.count("$") == 2
     one = srun_argv("7", 1, SlurmSettings(), ("engine",))
-    assert one[-1] == "engine" and "sh" not in one  # one node: no node rank at all
+    assert one[-5:] == ("sh", "-c", 'trap : TERM INT HUP; "$@"; status=$?; sleep 1; exit $status',
+                        "kvcheck-engine", "engine")  # fmt: skip  (one node: no node rank at all)
+
+
+ECHO_ARGS = "import json, sys; print(json.dumps(sys.argv[1:]), flush=True)"
+
+
+def _task(nnodes: int, *engine: str, node: str = "1") -> subprocess.Popen[str]:
+    """The task's shell as slurmstepd runs it: `sh -c SCRIPT kvcheck-engine ENGINE...`."""
+    return subprocess.Popen(
+        ["sh", "-c", task_script(nnodes), "kvcheck-engine", *engine],
+        env={**os.environ, "SLURM_NODEID": node},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_the_task_shell_passes_the_engines_argv_untouched_and_adds_its_own_node_rank() -> None:
+    task = _task(2, sys.executable, "-c", ECHO_ARGS, "--served-model-name", "a b $HOME `id` 'q'", node="3")
+    out, _ = task.communicate(timeout=30)
+    assert json.loads(out) == ["--served-model-name", "a b $HOME `id` 'q'", "--node-rank", "3"]
+    assert task.returncode == 0
+    task = _task(1, sys.executable, "-c", ECHO_ARGS, "--port", "1")
+    assert json.loads(task.communicate(timeout=30)[0]) == ["--port", "1"]
+
+
+def test_the_task_outlives_its_engine_and_exits_as_it_did() -> None:
+    # an engine killed by a signal: the task exits 128 + 9, a second later, with every line the engine wrote
+    script = "import os, signal; print('ValueError: no memory for the KV cache', flush=True); os.kill(os.getpid(), 9)"
+    start = time.monotonic()
+    task = _task(2, sys.executable, "-c", script)
+    out, _ = task.communicate(timeout=30)
+    assert task.returncode == 137
+    assert out.startswith("ValueError: no memory for the KV cache\n")  # then dash's own "Killed"
+    assert time.monotonic() - start >= 1.0  # srun may stop reading output once the last task has ended
+    task = _task(1, sys.executable, "-c", "raise SystemExit(3)")
+    assert task.wait(timeout=30) == 3
+
+
+def test_a_signal_to_the_task_reaches_the_engine_and_the_task_waits_for_it() -> None:
+    # Slurm signals every process of the step: the engine gets SIGTERM at its default (it drains and
+    # exits 0 here), and the shell's trap holds the task until the engine has ended
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*_): print('drained', flush=True); time.sleep(0.5); sys.exit(0)\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    task = _task(2, sys.executable, "-c", script)
+    assert task.stdout is not None and task.stdout.readline() == "up\n"
+    os.killpg(task.pid, signal.SIGTERM)
+    out, _ = task.communicate(timeout=30)
+    assert (task.returncode, out) == (0, "drained\n")
 
 
 def test_time_limit_outlives_the_timeout_and_grace_in_whole_minutes() -> None:

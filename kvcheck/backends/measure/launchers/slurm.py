@@ -6,11 +6,14 @@ For a role kvcheck runs, from the host it runs on (a login node, a CI runner wit
    --gres gpu[:type]:G --time M [partition, account, qos, ...]`: one allocation per role, whose
    time limit M (minutes) outlives kvcheck's own timeout, so that even a kvcheck killed with SIGKILL
    leaves nothing running past it. The job id is read from salloc's own lines.
-2. `srun --jobid J --nodes N --ntasks N --ntasks-per-node 1 --kill-on-bad-exit=1 sh -c
-   'exec "$@" --node-rank "$SLURM_NODEID"' kvcheck-engine <engine argv> --nnodes N
-   --dist-init-addr <first node>:<port>`: the engine's exact command line on every node, with the
-   node rank expanded by each task's own shell (never by a shell on kvcheck's side: there is none).
-   srun forwards every task's lines to kvcheck, which reads them as they arrive.
+2. `srun --jobid J --nodes N --ntasks N --ntasks-per-node 1 --kill-on-bad-exit=0 --wait=5 sh -c
+   'trap : TERM INT HUP; "$@" --node-rank "$SLURM_NODEID"; status=$?; sleep 1; exit $status'
+   kvcheck-engine <engine argv> --nnodes N --dist-init-addr <first node>:<port>`: the engine's
+   exact command line on every node, with the node rank expanded by each task's own shell (never by
+   a shell on kvcheck's side: there is none). srun forwards every task's lines to kvcheck, which
+   reads them as they arrive. When one node's engine dies, srun ends the others 5 s later
+   (`--wait`), not at once, and each task outlives its engine by a second, so that the dying
+   node's own error reaches kvcheck (`task_script`).
 3. The head node (the allocation's first) serves HTTP on `--host 0.0.0.0 --port P`; kvcheck reads
    `/server_info` at that node's address (its NodeAddr).
 4. Stop: `scancel --signal=TERM J` (SGLang drains; nodes >= 1 wait for node 0), after the grace
@@ -212,8 +215,26 @@ def salloc_argv(target: RoleTarget, settings: SlurmSettings, *, name: str, minut
     return (*argv, *settings.salloc_options)
 
 
-# Each task's own shell expands $SLURM_NODEID; "$@" passes the engine's argv through untouched.
-NODE_RANK_SCRIPT = 'exec "$@" --node-rank "$SLURM_NODEID"'
+# After one task ends, srun waits this long for the others before it kills them: short enough that
+# a node left hanging on a dead peer does not run on to kvcheck's timeout. Not --kill-on-bad-exit=1:
+# that aborts the step without draining its output, and the dying node's own error was then lost.
+TASK_EXIT_WAIT_S = 5
+
+# Each task is a small shell around the engine. It expands $SLURM_NODEID itself (no shell on
+# kvcheck's side sees it), passes the engine's argv through untouched ("$@"), and stays one second
+# after the engine has ended before it exits with the engine's status (128 + N for signal N): srun
+# may stop reading a step's output as soon as its last task is reported ended, and an engine that
+# dies within a fraction of a second (an OOM at start, a node that loses its peer) then had its
+# lines dropped, in about 1 run of 40 on the test cluster. Trapping TERM, INT and HUP defers them
+# until the engine has ended (the engine gets them from Slurm itself, at their defaults).
+TASK_LINGER_S = 1
+TASK_SCRIPT = 'trap : TERM INT HUP; "$@"{rank}; status=$?; sleep {linger}; exit $status'
+NODE_RANK = ' --node-rank "$SLURM_NODEID"'
+
+
+def task_script(nnodes: int) -> str:
+    """The shell each task runs: the engine, with its node rank when the role spans nodes."""
+    return TASK_SCRIPT.format(rank=NODE_RANK if nnodes > 1 else "", linger=TASK_LINGER_S)
 
 
 def srun_argv(
@@ -226,13 +247,13 @@ def srun_argv(
         f"--nodes={nnodes}",
         f"--ntasks={nnodes}",
         "--ntasks-per-node=1",
-        "--kill-on-bad-exit=1",
+        "--kill-on-bad-exit=0",  # explicit: a site's KillOnBadExit=1 would drop the dying node's output
+        f"--wait={TASK_EXIT_WAIT_S}",
     ]
     if settings.container is not None:
         argv += settings.container.srun_options()
     argv += list(settings.srun_options)
-    if nnodes > 1:
-        argv += ["sh", "-c", NODE_RANK_SCRIPT, "kvcheck-engine"]
+    argv += ["sh", "-c", task_script(nnodes), "kvcheck-engine"]
     return (*argv, *engine_argv)
 
 

@@ -17,7 +17,8 @@ fieldValidation=Strict does), and plays the controllers and the kubelet:
     pod's process gets SIGTERM, then SIGKILL after the grace period, and the pod is listed until the
     process is gone.
 
-Knobs: an image containing `no-such-image` cannot be pulled; a container env FAKE_KUBELET_OOMKILL_AFTER_S
+Knobs: `quota_gpus` (a ResourceQuota on GPUs) and `deny_pods` (an admission webhook) make the
+controllers fail to create pods, as a FailedCreate Event in their words; an image containing `no-such-image` cannot be pulled; a container env FAKE_KUBELET_OOMKILL_AFTER_S
 makes the kubelet kill it as the kernel's OOM killer would (OOMKilled, exit 137) after that time.
 """
 
@@ -88,6 +89,14 @@ def _engine_container(spec: dict[str, Any]) -> dict[str, Any]:
     return spec["containers"][0]
 
 
+def _field(event: dict[str, Any], path: str) -> Any:
+    """An Event's field by a field selector's dotted path (involvedObject.name, reason)."""
+    value: Any = event
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 def _matches(labels: dict[str, str], selector: str) -> bool:
     for term in filter(None, (selector or "").split(",")):
         if "=" in term:
@@ -110,6 +119,9 @@ class FakeCluster:
         self.requests: list[tuple[str, str]] = []  # (method, path) in arrival order
         self.refuse: dict[tuple[str, str], tuple[int, str, str]] = {}  # (method, path prefix) -> (status, reason, msg)
         self.expired: list[str] = []  # Jobs whose activeDeadlineSeconds passed
+        self.quota_gpus: int | None = None  # a ResourceQuota on requests.nvidia.com/gpu in every namespace
+        self.deny_pods: str | None = None  # an admission webhook that denies every pod, with this message
+        self.events: list[dict[str, Any]] = []  # core/v1 Events the controllers recorded
         self.finished_logs: dict[str, list[str]] = {}  # a deleted pod's whole output, by pod name
         self.break_streams = 0  # the first N log streams of each pod break (connection reset) ...
         self.break_after_lines = 5  # ... after this many lines
@@ -190,12 +202,9 @@ class FakeCluster:
         if m:
             self._objects(h, method, "LeaderWorkerSet", m.group(1), m.group(2), query, body)
             return
-        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path)
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/(events|pods)", path)
         if m and method == "GET":
-            with self.lock:
-                items = [self.pod_json(p) for (ns, _), p in self.pods.items()
-                         if ns == m.group(1) and _matches(p.obj["metadata"]["labels"], query.get("labelSelector", ""))]
-            h._json(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+            h._json(200, self._events(m.group(1), query) if m.group(2) == "events" else self._pod_list(m.group(1), query))
             return
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/:]+)(?::(\d+))?(/log|/proxy/.*)?", path)
         if m:
@@ -215,6 +224,21 @@ class FakeCluster:
                 h._json(200, self.pod_json(pod))
             return
         h._status(404, "NotFound", "the server could not find the requested resource")
+
+    def _pod_list(self, ns: str, query: dict) -> dict[str, Any]:
+        with self.lock:
+            items = [self.pod_json(p) for (n, _), p in self.pods.items()
+                     if n == ns and _matches(p.obj["metadata"]["labels"], query.get("labelSelector", ""))]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _events(self, ns: str, query: dict) -> dict[str, Any]:
+        """An EventList, filtered by a fieldSelector of `path=value` terms (all must hold) and `limit`."""
+        fields = dict(term.split("=", 1) for term in filter(None, query.get("fieldSelector", "").split(",")))
+        with self.lock:
+            items = [e for e in self.events if e["metadata"]["namespace"] == ns
+                     and all(_field(e, key) == value for key, value in fields.items())]
+        limit = int(query.get("limit") or 0)
+        return {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": items[:limit] if limit else items}
 
     def _objects(self, h: Any, method: str, kind: str, ns: str, name: str | None, query: dict, body: dict) -> None:
         if method == "POST":
@@ -323,6 +347,8 @@ class FakeCluster:
             self.add_pod(ns, f"{name}-{secrets.token_hex(3)[:5]}", template, owner,
                          {"batch.kubernetes.io/job-name": name}, {}, restart_always=False)
             return
+        # the LWS controller's leader StatefulSet (NAME) makes the leader; the group's worker
+        # StatefulSet (NAME-0) makes the workers: they are who report a pod they may not create
         group = obj["spec"]["leaderWorkerTemplate"]
         size = int(group["size"])
         leader_ip = self.alloc_ip()
@@ -332,7 +358,8 @@ class FakeCluster:
             lws_env = {"LWS_LEADER_ADDRESS": leader_ip, "LWS_WORKER_INDEX": str(index), "LWS_GROUP_SIZE": str(size)}
             labels = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/worker-index": str(index)}
             self.add_pod(ns, pod_name, template, owner, labels, lws_env, restart_always=True,
-                         ip=leader_ip if index == 0 else None)
+                         ip=leader_ip if index == 0 else None,
+                         creator=("StatefulSet", name if index == 0 else f"{name}-0"))
 
     def _job_timers(self, ns: str, job: dict[str, Any]) -> None:
         """The Job controller's deadline and the TTL controller: at activeDeadlineSeconds the Job fails
@@ -377,10 +404,15 @@ class FakeCluster:
             return f"127.0.{self._next_ip // 250}.{self._next_ip % 250 + 2}"
 
     def add_pod(self, ns: str, name: str, template: dict, owner: dict, labels: dict, extra_env: dict,
-                *, restart_always: bool, ip: str | None = None) -> None:
+                *, restart_always: bool, ip: str | None = None, creator: tuple[str, str] | None = None) -> None:
         spec = json.loads(json.dumps(template["spec"]))
         container = _engine_container(spec)
         gpus = int(((container.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+        refusal = self._admission(ns, name, gpus)
+        if refusal is not None:
+            kind, about = creator or (owner["kind"], owner["name"])
+            self._failed_create(ns, kind, about, name, refusal)
+            return
         env = dict(extra_env)
         for item in container.get("env") or []:
             if "value" in item:
@@ -399,6 +431,34 @@ class FakeCluster:
         with self.lock:
             self.pods[(ns, name)] = pod
             self.schedule(pod)
+
+    def _admission(self, ns: str, pod: str, gpus: int) -> str | None:
+        """Why the API server refuses to create this pod (an admission webhook, the quota), or None."""
+        if self.deny_pods is not None:
+            return f'admission webhook "gpu-policy.example.com" denied the request: {self.deny_pods}'
+        if self.quota_gpus is None or not gpus:
+            return None
+        with self.lock:
+            used = sum(p.gpus for (n, _), p in self.pods.items() if n == ns and not p.gone.is_set())
+        if used + gpus <= self.quota_gpus:
+            return None
+        return (f'pods "{pod}" is forbidden: exceeded quota: gpu-quota, requested: requests.{GPU}={gpus}, '
+                f"used: requests.{GPU}={used}, limited: requests.{GPU}={self.quota_gpus}")
+
+    def _failed_create(self, ns: str, kind: str, about: str, pod: str, refusal: str) -> None:
+        """The controller's Warning Event, in its own words (the Job and StatefulSet controllers')."""
+        if kind == "Job":
+            message, component = f"Error creating: {refusal}", "job-controller"
+        else:
+            message, component = f"create Pod {pod} in {kind} {about} failed error: {refusal}", "statefulset-controller"
+        with self.lock:
+            self.events.append({
+                "kind": "Event", "apiVersion": "v1",
+                "metadata": {"name": f"{about}.{secrets.token_hex(8)}", "namespace": ns},
+                "involvedObject": {"kind": kind, "namespace": ns, "name": about},
+                "reason": "FailedCreate", "message": message, "type": "Warning", "count": 1,
+                "firstTimestamp": _now(), "lastTimestamp": _now(), "source": {"component": component},
+            })
 
     def schedule(self, pod: FakePod) -> None:
         used = {node: 0 for node in self.nodes}

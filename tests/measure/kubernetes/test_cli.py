@@ -174,6 +174,8 @@ def test_the_documented_role_allows_every_request_a_run_and_a_cleanup_make(clust
                for v in rule["verbs"]}
     path = manifest(tmp_path, cluster.kubeconfig, kubernetes="    image: i\n")
     assert run_kvcheck("verify", str(path), "--timeout", "60").exit_code == 0
+    cluster.quota_gpus = 0  # and a run whose pod the quota refuses: kvcheck reads the controller's Event
+    assert run_kvcheck("verify", str(path), "--timeout", "60").exit_code == 3
     assert run_kvcheck("cleanup", "--kubeconfig", str(cluster.kubeconfig), "-n", NS).exit_code == 0
     needed = {_rbac_rule(method, p) for method, p in cluster.requests} - {None}
     assert needed - allowed == set()

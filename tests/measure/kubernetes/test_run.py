@@ -265,3 +265,58 @@ def test_an_engine_that_crashed_before_kvcheck_followed_it_is_quoted_from_its_lo
     assert finding.message.startswith("the engine exited with status 137 before reporting its pool")
     assert "Scheduler hit an exception" in finding.message
     assert ("GET", f"/api/v1/namespaces/{NS}/pods/{m.details['kubernetes']['pods'][0]}/log") in cluster.requests
+
+
+def test_a_gpu_quota_that_refuses_the_jobs_pod_fails_closed_at_once_with_the_controllers_words(cluster):
+    cluster.quota_gpus = 4  # the role's pod asks for 8
+    role = target(args={"tp_size": 8}, gpus=())
+    (m,) = measure(cluster, [role], timeout_s=600)
+    assert m.pool_tokens is None
+    (finding,) = m.findings
+    assert finding.rule == "KV301"
+    assert finding.message.startswith(
+        "the cluster refused to create the role's pods: Job kvcheck-0a1b2c3d-prefill: Error creating: pods "
+        '"kvcheck-0a1b2c3d-prefill-')
+    assert finding.message.endswith(
+        '" is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=8, '
+        "used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=4")
+    assert finding.hint.startswith(f"a ResourceQuota, LimitRange, admission webhook or Pod Security level in namespace {NS}")
+    assert m.details["boot_s"] < 10  # not the 600 s timeout
+    assert ("GET", f"/api/v1/namespaces/{NS}/events") in cluster.requests
+    assert cluster.objects == {} and cluster.pods == {}
+
+
+def test_an_admission_webhook_that_denies_a_workers_pod_ends_a_two_node_role(cluster):
+    cluster.quota_gpus = 1  # the leader (1 GPU) is admitted, the worker is not
+    (m,) = measure(cluster, [target(args={"nnodes": 2})], timeout_s=600)
+    (finding,) = m.findings
+    assert finding.message == (
+        "the cluster refused to create the role's pods: StatefulSet kvcheck-0a1b2c3d-prefill-0: create Pod "
+        "kvcheck-0a1b2c3d-prefill-0-1 in StatefulSet kvcheck-0a1b2c3d-prefill-0 failed error: pods "
+        '"kvcheck-0a1b2c3d-prefill-0-1" is forbidden: exceeded quota: gpu-quota, requested: '
+        "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1")
+    assert m.details["boot_s"] < 10
+    assert cluster.objects == {} and cluster.pods == {}
+    cluster.quota_gpus, cluster.deny_pods = None, "pods in ml-gate must set a priorityClassName"
+    (m,) = measure(cluster, [target()], run_id="1b2c3d4e", timeout_s=600)
+    assert m.findings[0].message == (
+        "the cluster refused to create the role's pods: Job kvcheck-1b2c3d4e-prefill: Error creating: admission "
+        'webhook "gpu-policy.example.com" denied the request: pods in ml-gate must set a priorityClassName')
+
+
+def test_a_refusal_waits_out_the_unschedulable_wait_and_a_role_that_may_not_read_events_waits_for_the_timeout(cluster):
+    cluster.quota_gpus = 4
+    role = target(args={"tp_size": 8}, gpus=())
+    (m,) = measure(cluster, [role], settings=settings(unschedulable_wait_s=2.0), timeout_s=600)
+    assert m.findings[0].message.startswith("the cluster refused to create the role's pods: ")
+    assert 2.0 <= m.details["boot_s"] < 10
+    # a Role from before kvcheck read events: no refusal seen, so the role fails closed at the timeout
+    cluster.refuse[("GET", f"/api/v1/namespaces/{NS}/events")] = (
+        403, "Forbidden", f'events is forbidden: User "ci" cannot list resource "events" in the namespace "{NS}"')
+    before = len(cluster.requests)
+    (m,) = measure(cluster, [role], run_id="1b2c3d4e", timeout_s=3)
+    (finding,) = m.findings
+    assert finding.message.startswith(
+        "the engine did not report its pool within 3 s (phase: waiting for the pods to be created (kvcheck may not "
+        "list events here, so a refusal is not seen: grant list on events, docs/measure.md)); it printed nothing")
+    assert cluster.requests[before:].count(("GET", f"/api/v1/namespaces/{NS}/events")) == 1  # once, not every poll

@@ -21,6 +21,7 @@ from kvcheck.errors import CheckError, MissingExtraError
 INSTALL_HINT = "pip install 'kvcheck[k8s]'"
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 REQUEST_TIMEOUT_S = 30.0
+EVENTS_LIMIT = 50
 # An engine may print nothing for a long time (loading weights); the log stream must outlive that.
 # The pod listing, not the stream, notices a pod that died.
 LOG_READ_TIMEOUT_S = 24 * 3600.0
@@ -203,6 +204,18 @@ class KubeApi:
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         data = self._json(
             f"listing pods in {namespace}", self.core.list_namespaced_pod, namespace, label_selector=selector
+        )
+        return list(data.get("items") or [])
+
+    def list_events(self, namespace: str, *, about: str, reason: str) -> list[dict[str, Any]]:
+        """The namespace's core/v1 Events about the object named `about` with this reason (at most
+        EVENTS_LIMIT: a controller retrying for hours folds its repeats into one Event's count)."""
+        data = self._json(
+            f"listing events in {namespace}",
+            self.core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.name={about},reason={reason}",
+            limit=EVENTS_LIMIT,
         )
         return list(data.get("items") or [])
 

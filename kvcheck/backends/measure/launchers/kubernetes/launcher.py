@@ -5,7 +5,8 @@ role's pods (by the run's labels) every `poll_s` and
   * starts following each pod's engine log as soon as its container runs, feeding every line to the
     measurement's log reader as it arrives (the same reader the local launcher feeds);
   * ends the role, fail closed, on what Kubernetes itself reports: a pod the scheduler cannot place
-    (its reason, at once unless `unschedulable_wait_s`), an image that cannot be pulled, a container
+    (its reason, at once unless `unschedulable_wait_s`), pods their controller may not create (a
+    quota or an admission webhook: the FailedCreate Event, likewise), an image that cannot be pulled, a container
     that cannot be created, a container that terminated or restarted (its exit code; OOMKilled
     named), a pod that failed (deadline, eviction) or vanished.
 `/server_info` is read through the API server's pod proxy (`relay.py`). `stop()` deletes the objects
@@ -42,6 +43,7 @@ API_LOSS_S = 30.0  # the API server may fail to answer this long before the role
 STOP_EXTRA_S = 30.0  # past the engine's grace, how long deleted pods may take to go
 RESUME_S = 1.0  # pause before a broken log stream is opened again
 FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended the role
+MAX_EVENT_CHARS = 2000  # of an Event's message quoted in the report
 RBAC_HINT = 'kvcheck needs the Role in docs/measure.md ("Kubernetes") in the namespace'
 
 
@@ -109,6 +111,8 @@ class KubernetesEngine(RunningEngine):
         self._note = ""
         self._phase: str | None = "waiting for the pods to be created"
         self._unschedulable_since: dict[str, float] = {}
+        self._refused_since: float | None = None
+        self._events_readable = True
         self._api_error_since: float | None = None
         self._stopping = threading.Event()
         self._stopped = False
@@ -219,8 +223,47 @@ class KubernetesEngine(RunningEngine):
         for pod in sorted(pods, key=self._pod_order):
             if self._judge_pod(pod):
                 return True
+        if len(pods) < self.rendered.nnodes and self._pods_refused():
+            return True
         self._update_phase(pods)
         return False
+
+    def _pods_refused(self) -> bool:
+        """While pods are missing: did their controller fail to create them (a ResourceQuota, a
+        LimitRange, an admission webhook, Pod Security)? Only the controller's FailedCreate Event says
+        so; without it the role would wait, pod-less, until the timeout. True when the role has ended."""
+        if not self._events_readable:
+            return False
+        # the Job controller reports on the Job; a LeaderWorkerSet's pods come from its leader
+        # StatefulSet (the LWS's name) and the group's worker StatefulSet (NAME-0)
+        about = [self.rendered.name] + ([f"{self.rendered.name}-0"] if self.rendered.kind != "Job" else [])
+        try:
+            events = [e for name in about for e in self.api.list_events(self.settings.namespace, about=name,
+                                                                         reason="FailedCreate")]
+        except KubeError as exc:
+            if exc.status in (401, 403):  # a Role from before kvcheck read events: wait, as it did then
+                self._events_readable = False
+            return False
+        if not events:
+            self._refused_since = None
+            return False
+        self._refused_since = self._refused_since or time.monotonic()
+        if time.monotonic() - self._refused_since < self.settings.unschedulable_wait_s:
+            return False
+        latest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        involved = latest.get("involvedObject") or {}
+        said = " ".join(str(latest.get("message") or "no message").split())[:MAX_EVENT_CHARS]
+        count = latest.get("count") or 1
+        self._end_by_launcher(
+            f"the cluster refused to create the role's pods: {involved.get('kind', 'its controller')} "
+            f"{involved.get('name', self.rendered.name)}: {said}"
+            + (f" ({count} attempts)" if isinstance(count, int) and count > 1 else ""),
+            f"a ResourceQuota, LimitRange, admission webhook or Pod Security level in namespace "
+            f"{self.settings.namespace} refuses the pod (kubectl describe quota,limitrange -n "
+            f"{self.settings.namespace}); when quota frees up as other work ends, set "
+            "launcher.kubernetes.unschedulable_wait",
+        )
+        return True
 
     def _pod_order(self, pod: dict[str, Any]) -> tuple[int, str]:
         labels = pod["metadata"].get("labels") or {}
@@ -300,7 +343,10 @@ class KubernetesEngine(RunningEngine):
 
     def _update_phase(self, pods: list[dict[str, Any]]) -> None:
         if not pods:
-            phase: str | None = "waiting for the pods to be created"
+            phase: str | None = "waiting for the pods to be created" + (
+                "" if self._events_readable else " (kvcheck may not list events here, so a refusal is not seen: "
+                "grant list on events, docs/measure.md)"
+            )
         elif any(
             c.get("type") == "PodScheduled" and c.get("status") == "False"
             for p in pods

@@ -209,7 +209,14 @@ def find_server(
     try:
         # Parsed as written (so offsets are columns in the file); the kubelet's $(VAR) expansion is
         # applied to each word after, which is what the shell would have seen.
-        commands = parse_script(script.raw if script.raw is not None else script.text, env.lookup)
+        # $0 is the word after the script, $1.. the rest: `bash -c SCRIPT -- ARGS...` (KServe's SGLang
+        # template runs `exec "${args[@]}" "$@"`, the container's own args landing in "$@")
+        params = tokens[script_at + 2 :]
+        commands = parse_script(
+            script.raw if script.raw is not None else script.text,
+            env.lookup,
+            [t.text for t in params] if script_at + 1 < len(tokens) else [],
+        )
     except ShellSyntaxError as exc:
         where = doc.inside(source_path, exc.offset) if doc is not None and source_path else script.location
         raise _ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
@@ -221,6 +228,9 @@ def find_server(
             continue
         out: list[Token] = []
         for word in words:
+            if word.positional is not None:  # a word after the script: its own token, at its own place
+                out.append(params[word.positional - 1])
+                continue
             if doc is not None and source_path is not None:
                 where = doc.inside(source_path, word.offset)
             else:

@@ -3,8 +3,10 @@
 Enough of the shell to read the launch scripts deployment files carry: quoting, backslash-newline
 continuations, `VAR=value` prefixes and assignments, `export`, `&&`/`||`/`;`/`|`/`&`/newline between
 commands, comments, `$VAR`/`${VAR}`/`${VAR:-default}` expansion with field splitting of unquoted
-results. Command substitution (`$(...)`, backticks) is never run: a word that needs one is marked
-unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
+results, bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${args[N]}`), and the
+positional parameters of `sh -c SCRIPT NAME ARG...` (`"$@"`, `$1`...), each taken from its own
+place in the file. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
+marked unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
 read from it can point at its column in the user's file.
 """
 
@@ -16,6 +18,10 @@ from dataclasses import dataclass, field
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_ARRAY_START_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
+# words that are wholly a list: "$@", "${NAME[@]}" (quoted or not); ${NAME[N]} is one element
+_LIST_WORD_RE = re.compile(r'("?)(?:\$@|\$\{@\}|\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\})\1')
+_ELEMENT_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]")
 _OPERATORS = ("&&", "||", ";;", ";", "|", "&", "\n")
 # Words that only prefix the real command: `exec python ...`, `env A=1 python ...`, `nohup ...`.
 _PREFIX_COMMANDS = frozenset({"exec", "env", "nohup", "time", "command", "stdbuf"})
@@ -39,6 +45,7 @@ class Word:
     offset: int  # offset of the word's first character in the script
     unresolved: list[str] = field(default_factory=list)  # variables / substitutions left unexpanded
     variables: list[str] = field(default_factory=list)  # variables whose values the word holds
+    positional: int | None = None  # a whole positional parameter ($1 is 1): the word is that argument
 
 
 @dataclass
@@ -83,10 +90,14 @@ def _strip_continuations(script: str) -> tuple[str, list[int]]:
 
 
 class _Reader:
-    def __init__(self, script: str, lookup: Lookup, variables: dict[str, str]) -> None:
+    def __init__(
+        self, script: str, lookup: Lookup, variables: dict[str, str], positional: list[str] | None = None
+    ) -> None:
         self.text, self.origin = _strip_continuations(script)
         self.lookup = lookup
         self.variables = variables  # assignments made by the script itself
+        self.arrays: dict[str, list[Word]] = {}  # bash arrays the script assigns
+        self.positional = positional  # $1..$N when the argv after the script is known, else None
         self.used: list[str] = []  # variables expanded, in order
         self.i = 0
 
@@ -118,10 +129,62 @@ class _Reader:
             if not words and self._at_group_brace(ch):
                 self.i += 1
                 continue
+            array = _ARRAY_START_RE.match(text, self.i)
+            if array is not None and not words:
+                self._array(array)
+                continue
             words.extend(self._word())
         if words:
             commands.append(self._command(words))
         return commands
+
+    def _array(self, start: re.Match[str]) -> None:
+        """`NAME=( word ... )` or `NAME+=( ... )`: the words up to `)`, across lines and comments."""
+        name, append = start.group(1), bool(start.group(2))
+        opened = self.origin[self.i]
+        self.i = start.end()
+        elements: list[Word] = []
+        text, n = self.text, len(self.text)
+        while True:
+            while self.i < n and text[self.i] in " \t\r\n":
+                self.i += 1
+            if self.i >= n:
+                raise ShellSyntaxError(f"unterminated array {name}=(", opened)
+            if text[self.i] == "#":
+                while self.i < n and text[self.i] != "\n":
+                    self.i += 1
+                continue
+            if text[self.i] == ")":
+                self.i += 1
+                break
+            before = self.i
+            elements.extend(self._word())
+            if self.i == before:  # an operator inside ( ): not an array a launch script writes
+                raise ShellSyntaxError(f"unexpected {text[self.i]!r} in array {name}=(", self.origin[self.i])
+        self.arrays[name] = [*self.arrays.get(name, []), *elements] if append else elements
+        self.variables.pop(name, None)
+
+    def _list_word(self) -> list[Word] | None:
+        """At a word that is wholly "$@" or "${NAME[@]}": its words, each from its own place; else None."""
+        match = _LIST_WORD_RE.match(self.text, self.i)
+        if match is None:
+            return None
+        end = match.end()
+        if end < len(self.text) and not (
+            self.text[end] in " \t\r()" or any(self.text.startswith(o, end) for o in _OPERATORS)
+        ):
+            return None  # part of a longer word: left to the general rules (unresolved)
+        name = match.group(2)
+        if name is None and self.positional is None:
+            return None
+        self.i = end
+        if name is None:
+            assert self.positional is not None
+            return [Word(arg, self.origin[match.start()], positional=k) for k, arg in enumerate(self.positional, 1)]
+        if name not in self.arrays:
+            source = match.group(0)
+            return [Word(source, self.origin[match.start()], unresolved=[name])]
+        return [Word(w.text, w.offset, list(w.unresolved), list(w.variables), w.positional) for w in self.arrays[name]]
 
     def _skip_blanks(self) -> None:
         while self.i < len(self.text) and self.text[self.i] in " \t\r":
@@ -152,6 +215,9 @@ class _Reader:
 
     def _word(self) -> list[Word]:
         """Read one shell word; unquoted expansions may split it into several (field splitting)."""
+        listed = self._list_word()
+        if listed is not None:
+            return listed
         text, n = self.text, len(self.text)
         start = self.origin[self.i]
         pieces: list[Word] = [Word("", start)]
@@ -238,6 +304,10 @@ class _Reader:
                 return text[i : match.end()], [match.group(0)]
             self.used.append(match.group(0))
             return value, []
+        if nxt.isdigit() and nxt != "0" and self.positional is not None:
+            self.i = i + 2
+            k = int(nxt)
+            return (self.positional[k - 1] if k <= len(self.positional) else ""), []
         if nxt.isdigit() or nxt in "@*#?$!-":
             self.i = i + 2
             source = text[i : i + 2]
@@ -253,6 +323,13 @@ class _Reader:
             raise ShellSyntaxError("unterminated ${", self.origin[i])
         self.i = end + 1
         inner = text[i + 2 : end]
+        element = _ELEMENT_RE.fullmatch(inner)
+        if element is not None and element.group(1) in self.arrays:
+            items = self.arrays[element.group(1)]
+            k = int(element.group(2))
+            if k >= len(items):
+                return "", []
+            return items[k].text, list(items[k].unresolved)
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=])(.*))?", inner, re.S)
         if not match:
             return text[i : end + 1], [text[i : end + 1]]
@@ -294,9 +371,12 @@ def _closing_paren(text: str, j: int) -> int:
     return j
 
 
-def parse_script(script: str, lookup: Lookup) -> list[Command]:
-    """The simple commands of a script, with variables expanded through `lookup` (None: not set)."""
-    return _Reader(script, lookup, {}).commands()
+def parse_script(script: str, lookup: Lookup, positional: list[str] | None = None) -> list[Command]:
+    """The simple commands of a script, with variables expanded through `lookup` (None: not set).
+
+    `positional`: $1..$N, the words after `sh -c SCRIPT NAME`, when they are known (None: "$@" and
+    $1... stay unresolved)."""
+    return _Reader(script, lookup, {}, positional).commands()
 
 
 def strip_prefixes(command: Command) -> list[Word]:

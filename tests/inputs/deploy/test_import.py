@@ -19,6 +19,13 @@ EXPECTED = {
         "roles": {"llama-sglang": {"gpus": [0], "args": {
             "tp-size": 1, "mem-fraction-static": 0.85, "context-length": 131072}}},
     },
+    "deployment-bash-array": {  # KServe's SGLang launch script: a bash array, the container's args in "$@"
+        "name": "qwen-sglang", "context_length": 32768, "model": {"path": "Qwen/Qwen3-32B"},
+        "engine": {"version": "0.5.23"},
+        "roles": {"qwen-sglang": {"gpus": [0, 1], "args": {
+            "served-model-name": "qwen", "tp-size": 2, "mem-fraction-static": 0.82, "context-length": 32768,
+            "chunked-prefill-size": 4096}}},
+    },
     "statefulset-shell": {
         "name": "deepseek", "context_length": 163840,
         "model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"version": "0.5.22"}, "gpu": "NVIDIA-H200",
@@ -178,6 +185,15 @@ def test_values_inside_shell_scripts_point_at_their_own_column() -> None:
     result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
     f = f"{FIX}/lws-pd.yaml"
     assert f"      dp-size: 16  # {f}:82:83" in result.stdout.splitlines()  # a folded (>-) block
+
+
+def test_array_elements_and_the_containers_own_args_point_at_their_own_place() -> None:
+    # before arrays were read, this file gave an SGLang server with no flags at all (tp 1, no fraction)
+    f = f"{FIX}/deployment-bash-array.yaml"
+    lines = run_kvcheck("import", f).stdout.splitlines()
+    assert f"      tp-size: 2  # {f}:24:37" in lines  # inside args=( ... )
+    assert f"      mem-fraction-static: 0.82  # {f}:26:44 ($MEM_FRACTION = {f}:32:22)" in lines  # args+=( ... )
+    assert f"      chunked-prefill-size: 4096  # {f}:29:73" in lines  # the container's args, through "$@"
 
 
 def test_values_that_come_through_variables_name_where_the_variable_is_set() -> None:

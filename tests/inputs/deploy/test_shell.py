@@ -47,3 +47,42 @@ def test_shell_script_index() -> None:
 def test_kubernetes_expansion_leaves_unknown_names_and_unescapes_double_dollars() -> None:
     env = Env({"A": Sourced("1", None)})
     assert expand_k8s("--x $(A) $(B) $$(A)", env) == ("--x 1 $(B) $(A)", ["B"])
+
+
+ARRAY_SCRIPT = """args=(
+  python3 -m sglang.launch_server   # the server
+  --model-path "$MODEL" --tp 2
+)
+args+=(--mem-frac 0.8)
+exec "${args[@]}" "$@" --x ${args[4]} $1
+"""
+
+
+def test_bash_arrays_and_positional_parameters_give_each_word_from_its_own_place() -> None:
+    [command] = parse_script(ARRAY_SCRIPT, {"MODEL": "/m"}.get, ["--context-length", "32768"])
+    words = strip_prefixes(command)
+    assert [w.text for w in words] == [
+        "python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "2", "--mem-frac", "0.8",
+        "--context-length", "32768", "--x", "/m", "--context-length",
+    ]
+    assert ARRAY_SCRIPT[words[4].offset :].startswith('"$MODEL"')  # an element keeps its own column
+    assert ARRAY_SCRIPT[words[7].offset :].startswith("--mem-frac")  # args+=( ... ) appends
+    assert [w.positional for w in words[9:11]] == [1, 2]  # "$@": the words after `sh -c SCRIPT NAME`
+    assert words[4].variables == ["MODEL"]
+
+
+def test_an_array_or_positional_parameter_that_is_not_known_stays_unresolved() -> None:
+    [command] = parse_script('python3 -m sglang.launch_server "${extra[@]}" "$@"', {}.get)
+    assert [(w.text, w.unresolved) for w in command.words[3:]] == [('"${extra[@]}"', ["extra"]), ("$@", ["$@"])]
+    [command] = parse_script('python3 -m sglang.launch_server "$@"', {}.get, [])
+    assert [w.text for w in command.words] == ["python3", "-m", "sglang.launch_server"]  # no arguments: nothing
+
+
+def test_an_array_that_is_never_closed_is_a_shell_error_where_it_opens() -> None:
+    import pytest
+
+    from kvcheck.inputs.deploy.shell import ShellSyntaxError
+
+    with pytest.raises(ShellSyntaxError, match=r"unterminated array args=\(") as info:
+        parse_script("echo hi\nargs=(\n  python3 -m sglang.launch_server\n", {}.get)
+    assert info.value.offset == 8

@@ -371,11 +371,36 @@ def _closing_paren(text: str, j: int) -> int:
     return j
 
 
+# What makes "$@" mean something other than the script's own arguments: a function (inside it,
+# "$@" is the function's), `shift`, and `set` with arguments (`set -- ...` replaces them; `set -e`,
+# `set -o pipefail` do not).
+_FUNCTION_OR_SHIFT = re.compile(r"(?:^|[\s;&|(){}])(?:function\s+[A-Za-z_]|[A-Za-z_][\w-]*\s*\(\s*\)|shift\b)")
+_SET = re.compile(r"(?:^|[\s;&|(){}])set[ \t]+([^\n;&|]*)")
+
+
+def _rebinds_positional(script: str) -> bool:
+    if _FUNCTION_OR_SHIFT.search(script):
+        return True
+    for match in _SET.finditer(script):
+        words = match.group(1).split()
+        words = words[: next((k for k, w in enumerate(words) if w.startswith("#")), len(words))]  # a comment
+        while words and words[0][:1] in "-+" and words[0] != "--":
+            option = words.pop(0)
+            if option in ("-o", "+o") and words:
+                words.pop(0)
+        if words:  # `--` or an argument: the positional parameters are replaced
+            return True
+    return False
+
+
 def parse_script(script: str, lookup: Lookup, positional: list[str] | None = None) -> list[Command]:
     """The simple commands of a script, with variables expanded through `lookup` (None: not set).
 
     `positional`: $1..$N, the words after `sh -c SCRIPT NAME`, when they are known (None: "$@" and
-    $1... stay unresolved)."""
+    $1... stay unresolved). A script with a function, `set` with arguments or `shift` rebinds them,
+    so there they stay unresolved too: never a guess."""
+    if positional is not None and _rebinds_positional(script):
+        positional = None
     return _Reader(script, lookup, {}, positional).commands()
 
 

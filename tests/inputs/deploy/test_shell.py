@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kvcheck.inputs.deploy.server import Env, Sourced, expand_k8s
 from kvcheck.inputs.deploy.shell import parse_script, shell_script, strip_prefixes
 
@@ -79,10 +81,26 @@ def test_an_array_or_positional_parameter_that_is_not_known_stays_unresolved() -
 
 
 def test_an_array_that_is_never_closed_is_a_shell_error_where_it_opens() -> None:
-    import pytest
-
     from kvcheck.inputs.deploy.shell import ShellSyntaxError
 
     with pytest.raises(ShellSyntaxError, match=r"unterminated array args=\(") as info:
         parse_script("echo hi\nargs=(\n  python3 -m sglang.launch_server\n", {}.get)
     assert info.value.offset == 8
+
+
+@pytest.mark.parametrize("script", [
+    'run() { exec python3 -m sglang.launch_server "$@"; }\nrun --tp 2',
+    'function run { exec python3 -m sglang.launch_server "$@"; }; run --tp 2',
+    'set -e\nset -- --tp 2\nexec python3 -m sglang.launch_server "$@"',
+    'shift\nexec python3 -m sglang.launch_server "$@"',
+])
+def test_positional_parameters_a_script_rebinds_stay_unresolved(script: str) -> None:
+    # inside a function "$@" is the function's arguments; `set --` and `shift` replace the script's
+    server = next(c for c in parse_script(script, {}.get, ["--mem-frac", "0.8"]) if "sglang.launch_server" in c.argv)
+    assert [(w.text, w.unresolved) for w in server.words if w.text == "$@"] == [("$@", ["$@"])]
+
+
+@pytest.mark.parametrize("setting", ["set -ex", "set -o pipefail", "set -eu -o pipefail # strict", "set +x"])
+def test_set_with_options_only_keeps_the_scripts_arguments(setting: str) -> None:
+    [_, server] = parse_script(f'{setting}\nexec python3 -m sglang.launch_server "$@"', {}.get, ["--tp", "2"])
+    assert server.argv[-2:] == ["--tp", "2"]

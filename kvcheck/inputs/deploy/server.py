@@ -220,6 +220,7 @@ def find_server(
     except ShellSyntaxError as exc:
         where = doc.inside(source_path, exc.offset) if doc is not None and source_path else script.location
         raise _ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
+    servers: list[ServerCommand] = []
     for command in commands:
         words = strip_prefixes(command)
         texts = [w.text for w in words]
@@ -242,8 +243,21 @@ def find_server(
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
             out.append(Token(text, where, unresolved, via=_via(env, used), why=unset_reasons(env, unresolved)))
-        return ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location)
-    return None
+        servers.append(ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location))
+    if not servers:
+        return None
+    first = servers[0]
+    other = next((s for s in servers[1:] if [t.text for t in s.tokens] != [t.text for t in first.tokens]), None)
+    if other is not None:
+        # if/else branches, a fallback, two servers in the background: which one runs is not in the text
+        where = other.location
+        raise _ScriptError(InputIssue(
+            where.file, where.line, where.column, "",
+            f"the script starts an SGLang server with other arguments here than at line {first.location.line}; "
+            "kvcheck cannot tell which one runs (a branch, a fallback, a second server): keep one launch "
+            "line in the script, or give the role with --cmd or a manifest",
+        ))
+    return first
 
 
 def unset_reasons(env: Env, names: list[str]) -> dict[str, str]:

@@ -371,6 +371,31 @@ def test_nnodes_that_contradict_the_group_size_are_an_input_error() -> None:
     )
 
 
+BRANCHES = (
+    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+    '      containers:\n        - name: s\n          command: ["bash", "-c"]\n          args:\n'
+    "            - |\n"
+    '              if [ "$BIG" = 1 ]; then\n'
+    "                python3 -m sglang.launch_server --model-path m --tp 8 --mem-fraction-static 0.9\n"
+    "              else\n"
+    "                python3 -m sglang.launch_server --model-path m --tp {tp} --mem-fraction-static 0.9\n"
+    "              fi\n"
+)
+
+
+def test_a_script_that_starts_the_server_with_other_arguments_in_two_places_is_exit_2() -> None:
+    # an if/else: reading the first branch would judge a command that may not run
+    result = run_kvcheck("import", "-", stdin=BRANCHES.replace("{tp}", "2"))
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:15:17: the script starts an SGLang server with other arguments here than at line 13; kvcheck "
+        "cannot tell which one runs (a branch, a fallback, a second server): keep one launch line in the "
+        "script, or give the role with --cmd or a manifest")
+    same = run_kvcheck("import", "-", "--format", "json", stdin=BRANCHES.replace("{tp}", "8"))  # the same line twice
+    assert same.exit_code == 0, same.stderr
+    assert json.loads(same.stdout)["roles"]["x"]["args"] == {"tp-size": 8, "mem-fraction-static": 0.9}
+
+
 def test_an_unterminated_quote_in_a_script_is_reported_where_it_opens() -> None:
     text = (
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"

@@ -13,9 +13,9 @@ fieldValidation=Strict does), and plays the controllers and the kubelet:
   * the kubelet runs the engine container as a local process (the engine double), each pod on its
     own loopback address (127.0.0.N, standing in for the pod IP), `$(VAR)` references expanded from
     the container's env as the kubelet does, output kept as the pod's log;
-  * deleting an object deletes what it owns (pods, a LeaderWorkerSet owned by a Job); a deleted
-    pod's process gets SIGTERM, then SIGKILL after the grace period, and the pod is listed until the
-    process is gone.
+  * deleting an object deletes what it owns (pods, a LeaderWorkerSet owned by a Job) half a second
+    later, as the garbage collector does after a Background deletion; a deleted pod's process gets
+    SIGTERM, then SIGKILL after the grace period, and the pod is listed until the process is gone.
 
 Knobs: `quota_gpus` (a ResourceQuota on GPUs) and `deny_pods` (an admission webhook) make the
 controllers fail to create pods, as a FailedCreate Event in their words; an image containing `no-such-image` cannot be pulled; a container env FAKE_KUBELET_OOMKILL_AFTER_S
@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parents[3]
 TOKEN = "kvcheck-test-token"
 GPU = "nvidia.com/gpu"
 LWS_PATH = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
+GC_DELAY_S = 0.5  # from an owner's deletion to the garbage collector's deletion of what it owned
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -553,10 +554,20 @@ class FakeCluster:
                              if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences") or [])]
             owned_pods = [p for p in self.pods.values()
                           if any(r["uid"] == uid for r in p.obj["metadata"]["ownerReferences"])]
-        for key in owned_objects:
-            self.delete_object(*key)
-        for pod in owned_pods:
-            self.delete_pod(pod, grace_s=30.0)
+        if not owned_objects and not owned_pods:
+            return
+
+        def collect() -> None:
+            for key in owned_objects:
+                self.delete_object(*key)
+            for pod in owned_pods:
+                self.delete_pod(pod, grace_s=30.0)
+
+        # propagationPolicy Background: the owner is gone at once and the garbage collector deletes
+        # what it owned a moment later, so the pods are still listed when the deleter looks
+        timer = threading.Timer(GC_DELAY_S, collect)
+        timer.daemon = True
+        timer.start()
 
     def delete_pod(self, pod: FakePod, *, grace_s: float) -> None:
         with self.lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,4 +139,7 @@ def test_a_role_that_may_not_list_leaderworkersets_still_removes_them_through_th
     assert lines[0].startswith(f"deleted Job {NS}/kvcheck-0a1b2c3d-prefill-deadline (run 0a1b2c3d")
     assert lines[1] == (
         "note: LeaderWorkerSets could not be listed (forbidden); deleting their deadline Jobs deletes them")
+    deadline = time.monotonic() + 10  # the garbage collector deletes the LeaderWorkerSet a moment later
+    while (cluster.objects or cluster.pods) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert cluster.objects == {} and cluster.pods == {}

@@ -247,6 +247,16 @@ def find_server(
     if not servers:
         return None
     first = servers[0]
+    zero = tokens[script_at + 1] if script_at + 1 < len(tokens) else None
+    if (zero is not None and zero.text.startswith("-") and zero.text not in ("-", "--")
+            and any(t is p for t in first.tokens for p in params)):
+        # `sh -c SCRIPT --tp 8`: the shell names the script --tp ($0), and "$@" starts at 8
+        raise _ScriptError(InputIssue(
+            zero.location.file, zero.location.line, zero.location.column, "",
+            f"sh -c takes the first word after the script as the script's name ($0), so {zero.text!r} never "
+            'reaches the server ("$@" starts after it); put a name such as -- before the arguments '
+            "(KServe's template ends its command with \"--\")",
+        ))
     other = next((s for s in servers[1:] if [t.text for t in s.tokens] != [t.text for t in first.tokens]), None)
     if other is not None:
         # if/else branches, a fallback, two servers in the background: which one runs is not in the text

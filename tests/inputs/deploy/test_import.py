@@ -396,6 +396,25 @@ def test_a_script_that_starts_the_server_with_other_arguments_in_two_places_is_e
     assert json.loads(same.stdout)["roles"]["x"]["args"] == {"tp-size": 8, "mem-fraction-static": 0.9}
 
 
+def test_a_flag_the_shell_takes_as_the_scripts_name_is_exit_2_at_its_place() -> None:
+    # `sh -c SCRIPT --tp 8 ...`: --tp is $0, so "$@" gives SGLang a stray 8 and no --tp
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        "      containers:\n        - name: s\n"
+        '          command: ["sh", "-c", "exec python3 -m sglang.launch_server --model-path m \\"$@\\""]\n'
+        '          args: ["--tp", "8"]\n'
+    )
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == (
+        "<stdin>:10:18: sh -c takes the first word after the script as the script's name ($0), so '--tp' never "
+        'reaches the server ("$@" starts after it); put a name such as -- before the arguments (KServe\'s '
+        'template ends its command with "--")')
+    fixed = run_kvcheck("import", "-", "--format", "json", stdin=text.replace('["--tp", "8"]', '["--", "--tp", "8"]'))
+    assert fixed.exit_code == 0, fixed.stderr
+    assert json.loads(fixed.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
+
+
 def test_an_unterminated_quote_in_a_script_is_reported_where_it_opens() -> None:
     text = (
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"

@@ -3,7 +3,8 @@
 Enough of the shell to read the launch scripts deployment files carry: quoting, backslash-newline
 continuations, `VAR=value` prefixes and assignments, `export`, `&&`/`||`/`;`/`|`/`&`/newline between
 commands, comments, `$VAR`/`${VAR}`/`${VAR:-default}` expansion with field splitting of unquoted
-results, bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${args[N]}`), and the
+results, redirections (`> log 2>&1`, `&>>`, `<<<`; a here-document's body is skipped, never read
+as commands), bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${args[N]}`), and the
 positional parameters of `sh -c SCRIPT NAME ARG...` (`"$@"`, `$1`...), each taken from its own
 place in the file. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
 marked unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
@@ -22,6 +23,8 @@ _ARRAY_START_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=\(")
 # words that are wholly a list: "$@", "${NAME[@]}" (quoted or not); ${NAME[N]} is one element
 _LIST_WORD_RE = re.compile(r'("?)(?:\$@|\$\{@\}|\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\})\1')
 _ELEMENT_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]")
+# a redirection where a word starts: [fd] and its operator; the word after it is its target
+_REDIRECT_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:<<<|<<-|<<|>>|>&|<&|>\||<>|>|<)|&>>|&>")
 _OPERATORS = ("&&", "||", ";;", ";", "|", "&", "\n")
 # Words that only prefix the real command: `exec python ...`, `env A=1 python ...`, `nohup ...`.
 _PREFIX_COMMANDS = frozenset({"exec", "env", "nohup", "time", "command", "stdbuf"})
@@ -99,6 +102,7 @@ class _Reader:
         self.arrays: dict[str, list[Word]] = {}  # bash arrays the script assigns
         self.positional = positional  # $1..$N when the argv after the script is known, else None
         self.used: list[str] = []  # variables expanded, in order
+        self.heredocs: list[tuple[str, bool]] = []  # here-documents whose bodies start at the next newline
         self.i = 0
 
     def value_of(self, name: str) -> str | None:
@@ -119,12 +123,18 @@ class _Reader:
                 while self.i < n and text[self.i] != "\n":
                     self.i += 1
                 continue
+            redirect = _REDIRECT_RE.match(text, self.i)
+            if redirect is not None:
+                self._redirection(redirect)
+                continue
             op = next((o for o in _OPERATORS if text.startswith(o, self.i)), None)
             if op is not None or ch in "()":  # ( ): subshell / grouping: what is inside are commands of their own
                 self.i += len(op) if op is not None else 1
                 if words:
                     commands.append(self._command(words))
                     words = []
+                if op == "\n" and self.heredocs:
+                    self._skip_heredocs()
                 continue
             if not words and self._at_group_brace(ch):
                 self.i += 1
@@ -137,6 +147,30 @@ class _Reader:
         if words:
             commands.append(self._command(words))
         return commands
+
+    def _redirection(self, match: re.Match[str]) -> None:
+        """`> file`, `2>&1`, `<<EOF`...: not words of the command; a here-document's body is skipped."""
+        operator = match.group(0).lstrip("0123456789")
+        self.i = match.end()
+        self._skip_blanks()
+        if self.i >= len(self.text) or self.text[self.i] == "\n":
+            raise ShellSyntaxError(f"{operator} without a target", self.origin[match.start()])
+        target = self._word()
+        if operator in ("<<", "<<-"):
+            self.heredocs.append(("".join(w.text for w in target), operator == "<<-"))
+
+    def _skip_heredocs(self) -> None:
+        """At the start of the line after `<<WORD`: skip each pending body, up to its WORD line."""
+        text, n = self.text, len(self.text)
+        for delimiter, strip_tabs in self.heredocs:
+            while self.i < n:
+                end = text.find("\n", self.i)
+                end = n if end < 0 else end
+                line = text[self.i : end]
+                self.i = min(end + 1, n)
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
+        self.heredocs = []
 
     def _array(self, start: re.Match[str]) -> None:
         """`NAME=( word ... )` or `NAME+=( ... )`: the words up to `)`, across lines and comments."""
@@ -224,7 +258,7 @@ class _Reader:
         quoted = False  # "" and '' are words of their own, even when empty
         while self.i < n:
             ch = text[self.i]
-            if ch in " \t\r" or any(text.startswith(o, self.i) for o in _OPERATORS) or ch in "()":
+            if ch in " \t\r<>" or any(text.startswith(o, self.i) for o in _OPERATORS) or ch in "()":
                 break
             if ch == "\\":
                 if self.i + 1 < n:

@@ -415,6 +415,22 @@ def test_a_flag_the_shell_takes_as_the_scripts_name_is_exit_2_at_its_place() -> 
     assert json.loads(fixed.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
 
 
+def test_redirections_and_a_here_document_in_a_script_are_not_read_as_arguments_or_commands() -> None:
+    # `2>&1 | tee` was read as arguments ('>' and '2>' unexpected), a here-document's body as a command
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
+        '      containers:\n        - name: s\n          command: ["bash", "-c"]\n          args:\n'
+        "            - |\n"
+        "              cat > /tmp/old.sh <<'EOF'\n"
+        "              python3 -m sglang.launch_server --model-path m --tp 2\n"
+        "              EOF\n"
+        "              python3 -m sglang.launch_server --model-path m --tp 8 > /var/log/s.log 2>&1 | tee -a /l\n"
+    )
+    result = run_kvcheck("import", "-", "--format", "json", stdin=text)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
+
+
 def test_an_unterminated_quote_in_a_script_is_reported_where_it_opens() -> None:
     text = (
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"

@@ -104,3 +104,32 @@ def test_positional_parameters_a_script_rebinds_stay_unresolved(script: str) -> 
 def test_set_with_options_only_keeps_the_scripts_arguments(setting: str) -> None:
     [_, server] = parse_script(f'{setting}\nexec python3 -m sglang.launch_server "$@"', {}.get, ["--tp", "2"])
     assert server.argv[-2:] == ["--tp", "2"]
+
+
+def test_redirections_are_not_words_of_the_command() -> None:
+    script = "exec python3 -m sglang.launch_server --tp 8 >/var/log/s.log 2>&1 --mem-frac 0.8 &>> x 3<in <<< 'here'"
+    [command] = parse_script(script, {}.get)
+    assert command.argv == ["exec", "python3", "-m", "sglang.launch_server", "--tp", "8", "--mem-frac", "0.8"]
+    [first, second] = parse_script("python3 -m sglang.launch_server --tp 2 2>&1 | tee /log", {}.get)
+    assert (first.argv[-2:], second.argv) == (["--tp", "2"], ["tee", "/log"])
+
+
+def test_a_here_documents_body_is_skipped_not_read_as_commands() -> None:
+    script = (
+        "cat > /tmp/run.sh <<'EOF'\n"
+        "python3 -m sglang.launch_server --tp 8\n"
+        "EOF\n"
+        "cat <<-END >> /tmp/x\n"
+        "\tpython3 -m sglang.launch_server --tp 4\n"
+        "\tEND\n"
+        "exec python3 -m sglang.launch_server --tp 2\n"
+    )
+    commands = parse_script(script, {}.get)
+    assert [c.argv for c in commands] == [["cat"], ["cat"], ["exec", "python3", "-m", "sglang.launch_server", "--tp", "2"]]
+
+
+def test_a_redirection_without_a_target_is_a_shell_error() -> None:
+    from kvcheck.inputs.deploy.shell import ShellSyntaxError
+
+    with pytest.raises(ShellSyntaxError, match="> without a target"):
+        parse_script("python3 -m sglang.launch_server --tp 2 >\n", {}.get)

@@ -343,22 +343,32 @@ def test_flags_sglang_would_refuse_are_input_errors_at_their_place() -> None:
     assert lines[3] == "<stdin>:11:56: 'tp-size' must be an integer, not 'two'"
 
 
+POD = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      containers:\n"
+
+
+def _refused_then_read(text: str, message: str, fixed: str, args: dict) -> None:
+    """`import -` refuses `text` (exit 2, `message` its first error) and reads `fixed` as role x's `args`."""
+    result = run_kvcheck("import", "-", stdin=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[1] == message
+    result = run_kvcheck("import", "-", "--format", "json", stdin=fixed)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["roles"]["x"]["args"] == args
+
+
 def test_a_shell_variable_in_exec_form_is_named_as_the_bug_it_is() -> None:
     text = (
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
-        "      containers:\n        - name: s\n          image: lmsysorg/sglang:v0.5.23\n"
+        POD + "        - name: s\n          image: lmsysorg/sglang:v0.5.23\n"
         '          env: [{name: TP, value: "8"}]\n'
         '          command: ["python3", "-m", "sglang.launch_server", "--tp", "$TP"]\n'
     )
-    result = run_kvcheck("import", "-", stdin=text)
-    assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[1] == (
+    _refused_then_read(
+        text,
         "<stdin>:11:70: 'tp-size' must be an integer, not '$TP' ($TP is passed literally: no shell runs this "
-        "command; write $(TP) for Kubernetes to expand it)"
+        "command; write $(TP) for Kubernetes to expand it)",
+        text.replace('"$TP"', '"$(TP)"'),
+        {"tp-size": 8},
     )
-    fixed = text.replace('"$TP"', '"$(TP)"')
-    result = run_kvcheck("import", "-", "--format", "json", stdin=fixed)
-    assert json.loads(result.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
 
 
 def test_nnodes_that_contradict_the_group_size_are_an_input_error() -> None:
@@ -372,8 +382,7 @@ def test_nnodes_that_contradict_the_group_size_are_an_input_error() -> None:
 
 
 BRANCHES = (
-    "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
-    '      containers:\n        - name: s\n          command: ["bash", "-c"]\n          args:\n'
+    POD + '        - name: s\n          command: ["bash", "-c"]\n          args:\n'
     "            - |\n"
     '              if [ "$BIG" = 1 ]; then\n'
     "                python3 -m sglang.launch_server --model-path m --tp 8 --mem-fraction-static 0.9\n"
@@ -384,35 +393,32 @@ BRANCHES = (
 
 
 def test_a_script_that_starts_the_server_with_other_arguments_in_two_places_is_exit_2() -> None:
-    # an if/else: reading the first branch would judge a command that may not run
-    result = run_kvcheck("import", "-", stdin=BRANCHES.replace("{tp}", "2"))
-    assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[1] == (
+    # an if/else: reading the first branch would judge a command that may not run; the same line twice is read
+    _refused_then_read(
+        BRANCHES.replace("{tp}", "2"),
         "<stdin>:15:17: the script starts an SGLang server with other arguments here than at line 13; kvcheck "
         "cannot tell which one runs (a branch, a fallback, a second server): keep one launch line in the "
-        "script, or give the role with --cmd or a manifest")
-    same = run_kvcheck("import", "-", "--format", "json", stdin=BRANCHES.replace("{tp}", "8"))  # the same line twice
-    assert same.exit_code == 0, same.stderr
-    assert json.loads(same.stdout)["roles"]["x"]["args"] == {"tp-size": 8, "mem-fraction-static": 0.9}
+        "script, or give the role with --cmd or a manifest",
+        BRANCHES.replace("{tp}", "8"),
+        {"tp-size": 8, "mem-fraction-static": 0.9},
+    )
 
 
 def test_a_flag_the_shell_takes_as_the_scripts_name_is_exit_2_at_its_place() -> None:
     # `sh -c SCRIPT --tp 8 ...`: --tp is $0, so "$@" gives SGLang a stray 8 and no --tp
     text = (
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n"
-        "      containers:\n        - name: s\n"
+        POD + "        - name: s\n"
         '          command: ["sh", "-c", "exec python3 -m sglang.launch_server --model-path m \\"$@\\""]\n'
         '          args: ["--tp", "8"]\n'
     )
-    result = run_kvcheck("import", "-", stdin=text)
-    assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.splitlines()[1] == (
+    _refused_then_read(
+        text,
         "<stdin>:10:18: sh -c takes the first word after the script as the script's name ($0), so '--tp' never "
         'reaches the server ("$@" starts after it); put a name such as -- before the arguments (KServe\'s '
-        'template ends its command with "--")')
-    fixed = run_kvcheck("import", "-", "--format", "json", stdin=text.replace('["--tp", "8"]', '["--", "--tp", "8"]'))
-    assert fixed.exit_code == 0, fixed.stderr
-    assert json.loads(fixed.stdout)["roles"]["x"]["args"] == {"tp-size": 8}
+        'template ends its command with "--")',
+        text.replace('["--tp", "8"]', '["--", "--tp", "8"]'),
+        {"tp-size": 8},
+    )
 
 
 def test_redirections_and_a_here_document_in_a_script_are_not_read_as_arguments_or_commands() -> None:

@@ -5,6 +5,7 @@ kubelet; the measurement goes through the real measure backend and the real `kub
 from __future__ import annotations
 
 import dataclasses
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +25,18 @@ NS = "ml-gate"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range (32768-60999 here), as kvcheck's launchers draw
+    theirs: the fake kubelet runs every pod in this host's network, and a port the kernel hands out for
+    outgoing connections (the client's, the proxy's) could be taken before the engine binds it."""
+    for _ in range(200):
+        port = random.randint(20000, 31999)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 @pytest.fixture

@@ -213,9 +213,7 @@ def find_server(
         # template runs `exec "${args[@]}" "$@"`, the container's own args landing in "$@")
         params = tokens[script_at + 2 :]
         commands = parse_script(
-            script.raw if script.raw is not None else script.text,
-            env.lookup,
-            [t.text for t in params] if script_at + 1 < len(tokens) else [],
+            script.raw if script.raw is not None else script.text, env.lookup, [t.text for t in params]
         )
     except ShellSyntaxError as exc:
         where = doc.inside(source_path, exc.offset) if doc is not None and source_path else script.location

@@ -131,9 +131,8 @@ def end_groups(groups: dict[int, str], grace_s: float = GRACE_S) -> None:
             time.sleep(_POLL_S)
 
 
-def _scancel(args: list[str], env: dict[str, str]) -> str:
-    """Run scancel (or squeue, with args[0] == "squeue"); its output, "" when it cannot run."""
-    argv = args if args[0] == "squeue" else ["scancel", *args]
+def _slurm(argv: list[str], env: dict[str, str]) -> str:
+    """Run one of Slurm's client commands (scancel, squeue); its output, "" when it cannot run."""
     try:
         done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=30, check=False)
@@ -153,7 +152,7 @@ def _job_env(given: dict[str, str]) -> dict[str, str]:
 def signal_jobs(jobs: dict[str, dict[str, str]]) -> None:
     """SIGTERM to the steps of every listed Slurm job, by its unique name (pending ones included)."""
     for name, env in jobs.items():
-        _scancel(["--signal=TERM", f"--name={name}"], _job_env(env))
+        _slurm(["scancel", "--signal=TERM", f"--name={name}"], _job_env(env))
 
 
 def cancel_jobs(jobs: dict[str, dict[str, str]], grace_s: float = GRACE_S, started: float | None = None) -> None:
@@ -162,11 +161,11 @@ def cancel_jobs(jobs: dict[str, dict[str, str]], grace_s: float = GRACE_S, start
     left = dict(jobs)
     while left and time.monotonic() < deadline:
         left = {name: env for name, env in left.items()
-                if _scancel(["squeue", "-h", f"--name={name}", "-o", "%i"], _job_env(env))}
+                if _slurm(["squeue", "-h", f"--name={name}", "-o", "%i"], _job_env(env))}
         if left:
             time.sleep(0.5)
     for name, env in left.items():
-        _scancel([f"--name={name}"], _job_env(env))
+        _slurm(["scancel", f"--name={name}"], _job_env(env))
 
 
 def serve(stream: IO[str], grace_s: float = GRACE_S) -> None:

@@ -117,8 +117,8 @@ def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Pat
 
 def _add_profiles(ctx: click.Context, param: click.Parameter, value: tuple[Path, ...]) -> None:
     """--profiles DIR: GPU profiles read ahead of the shipped ones (docs/estimate.md, GPU profiles)."""
-    from kvcheck.engines.sglang.sizing.gpus import add_profile_dir
     from kvcheck.errors import InputError
+    from kvcheck.gpus import add_profile_dir
 
     for folder in value:
         try:

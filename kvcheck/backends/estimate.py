@@ -8,9 +8,9 @@ from typing import ClassVar
 
 from kvcheck.backends.base import Backend
 from kvcheck.engines import get_engine
-from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.engines.sglang.sizing.rules import KV105, KV305
 from kvcheck.errors import EstimateError, InputError
+from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 

@@ -24,7 +24,7 @@ from kvcheck.engines.sglang.logs.reader import BinaryReadable, LogReader
 from kvcheck.engines.sglang.logs.values import LogSummary, RankFigures
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
 from kvcheck.errors import InputError
-from kvcheck.inputs.textfile import open_regular_file
+from kvcheck.io.textfile import open_regular_file
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import redact_args, redact_argv
@@ -493,7 +493,7 @@ def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any
     The catalogue is the log's version's, else the newest kvcheck ships: it resolves abbreviations
     (`--tp` -> tp_size) and types values. Flags it does not know keep their spelled name and text.
     """
-    from kvcheck.engines.sglang.argv import parse_argv
+    from kvcheck.engines.argv import parse_argv
     from kvcheck.engines.sglang.catalogue import Catalogue, catalogue_versions, load_catalogue
 
     catalogue: Catalogue | None = None
@@ -507,7 +507,7 @@ def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any
         catalogue = None
     if catalogue is None:
         # no release's flags are known: every flag keeps its spelled name and guessed type
-        catalogue = Catalogue(version=version or "unknown", flags=(), removed={})
+        catalogue = Catalogue(version=version or "unknown", flags=(), removed={}, label="SGLang")
     index = _launch_index(argv)
     if index is None:
         return {}

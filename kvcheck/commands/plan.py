@@ -27,7 +27,7 @@ class PlanOptions:
 def run_plan(options: PlanOptions) -> Report:
     """Judge the manifest as written on predicted pools, then add each role's plan and its advice."""
     from kvcheck.backends.estimate import EstimateBackend
-    from kvcheck.engines.sglang.sizing.gpus import default_profiles
+    from kvcheck.gpus import default_profiles
     from kvcheck.inputs.load import load_inputs
     from kvcheck.plan.advice import hint_sentences, plan_findings
     from kvcheck.plan.planner import plan_role

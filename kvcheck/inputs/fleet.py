@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvcheck.engines.sglang.client import display_url, validate_base_url
 from kvcheck.errors import InputError, InputIssue
-from kvcheck.inputs.textfile import read_text_file
+from kvcheck.io.textfile import read_text_file
 from kvcheck.model import Endpoint, Location, RoleTarget
 
 if TYPE_CHECKING:
-    from kvcheck.inputs.yamlpos import Positions
+    from kvcheck.io.yamlpos import Positions
 
 MAX_FLEET_BYTES = 4 * 1024 * 1024
 
@@ -152,7 +152,7 @@ def _parse_fleet_lines(
 
 
 def _parse_fleet_yaml(text: str, display: str) -> tuple[list[Endpoint], list[InputIssue]]:
-    from kvcheck.inputs.yamlpos import load_yaml_with_positions
+    from kvcheck.io.yamlpos import load_yaml_with_positions
 
     data, positions, issues = load_yaml_with_positions(text, display)
     reader = _FleetYaml(display, positions, issues)

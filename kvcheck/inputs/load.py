@@ -23,8 +23,8 @@ from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.deploy.slurm import is_batch_script
 from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
 from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, PolicySpec
-from kvcheck.inputs.textfile import read_text_file
-from kvcheck.inputs.yamlpos import load_yaml_with_positions, safe_load_all
+from kvcheck.io.textfile import read_text_file
+from kvcheck.io.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
 from kvcheck.policy.rules import PolicyConfig
 

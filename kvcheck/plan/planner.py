@@ -15,9 +15,9 @@ from typing import Any
 from kvcheck.engines.sglang.sizing import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
 from kvcheck.engines.sglang.sizing.config import load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
-from kvcheck.engines.sglang.sizing.gpus import as_profiles
 from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
+from kvcheck.gpus import as_profiles
 from kvcheck.model import FractionPlan, PlanOption, RolePlan, RoleTarget
 
 Option = PlanOption  # the planner's name for one alternative setting

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kvcheck.engines.sglang.sizing import estimate_role  # noqa: E402
-from kvcheck.engines.sglang.sizing.gpus import default_profiles  # noqa: E402
+from kvcheck.gpus import default_profiles  # noqa: E402
 from kvcheck.model import RoleTarget  # noqa: E402
 from tests.datapaths import MODELS, MODELS_ABSENT  # noqa: E402
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kvcheck.engines.sglang.argv import launch_index, parse_argv
+from kvcheck.engines.argv import parse_argv
+from kvcheck.engines.sglang.argv import launch_index
 from kvcheck.engines.sglang.catalogue import load_catalogue
 
 CAT = load_catalogue("0.5.23")[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
-from kvcheck.engines.sglang.sizing.gpus import GpuNameError, GpuProfiles, PreBaseline
+from kvcheck.gpus import GpuNameError, GpuProfiles, PreBaseline
 
 from .helpers import model_config, role
 

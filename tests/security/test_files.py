@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.errors import InputError
-from kvcheck.inputs.yamlpos import load_yaml_with_positions
+from kvcheck.io.yamlpos import load_yaml_with_positions
 from tests.security.helpers import PEAK_MIB_LIMIT, attack
 
 

@@ -7,17 +7,21 @@ aliases resolve to their flag, and any unique prefix of a long flag is accepted 
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from kvcheck.engines.flags import (  # noqa: F401  (re-exported for SGLang's modules)
+    JSON_TYPES,
+    Catalogue,
+    Flag,
+    FlagError,
+    RemovedFlag,
+    parse_human_readable_int,
+)
 from kvcheck.errors import InputError
 from kvcheck.profiles import profile_path
 
@@ -28,209 +32,6 @@ RESERVED_FLAGS = {
     "model-path": "set model.path instead; kvcheck passes it as --model-path",
     "config": "put the config file's arguments in the manifest's args, so kvcheck can check them",
 }
-
-
-# Flag types whose single command-line token is JSON text (SGLang parses it with json/orjson).
-JSON_TYPES = frozenset({"json", "json_list_type", "parse_cuda_graph_config_arg"})
-
-
-class FlagError(ValueError):
-    """A manifest argument that SGLang's argparse would reject (or that kvcheck cannot check)."""
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One SGLang server flag as argparse declares it."""
-
-    name: str  # "--tp-size"
-    field: str | None
-    aliases: tuple[str, ...]
-    type: str
-    nargs: str | int | None
-    store_true: bool
-    action: str | None
-    default: Any
-    choices: tuple[Any, ...] | None
-    deprecated: bool
-
-    @property
-    def key(self) -> str:
-        """The field name under which kvcheck stores the value (underscores)."""
-        return self.field or self.name[2:].replace("-", "_")
-
-    @property
-    def boolean_optional(self) -> bool:
-        return self.action == "BooleanOptionalAction"
-
-
-@dataclass(frozen=True)
-class RemovedFlag:
-    flag: str
-    last_version: str
-    replacement: str | None
-
-
-@dataclass(frozen=True)
-class Catalogue:
-    """The flags of one SGLang release."""
-
-    version: str
-    flags: tuple[Flag, ...]
-    removed: Mapping[str, RemovedFlag]
-    allow_abbrev: bool = True
-    _names: dict[str, Flag] = field(init=False, repr=False, compare=False)
-    _extra_option_strings: frozenset[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        names: dict[str, Flag] = {}
-        for flag in self.flags:
-            names[flag.name] = flag
-            for alias in flag.aliases:
-                names[alias] = flag
-        object.__setattr__(self, "_names", names)
-        extra = {"--help"} | {"--no-" + f.name[2:] for f in self.flags if f.boolean_optional}
-        object.__setattr__(self, "_extra_option_strings", frozenset(extra))
-
-    def resolve(self, key: str) -> Flag:
-        """The flag a manifest key names, or FlagError with SGLang's verdict and a suggestion."""
-        norm = "--" + key.strip().lstrip("-").replace("_", "-")
-        names = self._names
-        bare = norm[2:]
-        reserved = names.get(norm)
-        for name in (bare, reserved.name[2:] if reserved else None):
-            if name in RESERVED_FLAGS:
-                raise FlagError(f"'{bare}' cannot be set in args: {RESERVED_FLAGS[name]}")
-        if norm in names:
-            return names[norm]
-        removed = self.removed.get(norm)
-        # argparse also counts the --no-X forms and -h/--help when it matches prefixes.
-        option_strings = set(names) | self._extra_option_strings
-        prefix_matches = sorted(n for n in option_strings if n.startswith(norm)) if self.allow_abbrev else []
-        if removed is not None:
-            text = f"flag '{norm}' was removed in SGLang {self.version} (last in {removed.last_version})"
-            if removed.replacement:
-                text += f"; use '{removed.replacement}'"
-            if len(prefix_matches) > 1:
-                text += f" (as a prefix it is ambiguous: {', '.join(prefix_matches)}; argparse exits 2)"
-            raise FlagError(text)
-        if len(prefix_matches) == 1 and prefix_matches[0] in names:
-            return names[prefix_matches[0]]
-        if len(prefix_matches) == 1:
-            raise FlagError(f"'{norm}' abbreviates '{prefix_matches[0]}', which a manifest cannot set")
-        if len(prefix_matches) > 1:
-            shown = ", ".join(prefix_matches[:6]) + (", ..." if len(prefix_matches) > 6 else "")
-            raise FlagError(
-                f"'{norm}' is an ambiguous abbreviation in SGLang {self.version} (matches {shown}); "
-                "argparse exits 2"
-            )
-        close = difflib.get_close_matches(norm, list(names), n=1, cutoff=0.6)
-        text = f"unknown SGLang flag '{bare}' (SGLang {self.version})"
-        if close:
-            text += f" (did you mean '{close[0][2:]}'?)"
-        raise FlagError(text)
-
-    def coerce(self, flag: Flag, value: Any) -> Any:
-        """The typed value argparse would produce, or FlagError."""
-        if flag.store_true or flag.boolean_optional or flag.nargs == 0:
-            if not isinstance(value, bool):
-                raise FlagError(f"'{flag.name[2:]}' is a switch: write true or false, not {value!r}")
-            if flag.store_true and flag.choices is None and value is False and flag.default is True:
-                raise FlagError(f"'{flag.name[2:]}' cannot be turned off from the command line")
-            return value
-        if flag.nargs in ("+", "*") or isinstance(flag.nargs, int):
-            items = value if isinstance(value, list) else [value]
-            if flag.nargs == "+" and not items:
-                raise FlagError(f"'{flag.name[2:]}' needs at least one value")
-            if isinstance(flag.nargs, int) and len(items) != flag.nargs:
-                raise FlagError(f"'{flag.name[2:]}' takes exactly {flag.nargs} values")
-            return [self._coerce_one(flag, item) for item in items]
-        if isinstance(value, list):
-            raise FlagError(f"'{flag.name[2:]}' takes one value, not a list")
-        return self._coerce_one(flag, value)
-
-    def _coerce_one(self, flag: Flag, value: Any) -> Any:
-        name = flag.name[2:]
-        if value is None:
-            raise FlagError(f"'{name}' needs a value (remove the key to use SGLang's default)")
-        kind = flag.type
-        if kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise FlagError(f"'{name}' must be an integer, not {value!r}")
-            out: Any = value
-        elif kind == "float":
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise FlagError(f"'{name}' must be a number, not {value!r}")
-            out = float(value)
-        elif kind == "human_readable_int":
-            out = parse_human_readable_int(name, value)
-        elif kind in JSON_TYPES:
-            out = _json_value(name, kind, value)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise FlagError(f"'{name}' must be true or false, not {value!r}")
-            out = value
-        else:
-            out = _text_value(flag, name, value)
-        if flag.choices is not None:
-            _check_choice(name, flag.choices, out)
-        return out
-
-    def argv(self, flag: Flag, value: Any) -> list[str]:
-        """The command-line tokens for one validated value."""
-        if flag.store_true or flag.nargs == 0:
-            return [flag.name] if value else []
-        if flag.boolean_optional:
-            return [flag.name] if value else ["--no-" + flag.name[2:]]
-        if isinstance(value, list) and flag.type not in JSON_TYPES and not _takes_json_text(flag):
-            return [flag.name, *(_render(v) for v in value)]
-        if (flag.type in JSON_TYPES or _takes_json_text(flag)) and not isinstance(value, str):
-            return [flag.name, json.dumps(value, separators=(",", ":"))]
-        return [flag.name, _render(value)]
-
-
-def _takes_json_text(flag: Flag) -> bool:
-    """Text flags whose value SGLang parses as JSON (--json-model-override-args and the like)."""
-    return flag.type == "str" and flag.nargs is None and ("json" in flag.name or flag.default == "{}")
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() is False:
-        return repr(value)
-    return str(value)
-
-
-_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
-_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def parse_human_readable_int(name: str, value: Any) -> int:
-    """SGLang's human_readable_int: 1k=1000, 1Mi=1048576, case-sensitive, decimals only for SI."""
-    if isinstance(value, bool):
-        raise FlagError(f"'{name}' must be an integer such as 131072, 128k or 1Mi, not {value!r}")
-    if isinstance(value, int):
-        return value
-    if not isinstance(value, str):
-        raise FlagError(f"'{name}' must be an integer such as 131072, 128k or 1Mi, not {value!r}")
-    text = value.strip()
-    match = _HUMAN_INT.fullmatch(text)
-    if match:
-        number, suffix = match.groups()
-        if suffix in _IEC:
-            if "." in number:
-                raise FlagError(f"'{name}': decimals are not allowed with IEC suffixes ({text!r})")
-            return int(number) * _IEC[suffix]
-        try:
-            return int(Decimal(number) * _SI[suffix])
-        except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-            raise FlagError(f"'{name}': invalid number {text!r}") from exc
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise FlagError(
-            f"'{name}' must be an integer such as 131072, 128k or 1Mi (suffixes are case-sensitive), "
-            f"not {value!r}"
-        ) from exc
 
 
 def _flag_from_json(item: Mapping[str, Any]) -> Flag:
@@ -278,6 +79,8 @@ def _load(version: str) -> Catalogue:
         flags=tuple(_flag_from_json(item) for item in data["flags"]),
         removed=removed,
         allow_abbrev=bool(data.get("allow_abbrev", True)),
+        label="SGLang",
+        reserved=RESERVED_FLAGS,
     )
 
 
@@ -324,40 +127,3 @@ def load_catalogue(version: str) -> tuple[Catalogue, str | None]:
     return _load(chosen), note
 
 
-def _text_value(flag: Flag, name: str, value: Any) -> Any:
-    """str, nullable_str and parser functions that take one token: argparse sees text."""
-    if isinstance(value, dict | list) and _takes_json_text(flag):
-        return value  # rendered as JSON text, which SGLang parses itself
-    if isinstance(value, dict | list) or isinstance(value, bool):
-        raise FlagError(f"'{name}' takes a single text value, not {value!r}")
-    return str(value) if not isinstance(value, str) else value
-
-
-def _json_value(name: str, kind: str, value: Any) -> Any:
-    """A JSON-typed flag's value: a mapping or list as given, a string parsed as JSON."""
-    if kind == "json_list_type" and not isinstance(value, list | str):
-        raise FlagError(f"'{name}' must be a list (or a JSON list string), not {value!r}")
-    if isinstance(value, dict | list):
-        return value
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
-    raise FlagError(f"'{name}' must be a JSON object or string, not {value!r}")
-
-
-def _check_choice(name: str, choices: Sequence[Any], value: Any) -> None:
-    """A value outside the flag's choices is a FlagError that suggests the closest ones."""
-    allowed = [str(c) for c in choices]
-    if str(value) in allowed:
-        return
-    close = [c for c in allowed if c.startswith(str(value))] or difflib.get_close_matches(
-        str(value), allowed, n=1, cutoff=0.5
-    )
-    text = f"'{name}' must be one of {', '.join(allowed)}; got {value!r}"
-    if len(close) == 1:
-        text += f" (did you mean '{close[0]}'?)"
-    elif close:
-        text += f" (did you mean one of {', '.join(repr(c) for c in close)}?)"
-    raise FlagError(text)

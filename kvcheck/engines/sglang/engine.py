@@ -10,11 +10,11 @@ from kvcheck.engines.base import Engine
 from kvcheck.engines.sglang import serving
 
 if TYPE_CHECKING:
-    from kvcheck.engines.sglang.argv import ParsedArgv
-    from kvcheck.engines.sglang.catalogue import Catalogue
+    from kvcheck.engines.argv import ParsedArgv
+    from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.sglang.logs.reader import LogReader
-    from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles
     from kvcheck.engines.sglang.sizing.model import RoleEstimate
+    from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.model import RoleTarget
 
 
@@ -22,20 +22,32 @@ class SglangEngine(Engine):
     """SGLang (sgl-project/sglang): flag catalogues per release, its log lines, its pool sizing."""
 
     name: ClassVar[str] = "sglang"
+    label: ClassVar[str] = "SGLang"
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
+
+    # -- arguments --------------------------------------------------------------------------------
 
     def catalogue(self, version: str) -> tuple[Catalogue, str | None]:
         from kvcheck.engines.sglang.catalogue import load_catalogue
 
         return load_catalogue(version)
 
-    def parse_argv(self, argv: Sequence[str], *, version: str | None) -> ParsedArgv:
-        from kvcheck.engines.sglang.argv import parse_argv
+    def catalogue_versions(self) -> list[str]:
         from kvcheck.engines.sglang.catalogue import catalogue_versions
 
+        return catalogue_versions()
+
+    def parse_argv(self, argv: Sequence[str], *, version: str | None, start: int = 0) -> ParsedArgv:
+        from kvcheck.engines.argv import parse_argv
+
         # Without a stated release, the newest catalogue reads the command line.
-        catalogue, _ = self.catalogue(version if version is not None else catalogue_versions()[-1])
-        return parse_argv(argv, catalogue)
+        catalogue, _ = self.catalogue(version if version is not None else self.catalogue_versions()[-1])
+        return parse_argv(argv, catalogue, start=start)
+
+    def launch_index(self, argv: Sequence[str]) -> int | None:
+        from kvcheck.engines.sglang.argv import launch_index
+
+        return launch_index(argv)
 
     def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
         from kvcheck.engines.sglang.catalogue import FlagError, catalogue_versions
@@ -63,10 +75,18 @@ class SglangEngine(Engine):
     def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
         return serving.max_input_len(context_len, pool_tokens)
 
+    # -- launch -----------------------------------------------------------------------------------
+
+    # -- boot log ---------------------------------------------------------------------------------
+
     def log_reader(self) -> LogReader:
         from kvcheck.engines.sglang.logs.reader import LogReader
 
         return LogReader()
+
+    # -- server -----------------------------------------------------------------------------------
+
+    # -- sizing -----------------------------------------------------------------------------------
 
     def estimate(
         self,
@@ -78,3 +98,5 @@ class SglangEngine(Engine):
         from kvcheck.engines.sglang.sizing.model import estimate_role
 
         return estimate_role(target, profiles=profiles, offline=offline)
+
+    # -- rules ------------------------------------------------------------------------------------

@@ -229,7 +229,7 @@ def _command_line_role(cmd: str) -> RoleSource:
         tokens = [Token(w.text, Location("--cmd", 1, w.offset + 1), list(w.unresolved)) for w in words]
         server = find_server(tokens, Env(), doc=None) if tokens else None
         if server is not None:
-            from kvcheck.inputs.yamlpos import Positions, YamlDocument
+            from kvcheck.io.yamlpos import Positions, YamlDocument
 
             doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
             gpus, gpu = slurm_gpus([(t.text, t.location) for t in server.tokens[: server.start]])

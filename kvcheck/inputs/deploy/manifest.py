@@ -82,7 +82,7 @@ def _agree(values: list[tuple[str, Sourced | None]], what: str, issues: list[Inp
 
 
 def _same_gpu(a: str, b: str) -> bool:
-    from kvcheck.engines.sglang.sizing.gpus import default_profiles
+    from kvcheck.gpus import default_profiles
 
     if a == b:
         return True

@@ -29,7 +29,7 @@ from kvcheck.inputs.deploy.server import (
     find_server,
 )
 from kvcheck.inputs.deploy.source import Doc
-from kvcheck.inputs.yamlpos import Path_, Positions, YamlDocument
+from kvcheck.io.yamlpos import Path_, Positions, YamlDocument
 from kvcheck.model import Location
 
 _P = TypeVar("_P")  # a position table's entry: (line, column) or a scalar style

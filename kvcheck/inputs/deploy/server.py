@@ -16,12 +16,13 @@ from typing import Any
 
 import yaml
 
-from kvcheck.engines.sglang.argv import ParsedArgv, ParsedFlag, launch_index, parse_argv
+from kvcheck.engines.argv import ParsedArgv, ParsedFlag, parse_argv
+from kvcheck.engines.sglang.argv import launch_index
 from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
 from kvcheck.inputs.deploy.source import Doc
-from kvcheck.inputs.yamlpos import Path_, load_yaml_documents
+from kvcheck.io.yamlpos import Path_, load_yaml_documents
 from kvcheck.model import Finding, Location
 from kvcheck.policy.registry import finding
 

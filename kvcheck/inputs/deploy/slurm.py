@@ -17,7 +17,7 @@ from kvcheck.inputs.deploy.readers import RoleSource
 from kvcheck.inputs.deploy.server import Env, ScriptError, ServerCommand, Sourced, Token, unset_reasons
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
 from kvcheck.inputs.deploy.source import Doc, SourceFile
-from kvcheck.inputs.yamlpos import Positions, YamlDocument
+from kvcheck.io.yamlpos import Positions, YamlDocument
 from kvcheck.model import Location
 
 _SBATCH_RE = re.compile(r"^#SBATCH[ \t]+(.*)$", re.M)

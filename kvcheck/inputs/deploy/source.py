@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.errors import InputError
-from kvcheck.inputs.textfile import read_text_file
-from kvcheck.inputs.yamlpos import Path_, YamlDocument, load_yaml_documents
+from kvcheck.io.textfile import read_text_file
+from kvcheck.io.yamlpos import Path_, YamlDocument, load_yaml_documents
 from kvcheck.model import Location
 
 STDIN = "-"

@@ -14,8 +14,8 @@ from kvcheck.engines import get_engine
 from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest, RoleSpec
-from kvcheck.inputs.textfile import read_text_file
-from kvcheck.inputs.yamlpos import Positions, dotted, load_yaml_with_positions
+from kvcheck.io.textfile import read_text_file
+from kvcheck.io.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
 from kvcheck.policy.rules import PolicyConfig
 
@@ -248,7 +248,7 @@ def _resolve_gpu(
 ) -> str | None:
     """The GPU name a role's target carries: an ambiguous name is an issue listing the choices;
     a mapping becomes a profile of its own (profiles/gpus/ is not edited)."""
-    from kvcheck.engines.sglang.sizing import gpus
+    from kvcheck import gpus
 
     if value is None:
         return None

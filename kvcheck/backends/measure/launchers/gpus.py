@@ -182,8 +182,8 @@ def _tokens(name: str) -> list[str]:
 
 def _same_profile(wanted: str, device_name: str) -> bool:
     """Both names are the same GPU profile's name or aliases (profiles/gpus/*.yaml)."""
-    from kvcheck.engines.sglang.sizing.gpus import default_profiles
     from kvcheck.errors import KvcheckError
+    from kvcheck.gpus import default_profiles
 
     try:
         profiles = default_profiles()
@@ -195,8 +195,8 @@ def _same_profile(wanted: str, device_name: str) -> bool:
 
 def _profile_memory_mib(wanted: str) -> int | None:
     """memory.total of the GPU profile the manifest's name resolves to, when there is one."""
-    from kvcheck.engines.sglang.sizing.gpus import default_profiles
     from kvcheck.errors import KvcheckError
+    from kvcheck.gpus import default_profiles
 
     try:
         profile = default_profiles().find(wanted)

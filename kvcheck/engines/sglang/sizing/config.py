@@ -132,7 +132,7 @@ def check_counts(config: Mapping[str, Any], origin: str) -> None:
 def _read_json(path: Path) -> dict[str, Any]:
     from kvcheck.errors import InputError
     from kvcheck.http import JsonRejected, parse_json
-    from kvcheck.inputs.textfile import read_bounded
+    from kvcheck.io.textfile import read_bounded
 
     try:  # a regular file, size checked before reading, JSON bounded in depth (a config is hostile input too)
         raw = read_bounded(path, str(path), kind="model config", max_bytes=MAX_HUB_CONFIG_BYTES)

@@ -9,9 +9,9 @@ from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.engines.sglang.sizing import releases as rel
-from kvcheck.engines.sglang.sizing.gpus import GpuProfile
 from kvcheck.engines.sglang.sizing.shape import DSA, ModelShape
 from kvcheck.errors import EstimateError
+from kvcheck.gpus import GpuProfile
 
 GIB_MIB = 1024
 

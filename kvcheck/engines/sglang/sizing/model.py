@@ -14,7 +14,6 @@ from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
-from kvcheck.engines.sglang.sizing.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import EngineRefusal, check_args, check_parallel
@@ -38,6 +37,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     vision_tower_bytes,
 )
 from kvcheck.errors import EstimateError
+from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import RoleTarget
 
 GIB = float(1 << 30)

@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from kvcheck.engines.sglang.sizing.defaults import Resolved, vlm_factor
-from kvcheck.engines.sglang.sizing.gpus import GpuProfile
 from kvcheck.engines.sglang.sizing.shape import DSV4, HYBRID_LINEAR, ModelShape
 from kvcheck.errors import EstimateError as EngineRefusalLike
+from kvcheck.gpus import GpuProfile
 
 
 def apply_model_overrides(

@@ -18,8 +18,8 @@ from typing import Any
 from kvcheck.backends.measure.launchers.kubernetes.settings import PodTemplates
 from kvcheck.errors import InputError
 from kvcheck.inputs.deploy.source import MAX_DEPLOY_BYTES
-from kvcheck.inputs.textfile import read_text_file
-from kvcheck.inputs.yamlpos import YamlDocument, load_yaml_documents
+from kvcheck.io.textfile import read_text_file
+from kvcheck.io.yamlpos import YamlDocument, load_yaml_documents
 from kvcheck.model import RoleTarget
 
 Key = str | int

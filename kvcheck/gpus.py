@@ -151,8 +151,8 @@ MAX_PROFILE_BYTES = 1024 * 1024
 
 
 def _parse_profile(path: Path) -> GpuProfile:
-    from kvcheck.inputs.textfile import read_text_file
-    from kvcheck.inputs.yamlpos import safe_load_all
+    from kvcheck.io.textfile import read_text_file
+    from kvcheck.io.yamlpos import safe_load_all
 
     # a user's --profiles folder is input like a manifest: a regular file, bounded, bounded YAML
     text = read_text_file(path, str(path), kind="GPU profile", max_bytes=MAX_PROFILE_BYTES)

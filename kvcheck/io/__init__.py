@@ -1,0 +1,1 @@
+"""Generic, bounded file and YAML reading: no engine, no manifest words."""

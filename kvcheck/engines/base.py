@@ -14,10 +14,15 @@ sizing, rules); each section's types sit just above it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
     from kvcheck.model import RoleTarget
@@ -35,6 +40,67 @@ if TYPE_CHECKING:
 
 
 # -- server: types -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What one server says about its pool, its limits and its resolved arguments (tokens).
+
+    Engine-neutral: each engine's client fills it from its own endpoints (SGLang: /server_info).
+    """
+
+    url: str  # base URL as displayed (no credentials)
+    version: str | None
+    max_total_num_tokens: int | None  # first scheduler's logical pool, tokens
+    max_req_input_len: int | None  # prompts of this many tokens or more are refused
+    dp_token_capacities: tuple[int, ...]  # internal_states[i].memory_usage.token_capacity, one per DP rank
+    swa_token_capacities: tuple[int, ...]  # sliding-window pools (hybrid SWA models), one per DP rank
+    context_length_arg: int | None  # the user's --context-length (None when unset), not what is served
+    served_context_len: int | None  # /v1/models max_model_len, else the sglang:context_len gauge
+    resolved_args: Mapping[str, Any]  # every ServerArgs field in the payload, secrets redacted
+    launch_command: str | None  # secrets redacted
+    endpoint: str  # which info endpoint answered: /server_info or /get_server_info
+    metrics: Mapping[str, float] = field(
+        default_factory=dict
+    )  # constant gauges (min over ranks); {} without --enable-metrics
+    redirected_to: str | None = None  # final URL when the info request was redirected
+    served_context_source: str | None = (
+        None  # "/v1/models" or "sglang:context_len": where served_context_len is from
+    )
+    notes: tuple[str, ...] = ()  # optional figures that could not be read, and why
+
+    @property
+    def pool_tokens(self) -> int | None:
+        """The pool one request can use: the smallest figure the server states (any DP rank's
+        token_capacity or the server-wide max_total_num_tokens), so a disagreement fails closed."""
+        figures = [*self.dp_token_capacities]
+        if self.max_total_num_tokens is not None:
+            figures.append(self.max_total_num_tokens)
+        return min(figures) if figures else None
+
+
+class ServerClient(Protocol):
+    """A strict, bounded HTTP client for one running server of the engine (thread-confined)."""
+
+    url: str  # the base URL as displayed (no credentials)
+
+    def __enter__(self) -> ServerClient: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def close(self) -> None: ...
+
+    def server_info(self) -> ServerInfo:
+        """The server's pool, limits and resolved arguments; EndpointError when it cannot say."""
+        ...
+
+    def served_context(self) -> int | None:
+        """The context length the server enforces, tokens, when it states one."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The server's constant gauges ({} when it exposes none)."""
+        ...
 
 
 # -- sizing: types -------------------------------------------------------------------------------
@@ -92,6 +158,21 @@ class Engine(ABC):
         """A fresh incremental reader of the engine's startup log (feed lines, read a summary)."""
 
     # -- server -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def server_client(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
+        token: str | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> ServerClient:
+        """A client for one running server of this engine (`sleep` None: time.sleep, for backoff)."""
 
     # -- sizing -----------------------------------------------------------------------------------
 

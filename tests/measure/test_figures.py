@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvcheck.backends.measure.figures import EngineReport, RankPool, compare_estimate, judge_figures
-from kvcheck.engines.sglang.client import ServerInfo
+from kvcheck.engines.base import ServerInfo
 from tests.measure.conftest import make_target
 
 

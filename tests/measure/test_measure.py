@@ -398,7 +398,7 @@ def test_a_server_that_is_not_this_engine_is_refused(pidfile: PidFile, monkeypat
     # Another SGLang server answering on the port kvcheck picked (it took the port while this
     # engine was still loading) must not become this role's measurement.
     from kvcheck.backends.measure.boot import BootSettings, RoleBoot
-    from kvcheck.engines.sglang.client import ServerInfo
+    from kvcheck.engines.base import ServerInfo
 
     boot = RoleBoot(make_target(args={"tp_size": 2}), BootSettings())
     other = ServerInfo(url="http://127.0.0.1:1", version="0.5.23", max_total_num_tokens=2_000_000,

@@ -14,7 +14,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
-from kvcheck.engines.sglang.client import ServerInfo
+from kvcheck.engines.base import ServerInfo
 from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
 

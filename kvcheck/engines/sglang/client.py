@@ -17,13 +17,13 @@ import math
 import re
 import ssl
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from kvcheck import __version__
+from kvcheck.engines.base import ServerInfo
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.http import (
@@ -141,40 +141,6 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_FIGURE:
         return None
     return value
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What one SGLang server says about its pool, its limits and its resolved arguments (tokens)."""
-
-    url: str  # base URL as displayed (no credentials)
-    version: str | None
-    max_total_num_tokens: int | None  # first scheduler's logical pool, tokens
-    max_req_input_len: int | None  # prompts of this many tokens or more are refused
-    dp_token_capacities: tuple[int, ...]  # internal_states[i].memory_usage.token_capacity, one per DP rank
-    swa_token_capacities: tuple[int, ...]  # sliding-window pools (hybrid SWA models), one per DP rank
-    context_length_arg: int | None  # the user's --context-length (None when unset), not what is served
-    served_context_len: int | None  # /v1/models max_model_len, else the sglang:context_len gauge
-    resolved_args: Mapping[str, Any]  # every ServerArgs field in the payload, secrets redacted
-    launch_command: str | None  # secrets redacted
-    endpoint: str  # which info endpoint answered: /server_info or /get_server_info
-    metrics: Mapping[str, float] = field(
-        default_factory=dict
-    )  # constant gauges (min over ranks); {} without --enable-metrics
-    redirected_to: str | None = None  # final URL when the info request was redirected
-    served_context_source: str | None = (
-        None  # "/v1/models" or "sglang:context_len": where served_context_len is from
-    )
-    notes: tuple[str, ...] = ()  # optional figures that could not be read, and why
-
-    @property
-    def pool_tokens(self) -> int | None:
-        """The pool one request can use: the smallest figure the server states (any DP rank's
-        token_capacity or the server-wide max_total_num_tokens), so a disagreement fails closed."""
-        figures = [*self.dp_token_capacities]
-        if self.max_total_num_tokens is not None:
-            figures.append(self.max_total_num_tokens)
-        return min(figures) if figures else None
 
 
 def _rank_capacities(states: list[Any], where: str) -> tuple[list[int], list[int]]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -10,8 +11,13 @@ from kvcheck.engines.base import Engine
 from kvcheck.engines.sglang import serving
 
 if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
+    from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
     from kvcheck.engines.sglang.sizing.model import RoleEstimate
     from kvcheck.gpus import GpuProfile, GpuProfiles
@@ -85,6 +91,31 @@ class SglangEngine(Engine):
         return LogReader()
 
     # -- server -----------------------------------------------------------------------------------
+
+    def server_client(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
+        token: str | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> SglangClient:
+        from kvcheck.engines.sglang.client import SglangClient
+
+        return SglangClient(
+            base_url,
+            timeout_s=timeout_s,
+            verify=verify,
+            token=token,
+            retries=retries,
+            backoff_s=backoff_s,
+            transport=transport,
+            sleep=sleep or time.sleep,
+        )
 
     # -- sizing -----------------------------------------------------------------------------------
 

@@ -30,12 +30,31 @@ rank() {  # how pressing an exit code is (see the header)
   case $1 in 0) echo 0 ;; 3) echo 1 ;; 1) echo 2 ;; 2) echo 3 ;; *) echo 4 ;; esac
 }
 
-expand() {  # the words of $1 with globs expanded; a pattern that matches nothing stays as written
+words() {  # the whitespace-separated words of $1, one a line, as written: no glob is expanded here
+  local list
+  read -rd "" -a list <<< "$1"
+  [ ${#list[@]} -eq 0 ] || printf '%s\n' "${list[@]}"
+}
+
+expand() {  # the words of $1 with globs expanded (a pattern that matches nothing is refused beforehand)
   local word matches
-  for word in $1; do
+  while IFS= read -r word; do
     matches=($word)
-    if [ ${#matches[@]} -eq 0 ]; then echo "$word"; else printf '%s\n' "${matches[@]}"; fi
-  done
+    printf '%s\n' "${matches[@]}"
+  done < <(words "$1")
+}
+
+unmatched=0
+refuse_unmatched() {  # a pattern (or a file) that names nothing is an error, never fewer checks
+  local word matches
+  while IFS= read -r word; do
+    matches=($word)
+    if [ ${#matches[@]} -eq 0 ]; then
+      echo "::error title=kvcheck::input '$word' matches no file"
+      { echo "## kvcheck: input \`$word\` matches no file"; echo; } >> "$summary"
+      unmatched=$((unmatched + 1))
+    fi
+  done < <(words "$1")
 }
 
 check() {  # one `kvcheck verify` over the files given
@@ -65,6 +84,10 @@ check() {  # one `kvcheck verify` over the files given
   if [ "$(rank "$code")" -gt "$(rank "$worst")" ]; then worst=$code; fi
 }
 
+refuse_unmatched "${KVCHECK_MANIFESTS:-}"
+while IFS= read -r line; do refuse_unmatched "$line"; done <<< "${KVCHECK_DEPLOYMENTS:-}"
+[ "$unmatched" -eq 0 ] || worst=2
+
 while IFS= read -r file; do
   [ -n "$file" ] && check "$file"
 done < <(expand "${KVCHECK_MANIFESTS:-}")
@@ -74,7 +97,7 @@ while IFS= read -r line; do
   [ ${#files[@]} -gt 0 ] && check "${files[@]}"
 done <<< "${KVCHECK_DEPLOYMENTS:-}"
 
-if [ "$runs" -eq 0 ]; then
+if [ "$runs" -eq 0 ] && [ "$unmatched" -eq 0 ]; then
   echo "::error title=kvcheck::no manifest or deployment file given (inputs manifests and deployments are empty)"
   worst=2
 fi

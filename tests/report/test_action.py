@@ -109,6 +109,25 @@ def test_globs_expand_and_summary_can_be_turned_off(tmp_path: Path) -> None:
     assert summary == "# earlier step\n"
 
 
+def test_a_pattern_that_matches_nothing_is_an_error_and_the_other_inputs_are_still_checked(tmp_path: Path) -> None:
+    # nullglob used to drop such a pattern silently: the step passed with fewer checks than asked for
+    missing = tmp_path / "nowhere" / "*.yaml"
+    done, summary, outputs = run_step(tmp_path, manifests=f"{missing} {PASSING}")
+    assert (done.returncode, outputs) == (2, {"exit-code": "2"})
+    assert f"::error title=kvcheck::input '{missing}' matches no file" in done.stdout
+    assert done.stdout.count("::group::kvcheck verify") == 1  # the passing manifest is still checked
+    assert f"## kvcheck: input `{missing}` matches no file" in summary
+    assert "## kvcheck verify: PASS (exit 0)" in summary
+
+
+def test_a_lone_unmatched_pattern_says_so_not_that_the_inputs_are_empty(tmp_path: Path) -> None:
+    missing = tmp_path / "charts" / "*.yaml"
+    done, _, outputs = run_step(tmp_path, manifests="", deployments=f"{missing} {PASSING}")
+    assert (done.returncode, outputs) == (2, {"exit-code": "2"})
+    assert f"input '{missing}' matches no file" in done.stdout
+    assert "inputs manifests and deployments are empty" not in done.stdout
+
+
 def test_action_yml_passes_every_input_to_the_scripts_through_the_environment() -> None:
     action = yaml.safe_load(ACTION.read_text(encoding="utf-8"))
     assert action["runs"]["using"] == "composite"

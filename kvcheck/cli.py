@@ -10,13 +10,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
 from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
-from kvcheck.errors import KvcheckError
+from kvcheck.errors import CheckError, KvcheckError
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import environment_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
@@ -39,23 +39,57 @@ DAY_S = 24 * 3600.0
 WEEK_S = 7 * DAY_S
 
 
+def _silence(stream: TextIO | None) -> None:
+    """Point a closed pipe's file descriptor at /dev/null, so later writes and the final flush succeed."""
+    try:
+        fd = stream.fileno() if stream is not None else -1
+    except (OSError, ValueError):
+        return
+    if fd < 0:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _stderr(message: str) -> None:
-    click.echo(message, err=True)
+    """A line for people on stderr; a closed or failing stderr never changes the exit code."""
+    try:
+        click.echo(message, err=True)
+    except OSError:  # `2>&1 | true`: the verdict is the exit code, whatever became of the words
+        _silence(sys.stderr)
 
 
 def echo_report(text: str) -> None:
     """Print the report on stdout; a reader that stops early (`| head`) is not a kvcheck bug.
 
     When stdout closes, the rest of the report is dropped and the command still exits with its verdict.
+    Any other write error (a full disk) is "could not check" (exit 3): the report did not reach its reader.
     """
+    if sys.stdout is None:  # started with stdout closed (`>&-`): the report has nowhere to go
+        raise CheckError(
+            "cannot write the report: standard output is closed",
+            hint="give kvcheck a stdout, or write the report with --output FILE",
+        )
     try:
         click.echo(text, nl=False)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _silence(sys.stdout)
+    except OSError as exc:
+        _silence(sys.stdout)
+        raise CheckError(
+            f"cannot write the report to standard output: {exc.strerror or exc}",
+            hint="free space where stdout goes, or write the report with --output FILE",
+        ) from exc
+
+
+def _escape_unencodable() -> None:
+    """Characters the terminal's encoding cannot carry are written as escapes, never a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            reconfigure(errors="backslashreplace")
 
 
 def emit(report: Report, fmt: str, output: Path | None) -> int:
@@ -65,8 +99,9 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     report = redact_report(report)
     formatter: Format
     if fmt == "table":
-        color = output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        width = 100 if output is not None or not sys.stdout.isatty() else None
+        tty = sys.stdout is not None and sys.stdout.isatty()
+        color = output is None and tty and "NO_COLOR" not in os.environ
+        width = 100 if output is not None or not tty else None
         formatter = TableFormat(color=color, width=width or shutil.get_terminal_size((100, 24)).columns)
     else:
         formatter = FORMATTERS[fmt]()
@@ -189,6 +224,7 @@ def main() -> None:
     Exit codes: 0 pass, 1 a finding blocks the rollout, 2 invalid input, 3 could not check
     (fail closed), 4 internal error.
     """
+    _escape_unencodable()
 
 
 @main.command()

@@ -1,10 +1,11 @@
-"""Audit live SGLang servers: ask each for its pool and limits, and judge it like any other role.
+"""Audit live servers (SGLang today): ask each for its pool and limits, and judge it like any other role.
 
-The flow: endpoints (URLs, a fleet file, or a manifest's roles paired with URLs) -> one
-`SglangClient` per endpoint, run on a bounded set of threads -> one RoleTarget and one
-PoolMeasurement per endpoint -> `app.judge`. Threads, not asyncio: the work is three blocking HTTP
-GETs per server, the client stays the same synchronous client the measure backend uses on loopback,
-and a fixed number of worker threads bounds the concurrency with one number (`--concurrency`).
+The flow: endpoints (URLs, a fleet file, or a manifest's roles paired with URLs) -> one engine
+`ServerClient` per endpoint (`Engine.server_client`), run on a bounded set of threads -> one
+RoleTarget and one PoolMeasurement per endpoint -> `app.judge`. Threads, not asyncio: the work is
+three blocking HTTP GETs per server, the client stays the same synchronous client the measure
+backend uses on loopback, and a fixed number of worker threads bounds the concurrency with one
+number (`--concurrency`).
 
 A server that cannot be audited is reported (KV306, exit 3) next to the others; it never passes.
 """
@@ -24,19 +25,15 @@ import httpx
 from rich.console import Console
 
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
-from kvcheck.engines.sglang.client import (
-    ServerInfo,
-    SglangClient,
-    display_url,
-    make_ssl_context,
-)
+from kvcheck.engines import get_engine
 from kvcheck.errors import EndpointError, InputError
+from kvcheck.http import display_url, make_ssl_context
 from kvcheck.model import Endpoint, Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED
 
 if TYPE_CHECKING:
-    pass
+    from kvcheck.engines.base import Engine, ServerInfo
 
 BACKOFF_S = 0.5  # first retry waits this long, then doubles
 
@@ -79,6 +76,10 @@ def audit_endpoints(
         raise InputError(f"min headroom must be positive, got {min_headroom:g}")
     context = make_ssl_context(verify)  # built once: loading the CA store costs tens of ms
     by_role = {t.name: t for t in manifest_targets}
+    # Resolved here, not on the worker threads: a manifest role names its engine; a fleet file or a
+    # bare URL names none, so the registry's default engine reads it.
+    default_engine = get_engine()
+    engines = {t.name: get_engine(t.engine) for t in manifest_targets}
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else (progress and console.is_terminal)
 
@@ -93,6 +94,7 @@ def audit_endpoints(
             token=token,
             manifest_target=by_role.get(endpoint.name),
             transport=transport,
+            engine=engines.get(endpoint.name, default_engine),
         )
 
     if not show:
@@ -167,10 +169,16 @@ def audit_one(
     token: str | None,
     manifest_target: RoleTarget | None = None,
     transport: httpx.BaseTransport | None = None,
+    engine: Engine | None = None,
 ) -> AuditOutcome:
-    """One endpoint: ask it, then build its target and measurement (failures become KV306)."""
+    """One endpoint: ask it, then build its target and measurement (failures become KV306).
+
+    `engine` None: the manifest role's engine, else the registry's default.
+    """
+    if engine is None:
+        engine = get_engine(manifest_target.engine) if manifest_target is not None else get_engine()
     try:
-        with SglangClient(
+        with engine.server_client(
             endpoint.url,
             timeout_s=timeout_s,
             verify=verify,
@@ -182,7 +190,7 @@ def audit_one(
             info = client.server_info()
     except EndpointError as exc:
         return _unaudited(endpoint, exc, context_length, min_headroom, manifest_target)
-    return _audited(endpoint, info, context_length, min_headroom, manifest_target)
+    return _audited(endpoint, info, context_length, min_headroom, manifest_target, engine)
 
 
 def _window(
@@ -258,6 +266,7 @@ def _audited(
     context_length: int | None,
     min_headroom: float,
     manifest_target: RoleTarget | None,
+    engine: Engine,
 ) -> AuditOutcome:
     window, source = _window(endpoint, context_length, manifest_target, info.served_context_len)
     target = _target(endpoint, window, min_headroom, manifest_target, info)
@@ -268,12 +277,12 @@ def _audited(
                 "KV306",
                 target.name,
                 f"{info.url}: the server does not state the context window it serves "
-                "(no /v1/models max_model_len, no sglang:context_len gauge), so its pool cannot be judged",
+                f"(no /v1/models max_model_len{_no_gauge(engine.context_gauge)}), so its pool cannot be judged",
                 hint="pass --context-length N (or context_length in the fleet file)",
                 location=_where(endpoint, manifest_target),
             )
         )
-    pool_tokens, disagreements = _cross_check(info)
+    pool_tokens, disagreements = _cross_check(info, engine)
     findings.extend(
         finding(
             "KV307",
@@ -285,7 +294,7 @@ def _audited(
         for text in disagreements
     )
     if manifest_target is not None:
-        findings.extend(_manifest_drift(manifest_target, info))
+        findings.extend(_manifest_drift(manifest_target, info, engine))
         findings.extend(_other_model(manifest_target, info))
     details = {
         "url": info.url,
@@ -316,7 +325,17 @@ def _audited(
     return AuditOutcome(target, measurement)
 
 
-def _cross_check(info: ServerInfo) -> tuple[int | None, list[str]]:
+def _no_gauge(name: str | None) -> str:
+    """The ", no <gauge> gauge" part of a message, empty for an engine without that gauge."""
+    return f", no {name} gauge" if name is not None else ""
+
+
+def _gauge(info: ServerInfo, name: str | None) -> float | None:
+    """A constant gauge's value (min over ranks), None when the engine has no such gauge or it is absent."""
+    return info.metrics.get(name) if name is not None else None
+
+
+def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str]]:
     """The pool to judge (the smallest figure the server states) and every disagreement found."""
     pool = info.pool_tokens
     texts: list[str] = []
@@ -328,18 +347,18 @@ def _cross_check(info: ServerInfo) -> tuple[int | None, list[str]]:
             f"token_capacity (smallest {min(ranks):,})"
         )
         figures.append(info.max_total_num_tokens)
-    gauge = info.metrics.get("sglang:max_total_num_tokens")
+    gauge = _gauge(info, engine.pool_gauge)
     if gauge is not None and pool is not None and int(gauge) != pool:
         texts.append(
-            f"the sglang:max_total_num_tokens gauge says {int(gauge):,} tokens (smallest rank), "
+            f"the {engine.pool_gauge} gauge says {int(gauge):,} tokens (smallest rank), "
             f"server info says {pool:,}"
         )
         figures.append(int(gauge))
     served_models = info.served_context_len if info.served_context_source == "/v1/models" else None
-    gauge_ctx = info.metrics.get("sglang:context_len")
+    gauge_ctx = _gauge(info, engine.context_gauge)
     if served_models is not None and gauge_ctx is not None and int(gauge_ctx) != served_models:
         texts.append(
-            f"/v1/models serves max_model_len {served_models:,} but the sglang:context_len gauge says "
+            f"/v1/models serves max_model_len {served_models:,} but the {engine.context_gauge} gauge says "
             f"{int(gauge_ctx):,}"
         )
     if (
@@ -360,7 +379,7 @@ def _cross_check(info: ServerInfo) -> tuple[int | None, list[str]]:
     return judged, texts
 
 
-def _manifest_drift(target: RoleTarget, info: ServerInfo) -> list[Finding]:
+def _manifest_drift(target: RoleTarget, info: ServerInfo, engine: Engine) -> list[Finding]:
     """KV308: the server's resolved args or version differ from what the manifest declares."""
     differences: list[str] = []
     first_key: str | None = None
@@ -373,7 +392,7 @@ def _manifest_drift(target: RoleTarget, info: ServerInfo) -> list[Finding]:
         differences.append(f"{key.replace('_', '-')}: manifest {declared!r}, server {running!r}")
         first_key = first_key or key
     if target.engine_version and info.version and target.engine_version != info.version:
-        differences.insert(0, f"SGLang version: manifest {target.engine_version}, server {info.version}")
+        differences.insert(0, f"{engine.label} version: manifest {target.engine_version}, server {info.version}")
     if not differences:
         return []
     shown = "; ".join(differences[:8]) + (

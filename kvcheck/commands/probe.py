@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from kvcheck import __version__
+from kvcheck.http import display_url, make_ssl_context, validate_base_url
 from kvcheck.model import (
     Finding,
     ProbeGroupSection,
@@ -61,8 +62,6 @@ def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Rep
         raise ValueError("run_probe sends requests; use plan_probe for --dry-run")
     options.validate()
     check_budget(options)
-    from kvcheck.engines.sglang.client import display_url, make_ssl_context, validate_base_url
-
     base = validate_base_url(options.url)
     started = time.monotonic()
     guard = GuardedTransport(

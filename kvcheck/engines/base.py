@@ -159,6 +159,14 @@ class Engine(ABC):
 
     # -- server -----------------------------------------------------------------------------------
 
+    # The largest token figure a server of this engine can hold; a larger one in an answer, a log or
+    # an option is damage or a lie, never a pool.
+    max_token_figure: ClassVar[int]
+    # The metrics gauges that restate the pool (tokens) and the served context (tokens), named as the
+    # server's metrics name them (ServerInfo.metrics keys); None when the engine exports no such gauge.
+    pool_gauge: ClassVar[str | None]
+    context_gauge: ClassVar[str | None]
+
     @abstractmethod
     def server_client(
         self,

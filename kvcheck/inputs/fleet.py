@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kvcheck.engines.sglang.client import display_url, validate_base_url
 from kvcheck.errors import InputError, InputIssue
+from kvcheck.http import display_url, validate_base_url
 from kvcheck.io.textfile import read_text_file
 from kvcheck.model import Endpoint, Location, RoleTarget
 

@@ -9,14 +9,20 @@ both from /server_info when the front door serves it, else computes them from --
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from kvcheck.engines.sglang.serving import disaggregation_mode, max_input_len
+from kvcheck.engines import get_engine
 from kvcheck.errors import CheckError, EndpointError
 from kvcheck.model import ProbeLimits
 from kvcheck.probe.options import MAX_PROMPT_TOKENS, ProbeOptions
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import ServerInfo
+
+# The probe talks to a deployment's front door and names no engine: the registry's default engine
+# (SGLang) states the admission bound, reads the disaggregation mode and supplies the client.
 
 
 class LimitsUnknown(CheckError):
@@ -24,8 +30,8 @@ class LimitsUnknown(CheckError):
 
 
 def admission_bound(context_len: int, pool_tokens: int | None) -> int:
-    """SGLang's max_req_input_len: prompts of this many tokens or more are refused."""
-    return max_input_len(context_len, pool_tokens)
+    """The engine's max_req_input_len (SGLang's): prompts of this many tokens or more are refused."""
+    return get_engine().max_input_len(context_len, pool_tokens)
 
 
 def longest_promised_prompt(window_tokens: int) -> int:
@@ -68,10 +74,8 @@ def limits_from_options(options: ProbeOptions, *, note: str | None = None) -> De
 
 def learn_limits(options: ProbeOptions, transport: httpx.BaseTransport) -> DeploymentLimits:
     """Ask the front door's /server_info through the guarded transport; fall back to the options."""
-    from kvcheck.engines.sglang.client import SglangClient  # the shared SGLang reader (audit uses it too)
-
     try:
-        with SglangClient(
+        with get_engine().server_client(  # the engine's shared server reader (audit uses it too)
             options.url,
             timeout_s=min(options.request_timeout_s, options.max_duration_s),  # every request: --request-timeout
             verify=options.verify,
@@ -87,7 +91,7 @@ def learn_limits(options: ProbeOptions, transport: httpx.BaseTransport) -> Deplo
     return limits_from_server_info(info, options)
 
 
-def limits_from_server_info(info: Any, options: ProbeOptions) -> DeploymentLimits:
+def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> DeploymentLimits:
     """Combine what the server states with what the user promises (--context-length wins for W)."""
     args = info.resolved_args
     served_context = info.served_context_len or info.context_length_arg
@@ -133,7 +137,7 @@ def limits_from_server_info(info: Any, options: ProbeOptions) -> DeploymentLimit
         has_tokenizer = not skip_tokenizer
     model = options.model or _text(args.get("served_model_name")) or _text(args.get("model_path"))
     auto_truncate = args.get("allow_auto_truncate")
-    mode = disaggregation_mode(args)
+    mode = get_engine().role_mode(args)
     return DeploymentLimits(
         window_tokens=window,
         window_source=window_source,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
+from kvcheck.engines import get_engine
 from kvcheck.errors import InputError
 from kvcheck.http import token_problem
 
@@ -113,12 +113,13 @@ class ProbeOptions:
             ("--context-length", self.context_length),
             ("--pool", self.pool_tokens),
         )
+        most = get_engine().max_token_figure  # the probe names no engine: the registry's default
         for name, value in figures:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 16):
                 problems.append(f"{name} must be a token count of at least 16, got {value!r}")
-            elif isinstance(value, int) and value > MAX_TOKEN_FIGURE:
-                problems.append(f"{name} {value} is more tokens than any server can hold (at most {MAX_TOKEN_FIGURE})")
-        if isinstance(self.context_length, int) and MAX_TOKEN_FIGURE >= self.context_length > MAX_PROMPT_TOKENS:
+            elif isinstance(value, int) and value > most:
+                problems.append(f"{name} {value} is more tokens than any server can hold (at most {most})")
+        if isinstance(self.context_length, int) and most >= self.context_length > MAX_PROMPT_TOKENS:
             problems.append(f"--context-length {self.context_length} is beyond the longest prompt the probe sends "
                             f"({MAX_PROMPT_TOKENS:,} tokens)")
 

@@ -92,6 +92,12 @@ class SglangEngine(Engine):
 
     # -- server -----------------------------------------------------------------------------------
 
+    max_token_figure: ClassVar[int] = serving.MAX_TOKEN_FIGURE
+    # Two of the constant gauges the client reads (client.CONSTANT_GAUGES), spelt out here so that
+    # naming them does not import the HTTP client.
+    pool_gauge: ClassVar[str | None] = "sglang:max_total_num_tokens"
+    context_gauge: ClassVar[str | None] = "sglang:context_len"
+
     def server_client(
         self,
         base_url: str,

@@ -19,11 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from kvcheck.engines.sglang.log_rules import KV309, KV312, KV313, KV316
-from kvcheck.engines.sglang.logs.reader import BinaryReadable, LogReader
-from kvcheck.engines.sglang.logs.values import LogSummary, RankFigures
-from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND, max_input_len
+from kvcheck.engines import get_engine
+from kvcheck.engines.base import Engine, LogSummary, RankFigures
 from kvcheck.errors import InputError
+from kvcheck.io.streams import BinaryReadable
 from kvcheck.io.textfile import open_regular_file
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -36,6 +35,14 @@ QUOTED_ERROR_LINES = 12
 # Arguments kvcheck adds itself or that only locate the server; not part of a role's argv_args.
 _LOCATION_FLAGS = frozenset({"model_path", "host", "port"})
 _GZIP_MAGIC = b"\x1f\x8b"
+# The log rules (KV309 no figure, KV312 provisional, KV313 no window, KV316 not a serving pool) are
+# defined beside the engine's log reader; the registry finds them by code.
+KV309, KV312, KV313, KV316 = "KV309", "KV312", "KV313", "KV316"
+
+
+def _engine() -> Engine:
+    """The engine whose logs `kvcheck logs` reads: the registry's default, which its roles keep too."""
+    return get_engine()
 
 
 def read_logs(
@@ -102,7 +109,7 @@ def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, LogSummary]]:
 def _not_an_sglang_log(name: str, summary: LogSummary) -> str | None:
     if summary.lines == 0:
         return f"{name}: empty, not an SGLang log"
-    if not summary.is_sglang:
+    if not summary.recognised:
         count = f"{summary.lines:,} line{'s' if summary.lines != 1 else ''}"
         return (
             f"{name}: not an SGLang log: none of its {count} is an SGLang startup line "
@@ -145,7 +152,7 @@ def _summarise(stream: IO[bytes], name: str) -> LogSummary:
     source: BinaryReadable = stream
     if head.startswith(_GZIP_MAGIC):
         source = gzip.GzipFile(fileobj=stream, mode="rb")
-    reader = LogReader()
+    reader = _engine().log_reader()
     reader.read_stream(source)
     return reader.summary()
 
@@ -258,7 +265,7 @@ def _role(
     location = Location(name, figure_line)
     max_input = None
     if pool_tokens is not None and engine_ctx is not None:
-        max_input = max_input_len(engine_ctx, pool_tokens)
+        max_input = _engine().max_input_len(engine_ctx, pool_tokens)
 
     findings: list[Finding] = []
     if pool_tokens is None:
@@ -273,7 +280,7 @@ def _role(
             text += f" ({summary.missing[0]})"
         findings.append(
             finding(
-                KV309.code,
+                KV309,
                 role,
                 text,
                 hint="pass the whole startup log (from the container's start), or audit the live server",
@@ -284,7 +291,7 @@ def _role(
     if unusable:
         findings.append(
             finding(
-                KV316.code,
+                KV316,
                 role,
                 f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is not a serving pool: "
                 + "; ".join(unusable),
@@ -297,7 +304,7 @@ def _role(
     if reasons and not unusable:
         findings.append(
             finding(
-                KV312.code,
+                KV312,
                 role,
                 f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is provisional: "
                 + "; ".join(reasons),
@@ -308,7 +315,7 @@ def _role(
     if window is None:
         findings.append(
             finding(
-                KV313.code,
+                KV313,
                 role,
                 "no context length to check the pool against: the log states no context_len "
                 "and --context-length was not given",
@@ -410,7 +417,7 @@ def _rank_dict(rank: RankFigures) -> dict[str, Any]:
         "final_tokens": rank.final_tokens,
         "allocated_tokens": rank.allocated_tokens,
         "context_len": rank.context_len,
-        "max_req_input_len": rank.max_req_input_len,
+        "max_req_input_len": _max_req_input_len(rank),
     }
     optional = {
         "upper_bound": rank.upper_bound or None,
@@ -428,6 +435,14 @@ def _rank_dict(rank: RankFigures) -> dict[str, Any]:
     }
     out.update({key: value for key, value in optional.items() if value is not None})
     return out
+
+
+def _max_req_input_len(rank: RankFigures) -> int | None:
+    """The longest prompt the rank's scheduler admits, by the engine's rule; None without pool or context."""
+    tokens = rank.best_tokens
+    if tokens is None or rank.context_len is None:
+        return None
+    return _engine().max_input_len(rank.context_len, tokens)
 
 
 # -- engine arguments ---------------------------------------------------------------------------------
@@ -453,16 +468,14 @@ def _engine_context(summary: LogSummary, args: Mapping[str, Any]) -> int | None:
 
 def _launch_index(argv: Sequence[str]) -> int | None:
     """Index of the first server argument after `python -m sglang.X` or `sglang serve`."""
-    from kvcheck.engines.sglang.argv import launch_index
-
-    return launch_index(argv)
+    return _engine().launch_index(argv)
 
 
 def _launcher(argv: Sequence[str] | None) -> tuple[str, ...]:
     if argv is None:
-        return DEFAULT_ENGINE_COMMAND
+        return _engine().default_command
     index = _launch_index(argv)
-    return tuple(argv[:index]) if index is not None else DEFAULT_ENGINE_COMMAND
+    return tuple(argv[:index]) if index is not None else _engine().default_command
 
 
 def _argv_args(argv: Sequence[str] | None) -> tuple[str, ...]:
@@ -494,20 +507,21 @@ def args_from_argv(argv: Sequence[str], *, version: str | None) -> dict[str, Any
     (`--tp` -> tp_size) and types values. Flags it does not know keep their spelled name and text.
     """
     from kvcheck.engines.argv import parse_argv
-    from kvcheck.engines.sglang.catalogue import Catalogue, catalogue_versions, load_catalogue
+    from kvcheck.engines.flags import Catalogue
 
+    engine = _engine()
     catalogue: Catalogue | None = None
     try:
         if version is not None:
-            catalogue = load_catalogue(version)[0]
+            catalogue = engine.catalogue(version)[0]
         else:
-            versions = catalogue_versions()
-            catalogue = load_catalogue(versions[-1])[0] if versions else None
+            versions = engine.catalogue_versions()
+            catalogue = engine.catalogue(versions[-1])[0] if versions else None
     except InputError:
         catalogue = None
     if catalogue is None:
         # no release's flags are known: every flag keeps its spelled name and guessed type
-        catalogue = Catalogue(version=version or "unknown", flags=(), removed={}, label="SGLang")
+        catalogue = Catalogue(version=version or "unknown", flags=(), removed={}, label=engine.label)
     index = _launch_index(argv)
     if index is None:
         return {}

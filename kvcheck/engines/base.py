@@ -14,7 +14,7 @@ sizing, rules); each section's types sit just above it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
+    from kvcheck.io.streams import BinaryReadable
     from kvcheck.model import RoleTarget
 
 
@@ -37,6 +38,202 @@ if TYPE_CHECKING:
 
 
 # -- boot log: types -----------------------------------------------------------------------------
+# What callers read of an engine's startup log. An engine's reader parses its own line formats and fills
+# these; the names of the phases and of the parallel ranks are the same for every engine.
+
+PHASES = ("starting", "loading_weights", "sizing_pool", "capturing_graphs", "ready")
+FAILED = "failed"
+PHASE_ORDER = {name: i for i, name in enumerate(PHASES)}
+
+# Rank tags in the order they render ("DP1 PP2 TP5"), with the word each renders as.
+_TAG_ORDER = ("dp", "pp", "attn_cp", "moe_dp", "tp", "ep")
+_TAG_NAMES = {"dp": "DP", "pp": "PP", "attn_cp": "ATTN_CP", "moe_dp": "MOE_DP", "tp": "TP", "ep": "EP"}
+
+
+@dataclass(frozen=True)
+class RankTag:
+    """Which scheduler rank a log line comes from; None where the engine printed no such tag.
+
+    Engines print a tag only when that parallel width is above 1, so a TP1 server's lines carry
+    none (`str(tag) == ""`). Under attention DP the DP tag is the attention-DP rank and the TP tag the
+    global TP rank (`DP3 TP3 EP3`). Tags with no field here are kept in `extra`, in log order (`GPU`,
+    the CUDA device some releases name instead of a TP rank). Parsing a tag is the engine reader's.
+    """
+
+    dp: int | None = None
+    pp: int | None = None
+    attn_cp: int | None = None
+    moe_dp: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+    extra: tuple[tuple[str, int], ...] = ()
+
+    def __str__(self) -> str:
+        parts = [
+            f"{_TAG_NAMES[name]}{getattr(self, name)}"
+            for name in _TAG_ORDER
+            if getattr(self, name) is not None
+        ]
+        parts.extend(f"{name}{rank}" for name, rank in self.extra)
+        return " ".join(parts)
+
+    @property
+    def sort_key(self) -> tuple[int, ...]:
+        known = tuple(-1 if getattr(self, name) is None else getattr(self, name) for name in _TAG_ORDER)
+        return known + tuple(rank for _, rank in self.extra)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One recognised log line. `rank` is None for lines without the engine's prefix (launcher prints,
+    bare quotes); `line_no` is 1-based; `values` holds the parsed figures (units in the key names)."""
+
+    kind: str
+    rank: RankTag | None
+    line_no: int
+    text: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """What the log says about one scheduler rank's KV pool (token counts are per rank).
+
+    `final_tokens` is the figure of the line that states what the server serves (SGLang:
+    `max_total_num_tokens=`); `allocated_tokens` that of the rank's first target allocation line,
+    which post-capture sizing can still shrink (`upper_bound`) and which for hybrid sliding-window
+    models of some releases counts the SWA pool, not the full-attention pool (`full_layer_tokens`).
+    The longest prompt a rank admits is the engine's rule: `Engine.max_input_len(context_len,
+    best_tokens)`.
+    """
+
+    rank: RankTag
+    final_tokens: int | None = None
+    allocated_tokens: int | None = None
+    upper_bound: bool = False
+    post_capture_tokens: int | None = None
+    full_layer_tokens: int | None = None
+    swa_tokens: int | None = None
+    draft_tokens: int | None = None
+    context_len: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    available_gpu_mem_gib: float | None = None
+    kv_dtype: str | None = None
+    kv_gib: float | None = None
+    k_gib: float | None = None
+    v_gib: float | None = None
+    weights_gib: float | None = None
+    avail_after_weights_gib: float | None = None
+    pool_end_avail_gib: float | None = None
+    mamba_cache_size: int | None = None
+    context_warning_tokens: int | None = None
+    final_line: int | None = None
+    allocation_line: int | None = None
+    figure_line: int | None = None
+
+    @property
+    def first_allocation_only(self) -> bool:
+        """True when the figure comes from a sizing line, not the final or post-capture line."""
+        return self.final_tokens is None and self.post_capture_tokens is None and self.best_tokens is not None
+
+    @property
+    def figure_source(self) -> str | None:
+        """Which line the pool figure comes from: final, post_capture, swa_pool, allocation, upper_bound."""
+        if self.final_tokens is not None:
+            return "final"
+        if self.post_capture_tokens is not None:
+            return "post_capture"
+        if self.full_layer_tokens is not None:
+            return "swa_pool"
+        if self.allocated_tokens is not None:
+            return "upper_bound" if self.upper_bound else "allocation"
+        return None
+
+    @property
+    def best_tokens(self) -> int | None:
+        """The rank's pool for one full-length request: final line, else the best sizing line."""
+        for value in (
+            self.final_tokens,
+            self.post_capture_tokens,
+            self.full_layer_tokens,
+            self.allocated_tokens,
+        ):
+            if value is not None:
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class LogSummary:
+    """Everything the log established, per rank, plus what it lacks (`missing`, in words)."""
+
+    ranks: tuple[RankFigures, ...]
+    server_args: Mapping[str, Any] | None
+    server_args_line: int | None
+    command_line: tuple[str, ...] | None
+    version: str | None
+    warnings: tuple[LogEvent, ...]
+    errors: tuple[str, ...]
+    ready: bool
+    phase: str
+    missing: tuple[str, ...]
+    lines: int
+    startup_lines: int
+    boots: int = 1
+    failure: str | None = None
+    damaged: tuple[str, ...] = ()  # pool figures no server can hold ("line N: ..."): the log is not judged
+
+    @property
+    def recognised(self) -> bool:
+        """False when not one of the engine's startup lines was recognised (wrong file, another engine)."""
+        return self.startup_lines > 0
+
+    def pool_tokens(self) -> int | None:
+        """The pool one request can use: the minimum over ranks (TP, PP stages, DP ranks) with a figure."""
+        figures = [rank.best_tokens for rank in self.ranks if rank.best_tokens is not None]
+        return min(figures) if figures else None
+
+
+class BootLogReader(Protocol):
+    """An incremental reader of one engine's startup log, in constant memory (not thread-safe).
+
+    `feed()` one line at a time while an engine boots, or `read_stream()` a whole log; `summary()`
+    at any point.
+    """
+
+    @property
+    def phase(self) -> str:
+        """One of PHASES, or FAILED."""
+        ...
+
+    @property
+    def lines(self) -> int:
+        """Lines read so far."""
+        ...
+
+    @property
+    def parsed_lines(self) -> int:
+        """Lines that went through the line parser; read_stream() may skip the rest (request logs)."""
+        ...
+
+    def feed(self, line: str | bytes) -> list[LogEvent]:
+        """Read one raw line (with or without its newline); return the events it produced."""
+        ...
+
+    def feed_many(self, lines: Iterable[str | bytes]) -> None:
+        """Read many lines, discarding the events."""
+        ...
+
+    def read_stream(self, stream: BinaryReadable) -> None:
+        """Read a whole binary stream (file, pipe, gzip) to its end."""
+        ...
+
+    def summary(self) -> LogSummary:
+        """What the lines read so far establish."""
+        ...
+
 
 
 # -- server: types -------------------------------------------------------------------------------
@@ -153,9 +350,16 @@ class Engine(ABC):
 
     # -- boot log ---------------------------------------------------------------------------------
 
+    # What an out-of-memory exit (status 137) of the engine looks like in its log, and the fix: boot's hint.
+    oom_exit_hint: ClassVar[str | None] = None
+
     @abstractmethod
-    def log_reader(self) -> Any:
+    def log_reader(self) -> BootLogReader:
         """A fresh incremental reader of the engine's startup log (feed lines, read a summary)."""
+
+    @abstractmethod
+    def data_parallel_ranks(self, args: Mapping[str, Any]) -> int:
+        """How many data-parallel ranks (each with its own KV pool) the args give one server."""
 
     # -- server -----------------------------------------------------------------------------------
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from kvcheck.engines.base import RankTag
 from kvcheck.engines.sglang.logs import read_log
 from kvcheck.engines.sglang.logs.bulk import NEEDLES, READ_CHUNK_BYTES, find_needle
 from kvcheck.engines.sglang.logs.lines import iter_log_lines
 from kvcheck.engines.sglang.logs.patterns import HANDLER_KEYS, HANDLERS, LEVEL_STARTS
 from kvcheck.engines.sglang.logs.reader import LogReader
 from kvcheck.engines.sglang.logs.serverargs import parse_command_line, parse_server_args
-from kvcheck.engines.sglang.logs.values import MAX_ERROR_LINES, MAX_LINE_CHARS, RankTag
+from kvcheck.engines.sglang.logs.values import MAX_ERROR_LINES, MAX_LINE_CHARS
 from tests.datapaths import DATAPOINTS, LOGS
 
 
@@ -889,8 +890,8 @@ def test_every_handler_key_names_a_reader_method_and_the_bulk_reader_knows_every
 def test_the_reading_state_of_a_rank_has_every_figure_of_rank_figures():
     from dataclasses import fields
 
+    from kvcheck.engines.base import RankFigures
     from kvcheck.engines.sglang.logs.reader import _READING_STATE, _Rank
-    from kvcheck.engines.sglang.logs.values import RankFigures
 
     figures = {f.name: f.type for f in fields(RankFigures) if f.name not in ("rank", "figure_line")}
     reading = {f.name: f.type for f in fields(_Rank) if f.name not in _READING_STATE}

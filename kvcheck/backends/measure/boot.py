@@ -1,7 +1,7 @@
 """Boot one role's engine, read the pool it allocated, stop it: one measurement, every path closed.
 
-The figures come from the engine's own startup log (read line by line as it arrives, with
-`kvcheck.engines.sglang.logs.reader.LogReader`) and from the head node's server-info endpoint. Where the
+The figures come from the engine's own startup log (read line by line as it arrives, with the role's
+engine's `log_reader()`) and from the head node's server-info endpoint. Where the
 engine runs (this host, a Slurm allocation) is the launcher's business (`launchers/`). The role is
 done when the log says "The server is fired up and ready to roll!" (every scheduler has logged its pool
 by then, and the pipe delivers lines in order), or, when the log shows no such line (`--log-level`
@@ -30,9 +30,8 @@ from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers K
 from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figures
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
 from kvcheck.backends.measure.launchers.process import create_log
-from kvcheck.engines.sglang.client import ServerInfo, SglangClient
-from kvcheck.engines.sglang.logs.reader import LogReader
-from kvcheck.engines.sglang.logs.values import LogSummary
+from kvcheck.engines import get_engine
+from kvcheck.engines.base import LogSummary, ServerInfo
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -115,7 +114,8 @@ class RoleBoot:
         self._cancel = cancel or threading.Event()
         self._on_phase = on_phase or (lambda text: None)
         self._on_start = on_start or (lambda: None)
-        self._reader = LogReader()
+        self._engine = get_engine(target.engine)
+        self._reader = self._engine.log_reader()
         self._lock = threading.Lock()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._ready = threading.Event()
@@ -149,7 +149,7 @@ class RoleBoot:
         return tuple(sorted({v for v in values if len(v) >= 4}, key=lambda v: (-len(v), v)))
 
     def _log_is_quiet(self) -> bool:
-        """True when the engine's log carries none of SGLang's info-level startup lines."""
+        """True when the engine's log carries none of its info-level startup lines."""
         with self._lock:
             summary = self._reader.summary()
         return not summary.ranks and summary.server_args is None
@@ -306,7 +306,7 @@ class RoleBoot:
             url = engine.base_url()
             if url is None:
                 return None, "the engine's address is not known yet"
-            with SglangClient(
+            with self._engine.server_client(
                 url,
                 timeout_s=timeout_s,
                 retries=retries,
@@ -400,8 +400,7 @@ class RoleBoot:
                 2: "the engine rejected its command line: check the role's args against the engine's --help",
             }.get(engine.returncode or 0)
             if hint is None and "137" in status:
-                hint = "status 137 after 'Scheduler hit an exception' is SGLang's out-of-memory exit: raise "
-                hint += "mem-fraction-static, add GPUs (tp-size) or choose a smaller model/KV dtype"
+                hint = self._engine.oom_exit_hint
             return self._replace(
                 self._fail(
                     f"the engine exited with status {status} before reporting its pool (phase: {phase})"

@@ -14,6 +14,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
+from kvcheck.engines import get_engine
 from kvcheck.engines.base import ServerInfo
 from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
@@ -66,7 +67,7 @@ def _dp_rank_findings(target: RoleTarget, report: EngineReport) -> list[Finding]
     found: list[Finding] = []
     # Every data-parallel rank (attention DP or replicas) has its own pool; the log's final line
     # comes from DP0 only, so the others rest on /server_info's per-rank token_capacity.
-    expected_dp = max(int(target.args.get("attn_dp_size") or 1), int(target.args.get("dp_size") or 1))
+    expected_dp = get_engine(target.engine).data_parallel_ranks(target.args)
     stated_dp = len(server.dp_token_capacities) if server is not None else 0
     if expected_dp > 1 and server is not None and 0 < stated_dp < expected_dp:
         found.append(

@@ -85,10 +85,18 @@ class SglangEngine(Engine):
 
     # -- boot log ---------------------------------------------------------------------------------
 
+    oom_exit_hint: ClassVar[str | None] = (
+        "status 137 after 'Scheduler hit an exception' is SGLang's out-of-memory exit: raise "
+        "mem-fraction-static, add GPUs (tp-size) or choose a smaller model/KV dtype"
+    )
+
     def log_reader(self) -> LogReader:
         from kvcheck.engines.sglang.logs.reader import LogReader
 
         return LogReader()
+
+    def data_parallel_ranks(self, args: Mapping[str, Any]) -> int:
+        return serving.data_parallel_ranks(args)
 
     # -- server -----------------------------------------------------------------------------------
 

@@ -39,3 +39,11 @@ def max_request_len(context_len: int, pool_tokens: int | None) -> int:
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:
     """max_req_input_len: prompts of this many tokens or more are refused (may be negative)."""
     return max_request_len(context_len, pool_tokens) - ADMISSION_MARGIN_TOKENS
+
+
+def data_parallel_ranks(args: Mapping[str, Any]) -> int:
+    """The data-parallel ranks one server runs, each with its own KV pool: attention-DP ranks or DP replicas.
+
+    `args` are keyed by SGLang field name; an unset or zero width counts as 1.
+    """
+    return max(int(args.get("attn_dp_size") or 1), int(args.get("dp_size") or 1))

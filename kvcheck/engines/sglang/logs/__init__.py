@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import IO
 
 from kvcheck.engines.sglang.logs.reader import LogReader
-from kvcheck.engines.sglang.logs.values import LogSummary
+from kvcheck.engines.sglang.logs.values import SglangLogSummary
 
 
-def read_log(stream: IO[bytes]) -> LogSummary:
+def read_log(stream: IO[bytes]) -> SglangLogSummary:
     """Read a whole binary stream and summarise it."""
     reader = LogReader()
     reader.read_stream(stream)

@@ -7,8 +7,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from itertools import groupby
-from typing import Any, Protocol
+from typing import Any
 
+from kvcheck.engines.base import FAILED, PHASE_ORDER, PHASES, LogEvent, RankFigures, RankTag
 from kvcheck.engines.sglang.logs.bulk import (
     DENSE_AFTER_LINES,
     DENSE_SHARE,
@@ -64,19 +65,16 @@ from kvcheck.engines.sglang.logs.patterns import (
 )
 from kvcheck.engines.sglang.logs.serverargs import gib, parse_command_line, parse_server_args, to_number
 from kvcheck.engines.sglang.logs.values import (
-    FAILED,
     MAX_ERROR_LINES,
     MAX_LINE_CHARS,
     MAX_WARNINGS,
-    PHASE_ORDER,
-    PHASES,
     UNTAGGED,
-    LogEvent,
-    LogSummary,
-    RankFigures,
-    RankTag,
+    SglangLogSummary,
+    SglangRankFigures,
+    parse_rank_tag,
 )
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
+from kvcheck.io.streams import BinaryReadable
 
 # ---------------------------------------------------------------------------------------------------
 
@@ -89,11 +87,6 @@ MAX_DAMAGED_NOTES = 8
 
 _READING_STATE = ("allocation_count", "post_capture_line", "swa_line")
 
-
-class BinaryReadable(Protocol):
-    """What read_stream needs of a stream: a file, a pipe or a gzip.GzipFile."""
-
-    def read(self, size: int, /) -> bytes: ...
 
 @dataclass(slots=True)
 class _Rank:
@@ -126,7 +119,7 @@ class _Rank:
     post_capture_line: int | None = None
     swa_line: int | None = None
 
-    def freeze(self, tag: RankTag) -> RankFigures:
+    def freeze(self, tag: RankTag) -> SglangRankFigures:
         figure_line = self.final_line
         if figure_line is None:
             figure_line = self.post_capture_line
@@ -135,7 +128,7 @@ class _Rank:
         if figure_line is None:
             figure_line = self.allocation_line
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _READING_STATE}
-        return RankFigures(rank=tag, figure_line=figure_line, **values)
+        return SglangRankFigures(rank=tag, figure_line=figure_line, **values)
 
     @property
     def has_figures(self) -> bool:
@@ -379,7 +372,7 @@ class LogReader:
                 self._templates.add(key)
                 self._odd_re = odd_line_regex(sorted(self._templates))
 
-    def summary(self) -> LogSummary:
+    def summary(self) -> SglangLogSummary:
         ranks = tuple(
             state.freeze(tag)
             for tag, state in sorted(self._ranks.items(), key=lambda item: item[0].sort_key)
@@ -387,7 +380,7 @@ class LogReader:
         )
         if self._command_parts:  # a continued command line the log cut off
             self._command = parse_command_line(" ".join(self._command_parts)) or self._command
-        return LogSummary(
+        return SglangLogSummary(
             ranks=ranks,
             server_args=dict(self._server_args) if self._server_args is not None else None,
             server_args_line=self._server_args_line,
@@ -438,7 +431,7 @@ class LogReader:
 
         rank = self._tags.get(tags)
         if rank is None:
-            rank = self._tags[tags] = RankTag.parse(tags)
+            rank = self._tags[tags] = parse_rank_tag(tags)
         message = line[start:]
         if self._command_parts is not None:
             self._finish_command()

@@ -494,14 +494,15 @@ def estimate_role(
         max_input_tokens=max_input,
         max_running_requests=mrr,
         kv_bytes_per_token=info.get("cell", 0.0),
-        mem_fraction_static=round(budget.fraction, 4),  # as details states it: the planner's figure
-        mem_fraction_reserved_mib=None if res.reserved_mib is None else round(res.reserved_mib, 1),
-        kv_dtype=res.kv_dtype,
-        page_size=res.page_size,
-        tp_size=res.tp,
-        pp_size=res.pp,
-        attn_dp_size=res.attn_dp,
-        ep_size=res.ep,
+        # the figures as details states them (rounded), so the planner sweeps what a report shows
+        mem_fraction_static=float(round(budget.fraction, 4)),
+        mem_fraction_reserved_mib=None if res.reserved_mib is None else float(round(res.reserved_mib, 1)),
+        kv_dtype=str(res.kv_dtype),
+        page_size=int(res.page_size),
+        tp_size=int(res.tp),
+        pp_size=int(res.pp),
+        attn_dp_size=int(res.attn_dp),
+        ep_size=int(res.ep),
         details=details,
         assumptions=tuple(assumptions),
     )

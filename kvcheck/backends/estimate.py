@@ -8,11 +8,15 @@ from typing import ClassVar
 
 from kvcheck.backends.base import Backend
 from kvcheck.engines import get_engine
-from kvcheck.engines.sglang.sizing.rules import KV105, KV305
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
+
+# The estimate backend's rules, by code: the engine's sizing package defines them and the registry
+# loads them on first use, so this backend names no engine module.
+NOT_ESTIMATED = "KV305"  # the pool could not be estimated: the role is not checked (exit 3)
+INSIDE_RANGE = "KV105"  # the window lies inside the estimate's uncertainty range
 
 
 class EstimateBackend(Backend):
@@ -49,7 +53,7 @@ class EstimateBackend(Backend):
                 engine_version=target.engine_version,
                 argv=target.argv_args,
                 details={"error": exc.message},
-                findings=(finding(KV305.code, target.name, message, hint=exc.hint, location=target.location),),
+                findings=(finding(NOT_ESTIMATED, target.name, message, hint=exc.hint, location=target.location),),
             )
         findings = []
         low, high = est.pool_range
@@ -57,7 +61,7 @@ class EstimateBackend(Backend):
         if low < required <= high:
             findings.append(
                 finding(
-                    KV105.code,
+                    INSIDE_RANGE,
                     target.name,
                     f"the window ({required:,} tokens) lies inside the estimate's range "
                     f"{low:,}-{high:,} (predicted {est.pool_tokens:,}): it might not fit; measure",

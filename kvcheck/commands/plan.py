@@ -29,8 +29,8 @@ def run_plan(options: PlanOptions) -> Report:
     from kvcheck.backends.estimate import EstimateBackend
     from kvcheck.gpus import default_profiles
     from kvcheck.inputs.load import load_inputs
+    from kvcheck.plan import plan_role
     from kvcheck.plan.advice import hint_sentences, plan_findings
-    from kvcheck.plan.planner import plan_role
 
     loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)

@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import ssl
+    from pathlib import Path
 
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
+    from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.io.streams import BinaryReadable
-    from kvcheck.model import RoleTarget
+    from kvcheck.model import RolePlan, RoleTarget
 
 
 # -- arguments: types ----------------------------------------------------------------------------
@@ -303,6 +305,41 @@ class ServerClient(Protocol):
 # -- sizing: types -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PoolEstimate:
+    """What an engine's sizing model predicts for one role (tokens, bytes, fractions of GPU memory).
+
+    Callers read the typed fields; `details` is the engine's arithmetic, step by step, rendered
+    verbatim in reports and never read by key outside the engine.
+    """
+
+    role: str
+    pool_tokens: int  # the logical pool one request can use (SGLang: max_total_num_tokens)
+    pool_range: tuple[int, int]  # (low, high) from the uncertain inputs
+    context_len: int  # the context length the engine would serve
+    max_input_tokens: int  # prompts of this many tokens or more are refused
+    max_running_requests: int
+    kv_bytes_per_token: float  # per rank, all layers
+    mem_fraction_static: float  # the effective static-memory fraction the pool was sized with
+    mem_fraction_reserved_mib: float | None  # the engine's reserve when it picked the fraction itself
+    kv_dtype: str  # the resolved KV-cache dtype
+    page_size: int  # tokens per KV page (the pool is a whole number of pages)
+    tp_size: int
+    pp_size: int
+    attn_dp_size: int
+    ep_size: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SafeFraction:
+    """The static-memory fraction the engine would pick itself for a role: KV205's ceiling."""
+
+    fraction: float  # as the flag value that gives it
+    reserve_mib: float | None  # what the engine keeps back for activations and graphs, MiB
+
+
 # -- rules: types --------------------------------------------------------------------------------
 
 
@@ -393,12 +430,39 @@ class Engine(ABC):
         self,
         target: RoleTarget,
         *,
-        profiles: Any = None,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
-    ) -> Any:
+    ) -> PoolEstimate:
         """The role's predicted pool (the engine's own sizing, re-derived); EstimateError if it cannot.
 
         `profiles` is a GPU profile set (`kvcheck.gpus`); None reads the shipped profiles.
+        `offline` True never asks a model hub for a config (None: follow the environment).
+        """
+
+    @abstractmethod
+    def plan(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> RolePlan:
+        """What would fit the role: the engine's sizing swept over the settings an operator can change.
+
+        EstimateError or InputError when the role itself cannot be estimated.
+        """
+
+    @abstractmethod
+    def safe_fraction(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> SafeFraction | None:
+        """The fraction the engine would pick itself, to compare the manifest's with (KV205).
+
+        None when the manifest leaves the fraction to the engine or the sizing model cannot tell.
         """
 
     # -- rules ------------------------------------------------------------------------------------

@@ -1,19 +1,38 @@
-"""The planner: for one role, what fits (estimate model); `fit_hints` names it in KV101's hint."""
+"""The planner: for one role, what fits (the role's engine sweeps its sizing); `fit_hints` names it in KV101's hint."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.model import PoolMeasurement, RoleTarget
+from kvcheck.model import PoolMeasurement, RolePlan, RoleTarget
+
+if TYPE_CHECKING:
+    from kvcheck.gpus import GpuProfile, GpuProfiles
+
+
+def plan_role(
+    target: RoleTarget,
+    *,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+    offline: bool | None = None,
+) -> RolePlan:
+    """What fits the role, by its engine's sizing model; EstimateError or InputError when it cannot be estimated.
+
+    `profiles` is a GPU profile set (`kvcheck.gpus`); None reads the shipped profiles.
+    """
+    from kvcheck.engines import get_engine
+
+    return get_engine(target.engine).plan(target, profiles=profiles, offline=offline)
 
 
 def fit_hints(
     target: RoleTarget,
     *,
-    profiles: Mapping | Path | None = None,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
 ) -> list[str]:
     """Short sentences naming settings that would hold the window (estimate); [] when it cannot estimate.
@@ -22,7 +41,6 @@ def fit_hints(
     tokens (estimate)". `offline` True never asks the Hugging Face Hub for a config.
     """
     from kvcheck.plan.advice import hint_sentences
-    from kvcheck.plan.planner import plan_role
 
     try:
         plan = plan_role(target, profiles=profiles, offline=offline)
@@ -35,20 +53,18 @@ def with_safe_fraction(
     target: RoleTarget,
     measurement: PoolMeasurement,
     *,
-    profiles: Mapping | Path | None = None,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
 ) -> PoolMeasurement:
-    """The measurement with SGLang's own mem_fraction_static for the role (KV205 compares the
-    manifest's value with it); unchanged when the manifest leaves the fraction to SGLang or the
+    """The measurement with the engine's own memory fraction for the role (KV205 compares the
+    manifest's value with it); unchanged when the manifest leaves the fraction to the engine or the
     estimate model cannot tell (no config offline, an unknown GPU)."""
-    if target.args.get("mem_fraction_static") is None:
-        return measurement
-    from kvcheck.plan.planner import safe_ceiling
+    from kvcheck.engines import get_engine
 
-    ceiling = safe_ceiling(target, profiles=profiles, offline=offline)
+    ceiling = get_engine(target.engine).safe_fraction(target, profiles=profiles, offline=offline)
     if ceiling is None:
         return measurement
-    return replace(measurement, safe_fraction=ceiling[0], safe_reserve_mib=ceiling[1])
+    return replace(measurement, safe_fraction=ceiling.fraction, safe_reserve_mib=ceiling.reserve_mib)
 
 
-__all__ = ["fit_hints", "with_safe_fraction"]
+__all__ = ["fit_hints", "plan_role", "with_safe_fraction"]

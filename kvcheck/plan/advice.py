@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from kvcheck.model import Finding, FractionPlan, RoleTarget
-from kvcheck.plan.planner import Option, RolePlan
+from kvcheck.model import Finding, FractionPlan, PlanOption, RolePlan, RoleTarget
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import finding
 
@@ -19,7 +18,7 @@ def fraction(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def tp_label(option: Option) -> str:
+def tp_label(option: PlanOption) -> str:
     """`tp-size 16 (2 nodes)`: a TP group wider than one node needs --nnodes."""
     text = f"tp-size {option.value}"
     if option.nnodes and option.nnodes > 1:
@@ -27,12 +26,12 @@ def tp_label(option: Option) -> str:
     return text
 
 
-def _range(option_or_plan: Option | RolePlan) -> str:
+def _range(option_or_plan: PlanOption | RolePlan) -> str:
     low, high = option_or_plan.pool_range or (0, 0)
     return f"{low:,}-{high:,}"
 
 
-def option_pool_text(option: Option) -> str:
+def option_pool_text(option: PlanOption) -> str:
     """What an option gives: its pool, or why it has none."""
     if option.pool_tokens is None:
         return f"not possible: {option.note}" if option.note else "not possible"
@@ -44,7 +43,7 @@ def option_pool_text(option: Option) -> str:
     return text
 
 
-def _fitting(options: tuple[Option, ...]) -> list[Option]:
+def _fitting(options: tuple[PlanOption, ...]) -> list[PlanOption]:
     return [o for o in options if o.fits and not o.current]
 
 
@@ -214,7 +213,7 @@ def _kv_dtype_finding(target: RoleTarget, plan: RolePlan) -> Finding:
 _PRECISION = {"bf16": 16, "bfloat16": 16, "float16": 16, "fp16": 16}
 
 
-def _precision(option: Option) -> int:
+def _precision(option: PlanOption) -> int:
     name = str(option.value)
     if name in _PRECISION:
         return 16

@@ -37,7 +37,7 @@ COLD = """
 import sys, time
 sys.path.insert(0, {root!r})
 from kvcheck.inputs.manifest.load import load_manifest
-from kvcheck.plan.planner import plan_role
+from kvcheck.plan import plan_role
 from pathlib import Path
 target = [t for t in load_manifest(Path({manifest!r})).targets if t.name == {role!r}][0]
 start = time.perf_counter()
@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=50)
     options = parser.parse_args()
 
-    from kvcheck.plan.planner import plan_role
+    from kvcheck.plan import plan_role
 
     print(f"{'role':<40} {'estimates':>9} {'cold ms':>9} {'warm ms':>9} {'worst ms':>9}")
     for label, target, manifest in _targets():

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+from kvcheck.engines.sglang.plan import largest_window
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.errors import EstimateError
 from kvcheck.model import EstimateInputs
-from kvcheck.plan import fit_hints
+from kvcheck.plan import fit_hints, plan_role
 from kvcheck.plan.advice import hint_sentences, plan_findings
-from kvcheck.plan.planner import largest_window, plan_role
 from tests.plan.helpers import LLAMA_31_8B, role, write_config
 
 # Worked example (docs/plan.md): Llama-3.1-8B on one H100 80GB, weights pinned at 15.0 GiB/GPU so

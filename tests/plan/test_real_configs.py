@@ -8,8 +8,8 @@ import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.model import RoleTarget
+from kvcheck.plan import plan_role
 from kvcheck.plan.advice import hint_sentences, plan_findings
-from kvcheck.plan.planner import plan_role
 
 CASES = [  # (model, gpu, args)
     ("deepseek-ai--DeepSeek-V3", "H200", {"tp_size": 8}),

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvcheck.plan.planner import plan_role
+from kvcheck.plan import plan_role
 from tests.plan.helpers import role, write_config
 
 

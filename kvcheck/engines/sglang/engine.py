@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
+    from kvcheck.engines.base import PoolEstimate, SafeFraction
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
-    from kvcheck.engines.sglang.sizing.model import RoleEstimate
     from kvcheck.gpus import GpuProfile, GpuProfiles
-    from kvcheck.model import RoleTarget
+    from kvcheck.model import RolePlan, RoleTarget
 
 
 class SglangEngine(Engine):
@@ -139,9 +139,33 @@ class SglangEngine(Engine):
         *,
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
-    ) -> RoleEstimate:
+    ) -> PoolEstimate:
         from kvcheck.engines.sglang.sizing.model import estimate_role
 
         return estimate_role(target, profiles=profiles, offline=offline)
+
+    def plan(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> RolePlan:
+        from kvcheck.engines.sglang.plan import plan_role
+
+        return plan_role(target, profiles=profiles, offline=offline)
+
+    def safe_fraction(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> SafeFraction | None:
+        if target.args.get("mem_fraction_static") is None:
+            return None  # SGLang picks its own fraction: nothing to compare it with
+        from kvcheck.engines.sglang.plan import safe_ceiling
+
+        return safe_ceiling(target, profiles=profiles, offline=offline)
 
     # -- rules ------------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
@@ -52,21 +53,6 @@ MM_VLM_CACHE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default
 MM_FEATURE_CACHE_MIB = 1024  # SGLANG_MM_FEATURE_CACHE_MB, with cuda_ipc / cuda_vmm transport
 MAMBA_FULL_MEMORY_RATIO = 0.9
 GPUS_PER_NODE = 8  # peers that share NVLink buffers on one host
-
-
-@dataclass(frozen=True)
-class RoleEstimate:
-    """What the estimate model predicts for one role; `details` carries the whole arithmetic."""
-
-    role: str
-    pool_tokens: int  # SGLang's max_total_num_tokens (logical: x dcp), the full pool for hybrids
-    pool_range: tuple[int, int]  # (low, high) from the uncertain inputs
-    context_len: int  # SGLang's context_len
-    max_input_tokens: int  # max_req_input_len
-    max_running_requests: int
-    kv_bytes_per_token: float  # per rank, all layers (incl. draft and indexer rows)
-    details: Mapping[str, Any] = field(default_factory=dict)
-    assumptions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -436,7 +422,7 @@ def estimate_role(
     overrides: Mapping[str, Any] | None = None,
     profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
-) -> RoleEstimate:
+) -> PoolEstimate:
     """Predict the role's pool as the declared SGLang release would allocate it (0.5.23's pool code,
     with the defaults that changed between releases taken from that release); EstimateError when it
     cannot.
@@ -498,7 +484,9 @@ def estimate_role(
         weights_method=weights_method, swa_tokens=swa_tokens, tokens_physical=tokens_physical,
         max_running_requests=mrr, pool_range=pool_range, assumptions=assumptions,
     )
-    return RoleEstimate(
+    # pool_tokens is SGLang's max_total_num_tokens (logical: x dcp), the full pool for hybrids;
+    # kv_bytes_per_token counts every layer's row, draft and indexer rows included.
+    return PoolEstimate(
         role=target.name,
         pool_tokens=pool_tokens,
         pool_range=pool_range,
@@ -506,6 +494,15 @@ def estimate_role(
         max_input_tokens=max_input,
         max_running_requests=mrr,
         kv_bytes_per_token=info.get("cell", 0.0),
+        # the figures as details states them (rounded), so the planner sweeps what a report shows
+        mem_fraction_static=float(round(budget.fraction, 4)),
+        mem_fraction_reserved_mib=None if res.reserved_mib is None else float(round(res.reserved_mib, 1)),
+        kv_dtype=str(res.kv_dtype),
+        page_size=int(res.page_size),
+        tp_size=int(res.tp),
+        pp_size=int(res.pp),
+        attn_dp_size=int(res.attn_dp),
+        ep_size=int(res.ep),
         details=details,
         assumptions=tuple(assumptions),
     )

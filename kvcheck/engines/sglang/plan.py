@@ -1,7 +1,8 @@
-"""The planner's arithmetic: sweep the estimate model over the settings an operator can change.
+"""SGLang's planner: sweep its estimate model over the settings an operator can change.
 
 Every figure comes from `estimate_role` itself, never from a second formula, so a recommended
 setting predicts exactly what `kvcheck verify --mode estimate` would predict once it is applied.
+Callers reach it through `Engine.plan` and `Engine.safe_fraction`; the answer is a neutral RolePlan.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kvcheck.engines.sglang.sizing import GpuProfile, GpuProfiles, RoleEstimate, estimate_role
+from kvcheck.engines.base import PoolEstimate, SafeFraction
 from kvcheck.engines.sglang.sizing.config import load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
+from kvcheck.engines.sglang.sizing.model import estimate_role
 from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
-from kvcheck.gpus import as_profiles
+from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import FractionPlan, PlanOption, RolePlan, RoleTarget
 
 Option = PlanOption  # the planner's name for one alternative setting
@@ -41,7 +43,7 @@ class _Sweep:
         self.profiles = profiles
         self.offline = offline
         self.calls = 0
-        self._memo: dict[tuple, RoleEstimate | Exception] = {}
+        self._memo: dict[tuple, PoolEstimate | Exception] = {}
         self._parent: _Sweep | None = None
 
     def for_target(self, target: RoleTarget) -> _Sweep:
@@ -50,7 +52,7 @@ class _Sweep:
         other._parent = self
         return other
 
-    def __call__(self, overrides: Mapping[str, Any]) -> RoleEstimate:
+    def __call__(self, overrides: Mapping[str, Any]) -> PoolEstimate:
         key = tuple(sorted(overrides.items()))
         hit = self._memo.get(key)
         if hit is None:
@@ -104,9 +106,9 @@ def _lowest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
     return lo
 
 
-def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int) -> FractionPlan:
+def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: int) -> FractionPlan:
     flag = target.args.get("mem_fraction_static")
-    current = float(flag) if flag is not None else float(base.details["mem_fraction_static"])
+    current = float(flag) if flag is not None else base.mem_fraction_static
     source = "manifest" if flag is not None else "sglang default"
     note = None
 
@@ -119,8 +121,8 @@ def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: RoleEstimate, requir
         default = None
         note = f"SGLang's own default could not be estimated ({exc.message}); no safe ceiling is known"
     if default is not None:
-        ceiling = float(default.details["mem_fraction_static"])
-        reserve_mib = default.details.get("mem_fraction_reserved_mib")
+        ceiling = default.mem_fraction_static
+        reserve_mib = default.mem_fraction_reserved_mib
         max_steps = _flag_steps_for_effective(sweep, ceiling)
 
     def pool_at(steps: int, low: bool = False) -> int:
@@ -145,7 +147,7 @@ def _plan_fraction(sweep: _Sweep, target: RoleTarget, base: RoleEstimate, requir
         min_fitting_worst_case=fraction_value(worst_steps) if worst_steps is not None else None,
         max_safe=fraction_value(max_steps) if max_steps is not None else None,
         max_safe_pool_tokens=pool_at(max_steps) if max_steps is not None else None,
-        safe_reserve_mib=None if reserve_mib is None else float(reserve_mib),
+        safe_reserve_mib=reserve_mib,
         note=note,
     )
 
@@ -155,7 +157,7 @@ def safe_ceiling(
     *,
     profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
-) -> tuple[float, float | None] | None:
+) -> SafeFraction | None:
     """SGLang's own mem_fraction_static for the role, as the flag value that gives it, and the
     reserve (MiB) it keeps for activations and graphs; None when the estimate model cannot tell."""
     sweep = _Sweep(target, as_profiles(profiles), offline)
@@ -163,11 +165,10 @@ def safe_ceiling(
         default = sweep({"mem_fraction_static": None})
     except _ESTIMATE_FAILURES:
         return None
-    steps = _flag_steps_for_effective(sweep, float(default.details["mem_fraction_static"]))
+    steps = _flag_steps_for_effective(sweep, default.mem_fraction_static)
     if steps is None:
         return None
-    reserve = default.details.get("mem_fraction_reserved_mib")
-    return fraction_value(steps), None if reserve is None else float(reserve)
+    return SafeFraction(fraction_value(steps), default.mem_fraction_reserved_mib)
 
 
 def _flag_steps_for_effective(sweep: _Sweep, ceiling: float) -> int | None:
@@ -182,7 +183,7 @@ def _flag_steps_for_effective(sweep: _Sweep, ceiling: float) -> int | None:
 
     def effective(steps: int) -> float | None:
         try:
-            return float(sweep({"mem_fraction_static": fraction_value(steps)}).details["mem_fraction_static"])
+            return sweep({"mem_fraction_static": fraction_value(steps)}).mem_fraction_static
         except _ESTIMATE_FAILURES:
             return None
 
@@ -246,7 +247,7 @@ def _heads(target: RoleTarget, offline: bool | None) -> _Heads | None:
 def _option(
     setting: str,
     value: int | str,
-    est: RoleEstimate | None,
+    est: PoolEstimate | None,
     required: int,
     *,
     current: bool,
@@ -271,10 +272,9 @@ def _option(
 
 
 def _tp_options(
-    sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int, heads: _Heads | None
+    sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: int, heads: _Heads | None
 ) -> tuple[Option, ...]:
-    par = base.details["parallel"]
-    base_tp, pp, attn_dp, ep = int(par["tp"]), int(par["pp"]), int(par["attn_dp"]), int(par["ep"])
+    base_tp, pp, attn_dp, ep = base.tp_size, base.pp_size, base.attn_dp_size, base.ep_size
     attn_cp = int(target.args.get("attn_cp_size") or 1)
     options = []
     candidates = sorted(set(TP_CANDIDATES) | {base_tp})
@@ -322,9 +322,9 @@ def _tp_options(
 
 
 def _kv_dtype_options(
-    sweep: _Sweep, target: RoleTarget, base: RoleEstimate, required: int, gpu: GpuProfile
+    sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: int, gpu: GpuProfile
 ) -> tuple[Option, ...]:
-    resolved = str(base.details["kv_dtype"])
+    resolved = base.kv_dtype
     arg = target.args.get("kv_cache_dtype")
     explicit = None if arg in (None, "auto") else str(arg)
     candidates = list(KV_DTYPE_CANDIDATES)
@@ -403,7 +403,7 @@ def plan_role(
     else:
         largest, binding = pool_ctx, "pool"
         cap = target.args.get("max_total_tokens")
-        page = int(base.details.get("page_size") or 1)
+        page = base.page_size or 1
         if cap is not None and base.pool_tokens == int(cap) // page * page:
             binding = "max_total_tokens"
 
@@ -428,7 +428,7 @@ def plan_role(
         tp_options=tp_options,
         kv_dtype_options=kv_options,
         gpu=gpu.name,
-        kv_dtype=str(base.details["kv_dtype"]),
-        tp_size=int(base.details["parallel"]["tp"]),
+        kv_dtype=base.kv_dtype,
+        tp_size=base.tp_size,
         estimates=sweep.calls,
     )

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
     from kvcheck.model import RoleTarget
+    from kvcheck.policy.registry import Rule
 
 
 # -- arguments: types ----------------------------------------------------------------------------
@@ -190,3 +191,7 @@ class Engine(ABC):
         """
 
     # -- rules ------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules only this engine's knowledge raises (its sizing, its log lines), for the catalogue."""

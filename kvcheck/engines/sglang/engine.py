@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.sglang.sizing.model import RoleEstimate
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.model import RoleTarget
+    from kvcheck.policy.registry import Rule
 
 
 class SglangEngine(Engine):
@@ -131,3 +132,10 @@ class SglangEngine(Engine):
         return estimate_role(target, profiles=profiles, offline=offline)
 
     # -- rules ------------------------------------------------------------------------------------
+
+    def rules(self) -> tuple[Rule, ...]:
+        from kvcheck.engines.sglang import log_rules
+        from kvcheck.engines.sglang.sizing import rules as sizing_rules
+
+        return (sizing_rules.KV305, sizing_rules.KV105, log_rules.KV309, log_rules.KV312, log_rules.KV313,
+                log_rules.KV316)

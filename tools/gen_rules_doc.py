@@ -1,4 +1,4 @@
-"""Write docs/rules.md from the rule registry, so the rule documentation cannot drift from the code.
+"""Write docs/rules.md from the rule catalogue (kvcheck/policy/catalogue.py), so it cannot drift from the code.
 
 Usage: python tools/gen_rules_doc.py [--check]
 """

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.io.streams import BinaryReadable
     from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.policy.registry import Rule
 
 
 # -- arguments: types ----------------------------------------------------------------------------
@@ -466,3 +467,7 @@ class Engine(ABC):
         """
 
     # -- rules ------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules only this engine's knowledge raises (its sizing, its log lines), for the catalogue."""

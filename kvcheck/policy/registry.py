@@ -1,12 +1,15 @@
 """The rule registry: every rule code, its default severity and its documentation, in one place.
 
-Rules are defined next to the code that raises them (`define_rule`), and `all_rules()` imports every
-module that defines some, so `kvcheck rules` and docs/rules.md list them all.
+Rules are defined next to the code that raises them (`define_rule`); the catalogue
+(`kvcheck/policy/catalogue.py`) imports them all, so `kvcheck rules` and docs/rules.md list them all.
+The registry imports nothing above the shared values: the policy package hands it the catalogue
+(`use_catalogue`), because the catalogue imports every rule-defining module and each of those
+imports this one.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -25,19 +28,11 @@ class Rule:
     doc: str
 
 
+# Every rule defined so far, by code (a rule's module defines it on import).
 RULES: dict[str, Rule] = {}
 
-# Modules that define rules; imported lazily by all_rules() so listing rules needs no heavy imports.
-RULE_MODULES = (
-    "kvcheck.policy.rules",
-    "kvcheck.engines.sglang.sizing.rules",
-    "kvcheck.backends.measure.rules",
-    "kvcheck.backends.audit_rules",
-    "kvcheck.engines.sglang.log_rules",
-    "kvcheck.probe.rules",
-    "kvcheck.plan.rules",
-    "kvcheck.inputs.deploy.rules",
-)
+# Gives every rule kvcheck has (the catalogue); asked only for a code no imported module defined yet.
+_catalogue: Callable[[], Iterable[Rule]] | None = None
 
 
 def _is_severity(text: str) -> TypeGuard[Severity]:
@@ -56,22 +51,27 @@ def define_rule(code: str, severity: str, title: str, doc: str) -> Rule:
     return rule
 
 
+def use_catalogue(catalogue: Callable[[], Iterable[Rule]]) -> None:
+    """Say where every rule comes from; the policy package calls it, so the registry imports no rule module."""
+    global _catalogue
+    _catalogue = catalogue
+
+
+def _every_rule() -> dict[str, Rule]:
+    if _catalogue is None:
+        raise LookupError("no rule catalogue: kvcheck.policy installs kvcheck.policy.catalogue on import")
+    return {rule.code: rule for rule in _catalogue()}
+
+
 def get_rule(code: str) -> Rule:
-    if code not in RULES:
-        all_rules()
-    return RULES[code]
+    """The rule of `code`: a rule defined by a module imported so far, else the catalogue's."""
+    rule = RULES.get(code)
+    return rule if rule is not None else _every_rule()[code]
 
 
 def all_rules() -> dict[str, Rule]:
-    """Every known rule, sorted by code."""
-    for module in RULE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # Only a module of this list that does not exist yet is skipped; a broken import is a bug.
-            if exc.name != module and not module.startswith(str(exc.name) + "."):
-                raise
-    return dict(sorted(RULES.items()))
+    """Every rule of the catalogue, sorted by code."""
+    return dict(sorted(_every_rule().items()))
 
 
 def finding(

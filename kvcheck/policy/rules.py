@@ -22,7 +22,7 @@ from kvcheck.policy.registry import define_rule, finding
 ADMISSION_FIX_VERSION = Version("0.5.22")
 KV_CHECKSUM_VERSION = Version("0.5.21")  # the first release with --disaggregation-enable-kv-checksum
 
-define_rule(
+KV101 = define_rule(
     "KV101",
     "error",
     "a role's KV pool is below min_headroom x context_length",
@@ -32,7 +32,7 @@ define_rule(
     memory (raise --mem-fraction-static, use a wider TP degree or an FP8 KV cache), or advertise no
     more than the largest context that fits.""",
 )
-define_rule(
+KV102 = define_rule(
     "KV102",
     "error",
     "the engine's own context length is below the advertised window",
@@ -41,7 +41,7 @@ define_rule(
     --context-length to the advertised window (and make sure the model supports it), or advertise
     the engine's context length.""",
 )
-define_rule(
+KV103 = define_rule(
     "KV103",
     "error",
     "--max-total-tokens caps a role's pool below the window",
@@ -49,7 +49,7 @@ define_rule(
     the role unable to hold one full-length request, whatever memory it has. Fix: remove the cap
     or raise it to at least min_headroom x context_length.""",
 )
-define_rule(
+KV104 = define_rule(
     "KV104",
     "warning",
     "prefill and decode admit different request lengths",
@@ -58,7 +58,7 @@ define_rule(
     by one role and refused, or mishandled, by the other. Fix: size both pools (or set the same
     --context-length) so that both admit the same lengths.""",
 )
-define_rule(
+KV201 = define_rule(
     "KV201",
     "error",
     "a disaggregated role runs an SGLang release without the admission fixes (below 0.5.22)",
@@ -67,7 +67,7 @@ define_rule(
     earlier requests: HTTP 200 with another tenant's data. Fix: deploy SGLang 0.5.22 or later for
     every disaggregated role.""",
 )
-define_rule(
+KV202 = define_rule(
     "KV202",
     "warning",
     "--allow-auto-truncate is on: over-long prompts are cut silently",
@@ -75,7 +75,7 @@ define_rule(
     answering HTTP 400, so clients get answers to a prompt they did not send. Fix: drop the flag
     unless clients are told their prompts may be truncated.""",
 )
-define_rule(
+KV203 = define_rule(
     "KV203",
     "warning",
     "a disaggregated role runs without --disaggregation-enable-kv-checksum",
@@ -84,7 +84,7 @@ define_rule(
     --disaggregation-enable-kv-checksum to both prefill and decode roles.""",
 )
 
-define_rule(
+KV205 = define_rule(
     "KV205",
     "warning",
     "mem-fraction-static above SGLang's own value for this GPU and role",
@@ -312,7 +312,7 @@ def evaluate_deployment(
     return found
 
 
-define_rule(
+KV204 = define_rule(
     "KV204",
     "warning",
     "no flag catalogue for the declared SGLang release; a neighbouring release's stood in",

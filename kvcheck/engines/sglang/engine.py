@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.sglang.logs.reader import LogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.policy.registry import Rule
 
 
 class SglangEngine(Engine):
@@ -169,3 +170,10 @@ class SglangEngine(Engine):
         return safe_ceiling(target, profiles=profiles, offline=offline)
 
     # -- rules ------------------------------------------------------------------------------------
+
+    def rules(self) -> tuple[Rule, ...]:
+        from kvcheck.engines.sglang import log_rules
+        from kvcheck.engines.sglang.sizing import rules as sizing_rules
+
+        return (sizing_rules.KV305, sizing_rules.KV105, log_rules.KV309, log_rules.KV312, log_rules.KV313,
+                log_rules.KV316)

@@ -1,0 +1,55 @@
+"""The rule catalogue: every rule kvcheck can report, imported from the module that defines it.
+
+Each engine contributes its own rules (`Engine.rules()`), so the catalogue names no engine. A new
+rule module adds its rules here; tests/policy/test_catalogue.py fails when a defined rule is missing.
+`kvcheck rules`, docs/rules.md and the SARIF driver list the catalogue sorted by code.
+"""
+
+from __future__ import annotations
+
+from kvcheck.backends import audit_rules as _audit_rules  # noqa: F401  (defines KV306-KV308, KV311, unnamed)
+from kvcheck.backends.measure.rules import KV301, KV302, KV303, KV304, KV310, KV314, KV315
+from kvcheck.engines import ENGINES, get_engine
+from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
+from kvcheck.plan.rules import KV106
+from kvcheck.policy.registry import RULES, Rule
+from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205
+from kvcheck.probe.rules import (
+    CROSS_TENANT,
+    EMPTY_LENGTH_FINISH,
+    INBOUND_REFUSED,
+    INCOMPLETE,
+    NON_400_REFUSAL,
+    OPENAI_UNAVAILABLE,
+    OVERLONG_ACCEPTED,
+    PROMPT_ALTERED,
+    SILENT_REFUSAL,
+    UNREACHABLE,
+)
+
+POLICY_RULES = (KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205)
+PLAN_RULES = (KV106,)
+MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
+# kvcheck/backends/audit_rules.py names none of its rules yet, so they are taken by code once it is imported.
+AUDIT_RULES = tuple(RULES[code] for code in ("KV306", "KV307", "KV308", "KV311"))
+PROBE_RULES = (
+    OVERLONG_ACCEPTED,
+    PROMPT_ALTERED,
+    EMPTY_LENGTH_FINISH,
+    INBOUND_REFUSED,
+    CROSS_TENANT,
+    SILENT_REFUSAL,
+    NON_400_REFUSAL,
+    OPENAI_UNAVAILABLE,
+    UNREACHABLE,
+    INCOMPLETE,
+)
+DEPLOY_RULES = (KV317, KV501, KV502)
+
+# The rules that hold whatever the engine.
+NEUTRAL_RULES = POLICY_RULES + PLAN_RULES + MEASURE_RULES + AUDIT_RULES + PROBE_RULES + DEPLOY_RULES
+
+
+def catalogue() -> tuple[Rule, ...]:
+    """Every rule: the engine-neutral ones, then each registered engine's own, in registry order."""
+    return NEUTRAL_RULES + tuple(rule for name in ENGINES for rule in get_engine(name).rules())

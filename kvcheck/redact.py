@@ -20,24 +20,11 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 from kvcheck.model import Finding, Report, RoleResult
+from kvcheck.scrub import sub_assigned, sub_flags, sub_userinfo, userinfo_matches
 
 REDACTED = "REDACTED"  # shell-safe, so a redacted launch command stays copy-pastable
 _SECRET_NAME = re.compile(
     r"api[_-]?key|secret|passw(or)?d|credential|private[_-]?key|(^|[_-])token$|^authorization$", re.I
-)
-_WORD = r"[A-Za-z0-9_.\-]*"
-# 'api_key': 'x'  "hf_token": "x"  api_key=x  API_KEY: x  (quoted or bare values)
-_ASSIGNED = re.compile(
-    r"(?P<key>(?P<q>['\"]?)(?:" + _WORD + r"(?:api[_-]?key|secret|passw(?:or)?d|credential|private[_-]?key)"
-    + _WORD + r"|" + _WORD + r"(?<![A-Za-z0-9])token|" + _WORD + r"[_-]token)(?P=q))"
-    r"(?P<sep>\s*[:=]\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s,}\]'\"]+)",
-    re.I,
-)
-# --api-key x   --admin-api-key=x
-_FLAG = re.compile(
-    r"(?P<flag>--(?:" + _WORD + r"(?:api-key|secret|password|passwd|credential|private-key)" + _WORD
-    + r"|(?:" + _WORD + r"-)?token))(?P<sep>[ =])(?P<value>'[^']*'|\"[^\"]*\"|\S+)",
-    re.I,
 )
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)[A-Za-z0-9._~+/=\-]+", re.I)
 # Well-known token shapes that may appear anywhere (Hugging Face, OpenAI-style keys).
@@ -105,7 +92,6 @@ PUBLIC_ENV_NAMES = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "HOME", "
                               "TRANSFORMERS_CACHE", "HF_HUB_ENABLE_HF_TRANSFER", "TZ", "LANG", "LC_ALL"})
 _PLAIN = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|true|false|none|null|yes|no|on|off", re.I)
 # scheme://user:password@host: the userinfo of any URL (even one that does not parse)
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s'\"]+)@")
 
 
 def _texts(value: Any) -> list[str]:
@@ -147,7 +133,7 @@ def manifest_secrets(
     for mapping in (args or {}), (env or {}):
         for value in mapping.values():
             for text in _texts(value):
-                found.update(m["userinfo"] for m in _USERINFO.finditer(text))
+                found.update(m["userinfo"] for m in userinfo_matches(text))
     return frozenset(item for item in found if len(item) >= MIN_SECRET_CHARS)
 
 
@@ -209,18 +195,18 @@ def redact_command(command: str, secrets: Iterable[str] = ()) -> str:
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a quoted engine log line, an error message) with secret values hidden."""
     text = _replace_values(text, _ordered(secrets))
-    text = _ASSIGNED.sub(_assigned, text)
-    text = _FLAG.sub(lambda m: f"{m['flag']}{m['sep']}{_quoted(m['value'])}", text)
+    text = sub_assigned(text, _assigned)  # linear scanners (kvcheck/scrub.py): every line passes here
+    text = sub_flags(text, lambda flag, sep, value: f"{flag}{sep}{_quoted(value)}")
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)
-    text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)  # user:password@ of any URL
+    text = sub_userinfo(text, lambda scheme: f"{scheme}{REDACTED}@")  # user:password@ of any URL
     return _TOKEN_SHAPES.sub(REDACTED, text)
 
 
-def _assigned(match: re.Match[str]) -> str:
+def _assigned(key: str, sep: str, value: str) -> str:
     """`api_key=x` hides x; prose such as `--token-env MY_TOKEN: the token holds ...` stays readable."""
-    if ":" in match["sep"] and _PROSE_WORD.fullmatch(match["value"]):
-        return match[0]
-    return f"{match['key']}{match['sep']}{_quoted(match['value'])}"
+    if ":" in sep and _PROSE_WORD.fullmatch(value):
+        return f"{key}{sep}{value}"
+    return f"{key}{sep}{_quoted(value)}"
 
 
 # After `NAME: ` a bare lowercase word is a sentence going on, not a value (known secrets are hidden by value)

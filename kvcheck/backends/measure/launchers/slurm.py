@@ -597,6 +597,11 @@ class SlurmLauncher(Launcher):
     base_env: Mapping[str, str] | None = None
     name = "slurm"
 
+    @classmethod
+    def from_settings(cls, settings: Any, *, gpu_check: bool) -> SlurmLauncher:
+        # Slurm hands each task its GPUs; there is no inventory to skip
+        return cls(settings=SlurmSettings.from_spec(settings))
+
     def start(self, request: LaunchRequest) -> SlurmJob:
         target = request.target
         port = pick_port()

@@ -40,6 +40,20 @@ if TYPE_CHECKING:
 # -- launch: types -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One node's place in a role that spans several hosts, for the engine to write as its flags.
+
+    A field left None is not written: the role's args already say it, or the launcher supplies it
+    elsewhere (a task's shell that expands the rank). `node_rank` is text so a launcher can pass a
+    variable the node expands itself ("$(LWS_WORKER_INDEX)").
+    """
+
+    nnodes: int | None = None  # hosts in the role
+    dist_init_addr: str | None = None  # host:port where node 0 meets the others
+    node_rank: str | None = None  # this node's index, 0 on the head
+
+
 # -- boot log: types -----------------------------------------------------------------------------
 # What callers read of an engine's startup log. An engine's reader parses its own line formats and fills
 # these; the names of the phases and of the parallel ranks are the same for every engine.
@@ -385,6 +399,35 @@ class Engine(ABC):
         """The longest prompt the engine admits, in tokens, for a context length and pool."""
 
     # -- launch -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def launch_argv(
+        self,
+        target: RoleTarget,
+        *,
+        host: str,
+        port: int,
+        node: NodeLaunch | None = None,
+        dummy_weights: bool = False,
+        bootstrap_port: int | None = None,
+    ) -> list[str]:
+        """The role's exact production command line plus where to listen, for every launcher.
+
+        Where to listen comes after the role's args so it wins over theirs; `dummy_weights` keeps the
+        memory layout without reading the checkpoint. InputError when the role names no model.
+        """
+
+    @abstractmethod
+    def node_argv(self, node: NodeLaunch) -> list[str]:
+        """The arguments placing one node in a multi-node role (what launch_argv appends for `node`)."""
+
+    @abstractmethod
+    def launch_nodes(self, args: Mapping[str, Any]) -> int:
+        """How many hosts a role with these args spans (1 when they do not say)."""
+
+    @abstractmethod
+    def needs_bootstrap_port(self, args: Mapping[str, Any]) -> bool:
+        """Whether the role listens on a second port of its own that the launcher must pick (PD bootstrap)."""
 
     # -- boot log ---------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import PoolEstimate, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, SafeFraction
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
@@ -83,6 +83,43 @@ class SglangEngine(Engine):
         return serving.max_input_len(context_len, pool_tokens)
 
     # -- launch -----------------------------------------------------------------------------------
+
+    def launch_argv(
+        self,
+        target: RoleTarget,
+        *,
+        host: str,
+        port: int,
+        node: NodeLaunch | None = None,
+        dummy_weights: bool = False,
+        bootstrap_port: int | None = None,
+    ) -> list[str]:
+        from kvcheck.engines.sglang import launch
+
+        return launch.launch_argv(
+            target,
+            default_command=self.default_command,
+            host=host,
+            port=port,
+            node=node,
+            dummy_weights=dummy_weights,
+            bootstrap_port=bootstrap_port,
+        )
+
+    def node_argv(self, node: NodeLaunch) -> list[str]:
+        from kvcheck.engines.sglang.launch import node_argv
+
+        return node_argv(node)
+
+    def launch_nodes(self, args: Mapping[str, Any]) -> int:
+        from kvcheck.engines.sglang.launch import launch_nodes
+
+        return launch_nodes(args)
+
+    def needs_bootstrap_port(self, args: Mapping[str, Any]) -> bool:
+        from kvcheck.engines.sglang.launch import needs_bootstrap_port
+
+        return needs_bootstrap_port(args)
 
     # -- boot log ---------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
 
+from kvcheck.backends.measure.launchers import KubernetesSpec, SlurmSpec
 from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
@@ -152,79 +153,6 @@ class PolicySpec(_Strict):
     )
     severity: dict[str, Literal["error", "warning", "info"]] = Field(
         default_factory=dict, description="Severity overrides per rule code, e.g. {KV104: error}."
-    )
-
-
-class SlurmContainerSpec(_Strict):
-    """Container options for sites whose srun runs tasks in images (the pyxis plugin's flags)."""
-
-    image: str = Field(min_length=1, description="--container-image: the engine's image.")
-    mounts: list[str] = Field(default_factory=list, description="--container-mounts, e.g. /models:/models.")
-    workdir: str | None = Field(default=None, description="--container-workdir.")
-    options: list[str] = Field(
-        default_factory=list, description="Further srun options for the container, e.g. --container-env=HF_TOKEN."
-    )
-
-
-class SlurmSpec(_Strict):
-    """How `--launcher slurm` asks for each role's allocation (one per role; see docs/measure.md)."""
-
-    partition: str | None = Field(default=None, description="--partition; default: the cluster's default.")
-    account: str | None = Field(default=None, description="--account.")
-    qos: str | None = Field(default=None, description="--qos.")
-    reservation: str | None = Field(default=None, description="--reservation.")
-    constraint: str | None = Field(default=None, description="--constraint (node features), e.g. h100.")
-    gres_type: str | None = Field(
-        default=None, description="GPU type in the request: h100 gives --gres=gpu:h100:N (or --gpus-per-node=h100:N)."
-    )
-    gpus_flag: Literal["gres", "gpus-per-node"] = Field(
-        default="gres", description="How GPUs are requested: --gres=gpu:N or --gpus-per-node=N."
-    )
-    gpus_per_node: int | None = Field(
-        default=None, ge=1, description="GPUs per node; default: the role's gpus list, else TP x PP (x DP) / nnodes."
-    )
-    salloc_options: list[str] = Field(
-        default_factory=list, description="Extra allocation options, e.g. [--exclusive, --mem=0]."
-    )
-    srun_options: list[str] = Field(default_factory=list, description="Extra srun options, e.g. [--mpi=none].")
-    container: SlurmContainerSpec | None = Field(default=None, description="Run the engine in a container image.")
-
-
-# A Kubernetes object name or namespace (DNS-1123 label).
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-
-
-class KubernetesSpec(_Strict):
-    """How `--launcher kubernetes` creates each role (a Job, or a LeaderWorkerSet; docs/measure.md)."""
-
-    namespace: str | None = Field(default=None, pattern=_DNS_LABEL, description="Where the objects go; default: default.")
-    context: str | None = Field(default=None, description="The kubeconfig context; default: the current one.")
-    kubeconfig: str | None = Field(default=None, description="The kubeconfig file; default: $KUBECONFIG, ~/.kube/config.")
-    image: str | None = Field(
-        default=None, min_length=1, description="The engine's image, e.g. lmsysorg/sglang:v0.5.23 (over a pod template's)."
-    )
-    service_account: str | None = Field(default=None, pattern=_DNS_LABEL, description="The pods' service account.")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Added to the pods' nodeSelector.")
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Added to the pods' tolerations.")
-    image_pull_secrets: list[str] = Field(default_factory=list, description="Names of the pull Secrets.")
-    pod_spec: dict[str, Any] = Field(
-        default_factory=dict, description="Other pod spec fields, merged over the rendered pod spec last."
-    )
-    gpus_per_node: int | None = Field(
-        default=None, ge=1, description="GPUs per pod; default: the role's gpus list, else TP x PP (x DP) / nnodes."
-    )
-    gpu_resource: str | None = Field(default=None, description="The GPU resource name; default: nvidia.com/gpu.")
-    http_port: int | None = Field(default=None, ge=1, le=65535, description="The engine's port in its pod (30000).")
-    dist_init_port: int | None = Field(
-        default=None, ge=1, le=65535, description="The multi-node rendezvous port on the leader (20000)."
-    )
-    ttl_seconds: int | None = Field(default=None, ge=0, description="ttlSecondsAfterFinished of every Job (300).")
-    unschedulable_wait: float | None = Field(
-        default=None, ge=0, description="Seconds a pod may stay Unschedulable before the role fails (0)."
-    )
-    shm: bool | None = Field(default=None, description="Mount a memory-backed /dev/shm (true).")
-    anchor_image: str | None = Field(
-        default=None, min_length=1, description="The deadline Job's image (registry.k8s.io/pause:3.10)."
     )
 
 

@@ -41,6 +41,14 @@ class Refusal:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CleanupReport:
+    """What a launcher's cleanup removed of killed runs, and what it could not (`kvcheck cleanup`)."""
+
+    lines: tuple[str, ...]  # one per object removed (or why there was none), then notes
+    problem: str | None  # what is left and why; None: nothing of kvcheck's is left
+
+
 class LaunchError(Exception):
     """The launcher could not start the role (a missing program); a KV301 for that role, not a crash."""
 
@@ -127,6 +135,30 @@ class Launcher(ABC):
     # The manifest must list each role's GPU indices (the local launcher boots on exactly those);
     # a scheduler's launcher sizes the request from the role's layout when they are missing.
     needs_gpu_list: ClassVar[bool] = False
+    # What `verify --dry-run` prints for this launcher ("the Kubernetes objects"); None: it has no
+    # dry run, so the command refuses --dry-run with it.
+    dry_run_shows: ClassVar[str | None] = None
+
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: Any, *, gpu_check: bool) -> Launcher:
+        """The launcher for a run, from its own block of the manifest's `launcher:` (None: absent).
+
+        `gpu_check` is False with --no-gpu-check (only a launcher with a GPU inventory reads it).
+        """
+
+    def dry_run(self, targets: Sequence[RoleTarget], *, timeout_s: float, dummy_weights: bool) -> str:
+        """What a run of these roles would create, as text, creating nothing (see `dry_run_shows`)."""
+        raise NotImplementedError(f"the {self.name} launcher has no dry run")
+
+    @classmethod
+    def cleanup(cls, *, run_id: str | None, grace_s: float, where: Mapping[str, str | None]) -> CleanupReport:
+        """Remove what killed runs of this launcher left (only run `run_id`'s, when given).
+
+        `where` holds the command line's location options (namespace, context, kubeconfig; None: the
+        launcher's default); `grace_s` is each engine's time to stop before it is killed.
+        """
+        raise NotImplementedError(f"the {cls.name} launcher leaves nothing for kvcheck cleanup")
 
     def __enter__(self) -> Launcher:
         return self

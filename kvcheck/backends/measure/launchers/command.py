@@ -1,8 +1,8 @@
 """The engine's command line and environment for one role, whichever launcher starts it.
 
-The command line is `engine.command + --model-path + the role's args + host and ports`; nothing that
-changes the pool is added or dropped. The host and ports come last so they win over any `host`/`port`
-in the args (argparse keeps the last value): the measurement must not listen where production does.
+The command line is the role's engine's own (`Engine.launch_argv`): its exact production arguments,
+then where to listen, last so they win over the args' (the measurement must not listen where
+production does). Launchers never write an engine's flags themselves.
 """
 
 from __future__ import annotations
@@ -11,19 +11,15 @@ import os
 from collections.abc import Mapping
 
 from kvcheck.engines import get_engine
-from kvcheck.errors import InputError
+from kvcheck.engines.base import NodeLaunch
 from kvcheck.model import RoleTarget
 
 LOOPBACK = "127.0.0.1"
 
 
 def role_nnodes(target: RoleTarget) -> int:
-    """How many hosts the role spans (SGLang's --nnodes, 1 when unset)."""
-    value = target.args.get("nnodes")
-    try:
-        return int(value) if value is not None else 1
-    except (TypeError, ValueError):
-        return 1
+    """How many hosts the role spans (1 when its args do not say)."""
+    return get_engine(target.engine).launch_nodes(target.args)
 
 
 def build_argv(
@@ -33,32 +29,19 @@ def build_argv(
     bootstrap_port: int | None,
     dummy_weights: bool,
     host: str = LOOPBACK,
+    node: NodeLaunch | None = None,
 ) -> tuple[str, ...]:
     """The exact command line for one role; `bootstrap_port` only for disaggregated roles."""
-    argv = list(target.engine_command or get_engine(target.engine).default_command)
-    if target.model_path is not None:
-        argv += ["--model-path", target.model_path]
-    elif "model_path" not in target.args:
-        raise InputError(
-            f"role {target.name}: the manifest names no model (model.path); measure mode must know "
-            "what the engine loads",
-            hint="set model.path in the manifest",
+    return tuple(
+        get_engine(target.engine).launch_argv(
+            target, host=host, port=port, node=node, dummy_weights=dummy_weights, bootstrap_port=bootstrap_port
         )
-    argv += list(target.argv_args)
-    argv += ["--host", host, "--port", str(port)]
-    if bootstrap_port is not None:
-        argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
-    if dummy_weights:
-        argv += ["--load-format", "dummy"]
-    return tuple(argv)
+    )
 
 
 def needs_bootstrap_port(target: RoleTarget) -> bool:
-    """Disaggregated roles listen on a bootstrap port (8998 by default); give each a free one."""
-    return (
-        get_engine(target.engine).role_mode(target.args) is not None
-        and "disaggregation_bootstrap_port" not in target.args
-    )
+    """Whether the role needs a free port of its own besides HTTP (a disaggregated role's bootstrap)."""
+    return get_engine(target.engine).needs_bootstrap_port(target.args)
 
 
 def build_env(

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
 from kvcheck.errors import GpuInventoryError, MissingExtraError
 from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding

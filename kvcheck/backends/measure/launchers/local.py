@@ -119,6 +119,10 @@ class LocalLauncher(Launcher):
     name = "local"
     needs_gpu_list = True
 
+    @classmethod
+    def from_settings(cls, settings: Any, *, gpu_check: bool) -> LocalLauncher:
+        return cls(gpu_check=gpu_check)  # the manifest has no settings block for this host
+
     def __init__(
         self, *, gpu_check: bool = True, nvml: Any = None, gpu_settle_s: float = GPU_SETTLE_S
     ) -> None:

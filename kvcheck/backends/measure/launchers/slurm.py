@@ -8,7 +8,8 @@ For a role kvcheck runs, from the host it runs on (a login node, a CI runner wit
    leaves nothing running past it. The job id is read from salloc's own lines.
 2. `srun --jobid J --nodes N --ntasks N --ntasks-per-node 1 --kill-on-bad-exit=0 --wait=5 sh -c
    'trap : TERM INT HUP; "$@" --node-rank "$SLURM_NODEID"; status=$?; sleep 1; exit $status'
-   kvcheck-engine <engine argv> --nnodes N --dist-init-addr <first node>:<port>`: the engine's
+   kvcheck-engine <engine argv> --nnodes N --dist-init-addr <first node>:<port>` (SGLang's flags,
+   as the role's engine writes them: `Engine.launch_argv`, `Engine.node_argv`): the engine's
    exact command line on every node, with the node rank expanded by each task's own shell (never by
    a shell on kvcheck's side: there is none). srun forwards every task's lines to kvcheck, which
    reads them as they arrive. When one node's engine dies, srun ends the others 5 s later
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import shlex
 import subprocess
 import threading
 import time
@@ -45,6 +47,8 @@ from kvcheck.backends.measure.launchers.command import (
 )
 from kvcheck.backends.measure.launchers.process import EngineProcess
 from kvcheck.backends.measure.launchers.watchdog import Watchdog
+from kvcheck.engines import get_engine
+from kvcheck.engines.base import Engine, NodeLaunch
 from kvcheck.model import RoleTarget
 
 ALL_INTERFACES = "0.0.0.0"
@@ -229,16 +233,30 @@ TASK_EXIT_WAIT_S = 5
 # until the engine has ended (the engine gets them from Slurm itself, at their defaults).
 TASK_LINGER_S = 1
 TASK_SCRIPT = 'trap : TERM INT HUP; "$@"{rank}; status=$?; sleep {linger}; exit $status'
-NODE_RANK = ' --node-rank "$SLURM_NODEID"'
+NODE_ID = "$SLURM_NODEID"  # each task's own node index in the allocation, 0 on the head
 
 
-def task_script(nnodes: int) -> str:
-    """The shell each task runs: the engine, with its node rank when the role spans nodes."""
-    return TASK_SCRIPT.format(rank=NODE_RANK if nnodes > 1 else "", linger=TASK_LINGER_S)
+def node_rank_words(engine: Engine) -> str:
+    """The engine's node-rank arguments as shell words, `$SLURM_NODEID` left for the task to expand."""
+    words = engine.node_argv(NodeLaunch(node_rank=NODE_ID))
+    return "".join(f' "{NODE_ID}"' if word == NODE_ID else f" {shlex.quote(word)}" for word in words)
+
+
+def task_script(nnodes: int, engine: Engine | None = None) -> str:
+    """The shell each task runs: the engine, with its node rank when the role spans nodes.
+
+    `engine` writes the rank's flag (None: the registry's default engine).
+    """
+    rank = node_rank_words(engine or get_engine()) if nnodes > 1 else ""
+    return TASK_SCRIPT.format(rank=rank, linger=TASK_LINGER_S)
 
 
 def srun_argv(
-    job_id: str, nnodes: int, settings: SlurmSettings, engine_argv: Sequence[str]
+    job_id: str,
+    nnodes: int,
+    settings: SlurmSettings,
+    engine_argv: Sequence[str],
+    engine: Engine | None = None,
 ) -> tuple[str, ...]:
     """The step: one task per node of the allocation, each running the engine with its node rank."""
     argv = [
@@ -253,7 +271,7 @@ def srun_argv(
     if settings.container is not None:
         argv += settings.container.srun_options()
     argv += list(settings.srun_options)
-    argv += ["sh", "-c", task_script(nnodes), "kvcheck-engine"]
+    argv += ["sh", "-c", task_script(nnodes, engine), "kvcheck-engine"]
     return (*argv, *engine_argv)
 
 
@@ -482,10 +500,13 @@ class SlurmJob(RunningEngine):
 
     def _start_step(self) -> None:
         nnodes = len(self._details["slurm"]["nodes"])
-        engine = list(self._engine_argv)
-        if nnodes > 1:
-            engine += ["--nnodes", str(nnodes), "--dist-init-addr", f"{self._head_addr}:{self._dist_port}"]
-        argv = srun_argv(str(self.job_id), nnodes, self.settings, engine)
+        engine = get_engine(self.request.target.engine)
+        engine_argv = list(self._engine_argv)
+        if nnodes > 1:  # the rank is added by each task's shell (task_script)
+            engine_argv += engine.node_argv(
+                NodeLaunch(nnodes=nnodes, dist_init_addr=f"{self._head_addr}:{self._dist_port}")
+            )
+        argv = srun_argv(str(self.job_id), nnodes, self.settings, engine_argv, engine)
         self._details["slurm"]["srun"] = list(argv)
         with self._lock:
             if self._stopping.is_set():
@@ -576,6 +597,11 @@ class SlurmLauncher(Launcher):
     base_env: Mapping[str, str] | None = None
     name = "slurm"
 
+    @classmethod
+    def from_settings(cls, settings: Any, *, gpu_check: bool) -> SlurmLauncher:
+        # Slurm hands each task its GPUs; there is no inventory to skip
+        return cls(settings=SlurmSettings.from_spec(settings))
+
     def start(self, request: LaunchRequest) -> SlurmJob:
         target = request.target
         port = pick_port()
@@ -595,11 +621,13 @@ class SlurmLauncher(Launcher):
         salloc = salloc_argv(target, self.settings, name=name, minutes=minutes)
         report_argv = engine_argv
         if nnodes > 1:
+            # what every node runs, as the report has always shown it: the rank before the address
+            engine = get_engine(target.engine)
             report_argv = (
                 *engine_argv,
-                "--nnodes", str(nnodes), "--node-rank", "$SLURM_NODEID",
-                "--dist-init-addr", f"<first node>:{dist_port}",
-            )  # fmt: skip
+                *engine.node_argv(NodeLaunch(nnodes=nnodes, node_rank=NODE_ID)),
+                *engine.node_argv(NodeLaunch(dist_init_addr=f"<first node>:{dist_port}")),
+            )
         # the watchdog cancels the job by its unique name if kvcheck dies, SIGKILL included (watchdog.py)
         Watchdog.prepare()
         Watchdog.slurm_started(name, env)

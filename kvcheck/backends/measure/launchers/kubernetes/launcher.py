@@ -20,8 +20,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
+from kvcheck.backends.measure.launchers.base import (
+    CleanupReport,
+    Launcher,
+    LaunchError,
+    LaunchRequest,
+    RunningEngine,
+)
 from kvcheck.backends.measure.launchers.kubernetes.api import KubeApi, KubeError, lines, split_timestamp
+from kvcheck.backends.measure.launchers.kubernetes.cleanup import clean_up, delete_role
 from kvcheck.backends.measure.launchers.kubernetes.relay import PodRelay
 from kvcheck.backends.measure.launchers.kubernetes.render import (
     RUN_LABEL,
@@ -31,7 +38,11 @@ from kvcheck.backends.measure.launchers.kubernetes.render import (
     render_run,
     role_slug,
 )
-from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings, PodTemplates
+from kvcheck.backends.measure.launchers.kubernetes.settings import (
+    KubernetesSettings,
+    PodTemplates,
+    settings_from,
+)
 from kvcheck.backends.measure.launchers.kubernetes.templates import pod_templates
 from kvcheck.backends.measure.launchers.process import MAX_LINE_BYTES, open_log
 from kvcheck.model import RoleTarget
@@ -40,7 +51,6 @@ LEADER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 API_LOSS_S = 30.0  # the API server may fail to answer this long before the role is given up
-STOP_EXTRA_S = 30.0  # past the engine's grace, how long deleted pods may take to go
 RESUME_S = 1.0  # pause before a broken log stream is opened again
 FAILED_BY_LAUNCHER = 1  # poll()'s status when Kubernetes, not the engine, ended the role
 MAX_EVENT_CHARS = 2000  # of an Event's message quoted in the report
@@ -522,49 +532,33 @@ class KubernetesEngine(RunningEngine):
         return f"{RUN_LABEL}={self._run_id},kvcheck.io/role={role_slug(self.request.target.name)}"
 
 
-def delete_role(
-    api: KubeApi, namespace: str, created: Sequence[tuple[str, str]], selector: str, grace_s: float
-) -> str | None:
-    """Delete objects (newest first) and the pods they own; wait for the pods. None when all are gone."""
-    failed: list[str] = []
-    for kind, name in reversed(created):
-        try:
-            api.delete(kind, namespace, name)
-        except KubeError as exc:
-            failed.append(f"{kind}/{name} ({exc.message})")
-    deadline = time.monotonic() + grace_s + STOP_EXTRA_S
-    asked: set[str] = set()
-    while True:
-        try:
-            pods = api.list_pods(namespace, selector)
-        except KubeError as exc:
-            failed.append(f"its pods could not be listed ({exc.message})")
-            break
-        if not pods:
-            break
-        for pod in pods:  # owners are deleted in the background; the pods get the engine's grace now
-            name = pod["metadata"]["name"]
-            if name not in asked:
-                asked.add(name)
-                try:
-                    api.delete_pod(namespace, name, grace_s=int(grace_s))
-                except KubeError:
-                    pass  # still listed below if it stays
-        if time.monotonic() >= deadline:
-            failed.append(
-                "pods " + ", ".join(sorted(p["metadata"]["name"] for p in pods)) + " are still terminating"
-            )
-            break
-        time.sleep(0.2)
-    if not failed:
-        return None
-    return "kvcheck could not remove everything it created in " + namespace + ": " + "; ".join(failed)
-
-
 class KubernetesLauncher(Launcher):
     """Runs each role as Kubernetes objects in one namespace; one run id labels them all."""
 
     name = "kubernetes"
+    dry_run_shows = "the Kubernetes objects"
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, gpu_check: bool) -> KubernetesLauncher:
+        # each pod asks the cluster for its GPUs; there is no inventory to skip
+        return cls(settings_from(settings))
+
+    def dry_run(self, targets: Sequence[RoleTarget], *, timeout_s: float, dummy_weights: bool) -> str:
+        from kvcheck.backends.measure.launchers.kubernetes.dryrun import dry_run_text
+
+        return dry_run_text(
+            targets, self.settings, timeout_s=timeout_s, dummy_weights=dummy_weights, templates=pod_templates(targets)
+        )
+
+    @classmethod
+    def cleanup(cls, *, run_id: str | None, grace_s: float, where: Mapping[str, str | None]) -> CleanupReport:
+        return clean_up(
+            run_id=run_id,
+            grace_s=grace_s,
+            namespace=where.get("namespace"),
+            context=where.get("context"),
+            kubeconfig=where.get("kubeconfig"),
+        )
 
     def __init__(
         self,

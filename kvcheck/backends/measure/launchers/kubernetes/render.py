@@ -2,9 +2,10 @@
 
 Every object carries the run's labels (`kvcheck.io/run-id`, `app.kubernetes.io/managed-by: kvcheck`),
 so `kvcheck cleanup` finds what a killed run left. The engine runs the role's exact production
-arguments; kvcheck only appends where it listens (`--host 0.0.0.0 --port P`, last so argparse keeps
-them) and, on several nodes, each pod's place in the group (`--dist-init-addr`, `--node-rank` from the
-LeaderWorkerSet's own variables, expanded by the kubelet per pod).
+arguments; kvcheck only appends where it listens (all interfaces, the pod's port; last so they win)
+and, on several nodes, each pod's place in the group (the leader's address and the pod's rank from
+the LeaderWorkerSet's own variables, expanded by the kubelet per pod), as the role's engine writes them
+(`Engine.launch_argv`).
 
 The cluster bounds every object's life on its own, so that even a kvcheck killed with SIGKILL cannot
 leave engines holding GPUs: a Job has `activeDeadlineSeconds` (kvcheck's timeout plus its grace and a
@@ -31,6 +32,7 @@ from kvcheck.backends.measure.launchers.kubernetes.settings import (
     KubernetesSettings,
     PodTemplates,
 )
+from kvcheck.engines.base import NodeLaunch
 from kvcheck.errors import InputError
 from kvcheck.model import RoleTarget
 
@@ -112,20 +114,20 @@ def engine_argv(
     references: the kubelet expands them per pod from the variables the LeaderWorkerSet sets, so
     each pod gets its own rank (0 on the leader) without a shell.
     """
-    argv = list(
-        build_argv(
-            target, port=settings.http_port, bootstrap_port=None, dummy_weights=dummy_weights, host="0.0.0.0"
-        )
-    )
+    node = None
     if nnodes > 1:
-        # --nnodes is among the role's own args (it is how kvcheck knows the role spans nodes)
-        argv += [
-            "--dist-init-addr",
-            f"$(LWS_LEADER_ADDRESS):{settings.dist_init_port}",
-            "--node-rank",
-            "$(LWS_WORKER_INDEX)",
-        ]
-    return tuple(argv)
+        # no nnodes: it is among the role's own args (it is how kvcheck knows the role spans nodes)
+        node = NodeLaunch(
+            dist_init_addr=f"$(LWS_LEADER_ADDRESS):{settings.dist_init_port}", node_rank="$(LWS_WORKER_INDEX)"
+        )
+    return build_argv(
+        target,
+        port=settings.http_port,
+        bootstrap_port=None,
+        dummy_weights=dummy_weights,
+        host="0.0.0.0",
+        node=node,
+    )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvcheck.policy.registry import define_rule
 
-define_rule(
+KV306 = define_rule(
     "KV306",
     "error",
     "a live server could not be audited",
@@ -16,7 +16,7 @@ define_rule(
     CA and --token-env for a protected server; raise --timeout for a slow one; pass
     --context-length when the server does not state the window it serves.""",
 )
-define_rule(
+KV307 = define_rule(
     "KV307",
     "warning",
     "a server's own figures disagree",
@@ -28,7 +28,7 @@ define_rule(
     the server's startup log (kvcheck logs) to see which figure is right, and report the release
     to the kvcheck maintainers if the engine is consistent.""",
 )
-define_rule(
+KV308 = define_rule(
     "KV308",
     "warning",
     "a live server runs other settings than the manifest declares",
@@ -37,7 +37,7 @@ define_rule(
     manifest describes, so a pass of the manifest (kvcheck verify) says little about it, and the
     reverse. Fix: redeploy the server from the manifest, or update the manifest to what runs.""",
 )
-define_rule(
+KV311 = define_rule(
     "KV311",
     "error",
     "a live server serves another model than the manifest declares",

@@ -7,12 +7,12 @@ rule module adds its rules here; tests/policy/test_catalogue.py fails when a def
 
 from __future__ import annotations
 
-from kvcheck.backends import audit_rules as _audit_rules  # noqa: F401  (defines KV306-KV308, KV311, unnamed)
+from kvcheck.backends.audit_rules import KV306, KV307, KV308, KV311
 from kvcheck.backends.measure.rules import KV301, KV302, KV303, KV304, KV310, KV314, KV315
 from kvcheck.engines import ENGINES, get_engine
 from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
-from kvcheck.policy.registry import RULES, Rule
+from kvcheck.policy.registry import Rule
 from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205
 from kvcheck.probe.rules import (
     CROSS_TENANT,
@@ -30,8 +30,7 @@ from kvcheck.probe.rules import (
 POLICY_RULES = (KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
 MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
-# kvcheck/backends/audit_rules.py names none of its rules yet, so they are taken by code once it is imported.
-AUDIT_RULES = tuple(RULES[code] for code in ("KV306", "KV307", "KV308", "KV311"))
+AUDIT_RULES = (KV306, KV307, KV308, KV311)
 PROBE_RULES = (
     OVERLONG_ACCEPTED,
     PROMPT_ALTERED,

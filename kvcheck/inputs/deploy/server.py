@@ -1,10 +1,11 @@
-"""From a container (or a compose service, or a command line) to the SGLang server arguments it runs.
+"""From a container (or a compose service, or a command line) to the engine server arguments it runs.
 
 Kubernetes expands `$(VAR)` in `command`/`args` from the container's `env` before anything runs; a
 shell, when the container starts one (`sh -c SCRIPT`), then expands `$VAR`/`${VAR}` and picks the
-commands. kvcheck does both, in that order, finds the one command that starts an SGLang server
-(`python -m sglang.launch_server`, `sglang serve`, `python -m dynamo.sglang`), parses it with the
-release's flag catalogue, and keeps each value's place in the user's file.
+commands. kvcheck does both, in that order, finds the one command that starts a server of a
+registered engine (each engine recognises its own launch lines, `Engine.launch_index`: SGLang's
+`python -m sglang.launch_server`, `sglang serve`, `python -m dynamo.sglang`), parses it with that
+engine's flag catalogue for the release, and keeps each value's place in the user's file.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def find_server(
     doc: Doc | None,
     script_path: Callable[[int], Path_ | None] | None = None,
 ) -> ServerCommand | None:
-    """The SGLang server command among the tokens: exec form, or one command of a `sh -c` script."""
+    """The server command among the tokens (exec form, or one command of a `sh -c` script), with its engine."""
     argv = [t.text for t in tokens]
     launched = launch_engine(argv)
     if launched is not None:

@@ -21,7 +21,7 @@ from kvcheck.model import Location
 
 @dataclass
 class RoleSource:
-    """One SGLang server role as a format declares it, before its arguments are checked."""
+    """One server role as a format declares it, before its arguments are checked (against its engine)."""
 
     name: str
     kind: str  # the format, e.g. "LeaderWorkerSet"
@@ -40,7 +40,7 @@ class RoleSource:
     mode: Sourced | None = None  # prefill/decode from the format itself (Dynamo's subComponentType)
     model_path: Sourced | None = None  # from the format (OME base model, srt-slurm model.path)
     workers: list[tuple[str, ServerCommand]] = field(default_factory=list)  # other nodes' commands
-    config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's SGLang flags as a YAML mapping
+    config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's engine flags as a YAML mapping
     standalone: bool = False  # a format whose object is a whole deployment (DGD, RBG, compose...)
 
 

@@ -50,6 +50,8 @@ def leader_worker(
     extra_env: Mapping[str, Sourced],
     patch: Callable[[Any, str], Any] | None = None,
 ) -> tuple[PodServer | None, list[tuple[str, ServerCommand]], Sourced]:
+    """A leader-worker template's role: the leader's server (else the worker's), the workers' commands to
+    compare with it, and the pods per instance (`size`, default 1)."""
     size = int_at(doc, lwt, "size", path, "LeaderWorkerSet size") if isinstance(lwt, Mapping) else None
     size = size or Sourced(1, doc.at(path), "LeaderWorkerSet size (default 1)")
     leader_t = get(lwt, leader_key)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcheck.inputs.deploy.manifest import Overrides, import_deployments, render_json, render_yaml
+from kvcheck.inputs.deploy.manifest import Overrides, import_deployments
+from kvcheck.inputs.deploy.render import render_json, render_yaml
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.model import Finding
 

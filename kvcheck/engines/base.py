@@ -386,6 +386,17 @@ class Engine(ABC):
     def launch_index(self, argv: Sequence[str]) -> int | None:
         """Where the server arguments start on a command line that launches this engine, else None."""
 
+    # The published image whose tag release_from_image reads (messages name it); None when there is none.
+    image_repository: ClassVar[str | None] = None
+
+    def release_from_image(self, image: str) -> str | None:
+        """The release a container image's tag names (deployment files rarely state it elsewhere), else None."""
+        return None
+
+    def release_from_container(self, name: str) -> str | None:
+        """The release a Slurm container name states (srt-slurm's model.container), else None."""
+        return None
+
     @abstractmethod
     def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
         """The args whose value is one of the flag's declared choices: public words, never a secret."""

@@ -1,16 +1,17 @@
 """The one input step of verify and plan: a kvcheck manifest, deployment files, or an overlay manifest
 whose `deployment:` key names deployment files and adds only what they lack.
 
-Detected by content: a YAML mapping with the manifest's keys (`context_length`, `roles`, `engine`,
-`deployment`) and no Kubernetes `kind`/`apiVersion`, compose `services` or recipe `backend` is a
-kvcheck manifest; anything else is read as deployment files. Every path returns the value
-`load_manifest` returns (`LoadedManifest`), so the commands do not care which it was.
+Detected by content, by the deployment formats' registry (`FORMATS.is_manifest`): a file no format
+claims (no Kubernetes `kind`/`apiVersion`, compose `services`, recipe `backend`, batch script) is a
+kvcheck manifest; anything else is read as deployment files. A single file is read once and its text
+handed on. Every path returns the value `load_manifest` returns (`LoadedManifest`), so the commands do
+not care which it was.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.inputs.deploy.formats import FORMATS
 from kvcheck.inputs.deploy.manifest import LoadedDeployment, Overrides, load_deployment
 from kvcheck.inputs.deploy.server import Sourced
-from kvcheck.inputs.deploy.slurm import is_batch_script
-from kvcheck.inputs.manifest.load import LoadedManifest, _check_rule_codes, _pydantic_issues, load_manifest
+from kvcheck.inputs.deploy.source import STDIN
+from kvcheck.inputs.manifest.load import (
+    MAX_MANIFEST_BYTES,
+    LoadedManifest,
+    _check_rule_codes,
+    _pydantic_issues,
+    load_manifest,
+)
 from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, PolicySpec
 from kvcheck.io.textfile import read_text_file
 from kvcheck.io.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
 from kvcheck.policy.rules import PolicyConfig
 
-_DEPLOYMENT_KEYS = frozenset({"kind", "apiVersion", "services", "backend"})
 MAX_OVERLAY_BYTES = 4 * 1024 * 1024
 
 
@@ -62,39 +69,38 @@ class Overlay(_Strict):
     )
 
 
-_DEPLOYMENT_LINE_RE = re.compile(r"^(?:apiVersion|kind|services):", re.M)
+@dataclass(frozen=True)
+class _OneFile:
+    """A single input file, read once: its text (None when it cannot be read), and what it is."""
+
+    text: str | None
+    error: InputError | None  # why it cannot be read, worded as the manifest loader words it
+    manifest: bool
+    overlay: bool  # a manifest whose first document has a `deployment:` key
+
+
+def _one_file(name: str) -> _OneFile:
+    """Read one input and tell a kvcheck manifest (or an overlay) from deployment files.
+
+    A file that cannot be read as a manifest (missing, binary, over the manifest's size) goes to the
+    manifest loader, whose message names the problem, as it always has.
+    """
+    try:
+        text = read_text_file(Path(name), str(Path(name)), kind="manifest file", max_bytes=MAX_MANIFEST_BYTES)
+    except InputError as exc:
+        return _OneFile(None, exc, manifest=True, overlay=False)
+    if not FORMATS.is_manifest(text, name):
+        return _OneFile(text, None, manifest=False, overlay=False)
+    try:
+        first = next(iter(safe_load_all(text, name)), None)
+    except (InputError, yaml.YAMLError):
+        first = None
+    return _OneFile(text, None, manifest=True, overlay=isinstance(first, Mapping) and "deployment" in first)
 
 
 def is_kvcheck_manifest(path: str) -> bool:
-    """Whether one file is read as a kvcheck manifest: anything that is not positively deployment files.
-
-    Deployment files hold a Kubernetes object (`kind`/`apiVersion`), compose `services`, an
-    srt-slurm `backend` (or a sweep's `base` recipe), or are a Slurm batch script; a file that cannot be read or parsed goes to the manifest loader, whose
-    messages for broken manifests stay as they are.
-    """
-    if path == "-":
-        return False
-    try:
-        text = read_text_file(Path(path), path, kind="file", max_bytes=MAX_OVERLAY_BYTES)
-    except InputError:
-        return True
-    if is_batch_script(text):
-        return False
-    try:
-        documents = [d for d in safe_load_all(text, path) if d is not None]
-    except yaml.YAMLError:
-        return _DEPLOYMENT_LINE_RE.search(text) is None
-    if len(documents) != 1:
-        return not documents
-    first = documents[0]
-    return not (isinstance(first, Mapping) and (_DEPLOYMENT_KEYS & set(first) or _is_srt_slurm_sweep(first)))
-
-
-def _is_srt_slurm_sweep(document: Mapping[Any, Any]) -> bool:
-    """An srt-slurm sweep file: a `base` recipe (with `backend` or `resources`) and its variants; the
-    deployment reader explains how to resolve it, where the manifest loader would only list unknown keys."""
-    base = document.get("base")
-    return isinstance(base, Mapping) and bool({"backend", "resources"} & set(base))
+    """Whether one file is read as a kvcheck manifest: anything that is not positively deployment files."""
+    return path != STDIN and _one_file(path).manifest
 
 
 def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None) -> LoadedManifest:
@@ -103,31 +109,35 @@ def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None)
     if not names:
         raise InputError("no manifest or deployment file given")
     given = overrides or Overrides()
-    if len(names) == 1 and is_kvcheck_manifest(names[0]):
-        if _has_deployment_key(names[0]):
-            return load_overlay(names[0], given)
-        if any((given.gpu, given.context_length, given.model_config, given.sglang_version)):
-            raise InputError(
-                f"{names[0]} is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version "
-                "apply to deployment files (the manifest states these itself)"
-            )
-        return load_manifest(Path(names[0]))
-    return load_deployment(names, given)
+    texts: dict[str, str] = {}
+    if len(names) == 1 and names[0] != STDIN:
+        one = _one_file(names[0])
+        if one.overlay and one.text is not None:
+            return load_overlay(names[0], given, text=one.text)
+        if one.manifest:
+            if any((given.gpu, given.context_length, given.model_config, given.sglang_version)):
+                raise InputError(
+                    f"{names[0]} is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version "
+                    "apply to deployment files (the manifest states these itself)"
+                )
+            if one.error is not None:
+                raise one.error
+            return load_manifest(Path(names[0]), text=one.text)
+        if one.text is not None:
+            texts[names[0]] = one.text
+    return load_deployment(names, given, texts=texts)
 
 
-def _has_deployment_key(path: str) -> bool:
-    try:
-        text = read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
-        first = next(iter(safe_load_all(text, path)), None)
-    except (InputError, yaml.YAMLError):
-        return False
-    return isinstance(first, Mapping) and "deployment" in first
+def _read_overlay(path: str) -> str:
+    return read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
 
 
-def load_overlay(path: str, given: Overrides) -> LoadedDeployment:
-    """An overlay manifest: its deployment files, with the overlay's values where the files say nothing."""
-    text = read_text_file(Path(path), path, kind="manifest file", max_bytes=MAX_OVERLAY_BYTES)
-    data, positions, issues = load_yaml_with_positions(text, path)
+def load_overlay(path: str, given: Overrides, *, text: str | None = None) -> LoadedDeployment:
+    """An overlay manifest: its deployment files, with the overlay's values where the files say nothing.
+
+    `text`: the overlay's text when it was already read (it is not read again).
+    """
+    data, positions, issues = load_yaml_with_positions(text if text is not None else _read_overlay(path), path)
     if not isinstance(data, dict):
         raise InputError(f"{path}:1:1: the manifest must be a YAML mapping")
     overlay: Overlay | None = None

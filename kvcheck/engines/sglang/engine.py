@@ -56,6 +56,18 @@ class SglangEngine(Engine):
 
         return launch_index(argv)
 
+    image_repository: ClassVar[str | None] = "lmsysorg/sglang"
+
+    def release_from_image(self, image: str) -> str | None:
+        from kvcheck.engines.sglang.images import release_from_image
+
+        return release_from_image(image)
+
+    def release_from_container(self, name: str) -> str | None:
+        from kvcheck.engines.sglang.images import release_from_container
+
+        return release_from_container(name)
+
     def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
         from kvcheck.engines.sglang.catalogue import FlagError, catalogue_versions
         from kvcheck.errors import InputError

@@ -1,8 +1,9 @@
-"""Deployment files -> checked roles: every role's SGLang arguments typed by its release's catalogue.
+"""Deployment files -> checked roles: every role's engine arguments typed by its release's catalogue.
 
-`read_deployments` reads every file, detects each document's format, lets the format's reader find
-the server roles, parses their command lines with the flag catalogue of the release they run, and
-groups the roles into deployments. Problems SGLang itself would refuse (unknown, removed or
+`read_deployments` reads every file once, asks FORMATS (formats/) which format reads each document, lets
+that format find the server roles, parses their command lines with the flag catalogue of the engine and
+release they run (`get_engine(role's engine)`), and groups the roles into deployments. Problems the
+engine itself would refuse (unknown, removed or
 ambiguous flags, bad values) and malformed files are input errors (exit 2) naming file:line:column;
 values the files leave unknown and leaders that disagree with their workers are findings.
 """
@@ -13,32 +14,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcheck.engines.sglang.catalogue import Catalogue, FlagError, catalogue_versions, load_catalogue
+from kvcheck.engines import get_engine
+from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
-from kvcheck.inputs.deploy.readers import (
-    READERS,
-    SUPPORTED,
-    RoleSource,
-    doc_format,
-    gather_references,
-    merged_doc,
-)
+from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
+from kvcheck.inputs.deploy.formats.base import text_doc
+from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
     PLACEMENT_FLAGS,
     Arg,
-    Env,
     ScriptError,
     ServerCommand,
     Sourced,
     Token,
     config_args,
-    find_server,
     parse_server,
 )
-from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
-from kvcheck.inputs.deploy.slurm import is_batch_script, read_batch_script, slurm_gpus
-from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, parse_documents, read_source
+from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, display_name, parse_documents, read_source
 from kvcheck.model import Finding, Location, Severity
 from kvcheck.policy.registry import finding
 
@@ -48,11 +41,12 @@ _LOOSE = frozenset({"Deployment", "StatefulSet", "Pod", "LeaderWorkerSet"})
 
 @dataclass
 class ImportedRole:
-    """One SGLang server role with its typed arguments, each with the place it was written."""
+    """One server role with its typed arguments, each with the place it was written."""
 
     name: str
     kind: str
     location: Location
+    engine: str  # the registry name of the engine it runs (kvcheck.engines.ENGINES)
     args: dict[str, Arg]  # canonical flag name -> argument (nnodes included; model-path, config excluded)
     catalogue: Catalogue
     version: Sourced
@@ -79,23 +73,32 @@ class ImportedDeployment:
 
 
 def read_deployments(
-    paths: Sequence[str], *, cmd: str | None = None, sglang_version: str | None = None
+    paths: Sequence[str],
+    *,
+    cmd: str | None = None,
+    sglang_version: str | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> list[ImportedDeployment]:
-    """Every deployment the files (and `--cmd`) describe; InputError/ManifestError (exit 2) on bad input."""
+    """Every deployment the files (and `--cmd`) describe; InputError/ManifestError (exit 2) on bad input.
+
+    `texts`: files already read, by path as given (a single input is read once, to tell a manifest from
+    deployment files, and not again).
+    """
     if not paths and not cmd:
         raise InputError("no deployment file given", hint="pass FILE... (- for stdin) or --cmd \"python -m sglang.launch_server ...\"")
     if list(paths).count(STDIN) > 1:
         raise InputError("'-' (stdin) is given more than once")
-    sources = [read_source(p) for p in paths]
+    known = texts or {}
+    sources = [SourceFile(display_name(p), known[p]) if p in known and p != STDIN else read_source(p) for p in paths]
     docs, role_sources = _parse_sources(sources)
     issues: list[InputIssue] = []
     role_sources += _read_docs(docs, issues)
     if cmd is not None:
-        role_sources.append(_command_line_role(cmd))
+        role_sources += COMMAND_LINE.read(text_doc(SourceFile("--cmd", cmd)), FORMATS.gather([]))
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
-        raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {SUPPORTED}")
+        raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version)
     return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
 
@@ -107,15 +110,16 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
     issues: list[InputIssue] = []
     role_sources: list[RoleSource] = []
     for source in sources:
-        if is_batch_script(source.text):
+        whole = FORMATS.detect_file(source)
+        if whole is not None:
             try:
-                role_sources.extend(read_batch_script(source))
+                role_sources.extend(whole.read(text_doc(source), FORMATS.gather([])))
             except ScriptError as exc:
                 issues.append(exc.issue)
             continue
         for doc in parse_documents(source):
             issues.extend(doc.yaml.issues)
-            docs.extend(_list_items(doc))
+            docs.extend(list_items(doc))
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     return docs, role_sources
@@ -123,14 +127,14 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
 
 def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
     """The roles each document declares, read by its format's reader; a reader's error is an issue."""
-    inputs = gather_references(docs)
+    inputs = FORMATS.gather(docs)
     role_sources: list[RoleSource] = []
     for doc in docs:
-        fmt = doc_format(doc)
+        fmt = FORMATS.detect(doc)
         if fmt is None:
             continue
         try:
-            role_sources.extend(READERS[fmt](doc, inputs))
+            role_sources.extend(fmt.read(doc, inputs))
         except ScriptError as exc:
             issues.append(exc.issue)
     return role_sources
@@ -168,19 +172,6 @@ class _Skip(Exception):
     pass
 
 
-def _list_items(doc: Doc) -> list[Doc]:
-    """`kind: List` (kubectl get -o yaml, some kustomize pipelines): each item as a document of its own."""
-    data = doc.data
-    if not (isinstance(data, Mapping) and data.get("kind") == "List" and isinstance(data.get("items"), list)):
-        return [doc]
-    out = []
-    for i in range(len(data["items"])):
-        item = merged_doc(doc, ("items", i), None)
-        if item is not None:
-            out.append(item)
-    return out
-
-
 def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
     kinds = []
     for doc in docs:
@@ -194,78 +185,40 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
         shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
         return f"{names}: no SGLang server in a supported kind; the input holds: {shown}"
     for doc in docs:
-        sweep = _srt_slurm_sweep(doc)
-        if sweep:
-            return (
-                f"{doc.source.name}:{doc.yaml.line}: an srt-slurm sweep file ({sweep}): each variant is a recipe "
-                "only once srtctl has merged it over `base`; write them with `srtctl resolve-override -f "
-                f"{doc.source.name}` and check the files it writes (<file>_<variant>.yaml)"
-            )
+        explained = FORMATS.explain(doc)
+        if explained:
+            return explained
     return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
 
 
-def _srt_slurm_sweep(doc: Doc) -> str:
-    """The variant keys of an srt-slurm sweep file (`base` recipe + `override_*` / `zip_override_*`), else ''."""
-    data = doc.data
-    if not (isinstance(data, Mapping) and isinstance(data.get("base"), Mapping)):
-        return ""
-    base = data["base"]
-    if not (isinstance(base.get("backend"), Mapping) or isinstance(base.get("resources"), Mapping)):
-        return ""
-    variants = [str(k) for k in data if str(k).startswith(("override_", "zip_override_"))]
-    return "`base` + " + (", ".join(f"`{v}`" for v in variants[:3]) + (", ..." if len(variants) > 3 else "")
-                          if variants else "no variants")
-
-
-def _command_line_role(cmd: str) -> RoleSource:
-    """`kvcheck import --cmd "..."`: one role from an SGLang command line as a shell would split it."""
-    source = SourceFile("--cmd", cmd)
-    try:
-        commands = parse_script(cmd, lambda name: None)
-    except ShellSyntaxError as exc:
-        raise InputError(f"--cmd:1:{exc.offset + 1}: {exc}") from exc
-    for command in commands:
-        words = command.words
-        tokens = [Token(w.text, Location("--cmd", 1, w.offset + 1), list(w.unresolved)) for w in words]
-        server = find_server(tokens, Env(), doc=None) if tokens else None
-        if server is not None:
-            from kvcheck.io.yamlpos import Positions, YamlDocument
-
-            doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
-            gpus, gpu = slurm_gpus([(t.text, t.location) for t in server.tokens[: server.start]])
-            return RoleSource(name="server", kind="command line", group="command-line", doc=doc,
-                              location=Location("--cmd", 1, 1), server=server, env=Env(), standalone=True,
-                              gpus_per_node=gpus, gpu=gpu)
-    raise InputError(
-        "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
-        hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
-    )
-
-
 def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue]) -> tuple[Catalogue, Sourced, str | None]:
+    """The flag catalogue of the release the role runs: the one given, else the one the files state, else the
+    engine's newest (with a note saying so)."""
+    engine = get_engine(source.server.engine)
     stated = source.version
     if override is not None and stated is not None and str(stated.value) != override:
         where = stated.location
         issues.append(
             InputIssue(where.file if where else "", where.line if where else None, where.column if where else None, "",
-                       f"the deployment runs SGLang {stated.value} ({stated.origin}), but {override} was given")
+                       f"the deployment runs {engine.label} {stated.value} ({stated.origin}), but {override} was given")
         )
     if override is not None:
         version = Sourced(override, None, "given")
     elif stated is not None:
         version = stated
     else:
-        newest = catalogue_versions()[-1]
+        newest = engine.catalogue_versions()[-1]
         version = Sourced(newest, None, "not in the files")
     try:
-        catalogue, note = load_catalogue(str(version.value))
+        catalogue, note = engine.catalogue(str(version.value))
     except InputError as exc:
         where = version.location or source.location
         issues.append(InputIssue(where.file, where.line, where.column, "", exc.message))
         raise _Skip() from exc
     if version.origin == "not in the files":
+        tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
         note = (
-            f"the files do not name the SGLang release (no lmsysorg/sglang image tag); role '{source.name}' "
+            f"the files do not name the {engine.label} release{tag}; role '{source.name}' "
             f"was read with the flags of {version.value}, the newest release kvcheck knows"
         )
     return catalogue, version, note
@@ -278,18 +231,18 @@ def _build_role(source: RoleSource, override: str | None, issues: list[InputIssu
         return _build_role_args(source, catalogue, version, note, issues)
     finally:
         if version.origin == "not in the files":
-            _name_the_assumed_release(issues, first, str(version.value))
+            _name_the_assumed_release(issues, first, catalogue.label, str(version.value))
 
 
-def _name_the_assumed_release(issues: list[InputIssue], first: int, version: str) -> None:
+def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, version: str) -> None:
     """A flag refused by a catalogue the files never named: say so, since an older release may accept it."""
-    said = f"SGLang {version}"
+    said = f"{label} {version}"
     for i in range(first, len(issues)):
         issue = issues[i]
         if said in issue.message:
             issues[i] = InputIssue(
                 issue.file, issue.line, issue.column, issue.path,
-                f"{issue.message}. The files do not name the SGLang release, so kvcheck read them with the flags "
+                f"{issue.message}. The files do not name the {label} release, so kvcheck read them with the flags "
                 f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
             )
 
@@ -341,6 +294,7 @@ def _build_role_args(
         name=source.name,
         kind=source.kind,
         location=source.location,
+        engine=source.server.engine,
         args=args,
         catalogue=catalogue,
         version=version,

@@ -1,16 +1,14 @@
-"""Imported deployments -> the kvcheck manifest (YAML with a source comment on each value, or JSON),
-and -> the same loaded value `load_manifest` returns, so verify and plan gate deployment files directly.
+"""Imported deployments -> the kvcheck manifest they describe (`ImportedManifest`, which `kvcheck import`
+prints: render.py), and -> the same loaded value `load_manifest` returns, so verify and plan gate
+deployment files directly.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.build import (
@@ -45,12 +43,12 @@ class Overrides:
 # -- one deployment as manifest values, each with its source -------------------------------------------
 
 
-@dataclass
-class Item:
-    """A manifest value and the comment naming where it came from."""
+@dataclass(frozen=True)
+class Stated:
+    """A manifest value and where it came from (file:line:column and how, for the printer's comment)."""
 
     value: Any
-    comment: str | None = None
+    where: str | None = None
 
 
 def _where(sourced: Sourced | None) -> str | None:
@@ -167,98 +165,91 @@ def _sourced_arg(role: ImportedRole, name: str) -> Sourced | None:
     return Sourced(arg.value, arg.location, arg.origin) if arg is not None else None
 
 
-def manifest_items(resolved: Resolved) -> dict[str, Any]:
-    """The manifest as nested dicts of Items (YAML renders the comments, JSON only the values)."""
-    out: dict[str, Any] = {"name": Item(resolved.name, ", ".join(resolved.deployment.sources))}
-    if resolved.context_length is not None:
-        out["context_length"] = Item(resolved.context_length.value, _where(resolved.context_length))
-    model: dict[str, Any] = {}
-    if resolved.model_path is not None and resolved.model_path.value is not None:
-        model["path"] = Item(resolved.model_path.value, _where(resolved.model_path))
-    if resolved.model_config is not None:
-        # absolute: a manifest's model.config is relative to the manifest, wherever it is saved
-        model["config"] = Item(str(Path(str(resolved.model_config.value)).resolve()), _where(resolved.model_config))
-    out["model"] = model
-    out["engine"] = {"version": Item(str(resolved.version.value), _where(resolved.version))}
-    if resolved.gpu is not None:
-        out["gpu"] = Item(resolved.gpu.value, _where(resolved.gpu))
-    roles: dict[str, Any] = {}
+@dataclass(frozen=True)
+class RoleEntry:
+    """One role of an imported manifest: its GPUs and its arguments in the order the files state them."""
+
+    name: str
+    where: str  # the role's place and format: "deploy.yaml:12:9 (LeaderWorkerSet)"
+    gpus: Stated | None  # value: the GPU indexes of one node, [0, 1, ...]
+    gpu: Stated | None  # the role's own GPU type, when the roles run on different ones
+    args: tuple[tuple[str, Stated], ...]  # canonical flag name -> value
+
+
+@dataclass(frozen=True)
+class ImportedManifest:
+    """The kvcheck manifest one deployment describes, each value with where it came from.
+
+    `kvcheck import` prints it (render.py); verify and plan gate the same values.
+    """
+
+    sources: tuple[str, ...]
+    name: Stated
+    context_length: Stated | None
+    model_path: Stated | None
+    model_config: Stated | None  # value: an absolute path (a manifest's model.config is relative to it)
+    version: Stated
+    gpu: Stated | None  # shared by every role
+    roles: tuple[RoleEntry, ...]
+
+    def plain(self) -> dict[str, Any]:
+        """The manifest's values as a kvcheck manifest holds them (what `kvcheck import --format json` prints)."""
+        out: dict[str, Any] = {"name": self.name.value}
+        if self.context_length is not None:
+            out["context_length"] = self.context_length.value
+        model: dict[str, Any] = {}
+        if self.model_path is not None:
+            model["path"] = self.model_path.value
+        if self.model_config is not None:
+            model["config"] = self.model_config.value
+        out["model"] = model
+        out["engine"] = {"version": self.version.value}
+        if self.gpu is not None:
+            out["gpu"] = self.gpu.value
+        roles: dict[str, Any] = {}
+        for role in self.roles:
+            entry: dict[str, Any] = {}
+            if role.gpus is not None:
+                entry["gpus"] = role.gpus.value
+            if role.gpu is not None:
+                entry["gpu"] = role.gpu.value
+            entry["args"] = {name: stated.value for name, stated in role.args}
+            roles[role.name] = entry
+        out["roles"] = roles
+        return out
+
+
+def _stated(sourced: Sourced) -> Stated:
+    return Stated(sourced.value, _where(sourced))
+
+
+def imported_manifest(resolved: Resolved) -> ImportedManifest:
+    """The manifest a resolved deployment describes."""
+    model_path = resolved.model_path
+    config = resolved.model_config
+    roles = []
     for role in resolved.deployment.roles:
-        entry: dict[str, Any] = {}
-        if role.gpus_per_node is not None:
-            entry["gpus"] = Item(list(range(role.gpus_per_node.value)), _where(role.gpus_per_node))
         gpu = resolved.role_gpus.get(role.name)
-        if gpu is not None:
-            entry["gpu"] = Item(gpu.value, _where(gpu))
-        args = {arg.name: Item(arg.value, _where(Sourced(arg.value, arg.location, arg.origin)))
-                for arg in role_args_in_order(role)}
-        entry["args"] = args
-        roles[role.name] = (entry, f"{role.location.render()} ({role.kind})")
-    out["roles"] = roles
-    return out
-
-
-def _plain(tree: Any) -> Any:
-    if isinstance(tree, Item):
-        return tree.value
-    if isinstance(tree, tuple):
-        return _plain(tree[0])
-    if isinstance(tree, dict):
-        return {k: _plain(v) for k, v in tree.items()}
-    return tree
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, str):
-        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip()
-        return text.removesuffix("\n...").removesuffix("...").strip()
-    if isinstance(value, bool) or value is None or isinstance(value, int | float):
-        return json.dumps(value)
-    return json.dumps(value, separators=(", ", ": "))
-
-
-def _render(tree: dict[str, Any], indent: int, lines: list[str]) -> None:
-    pad = "  " * indent
-    for key, node in tree.items():
-        comment = None
-        if isinstance(node, tuple):
-            node, comment = node
-        if isinstance(node, Item):
-            value = json.dumps(node.value) if key == "version" else _scalar(node.value)
-            line = f"{pad}{_key(key)}: {value}"
-            lines.append(line + (f"  # {node.comment}" if node.comment else ""))
-        elif isinstance(node, dict):
-            lines.append(f"{pad}{_key(key)}:" + (f"  # {comment}" if comment else "") + (" {}" if not node else ""))
-            _render(node, indent + 1, lines)
-
-
-def _key(key: str) -> str:
-    return key if _scalar(key) == key else json.dumps(key)
-
-
-def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
-    """YAML manifests, one document per deployment, each value commented with its file:line:column."""
-    docs = []
-    for item in resolved:
-        lines = [f"# kvcheck manifest imported from {', '.join(item.deployment.sources)} (kvcheck import)"]
-        for note in item.notes:
-            lines.append(f"# note: {note}")
-        if item.context_length is None:
-            lines.append("# context_length: not in the files; add the window you advertise (required)")
-        if item.model_path is None or item.model_path.value is None:
-            lines.append("# model.path: not in the files; add it (required)")
-        own = [f for f in findings if f.role in {r.name for r in item.deployment.roles}]
-        for f in own:
-            where = f.location.render() if f.location else ""
-            lines.append(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}")
-        _render(manifest_items(item), 0, lines)
-        docs.append("\n".join(lines) + "\n")
-    return "---\n".join(docs)
-
-
-def render_json(resolved: list[Resolved]) -> str:
-    plain = [_plain(manifest_items(item)) for item in resolved]
-    return json.dumps(plain[0] if len(plain) == 1 else plain, indent=2) + "\n"
+        per_node = role.gpus_per_node
+        roles.append(RoleEntry(
+            name=role.name,
+            where=f"{role.location.render()} ({role.kind})",
+            gpus=Stated(list(range(per_node.value)), _where(per_node)) if per_node is not None else None,
+            gpu=_stated(gpu) if gpu is not None else None,
+            args=tuple((arg.name, _stated(Sourced(arg.value, arg.location, arg.origin)))
+                       for arg in role_args_in_order(role)),
+        ))
+    return ImportedManifest(
+        sources=resolved.deployment.sources,
+        name=Stated(resolved.name, ", ".join(resolved.deployment.sources)),
+        context_length=_stated(resolved.context_length) if resolved.context_length is not None else None,
+        model_path=_stated(model_path) if model_path is not None and model_path.value is not None else None,
+        # absolute: a manifest's model.config is relative to the manifest, wherever it is saved
+        model_config=Stated(str(Path(str(config.value)).resolve()), _where(config)) if config is not None else None,
+        version=Stated(str(resolved.version.value), _where(resolved.version)),
+        gpu=_stated(resolved.gpu) if resolved.gpu is not None else None,
+        roles=tuple(roles),
+    )
 
 
 # -- gating deployment files directly ------------------------------------------------------------------
@@ -280,11 +271,17 @@ class LoadedDeployment(LoadedManifest):
 
 
 def import_deployments(
-    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, one_release: bool = True
+    paths: Sequence[str],
+    overrides: Overrides,
+    *,
+    cmd: str | None = None,
+    one_release: bool = True,
+    texts: Mapping[str, str] | None = None,
 ) -> tuple[list[Resolved], list[Finding]]:
-    """Read the files and apply the overrides; InputError (exit 2) naming every conflict."""
+    """Read the files (those in `texts` are read already) and apply the overrides; InputError (exit 2)
+    naming every conflict."""
     version = str(overrides.sglang_version.value) if overrides.sglang_version else None
-    deployments = read_deployments(paths, cmd=cmd, sglang_version=version)
+    deployments = read_deployments(paths, cmd=cmd, sglang_version=version, texts=texts)
     issues: list[InputIssue] = []
     resolved = [resolve(d, overrides, issues, one_release=one_release) for d in deployments]
     if issues:
@@ -294,10 +291,15 @@ def import_deployments(
 
 
 def load_deployment(
-    paths: Sequence[str], overrides: Overrides, *, cmd: str | None = None, display: str | None = None
+    paths: Sequence[str],
+    overrides: Overrides,
+    *,
+    cmd: str | None = None,
+    display: str | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> LoadedDeployment:
     """Deployment files as the value `load_manifest` returns: RoleTargets whose locations are the files' own."""
-    resolved, _ = import_deployments(paths, overrides, cmd=cmd, one_release=False)
+    resolved, _ = import_deployments(paths, overrides, cmd=cmd, one_release=False, texts=texts)
     issues: list[InputIssue] = []
     targets: list[RoleTarget] = []
     several = len(resolved) > 1
@@ -321,12 +323,9 @@ def load_deployment(
     if issues:
         raise DeploymentFileError(issues, hint="fix the deployment file")
     first = resolved[0]
-    data = _plain(manifest_items(first))
-    data["model"].setdefault("path", "")
-    data.setdefault("context_length", int(first.context_length.value) if first.context_length else 1)
-    manifest = Manifest.model_construct(
-        **{k: v for k, v in data.items() if k in ("name", "context_length")}, launcher=overrides.launcher
-    )
+    # Only what the report states of the whole input: its name and window (every role's own is in its target).
+    window = first.context_length.value if first.context_length is not None else 1
+    manifest = Manifest.model_construct(name=first.name, context_length=window, launcher=overrides.launcher)
     policy = overrides.policy or PolicyConfig()
     source = display or ", ".join(first.deployment.sources)
     notes = tuple(n for item in resolved for n in item.notes)
@@ -383,6 +382,7 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         gpu=str(gpu.value) if gpu is not None else None,
         model_path=model_path,
         model_config=model_config,
+        engine=role.engine,
         location=role.location,
         arg_locations=locations,
     )

@@ -1,30 +1,34 @@
-"""From a container (or a compose service, or a command line) to the SGLang server arguments it runs.
+"""From a container (or a compose service, or a command line) to the engine server arguments it runs.
 
 Kubernetes expands `$(VAR)` in `command`/`args` from the container's `env` before anything runs; a
 shell, when the container starts one (`sh -c SCRIPT`), then expands `$VAR`/`${VAR}` and picks the
-commands. kvcheck does both, in that order, finds the one command that starts an SGLang server
-(`python -m sglang.launch_server`, `sglang serve`, `python -m dynamo.sglang`), parses it with the
-release's flag catalogue, and keeps each value's place in the user's file.
+commands. kvcheck does both, in that order, finds the one command that starts a server of a
+registered engine (each engine recognises its own launch lines, `Engine.launch_index`: SGLang's
+`python -m sglang.launch_server`, `sglang serve`, `python -m dynamo.sglang`), parses it with that
+engine's flag catalogue for the release, and keeps each value's place in the user's file.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kvcheck.engines import ENGINES, get_engine
 from kvcheck.engines.argv import ParsedArgv, ParsedFlag, parse_argv
-from kvcheck.engines.sglang.argv import launch_index
-from kvcheck.engines.sglang.catalogue import Catalogue, Flag, FlagError
+from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_, load_yaml_documents
 from kvcheck.model import Finding, Location
 from kvcheck.policy.registry import finding
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import Engine
 
 _K8S_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -93,12 +97,28 @@ class Arg:
 
 @dataclass
 class ServerCommand:
-    """The SGLang server command one container runs."""
+    """The server command one container runs, and the engine it starts."""
 
     tokens: list[Token]
     start: int  # index of the first server argument
-    wrapper: str  # "sglang" or "dynamo"
+    wrapper: str  # "dynamo" (NVIDIA Dynamo's wrapper, with flags of its own), else the engine's name
     location: Location
+    engine: str  # the registry name of the engine it starts (kvcheck.engines.ENGINES)
+
+
+def registered_engines() -> list[Engine]:
+    """Every engine kvcheck knows, in registry order: a deployment file may launch any of them."""
+    return [get_engine(name) for name in ENGINES]
+
+
+def launch_engine(argv: Sequence[str]) -> tuple[Engine, int] | None:
+    """The engine a command line launches and the index of its first server argument (the first registered
+    engine that recognises the line), else None."""
+    for engine in registered_engines():
+        index = engine.launch_index(argv)
+        if index is not None:
+            return engine, index
+    return None
 
 
 def expand_k8s(text: str, env: Env, used: list[str] | None = None) -> tuple[str, list[str]]:
@@ -197,11 +217,12 @@ def find_server(
     doc: Doc | None,
     script_path: Callable[[int], Path_ | None] | None = None,
 ) -> ServerCommand | None:
-    """The SGLang server command among the tokens: exec form, or one command of a `sh -c` script."""
+    """The server command among the tokens (exec form, or one command of a `sh -c` script), with its engine."""
     argv = [t.text for t in tokens]
-    index = launch_index(argv)
-    if index is not None:
-        return ServerCommand(tokens, index, _wrapper(argv, index), tokens[0].location)
+    launched = launch_engine(argv)
+    if launched is not None:
+        engine, index = launched
+        return ServerCommand(tokens, index, _wrapper(argv, index, engine.name), tokens[0].location, engine.name)
     script_at = shell_script(argv)
     if script_at is None:
         return None
@@ -223,9 +244,10 @@ def find_server(
     for command in commands:
         words = strip_prefixes(command)
         texts = [w.text for w in words]
-        found = launch_index(texts)
-        if found is None:
+        launched = launch_engine(texts)
+        if launched is None:
             continue
+        engine, found = launched
         out: list[Token] = []
         for word in words:
             if word.positional is not None:  # a word after the script: its own token, at its own place
@@ -242,7 +264,8 @@ def find_server(
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
             out.append(Token(text, where, unresolved, via=_via(env, used), why=unset_reasons(env, unresolved)))
-        servers.append(ServerCommand(out, found, _wrapper(texts, found), out[0].location if out else script.location))
+        servers.append(ServerCommand(out, found, _wrapper(texts, found, engine.name),
+                                     out[0].location if out else script.location, engine.name))
     if not servers:
         return None
     first = servers[0]
@@ -262,7 +285,8 @@ def find_server(
         where = other.location
         raise _ScriptError(InputIssue(
             where.file, where.line, where.column, "",
-            f"the script starts an SGLang server with other arguments here than at line {first.location.line}; "
+            f"the script starts an {get_engine(other.engine).label} server with other arguments here than at "
+            f"line {first.location.line}; "
             "kvcheck cannot tell which one runs (a branch, a fallback, a second server): keep one launch "
             "line in the script, or give the role with --cmd or a manifest",
         ))
@@ -291,8 +315,9 @@ class _ScriptError(Exception):
 ScriptError = _ScriptError
 
 
-def _wrapper(argv: list[str], index: int) -> str:
-    return "dynamo" if index >= 1 and argv[index - 1].startswith("dynamo.") else "sglang"
+def _wrapper(argv: Sequence[str], index: int, engine: str) -> str:
+    """NVIDIA Dynamo's wrapper (`python -m dynamo.sglang`) takes flags of its own beside the engine's."""
+    return "dynamo" if index >= 1 and argv[index - 1].startswith("dynamo.") else engine
 
 
 # Flags of `python -m dynamo.sglang` that are Dynamo's own (not SGLang's); left out without a warning.
@@ -365,7 +390,7 @@ def _wrapper_flag(token: Token, catalogue: Catalogue, role: str, findings: list[
             finding(
                 "KV502",
                 role,
-                f"'{token.text.partition('=')[0]}' is not a flag of SGLang {catalogue.version}; "
+                f"'{token.text.partition('=')[0]}' is not a flag of {catalogue.label} {catalogue.version}; "
                 "kvcheck leaves it to the Dynamo wrapper",
                 location=token.location,
             )

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kvcheck.engines import get_engine
-from kvcheck.engines.sglang.catalogue import Catalogue, FlagError
+from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest, RoleSpec
 from kvcheck.io.textfile import read_text_file
@@ -280,11 +280,15 @@ def _resolve_gpu(
 _ArgEntries = dict[str, tuple[Any, Any, tuple[str | int, ...]]]  # field -> (flag, typed value, key path)
 
 
-def load_manifest(path: str | Path, *, display: str | None = None) -> LoadedManifest:
-    """Load, validate and expand a manifest; raises ManifestError with every issue found."""
+def load_manifest(path: str | Path, *, display: str | None = None, text: str | None = None) -> LoadedManifest:
+    """Load, validate and expand a manifest; raises ManifestError with every issue found.
+
+    `text`: the file's text when the caller has read it already (it is not read again).
+    """
     path = Path(path)
     display = display or str(path)
-    text = read_text_file(path, display, kind="manifest file", max_bytes=MAX_MANIFEST_BYTES)
+    if text is None:
+        text = read_text_file(path, display, kind="manifest file", max_bytes=MAX_MANIFEST_BYTES)
     data, positions, issues = load_yaml_with_positions(text, display)
     if data is None:
         raise InputError(f"{display}: the manifest is empty")

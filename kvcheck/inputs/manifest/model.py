@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
 
 from kvcheck.backends.measure.launchers import KubernetesSpec, SlurmSpec
-from kvcheck.engines.sglang.serving import DEFAULT_ENGINE_COMMAND
+from kvcheck.engines import get_engine
+from kvcheck.engines.flags import FlagError, parse_human_readable_int
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
 MAX_TOKENS = 2**31 - 1
@@ -29,8 +30,6 @@ def tokens_value(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("must be a number of tokens")
     if isinstance(value, str):
-        from kvcheck.engines.sglang.catalogue import FlagError, parse_human_readable_int
-
         try:
             return parse_human_readable_int("context_length", value)
         except FlagError:
@@ -67,7 +66,7 @@ class EngineSpec(_Strict):
     name: Literal["sglang"] = Field(default="sglang", description="The serving engine; only sglang for now.")
     version: str = Field(description='The release you deploy, e.g. "0.5.23"; checked against what boots.')
     command: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=list(DEFAULT_ENGINE_COMMAND),
+        default=list(get_engine("sglang").default_command),
         min_length=1,
         description="How to start the engine (argv prefix); kvcheck appends --model-path and the args.",
     )

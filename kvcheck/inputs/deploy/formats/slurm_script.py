@@ -1,7 +1,7 @@
-"""Slurm batch scripts and command lines: `#SBATCH` directives, `srun` prefixes, SGLang launch lines.
+"""Slurm batch scripts and command lines: `#SBATCH` directives, `srun` prefixes, engine launch lines.
 
 A batch script is a shell script: its `#SBATCH` lines state the nodes and the GPUs (`--gres=gpu:h100:8`,
-`--gpus-per-node`), and each `srun ... python -m sglang.launch_server ...` line starts one server role.
+`--gpus-per-node`), and each `srun ... python -m sglang.launch_server ...` line (any registered engine's launch) starts one server role.
 Slurm's own variables are set as Slurm sets them (`SLURM_NNODES`, `SLURM_JOB_NUM_NODES` = `--nodes`);
 per-task ones (`SLURM_NODEID`, `SLURM_PROCID`) differ per node and only feed `--node-rank`, which
 kvcheck does not read.
@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import re
 
-from kvcheck.engines.sglang.argv import launch_index
 from kvcheck.errors import InputIssue
-from kvcheck.inputs.deploy.readers import RoleSource
-from kvcheck.inputs.deploy.server import Env, ScriptError, ServerCommand, Sourced, Token, unset_reasons
+from kvcheck.inputs.deploy.formats.base import Format, Inputs, RoleSource
+from kvcheck.inputs.deploy.server import (
+    Env,
+    ScriptError,
+    ServerCommand,
+    Sourced,
+    Token,
+    launch_engine,
+    unset_reasons,
+)
 from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
 from kvcheck.inputs.deploy.source import Doc, SourceFile
-from kvcheck.io.yamlpos import Positions, YamlDocument
 from kvcheck.model import Location
 
 _SBATCH_RE = re.compile(r"^#SBATCH[ \t]+(.*)$", re.M)
@@ -48,8 +54,9 @@ def _location(source: SourceFile, offset: int) -> Location:
     return Location(source.name, line, offset - (source.text.rfind("\n", 0, offset) + 1) + 1)
 
 
-def read_batch_script(source: SourceFile) -> list[RoleSource]:
-    """One role per SGLang server the script starts, with the job's nodes and GPUs."""
+def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    """One role per engine server the script starts, with the job's nodes and GPUs."""
+    source = doc.source
     directives: list[tuple[str, Location]] = []
     for match in _SBATCH_RE.finditer(source.text):
         where = _location(source, match.start(1))
@@ -70,14 +77,14 @@ def read_batch_script(source: SourceFile) -> list[RoleSource]:
     except ShellSyntaxError as exc:
         where = _location(source, exc.offset)
         raise ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
-    doc = Doc(source, YamlDocument(None, Positions(), [], 1), 0)
     roles: list[RoleSource] = []
     for command in commands:
         words = command.words
         texts = [w.text for w in words]
-        start = launch_index(texts)
-        if start is None:
+        launched = launch_engine(texts)
+        if launched is None:
             continue
+        engine, start = launched
         tokens = [Token(w.text, _location(source, w.offset), list(w.unresolved), why=unset_reasons(env, w.unresolved))
                   for w in words]
         own_gpus, own_gpu = slurm_gpus([(t.text, t.location) for t in tokens[:start]])
@@ -86,8 +93,8 @@ def read_batch_script(source: SourceFile) -> list[RoleSource]:
             found = _NODES_RE.match(token.text)
             if found:
                 own_nodes = Sourced(int(found.group(1)), token.location, "srun --nodes")
-        wrapper = "dynamo" if start >= 1 and texts[start - 1].startswith("dynamo.") else "sglang"
-        server = ServerCommand(tokens, start, wrapper, tokens[0].location)
+        wrapper = "dynamo" if start >= 1 and texts[start - 1].startswith("dynamo.") else engine.name
+        server = ServerCommand(tokens, start, wrapper, tokens[0].location, engine.name)
         mode = next((texts[i + 1] for i, t in enumerate(texts[:-1]) if t == "--disaggregation-mode"), None)
         roles.append(
             RoleSource(
@@ -105,3 +112,12 @@ def read_batch_script(source: SourceFile) -> list[RoleSource]:
             )
         )
     return roles
+
+
+FORMAT = Format(
+    name="Slurm batch script",
+    reads="Slurm batch scripts (#SBATCH + srun)",
+    detect=lambda doc: is_batch_script(doc.source.text),
+    read=read_batch_script,
+    whole_file=True,
+)

@@ -37,6 +37,14 @@ def test_the_checker_runs_as_a_script():
     assert run.stdout.startswith("no import cycle among ")
 
 
+def test_this_checkout_keeps_every_layer_contract():
+    # issue 18's done-when: no module outside kvcheck/engines/sglang/ (and the registry) imports SGLang's
+    run = subprocess.run([sys.executable, "tools/import_graph.py", "--contracts"], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout
+    assert run.stdout.strip().endswith("the layer contracts hold")
+
+
 # -- synthetic trees -----------------------------------------------------------------------------
 
 

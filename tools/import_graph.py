@@ -173,6 +173,7 @@ BOTTOM = (
     f"{PACKAGE}.io",
     f"{PACKAGE}.profiles",
     f"{PACKAGE}.redact",
+    f"{PACKAGE}.scrub",
 )
 ENGINES = f"{PACKAGE}.engines"
 POLICY_RULES = f"{PACKAGE}.policy.rules"

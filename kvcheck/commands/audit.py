@@ -26,9 +26,9 @@ from kvcheck.inputs.fleet import (
     parse_fleet_file,
 )
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
+from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge, with_min_headroom
 from kvcheck.policy.registry import finding
-from kvcheck.policy.rules import PolicyConfig
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcheck.model import Report
+from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge
-from kvcheck.policy.rules import PolicyConfig
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, PolicySpec
 from kvcheck.io.textfile import read_text_file
 from kvcheck.io.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
-from kvcheck.policy.rules import PolicyConfig
+from kvcheck.policy.config import PolicyConfig
 
 MAX_OVERLAY_BYTES = 4 * 1024 * 1024
 

@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from kvcheck.engines import get_engine
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
+from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.registry import finding
-from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
+from kvcheck.policy.rules import evaluate_deployment, evaluate_role
 from kvcheck.redact import manifest_secrets
 
 

@@ -6,15 +6,14 @@ Each rule's documentation lives in its `define_rule` call: docs/rules.md is gene
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines import get_engine
-from kvcheck.model import Finding, PoolMeasurement, RoleTarget, Severity
+from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import define_rule, finding
 
 # The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
@@ -98,33 +97,6 @@ KV205 = define_rule(
     with a wider TP degree or an FP8 KV cache (see `kvcheck plan`), or measure the role under peak
     load before raising it.""",
 )
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """The manifest's policy block: headroom factor, ignored rules, severity overrides."""
-
-    min_headroom: float = 1.0
-    ignore: frozenset[str] = frozenset()
-    severity: Mapping[str, Severity] = field(default_factory=dict)
-
-    def apply(self, findings: Sequence[Finding]) -> list[Finding]:
-        """Drop ignored rules and apply severity overrides."""
-        return self.split(findings)[0]
-
-    def split(self, findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
-        """(kept with severity overrides applied, dropped by `ignore`): reports count what they drop."""
-        out = []
-        dropped = []
-        for item in findings:
-            if item.rule in self.ignore:
-                dropped.append(item)
-                continue
-            override = self.severity.get(item.rule)
-            if override and override != item.severity:
-                item = Finding(item.rule, override, item.role, item.message, item.hint, item.location)
-            out.append(item)
-        return out, dropped
 
 
 def effective_args(target: RoleTarget, measurement: PoolMeasurement | None) -> dict[str, Any]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
+from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge
 from kvcheck.policy.registry import all_rules
-from kvcheck.policy.rules import PolicyConfig, evaluate_deployment, evaluate_role
+from kvcheck.policy.rules import evaluate_deployment, evaluate_role
 
 WINDOW = 1_048_576
 

@@ -22,8 +22,8 @@ from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
 from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, Manifest
 from kvcheck.model import Finding, Location, RoleTarget
+from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.registry import finding
-from kvcheck.policy.rules import PolicyConfig
 
 
 @dataclass(frozen=True)

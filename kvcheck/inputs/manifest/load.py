@@ -17,7 +17,7 @@ from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, 
 from kvcheck.io.textfile import read_text_file
 from kvcheck.io.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
-from kvcheck.policy.rules import PolicyConfig
+from kvcheck.policy.config import PolicyConfig
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 

@@ -16,10 +16,11 @@ import os
 import sys
 import zlib
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any
 
-from kvcheck.engines import get_engine
+from kvcheck.engines import BUILTIN_ENGINES, engine_names, get_engine
 from kvcheck.engines.base import Engine, LogSummary, RankFigures
 from kvcheck.errors import InputError
 from kvcheck.io.streams import BinaryReadable
@@ -40,9 +41,14 @@ _GZIP_MAGIC = b"\x1f\x8b"
 KV309, KV312, KV313, KV316 = "KV309", "KV312", "KV313", "KV316"
 
 
+# The engine whose log is being read: each file's own (`_detect`), the registry's default until one is known.
+_ENGINE: ContextVar[str] = ContextVar("kvcheck_logs_engine", default=get_engine().name)
+DETECT_HEAD_BYTES = 1 << 20  # how much of a log decides which engine wrote it (when several are installed)
+
+
 def _engine() -> Engine:
-    """The engine whose logs `kvcheck logs` reads: the registry's default, which its roles keep too."""
-    return get_engine()
+    """The engine that wrote the log being read: its rules read the figures, and its roles keep its name."""
+    return get_engine(_ENGINE.get())
 
 
 def read_logs(
@@ -62,24 +68,28 @@ def read_logs(
     logs = _read_sglang_logs(paths)
     targets: list[RoleTarget] = []
     measurements: list[PoolMeasurement] = []
-    labels = role_labels([name for name, _ in logs])
-    for name, summary in logs:
-        for target, measurement in log_roles(
-            name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
-        ):
-            targets.append(target)
-            measurements.append(measurement)
+    labels = role_labels([name for name, _, _ in logs])
+    for name, engine, summary in logs:
+        token = _ENGINE.set(engine)
+        try:
+            for target, measurement in log_roles(
+                name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
+            ):
+                targets.append(target)
+                measurements.append(measurement)
+        finally:
+            _ENGINE.reset(token)
     return targets, measurements
 
 
-def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, LogSummary]]:
-    """Each file's summary by display name; every file that is unreadable, repeated or not an SGLang
-    log is reported in one InputError."""
+def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, str, LogSummary]]:
+    """Each file's (display name, engine, summary); every file that is unreadable, repeated or not an
+    engine's log is reported in one InputError."""
     if list(paths).count(STDIN) > 1:
         raise InputError("'-' (stdin) is given more than once")
     seen: set[str] = set()
     problems: list[str] = []
-    logs: list[tuple[str, LogSummary]] = []
+    logs: list[tuple[str, str, LogSummary]] = []
     for path in paths:
         name = STDIN_NAME if path == STDIN else path
         if path != STDIN:
@@ -89,7 +99,7 @@ def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, LogSummary]]:
                 continue
             seen.add(key)
         try:
-            summary = read_log_file(path)
+            engine, summary = read_engine_log(path)
         except InputError as exc:
             problems.append(exc.message)
             continue
@@ -97,7 +107,7 @@ def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, LogSummary]]:
         if problem is not None:
             problems.append(problem)
             continue
-        logs.append((name, summary))
+        logs.append((name, engine, summary))
     if problems:
         raise InputError(
             "\n".join(problems),
@@ -120,6 +130,11 @@ def _not_an_sglang_log(name: str, summary: LogSummary) -> str | None:
 
 def read_log_file(path: str) -> LogSummary:
     """Summarise one log (`-` for stdin; gzip-compressed files are read through); InputError if unreadable."""
+    return read_engine_log(path)[1]
+
+
+def read_engine_log(path: str) -> tuple[str, LogSummary]:
+    """(the engine that wrote it, its summary) for one log, `-` for stdin; InputError if unreadable."""
     name = STDIN_NAME if path == STDIN else path
     try:
         if path == STDIN:
@@ -147,14 +162,51 @@ def read_log_file(path: str) -> LogSummary:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _summarise(stream: IO[bytes], name: str) -> LogSummary:
+def _summarise(stream: IO[bytes], name: str) -> tuple[str, LogSummary]:
     head = _peek(stream)
     source: BinaryReadable = stream
     if head.startswith(_GZIP_MAGIC):
         source = gzip.GzipFile(fileobj=stream, mode="rb")
-    reader = _engine().log_reader()
+    engine, source = _detect(source)
+    reader = get_engine(engine).log_reader()
     reader.read_stream(source)
-    return reader.summary()
+    return engine, reader.summary()
+
+
+def _detect(source: BinaryReadable) -> tuple[str, BinaryReadable]:
+    """Which installed engine wrote the log, from its first DETECT_HEAD_BYTES; the stream, unconsumed.
+
+    The first engine (built-in ones first) whose reader recognises a startup line in the head wins; with
+    one engine installed nothing is read ahead. None recognising it leaves the default engine, whose
+    reader then says what it lacks.
+    """
+    names = engine_names()
+    default = get_engine().name
+    if names == [default]:
+        return default, source
+    head = b""
+    while len(head) < DETECT_HEAD_BYTES and (chunk := source.read(DETECT_HEAD_BYTES - len(head))):
+        head += chunk
+    for name in sorted(names, key=lambda n: (n not in BUILTIN_ENGINES, n)):
+        reader = get_engine(name).log_reader()
+        reader.feed_many(head.splitlines())
+        if reader.summary().recognised:
+            return name, _Prefixed(head, source)
+    return default, _Prefixed(head, source)
+
+
+class _Prefixed:
+    """A stream that first gives back the bytes read ahead of it (a BinaryReadable)."""
+
+    def __init__(self, head: bytes, rest: BinaryReadable) -> None:
+        self._head = head
+        self._rest = rest
+
+    def read(self, size: int, /) -> bytes:
+        if self._head:
+            taken, self._head = self._head[:size], self._head[size:]
+            return taken
+        return self._rest.read(size)
 
 
 def _peek(stream: IO[bytes]) -> bytes:
@@ -337,6 +389,7 @@ def _role(
         argv_args=_argv_args(argv),
         model_path=_text(args.get("model_path")),
         engine_command=_launcher(argv),
+        engine=_engine().name,
         location=location,
         arg_locations=arg_locations,
     )

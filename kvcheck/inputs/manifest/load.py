@@ -438,7 +438,7 @@ def _role_target(
     config_path = _model_file(manifest.model.config, "config", path, display, positions, issues, first_role)
     draft_path = _model_file(manifest.model.draft_config, "draft_config", path, display, positions, issues, first_role)
     model_path = _relative_to_manifest(manifest.model.path, path.parent)
-    command = list(manifest.engine.command)
+    command = list(manifest.engine.command or get_engine(manifest.engine.name).default_command)
     if "/" in command[0]:
         command[0] = _relative_to_manifest(command[0], path.parent)
     return RoleTarget(

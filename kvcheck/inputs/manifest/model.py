@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
@@ -63,14 +64,30 @@ class ModelSpec(_Strict):
 class EngineSpec(_Strict):
     """Which engine, which release, and how to start it."""
 
-    name: Literal["sglang"] = Field(default="sglang", description="The serving engine; only sglang for now.")
+    name: str = Field(
+        default="sglang",
+        description="The serving engine: sglang, or an engine installed under the kvcheck.engines entry points.",
+    )
     version: str = Field(description='The release you deploy, e.g. "0.5.23"; checked against what boots.')
-    command: list[Annotated[str, Field(min_length=1)]] = Field(
-        default=list(get_engine("sglang").default_command),
+    command: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None,
         min_length=1,
-        description="How to start the engine (argv prefix); kvcheck appends --model-path and the args.",
+        description="How to start the engine (argv prefix); kvcheck appends the model and the args. "
+        f"Default: the engine's own ({' '.join(get_engine('sglang').default_command)} for sglang).",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every role.")
+
+    @field_validator("name")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        from kvcheck.engines import engine_names
+
+        known = engine_names()
+        if value not in known:
+            close = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ValueError(f"unknown engine '{value}'{hint}; kvcheck knows: {', '.join(known)}")
+        return value
 
     @field_validator("version", mode="before")
     @classmethod

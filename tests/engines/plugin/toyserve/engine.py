@@ -152,7 +152,8 @@ class ToyClient:
             raise EndpointError(f"{self.url}/toyserve/info: not a ToyServe server (HTTP {answer.status_code})")
         return ServerInfo(
             url=self.url, version=str(payload["version"]), max_total_num_tokens=int(payload["pool_tokens"]),
-            max_req_input_len=None, dp_token_capacities=(), swa_token_capacities=(),
+            max_req_input_len=min(int(payload["pool_tokens"]), int(payload["context_len"])) - 1,
+            dp_token_capacities=(), swa_token_capacities=(),
             context_length_arg=None, served_context_len=int(payload["context_len"]),
             resolved_args={"port": payload["port"], "model_path": payload["model"],
                            "role": payload["role"]},

@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -21,6 +21,9 @@ from kvcheck.model import ExitCode, Report
 from kvcheck.redact import environment_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
 from kvcheck.report.outputs import report_files_option, write_report_files
+
+if TYPE_CHECKING:
+    from kvcheck.inputs.deploy.manifest import Overrides
 
 
 class FiniteFloat(click.FloatRange):
@@ -206,7 +209,8 @@ def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _overrides(gpu, context_length, model_config, sglang_version):
+def _overrides(gpu: str | None, context_length: int | None, model_config: Path | None,
+    sglang_version: str | None) -> Overrides | None:
     """What deployment files lack, from the command line (None when nothing was given)."""
     if not any((gpu, context_length, model_config, sglang_version)):
         return None
@@ -274,8 +278,10 @@ def main() -> None:
 )
 @profiles_option
 @report_options
-def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights, launcher, dry_run, fmt, output,
-           strict, gpu=None, context_length=None, model_config=None, sglang_version=None):
+def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s: float,
+    logs_dir: Path | None, no_gpu_check: bool, dummy_weights: bool, launcher: str | None, dry_run: bool,
+    fmt: str, output: Path | None, strict: bool, gpu: str | None = None, context_length: int | None = None,
+    model_config: Path | None = None, sglang_version: str | None = None) -> None:
     """Check every role of a manifest or of deployment files (FILE..., - for stdin): each KV pool
     must hold the advertised context window."""
     from kvcheck.commands import verify as command
@@ -320,7 +326,8 @@ def verify(files, mode, roles, timeout_s, logs_dir, no_gpu_check, dummy_weights,
     help="Each pool must hold this many times the window.",
 )
 @report_options
-def logs(files, context_length, min_headroom, fmt, output, strict):
+def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float, fmt: str,
+    output: Path | None, strict: bool) -> None:
     """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
     from kvcheck.commands import logs as command
 
@@ -336,8 +343,9 @@ def logs(files, context_length, min_headroom, fmt, output, strict):
 @click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
 @profiles_option
 @report_options
-def plan(files, roles, fmt, output, strict, gpu=None, context_length=None, model_config=None,
-         sglang_version=None):
+def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path | None, strict: bool,
+    gpu: str | None = None, context_length: int | None = None, model_config: Path | None = None,
+    sglang_version: str | None = None) -> None:
     """For each role: the largest context that fits and the settings that would hold the window."""
     from kvcheck.commands.plan import PlanOptions, run_plan
 
@@ -347,7 +355,7 @@ def plan(files, roles, fmt, output, strict, gpu=None, context_length=None, model
 
 
 @main.command()
-def schema():
+def schema() -> None:
     """Print the manifest's JSON Schema (for editors' YAML language servers and CI linters)."""
     from kvcheck.inputs.manifest.model import json_schema
 
@@ -356,7 +364,7 @@ def schema():
 
 @main.command()
 @click.argument("code", required=False)
-def rules(code):
+def rules(code: str | None) -> None:
     """List every rule code with its severity, or explain one (kvcheck rules KV101)."""
     from kvcheck.policy.registry import all_rules
 
@@ -408,8 +416,10 @@ def rules(code):
 @click.option("--token-env", metavar="VAR",
               help="Name of an environment variable holding a bearer token (never printed).")
 @report_options
-def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeout_s, retries, concurrency,
-          ca_bundle, insecure, token_env, fmt, output, strict):
+def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_headroom: float | None,
+    manifest: Any, endpoints: tuple[str, ...], timeout_s: float, retries: int, concurrency: int,
+    ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
+    strict: bool) -> None:
     """Ask running SGLang servers (URL... or --fleet) for their pool and check it."""
     from kvcheck.commands.audit import AuditOptions
     from kvcheck.commands.audit import audit as run_audit
@@ -471,9 +481,12 @@ def audit(urls, fleet, context_length, min_headroom, manifest, endpoints, timeou
 @click.option("--token-env", metavar="VAR",
               help="Name of an environment variable holding a bearer token (never printed).")
 @report_options
-def probe(url, context_length, pool_tokens, max_upload_mib, max_requests, concurrency, rate_per_s, max_duration_s,
-          request_timeout_s, tenants, rounds, token_id, max_new_tokens, text_prompts, openai, stream, model,
-          seed, dry_run, ca_bundle, insecure, token_env, fmt, output, strict):
+def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upload_mib: int,
+    max_requests: int, concurrency: int, rate_per_s: float, max_duration_s: float,
+    request_timeout_s: float, tenants: int, rounds: int, token_id: int, max_new_tokens: int,
+    text_prompts: bool, openai: bool, stream: bool, model: str | None, seed: int | None, dry_run: bool,
+    ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
+    strict: bool) -> None:
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
     from kvcheck.commands.probe import plan_probe, run_probe
     from kvcheck.probe.options import ProbeOptions
@@ -497,7 +510,7 @@ def probe(url, context_length, pool_tokens, max_upload_mib, max_requests, concur
         except OSError as exc:
             raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
 
-    def progress(result, done, total) -> None:  # plain lines: a terminal and a CI log alike
+    def progress(result: Any, done: int, total: int) -> None:  # plain lines: a terminal and a CI log alike
         _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
 
     def action() -> int:
@@ -519,7 +532,8 @@ def probe(url, context_length, pool_tokens, max_upload_mib, max_requests, concur
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
 @_deployment_options
-def import_(files, cmd, fmt, gpu, context_length, model_config, sglang_version):
+def import_(files: tuple[str, ...], cmd: str | None, fmt: str, gpu: str | None, context_length: int | None,
+    model_config: Path | None, sglang_version: str | None) -> None:
     """Print the kvcheck manifest that deployment files (FILE..., - for stdin) or --cmd describe."""
     from kvcheck.commands.import_ import ImportOptions, run_import
 
@@ -544,7 +558,8 @@ def import_(files, cmd, fmt, gpu, context_length, model_config, sglang_version):
 @click.option("--run-id", help="Delete only this run's objects (the report's details.kubernetes.run_id).")
 @click.option("--grace", "grace_s", type=FiniteFloat(min=0, max=DAY_S), default=15.0, show_default=True,
               help="Seconds each engine gets to stop before it is killed.")
-def cleanup(namespace, kube_context, kubeconfig, run_id, grace_s):
+def cleanup(namespace: str | None, kube_context: str | None, kubeconfig: str | None, run_id: str | None,
+    grace_s: float) -> None:
     """Delete the Kubernetes Jobs and LeaderWorkerSets that killed kvcheck runs left (by label)."""
     from kvcheck.commands.cleanup import CleanupOptions, run_cleanup
 

@@ -393,7 +393,7 @@ class Answer:
 
     @property
     def content_type(self) -> str:
-        return self.headers.get("content-type", "")
+        return str(self.headers.get("content-type", ""))
 
     @property
     def is_redirect(self) -> bool:

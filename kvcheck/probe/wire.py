@@ -224,11 +224,11 @@ def _error_message(payload: Any) -> str | None:
         return None
     error = payload.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+        return str(error["message"])
     if isinstance(error, str):
         return error
     if payload.get("object") == "error" and isinstance(payload.get("message"), str):
-        return payload["message"]
+        return str(payload["message"])
     detail = payload.get("detail")
     if isinstance(detail, str) and "meta_info" not in payload:
         return detail

@@ -90,7 +90,8 @@ def one_line(text: str) -> str:
 def printable_report(report: Report) -> Report:
     """The report with printable() applied to every string it holds (untrusted text reaches every field:
     role names from files, versions and messages from servers, quoted engine lines)."""
-    return _printable(report)
+    printed: Report = _printable(report)
+    return printed
 
 
 def _printable(value: Any) -> Any:

@@ -48,7 +48,7 @@ def free_port() -> int:
         while True:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind((LOOPBACK, 0))
-                port = sock.getsockname()[1]
+                port = int(sock.getsockname()[1])
             if port not in _ports_handed_out:
                 _ports_handed_out.add(port)
                 return port

@@ -25,7 +25,8 @@ def _unwrap_json(line: str) -> str:
     except ValueError:
         return line
     if isinstance(record, dict) and isinstance(record.get("log"), str):
-        return record["log"].rstrip("\r\n")
+        text: str = record["log"]
+        return text.rstrip("\r\n")
     return line
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from itertools import groupby
 from typing import Any
@@ -75,6 +75,9 @@ from kvcheck.engines.sglang.logs.values import (
 )
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.io.streams import BinaryReadable
+
+# a line handler: (the line's rank tag, its message) -> its events, or a false value when it is not that line
+_Handler = Callable[[RankTag | None, str], 'list[LogEvent] | None']
 
 # ---------------------------------------------------------------------------------------------------
 
@@ -181,7 +184,7 @@ class LogReader:
         self._plain_start: int | None = None
         self._templates: set[bytes] = set()
         self._odd_re = EVERY_LINE_RE
-        self._handlers = {key: getattr(self, method) for key, method in HANDLERS.items()}
+        self._handlers: dict[str, _Handler] = {key: getattr(self, method) for key, method in HANDLERS.items()}
 
     # -- public ------------------------------------------------------------------------------------
 

@@ -91,7 +91,9 @@ def text_config_of(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _quant_from(config: Mapping[str, Any], text: Mapping[str, Any], hf_quant: Mapping[str, Any] | None):
+def _quant_from(
+    config: Mapping[str, Any], text: Mapping[str, Any], hf_quant: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """One quantization mapping: hf_quant_config.json's `quantization` wins over `quantization_config`."""
     if hf_quant:
         section = hf_quant.get("quantization", hf_quant)

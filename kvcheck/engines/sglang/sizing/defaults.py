@@ -807,5 +807,5 @@ def vlm_factor(vision: Mapping[str, Any]) -> float:
     layers = vision.get("num_hidden_layers", 24)
     hidden = vision.get("hidden_size", 1024)
     ratio = layers * hidden**2 / (24 * 1024**2)
-    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return float(0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0))))
 

@@ -219,7 +219,9 @@ def _msa_cell(
     return cell, 0.0, parts
 
 
-def _dsv4_plan(shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env) -> dsv4.Dsv4Plan:
+def _dsv4_plan(
+    shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env: Mapping[str, str]
+) -> dsv4.Dsv4Plan:
     dsv4.check_env(env)
     if args.get("enable_hisparse") or args.get("enable_encoder_swa_bounded_replay"):
         raise EstimateError("DeepSeek-V4 with HiSparse or encoder SWA replay is not priced by the estimate model")
@@ -251,7 +253,9 @@ def _ranks_on_node(res: Resolved, nnodes: int) -> int:
     return max(1, min(GPUS_PER_NODE, math.ceil(world / max(1, nnodes))))
 
 
-def _draft(target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Resolved, par: Parallel, offline):
+def _draft(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Resolved, par: Parallel, offline: bool | None
+) -> tuple[int, float, list[str]]:
     """(draft layers priced into the cell, draft weight bytes per rank, notes)."""
     algo = res.speculative
     if algo is None or algo == "NGRAM":
@@ -380,7 +384,9 @@ def _dsv4_weights(model: _Model, par: Parallel) -> tuple[list[float], str, list[
     return stages, "config", [note]
 
 
-def _mamba_carve(shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges: list[range], args, par: Parallel):
+def _mamba_carve(
+    shape: ModelShape, res: Resolved, rest_gib: float, stage_ranges: list[range], args: Mapping[str, Any], par: Parallel
+) -> tuple[float, dict[str, Any]]:
     """Mamba/GDN state taken from the budget first (kv_cache_configurator._handle_max_mamba_cache)."""
     m = shape.mamba
     assert m is not None

@@ -389,7 +389,7 @@ def _dsa_skips_topk(text: Mapping[str, Any], layer_id: int) -> bool:
     freq = text.get("index_topk_freq") or 1
     offset = text.get("index_skip_topk_offset")
     if offset is not None:
-        return max(layer_id - offset + 1, 0) % freq != 0
+        return bool(max(layer_id - offset + 1, 0) % freq != 0)
     return layer_id % freq != 0 if freq > 1 else False
 
 

@@ -122,7 +122,8 @@ class KubeApi:
     def _json(self, what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         response = self._call(what, method, *args, **kwargs)
         try:
-            return json.loads(response.data or b"{}")
+            decoded: dict[str, Any] = json.loads(response.data or b"{}")
+            return decoded
         except ValueError as exc:
             raise KubeError(f"{what}: the API server's answer is not JSON") from exc
 

@@ -287,7 +287,8 @@ class KubernetesEngine(RunningEngine):
     def _container_status(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             if status.get("name") == self.rendered.container:
-                return status
+                found: dict[str, Any] = status
+                return found
         return None
 
     def _judge_pod(self, pod: dict[str, Any]) -> bool:

@@ -95,3 +95,18 @@ def test_a_long_manifest_value_does_not_stall_the_report(tmp_path, kvcheck) -> N
     result = kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert time.monotonic() - started < 60
+
+
+def test_a_model_path_too_long_for_the_file_system_is_read_as_a_name_not_a_crash(tmp_path, kvcheck) -> None:
+    # os.stat raised ENAMETOOLONG while kvcheck looked for the path beside the manifest: exit 4
+    from tests.conftest import EXAMPLES
+
+    example = EXAMPLES / "single-server"
+    (tmp_path / "llama-3.1-8b-instruct.config.json").write_bytes(
+        (example / "llama-3.1-8b-instruct.config.json").read_bytes())
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text((example / "manifest.yaml").read_text(encoding="utf-8").replace(
+        "path: meta-llama/Llama-3.1-8B-Instruct", "path: " + "a-" * 5_000), encoding="utf-8")
+    result = kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert "internal error" not in result.stderr

@@ -174,9 +174,17 @@ def _relative_to_manifest(value: str, folder: Path) -> str:
     if value.startswith(("/", "~")) or "://" in value:
         return value
     candidate = folder / value
-    if value.startswith(("./", "../")) or candidate.exists():
+    if value.startswith(("./", "../")) or _exists(candidate):
         return str(candidate.resolve())
     return value
+
+
+def _exists(path: Path) -> bool:
+    """Whether a path names something; a name the file system cannot hold (too long, a NUL) names nothing."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _parallel_gpus(args: Mapping[str, Any]) -> int:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import errno
 import gzip
+import math
 import os
 import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import IO, Any
 
 from kvcheck.engines import BUILTIN_ENGINES, engine_names, get_engine
@@ -340,6 +342,8 @@ def _role(
             )
         )
     unusable = _unusable_reasons(summary, chosen) if chosen is not None else []
+    if unusable and _bound_falls_short(summary, chosen, pool_tokens, window, min_headroom):
+        unusable = []  # an upper bound below the window: the real pool is smaller still, KV101 judges it
     if unusable:
         findings.append(
             finding(
@@ -396,7 +400,8 @@ def _role(
     measurement = PoolMeasurement(
         role=role,
         source="log",
-        pool_tokens=pool_tokens,
+        # a figure that is not a serving pool (KV316) is evidence, never judged: one figure, one verdict
+        pool_tokens=None if unusable else pool_tokens,
         max_input_tokens=max_input,
         context_len=engine_ctx,
         engine_version=summary.version,
@@ -406,6 +411,17 @@ def _role(
         findings=tuple(findings),
     )
     return target, measurement
+
+
+def _bound_falls_short(
+    summary: LogSummary, chosen: RankFigures | None, pool_tokens: int | None, window: int | None, min_headroom: float
+) -> bool:
+    """True when the figure is only an upper bound of a pool that boot went on to serve, and already below
+    what the window needs: the served pool can only be smaller, so the role is known to fall short."""
+    if chosen is None or pool_tokens is None or window is None or summary.failure:
+        return False
+    required = math.ceil(Fraction(str(min_headroom)) * window)  # as RoleTarget.required_tokens
+    return chosen.figure_source == "upper_bound" and pool_tokens < required
 
 
 def _unusable_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:

@@ -162,6 +162,27 @@ def test_an_engine_that_failed_after_sizing_its_pool_is_not_checked(tmp_path):
     assert run_kvcheck("logs", path, "--context-length", "131072").exit_code == 3
 
 
+def test_one_figure_gets_one_verdict(tmp_path):
+    # KV316 said "not a serving pool" and KV101 then judged the same figure short of the window
+    crashed = write(tmp_path, "crashed.log", (
+        "[2026-01-05 10:00:33] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 90000, "
+        "K size: 2.75 GB, V size: 2.75 GB\n"
+        "[2026-01-05 10:00:40] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"))
+    result = run_kvcheck("logs", crashed, "--context-length", "131072", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, [f["rule"] for f in report["findings"]]) == (3, ["KV316"])
+    assert report["roles"][0]["pool_tokens"] is None and report["roles"][0]["details"]["figure_source"] == "allocation"
+    # an upper bound already below the window: the served pool is smaller still, so it is known to fall short
+    bound = write(tmp_path, "bound.log", (
+        "[2026-01-05 10:00:33] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 65536, "
+        "K size: 2.00 GB, V size: 2.00 GB\n"))
+    result = run_kvcheck("logs", bound, "--context-length", "131072", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, [f["rule"] for f in report["findings"]]) == (1, ["KV312", "KV101"])  # warning, error
+    assert report["roles"][0]["pool_tokens"] == 65536
+
+
 def test_a_log_without_any_pool_figure_is_an_error_quoting_the_engines_failure(tmp_path):
     text = (
         "[2026-01-05 10:00:01] server_args={'model_path': 'm', 'context_length': 131072}\n"

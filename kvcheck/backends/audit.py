@@ -296,6 +296,7 @@ def _audited(
     if manifest_target is not None:
         findings.extend(_manifest_drift(manifest_target, info, engine))
         findings.extend(_other_model(manifest_target, info))
+        findings.extend(_other_role(manifest_target, info, engine))
     details = {
         "url": info.url,
         "role": endpoint.role,
@@ -405,6 +406,26 @@ def _manifest_drift(target: RoleTarget, info: ServerInfo, engine: Engine) -> lis
             f"{info.url} runs other settings than the manifest declares: {shown}",
             hint="redeploy the server from the manifest, or update the manifest to what runs",
             location=target.arg_location(first_key) if first_key else target.location,
+        )
+    ]
+
+
+def _other_role(target: RoleTarget, info: ServerInfo, engine: Engine) -> list[Finding]:
+    """KV311: a prefill or decode role's endpoint answers as another role, or as a plain server."""
+    declared = engine.role_mode(target.args)
+    if declared is None or not info.resolved_args:  # a server that states no arguments states no role
+        return []
+    served = engine.role_mode(info.resolved_args)
+    if served == declared:
+        return []
+    return [
+        finding(
+            "KV311",
+            target.name,
+            f"{info.url} serves as {served or 'a plain server (no disaggregation mode)'}, "
+            f"not as the manifest's {declared} role",
+            hint="point --endpoint at this role's server, or update the manifest's role",
+            location=target.location,
         )
     ]
 

@@ -40,12 +40,14 @@ KV308 = define_rule(
 KV311 = define_rule(
     "KV311",
     "error",
-    "a live server serves another model than the manifest declares",
+    "a live server serves another model or role than the manifest declares",
     """With --manifest, each audited server is judged as the manifest's role, and its pool was
     sized for the manifest's model. A server whose `model_path` (or `served_model_name`) names
     another model is another deployment: its pool says nothing about the manifest's model, and a
     pass would vouch for the wrong thing. Names match when they are equal or end in the same
     repository or folder name (`zai-org/GLM-5-FP8` and `/models/GLM-5-FP8`). A server that states
-    no model name is not compared. Fix: point --endpoint at the role's real server, or update the
-    manifest's model.""",
+    no model name is not compared. The same holds for a prefill or decode role whose endpoint
+    answers as another role or as a plain server (`disaggregation_mode: null`): its pool and limits
+    are not the role's. Fix: point --endpoint at the role's real server, or update the manifest's
+    model or role.""",
 )

@@ -406,6 +406,27 @@ def test_manifest_mode_prefill_decode_limits_differ(serve, tmp_path):
     assert report.exit_code == 0
 
 
+def test_a_role_whose_endpoint_answers_as_a_plain_server_is_an_error(serve, tmp_path):
+    # it only warned (KV308) and the role could pass: its pool and limits are not the prefill role's
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(MANIFEST)
+    plain = serve(sglang_routes(pd_payload("null", 300000, 262138), served_context=262144))
+    swapped = serve(sglang_routes(pd_payload("prefill", 300000, 262138), served_context=262144))
+    report = run_audit(
+        AuditOptions(manifest=manifest, endpoints=(f"prefill={plain.url}", f"decode={swapped.url}"),
+                     min_headroom=1.0, timeout_s=2, retries=0)
+    )
+    errors = [(f.rule, f.role, f.message) for f in report.findings if f.severity == "error"]
+    assert errors == [
+        ("KV311", "prefill", f"{plain.url} serves as a plain server (no disaggregation mode), not as the "
+                             "manifest's prefill role"),
+        ("KV311", "decode", f"{swapped.url} serves as prefill, not as the manifest's decode role"),
+    ]
+    # as for another model (KV311): the wrong server was asked, so the role could not be checked (exit 3)
+    assert [(r.name, r.status) for r in report.roles] == [("prefill", "error"), ("decode", "error")]
+    assert report.exit_code == 3
+
+
 def test_manifest_version_drift(serve, tmp_path):
     manifest = tmp_path / "deploy.yaml"
     manifest.write_text(MANIFEST)

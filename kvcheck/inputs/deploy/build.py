@@ -57,6 +57,7 @@ class ImportedRole:
     gpu: Sourced | None
     findings: list[Finding] = field(default_factory=list)
     catalogue_note: str | None = None
+    env: dict[str, Sourced] = field(default_factory=dict)  # the container's own environment (env, envFrom)
 
 
 @dataclass
@@ -305,6 +306,12 @@ def _build_role_args(
         gpu=source.gpu,
         findings=findings,
         catalogue_note=note,
+        env={
+            **source.env.own(),
+            # `export VAR=1` / `VAR=1 exec python -m ...` in the container's script reach the engine too
+            **{name: Sourced(value, source.server.location, "the script's environment")
+               for name, value in source.server.environment.items()},
+        },
     )
 
 

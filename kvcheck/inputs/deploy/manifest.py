@@ -24,6 +24,7 @@ from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, Manifest
 from kvcheck.model import Finding, Location, RoleTarget
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.registry import finding
+from kvcheck.redact import is_secret_name
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class RoleEntry:
     gpus: Stated | None  # value: the GPU indexes of one node, [0, 1, ...]
     gpu: Stated | None  # the role's own GPU type, when the roles run on different ones
     args: tuple[tuple[str, Stated], ...]  # canonical flag name -> value
+    env: tuple[tuple[str, Stated], ...] = ()  # the container's own variables (secret-named ones left out)
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,8 @@ class ImportedManifest:
             if role.gpu is not None:
                 entry["gpu"] = role.gpu.value
             entry["args"] = {name: stated.value for name, stated in role.args}
+            if role.env:
+                entry["env"] = {name: stated.value for name, stated in role.env}
             roles[role.name] = entry
         out["roles"] = roles
         return out
@@ -238,6 +242,9 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
             gpu=_stated(gpu) if gpu is not None else None,
             args=tuple((arg.name, _stated(Sourced(arg.value, arg.location, arg.origin)))
                        for arg in role_args_in_order(role)),
+            # a secret's value is never written into a file meant to be committed (verify still passes it on)
+            env=tuple((name, _stated(Sourced(str(value.value), value.location, value.origin)))
+                      for name, value in role.env.items() if not is_secret_name(name)),
         ))
     return ImportedManifest(
         sources=resolved.deployment.sources,
@@ -383,6 +390,8 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         model_path=model_path,
         model_config=model_config,
         engine=role.engine,
+        # the pod's own environment is part of its production arguments (SGLANG_* switches change sizing)
+        env={name: str(value.value) for name, value in role.env.items()},
         location=role.location,
         arg_locations=locations,
     )

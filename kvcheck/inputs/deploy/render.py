@@ -41,6 +41,8 @@ def _tree(manifest: ImportedManifest) -> dict[str, _Node]:
         if role.gpu is not None:
             entry["gpu"] = role.gpu
         entry["args"] = (dict(role.args), None)
+        if role.env:
+            entry["env"] = (dict(role.env), None)
         roles[role.name] = (entry, role.where)
     out["roles"] = (roles, None)
     return out

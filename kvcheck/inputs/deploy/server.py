@@ -74,13 +74,18 @@ class Env:
 
     values: dict[str, Sourced] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)  # name -> why its value is not in the files
+    injected: dict[str, Sourced] = field(default_factory=dict)  # what the operator sets, not the container
 
     def lookup(self, name: str) -> str | None:
         found = self.values.get(name)
         return None if found is None else str(found.value)
 
     def with_values(self, extra: Mapping[str, Sourced]) -> Env:
-        return Env({**extra, **self.values}, dict(self.unknown))
+        return Env({**extra, **self.values}, dict(self.unknown), {**extra, **self.injected})
+
+    def own(self) -> dict[str, Sourced]:
+        """The variables the container itself sets (env, envFrom): the engine's production environment."""
+        return {name: value for name, value in self.values.items() if self.injected.get(name) is not value}
 
 
 @dataclass
@@ -104,6 +109,7 @@ class ServerCommand:
     wrapper: str  # "dynamo" (NVIDIA Dynamo's wrapper, with flags of its own), else the engine's name
     location: Location
     engine: str  # the registry name of the engine it starts (kvcheck.engines.ENGINES)
+    environment: dict[str, str] = field(default_factory=dict)  # what its script exports to it (VAR=1 exec ...)
 
 
 def registered_engines() -> list[Engine]:
@@ -146,7 +152,7 @@ def container_env(
     config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]],
 ) -> Env:
     """The container's variables: operator-injected first, then envFrom ConfigMaps, then env in order."""
-    env = Env(dict(injected))
+    env = Env(dict(injected), injected=dict(injected))
     for i, source in enumerate(container.get("envFrom") or []):
         if not isinstance(source, Mapping):
             continue
@@ -265,7 +271,8 @@ def find_server(
             ]
             out.append(Token(text, where, unresolved, via=_via(env, used), why=unset_reasons(env, unresolved)))
         servers.append(ServerCommand(out, found, _wrapper(texts, found, engine.name),
-                                     out[0].location if out else script.location, engine.name))
+                                     out[0].location if out else script.location, engine.name,
+                                     dict(command.environment)))
     if not servers:
         return None
     first = servers[0]

@@ -57,6 +57,7 @@ class Command:
 
     assignments: dict[str, Word]
     words: list[Word]
+    environment: dict[str, str] = field(default_factory=dict)  # what the script exported, plus the prefixes
 
     @property
     def argv(self) -> list[str]:
@@ -99,6 +100,7 @@ class _Reader:
         self.text, self.origin = _strip_continuations(script)
         self.lookup = lookup
         self.variables = variables  # assignments made by the script itself
+        self.exported: dict[str, str] = {}  # the variables the script exports to the commands it runs
         self.arrays: dict[str, list[Word]] = {}  # bash arrays the script assigns
         self.positional = positional  # $1..$N when the argv after the script is known, else None
         self.used: list[str] = []  # variables expanded, in order
@@ -237,15 +239,20 @@ class _Reader:
             assignments[name] = Word(value, rest[0].offset + len(name) + 1, rest[0].unresolved)
             rest.pop(0)
         if not rest:
-            # a bare assignment sets a shell variable for the commands that follow
+            # a bare assignment sets a shell variable for the commands that follow (an exported one stays so)
             for name, word in assignments.items():
                 self.variables[name] = word.text
+                if name in self.exported:
+                    self.exported[name] = word.text
         elif rest[0].text == "export":
             for word in rest[1:]:
                 match = _ASSIGN_RE.match(word.text)
                 if match:
-                    self.variables[match.group(1)] = match.group(2)
-        return Command(assignments, rest)
+                    self.variables[match.group(1)] = self.exported[match.group(1)] = match.group(2)
+                elif word.text in self.variables:
+                    self.exported[word.text] = self.variables[word.text]
+        environment = {**self.exported, **{name: word.text for name, word in assignments.items()}}
+        return Command(assignments, rest, environment)
 
     def _word(self) -> list[Word]:
         """Read one shell word; unquoted expansions may split it into several (field splitting)."""

@@ -24,14 +24,14 @@ EXPECTED = {
         "engine": {"version": "0.5.23"},
         "roles": {"qwen-sglang": {"gpus": [0, 1], "args": {
             "served-model-name": "qwen", "tp-size": 2, "mem-fraction-static": 0.82, "context-length": 32768,
-            "chunked-prefill-size": 4096}}},
+            "chunked-prefill-size": 4096}, "env": {"MEM_FRACTION": "0.82"}}},
     },
     "statefulset-shell": {
         "name": "deepseek", "context_length": 163840,
         "model": {"path": "deepseek-ai/DeepSeek-V3"}, "engine": {"version": "0.5.22"}, "gpu": "NVIDIA-H200",
         "roles": {"deepseek": {"gpus": EIGHT, "args": {
             "tp-size": 16, "nnodes": 2, "mem-fraction-static": 0.88, "trust-remote-code": True,
-            "context-length": 163840}}},
+            "context-length": 163840}, "env": {"MODEL": "deepseek-ai/DeepSeek-V3", "TP": "16", "NCCL_IB_DISABLE": "0"}}},
     },
     "lws-pd": {
         "name": "glm", "model": {"path": "zai-org/GLM-5.2-FP8"}, "engine": {"version": "0.5.23"},
@@ -74,9 +74,10 @@ EXPECTED = {
         "gpu": "NVIDIA-H100-80GB-HBM3",
         "roles": {
             "prefill": {"gpus": [0, 1, 2, 3], "args": {
-                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.83, "nnodes": 2}},
+                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.83, "nnodes": 2},
+                "env": {"MEM_FRACTION": "0.83"}},
             "decode": {"gpus": [0, 1, 2, 3], "args": {
-                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 131072}},
+                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 131072}, "env": {"MEM_FRACTION": "0.83"}},
         },
     },
     "lws-quoted": {
@@ -289,7 +290,9 @@ def test_stdin_multi_document_stream() -> None:
         "name": "llama-sglang", "context_length": 131072, "model": {"path": "meta-llama/Llama-3.1-8B-Instruct"},
         "engine": {"version": "0.5.23"},
         "roles": {"llama-sglang": {"gpus": [0], "args": {
-            "tp-size": 1, "mem-fraction-static": 0.85, "context-length": 131072}}},
+            "tp-size": 1, "mem-fraction-static": 0.85, "context-length": 131072},
+            # the container's environment is the role's too (issue 20)
+            "env": {"MEM_FRACTION": "0.85", "CONTEXT_LENGTH": "131072", "MODEL_ID": "meta-llama/Llama-3.1-8B-Instruct"}}},
     }
 
 
@@ -496,9 +499,11 @@ def test_a_slurm_batch_script_gives_one_role_per_srun_server() -> None:
         "engine": {"version": "0.5.23"}, "gpu": "h100",
         "roles": {
             "prefill": {"gpus": EIGHT, "args": {
-                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.85, "context-length": 65536}},
+                "tp-size": 8, "disaggregation-mode": "prefill", "mem-fraction-static": 0.85, "context-length": 65536},
+                "env": {"TP": "8"}},  # `export TP=8`; Slurm's own SLURM_NNODES is not the script's
             "decode": {"gpus": EIGHT, "args": {
-                "tp-size": 8, "disaggregation-mode": "decode", "mem-fraction-static": 0.88, "context-length": 65536}},
+                "tp-size": 8, "disaggregation-mode": "decode", "mem-fraction-static": 0.88, "context-length": 65536},
+                "env": {"TP": "8"}},
         },
     }
     lines = run_kvcheck("import", f, "--sglang-version", "0.5.23").stdout.splitlines()

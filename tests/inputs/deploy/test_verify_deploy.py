@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT, run_kvcheck
 
 FIX = "tests/inputs/deploy/fixtures"
@@ -224,3 +226,63 @@ def test_an_overlay_says_where_measure_mode_runs_the_files_roles(tmp_path: Path)
     result = run_kvcheck("verify", str(overlay), "--dry-run")
     assert (result.exit_code, result.stdout) == (2, "")
     assert f"{overlay}:5:16: launcher.kubernetes.namespaces: unknown key 'namespaces'" in result.stderr
+
+
+QWEN3 = "tests/data/models/Qwen--Qwen3-8B.json"
+QWEN3_POD = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: qwen3}
+spec:
+  template:
+    spec:
+      containers:
+        - name: sglang
+          image: lmsysorg/sglang:v0.5.23
+%s
+          resources: {limits: {nvidia.com/gpu: 1}}
+"""
+ENV_FORMS = {
+    "container env": """\
+          env:
+            - {name: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, value: "1"}
+          command: [python3, -m, sglang.launch_server]
+          args: [--model-path, Qwen/Qwen3-8B, --context-length, "131072"]""",
+    "export in the script": """\
+          command: [bash, -c]
+          args:
+            - |
+              export SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+              exec python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --context-length 131072""",
+    "prefix of exec": """\
+          command: [sh, -c, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 exec python3 -m sglang.launch_server \
+--model-path Qwen/Qwen3-8B --context-length 131072"]""",
+}
+
+
+@pytest.mark.parametrize("form", ENV_FORMS.values(), ids=ENV_FORMS.keys())
+def test_the_pods_environment_reaches_the_role(tmp_path: Path, form: str) -> None:
+    # the estimate refused this Qwen3 pod (131,072 > its 40,960 context) although the pod sets the switch
+    deployment = tmp_path / "qwen3.yaml"
+    deployment.write_text(QWEN3_POD % form, encoding="utf-8")
+    result = run_kvcheck("verify", str(deployment), "--mode", "estimate", "--gpu", "H200", "--model-config", QWEN3,
+                         "--format", "json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    from kvcheck.commands.import_ import overrides_from_options
+    from kvcheck.inputs.load import load_inputs
+
+    overrides = overrides_from_options(gpu="H200", context_length=None, model_config=Path(QWEN3), sglang_version=None)
+    (target,) = load_inputs([str(deployment)], overrides).targets
+    assert target.env == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    imported = run_kvcheck("import", str(deployment), "--gpu", "H200")
+    assert "    env:\n      SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: '1'  # " in imported.stdout
+
+
+def test_without_the_switch_the_estimate_still_refuses(tmp_path: Path) -> None:
+    deployment = tmp_path / "qwen3.yaml"
+    deployment.write_text(QWEN3_POD % ENV_FORMS["container env"].replace(
+        '            - {name: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, value: "1"}', "            - {name: X, value: y}"),
+        encoding="utf-8")
+    result = run_kvcheck("verify", str(deployment), "--mode", "estimate", "--gpu", "H200", "--model-config", QWEN3)
+    assert result.exit_code == 3
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in result.stdout

@@ -70,8 +70,8 @@ def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
             nodes = Sourced(int(found.group(1)), where, "#SBATCH --nodes")
     env = Env()
     if nodes is not None:
-        for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-            env.values[name] = Sourced(nodes.value, nodes.location, "#SBATCH --nodes")
+        for name in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):  # set by Slurm, not the script: not the role's env
+            env.values[name] = env.injected[name] = Sourced(nodes.value, nodes.location, "#SBATCH --nodes")
     try:
         commands = parse_script(source.text, env.lookup)
     except ShellSyntaxError as exc:
@@ -94,7 +94,7 @@ def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
             if found:
                 own_nodes = Sourced(int(found.group(1)), token.location, "srun --nodes")
         wrapper = "dynamo" if start >= 1 and texts[start - 1].startswith("dynamo.") else engine.name
-        server = ServerCommand(tokens, start, wrapper, tokens[0].location, engine.name)
+        server = ServerCommand(tokens, start, wrapper, tokens[0].location, engine.name, dict(command.environment))
         mode = next((texts[i + 1] for i, t in enumerate(texts[:-1]) if t == "--disaggregation-mode"), None)
         roles.append(
             RoleSource(

@@ -24,7 +24,11 @@ FOLDER_MARKERS = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Folder markers, and `slow` for every test that boots the engine double (it takes the `pidfile`
+    fixture of tests/measure/conftest.py, which checks that no engine process survives)."""
     for item in items:
+        if "pidfile" in getattr(item, "fixturenames", ()):
+            item.add_marker("slow")
         where = item.path.relative_to(REPO_ROOT) if item.path.is_relative_to(REPO_ROOT) else item.path
         for folder, marker in FOLDER_MARKERS.items():
             if where.is_relative_to(folder):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_kvcheck
 from tests.measure.conftest import FAKE_SGLANG, REPO, PidFile, start_until_engines_started
 
 MANIFEST = """\
@@ -43,14 +43,9 @@ def manifest(tmp_path: Path) -> Path:
 
 
 def kvcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvcheck", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """`python -m kvcheck ARGS`, run in this process (tests/inprocess.py); the signal tests start a process."""
+    done = run_kvcheck(*args, cwd=REPO, env=env)
+    return subprocess.CompletedProcess(["kvcheck", *args], done.exit_code, done.stdout, done.stderr)
 
 
 def verify_json(manifest: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:

@@ -18,8 +18,6 @@ import pytest
 from kvcheck.precommit import split_files
 from tests.conftest import EXAMPLES, REPO_ROOT
 
-pytestmark = pytest.mark.slow
-
 # what `pip install` of the hook repository needs (the rest of the checkout is not copied)
 HOOK_REPO_PATHS = ("setup.py", "pyproject.toml", "README.md", ".pre-commit-hooks.yaml", "kvcheck", "profiles")
 
@@ -64,6 +62,7 @@ def pre_commit(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess
                           text=True, timeout=900)
 
 
+@pytest.mark.precommit
 def test_hook_passes_a_passing_manifest_and_blocks_a_failing_one(tmp_path: Path) -> None:
     hooks, sha = hook_repository(tmp_path / "kvcheck")
     user = user_repository(tmp_path / "user")

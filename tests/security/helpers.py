@@ -38,12 +38,23 @@ class Outcome:
 
 
 def attack(*args: str, stdin: bytes | str | None = None, env: Mapping[str, str] | None = None,
-           timeout: float = 60, cwd: Path | None = None) -> Outcome:
-    """Run kvcheck ARGS in a subprocess; its exit code, output, wall time and peak resident memory."""
+           timeout: float = 60, cwd: Path | None = None, process: bool = False) -> Outcome:
+    """Run kvcheck ARGS; its exit code, output, wall time and (with `process`) peak resident memory.
+
+    By default it runs inside this process (tests/inprocess.py) and `peak_mib` is nan; with `process`,
+    in a subprocess of its own (for a peak the kernel measures, or runs side by side).
+    """
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.pop("KVCHECK_DEBUG", None)
     full_env.update(env or {})
+    if not process:
+        from tests.inprocess import run_in_process
+
+        started = time.monotonic()
+        code, out, err = run_in_process(args, cwd or REPO_ROOT, full_env, stdin, timeout)
+        return Outcome(code, out.decode(errors="replace"), err.decode(errors="replace"),
+                       time.monotonic() - started, float("nan"))
     with tempfile.NamedTemporaryFile(prefix="kvcheck-peak-", delete=False) as peak_file:
         full_env["KVCHECK_PEAK_FILE"] = peak_file.name
     data = stdin.encode() if isinstance(stdin, str) else stdin

@@ -105,7 +105,7 @@ def test_concurrent_runs_into_one_logs_dir_keep_their_own_logs(tmp_path):
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(
             lambda _: attack("verify", str(manifest), "--no-gpu-check", "--logs-dir", str(logs), "--format", "json",
-                             timeout=120),
+                             timeout=120, process=True),  # two kvcheck processes at once
             range(2),
         ))
     folders = sorted(p for p in logs.iterdir())
@@ -126,7 +126,7 @@ def test_concurrent_runs_into_one_logs_dir_keep_their_own_logs(tmp_path):
 def test_an_engine_that_logs_nonstop_keeps_a_bounded_head_and_tail(tmp_path):
     logs = tmp_path / "logs"
     out = attack("verify", str(manifest(tmp_path)), "--no-gpu-check", "--logs-dir", str(logs), "--format", "json",
-                 timeout=300)
+                 timeout=300, process=True)
     assert out.exit_code == 3, out.stderr
     log = run_folder(logs) / "server.log"
     assert stat.S_IMODE(log.stat().st_mode) == 0o600

@@ -28,7 +28,7 @@ def test_an_impossible_log_figure_is_could_not_check_in_every_format(tmp_path, f
     forged = tmp_path / "server.log"
     forged.write_text(LOG.read_text().replace("327310", figure))
     for fmt in FORMATS:
-        out = attack("logs", str(forged), "--format", fmt, timeout=60)
+        out = attack("logs", str(forged), "--format", fmt, timeout=60, process=True)
         assert out.exit_code == 3, (fmt, out.stderr)
         assert "KV309" in out.stdout, fmt
         assert out.peak_mib < PEAK_MIB_LIMIT

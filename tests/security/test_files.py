@@ -47,7 +47,7 @@ def test_a_yaml_bomb_is_bad_input_with_its_line(tmp_path, text, where):
     assert loader_s < 0.5  # the loader alone: well under a second, even on a loaded 2-core runner
 
     for args in (("verify", str(path), "--mode", "estimate"), ("audit", "--fleet", str(path)), ("import", str(path))):
-        out = attack(*args, timeout=30)
+        out = attack(*args, timeout=30, process=True)
         assert out.exit_code == 2, (args, out.stderr)
         assert f"kvcheck: error: {path}{where}" in out.stderr
         assert out.peak_mib < PEAK_MIB_LIMIT
@@ -63,7 +63,7 @@ def test_merge_keys_cannot_multiply_a_mapping(tmp_path):
     except InputError as exc:  # either refused with its line, or merged without multiplying
         assert exc.message.startswith(f"{path}:")
     assert time.perf_counter() - started < 0.5
-    out = attack("verify", str(path), "--mode", "estimate", timeout=30)
+    out = attack("verify", str(path), "--mode", "estimate", timeout=30, process=True)
     assert out.exit_code == 2
     assert out.peak_mib < PEAK_MIB_LIMIT
 
@@ -91,7 +91,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize(("before", "after", "kind"), COMMANDS.values(), ids=COMMANDS.keys())
 def test_dev_zero_is_refused_before_reading(before, after, kind):
-    out = attack(*before, "/dev/zero", *after, timeout=30)
+    out = attack(*before, "/dev/zero", *after, timeout=30, process=True)
     assert out.exit_code == 2, out.stderr
     assert f"kvcheck: error: /dev/zero: is a character device, not a regular file; a {kind} must be a file" \
         in out.stderr
@@ -119,7 +119,7 @@ def test_the_size_is_checked_before_reading(tmp_path, before, after, kind):
     huge = tmp_path / "huge.yaml"
     with huge.open("wb") as stream:  # a sparse 10 GiB file: costs nothing to make, all of it if read
         stream.truncate(10 * 2**30)
-    out = attack(*before, str(huge), *after, timeout=30)
+    out = attack(*before, str(huge), *after, timeout=30, process=True)
     assert out.exit_code == 2, out.stderr
     assert f"kvcheck: error: {huge}: 10,737,418,240 bytes is too large for a {kind}" in out.stderr
     assert out.peak_mib < PEAK_MIB_LIMIT

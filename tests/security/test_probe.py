@@ -14,7 +14,7 @@ TOKEN = "sk-probe-attack-0123456789abcdef"
 def test_a_server_claiming_20m_tokens_gets_prompts_no_longer_than_the_promised_window():
     with Deployment("fixed", context_len=20_000_000, pool_tokens=20_000_000) as front:
         out = attack("probe", front.url, "--context-length", "4096", "--tenants", "0", "--format", "json",
-                     timeout=120)
+                     timeout=120, process=True)
         longest = max(s.prompt_tokens or 0 for s in front.seen)
     assert longest <= 4096 + 1  # W + 1: the probe's beyond-window check
     # the double admits what the window refuses: the probe reports it, from prompts of the window's size
@@ -26,7 +26,7 @@ def test_a_server_claiming_20m_tokens_gets_prompts_no_longer_than_the_promised_w
 
 def test_a_claimed_window_beyond_the_hard_limit_is_not_probed():
     with Deployment("fixed", context_len=20_000_000, pool_tokens=20_000_000) as front:
-        out = attack("probe", front.url, "--format", "json", timeout=120)
+        out = attack("probe", front.url, "--format", "json", timeout=120, process=True)
         posts = [s for s in front.seen if s.method == "POST"]
     assert out.exit_code == 3, out.stderr
     assert posts == []
@@ -37,7 +37,7 @@ def test_a_claimed_window_beyond_the_hard_limit_is_not_probed():
 def test_the_byte_budget_stops_sending(tmp_path):
     with Deployment("fixed", context_len=1_000_000, pool_tokens=1_000_000) as front:
         out = attack("probe", front.url, "--max-upload-mib", "8", "--tenants", "0", "--format", "json",
-                     timeout=120)
+                     timeout=120, process=True)
         sent = sum(s.prompt_tokens or 0 for s in front.seen)
     assert out.exit_code == 3, out.stderr
     assert "--max-upload-mib (8) reached" in out.stdout

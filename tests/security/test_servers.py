@@ -35,7 +35,8 @@ def test_stacked_gzip_is_capped_after_every_layer():
     assert len(bomb) < 16_000
     routes = {"/server_info": send_body(bomb, headers={"content-encoding": "gzip, gzip"})}
     with RawServer(routes) as server:
-        out = attack("audit", server.url, "--context-length", "131072", "--retries", "0", "--format", "json")
+        out = attack("audit", server.url, "--context-length", "131072", "--retries", "0", "--format", "json",
+                     process=True)
     assert out.exit_code == 3, out.stderr
     [(role, code)] = codes(out)
     assert code == "KV306"
@@ -48,7 +49,7 @@ def test_stacked_gzip_is_capped_after_every_layer():
 def test_a_server_trickling_its_headers_is_cut_at_the_timeout():
     with RawServer({"/server_info": trickle_headers}) as server:
         out = attack("audit", server.url, "--context-length", "131072", "--timeout", "2", "--retries", "0",
-                     "--format", "json", timeout=40)
+                     "--format", "json", timeout=40, process=True)
     assert out.exit_code == 3, out.stderr
     assert codes(out) == [(server.url, "KV306")]
     assert "no complete answer within 2 s" in json.loads(out.stdout)["findings"][0]["message"]
@@ -59,7 +60,8 @@ def test_a_server_trickling_its_headers_is_cut_at_the_timeout():
 def test_deep_json_from_one_server_is_one_kv306_and_the_others_are_still_audited():
     deep = b"[" * 100_000 + b"]" * 100_000
     with RawServer({"/server_info": send_body(deep)}) as bad, RawServer(healthy_routes()) as good:
-        out = attack("audit", bad.url, good.url, "--context-length", "131072", "--retries", "0", "--format", "json")
+        out = attack("audit", bad.url, good.url, "--context-length", "131072", "--retries", "0", "--format", "json",
+                     process=True)
     assert out.exit_code == 3, out.stderr
     assert codes(out) == [(bad.url, "KV306")]
     assert "nested deeper than 64 levels" in json.loads(out.stdout)["findings"][0]["message"]

@@ -13,7 +13,7 @@ pytest.importorskip("kubernetes")
 
 from kvcheck.backends.measure.launchers.kubernetes.render import render_role  # noqa: E402
 from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSettings  # noqa: E402
-from tests.conftest import REPO_ROOT, run_kvcheck  # noqa: E402
+from tests.conftest import REPO_ROOT, run_kvcheck, run_kvcheck_process  # noqa: E402
 from tests.measure.conftest import make_target  # noqa: E402
 from tests.measure.kubernetes.fake_api import FakeCluster  # noqa: E402
 
@@ -122,7 +122,8 @@ def test_without_the_kubernetes_library_the_hint_names_the_extra(tmp_path):
     shadow = tmp_path / "shadow" / "kubernetes"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named kubernetes')\n")
-    result = run_kvcheck("cleanup", "-n", NS, env={"PYTHONPATH": f"{shadow.parent}:{REPO_ROOT}"})
+    # a process: the shadowing package must be the first `kubernetes` its interpreter imports
+    result = run_kvcheck_process("cleanup", "-n", NS, env={"PYTHONPATH": f"{shadow.parent}:{REPO_ROOT}"})
     assert (result.exit_code, result.stdout) == (3, "")
     assert result.stderr == (
         "kvcheck: error: the Kubernetes launcher needs the kubernetes client library, which is not installed\n"

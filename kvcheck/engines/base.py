@@ -409,6 +409,13 @@ class Engine(ABC):
     def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
         """The longest prompt the engine admits, in tokens, for a context length and pool."""
 
+    def device(self, args: Mapping[str, Any]) -> str:
+        """The device the args run the server on: "cuda" (GPUs, the default) or another ("cpu", ...).
+
+        A "cpu" role is a CPU deployment: no GPU list, no NVML pre-flight, no CUDA_VISIBLE_DEVICES.
+        """
+        return "cuda"
+
     # -- launch -----------------------------------------------------------------------------------
 
     @abstractmethod

@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-rank", type=int, default=0)
     parser.add_argument("--dist-init-addr")
     parser.add_argument("--enable-metrics", action="store_true")
+    parser.add_argument("--device")  # real SGLang: None means CUDA; `cpu` serves from host memory
+    parser.add_argument("--attention-backend")
     parser.add_argument("--served-model-name")
     return parser
 

@@ -391,9 +391,19 @@ def check_measurable(targets: Sequence[RoleTarget], source: str, *, need_gpus: b
 
     `need_gpus=False` for launchers that size a role's request from its parallel layout (Slurm).
     """
+    from kvcheck.backends.measure.launchers.command import on_cpu
+
     issues = []
     for target in targets:
-        if not target.gpus and need_gpus:
+        if on_cpu(target):
+            if target.gpus:
+                where = target.location
+                issues.append(InputIssue(
+                    source, where.line if where else None, where.column if where else None,
+                    f"roles.{target.name}.gpus",
+                    "the role runs on the CPU (device: cpu): it takes no GPU list; remove gpus",
+                ))
+        elif not target.gpus and need_gpus:
             where = target.location
             issues.append(
                 InputIssue(

@@ -94,6 +94,9 @@ class SglangEngine(Engine):
     def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
         return serving.max_input_len(context_len, pool_tokens)
 
+    def device(self, args: Mapping[str, Any]) -> str:
+        return serving.device(args)
+
     # -- launch -----------------------------------------------------------------------------------
 
     def launch_argv(

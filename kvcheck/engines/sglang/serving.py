@@ -28,6 +28,12 @@ def disaggregation_mode(args: Mapping[str, Any]) -> str | None:
     return None if mode in (None, "null", "") else str(mode)
 
 
+def device(args: Mapping[str, Any]) -> str:
+    """The device `--device` selects (SGLang's default, None, means CUDA on a GPU host)."""
+    value = args.get("device")
+    return "cuda" if value in (None, "", "auto") else str(value)
+
+
 def max_request_len(context_len: int, pool_tokens: int | None) -> int:
     """max_req_len: the longest request (prompt plus output) a server admits, in tokens.
 

@@ -138,6 +138,8 @@ class Launcher(ABC):
     # What `verify --dry-run` prints for this launcher ("the Kubernetes objects"); None: it has no
     # dry run, so the command refuses --dry-run with it.
     dry_run_shows: ClassVar[str | None] = None
+    # Whether the launcher can run a CPU deployment (no GPU requested, none assigned).
+    runs_cpu_roles: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -182,7 +184,16 @@ class Launcher(ABC):
         return None
 
     def refuse(self, target: RoleTarget) -> tuple[str, str] | None:
-        """(message, hint) when this launcher cannot run the role's shape at all (nnodes)."""
+        """(message, hint) when this launcher cannot run the role's shape at all (nnodes, a CPU role)."""
+        from kvcheck.backends.measure.launchers.command import on_cpu
+
+        if on_cpu(target) and not self.runs_cpu_roles:
+            return (
+                f"role {target.name} runs on the CPU (device: cpu), and the {self.name} launcher requests GPUs "
+                "for every role it runs",
+                "measure CPU roles with the local launcher on a host like the production one, or audit the "
+                "running server",
+            )
         return None
 
     @abstractmethod

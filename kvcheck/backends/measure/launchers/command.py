@@ -44,6 +44,33 @@ def needs_bootstrap_port(target: RoleTarget) -> bool:
     return get_engine(target.engine).needs_bootstrap_port(target.args)
 
 
+def on_cpu(target: RoleTarget) -> bool:
+    """Whether the role is a CPU deployment (SGLang `--device cpu`): it uses no GPU at all."""
+    return get_engine(target.engine).device(target.args) == "cpu"
+
+
+def host_memory() -> dict[str, int | float | None]:
+    """What a CPU role sizes its pool from: this host's available memory and its NUMA nodes."""
+    available_kib: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    available_kib = int(line.split()[1])
+                    break
+    except (OSError, ValueError, IndexError):
+        available_kib = None
+    try:
+        nodes = sum(1 for entry in os.listdir("/sys/devices/system/node") if entry[4:].isdigit()
+                    and entry.startswith("node"))
+    except OSError:
+        nodes = 0
+    return {
+        "mem_available_gib": round(available_kib / 2**20, 2) if available_kib is not None else None,
+        "numa_nodes": nodes or None,
+    }
+
+
 def build_env(
     target: RoleTarget, base: Mapping[str, str] | None = None, *, set_gpus: bool = True
 ) -> dict[str, str]:
@@ -54,9 +81,10 @@ def build_env(
     `set_gpus=False` where a scheduler hands each task its GPUs (Slurm sets CUDA_VISIBLE_DEVICES).
     """
     env = dict(os.environ if base is None else base)
-    if target.gpus and set_gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in target.gpus)
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if not on_cpu(target):  # a CPU role is given no GPU, and no CUDA settings
+        if target.gpus and set_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in target.gpus)
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     env.update({str(k): str(v) for k, v in target.env.items()})
     return env
 

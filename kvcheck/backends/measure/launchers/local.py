@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from kvcheck.backends.measure.launchers.base import (
     Launcher,
@@ -25,7 +25,9 @@ from kvcheck.backends.measure.launchers.command import (
     added_env,
     build_argv,
     build_env,
+    host_memory,
     needs_bootstrap_port,
+    on_cpu,
     role_nnodes,
 )
 from kvcheck.backends.measure.launchers.gpus import GpuInventory, GpuState, check_role_gpus
@@ -60,9 +62,14 @@ def conflicts(targets: Sequence[RoleTarget]) -> list[list[int]]:
     A role without a GPU list (only with --no-gpu-check) may use any GPU, so it shares with all.
     """
     waits: list[list[int]] = []
+    cpu = [on_cpu(target) for target in targets]
     for i, target in enumerate(targets):
+        if cpu[i]:  # a CPU role holds no GPU: it waits for nobody, and nobody waits for it
+            waits.append([])
+            continue
         mine = set(target.gpus)
-        waits.append([j for j in range(i) if not mine or not targets[j].gpus or mine & set(targets[j].gpus)])
+        waits.append([j for j in range(i) if not cpu[j] and (not mine or not targets[j].gpus
+                                                            or mine & set(targets[j].gpus))])
     return waits
 
 
@@ -132,10 +139,14 @@ class LocalLauncher(Launcher):
         self._inventory: GpuInventory | None = None
 
     def __enter__(self) -> LocalLauncher:
-        if self.gpu_check:
-            inventory = GpuInventory(self._nvml)
-            self._inventory = inventory.__enter__()
-        return self
+        return self  # NVML opens at the first GPU role's pre-flight: a host of CPU roles needs none
+
+    def _gpu_inventory(self) -> GpuInventory | None:
+        if not self.gpu_check:
+            return None
+        if self._inventory is None:
+            self._inventory = GpuInventory(self._nvml).__enter__()
+        return self._inventory
 
     def __exit__(self, *exc_info: object) -> None:
         inventory, self._inventory = self._inventory, None
@@ -153,7 +164,9 @@ class LocalLauncher(Launcher):
         cancel: threading.Event,
         on_phase: Callable[[str], None],
     ) -> Refusal | None:
-        inventory = self._inventory
+        if on_cpu(target):
+            return None  # a CPU deployment: its host's memory is recorded at start (details.host)
+        inventory = self._gpu_inventory()
         if inventory is None:
             return None
         on_phase("checking GPUs")
@@ -179,6 +192,8 @@ class LocalLauncher(Launcher):
                 return findings, states
             time.sleep(0.5)
 
+    runs_cpu_roles: ClassVar[bool] = True
+
     def refuse(self, target: RoleTarget) -> tuple[str, str] | None:
         nnodes = role_nnodes(target)
         if nnodes <= 1:
@@ -198,7 +213,10 @@ class LocalLauncher(Launcher):
             target, port=port, bootstrap_port=bootstrap_port, dummy_weights=request.dummy_weights
         )
         env = build_env(target)
-        details = {"engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
+        details: dict[str, Any] = {
+            "engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
+        if on_cpu(target):
+            details["host"] = host_memory()
         Watchdog.prepare()  # before the engine: ends it even if kvcheck is SIGKILLed (watchdog.py)
         try:
             process = EngineProcess(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
+from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import max_input_len
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
@@ -439,6 +440,14 @@ def estimate_role(
     args = dict(target.args)
     if overrides:
         args.update(overrides)
+    if serving.device(args) == "cpu":
+        cap = args.get("max_total_tokens")
+        raise EstimateError(
+            f"role {target.name} runs on the CPU (device: cpu): SGLang sizes a CPU pool at boot from the RAM "
+            "free on each NUMA node times mem-fraction-static, which a file cannot tell"
+            + (f"; the pool is at most --max-total-tokens {cap:,}" if isinstance(cap, int) else ""),
+            hint="measure the role on a host like the production one, or audit the running server",
+        )
     gpu_profiles = as_profiles(profiles)
     gpu = _gpu(target, gpu_profiles)
     model = _model(target, args, offline)

@@ -368,7 +368,7 @@ def _role(
                 location=location,
             )
         )
-    if window is None:
+    if window is None and not (pool_tokens is None and summary.failure):  # a failed boot has nothing to check
         findings.append(
             finding(
                 KV313,

@@ -475,3 +475,31 @@ def test_two_files_of_one_name_keep_their_paths_as_names(tmp_path):
     second = write(tmp_path / "b", "server.log", SGLANG_0_5_23_TP2)
     targets, _ = read_logs([first, second], context_length=None)
     assert [t.name for t in targets] == [f"{first}[TP0]", f"{second}[TP0]"]
+
+
+REFUSED_START = """\
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/venv/lib/python3.11/site-packages/sglang/launch_server.py", line 29, in <module>
+    server_args = prepare_server_args(sys.argv[1:])
+  File "/venv/lib/python3.11/site-packages/sglang/srt/server_args.py", line 730, in __post_init__
+    self._handle_gpu_memory_settings(gpu_mem)
+ValueError: The value of --max-total-tokens must be positive, got -5
+"""
+
+
+def test_a_start_refused_while_arguments_resolve_is_could_not_check_with_the_exception(tmp_path):
+    # real SGLang 0.5.23 prints only a traceback: kvcheck said "not an SGLang log" (exit 2)
+    path = write(tmp_path, "refused.log", REFUSED_START)
+    result = run_kvcheck("logs", path, "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, [f["rule"] for f in report["findings"]]) == (3, ["KV309"])
+    assert report["findings"][0]["message"] == (
+        "the log holds no KV pool figure; the engine failed: ValueError: The value of --max-total-tokens must be "
+        "positive, got -5")
+
+
+def test_another_programs_traceback_is_still_not_an_sglang_log(tmp_path):
+    path = write(tmp_path, "other.log", REFUSED_START.replace("/sglang/", "/myapp/"))
+    result = run_kvcheck("logs", path)
+    assert result.exit_code == 2 and "not an SGLang log" in result.stderr

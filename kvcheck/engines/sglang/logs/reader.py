@@ -76,6 +76,7 @@ from kvcheck.engines.sglang.logs.values import (
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.io.streams import BinaryReadable
 
+_SGLANG_FRAME = "/sglang/"  # a traceback frame in SGLang's package (site-packages/sglang/srt/...)
 # a line handler: (the line's rank tag, its message) -> its events, or a false value when it is not that line
 _Handler = Callable[[RankTag | None, str], 'list[LogEvent] | None']
 
@@ -174,6 +175,7 @@ class LogReader:
         self._after_exception = False
         self._ready = False
         self._failure: str | None = None
+        self._sglang_traceback = False  # the traceback being read runs through SGLang's own modules
         self._damaged: list[str] = []
         self._last_allocation: bytes | None = None  # the last allocation line read in bulk, timestamp cut
         self._last_allocation_raw: bytes | None = None
@@ -504,9 +506,12 @@ class LogReader:
         """A line inside a traceback: a frame, a chained traceback's start, or the exception it ends with."""
         if line[:1] in (" ", "\t"):
             self._errors.append(line)
+            if _SGLANG_FRAME in line and stripped.startswith("File "):
+                self._sglang_traceback = True
             return _NO_EVENTS
         if stripped.startswith("Traceback (most recent call last)"):
             self._errors.append(stripped)
+            self._sglang_traceback = False
             return _NO_EVENTS
         match = EXCEPTION_RE.match(stripped)
         if match:
@@ -906,7 +911,9 @@ class LogReader:
     def _exception_event(self, rank: RankTag | None, text: str, match: re.Match[str]) -> list[LogEvent]:
         """An exception line; fatal (phase failed) when its text is one of SGLang's startup failures."""
         self._errors.append(text)
-        fatal = self._phase != "ready" and any(marker in text for marker in FATAL_TEXTS)
+        # SGLang's own traceback before any startup line: the start was refused while its arguments resolved
+        refused = self._sglang_traceback and self._startup_lines == 0 and rank is None
+        fatal = self._phase != "ready" and (refused or any(marker in text for marker in FATAL_TEXTS))
         values = {"exception": match.group(1), "message": match.group(2), "fatal": fatal}
         events = [LogEvent("error", rank, self._line_no, text, values)]
         if fatal:

@@ -356,6 +356,19 @@ def _role(
                 location=location,
             )
         )
+    if summary.failure and summary.failed_after_ready and pool_tokens is not None:
+        findings.append(
+            finding(
+                KV316,
+                role,
+                f"the engine failed while serving, after it was ready: {summary.failure}; the pool it sized "
+                "at boot is judged",
+                hint="the crash is not a sizing failure: read the traceback, and check the pool again after "
+                "the fix",
+                location=location,
+                severity="warning",
+            )
+        )
     reasons = _provisional_reasons(summary, chosen, allocation_is_final) if chosen is not None else []
     if reasons and not unusable:
         findings.append(
@@ -432,7 +445,7 @@ def _unusable_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:
             "it is the 'KV Cache VA upper bound' of post-capture sizing and the log has no line with the "
             "resized pool (post-capture sizing only shrinks it)"
         )
-    if summary.failure:
+    if summary.failure and not summary.failed_after_ready:
         reasons.append(f"the engine failed after sizing its pool: {summary.failure}")
     return reasons
 

@@ -200,6 +200,7 @@ class LogSummary:
     startup_lines: int
     boots: int = 1
     failure: str | None = None
+    failed_after_ready: bool = False  # the failure came while serving, after the engine said it was ready
     damaged: tuple[str, ...] = ()  # pool figures no server can hold ("line N: ..."): the log is not judged
 
     @property

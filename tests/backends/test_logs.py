@@ -199,8 +199,8 @@ def test_a_log_without_any_pool_figure_is_an_error_quoting_the_engines_failure(t
     assert (error.rule, error.severity) == ("KV309", "error")
     assert error.message == (
         "the log holds no KV pool figure; the engine failed: Scheduler hit an exception: "
-        "Traceback (most recent call last):"
-    )
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.5."
+    )  # the exception line, not "Traceback (most recent call last):" (issue 19, item 5)
     assert measurement.details["errors"][-1].startswith("ValueError: Loaded weights leave no GPU memory")
     assert measurement.details["phase"] == "failed"
 
@@ -503,3 +503,23 @@ def test_another_programs_traceback_is_still_not_an_sglang_log(tmp_path):
     path = write(tmp_path, "other.log", REFUSED_START.replace("/sglang/", "/myapp/"))
     result = run_kvcheck("logs", path)
     assert result.exit_code == 2 and "not an SGLang log" in result.stderr
+
+
+def test_a_crash_while_serving_keeps_the_sized_pool_with_a_warning_quoting_the_exception(tmp_path):
+    # it was KV316 "failed after sizing its pool" quoting "Traceback (most recent call last):"
+    boot = "".join(line for line in (LOGS / "sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture.log").read_text(
+        encoding="utf-8").splitlines(keepends=True) if not line.startswith("#"))
+    crash = ("[2026-05-15 09:31:02 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
+             '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2710, in run_scheduler\n'
+             "    scheduler.event_loop_overlap()\n"
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB\n")
+    path = write(tmp_path, "served.log", boot + crash)
+    result = run_kvcheck("logs", path, "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, result.stdout
+    assert [(r["status"], r["pool_tokens"]) for r in report["roles"]] == [("pass", 1317632)]
+    (warning,) = report["findings"]
+    assert (warning["rule"], warning["severity"]) == ("KV316", "warning")
+    assert warning["message"] == (
+        "the engine failed while serving, after it was ready: Scheduler hit an exception: torch.OutOfMemoryError: "
+        "CUDA out of memory. Tried to allocate 1.50 GiB; the pool it sized at boot is judged")

@@ -176,6 +176,8 @@ class LogReader:
         self._ready = False
         self._failure: str | None = None
         self._sglang_traceback = False  # the traceback being read runs through SGLang's own modules
+        self._failed_after_ready = False  # the failure came while serving, after the ready line
+        self._failure_awaits_exception = False
         self._damaged: list[str] = []
         self._last_allocation: bytes | None = None  # the last allocation line read in bulk, timestamp cut
         self._last_allocation_raw: bytes | None = None
@@ -400,6 +402,7 @@ class LogReader:
             startup_lines=self._startup_lines,
             boots=self._boots,
             failure=self._failure,
+            failed_after_ready=self._failed_after_ready,
             damaged=tuple(self._damaged),
         )
 
@@ -586,6 +589,9 @@ class LogReader:
     def _fail(self, reason: str, rank: RankTag | None, events: list[LogEvent]) -> None:
         if self._failure is None:
             self._failure = reason
+            self._failed_after_ready = self._ready
+            # "Scheduler hit an exception: Traceback ...": the exception line that ends it says what happened
+            self._failure_awaits_exception = "Traceback" in reason
         self._advance(FAILED, rank, events)
 
     # -- handlers: each returns events, or an empty value when the line is not what its start suggested
@@ -911,6 +917,10 @@ class LogReader:
     def _exception_event(self, rank: RankTag | None, text: str, match: re.Match[str]) -> list[LogEvent]:
         """An exception line; fatal (phase failed) when its text is one of SGLang's startup failures."""
         self._errors.append(text)
+        if self._failure_awaits_exception and self._failure is not None:
+            head = self._failure.split("Traceback", 1)[0].rstrip(" :")
+            self._failure = f"{head}: {text}" if head else text
+            self._failure_awaits_exception = False
         # SGLang's own traceback before any startup line: the start was refused while its arguments resolved
         refused = self._sglang_traceback and self._startup_lines == 0 and rank is None
         fatal = self._phase != "ready" and (refused or any(marker in text for marker in FATAL_TEXTS))

@@ -512,6 +512,7 @@ def _rank_dict(rank: RankFigures) -> dict[str, Any]:
         "kv_dtype": rank.kv_dtype,
         "kv_gib": rank.kv_gib,
         "weights_gib": rank.weights_gib,
+        "weights_note": rank.weights_note,
         "available_gpu_mem_gib": rank.available_gpu_mem_gib,
         "context_warning_tokens": rank.context_warning_tokens,
     }

@@ -142,6 +142,7 @@ class RankFigures:
     k_gib: float | None = None
     v_gib: float | None = None
     weights_gib: float | None = None
+    weights_note: str | None = None  # why weights_gib is not the figure as printed (a negative one, clamped)
     avail_after_weights_gib: float | None = None
     pool_end_avail_gib: float | None = None
     mamba_cache_size: int | None = None

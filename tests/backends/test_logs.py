@@ -523,3 +523,21 @@ def test_a_crash_while_serving_keeps_the_sized_pool_with_a_warning_quoting_the_e
     assert warning["message"] == (
         "the engine failed while serving, after it was ready: Scheduler hit an exception: torch.OutOfMemoryError: "
         "CUDA out of memory. Tried to allocate 1.50 GiB; the pool it sized at boot is judged")
+
+
+CPU_SERVER = """\
+[2026-12-01 10:00:01] server_args=ServerArgs(model_path='/tmp/tiny-llama', context_length=8192, max_total_tokens=2048, device='cpu')
+[2026-12-01 10:00:05] Load weight end. elapsed=0.21 s, type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=21.50 GB, mem usage=-0.00 GB.
+[2026-12-01 10:00:05] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 2048, K size: 0.00 GB, V size: 0.00 GB
+[2026-12-01 10:00:06] max_total_num_tokens=2048, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=2048, context_len=8192, available_cpu_mem=21.49 GB
+[2026-12-01 10:00:09] The server is fired up and ready to roll!
+"""
+
+
+def test_a_negative_weights_figure_is_kept_clamped_with_a_note(tmp_path):
+    # real SGLang on CPU prints `mem usage=-0.00 GB`; the figure was dropped as unreadable
+    path = write(tmp_path, "cpu.log", CPU_SERVER)
+    (_,), (measurement,) = read_logs([path], context_length=None)
+    (rank,) = measurement.details["ranks"]
+    assert (rank["weights_gib"], rank["weights_note"]) == (0.0, "the log states mem usage=-0.00 GB (below zero); read as 0")
+    assert str(rank["weights_gib"]) == "0.0"  # not -0.0

@@ -40,7 +40,7 @@ ELAPSED_RE = re.compile(r"elapsed=" + _DECIMAL + r" ?s")
 TYPE_RE = re.compile(r"type=([\w.]+)")
 WEIGHT_DTYPE_RE = re.compile(r"\bdtype=([\w.]+)")
 QUANT_RE = re.compile(r"quant=([^,]+)")
-MEM_USAGE_RE = re.compile(r"mem usage=" + _GIB)
+MEM_USAGE_RE = re.compile(r"mem usage=(-?\d+\.?\d*|-?\.\d+) ?GB")  # CPU servers can print -0.00
 KV_ALLOC_RE = re.compile(r"(?P<label>.*?)\s*KV Cache (?P<what>is allocated|VA upper bound)\.?(?P<rest>.*)")
 KV_DTYPE_RE = re.compile(r"dtype: ([\w.]+)")
 KV_TOKENS_RE = re.compile(r"#tokens: (\d+)")

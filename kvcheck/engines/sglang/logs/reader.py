@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -113,6 +114,7 @@ class _Rank:
     k_gib: float | None = None
     v_gib: float | None = None
     weights_gib: float | None = None
+    weights_note: str | None = None
     avail_after_weights_gib: float | None = None
     pool_end_avail_gib: float | None = None
     mamba_cache_size: int | None = None
@@ -632,6 +634,10 @@ class LogReader:
         dtype = WEIGHT_DTYPE_RE.search(message)
         quant = QUANT_RE.search(message)
         weights_gib = gib(MEM_USAGE_RE.search(message))
+        note = None
+        if weights_gib is not None and math.copysign(1.0, weights_gib) < 0:  # CPU: `mem usage=-0.00 GB`
+            note = f"the log states mem usage={weights_gib:.2f} GB (below zero); read as 0"
+            weights_gib = 0.0
         avail_gib = gib(AVAIL_RE.search(message))
         values = {
             "elapsed_s": float(elapsed.group(1)) if elapsed else None,
@@ -643,6 +649,7 @@ class LogReader:
         }
         _, state = self._rank_state(rank)
         state.weights_gib = weights_gib
+        state.weights_note = note
         state.avail_after_weights_gib = avail_gib
         return self._event("weights_end", rank, message, values, "sizing_pool")
 

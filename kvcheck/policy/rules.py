@@ -122,8 +122,17 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     parts = [f"the largest context that fits this pool is {fits:,} tokens"]
     if target.min_headroom != 1.0:
         parts[0] += f" (with min_headroom {target.min_headroom:g})"
+    args = effective_args(target, measurement)
+    cap = args.get("max_total_tokens")
+    if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= pool:
+        # the cap, not the memory, sized this pool: raising it is the fix, if the memory holds it
+        parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
+                     f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1:
+    if len(parts) == 1 and get_engine(target.engine).device(args) == "cpu":
+        parts.append("or give the pool more host memory: raise --mem-fraction-static, or serve on a host "
+                     "with more RAM per NUMA node")
+    elif len(parts) == 1:
         parts.append(
             "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "
             "cache (`kvcheck plan` computes the settings that fit)"

@@ -541,3 +541,13 @@ def test_a_negative_weights_figure_is_kept_clamped_with_a_note(tmp_path):
     (rank,) = measurement.details["ranks"]
     assert (rank["weights_gib"], rank["weights_note"]) == (0.0, "the log states mem usage=-0.00 GB (below zero); read as 0")
     assert str(rank["weights_gib"]) == "0.0"  # not -0.0
+
+
+def test_the_fix_names_the_cap_when_max_total_tokens_sized_the_pool(tmp_path):
+    # the hint spoke only of GPU memory, TP and FP8 although --max-total-tokens was why the pool was short
+    path = write(tmp_path, "cpu.log", CPU_SERVER)
+    result = run_kvcheck("logs", path, "--format", "json")
+    assert result.exit_code == 1
+    (kv101,) = [f for f in json.loads(result.stdout)["findings"] if f["rule"] == "KV101"]
+    assert kv101["hint"] == ("the largest context that fits this pool is 2,048 tokens; the pool is capped by "
+                             "--max-total-tokens 2,048: raise it to at least 8,192 if the memory holds that many")

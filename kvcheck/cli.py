@@ -38,6 +38,25 @@ class FiniteFloat(click.FloatRange):
         return converted
 
 
+class Tokens(click.IntRange):
+    """A token count as manifests write it too: 131072, 128k (SI) or 1Mi (IEC), within `min`..2**31-1."""
+
+    name = "tokens"
+
+    def __init__(self, min: int | None = 1) -> None:  # noqa: A002 - click's own parameter name
+        super().__init__(min=min, max=2**31 - 1)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+            from kvcheck.engines.flags import FlagError, parse_human_readable_int
+
+            try:
+                value = parse_human_readable_int(param.opts[0] if param and param.opts else "value", value)
+            except FlagError as exc:
+                self.fail(str(exc), param, ctx)
+        return super().convert(value, param, ctx)
+
+
 DAY_S = 24 * 3600.0
 WEEK_S = 7 * DAY_S
 
@@ -203,7 +222,7 @@ def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
     func = click.option("--model-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                         help="The model's config.json, for estimates.")(func)
-    func = click.option("--context-length", type=click.IntRange(min=1, max=2**31 - 1),
+    func = click.option("--context-length", type=Tokens(),
                         help="The window you advertise, when the files set no common --context-length.")(func)
     func = click.option("--gpu", help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
     return func
@@ -315,7 +334,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
 @click.argument("files", nargs=-1, required=True)
 @click.option(
     "--context-length",
-    type=click.IntRange(min=1, max=2**31 - 1),
+    type=Tokens(),
     help="The advertised window to check each pool against (default: the context_len the log states).",
 )
 @click.option(
@@ -389,7 +408,7 @@ def rules(code: str | None) -> None:
 )
 @click.option(
     "--context-length",
-    type=click.IntRange(min=1, max=2**31 - 1),
+    type=Tokens(),
     help="Check every pool against this window (default: each server's own served context).",
 )
 @click.option(
@@ -444,9 +463,9 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 
 @main.command()
 @click.argument("url")
-@click.option("--context-length", type=click.IntRange(max=2**31 - 1), metavar="TOKENS",
+@click.option("--context-length", type=Tokens(min=None), metavar="TOKENS",
               help="The window promised to clients (default: what the server serves).")
-@click.option("--pool", "pool_tokens", type=click.IntRange(max=2**31 - 1), metavar="TOKENS",
+@click.option("--pool", "pool_tokens", type=Tokens(min=None), metavar="TOKENS",
               help="The smallest role's KV pool, used when the front door has no /server_info (a router).")
 @click.option("--max-upload-mib", type=int, default=512, show_default=True,
               help="Most MiB of request bodies the whole run sends (prompts are token ids).")

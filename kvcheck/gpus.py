@@ -110,6 +110,35 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+# How cloud platforms and node labellers name cards, where that name is not one of a profile's aliases:
+# GKE's cloud.google.com/gke-accelerator ("nvidia-h100-80gb", "nvidia-tesla-a100"), EKS/Karpenter's
+# karpenter.k8s.aws/instance-gpu-name ("h100"), NVIDIA GPU feature discovery's nvidia.com/gpu.product
+# (also OpenShift's): "NVIDIA-H100-80GB-HBM3". A label names one card; a label that leaves the memory
+# open (Karpenter's "a100") matches the family, which is ambiguous, as the plain name is.
+_LABEL_PREFIXES = ("nvidiatesla", "nvidia", "tesla", "amd", "radeon")
+_LABEL_EXACT = {
+    "nvidiateslaa100": "A100-40GB",  # GKE: a2-highgpu/megagpu carry the 40 GB A100
+}
+_LABEL_INFIX = re.compile(r"(mega|ultra|sxm\d?|hbm\d?e?)")  # GKE's a3-mega, form factors and memory kinds
+
+
+def label_keys(name: str) -> list[str]:
+    """The names a platform label may stand for, most specific first (the label itself first)."""
+    key = _norm(name)
+    keys = [key]
+    if key in _LABEL_EXACT:
+        keys.insert(0, _norm(_LABEL_EXACT[key]))
+    for prefix in _LABEL_PREFIXES:
+        if key.startswith(prefix) and len(key) > len(prefix):
+            stem = key[len(prefix):]
+            keys.append(stem)
+            bare = _LABEL_INFIX.sub("", stem)
+            keys.append(bare)
+            keys.append(re.sub(r"\d+gb$", "", bare))  # "h200141gb" -> "h200": a card of one memory size
+            break
+    return list(dict.fromkeys(k for k in keys if k))
+
+
 def _pre_baseline(pre: Mapping[str, Any]) -> PreBaseline:
     table = pre.get("by_ranks") or {}
     if not isinstance(table, Mapping):
@@ -206,15 +235,28 @@ class GpuProfiles:
         return tuple(p.name for p in self.profiles)
 
     def matches(self, name: str) -> list[GpuProfile]:
-        """Every profile `name` may mean: one for an exact name or alias, several for a family."""
-        key = _norm(name)
-        custom = _CUSTOM.get(key)
+        """Every profile `name` may mean: one for an exact name, alias or platform label, several for a family."""
+        custom = _CUSTOM.get(_norm(name))
         if custom is not None:
             return [custom]
-        exact = self._by_key.get(key)
-        if exact is not None:
-            return [exact]
-        return list(self._family.get(key, ()))
+        for key in label_keys(name):
+            exact = self._by_key.get(key)
+            if exact is not None:
+                return [exact]
+            family = self._family.get(key)
+            if family:
+                return list(family)
+        return []
+
+    def suggest(self, name: str) -> str | None:
+        """The profile name closest to a mistyped one (H1OO -> H100), for a did-you-mean."""
+        import difflib
+
+        names = {_norm(n): n for n in self.names}
+        typed = _norm(name).replace("o", "0")  # the letter O for the digit 0: H1OO, MI3OOX
+        close = difflib.get_close_matches(typed, list(names), n=1, cutoff=0.6) or difflib.get_close_matches(
+            _norm(name), list(names), n=1, cutoff=0.6)
+        return names[close[0]] if close else None
 
     def find(self, name: str) -> GpuProfile | None:
         """The one profile `name` means; None when there is none or several."""

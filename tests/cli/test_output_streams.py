@@ -55,3 +55,23 @@ def test_an_encoding_that_cannot_carry_a_character_gets_escapes_not_a_crash() ->
     assert done.returncode == 1, done.stderr
     assert "\\u2501" in done.stdout  # the table's rule, escaped
     assert "kvcheck verify: FAIL (exit 1)" in done.stdout
+
+
+def test_context_length_options_read_token_counts_as_manifests_do(tmp_path) -> None:
+    # `--context-length 64k` was refused on the command line although manifests accept it
+    from tests.conftest import run_kvcheck
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-12-01 10:00:06] max_total_num_tokens=70000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "max_running_requests=256, context_len=131072, available_gpu_mem=21.49 GB\n"
+        "[2026-12-01 10:00:09] The server is fired up and ready to roll!\n", encoding="utf-8")
+    for given, required in (("64k", 64000), ("64Ki", 65536), ("65536", 65536)):
+        result = run_kvcheck("logs", str(log), "--context-length", given, "--format", "json")
+        import json
+
+        assert json.loads(result.stdout)["roles"][0]["required_tokens"] == required, given
+    result = run_kvcheck("logs", str(log), "--context-length", "64K")
+    assert result.exit_code == 2
+    assert "'--context-length' must be an integer such as 131072, 128k or 1Mi (suffixes are case-sensitive)" in \
+        result.stderr

@@ -144,8 +144,8 @@ def test_profiles_dir_adds_a_card_without_editing_the_package(tmp_path, kvcheck)
     )
     manifest = _manifest(tmp_path, "gpu: ACME X2\n")
     without = kvcheck("verify", str(manifest), "--mode", "estimate")
-    assert without.exit_code == 3
-    assert "no GPU profile for 'ACME X2'" in without.stdout
+    assert without.exit_code == 2  # a card no profile knows is invalid input, not "could not check" (issue 21)
+    assert "gpu: unknown GPU 'ACME X2'" in without.stderr
     for command in (["verify", str(manifest), "--mode", "estimate"], ["plan", str(manifest)]):
         result = kvcheck(*command, "--profiles", str(folder), "--format", "json")
         assert result.exit_code == 0, result.stderr

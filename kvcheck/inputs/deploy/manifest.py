@@ -348,6 +348,25 @@ def load_deployment(
     )
 
 
+def _check_gpu_name(gpu: Sourced, role: ImportedRole, issues: list[InputIssue]) -> None:
+    """A GPU name (a label, an option) no profile knows is invalid input at the place it was read, with a
+    did-you-mean; a platform label (GKE, Karpenter, GPU feature discovery) names its profile's card."""
+    from kvcheck.gpus import default_profiles
+
+    profiles = default_profiles()
+    name = str(gpu.value)
+    if profiles.matches(name):
+        return
+    close = profiles.suggest(name)
+    where = gpu.location or role.location
+    origin = f" ({gpu.origin})" if gpu.origin else ""
+    issue = InputIssue(where.file, where.line, where.column, "",
+                       f"unknown GPU {name!r}{origin}" + (f" (did you mean {close!r}?)" if close else "")
+                       + "; pass --gpu with a card kvcheck has a profile for, or add one with --profiles DIR")
+    if issue not in issues:
+        issues.append(issue)
+
+
 def _target(item: Resolved, role: ImportedRole, window: int, overrides: Overrides, several: bool,
             issues: list[InputIssue]) -> RoleTarget:
     catalogue = role.catalogue
@@ -375,6 +394,8 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
                            f"but its parallel settings need {need} (tp-size x pp-size x data-parallel replicas)")
             )
     gpu = item.role_gpus.get(role.name) or item.gpu
+    if gpu is not None:
+        _check_gpu_name(gpu, role, issues)
     model_config = Path(str(item.model_config.value)).resolve() if item.model_config is not None else None
     model_path = item.model_path.value if item.model_path is not None else None
     name = f"{item.name}/{role.name}" if several else role.name

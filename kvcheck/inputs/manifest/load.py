@@ -277,9 +277,17 @@ def _resolve_gpu(
     except InputError as exc:  # a broken profile in a --profiles folder
         issues.append(InputIssue(file, None, None, "", exc.message))
         return value
+    message = None
     if len(found) > 1:
+        message = gpus.ambiguous(value, found).message
+    elif not found:  # a typo is invalid input, like an unknown key (a new card: a gpu: mapping or --profiles)
+        close = gpus.default_profiles().suggest(value)
+        message = (f"unknown GPU {value!r}" + (f" (did you mean {close!r}?)" if close else "")
+                   + "; describe a card without a profile with a gpu: mapping (name, memory_mib), or add a "
+                   "profile with --profiles DIR")
+    if message is not None:
         where = positions.of_value(where_path)
-        issue = InputIssue.at(file, where, dotted(where_path), gpus.ambiguous(value, found).message)
+        issue = InputIssue.at(file, where, dotted(where_path), message)
         if issue not in issues:  # a top-level gpu: shared by several roles is reported once
             issues.append(issue)
     return value

@@ -27,7 +27,10 @@ from kvcheck.io.yamlpos import Path_
 from kvcheck.model import Location
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
-GPU_TYPE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name")
+GPU_TYPE_LABELS = (  # GPU feature discovery (OpenShift's too), GKE, EKS/Karpenter, AMD's device plugin
+    "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "karpenter.k8s.aws/instance-gpu-name",
+    "amd.com/gpu.product-name",
+)
 
 
 def image_version(doc: Doc, container: Mapping[str, Any], path: Path_, engine: str) -> Sourced | None:

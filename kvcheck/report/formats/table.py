@@ -6,10 +6,11 @@ import io
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from kvcheck.model import Report
+from kvcheck.model import Report, RoleResult
 from kvcheck.report.formats.base import (
     MODE_TITLES,
     Format,
@@ -23,6 +24,13 @@ from kvcheck.report.formats.base import (
 from kvcheck.report.sections import table_section
 
 _STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
+def _natural_width(console: Console, table: Table) -> int:
+    """The width a table takes when nothing limits it (console.measure caps it at the console's width)."""
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+
+
+# The columns the roles' table leaves out first when a terminal is too narrow for every figure.
+_DROPPABLE = ("pool range", "source", "pool/req", "max input")
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
@@ -61,7 +69,11 @@ class TableFormat(Format):
         console.print(Text(MODE_TITLES.get(report.mode, report.mode), style="italic"))
         if report.context_length is not None:
             console.print(f"advertised context window: {report.context_length:,} tokens")
-        console.print(self._roles_table(report))
+        table, dropped = self._roles_table(report, console)
+        console.print(table)
+        if dropped:
+            console.print(f"(left out to fit {console.width} columns: {', '.join(dropped)}; --format json has "
+                          "every figure)")
         for renderable in table_section(report):
             if isinstance(renderable, str):
                 buffer.write(renderable)  # preformatted text: wide tables must not be re-wrapped
@@ -93,34 +105,61 @@ class TableFormat(Format):
             console.print(f"suppressed by policy.ignore: {suppressed}")
         return strip_trailing(buffer.getvalue())
 
-    @staticmethod
-    def _roles_table(report: Report) -> Table:
+    def _roles_table(self, report: Report, console: Console) -> tuple[Table, list[str]]:
+        """The roles' table, and the columns left out so that no figure is cut at this width.
+
+        A number is never cropped: when the table is wider than the console, the least needed columns
+        go first (pool range, source, pool/req, max input), the role names wrap, and the caller says
+        which columns were left out.
+        """
         ranged = any(role.pool_range for role in report.roles)
-        table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
         columns = ["role", "status", "pool tokens", "required", "pool/req", "max input", "source"]
         if ranged:
             columns.append("pool range")
+        rows = [self._role_row(role, ranged) for role in report.roles]
+        dropped: list[str] = []
+        table = self._table(columns, rows, report)
+        for column in _DROPPABLE:
+            if _natural_width(console, table) <= console.width:
+                break
+            if column in columns:
+                dropped.append(column)
+                keep = [i for i, name in enumerate(columns) if name != column]
+                columns = [columns[i] for i in keep]
+                rows = [[row[i] for i in keep] for row in rows]
+                table = self._table(columns, rows, report)
+        return table, dropped
+
+    @staticmethod
+    def _role_row(role: RoleResult, ranged: bool) -> list[Text | str]:
+        row: list[Text | str] = [
+            Text(one_line(role.name)),  # Text: a name like "[red]x" is not rich markup
+            Text(role.status.upper(), style=_STATUS_STYLE[role.status]),
+            fmt_tokens(role.pool_tokens),
+            fmt_tokens(role.required_tokens),
+            margin(role),
+            fmt_tokens(role.max_input_tokens),
+            role.source,
+        ]
+        if ranged:
+            low_high = role.pool_range
+            row.append(f"{low_high[0]:,}-{low_high[1]:,}" if low_high else "-")
+        return row
+
+    @staticmethod
+    def _table(columns: list[str], rows: list[list[Text | str]], report: Report) -> Table:
+        table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
         name_width = min(40, max([len(role.name) for role in report.roles] + [4]))
-        for column in columns:
+        for i, column in enumerate(columns):
+            cells = [len(str(row[i])) for row in rows]
             table.add_column(
                 column,
                 justify="left" if column in ("role", "status", "source") else "right",
                 no_wrap=column != "role",
-                min_width=name_width if column == "role" else None,
+                # the role's name folds; every other cell keeps its whole width (a figure is never cut)
+                min_width=min(name_width, 12) if column == "role" else max([len(column), *cells]),
                 overflow="fold",
             )
-        for role in report.roles:
-            row: list[Text | str] = [
-                Text(one_line(role.name)),  # Text: a name like "[red]x" is not rich markup
-                Text(role.status.upper(), style=_STATUS_STYLE[role.status]),
-                fmt_tokens(role.pool_tokens),
-                fmt_tokens(role.required_tokens),
-                margin(role),
-                fmt_tokens(role.max_input_tokens),
-                role.source,
-            ]
-            if ranged:
-                low_high = role.pool_range
-                row.append(f"{low_high[0]:,}-{low_high[1]:,}" if low_high else "-")
+        for row in rows:
             table.add_row(*row)
         return table

@@ -41,13 +41,11 @@ class FiniteFloat(click.FloatRange):
 class Tokens(click.IntRange):
     """A token count as manifests write it too: 131072, 128k (SI) or 1Mi (IEC), within `min`..2**31-1."""
 
-    name = "tokens"
-
     def __init__(self, min: int | None = 1) -> None:  # noqa: A002 - click's own parameter name
         super().__init__(min=min, max=2**31 - 1)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and value.strip()[-1:].isalpha():  # 128k, 1Mi (1e20 stays click's to judge)
             from kvcheck.engines.flags import FlagError, parse_human_readable_int
 
             try:
@@ -75,9 +73,12 @@ def _silence(stream: TextIO | None) -> None:
 
 
 def _stderr(message: str) -> None:
-    """A line for people on stderr; a closed or failing stderr never changes the exit code."""
+    """A line for people on stderr, control characters escaped (a terminal must not run a file's escape
+    sequences, nor show bidi-reordered text); a closed or failing stderr never changes the exit code."""
+    from kvcheck.escape import printable
+
     try:
-        click.echo(message, err=True)
+        click.echo(printable(message), err=True)
     except OSError:  # `2>&1 | true`: the verdict is the exit code, whatever became of the words
         _silence(sys.stderr)
 

@@ -174,6 +174,7 @@ BOTTOM = (
     f"{PACKAGE}.profiles",
     f"{PACKAGE}.redact",
     f"{PACKAGE}.scrub",
+    f"{PACKAGE}.escape",
 )
 ENGINES = f"{PACKAGE}.engines"
 POLICY_RULES = f"{PACKAGE}.policy.rules"

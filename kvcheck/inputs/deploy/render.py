@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kvcheck.escape import one_line
 from kvcheck.inputs.deploy.manifest import ImportedManifest, Resolved, Stated, imported_manifest
 from kvcheck.model import Finding
 
@@ -63,10 +64,11 @@ def _render(tree: dict[str, Any], indent: int, lines: list[str]) -> None:
         if isinstance(node, Stated):
             value = json.dumps(node.value) if key == "version" else _scalar(node.value)
             line = f"{pad}{_key(key)}: {value}"
-            lines.append(line + (f"  # {node.where}" if node.where else ""))
+            lines.append(line + (f"  # {one_line(node.where)}" if node.where else ""))
         else:
             mapping, comment = node
-            lines.append(f"{pad}{_key(key)}:" + (f"  # {comment}" if comment else "") + (" {}" if not mapping else ""))
+            lines.append(f"{pad}{_key(key)}:" + (f"  # {one_line(comment)}" if comment else "")
+                         + (" {}" if not mapping else ""))
             _render(mapping, indent + 1, lines)
 
 
@@ -79,9 +81,9 @@ def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
     docs = []
     for item in resolved:
         manifest = imported_manifest(item)
-        lines = [f"# kvcheck manifest imported from {', '.join(manifest.sources)} (kvcheck import)"]
+        lines = [f"# kvcheck manifest imported from {one_line(', '.join(manifest.sources))} (kvcheck import)"]
         for note in item.notes:
-            lines.append(f"# note: {note}")
+            lines.append(f"# note: {one_line(note)}")
         if manifest.context_length is None:
             lines.append("# context_length: not in the files; add the window you advertise (required)")
         if manifest.model_path is None:
@@ -89,7 +91,7 @@ def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
         own = [f for f in findings if f.role in {r.name for r in manifest.roles}]
         for f in own:
             where = f.location.render() if f.location else ""
-            lines.append(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}")
+            lines.append(one_line(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}"))
         _render(_tree(manifest), 0, lines)
         docs.append("\n".join(lines) + "\n")
     return "---\n".join(docs)

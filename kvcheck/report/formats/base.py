@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcheck.escape import one_line, printable  # noqa: F401  (the formats' escapes)
 from kvcheck.model import Report, RoleResult
 
 MODE_TITLES = {
@@ -71,22 +71,6 @@ def suppressed_text(report: Report) -> str | None:
 # Control characters (C0 but tab and newline, DEL, C1), lone surrogates and the XML non-characters: what
 # a role name, a server's version string or a quoted log line may carry to forge terminal escapes,
 # GitHub workflow commands or invalid JUnit XML. Each becomes a visible escape such as \x1b.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-
-
-def printable(text: str) -> str:
-    """`text` with every control character shown as an escape (`\x1b`, `\r`); tabs and newlines stay."""
-    if not _UNPRINTABLE.search(text):
-        return text
-    return _UNPRINTABLE.sub(lambda m: "\\r" if m.group() == "\r" else f"\\x{ord(m.group()):02x}"
-                            if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-
-
-def one_line(text: str) -> str:
-    """`text` as printable() makes it, with newlines shown as `\n` too (names, table cells)."""
-    return printable(text).replace("\n", "\\n")
-
-
 def printable_report(report: Report) -> Report:
     """The report with printable() applied to every string it holds (untrusted text reaches every field:
     role names from files, versions and messages from servers, quoted engine lines)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def test_audit_of_a_real_server_whose_pool_holds_its_window_is_exit_0(server: Se
     code, report, stderr = cli_json("audit", server.url)
     assert code == 0, (report, stderr)
     [role] = report["roles"]
-    assert (role["status"], role["pool_tokens"], role["required_tokens"]) == ("pass", POOL, WINDOW), role
+    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
+        "pass", POOL, WINDOW, WINDOW - 6), role
     assert report["findings"] == []
 
 
@@ -51,3 +53,9 @@ def test_probe_of_a_real_server_is_exit_0(server: Server, tmp_path: Path) -> Non
     code, report, stderr = cli_json("probe", server.url, "--tenants", "2", "--rounds", "1", "--seed", "1")
     (tmp_path / "probe.json").write_text(json.dumps(report, indent=1))
     assert code == 0, (json.dumps(report, indent=1)[:6000], stderr)
+    limits = report["roles"][0]["details"]["limits"]
+    assert (limits["window_tokens"], limits["max_req_input_len"], limits["pool_tokens"], limits["version"]) == (
+        WINDOW, WINDOW - 6, POOL, "0.5.23")
+    assert report["findings"] == []
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as answer:  # the probe left it serving
+        assert answer.status == 200

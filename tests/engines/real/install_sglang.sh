@@ -21,6 +21,9 @@ fi
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 PY=$DEST/venv/bin/python
+# Two runs on one host (two CI jobs, a developer beside CI) take turns; the second finds the install made.
+exec 8>"$DEST.lock"
+flock -w 1800 8
 STAMP="sglang==$SGLANG_VERSION torch==$TORCH_VERSION model=tiny-llama-v1"
 
 present() {

@@ -96,7 +96,7 @@ def test_an_engine_killed_mid_boot_is_exit_3_and_nothing_survives(real_sglang: R
     assert wait_until_gone(tag, within_s=30) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "issue 19 item 4: SGLang 0.5.23 refuses the context length while its arguments resolve, so the log "
     "has a traceback and no server_args= line; kvcheck logs says 'not an SGLang log' (exit 2) instead of "
     "KV309 (exit 3) quoting the ValueError line"))

@@ -183,7 +183,7 @@ def write_manifest(real: RealSglang, path: Path, tag: str, max_total_tokens: int
         },
         "args": {"device": "cpu", "attention-backend": "torch_native",
                  "context-length": window, "max-total-tokens": max_total_tokens, **args},
-        "roles": {"server": {"gpus": [0]}},
+        "roles": {"server": {}},  # a CPU role lists no GPUs (device: cpu)
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -199,11 +199,12 @@ class Verified:
 
 
 def verify(real: RealSglang, folder: Path, max_total_tokens: int, window: int = WINDOW, **args: object) -> Verified:
-    """`kvcheck verify M --no-gpu-check --format json --logs-dir folder/logs`; every engine process gone after."""
+    """`kvcheck verify M --format json --logs-dir folder/logs` (a CPU role needs no --no-gpu-check); every engine
+    process gone after."""
     tag = f"{folder.name}-{uuid.uuid4().hex}"
     path = write_manifest(real, folder / "deploy.yaml", tag, max_total_tokens, window, **args)
     start = time.monotonic()
-    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
+    done = run_kvcheck("verify", str(path), "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=BOOT_TIMEOUT_S + 120)
     wall_s = time.monotonic() - start
     assert wait_until_gone(tag, within_s=10) == [], "engine processes outlived kvcheck verify"

@@ -20,6 +20,7 @@ EXAMPLES = REPO_ROOT / "docs" / "examples"
 FOLDER_MARKERS = {
     Path("tests/slurm"): "slurm",
     Path("tests/measure/kubernetes"): "kubernetes",
+    Path("tests/engines/real"): "real_engine",
 }
 
 
@@ -33,6 +34,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for folder, marker in FOLDER_MARKERS.items():
             if where.is_relative_to(folder):
                 item.add_marker(marker)
+                # under pytest-xdist (--dist loadgroup) a shared cluster's tests all run on one worker
+                item.add_marker(pytest.mark.xdist_group(marker))
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_narrow_terminals_leave_out_columns_visibly(report) -> None:
     assert "left out" not in TableFormat(width=100).render(report)  # the documented 100-column table is whole
     text = TableFormat(width=80).render(report)
     assert "(left out to fit 80 columns: pool range; --format json has every figure)" in text
-    assert text.splitlines()[3].startswith("role ")
+    assert any(line.startswith("role ") for line in text.splitlines())  # the role column stays
 
 
 def test_a_kubernetes_length_role_name_wraps_and_the_pool_range_stays_whole(report) -> None:

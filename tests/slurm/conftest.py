@@ -140,7 +140,15 @@ def slurm_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def cluster(slurm_cluster: Cluster) -> Iterator[Cluster]:
-    """The cluster, with any job a failed test left behind cancelled afterwards (never a leak)."""
+    """The cluster, idle when the test starts (an earlier test's job still completing would queue this one's
+    for resources past a short --timeout, most of all while another pytest worker loads the host), with any
+    job a failed test left behind cancelled afterwards (never a leak)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        any(name.startswith("kvcheck-") for name in slurm_cluster.live_jobs().values())
+        or "comp" in slurm_cluster.run("sinfo", "-h", "-o", "%T").stdout  # a node still cleaning up a job
+    ):
+        time.sleep(0.25)
     before = set(slurm_cluster.live_jobs())
     yield slurm_cluster
     leftover = [

@@ -17,6 +17,7 @@ import click
 from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import CheckError, KvcheckError
+from kvcheck.escape import printable
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import environment_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
@@ -75,8 +76,6 @@ def _silence(stream: TextIO | None) -> None:
 def _stderr(message: str) -> None:
     """A line for people on stderr, control characters escaped (a terminal must not run a file's escape
     sequences, nor show bidi-reordered text); a closed or failing stderr never changes the exit code."""
-    from kvcheck.escape import printable
-
     try:
         click.echo(printable(message), err=True)
     except OSError:  # `2>&1 | true`: the verdict is the exit code, whatever became of the words

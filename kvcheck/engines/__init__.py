@@ -15,7 +15,7 @@ adds `trtllm` to the registry without an edit to kvcheck. The object an entry po
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from kvcheck.errors import InputError
@@ -43,13 +43,20 @@ class EnginePluginError(InputError):
     """An installed `kvcheck.engines` entry point that cannot be loaded or is not an Engine."""
 
 
-def _plugin_factory(name: str, value: str) -> Callable[[], Engine]:
-    """A factory that loads the entry point `value` when the engine is first asked for."""
+def _plugin_factory(point: EntryPoint) -> Callable[[], Engine]:
+    """A factory that loads the entry point when the engine is first asked for."""
 
     def build() -> Engine:
         from kvcheck.engines.base import Engine
 
-        target = _load_entry_point(name, value)
+        name, value = point.name, point.value
+        try:
+            target = point.load()
+        except Exception as exc:  # a broken plug-in is the user's install, not kvcheck's bug
+            raise EnginePluginError(
+                f"engine plug-in '{name}' ({value}) cannot be loaded: {type(exc).__name__}: {exc}",
+                hint="reinstall the package that provides it, or uninstall it",
+            ) from exc
         engine = target() if callable(target) else target
         if not isinstance(engine, Engine):
             raise EnginePluginError(
@@ -66,19 +73,6 @@ def _plugin_factory(name: str, value: str) -> Callable[[], Engine]:
     return build
 
 
-def _load_entry_point(name: str, value: str) -> object:
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name == name and point.value == value:
-            try:
-                return point.load()
-            except Exception as exc:  # a broken plug-in is the user's install, not kvcheck's bug
-                raise EnginePluginError(
-                    f"engine plug-in '{name}' ({value}) cannot be loaded: {type(exc).__name__}: {exc}",
-                    hint="reinstall the package that provides it, or uninstall it",
-                ) from exc
-    raise EnginePluginError(f"engine plug-in '{name}' ({value}) is no longer installed")
-
-
 def load_plugins() -> None:
     """Add the engines installed under the `kvcheck.engines` entry-point group (once per process)."""
     global _plugins_loaded
@@ -88,7 +82,7 @@ def load_plugins() -> None:
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name in BUILTIN_ENGINES or point.name in ENGINES:
             continue  # a plug-in cannot shadow a built-in engine (or an engine registered earlier)
-        ENGINES[point.name] = _plugin_factory(point.name, point.value)
+        ENGINES[point.name] = _plugin_factory(point)
 
 
 def register_engine(name: str, factory: Callable[[], Engine]) -> None:

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
 
 from kvcheck.backends.measure.launchers import KubernetesSpec, SlurmSpec
-from kvcheck.engines import get_engine
 from kvcheck.engines.flags import FlagError, parse_human_readable_int
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
@@ -73,7 +72,7 @@ class EngineSpec(_Strict):
         default=None,
         min_length=1,
         description="How to start the engine (argv prefix); kvcheck appends the model and the args. "
-        f"Default: the engine's own ({' '.join(get_engine('sglang').default_command)} for sglang).",
+        "Default: the engine's own (python3 -m sglang.launch_server for sglang).",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every role.")
 

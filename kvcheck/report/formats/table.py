@@ -31,6 +31,7 @@ def _natural_width(console: Console, table: Table) -> int:
 
 # The columns the roles' table leaves out first when a terminal is too narrow for every figure.
 _DROPPABLE = ("pool range", "source", "pool/req", "max input")
+_NAME_MIN = 12  # the narrowest a role name folds to before a column is left out
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
@@ -118,16 +119,21 @@ class TableFormat(Format):
             columns.append("pool range")
         rows = [self._role_row(role, ranged) for role in report.roles]
         dropped: list[str] = []
-        table = self._table(columns, rows, report)
-        for column in _DROPPABLE:
-            if _natural_width(console, table) <= console.width:
+        for column in (*_DROPPABLE, None):
+            table = self._table(columns, rows, report)
+            natural = _natural_width(console, table)
+            name_width = max([len("role"), *(len(str(row[0])) for row in rows)])
+            others = natural - name_width  # every column but the names, which may fold down to _NAME_MIN
+            if natural <= console.width or column is None:
+                break
+            if others + _NAME_MIN <= console.width:
+                table = self._table(columns, rows, report, name_max=console.width - others)
                 break
             if column in columns:
                 dropped.append(column)
                 keep = [i for i, name in enumerate(columns) if name != column]
                 columns = [columns[i] for i in keep]
                 rows = [[row[i] for i in keep] for row in rows]
-                table = self._table(columns, rows, report)
         return table, dropped
 
     @staticmethod
@@ -147,7 +153,8 @@ class TableFormat(Format):
         return row
 
     @staticmethod
-    def _table(columns: list[str], rows: list[list[Text | str]], report: Report) -> Table:
+    def _table(columns: list[str], rows: list[list[Text | str]], report: Report, *,
+               name_max: int | None = None) -> Table:
         table = Table(box=box.SIMPLE_HEAVY, show_edge=False, pad_edge=False)
         name_width = min(40, max([len(role.name) for role in report.roles] + [4]))
         for i, column in enumerate(columns):
@@ -157,7 +164,8 @@ class TableFormat(Format):
                 justify="left" if column in ("role", "status", "source") else "right",
                 no_wrap=column != "role",
                 # the role's name folds; every other cell keeps its whole width (a figure is never cut)
-                min_width=min(name_width, 12) if column == "role" else max([len(column), *cells]),
+                min_width=min(name_width, _NAME_MIN) if column == "role" else max([len(column), *cells]),
+                max_width=name_max if column == "role" else None,
                 overflow="fold",
             )
         for row in rows:

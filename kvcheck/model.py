@@ -273,7 +273,7 @@ class RolePlan:
     pool_tokens: int  # predicted pool at the manifest's settings
     pool_range: tuple[int, int]
     largest_context_tokens: int
-    binding_limit: str  # pool | max_total_tokens | model_context_length
+    binding_limit: str  # pool | max_total_tokens | model_context_length | num_reserved_decode_tokens
     pool_context_tokens: int  # the largest window the pool holds with the headroom
     model_context_tokens: int  # SGLang's context_len derived from the model's config
     model_context_overridable: bool  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN lifts the model bound

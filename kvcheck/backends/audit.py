@@ -315,7 +315,7 @@ def _audited(
         role=target.name,
         source="audit",
         pool_tokens=pool_tokens,
-        max_input_tokens=info.max_req_input_len,
+        max_input_tokens=_admission_bound(info, pool_tokens, engine),
         context_len=info.served_context_len,
         engine_version=info.version,
         resolved_args=dict(info.resolved_args),
@@ -378,6 +378,16 @@ def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str
             f"{judged:,} tokens: the smallest rank refuses prompts that figure admits"
         )
     return judged, texts
+
+
+def _admission_bound(info: ServerInfo, pool_tokens: int | None, engine: Engine) -> int | None:
+    """The server's real admission bound: its own max_req_input_len, lowered by the engine's role rule
+    (an SGLang decode role's reservation, read from the server's resolved args) when pool and context are known."""
+    stated = info.max_req_input_len
+    if pool_tokens is None or info.served_context_len is None:
+        return stated
+    bound = engine.max_input_len(info.served_context_len, pool_tokens, info.resolved_args, info.version)
+    return bound if stated is None else min(stated, bound)
 
 
 def _manifest_drift(target: RoleTarget, info: ServerInfo, engine: Engine) -> list[Finding]:

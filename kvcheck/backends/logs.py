@@ -319,7 +319,8 @@ def _role(
     location = Location(name, figure_line)
     max_input = None
     if pool_tokens is not None and engine_ctx is not None:
-        max_input = _engine().max_input_len(engine_ctx, pool_tokens)
+        # the role's real bound: a decode role's reservation lowers it below the engine's own figure
+        max_input = _engine().max_input_len(engine_ctx, pool_tokens, args, summary.version)
 
     findings: list[Finding] = []
     if pool_tokens is None:
@@ -521,7 +522,8 @@ def _rank_dict(rank: RankFigures) -> dict[str, Any]:
 
 
 def _max_req_input_len(rank: RankFigures) -> int | None:
-    """The longest prompt the rank's scheduler admits, by the engine's rule; None without pool or context."""
+    """The engine's own max_req_input_len for the rank (the plain server's bound, as the engine derives
+    and reports it); None without pool or context. The role's real bound is the role's max_input_tokens."""
     tokens = rank.best_tokens
     if tokens is None or rank.context_len is None:
         return None

@@ -121,7 +121,7 @@ class RankFigures:
     which post-capture sizing can still shrink (`upper_bound`) and which for hybrid sliding-window
     models of some releases counts the SWA pool, not the full-attention pool (`full_layer_tokens`).
     The longest prompt a rank admits is the engine's rule: `Engine.max_input_len(context_len,
-    best_tokens)`.
+    best_tokens, args, version)`.
     """
 
     rank: RankTag
@@ -408,8 +408,21 @@ class Engine(ABC):
         """The disaggregated role the args give a server (prefill, decode), None for a unified one."""
 
     @abstractmethod
-    def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
-        """The longest prompt the engine admits, in tokens, for a context length and pool."""
+    def max_input_len(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        """The role's admission bound, in tokens: prompts of this many tokens or more are not served.
+
+        `pool_tokens` None means a pool too large to bind. `args` (keyed by field name), `version`
+        and `env` give the role's own rules where they move the bound: an SGLang decode role reserves
+        `--num-reserved-decode-tokens` on top of every prompt, so prompts its pool holds can still
+        wait forever. Without them the bound is a plain server's.
+        """
 
     def device(self, args: Mapping[str, Any]) -> str:
         """The device the args run the server on: "cuda" (GPUs, the default) or another ("cpu", ...).

@@ -55,7 +55,11 @@ def _context_finding(target: RoleTarget, plan: RolePlan) -> Finding:
         else:
             why += " would hold more)"
     else:
-        what = "the predicted pool" if plan.binding_limit == "pool" else "the pool as --max-total-tokens caps it"
+        what = {
+            "pool": "the predicted pool",
+            "num_reserved_decode_tokens": "the decode role's reservation per request (--num-reserved-decode-tokens) "
+            "out of the predicted pool",
+        }.get(plan.binding_limit, "the pool as --max-total-tokens caps it")
         why = f"bound by {what} of {plan.pool_tokens:,} tokens"
         if plan.min_headroom != 1.0:
             why += f" / min_headroom {plan.min_headroom:g}"

@@ -7,6 +7,7 @@ Renderers only read the report: this works from the typed plan value the report 
 from __future__ import annotations
 
 import io
+import math
 
 from rich import box
 from rich.console import Console, RenderableType
@@ -19,6 +20,7 @@ _BINDING = {
     "pool": "bound by the predicted pool",
     "max_total_tokens": "bound by --max-total-tokens",
     "model_context_length": "bound by the model's own context length",
+    "num_reserved_decode_tokens": "bound by the decode role's per-request reservation (--num-reserved-decode-tokens)",
 }
 _VERDICT_STYLE = {"holds": "green", "short": "red", "measure": "yellow", "no room": "red"}
 
@@ -105,6 +107,8 @@ def headline(role: RoleResult) -> str:
         f"plan for {role.name}: largest context that fits {plan.largest_context_tokens:,} tokens "
         f"({_BINDING.get(binding, binding)}; {other}); the window needs {plan.required_tokens:,}"
     )
+    if plan.required_tokens > math.ceil(plan.min_headroom * plan.context_length):
+        text += " (its longest prompt plus the decode role's reservation per request)"
     if plan.uncertain:
         text += "; might not fit; measure"
     return text

@@ -13,7 +13,7 @@ from kvcheck.engines import ENGINES, get_engine
 from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import Rule
-from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205
+from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205
 from kvcheck.probe.rules import (
     CROSS_TENANT,
     EMPTY_LENGTH_FINISH,
@@ -27,7 +27,7 @@ from kvcheck.probe.rules import (
     UNREACHABLE,
 )
 
-POLICY_RULES = (KV101, KV102, KV103, KV104, KV201, KV202, KV203, KV204, KV205)
+POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
 MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
 AUDIT_RULES = (KV306, KV307, KV308, KV311)

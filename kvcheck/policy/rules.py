@@ -53,9 +53,22 @@ KV104 = define_rule(
     "warning",
     "prefill and decode admit different request lengths",
     """In a disaggregated deployment both roles apply their own input limit (max_req_input_len,
-    derived from each role's pool and context length). When they differ, a prompt can be accepted
+    derived from each role's pool and context length; a decode role's is lowered further by the
+    tokens it reserves per request, see KV107). When they differ, a prompt can be accepted
     by one role and refused, or mishandled, by the other. Fix: size both pools (or set the same
     --context-length) so that both admit the same lengths.""",
+)
+KV107 = define_rule(
+    "KV107",
+    "error",
+    "a role's pool holds the window, but a per-request reservation keeps it from admitting the window's prompts",
+    """Some roles admit a prompt only when the prompt plus a reservation fits the free pool: an SGLang
+    decode role pre-allocates num_reserved_decode_tokens (512 by default) on top of every
+    transferred prompt. A prompt that fits the pool but not with the reservation is not refused: it
+    waits at decode with no error until the client gives up (real SGLang 0.5.23, 2,048-token pool:
+    1,536 tokens served, 1,537 hang, while max_req_input_len says 2,042). Fix: give the role a pool
+    of at least the window's longest prompt plus the reservation (the finding names the figure), or
+    lower the reservation.""",
 )
 KV201 = define_rule(
     "KV201",
@@ -159,8 +172,40 @@ def _fraction_above_safe(target: RoleTarget, measurement: PoolMeasurement) -> Fi
     )
 
 
+def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any]) -> list[Finding]:
+    """KV107: the pool holds the window, yet the role's bound (lowered by a reservation per request)
+    keeps the window's longest prompts out; they hang instead of being refused."""
+    pool, window = measurement.pool_tokens, target.context_length
+    if pool is None or window <= 0 or pool < target.required_tokens:
+        return []  # without a pool that holds the window, KV101 says what is wrong
+    engine = get_engine(target.engine)
+    context = measurement.context_len or window
+    version = measurement.engine_version or target.engine_version
+    bound = engine.max_input_len(context, pool, args, version, target.env)
+    plain = engine.max_input_len(context, pool)
+    promised = engine.max_input_len(window, None)
+    if bound >= plain or bound >= promised:
+        return []
+    reserved = pool + 1 - bound
+    needed = promised - 1 + reserved
+    return [
+        finding(
+            "KV107",
+            target.name,
+            f"the pool holds {pool:,} tokens, but the role admits prompts only below {bound:,} tokens: it "
+            f"reserves {reserved:,} tokens per request on top of the prompt; prompts of {bound:,} to "
+            f"{promised - 1:,} tokens, which the {window:,}-token window promises, wait with no error",
+            hint=f"give the role a pool of at least {needed:,} tokens, or lower its reservation "
+            "(SGLang: --num-reserved-decode-tokens)",
+            location=target.arg_location("num_reserved_decode_tokens")
+            if "num_reserved_decode_tokens" in target.args
+            else target.location,
+        )
+    ]
+
+
 def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Finding]:
-    """Apply KV101-KV103 and KV201-KV205 to one role."""
+    """Apply KV101-KV103, KV107 and KV201-KV205 to one role."""
     found: list[Finding] = []
     args = effective_args(target, measurement)
     required = target.required_tokens
@@ -219,6 +264,8 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
                 location=target.arg_location("max_total_tokens"),
             )
         )
+
+    found.extend(_reservation_shortfall(target, measurement, args))
 
     mode = get_engine(target.engine).role_mode(args)
     version_text = measurement.engine_version or target.engine_version
@@ -281,13 +328,20 @@ def evaluate_deployment(
     for p_name, p_limit in limits["prefill"]:
         for d_name, d_limit in limits["decode"]:
             if p_limit != d_limit:
+                between = (
+                    f"prompts of {d_limit:,} to {p_limit - 1:,} tokens pass {p_name} and then wait at "
+                    f"{d_name} with no error" if d_limit < p_limit
+                    else f"prompts of {p_limit:,} to {d_limit - 1:,} tokens are refused by {p_name} though "
+                    f"{d_name} would hold them"
+                )
                 found.append(
                     finding(
                         "KV104",
                         None,
-                        f"{p_name} admits prompts up to {p_limit:,} tokens but {d_name} up to "
-                        f"{d_limit:,}: a prompt between the two is treated differently by each role",
-                        hint="size both roles' pools and context lengths so their input limits match",
+                        f"{p_name} admits prompts below {p_limit:,} tokens but {d_name} below "
+                        f"{d_limit:,}: {between}",
+                        hint="size both roles' pools and context lengths (and the decode role's reservation) "
+                        "so their admission bounds match",
                     )
                 )
     return found

@@ -114,8 +114,12 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> Deployme
         notes.append(f"--pool {options.pool_tokens} ignored: the server states {pool} tokens")
     if info.max_req_input_len is not None:
         bound, bound_source = info.max_req_input_len, f"{info.endpoint} max_req_input_len"
+        if pool is not None:  # a decode role's reservation lowers the bound below its own figure
+            role_bound = get_engine().max_input_len(served_context or window, pool, args, info.version)
+            if role_bound < bound:
+                bound, bound_source = role_bound, f"{info.endpoint}: the decode role's pool ({pool}) less its reservation"
     elif pool is not None:
-        bound = admission_bound(served_context or window, pool)
+        bound = get_engine().max_input_len(served_context or window, pool, args, info.version)
         bound_source = f"computed from the pool ({pool}) and context ({served_context or window})"
     else:
         raise LimitsUnknown(f"{info.url}: the server states neither max_req_input_len nor its pool")

@@ -221,3 +221,19 @@ def test_fit_hints_name_the_settings_that_give_more_pool(llama) -> None:
         "kv-cache-dtype fp8_e4m3 would hold 825,391 tokens (estimate)",
         "tp-size 2 would hold 938,907 tokens (estimate)",
     ]
+
+
+def test_a_decode_roles_reservation_binds_its_window_and_raises_what_the_window_needs(llama) -> None:
+    target = role(llama, window=90_000, max_total_tokens=100_000, disaggregation_mode="decode")
+    plan = plan_role(target)
+    # the pool less the 512 reserved per request, plus the 7 tokens a window never admits
+    assert (plan.pool_tokens, plan.largest_context_tokens, plan.pool_context_tokens, plan.binding_limit) == (
+        100_000, 99_495, 99_495, "num_reserved_decode_tokens",
+    )
+    assert plan.required_tokens == 90_000 - 7 + 512
+    assert estimate_role(target).max_input_tokens == 100_000 - 512 + 1
+    smaller = role(llama, window=90_000, max_total_tokens=100_000, disaggregation_mode="decode",
+                   num_reserved_decode_tokens=7)
+    assert (plan_role(smaller).largest_context_tokens, plan_role(smaller).binding_limit) == (100_000, "max_total_tokens")
+    prefill = plan_role(role(llama, window=90_000, max_total_tokens=100_000, disaggregation_mode="prefill"))
+    assert (prefill.largest_context_tokens, prefill.required_tokens) == (100_000, 90_000)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
@@ -11,6 +13,7 @@ from kvcheck.policy.registry import all_rules
 from kvcheck.policy.rules import evaluate_deployment, evaluate_role
 
 WINDOW = 1_048_576
+DECODE_POOL = WINDOW - 7 + 512  # the smallest decode pool whose bound admits every prompt the window promises
 
 
 def target(name="prefill", *, args=None, version="0.5.23", headroom=1.0, window=WINDOW, locations=None):
@@ -96,7 +99,7 @@ def test_old_release_without_disaggregation_is_fine() -> None:
 
 def test_measured_version_wins_over_the_declared_one() -> None:
     args = {"disaggregation_mode": "decode", "disaggregation_enable_kv_checksum": True}
-    assert codes(evaluate_role(target(args=args), measured(WINDOW, version="0.5.21"))) == ["KV201"]
+    assert codes(evaluate_role(target(args=args), measured(DECODE_POOL, version="0.5.21"))) == ["KV201"]
 
 
 def test_auto_truncate_is_kv202_also_when_only_the_server_reports_it() -> None:
@@ -105,7 +108,8 @@ def test_auto_truncate_is_kv202_also_when_only_the_server_reports_it() -> None:
 
 
 def test_disaggregated_role_without_checksum_is_kv203() -> None:
-    assert codes(evaluate_role(target(args={"disaggregation_mode": "decode"}), measured(WINDOW))) == ["KV203"]
+    # a decode pool of the window plus its 512-token reservation (less the 7 the window never promises)
+    assert codes(evaluate_role(target(args={"disaggregation_mode": "decode"}), measured(DECODE_POOL))) == ["KV203"]
     assert codes(evaluate_role(target(args={"disaggregation_mode": "null"}), measured(WINDOW))) == []
 
 
@@ -122,7 +126,7 @@ def test_policy_ignore_and_severity_override() -> None:
     report = judge(
         command="verify", mode="measure", source="m.yaml",
         targets=[target(args={"disaggregation_mode": "decode", "allow_auto_truncate": True})],
-        measurements=[measured(WINDOW)], policy=policy,
+        measurements=[measured(DECODE_POOL)], policy=policy,
     )
     assert [(f.rule, f.severity) for f in report.findings] == [("KV202", "error")]
     assert (report.verdict, report.exit_code) == ("fail", 1)
@@ -186,3 +190,45 @@ def test_an_error_finding_anywhere_means_a_non_zero_exit() -> None:
                                                                (1.3, 10, 13), (1.0001, 10_000, 10_001)])
 def test_required_tokens_are_exact_decimal_products(headroom, window, required) -> None:
     assert target(headroom=headroom, window=window).required_tokens == required
+
+
+def test_a_decode_pool_that_holds_the_window_but_not_its_reservation_is_kv107() -> None:
+    decode = {"disaggregation_mode": "decode", "disaggregation_enable_kv_checksum": True}
+    # the smallest pool that admits the window's longest prompt (W - 7) plus 512 reserved: no finding
+    assert codes(evaluate_role(target(args=decode), measured(DECODE_POOL))) == []
+    [found] = evaluate_role(target(args=decode), measured(DECODE_POOL - 1))
+    assert (found.rule, found.severity, found.role) == ("KV107", "error", "prefill")
+    assert found.message == (
+        "the pool holds 1,049,080 tokens, but the role admits prompts only below 1,048,569 tokens: it reserves "
+        "512 tokens per request on top of the prompt; prompts of 1,048,569 to 1,048,569 tokens, which the "
+        "1,048,576-token window promises, wait with no error"
+    )
+    assert found.hint == ("give the role a pool of at least 1,049,081 tokens, or lower its reservation "
+                          "(SGLang: --num-reserved-decode-tokens)")
+    # the pool of exactly the window: every prompt from pool - 511 up waits
+    [found] = evaluate_role(target(args=decode), measured(WINDOW))
+    assert "admits prompts only below 1,048,065 tokens" in found.message
+    # a prefill or unified role reserves nothing
+    assert codes(evaluate_role(target(args={"disaggregation_mode": "prefill",
+                                            "disaggregation_enable_kv_checksum": True}), measured(WINDOW))) == []
+    # below the window KV101 says what is wrong, once
+    assert codes(evaluate_role(target(args=decode), measured(WINDOW - 1))) == ["KV101"]
+
+
+def test_the_decode_reservation_follows_the_flag_and_the_release() -> None:
+    decode = {"disaggregation_mode": "decode", "disaggregation_enable_kv_checksum": True}
+    smaller = {**decode, "num_reserved_decode_tokens": 7}
+    # a pool of the window with 7 reserved admits W - 7 tokens, the longest prompt the window promises
+    assert codes(evaluate_role(target(args=smaller), measured(WINDOW))) == []
+    assert codes(evaluate_role(target(args={**decode, "num_reserved_decode_tokens": 8}), measured(WINDOW))) == ["KV107"]
+    [found] = evaluate_role(target(args={**decode, "num_reserved_decode_tokens": 4096}), measured(DECODE_POOL))
+    assert "it reserves 4,096 tokens per request" in found.message
+    # 0.4.6.post3 and 0.4.7 read SGLANG_NUM_RESERVED_DECODE_TOKENS (the flag came in 0.4.7.post1)
+    old = target(args=smaller, version="0.4.7")
+    old = replace(old, env={"SGLANG_NUM_RESERVED_DECODE_TOKENS": "1024"})
+    [found] = [f for f in evaluate_role(old, measured(WINDOW)) if f.rule == "KV107"]
+    assert "it reserves 1,024 tokens per request" in found.message
+    # before 0.4.6.post3 the reservation is a fixed 512, whatever the flag or the variable say
+    fixed = replace(target(args=smaller, version="0.4.6"), env={"SGLANG_NUM_RESERVED_DECODE_TOKENS": "8"})
+    [found] = [f for f in evaluate_role(fixed, measured(WINDOW)) if f.rule == "KV107"]
+    assert "it reserves 512 tokens per request" in found.message

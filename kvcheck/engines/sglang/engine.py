@@ -91,8 +91,15 @@ class SglangEngine(Engine):
     def role_mode(self, args: Mapping[str, Any]) -> str | None:
         return serving.disaggregation_mode(args)
 
-    def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
-        return serving.max_input_len(context_len, pool_tokens)
+    def max_input_len(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        return serving.admission_bound(context_len, pool_tokens, args, version, env)
 
     def device(self, args: Mapping[str, Any]) -> str:
         return serving.device(args)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.base import PoolEstimate, SafeFraction
+from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.sizing.config import load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
 from kvcheck.engines.sglang.sizing.model import estimate_role
@@ -389,8 +390,10 @@ def plan_role(
     gpu_profiles = as_profiles(profiles)
     sweep = _Sweep(target, gpu_profiles, offline)
     base = sweep({})
-    required = target.required_tokens
     headroom = target.min_headroom
+    reserve = serving.reserved_decode_tokens(target.args, target.engine_version, target.env)
+    # a decode role holds the window's longest prompt plus its reservation, or that prompt waits forever
+    required = max(target.required_tokens, serving.decode_pool_needed(target.context_length, reserve))
 
     if target.args.get("context_length") is None:
         model_ctx = base.context_len
@@ -398,8 +401,13 @@ def plan_role(
         model_ctx = sweep({"context_length": None}).context_len
     overridable = _truthy(target.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"))
     pool_ctx = largest_window(base.pool_tokens, headroom)
+    reserved_ctx = serving.decode_window(base.pool_tokens, reserve)
+    reservation_binds = reserved_ctx < pool_ctx
+    pool_ctx = min(pool_ctx, reserved_ctx)
     if not overridable and model_ctx < pool_ctx:
         largest, binding = model_ctx, "model_context_length"
+    elif reservation_binds:
+        largest, binding = pool_ctx, "num_reserved_decode_tokens"
     else:
         largest, binding = pool_ctx, "pool"
         cap = target.args.get("max_total_tokens")

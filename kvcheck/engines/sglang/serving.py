@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 DEFAULT_ENGINE_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 
 # The scheduler admits a prompt only when it fits max_req_len minus this margin (tp_worker.py:
@@ -45,6 +47,86 @@ def max_request_len(context_len: int, pool_tokens: int | None) -> int:
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:
     """max_req_input_len: prompts of this many tokens or more are refused (may be negative)."""
     return max_request_len(context_len, pool_tokens) - ADMISSION_MARGIN_TOKENS
+
+
+# A decode role pre-allocates each transferred request's prompt plus this many tokens, and admits it
+# only when that fits the free pool (disaggregation/decode.py, `_required_admission_tokens` in
+# 0.5.23): with a 2,048-token pool real 0.5.23 serves a 1,536-token prompt and leaves a 1,537-token
+# one waiting forever, with no error, although max_req_input_len says 2,042. By release: decode
+# mode came in 0.4.4.post2 with a fixed 512; 0.4.6.post3 and 0.4.7 read the variable below;
+# --num-reserved-decode-tokens (default 512) replaced it in 0.4.7.post1 (docs/sglang-internals.md).
+DEFAULT_RESERVED_DECODE_TOKENS = 512
+RESERVED_DECODE_ENV = "SGLANG_NUM_RESERVED_DECODE_TOKENS"
+_RESERVE_ENV_FROM = Version("0.4.6.post3")
+_RESERVE_FLAG_FROM = Version("0.4.7.post1")
+
+
+def reserved_decode_tokens(
+    args: Mapping[str, Any], version: str | None = None, env: Mapping[str, str] | None = None
+) -> int:
+    """Tokens a decode role reserves on top of each admitted prompt (0 for any other role).
+
+    `version` None (or a build string kvcheck cannot read) means the newest rules: the flag.
+    """
+    if disaggregation_mode(args) != "decode":
+        return 0
+    release = _release(version)
+    if release is not None and release < _RESERVE_FLAG_FROM:
+        text = (env or {}).get(RESERVED_DECODE_ENV) if release >= _RESERVE_ENV_FROM else None
+        return _count(text, DEFAULT_RESERVED_DECODE_TOKENS)
+    return _count(args.get("num_reserved_decode_tokens"), DEFAULT_RESERVED_DECODE_TOKENS)
+
+
+def admission_bound(
+    context_len: int,
+    pool_tokens: int | None,
+    args: Mapping[str, Any] | None = None,
+    version: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """The role's real admission bound: prompts of this many tokens or more are refused, or (on a
+    decode role, past its reservation) never admitted. A decode role admits a prompt P only while
+    P + reserved fits its free pool, so an idle decode role's bound is pool - reserved + 1."""
+    bound = max_input_len(context_len, pool_tokens)
+    reserve = reserved_decode_tokens(args or {}, version, env)
+    if reserve and pool_tokens is not None:
+        bound = min(bound, pool_tokens - reserve + 1)
+    return bound
+
+
+def decode_pool_needed(window: int, reserve: int) -> int:
+    """The pool a role reserving `reserve` tokens per request needs to admit the longest prompt a
+    window of `window` tokens promises (window - 7 tokens): that prompt plus the reservation."""
+    return max_input_len(window, None) - 1 + reserve if reserve and window > 0 else 0
+
+
+def decode_window(pool_tokens: int, reserve: int) -> int:
+    """The largest window whose longest prompt, plus the reservation, fits the pool; a huge number
+    when nothing is reserved (the reservation does not bind)."""
+    if not reserve:
+        return MAX_TOKEN_FIGURE
+    return max(0, pool_tokens - reserve + 1 + ADMISSION_MARGIN_TOKENS + 1)
+
+
+def _release(version: str | None) -> Version | None:
+    if not version:
+        return None
+    try:
+        return Version(str(version).lstrip("v"))
+    except InvalidVersion:
+        return None
+
+
+def _count(value: Any, default: int) -> int:
+    """A token count from an arg or variable; what is unset or not an integer is the default (the
+    engine's own parser refuses such a value at boot, so no role runs with it)."""
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        return default
+    return number
 
 
 def data_parallel_ranks(args: Mapping[str, Any]) -> int:

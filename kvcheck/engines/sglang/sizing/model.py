@@ -12,7 +12,7 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.sglang import serving
-from kvcheck.engines.sglang.serving import max_input_len
+from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
@@ -492,7 +492,7 @@ def estimate_role(
     if tokens_physical <= 0:
         assumptions.append(_no_pool_note(info, res.mem_fraction_static))
 
-    max_input = max(0, max_input_len(res.context_len, pool_tokens))
+    max_input = max(0, admission_bound(res.context_len, pool_tokens, args, target.engine_version, target.env))
     mrr = _max_running_requests(res, tokens_physical, info)
     details = _details(
         target, model, sizer, info,

@@ -201,7 +201,8 @@ class ToyServeEngine(Engine):
         role = args.get("role")
         return None if role in (None, "") else str(role)
 
-    def max_input_len(self, context_len: int, pool_tokens: int | None) -> int:
+    def max_input_len(self, context_len: int, pool_tokens: int | None, args: Mapping[str, Any] | None = None,
+                      version: str | None = None, env: Mapping[str, str] | None = None) -> int:
         return min(context_len, pool_tokens if pool_tokens is not None else context_len) - 1
 
     # -- launch

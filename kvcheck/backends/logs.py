@@ -416,7 +416,7 @@ def _role(
         source="log",
         # a figure that is not a serving pool (KV316) is evidence, never judged: one figure, one verdict
         pool_tokens=None if unusable else pool_tokens,
-        max_input_tokens=max_input,
+        max_input_tokens=None if unusable else max_input,
         context_len=engine_ctx,
         engine_version=summary.version,
         resolved_args=dict(args),

@@ -464,8 +464,10 @@ class Engine(ABC):
 
     # -- boot log ---------------------------------------------------------------------------------
 
-    # What an out-of-memory exit (status 137) of the engine looks like in its log, and the fix: boot's hint.
-    oom_exit_hint: ClassVar[str | None] = None
+    def exit_hint(self, returncode: int | None, lines: Sequence[str]) -> str | None:
+        """The fix for an engine that exited before its pool was known, from its status and its last
+        log lines (boot's hint), or None when the engine's knowledge adds nothing."""
+        return None
 
     @abstractmethod
     def log_reader(self) -> BootLogReader:

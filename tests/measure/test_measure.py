@@ -154,7 +154,8 @@ def test_out_of_memory_while_sizing(pidfile: PidFile, monkeypatch) -> None:
         "its last lines:\n"
     )
     assert "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.6" in message
-    assert "out-of-memory" in m.findings[0].hint
+    assert m.findings[0].hint == ("the engine ran out of memory: raise mem-fraction-static, add GPUs (tp-size) or "
+                                  "choose a smaller model or KV dtype (keep the whole log with --logs-dir DIR)")
     assert m.details["exit_status"] == -9
 
 

@@ -396,11 +396,7 @@ class RoleBoot:
             status = exit_text(engine.returncode if engine.returncode is not None else -9)
             lines = list(summary.errors) or list(self._tail)
             quoted = _quote(lines, self._secrets())
-            hint = {
-                2: "the engine rejected its command line: check the role's args against the engine's --help",
-            }.get(engine.returncode or 0)
-            if hint is None and "137" in status:
-                hint = self._engine.oom_exit_hint
+            hint = self._engine.exit_hint(engine.returncode, [*lines, *self._tail])
             return self._replace(
                 self._fail(
                     f"the engine exited with status {status} before reporting its pool (phase: {phase})"

@@ -145,10 +145,10 @@ class SglangEngine(Engine):
 
     # -- boot log ---------------------------------------------------------------------------------
 
-    oom_exit_hint: ClassVar[str | None] = (
-        "status 137 after 'Scheduler hit an exception' is SGLang's out-of-memory exit: raise "
-        "mem-fraction-static, add GPUs (tp-size) or choose a smaller model/KV dtype"
-    )
+    def exit_hint(self, returncode: int | None, lines: Sequence[str]) -> str | None:
+        from kvcheck.engines.sglang.logs.patterns import exit_hint
+
+        return exit_hint(returncode, lines)
 
     def log_reader(self) -> LogReader:
         from kvcheck.engines.sglang.logs.reader import LogReader

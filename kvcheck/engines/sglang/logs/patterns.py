@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # ---------------------------------------------------------------------------------------------------
 # Line shapes. Every pattern is anchored (match, not search) and only run on lines whose first four
@@ -117,3 +118,33 @@ FATAL_TEXTS = (
     "too small to serve any requests",
     "Memory pool size is too small",
 )
+
+# Texts of an out-of-memory failure in SGLang's last lines (the allocator's and SGLang's own words).
+OOM_TEXTS = (
+    "OutOfMemoryError",
+    "CUDA out of memory",
+    "out of memory",
+    "Not enough memory",
+    "Loaded weights leave no GPU memory",
+    "leaves no room for the full KV pool",
+    "Not enough GPU memory for hybrid",
+)
+SIGKILL_STATUSES = (137, -9)
+
+
+def exit_hint(returncode: int | None, lines: Sequence[str]) -> str | None:
+    """The fix for an SGLang that exited before its pool was known. Status 137 is SGLang killing its
+    own process tree after any scheduler exception, not by itself an out-of-memory exit: only the
+    log's words say which."""
+    if returncode == 2:
+        return "the engine rejected its command line: check the role's args against the engine's --help"
+    if any(text in line for line in lines for text in OOM_TEXTS):
+        return ("the engine ran out of memory: raise mem-fraction-static, add GPUs (tp-size) or choose a "
+                "smaller model or KV dtype")
+    if returncode not in SIGKILL_STATUSES:
+        return None
+    if any("Traceback" in line or "Error" in line or "exception" in line for line in lines):
+        return ("SGLang killed its own processes (status 137) after the exception quoted above: fix what "
+                "it names (an argument, the model, the environment)")
+    return ("killed by SIGKILL with no exception in its log: the host's out-of-memory killer (see dmesg "
+            "or the container's OOMKilled status) or an operator; give the role more host memory")

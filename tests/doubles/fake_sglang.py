@@ -150,8 +150,46 @@ def pools(args: argparse.Namespace) -> dict[tuple[int, int], int]:
     return dict(zip(keys, values, strict=True))
 
 
+def derived_context_len(args: argparse.Namespace) -> int:
+    """The model's own context length: FAKE_SGLANG_MODEL_CONTEXT, else a local model folder's
+    config.json max_position_embeddings (as real SGLang derives it for a plain Llama), else 131072."""
+    stated = os.environ.get("FAKE_SGLANG_MODEL_CONTEXT")
+    if stated:
+        return int(stated)
+    try:
+        with open(os.path.join(args.model_path, "config.json")) as handle:
+            return int(json.load(handle)["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 131072
+
+
 def context_len(args: argparse.Namespace) -> int:
-    return args.context_length or int(os.environ.get("FAKE_SGLANG_MODEL_CONTEXT", "131072"))
+    return args.context_length or derived_context_len(args)
+
+
+def refuse_longer_context(args: argparse.Namespace) -> None:
+    """Real 0.5.23 refuses a --context-length above the derived one while its arguments resolve, before
+    any server_args line (model_config.py `_derive_context_length`): a traceback on stderr, exit 1."""
+    derived = derived_context_len(args)
+    forced = "crash_before_pool" in MODES  # older tests name the refusal as a mode
+    if not forced and (args.context_length is None or args.context_length <= derived
+                       or os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1"):
+        return
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(
+        f"[{stamp}] kill_process_tree called: parent_pid={os.getpid()}, include_parent=False, pid={os.getpid()}\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 84, in <module>\n'
+        "    run_server(server_args)\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/configs/model_config.py", line 1314, in '
+        "_derive_context_length\n"
+        "    raise ValueError(\n"
+        f"ValueError: Warning: User-specified context_length ({context_len(args)}) is greater than the derived "
+        f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the "
+        "derived context_length may differ from max_position_embeddings in the model's config. To allow "
+        "overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n"
+    )
+    sys.exit(1)
 
 
 def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int, log: Log) -> None:
@@ -223,9 +261,11 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
             f"max_total_num_tokens={pool}, max_prefill_tokens=16384, max_running_requests=2049, context_len={ctx}"
         )
     elif leader:
+        # real 0.5.23 on CPU states the host memory left (available_cpu_mem), on a GPU the device's
+        memory = "available_cpu_mem=21.01 GB" if args.device == "cpu" else "available_gpu_mem=12.37 GB"
         step(
             f"max_total_num_tokens={pool}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-            f"max_running_requests=3702, context_len={ctx}, available_gpu_mem=12.37 GB"
+            f"max_running_requests=3702, context_len={ctx}, {memory}"
         )
     os.write(ready_fd, b"r")
     while True:
@@ -501,17 +541,8 @@ def main() -> None:
     touch = os.environ.get("FAKE_SGLANG_TOUCH")
     if touch:
         open(touch, "w").close()
+    refuse_longer_context(args)
     log(f"server_args={vars(args)!r}")
-    if "crash_before_pool" in MODES:
-        sys.stderr.write(
-            "Traceback (most recent call last):\n"
-            '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 28, in <module>\n'
-            "    run_server(server_args)\n"
-            f"ValueError: User-specified context_length ({context_len(args)}) is greater than the derived "
-            "context_length (131072). This may lead to incorrect model outputs or CUDA errors. To allow "
-            "overriding context_length, please set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n"
-        )
-        sys.exit(1)
     pool_by_rank = pools(args)
     children: list[int] = []
     peers: list[socket.socket] = []

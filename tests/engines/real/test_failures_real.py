@@ -68,3 +68,31 @@ def test_an_engine_killed_mid_boot_is_exit_3_and_nothing_survives(real_sglang: R
     [kv301] = [f for f in report["findings"] if f["rule"] == "KV301"]
     assert "killed by SIGKILL" in kv301["message"], kv301
     assert wait_until_gone(tag, within_s=30) == []
+
+
+def test_kvcheck_killed_with_sigkill_mid_boot_leaves_no_engine_process(real_sglang: RealSglang, tmp_path: Path) -> None:
+    """SIGKILL cannot be caught: kvcheck's watchdog (docs/measure.md) ends the real SGLang it started,
+    its scheduler and detokenizer included, once kvcheck is gone."""
+    tag = f"kvkilled-{uuid.uuid4().hex}"
+    path = write_manifest(real_sglang, tmp_path / "deploy.yaml", tag, 4096)
+    argv = [sys.executable, "-m", "kvcheck", "verify", str(path), "--format", "json",
+            "--timeout", str(BOOT_TIMEOUT_S)]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=_cli_env(None), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        while len(_engine_pids(tag, real_sglang.python)) < 2:  # the launcher and its scheduler are up
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "SGLang never started its scheduler"
+            time.sleep(0.2)
+        started = _engine_pids(tag, real_sglang.python)
+        proc.kill()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert started, "no engine process was seen before the kill"
+    # the watchdog's grace is 5 s; SGLang's own shutdown path takes about as long again
+    assert wait_until_gone(tag, within_s=60) == []

@@ -132,9 +132,12 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
     """What would fit: the largest window the pool holds, plus any settings a backend worked out."""
     pool = measurement.pool_tokens or 0
     fits = math.floor(pool / Fraction(str(target.min_headroom)))
-    parts = [f"the largest context that fits this pool is {fits:,} tokens"]
-    if target.min_headroom != 1.0:
-        parts[0] += f" (with min_headroom {target.min_headroom:g})"
+    if pool > 0:
+        parts = [f"the largest context that fits this pool is {fits:,} tokens"]
+        if target.min_headroom != 1.0:
+            parts[0] += f" (with min_headroom {target.min_headroom:g})"
+    else:  # no pool at all: no context fits, and the engine would not start (see the message)
+        parts = ["the weights must leave room for a pool first"]
     args = effective_args(target, measurement)
     cap = args.get("max_total_tokens")
     if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= pool:
@@ -214,13 +217,21 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
     if measurement.pool_tokens is not None and measurement.pool_tokens < required:
         pool = measurement.pool_tokens
         what = "predicted pool" if measurement.source == "estimate" else "pool"
+        text = (
+            f"{what} holds {pool:,} tokens, below the {required:,} required "
+            f"({target.min_headroom:g} x context_length {target.context_length:,}); "
+            f"short by {required - pool:,} tokens ({pool / required:.1%} of the window)"
+        )
+        if pool <= 0:
+            text = (
+                f"no KV pool: the weights and the engine's own memory leave nothing for a KV cache under this "
+                f"memory fraction, so the engine refuses to start ({what} 0 tokens, {required:,} required)"
+            )
         found.append(
             finding(
                 "KV101",
                 role,
-                f"{what} holds {pool:,} tokens, below the {required:,} required "
-                f"({target.min_headroom:g} x context_length {target.context_length:,}); "
-                f"short by {required - pool:,} tokens ({pool / required:.1%} of the window)",
+                text,
                 hint=shortfall_hint(target, measurement),
                 location=target.location,
             )

@@ -81,8 +81,10 @@ def test_pool_below_window_is_exit_1(manifest: Path, pidfile: PidFile) -> None:
         ("KV101", "error", "prefill"),
         ("KV314", "warning", "decode"),
         ("KV101", "error", "decode"),
+        ("KV104", "warning", None),  # decode admits 511 tokens fewer: its reservation per request
     ]
     assert [r["pool_tokens"] for r in report["roles"]] == [100000, 100000]
+    assert [r["max_input_tokens"] for r in report["roles"]] == [99994, 100000 - 512 + 1]
 
 
 def test_engine_out_of_memory_is_exit_3(manifest: Path, pidfile: PidFile) -> None:

@@ -374,8 +374,15 @@ def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path 
 
 
 @main.command()
-def schema() -> None:
-    """Print the manifest's JSON Schema (for editors' YAML language servers and CI linters)."""
+@click.option("--report", "of_report", is_flag=True,
+              help="Print the JSON Schema of the JSON report (kvcheck/report/v1) instead of the manifest's.")
+def schema(of_report: bool) -> None:
+    """Print the manifest's JSON Schema (for editors' YAML language servers and CI linters), or the report's."""
+    if of_report:
+        from kvcheck.report.schema import REPORT_JSON_SCHEMA
+
+        click.echo(json.dumps(REPORT_JSON_SCHEMA, indent=2))
+        return
     from kvcheck.inputs.manifest.model import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,7 +74,25 @@ def run_kvcheck(*args: str, cwd: Path | None = None, env: dict[str, str] | None 
     from tests.inprocess import decode_like_subprocess, run_in_process
 
     code, stdout, stderr = run_in_process(args, cwd or REPO_ROOT, _cli_env(env), stdin, timeout)
-    return CliResult(code, decode_like_subprocess(stdout), decode_like_subprocess(stderr))
+    result = CliResult(code, decode_like_subprocess(stdout), decode_like_subprocess(stderr))
+    check_report_schema(result.stdout)
+    return result
+
+
+def check_report_schema(stdout: str) -> None:
+    """Every JSON report a test produces must follow the shipped schema (kvcheck schema --report): a
+    field added to the report without its schema, or a value outside it, fails the test that made it."""
+    if not stdout.lstrip().startswith("{") or '"kvcheck/report/v1"' not in stdout[:200]:
+        return
+    import jsonschema
+
+    from kvcheck.report.schema import REPORT_JSON_SCHEMA
+
+    try:
+        document = json.loads(stdout)
+    except ValueError:
+        return  # not one JSON document (a test asserts on what it is)
+    jsonschema.Draft202012Validator(REPORT_JSON_SCHEMA).validate(document)
 
 
 def run_kvcheck_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -88,6 +107,7 @@ def run_kvcheck_process(*args: str, cwd: Path | None = None, env: dict[str, str]
         text=True,
         timeout=timeout,
     )
+    check_report_schema(proc.stdout)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 

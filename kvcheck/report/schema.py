@@ -1,0 +1,140 @@
+"""The JSON Schema (draft 2020-12) of the JSON report, `kvcheck/report/v1` (`kvcheck schema --report`).
+
+It states the contract (../shared/docs/contract.md, docs/ci.md): every field always present, `null`
+where unknown, the values each enumerated field takes. A role's `details` is the backend's own
+evidence and stays open, but the typed members other layers set there (the plan, fit hints, the
+pool range, the engine's context length and release) are described. The test suite validates every
+JSON report any test produces against it (tests/conftest.py), so a field added to the report without
+its schema fails the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcheck.model import REPORT_SCHEMA
+
+_TOKENS = {"type": ["integer", "null"], "minimum": 0}
+_STATUS = {"enum": ["pass", "fail", "error"]}
+_TEXT_OR_NULL = {"type": ["string", "null"]}
+
+_LOCATION = {
+    "type": ["object", "null"],
+    "required": ["file", "line", "column"],
+    "additionalProperties": False,
+    "properties": {
+        "file": {"type": "string"},
+        "line": {"type": ["integer", "null"], "minimum": 1},
+        "column": {"type": ["integer", "null"], "minimum": 1},
+    },
+}
+
+_FINDING = {
+    "type": "object",
+    "required": ["rule", "severity", "role", "message", "hint", "location"],
+    "additionalProperties": False,
+    "properties": {
+        "rule": {"type": "string", "pattern": "^KV[0-9]{3}$"},
+        "severity": {"enum": ["error", "warning", "info"]},
+        "role": _TEXT_OR_NULL,
+        "message": {"type": "string"},
+        "hint": _TEXT_OR_NULL,
+        "location": _LOCATION,
+    },
+}
+
+_RANGE = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+
+_OPTION = {
+    "type": "object",
+    "required": ["pool_tokens", "pool_range", "fits", "uncertain", "current", "note"],
+    "properties": {
+        "pool_tokens": _TOKENS,
+        "pool_range": {"anyOf": [_RANGE, {"type": "null"}]},
+        "fits": {"type": "boolean"},
+        "uncertain": {"type": "boolean"},
+        "current": {"type": "boolean"},
+        "note": _TEXT_OR_NULL,
+    },
+}
+
+_PLAN = {
+    "type": ["object", "null"],
+    "required": ["required_tokens", "min_headroom", "largest_context_tokens", "binding_limit", "pool_context_tokens",
+                 "model_context_tokens", "uncertain", "mem_fraction_static", "tp_options", "kv_dtype_options"],
+    "additionalProperties": False,
+    "properties": {
+        "required_tokens": _TOKENS,
+        "min_headroom": {"type": "number", "exclusiveMinimum": 0},
+        "largest_context_tokens": _TOKENS,
+        "binding_limit": {"enum": ["pool", "max_total_tokens", "model_context_length", "num_reserved_decode_tokens"]},
+        "pool_context_tokens": _TOKENS,
+        "model_context_tokens": _TOKENS,
+        "uncertain": {"type": "boolean"},
+        "mem_fraction_static": {"type": "object"},
+        "tp_options": {"type": "array", "items": _OPTION},
+        "kv_dtype_options": {"type": "array", "items": _OPTION},
+    },
+}
+
+_DETAILS = {
+    "type": "object",
+    "properties": {
+        "plan": _PLAN,
+        "plan_error": {"type": "string"},
+        "fit_hints": {"type": "array", "items": {"type": "string"}},
+        "pool_range": _RANGE,
+        "engine_context_len": {"type": "integer", "minimum": 0},
+        "engine_version": {"type": "string"},
+    },
+}
+
+_ROLE = {
+    "type": "object",
+    "required": ["name", "status", "pool_tokens", "required_tokens", "max_input_tokens", "source", "gpus", "argv",
+                 "details"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "status": _STATUS,
+        "pool_tokens": _TOKENS,
+        "required_tokens": _TOKENS,
+        # a bound may be negative when a pool is tiny (SGLang's own max_req_input_len can be)
+        "max_input_tokens": {"type": ["integer", "null"]},
+        "source": _TEXT_OR_NULL,
+        "gpus": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+        "argv": {"type": ["array", "null"], "items": {"type": "string"}},
+        "details": _DETAILS,
+    },
+}
+
+REPORT_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://kvcheck.dev/schemas/report-v1.json",
+    "title": "kvcheck report (kvcheck/report/v1)",
+    "type": "object",
+    "required": ["schema", "kvcheck_version", "command", "source", "mode", "verdict", "exit_code", "context_length",
+                 "roles", "findings", "suppressed"],
+    "additionalProperties": False,
+    "properties": {
+        "schema": {"const": REPORT_SCHEMA},
+        "kvcheck_version": {"type": "string"},
+        "command": {"enum": ["verify", "plan", "audit", "logs", "probe"]},
+        "source": _TEXT_OR_NULL,
+        "mode": {"type": "string"},
+        "verdict": _STATUS,
+        "exit_code": {"enum": [0, 1, 2, 3, 4]},
+        "context_length": _TOKENS,
+        "roles": {"type": "array", "items": _ROLE},
+        "findings": {"type": "array", "items": _FINDING},
+        "suppressed": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["rule", "count"],
+                "additionalProperties": False,
+                "properties": {"rule": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
+            },
+        },
+    },
+}

@@ -90,23 +90,11 @@ def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Rep
 
 def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
          progress: Progress | None) -> Report:
-    try:
-        limits = learn_limits(options, guard)
-    except LimitsUnknown as exc:
-        return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
-    model = limits.model_name
-    skip_openai: str | None = None
-    if model is None:  # /v1/completions and sglang-router's /v1/tokenize want it
-        model, skip_openai = _model_name(client, options.request_timeout_s)
-    try:
-        vocab, vocab_notes = learn_vocabulary(client, options, model=model, timeout_s=options.request_timeout_s)
-    except VocabularyUnknown as exc:
-        if exc.unreachable:
-            return _unprobed_report(options, url, limits, f"{url}: {exc.message}", rules_hint("KV320"), guard.sent)
-        return _unprobed_report(options, url, limits, exc.message, exc.hint, guard.sent, rule=rules.UNSAFE_IDS.code)
-    plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent))
-    run = _Run(options, plan, client, guard, model, progress)
-    run.notes += vocab_notes
+    prepared = _prepare(options, url, guard, client, progress)
+    if isinstance(prepared, Report):
+        return prepared
+    run, skip_openai = prepared
+    plan, limits = run.plan, run.plan.limits
 
     # The first /generate request goes alone: if the front door is down, nothing else is sent.
     first = next(r for r in plan.requests if r.endpoint == GENERATE)
@@ -142,6 +130,29 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     if run.crash is not None:
         return _crash_report(options, url, limits, run)
     return _report(options, url, plan, limits, run.results, guard.sent, skip_openai, skip_rule, run.notes)
+
+
+def _prepare(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
+             progress: Progress | None) -> Report | tuple[_Run, str | None]:
+    """Limits, model name and the ids proven in range, then the plan; a Report when the probe cannot go on."""
+    try:
+        limits = learn_limits(options, guard)
+    except LimitsUnknown as exc:
+        return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
+    model = limits.model_name
+    skip_openai: str | None = None
+    if model is None:  # /v1/completions and sglang-router's /v1/tokenize want it
+        model, skip_openai = _model_name(client, options.request_timeout_s)
+    try:
+        vocab, vocab_notes = learn_vocabulary(client, options, model=model, timeout_s=options.request_timeout_s)
+    except VocabularyUnknown as exc:
+        if exc.unreachable:
+            return _unprobed_report(options, url, limits, f"{url}: {exc.message}", rules_hint("KV320"), guard.sent)
+        return _unprobed_report(options, url, limits, exc.message, exc.hint, guard.sent, rule=rules.UNSAFE_IDS.code)
+    plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent))
+    run = _Run(options, plan, client, guard, model, progress)
+    run.notes += vocab_notes
+    return run, skip_openai
 
 
 class _Run:
@@ -230,7 +241,7 @@ class _Run:
         if answer.status != 422 or first.prompt_kind != "ids":
             return None, rules.OPENAI_UNAVAILABLE.code
         self.results.pop(first.index)
-        refusal = f"HTTP 422 to a token-id prompt ({answer.message})" if answer.message else "HTTP 422 to a token-id prompt"
+        refusal = f"HTTP 422 to a token-id prompt: {answer.message}" if answer.message else "HTTP 422 to a token-id prompt"
         vocab = self.plan.vocabulary
         if vocab is None or vocab.unit is None:
             return (f"/v1/completions refused the request format: {refusal}; no tokenizer-counted text prompt is "

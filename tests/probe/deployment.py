@@ -76,6 +76,7 @@ class Deployment:
         tokenize: bool = True,
         crash_at_tokens: int | None = None,
         router: bool = False,
+        model_path: str | None = None,
     ) -> None:
         if behaviour not in ("incident", "fixed", "truncate", "refuse-all", "unavailable"):
             raise ValueError(behaviour)
@@ -93,6 +94,7 @@ class Deployment:
         self.tokenize = tokenize
         self.crash_at_tokens = crash_at_tokens
         self.router = router
+        self.model_path = model_path  # served by /model_info (/get_model_info through the router) when set
         self.crashed = threading.Event()
         self.max_id_seen = -1  # the largest token id any request carried (prompts and /v1/tokenize alike)
         self.state = _State()
@@ -267,8 +269,12 @@ class Deployment:
                 self._record()
                 if self._unauthorized() or self._redirect():
                     return
-                if deployment.router and self.path.split("?")[0] == sglang_http.GET_SERVER_INFO:
+                path = self.path.split("?")[0]
+                if deployment.router and path == sglang_http.GET_SERVER_INFO:
                     self._send(200, {"router_manager": True, "routers_count": 1, "workers_count": 1})
+                    return
+                if deployment.model_path and path == ("/get_model_info" if deployment.router else "/model_info"):
+                    self._send(200, {"model_path": deployment.model_path, "served_model_name": MODEL})
                     return
                 if not deployment.endpoints().answer(self):
                     self._send(404, {"detail": "Not Found"})

@@ -78,11 +78,6 @@ class Vocabulary:
     unit: str | None = None  # a word the tokenizer turns into one token per repetition
     size: int | None = None  # the vocabulary size, when stated (--vocab-size, config.json)
 
-    def text_of(self, units: int) -> str:
-        """`units` repetitions of the unit word (the server may add BOS-like tokens of its own)."""
-        assert self.unit is not None and units >= 1
-        return self.unit * units
-
     def describe(self) -> str:
         ids = sorted({self.filler, *self.candidates})
         return (f"token ids proven in range by {self.source}: filler {self.filler}, patterns from "

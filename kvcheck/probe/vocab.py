@@ -48,7 +48,7 @@ WORDS = (
     "interest death experience effect class control care field development role effort rate heart drug "
     "show leader light voice wife police mind price report decision son view relationship town road arm"
 )
-# Words tried as the filler, in order: the first the tokenizer turns into one token per repetition wins.
+# Words tried as the filler, in order: the first the tokenizer turns into one more token per repetition wins.
 UNITS = (" the", " a", " and", " of", " time")
 UNIT_SAMPLES = (8, 16)  # repetitions tokenized to prove a unit's count is exactly one token each
 MIN_CANDIDATES = 32  # ids needed for the tenants' patterns (8 ids each, drawn at random)
@@ -146,12 +146,20 @@ def _from_tokenizer(client: httpx.Client, model: str | None, timeout_s: float,
 
 
 def _linear_unit(samples: Sequence[list[int]]) -> tuple[str | None, int | None]:
-    """The first unit whose every sample is its repetition count of one and the same id."""
+    """The first unit each of whose samples is one and the same prefix, then its repetition count of one id.
+
+    A byte-level BPE turns ' the' x 8 into 8 ids; a SentencePiece tokenizer may put a lone '▁' first
+    (its dummy prefix). Either way each repetition adds exactly one token, which is what counted text
+    prompts need; what comes before is measured on the server (the text control's usage).
+    """
     for i, unit in enumerate(UNITS):
         runs = samples[i * len(UNIT_SAMPLES):(i + 1) * len(UNIT_SAMPLES)]
-        ids = {token for run in runs for token in run}
-        if len(ids) == 1 and all(len(run) == n for run, n in zip(runs, UNIT_SAMPLES, strict=True)):
-            return unit, ids.pop()
+        longest, most = runs[-1], UNIT_SAMPLES[-1]
+        if not longest or len(longest) < most:
+            continue
+        token, prefix = longest[-1], longest[:len(longest) - most]
+        if all(run == prefix + [token] * n for run, n in zip(runs, UNIT_SAMPLES, strict=True)):
+            return unit, token
     return None, None
 
 

@@ -188,3 +188,16 @@ def test_owners_patterns_are_distinct_ids_from_the_candidates_even_when_few() ->
     assert all(len(set(p)) == PATTERN_LEN and set(p) <= set(candidates) for p in patterns)
     assert len(set(patterns)) == 60
     assert len({p[0] for p in patterns[:40]}) == 40  # distinct first ids while the candidates allow
+
+
+@pytest.mark.parametrize(("runs", "expected"), [
+    ([[7] * 8, [7] * 16], (" the", 7)),  # byte-level BPE: one id per repetition
+    ([[29871] + [278] * 8, [29871] + [278] * 16], (" the", 278)),  # SentencePiece's dummy-prefix piece first
+    ([[5, 6] * 4, [5, 6] * 8] + [[9] * 8, [9] * 16], (" a", 9)),  # ' the' is two ids: the next word counts
+    ([[5] * 8, [5] * 15], (None, None)),  # a merge somewhere: not one token per repetition
+])
+def test_the_unit_word_is_one_token_per_repetition_after_a_constant_prefix(runs, expected) -> None:
+    from kvcheck.probe.vocab import UNITS, _linear_unit
+
+    padded = runs + [[1, 2]] * (2 * len(UNITS) - len(runs))  # the other units: not linear
+    assert _linear_unit(padded) == expected

@@ -488,8 +488,12 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 @click.option("--tenants", type=int, default=4, show_default=True,
               help="Synthetic tenants of the isolation check (0 skips it).")
 @click.option("--rounds", type=int, default=2, show_default=True, help="Isolation rounds per tenant.")
-@click.option("--token-id", type=int, default=1000, show_default=True,
-              help="Filler token id of every prompt; tenant patterns use the 4096 ids above it.")
+@click.option("--token-id", type=int, default=None,
+              help="Filler token id of every token prompt [default: an id the deployment's tokenizer emits]; "
+              "it must be proven inside the vocabulary.")
+@click.option("--vocab-size", type=int, default=None, metavar="IDS",
+              help="The model's vocabulary size (config.json vocab_size); ids below it count as in range "
+              "when the front door serves no /v1/tokenize.")
 @click.option("--max-new-tokens", type=int, default=16, show_default=True,
               help="Tokens asked for per request (admitted long prompts get what the window leaves).")
 @click.option("--text-prompts/--no-text-prompts", default=None,
@@ -509,7 +513,8 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 @report_options
 def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upload_mib: int,
     max_requests: int, concurrency: int, rate_per_s: float, max_duration_s: float,
-    request_timeout_s: float, tenants: int, rounds: int, token_id: int, max_new_tokens: int,
+    request_timeout_s: float, tenants: int, rounds: int, token_id: int | None, vocab_size: int | None,
+    max_new_tokens: int,
     text_prompts: bool, openai: bool, stream: bool, model: str | None, seed: int | None, dry_run: bool,
     ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
     strict: bool) -> None:
@@ -522,7 +527,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         max_upload_mib=max_upload_mib,
         concurrency=concurrency, rate_per_s=rate_per_s, max_duration_s=max_duration_s,
         request_timeout_s=request_timeout_s, tenants=tenants, rounds=rounds, token_id=token_id,
-        max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,
+        vocab_size=vocab_size, max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,
         dry_run=dry_run, ca_bundle=str(ca_bundle) if ca_bundle else None, insecure=insecure,
         token_env=token_env, seed=seed, strict=strict,
     )

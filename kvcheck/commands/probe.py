@@ -8,6 +8,8 @@ answers (wire.py, through the guarded transport) -> verdicts and findings (judge
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,18 +36,22 @@ from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, 
 from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.plan import (
     COMPLETIONS,
+    CONTROL_PROMPT_TOKENS,
     GENERATE,
     GROUPS,
+    MAX_HEALTH_CHECKS,
     PlannedRequest,
     ProbePlan,
     build_plan,
     check_budget,
 )
-from kvcheck.probe.prompts import text_prompt, token_prompt
+from kvcheck.probe.prompts import counted_text_prompt, text_prompt, token_prompt
 from kvcheck.probe.transport import GuardedTransport, ProbeGuardError, SentRequest, origin_of
+from kvcheck.probe.vocab import MAX_TEXT_OVERHEAD, VocabularyUnknown, learn_vocabulary
 from kvcheck.probe.wire import Answer, request_body, send
 
 LIMITS_ROLE = "limits"
+HEALTH_TIMEOUT_S = 30.0  # GET /health after a lost answer: a live server answers at once
 Progress = Callable[[RequestResult, int, int], None]
 
 
@@ -84,61 +90,211 @@ def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Rep
 
 def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
          progress: Progress | None) -> Report:
-    try:
-        limits = learn_limits(options, guard)
-    except LimitsUnknown as exc:
-        return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
-    plan = build_plan(options, limits, info_requests=len(guard.sent))
-    run_id = uuid.uuid4().hex[:8]
-    model = limits.model_name
-    skip_openai: str | None = None
-    if any(r.endpoint == COMPLETIONS for r in plan.requests) and model is None:
-        model, skip_openai = _model_name(client, options.request_timeout_s)
-    total = len(plan.requests)
-    results: dict[int, RequestResult] = {}
-
-    def execute(planned: PlannedRequest) -> RequestResult:
-        # built per request: a million-token prompt is ~8 MB as a list, so the plan's 30-odd are never all held
-        body = request_body(planned, _prompt(planned, plan), rid=f"kvcheck-probe-{run_id}-{planned.index}", model=model)
-        answer = send(client, planned.endpoint, body, timeout_s=options.request_timeout_s, deadline_s=guard.deadline_s)
-        result = judge(planned, answer, plan.owners)
-        if progress is not None:
-            progress(result, len(results) + 1, total)
-        return result
+    prepared = _prepare(options, url, guard, client, progress)
+    if isinstance(prepared, Report):
+        return prepared
+    run, skip_openai = prepared
+    plan, limits = run.plan, run.plan.limits
 
     # The first /generate request goes alone: if the front door is down, nothing else is sent.
     first = next(r for r in plan.requests if r.endpoint == GENERATE)
-    results[first.index] = execute(first)
-    first_answer = results[first.index].answer
+    first_result = run.execute(first)
+    first_answer = first_result.answer
+    if run.crash is not None:
+        return _crash_report(options, url, limits, run)
     if first_answer.kind in ("no-answer", "not-sent"):  # down, redirecting elsewhere, or not SGLang
         status = f"HTTP {first_answer.status}: " if first_answer.status is not None else ""
         return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {status}{first_answer.message or 'no answer'}",
-                                rules_hint("KV320"), guard.sent, plan, results)
+                                rules_hint("KV320"), guard.sent, plan, run.results)
     refused = _control_refused(first, first_answer)
     if refused is not None:  # a front door that refuses a short prompt cannot say anything about lengths
         message, hint = refused
-        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {message}", hint, guard.sent, plan, results)
-    remaining = [r for r in plan.requests if r.index not in results]
-    first_v1 = next((r for r in remaining if r.endpoint == COMPLETIONS), None)
-    if first_v1 is not None and skip_openai is None:
-        results[first_v1.index] = execute(first_v1)
-        if results[first_v1.index].answer.status == 404:
-            skip_openai = "the front door answered 404 to /v1/completions"
-            results.pop(first_v1.index)
+        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {message}", hint, guard.sent, plan,
+                                run.results)
+    skip_rule = rules.OPENAI_UNAVAILABLE.code
+    if skip_openai is None and any(r.endpoint == COMPLETIONS for r in plan.requests):
+        skip_openai, skip_rule = run.first_completion()
+    remaining = [run.planned(r) for r in plan.requests if r.index not in run.results]
     if skip_openai is not None:
         remaining = [r for r in remaining if r.endpoint != COMPLETIONS]
-    remaining = [r for r in remaining if r.index not in results]
     pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="kvcheck-probe")
     try:
-        for result in pool.map(execute, remaining):
-            results[result.planned.index] = result
+        for _ in pool.map(run.execute, remaining):
+            pass
     except BaseException:
         # Ctrl-C (or a bug): drop what has not started instead of waiting for every in-flight
         # request's timeout; the caller's client close aborts the ones on the wire.
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return _report(options, url, plan, limits, results, guard.sent, skip_openai)
+    if run.crash is not None:
+        return _crash_report(options, url, limits, run)
+    return _report(options, url, plan, limits, run.results, guard.sent, skip_openai, skip_rule, run.notes)
+
+
+def _prepare(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
+             progress: Progress | None) -> Report | tuple[_Run, str | None]:
+    """Limits, model name and the ids proven in range, then the plan; a Report when the probe cannot go on."""
+    try:
+        limits = learn_limits(options, guard)
+    except LimitsUnknown as exc:
+        return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
+    model = limits.model_name
+    skip_openai: str | None = None
+    if model is None:  # /v1/completions and sglang-router's /v1/tokenize want it
+        model, skip_openai = _model_name(client, options.request_timeout_s)
+    try:
+        vocab, vocab_notes = learn_vocabulary(client, options, model=model, timeout_s=options.request_timeout_s)
+    except VocabularyUnknown as exc:
+        if exc.unreachable:
+            return _unprobed_report(options, url, limits, f"{url}: {exc.message}", rules_hint("KV320"), guard.sent)
+        return _unprobed_report(options, url, limits, exc.message, exc.hint, guard.sent, rule=rules.UNSAFE_IDS.code)
+    plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent))
+    run = _Run(options, plan, client, guard, model, progress)
+    run.notes += vocab_notes
+    return run, skip_openai
+
+
+class _Run:
+    """One run's sending state: the results so far, prompt rewrites, and whether a request crashed the server."""
+
+    def __init__(self, options: ProbeOptions, plan: ProbePlan, client: httpx.Client, guard: GuardedTransport,
+                 model: str | None, progress: Progress | None) -> None:
+        self.options = options
+        self.plan = plan
+        self.client = client
+        self.guard = guard
+        self.model = model
+        self.progress = progress
+        self.run_id = uuid.uuid4().hex[:8]
+        self.results: dict[int, RequestResult] = {}
+        self.rewritten: dict[int, PlannedRequest] = {}  # /v1/completions as counted text (after a 422)
+        self.text_overhead = 0  # tokens the server adds to a text prompt (learned from the text control)
+        self.notes: list[str] = []
+        self.crash: tuple[PlannedRequest, Answer, str] | None = None
+        self._health_checks = 0
+        self._lock = threading.Lock()
+
+    def planned(self, request: PlannedRequest) -> PlannedRequest:
+        return self.rewritten.get(request.index, request)
+
+    def execute(self, planned: PlannedRequest) -> RequestResult:
+        if self.crash is not None:
+            culprit = self.crash[0]
+            answer = Answer(status=None, kind="not-sent", latency_ms=None,
+                            message=f"the server died after request #{culprit.index}")
+            return self._record(planned, answer)
+        # built per request: a million-token prompt is ~8 MB as a list, so the plan's 30-odd are never all held
+        body = request_body(planned, self._prompt(planned), rid=f"kvcheck-probe-{self.run_id}-{planned.index}",
+                            model=self.model)
+        answer = send(self.client, planned.endpoint, body, timeout_s=self.options.request_timeout_s,
+                      deadline_s=self.guard.deadline_s)
+        if answer.kind == "no-answer" and answer.status is None:
+            self._check_health(planned, answer)
+        return self._record(planned, answer)
+
+    def _record(self, planned: PlannedRequest, answer: Answer) -> RequestResult:
+        result = judge(planned, answer, self.plan.owners)
+        with self._lock:
+            self.results[planned.index] = result
+            done = len(self.results)
+        if self.progress is not None:
+            self.progress(result, done, len(self.plan.requests))
+        return result
+
+    def _check_health(self, planned: PlannedRequest, answer: Answer) -> None:
+        """After a lost answer: a server that answered before and now fails /health was crashed by the probe."""
+        with self._lock:
+            if self.crash is not None or self._health_checks >= MAX_HEALTH_CHECKS:
+                return
+            if not any(s.status is not None for s in self.guard.sent):
+                return  # it never answered: unreachable (KV320), not crashed
+            self._health_checks += 1
+            problem = _health_problem(self.client, min(self.options.request_timeout_s, HEALTH_TIMEOUT_S))
+            if problem is not None:
+                self.crash = (planned, answer, problem)
+
+    def _prompt(self, planned: PlannedRequest) -> list[int] | str:
+        owner = self.plan.owners[planned.owner]
+        if planned.prompt_kind == "text":
+            return text_prompt(owner)
+        vocab = self.plan.vocabulary
+        if planned.prompt_kind == "words":
+            assert vocab is not None and vocab.unit is not None
+            units = CONTROL_PROMPT_TOKENS if planned.prompt_tokens is None else planned.prompt_tokens - self.text_overhead
+            return counted_text_prompt(vocab.unit, units)
+        assert planned.prompt_tokens is not None
+        return token_prompt(owner, planned.prompt_tokens, token_id=self.plan.filler_token_id)
+
+    def first_completion(self) -> tuple[str | None, str]:
+        """Send the first /v1/completions request alone; (why the rest is skipped, rule) or (None, _).
+
+        A 404: the API is absent (KV408). A 422 to a token-id prompt is a request-format refusal
+        (sglang-router takes text only): the requests go again as text prompts of counted tokens, the
+        control first, whose answer states what the server adds to a text prompt (BOS).
+        """
+        first = next(r for r in self.plan.requests if r.endpoint == COMPLETIONS)
+        answer = self.execute(first).answer
+        if answer.status == 404:
+            self.results.pop(first.index)
+            return "the front door answered 404 to /v1/completions", rules.OPENAI_UNAVAILABLE.code
+        if answer.status != 422 or first.prompt_kind != "ids":
+            return None, rules.OPENAI_UNAVAILABLE.code
+        self.results.pop(first.index)
+        refusal = f"HTTP 422 to a token-id prompt: {answer.message}" if answer.message else "HTTP 422 to a token-id prompt"
+        vocab = self.plan.vocabulary
+        if vocab is None or vocab.unit is None:
+            return (f"/v1/completions refused the request format: {refusal}; no tokenizer-counted text prompt is "
+                    "available (no POST /v1/tokenize)"), rules.FORMAT_REFUSED.code
+        control = dataclasses.replace(first, prompt_kind="words", prompt_tokens=None,
+                                      why=f"a text prompt of {CONTROL_PROMPT_TOKENS} repetitions of {vocab.unit!r}")
+        served = self.execute(control).answer
+        reported = served.prompt_tokens
+        if served.status != 200 or served.kind != "success" or reported is None:
+            return (f"/v1/completions refused the request format ({refusal}), and the text control was not served "
+                    f"with a prompt token count: {served.short()}"), rules.FORMAT_REFUSED.code
+        overhead = reported - CONTROL_PROMPT_TOKENS
+        if not 0 <= overhead <= MAX_TEXT_OVERHEAD:
+            return (f"/v1/completions refused the request format ({refusal}); the text control of "
+                    f"{CONTROL_PROMPT_TOKENS} counted tokens was reported as {reported} tokens, so text lengths "
+                    "cannot be aimed"), rules.FORMAT_REFUSED.code
+        self.text_overhead = overhead
+        for request in self.plan.requests:
+            if request.endpoint == COMPLETIONS and request.index != first.index:
+                self.rewritten[request.index] = dataclasses.replace(request, prompt_kind="words")
+        self.notes.append(
+            f"/v1/completions refused token-id prompts ({refusal}): a request-format refusal, not a length "
+            f"verdict; probed with text prompts of {vocab.unit!r} repeated (one token each, counted by the "
+            f"deployment's /v1/tokenize; the server adds {overhead} token{'s' if overhead != 1 else ''})")
+        return None, rules.OPENAI_UNAVAILABLE.code
+
+
+def _health_problem(client: httpx.Client, timeout_s: float) -> str | None:
+    """None when GET /health answers 200; else what it did (the server is dead or unhealthy)."""
+    from kvcheck.http import HttpLimitError
+    from kvcheck.http import request as http_request
+
+    try:
+        response = http_request(client, "GET", "/health", timeout_s=timeout_s, max_redirects=0)
+    except ProbeGuardError:
+        return None  # not asked (budget): nothing is claimed
+    except httpx.TransportError as exc:
+        return f"GET /health: {exc or type(exc).__name__}"
+    except HttpLimitError as exc:
+        return f"GET /health: {exc.message}"
+    return None if response.status == 200 else f"GET /health answered HTTP {response.status}"
+
+
+def _crash_report(options: ProbeOptions, url: str, limits: DeploymentLimits, run: _Run) -> Report:
+    assert run.crash is not None
+    planned, answer, health = run.crash
+    not_sent = sum(1 for r in run.plan.requests if r.index not in run.results or
+                   run.results[r.index].answer.kind == "not-sent")
+    message = (f"request {planned.describe()} lost its answer ({answer.message or 'no answer'}) and the server "
+               f"then failed its health check ({health}): the probe's request crashed the server; "
+               f"{not_sent} planned request{'s were' if not_sent != 1 else ' was'} not sent")
+    return _unprobed_report(options, url, limits, message, rules_hint("KV323"), run.guard.sent, run.plan,
+                            run.results, rule=rules.SERVER_CRASHED.code, notes=run.notes)
 
 
 def _limits_findings(limits: DeploymentLimits) -> list[Finding]:
@@ -210,14 +366,6 @@ def _model_name(client: httpx.Client, timeout_s: float) -> tuple[str | None, str
     return (name, None) if isinstance(name, str) and name else (None, "/v1/models lists no model id")
 
 
-def _prompt(planned: PlannedRequest, plan: ProbePlan) -> list[int] | str:
-    owner = plan.owners[planned.owner]
-    if planned.prompt_kind == "text":
-        return text_prompt(owner)
-    assert planned.prompt_tokens is not None
-    return token_prompt(owner, planned.prompt_tokens, token_id=plan.filler_token_id)
-
-
 def _sent_records(sent: Sequence[SentRequest]) -> tuple[SentRecord, ...]:
     return tuple(
         SentRecord(seq=s.seq, method=s.method, path=s.path, body_bytes=s.body_bytes, status=s.status, error=s.error)
@@ -227,12 +375,12 @@ def _sent_records(sent: Sequence[SentRequest]) -> tuple[SentRecord, ...]:
 
 def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], findings: list[Finding],
                  strict: bool, plan: ProbePlan | None,
-                 requests: tuple[ProbeRequest, ...] | None = None) -> RoleResult:
+                 requests: tuple[ProbeRequest, ...] | None = None, notes: Sequence[str] = ()) -> RoleResult:
     section = ProbeLimitsSection(
         limits=limits,
         sent=_sent_records(sent),  # every request that left this machine, in order
         owners=tuple(plan.owners.values()) if plan is not None else None,
-        notes=tuple(plan.notes) if plan is not None else None,
+        notes=(*plan.notes, *notes) if plan is not None else (tuple(notes) or None),
         requests=requests,
     )
     return RoleResult(
@@ -248,28 +396,31 @@ def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], f
 
 def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits | None, message: str,
                      hint: str | None, sent: Sequence[SentRequest], plan: ProbePlan | None = None,
-                     results: dict[int, RequestResult] | None = None) -> Report:
-    finding = Finding(rule=rules.UNREACHABLE.code, severity="error", role=LIMITS_ROLE, message=message,
-                      hint=hint or rules_hint("KV320"))
-    requests = tuple(r.to_row() for r in results.values()) if results else None
-    role = _limits_role(limits, sent, [finding], options.strict, plan, requests)
+                     results: dict[int, RequestResult] | None = None, *, rule: str = rules.UNREACHABLE.code,
+                     notes: Sequence[str] = ()) -> Report:
+    """A report without verdicts: the probe could not reach, could not probe safely, or crashed the server."""
+    finding = Finding(rule=rule, severity="error", role=LIMITS_ROLE, message=message,
+                      hint=hint or rules_hint(rule))
+    requests = tuple(r.to_row() for _, r in sorted(results.items())) if results else None
+    role = _limits_role(limits, sent, [finding], options.strict, plan, requests, notes)
     return Report(command="probe", mode="probe", source=url,
                   context_length=limits.window_tokens if limits else options.context_length,
                   roles=(role,), findings=(finding,), strict=options.strict, secrets=_secrets(options))
 
 
 def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: DeploymentLimits,
-            results: dict[int, RequestResult], sent: Sequence[SentRequest], skip_openai: str | None) -> Report:
+            results: dict[int, RequestResult], sent: Sequence[SentRequest], skip_openai: str | None,
+            skip_rule: str, notes: Sequence[str]) -> Report:
     limit_findings = _limits_findings(limits)
     findings: list[Finding] = list(limit_findings)
-    roles = [_limits_role(limits, sent, limit_findings, options.strict, plan)]
+    roles = [_limits_role(limits, sent, limit_findings, options.strict, plan, notes=notes)]
     for group in GROUPS:
         planned = [r for r in plan.requests if r.group == group]
         if not planned:
             continue
         done = [results[r.index] for r in planned if r.index in results]
         if not done and skip_openai is not None and all(r.endpoint == COMPLETIONS for r in planned):
-            findings.append(Finding(rule=rules.OPENAI_UNAVAILABLE.code, severity="info", role=None,
+            findings.append(Finding(rule=skip_rule, severity="info", role=None,
                                     message=f"/v1/completions not probed: {skip_openai}"))
             continue
         group_findings = findings_for_group(group, done)

@@ -35,7 +35,10 @@ HINTS = {
     "KV407": "a 413 means a proxy limit kept the prompt from the engine: raise it and probe again",
     "KV320": "check the URL, network path and --token-env; give --context-length and --pool for a router",
     "KV321": "raise --max-duration/--request-timeout for slow long prefills, or --max-requests; probe the "
-    "front door itself, not a URL that redirects",
+    "front door itself, not a URL that redirects; an HTTP 422 refused the request's shape, not its length",
+    "KV322": "give --vocab-size N (the model's vocab_size), or probe a front door that serves POST /v1/tokenize",
+    "KV323": "read the server's log for that request (a scheduler exception, out of memory), fix it, restart the "
+    "server and probe again",
 }
 
 
@@ -121,6 +124,11 @@ def judge(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner]) 
     if status == 429:
         hits.append(Hit("KV321", f"{head}: HTTP 429: the front door throttled the probe (lower --rate)"))
         return RequestResult(planned, answer, tuple(hits), "throttled", echoed)
+    if status == 422:  # the request's format was refused (a schema check), not its length: no verdict
+        detail = f": {answer.message}" if answer.message else ""
+        hits.append(Hit("KV321", f"{head}: HTTP 422: the front door refused the request's format, not its "
+                                 f"length; no verdict{detail}"))
+        return RequestResult(planned, answer, tuple(hits), "format refused (HTTP 422)", echoed)
 
     served = status == 200 and answer.kind == "success"
     if served:

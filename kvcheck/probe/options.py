@@ -25,11 +25,12 @@ DEFAULT_MAX_DURATION_S = 1800.0
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_TENANTS = 4
 DEFAULT_ROUNDS = 2
-DEFAULT_TOKEN_ID = 1000
+DEFAULT_TOKEN_ID = 1000  # a dry run's placeholder filler, and --vocab-size's default filler (when it is below)
 DEFAULT_MAX_NEW_TOKENS = 16
 PATTERN_SPAN = 4096  # tenant patterns use ids in [token_id + 1, token_id + PATTERN_SPAN]
 MAX_CONCURRENCY = 64
 MAX_TOKEN_ID = 2**31 - 1 - PATTERN_SPAN
+MAX_VOCAB_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class ProbeOptions:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S  # one request, bounded by what is left
     tenants: int = DEFAULT_TENANTS  # synthetic tenants for the isolation check (0: skip it)
     rounds: int = DEFAULT_ROUNDS  # isolation rounds per tenant
-    token_id: int = DEFAULT_TOKEN_ID  # filler token id of every prompt
+    token_id: int | None = None  # filler token id of every prompt; None: an id the tokenizer emits
+    vocab_size: int | None = None  # the model's vocabulary as the user states it (ids below it are in range)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # asked for on over-long and short prompts
     text_prompts: bool | None = None  # tenant text markers; None: when /server_info shows a tokenizer
     openai: bool = True  # also probe /v1/completions with token-array prompts
@@ -86,14 +88,23 @@ class ProbeOptions:
             ("--max-new-tokens", self.max_new_tokens, 1),
             ("--tenants", self.tenants, 0),
             ("--token-id", self.token_id, 0),
+            ("--vocab-size", self.vocab_size, 2),
         )
         for name, value, low in counts:
+            if value is None and name in ("--token-id", "--vocab-size"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 problems.append(f"{name} must be an integer of at least {low}, got {value!r}")
         if isinstance(self.concurrency, int) and self.concurrency > MAX_CONCURRENCY:
             problems.append(f"--concurrency is at most {MAX_CONCURRENCY}, got {self.concurrency}")
         if isinstance(self.token_id, int) and self.token_id > MAX_TOKEN_ID:
             problems.append(f"--token-id is at most {MAX_TOKEN_ID}, got {self.token_id}")
+        if isinstance(self.vocab_size, int) and self.vocab_size > MAX_VOCAB_SIZE:
+            problems.append(f"--vocab-size is at most {MAX_VOCAB_SIZE}, got {self.vocab_size}")
+        if (isinstance(self.token_id, int) and isinstance(self.vocab_size, int)
+                and not isinstance(self.token_id, bool) and self.token_id >= self.vocab_size):
+            problems.append(f"--token-id {self.token_id} is not below --vocab-size {self.vocab_size}: "
+                            "the id would kill the server")
         if self.tenants == 1:
             problems.append("--tenants must be 0 (skip the isolation check) or at least 2")
 

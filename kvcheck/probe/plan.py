@@ -18,9 +18,10 @@ from kvcheck.errors import InputError
 from kvcheck.probe.limits import DeploymentLimits, longest_promised_prompt
 from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.prompts import Owner, make_owners
+from kvcheck.probe.vocab import Vocabulary, placeholder_vocabulary
 
 Expect = Literal["accept", "refuse"]
-PromptKind = Literal["ids", "text"]
+PromptKind = Literal["ids", "text", "words"]  # words: a repeated word of counted tokens (vocab.py)
 
 GENERATE = "/generate"
 COMPLETIONS = "/v1/completions"
@@ -34,9 +35,11 @@ GROUPS = (GROUP_GENERATE, GROUP_STREAM, GROUP_COMPLETIONS, GROUP_ISOLATION)
 
 CONTROL_PROMPT_TOKENS = 32  # a short prompt every deployment must serve; checks the request format
 SHORT_TENANT_PROMPT_TOKENS = 64
-# GETs the limits step may send: /server_info, /get_server_info (older releases), /v1/models, /metrics,
-# and /v1/models once more for the model name of /v1/completions.
-MAX_INFO_REQUESTS = 5
+# Requests besides the plan's: the limits step's GETs (/server_info, /get_server_info for older releases,
+# /v1/models, /metrics), /v1/models once more for the model name, POST /v1/tokenize and GET /model_info,
+# /get_model_info for the vocabulary (vocab.py), and GET /health after a lost answer (at most twice).
+MAX_INFO_REQUESTS = 10
+MAX_HEALTH_CHECKS = 2
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class ProbePlan:
     info_requests: int  # GETs spent learning the limits (0 in a dry run: none are sent)
     filler_token_id: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    vocabulary: Vocabulary | None = None  # the ids proven in range (None only for plans built by hand)
 
     def to_dict(self) -> dict[str, Any]:
         from kvcheck.report.formats.json import limits_dict
@@ -105,7 +109,9 @@ class ProbePlan:
             f"kvcheck probe plan for {self.url} (dry run: nothing is sent)",
             f"  advertised window W = {lim.window_tokens} tokens ({lim.window_source})",
             f"  admission bound   B = {lim.max_req_input_len} tokens ({lim.bound_source})",
-            "  a live run first asks GET /server_info and /v1/models and recomputes the lengths from the answer",
+            "  a live run first asks GET /server_info and /v1/models and recomputes the lengths from the answer,",
+            "  and takes its token ids from the deployment's tokenizer (POST /v1/tokenize): the ids below are "
+            "placeholders",
         ]
         lines += [f"  note: {note}" for note in self.notes]
         header = ("#", "endpoint", "stream", "check", "prompt tokens", "expect", "owner")
@@ -133,7 +139,8 @@ class ProbePlan:
 
 def max_planned_requests(options: ProbeOptions) -> int:
     """An upper bound of what a run sends, from the options alone (checked before anything is sent)."""
-    boundary = 7 + (2 if options.stream else 0) + (4 if options.openai else 0)
+    # /v1/completions: 4 checks, and the control once more as text when token-id prompts get a 422
+    boundary = 7 + (2 if options.stream else 0) + (5 if options.openai else 0)
     isolation = options.tenants * (2 * options.rounds + 1)
     return (0 if options.dry_run else MAX_INFO_REQUESTS) + boundary + isolation
 
@@ -149,21 +156,30 @@ def check_budget(options: ProbeOptions) -> None:
         )
 
 
-def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, info_requests: int = 0) -> ProbePlan:
-    """Every request of the run, in sending order; lengths come from the limits, never guessed."""
+def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, vocabulary: Vocabulary | None = None,
+               info_requests: int = 0) -> ProbePlan:
+    """Every request of the run, in sending order; lengths come from the limits, never guessed.
+
+    Token ids come from `vocabulary` (proven in range); without one (a dry run) they are placeholders.
+    """
     rng = random.Random(options.seed if options.seed is not None else secrets.randbits(64))
+    vocab = vocabulary or placeholder_vocabulary(options)
     builder = _PlanBuilder(options, limits)
     builder.boundary_checks(_boundary_points(limits))
     builder.isolation_rounds()
-    owners = make_owners(builder.owner_names, token_id=options.token_id, rng=rng)
+    owners = make_owners(builder.owner_names, candidates=vocab.candidates, rng=rng)
+    notes = _plan_notes(options, limits)
+    if vocabulary is not None:
+        notes.append(vocabulary.describe())
     return ProbePlan(
         url=options.url,
         limits=limits,
         owners=owners,
         requests=tuple(builder.requests),
         info_requests=info_requests,
-        filler_token_id=options.token_id,
-        notes=tuple(_plan_notes(options, limits)),
+        filler_token_id=vocab.filler,
+        notes=tuple(notes),
+        vocabulary=vocabulary,
     )
 
 

@@ -2,8 +2,9 @@
 
 Every probe request belongs to one owner (a boundary check, or a tenant of the isolation check). An
 answer that carries another owner's marker or pattern is content that crossed between clients.
-Patterns are random ids well inside every common vocabulary (from --token-id upwards), long enough
-that a model producing one by chance is out of the question (PATTERN_LEN ids out of PATTERN_SPAN).
+Patterns are random ids drawn from those proven inside the model's vocabulary (vocab.py: ids the
+deployment's tokenizer emits, or ids below a stated vocabulary size), long enough that a model
+producing one by chance is out of the question (PATTERN_LEN distinct ids out of at least 32).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import random
 from collections.abc import Sequence
 
 from kvcheck.model import ProbeOwner
-from kvcheck.probe.options import PATTERN_SPAN
 
 PATTERN_LEN = 8  # ids per pattern; a foreign match needs all of them in a row
 
@@ -20,21 +20,31 @@ PATTERN_LEN = 8  # ids per pattern; a foreign match needs all of them in a row
 Owner = ProbeOwner  # one synthetic client of the isolation check
 
 
-def make_owners(names: Sequence[str], *, token_id: int, rng: random.Random) -> dict[str, Owner]:
-    """Owners with distinct markers and patterns (no pattern shares its first id with another)."""
+def make_owners(names: Sequence[str], *, candidates: Sequence[int], rng: random.Random) -> dict[str, Owner]:
+    """Owners with distinct markers and patterns of PATTERN_LEN distinct candidate ids.
+
+    No two patterns share their first id while the candidates allow it (as many candidates as owners);
+    every pattern differs from every other in any case.
+    """
+    pool = sorted(set(candidates))
+    if len(pool) < PATTERN_LEN:
+        raise ValueError(f"{len(pool)} candidate ids cannot make patterns of {PATTERN_LEN} distinct ids")
     owners: dict[str, Owner] = {}
     used_markers: set[str] = set()
-    used_heads: set[int] = set()
-    for name in names:
+    heads = list(pool)
+    rng.shuffle(heads)
+    used_patterns: set[tuple[int, ...]] = set()
+    for index, name in enumerate(names):
         marker = f"TENANT-{rng.getrandbits(32):08x}"
         while marker in used_markers:
             marker = f"TENANT-{rng.getrandbits(32):08x}"
         used_markers.add(marker)
-        while True:
-            pattern = tuple(token_id + 1 + rng.randrange(PATTERN_SPAN) for _ in range(PATTERN_LEN))
-            if pattern[0] not in used_heads and len(set(pattern)) == PATTERN_LEN:
-                break
-        used_heads.add(pattern[0])
+        head = heads[index % len(heads)]
+        rest = [c for c in pool if c != head]
+        pattern = (head, *rng.sample(rest, PATTERN_LEN - 1))
+        while pattern in used_patterns:  # 31 of 32+ ids: a repeat is next to impossible, and never endless
+            pattern = (head, *rng.sample(rest, PATTERN_LEN - 1))
+        used_patterns.add(pattern)
         owners[name] = Owner(name=name, marker=marker, pattern=pattern)
     return owners
 
@@ -47,6 +57,11 @@ def token_prompt(owner: Owner, length_tokens: int, *, token_id: int) -> list[int
     if length_tokens < 2 * len(pattern):
         return pattern + [token_id] * (length_tokens - len(pattern))
     return pattern + [token_id] * (length_tokens - 2 * len(pattern)) + pattern
+
+
+def counted_text_prompt(unit: str, units: int) -> str:
+    """A text prompt of `units` repetitions of a word the tokenizer counts as one token each."""
+    return unit * units
 
 
 def text_prompt(owner: Owner) -> str:

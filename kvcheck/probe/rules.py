@@ -88,7 +88,7 @@ NON_400_REFUSAL = define_rule(
     """The prompt was refused explicitly, but with another status than the engine's 400: 413 or 431
     from a proxy's size limit (the engine's own admission check was not reached, so it was not
     tested), 5xx from a router or a crashed worker (clients may retry a request that can never
-    succeed), 422 from a schema check. Fix: for 413, raise the proxy's body limit above the largest
+    succeed). (A 422 refuses the request's format, not its length: it is no verdict, KV321.) Fix: for 413, raise the proxy's body limit above the largest
     admitted prompt and re-run the probe; for 5xx, read the server logs for the request.""",
 )
 
@@ -98,6 +98,18 @@ OPENAI_UNAVAILABLE = define_rule(
     "the OpenAI-compatible /v1/completions endpoint is not served",
     """The front door answered 404 to /v1/completions, so the boundary was checked through the
     native /generate only. Clients that use the OpenAI API elsewhere are not covered by this run.""",
+)
+
+FORMAT_REFUSED = define_rule(
+    "KV409",
+    "info",
+    "/v1/completions refuses the probe's request format and was not probed",
+    """The front door answered HTTP 422 (a request-format refusal) to a /v1/completions request with a
+    token-id prompt: sglang-router's OpenAI API takes text prompts only. The probe then sends text
+    prompts of a counted length (a word the deployment's tokenizer counts as one token, repeated); this
+    finding says that was not possible either (no POST /v1/tokenize, or the text control was not served
+    with a prompt token count), so /v1/completions was not covered by this run. It is no length
+    verdict: never a reason to enlarge the pool. The native /generate was probed as usual.""",
 )
 
 UNREACHABLE = define_rule(
@@ -120,4 +132,30 @@ INCOMPLETE = define_rule(
     not SGLang's). Those checks have no verdict, so the run is an error (exit 3) unless another check
     already failed. Fix: raise --max-duration or --request-timeout for slow long-context prefills,
     point the probe at the front door itself (not at a URL that redirects), and re-run.""",
+)
+
+UNSAFE_IDS = define_rule(
+    "KV322",
+    "error",
+    "the probe cannot prove its token ids lie inside the model's vocabulary",
+    """A token id at or above the model's vocabulary kills SGLang's scheduler (IndexError in the
+    embedding) and the server with it, so the probe sends only ids it has proven in range: ids the
+    deployment's own tokenizer emits (POST /v1/tokenize), ids below --vocab-size, or ids below the
+    vocab_size of the model's config.json when the model path the server names is a folder on this
+    machine. Here none of these was available (or an explicit --token-id was not proven in range), and
+    no generation request was sent: there is no verdict (exit 3). Fix: give --vocab-size N with the
+    model's vocab_size, or probe a front door that serves /v1/tokenize (a server that loads its
+    tokenizer, or sglang-router).""",
+)
+
+SERVER_CRASHED = define_rule(
+    "KV323",
+    "error",
+    "a probe request crashed the server",
+    """A probe request lost its connection and the server's /health stopped answering right after: the
+    request killed or crashed the server (its scheduler died and took the server down). Nothing more
+    was sent, and the checks left have no verdict (exit 3). The probe sends only prompts a client may
+    send (ids proven inside the vocabulary, lengths around the advertised limits), so a client can do
+    the same: read the server's log for the request (an exception in the scheduler, out of memory at a
+    long prefill), fix the cause, restart the server and probe again.""",
 )

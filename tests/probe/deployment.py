@@ -11,6 +11,13 @@ Behaviours (`Deployment(behaviour=...)`):
 - "refuse-all": every generation request gets HTTP 400.
 - "unavailable": every generation request gets HTTP 503 (a router with no healthy backend).
 
+Beside the behaviour, like the real engine: `vocab` ids (an id at or above it kills the double as it
+kills SGLang's scheduler: the connection drops and /health stops answering), a stand-in tokenizer
+behind POST /v1/tokenize (one id per word, below `vocab`; BOS added unless add_special_tokens is
+false), `crash_at_tokens` (a prompt that long kills the double too), and `router=True`, which answers
+as sglang-router does: no /server_info, /get_server_info as {"router_manager": true, ...}, HTTP 422 to
+a token-id prompt on /v1/completions, /v1/tokenize only with a model name and never with BOS.
+
 Every request is counted (GETs included), so tests can assert what the probe sent and that a dry run
 sends nothing. Stdlib only; binds 127.0.0.1 on an ephemeral port; threaded.
 """
@@ -18,7 +25,9 @@ sends nothing. Stdlib only; binds 127.0.0.1 on an ephemeral port; threaded.
 from __future__ import annotations
 
 import json
+import re
 import threading
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +36,9 @@ from tests.doubles import sglang_http
 
 MODEL = "probe-double"
 PAGE_IDS = 8  # ids a page keeps from each end of a prompt (the probe's patterns are 8 long)
+BOS = 1  # the stand-in tokenizer's begin-of-text id, added to text prompts as SGLang's tokenizer adds it
+ROUTER_422 = ("Failed to deserialize the JSON body into the target type: prompt: data did not match any variant "
+              "of untagged enum StringOrArray at line 1 column 54")  # sglang-router 0.3.2's words
 
 
 @dataclass
@@ -60,6 +72,11 @@ class Deployment:
         redirect_to: str | None = None,
         token: str | None = None,
         host: str = "127.0.0.1",
+        vocab: int = 8192,
+        tokenize: bool = True,
+        crash_at_tokens: int | None = None,
+        router: bool = False,
+        model_path: str | None = None,
     ) -> None:
         if behaviour not in ("incident", "fixed", "truncate", "refuse-all", "unavailable"):
             raise ValueError(behaviour)
@@ -73,6 +90,13 @@ class Deployment:
         self.openai = openai
         self.redirect_to = redirect_to
         self.token = token  # when set, every request needs "Authorization: Bearer <token>" (else 401)
+        self.vocab = vocab
+        self.tokenize = tokenize
+        self.crash_at_tokens = crash_at_tokens
+        self.router = router
+        self.model_path = model_path  # served by /model_info (/get_model_info through the router) when set
+        self.crashed = threading.Event()
+        self.max_id_seen = -1  # the largest token id any request carried (prompts and /v1/tokenize alike)
         self.state = _State()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
@@ -125,16 +149,41 @@ class Deployment:
 
     def endpoints(self) -> sglang_http.Endpoints:
         return sglang_http.Endpoints(
-            server_info=self.server_info_payload() if self.server_info else None,
+            server_info=self.server_info_payload() if self.server_info and not self.router else None,
             models=sglang_http.models_payload(MODEL, self.context_len) if self.openai else None,
+            health=True,
         )
+
+    def word_ids(self, text: str, *, bos: bool) -> list[int]:
+        """The stand-in tokenizer: one id per whitespace-led word, from 200 up to below the vocabulary."""
+        span = max(1, self.vocab - 200)
+        ids = [200 + zlib.crc32(word.strip().encode()) % span for word in re.findall(r"\s*\S+", text)]
+        return [BOS, *ids] if bos else ids
+
+    def crash(self) -> None:
+        """Die as SGLang does when its scheduler raises: stop serving and close the listening socket."""
+        if self.crashed.is_set():
+            return
+        self.crashed.set()
+
+        def stop() -> None:
+            self._server.shutdown()
+            self._server.server_close()
+
+        threading.Thread(target=stop, name="probe-double-crash", daemon=True).start()
+
+    def kills(self, ids: list[int]) -> bool:
+        """True when these ids would kill the real engine (an id outside the vocabulary, or crash_at_tokens)."""
+        if ids:
+            with self.state.lock:
+                self.max_id_seen = max(self.max_id_seen, max(ids))
+        if any(i >= self.vocab or i < 0 for i in ids):
+            return True
+        return self.crash_at_tokens is not None and len(ids) >= self.crash_at_tokens
 
     def generate(self, prompt: list[int] | str, max_new_tokens: int) -> tuple[int, Any, str]:
         """(status, payload, how): how is 'served', 'tokenizer-error', 'scheduler-abort' or 'stale'."""
-        if isinstance(prompt, str):
-            ids = [100 + (ord(c) % 100) for c in prompt]  # a stand-in tokenizer: one id per character
-        else:
-            ids = list(prompt)
+        ids = self.word_ids(prompt, bos=True) if isinstance(prompt, str) else list(prompt)
         n = len(ids)
         if self.behaviour == "refuse-all":
             return 400, {"error": {"message": "Service refuses every request (maintenance)."}}, "tokenizer-error"
@@ -220,6 +269,13 @@ class Deployment:
                 self._record()
                 if self._unauthorized() or self._redirect():
                     return
+                path = self.path.split("?")[0]
+                if deployment.router and path == sglang_http.GET_SERVER_INFO:
+                    self._send(200, {"router_manager": True, "routers_count": 1, "workers_count": 1})
+                    return
+                if deployment.model_path and path == ("/get_model_info" if deployment.router else "/model_info"):
+                    self._send(200, {"model_path": deployment.model_path, "served_model_name": MODEL})
+                    return
                 if not deployment.endpoints().answer(self):
                     self._send(404, {"detail": "Not Found"})
 
@@ -236,8 +292,20 @@ class Deployment:
                 self._record(len(prompt) if isinstance(prompt, list) else None)
                 if self._unauthorized() or self._redirect():
                     return
+                if self.path == "/v1/tokenize" and deployment.tokenize:
+                    self._tokenize(body)
+                    return
                 if self.path not in ("/generate", "/v1/completions") or (openai and not deployment.openai):
                     self._send(404, {"detail": "Not Found"})
+                    return
+                if openai and deployment.router and (not isinstance(prompt, str) or "model" not in body):
+                    detail = ROUTER_422 if not isinstance(prompt, str) else "missing field `model`"
+                    self._send(422, detail.encode(), content_type="text/plain; charset=utf-8")
+                    return
+                ids = prompt if isinstance(prompt, list) else deployment.word_ids(prompt or "", bos=True)
+                if deployment.kills([i for i in ids if isinstance(i, int)]):
+                    self.close_connection = True  # the scheduler died: no answer, and the server goes down
+                    deployment.crash()
                     return
                 if isinstance(prompt, str) and not deployment.has_tokenizer:
                     self._send(400, {"error": {"message": "text input needs a tokenizer (skip_tokenizer_init)"}})
@@ -253,6 +321,25 @@ class Deployment:
                     self._send(200, _sse(status, payload, how), content_type="text/event-stream")
                 else:
                     self._send(status, payload)
+
+            def _tokenize(self, body: dict[str, Any]) -> None:
+                if deployment.router and body.get("model") != MODEL:
+                    self._send(400, {"error": {"message": f"Tokenizer for model '{body.get('model', 'unknown')}' "
+                                                          f"not found. Available: {MODEL}",
+                                               "type": "tokenizer_not_found"}})
+                    return
+                if not deployment.has_tokenizer:  # skip_tokenizer_init: SGLang's handler has no tokenizer
+                    self._send(500, {"object": "error", "message": "Internal server error during tokenization: "
+                                     "'NoneType' object has no attribute 'encode'", "code": 500})
+                    return
+                bos = bool(body.get("add_special_tokens", True)) and not deployment.router
+                prompt = body.get("prompt")
+                texts = prompt if isinstance(prompt, list) else [prompt]
+                tokens = [deployment.word_ids(text, bos=bos) for text in texts if isinstance(text, str)]
+                if isinstance(prompt, list):
+                    self._send(200, {"tokens": tokens, "count": [len(t) for t in tokens], "max_model_len": 4096})
+                else:
+                    self._send(200, {"tokens": tokens[0], "count": len(tokens[0]), "max_model_len": 4096})
 
         return Handler
 

@@ -34,7 +34,7 @@ def test_fixed_passes_with_exit_0_and_a_request_table(deploy) -> None:
     table_rows = [line for line in r.stdout.splitlines() if "refused (HTTP 400)" in line]
     # /generate at/above/window/beyond, /v1/completions at/window, 4 tenants' over-long x 2 rounds
     assert len(table_rows) == 4 + 2 + 8
-    assert d.request_count == 35
+    assert d.request_count == 36  # 3 GETs, POST /v1/tokenize, 32 planned POSTs
 
 
 def test_dry_run_prints_the_plan_and_sends_nothing(deploy) -> None:
@@ -76,7 +76,7 @@ def test_bad_options_exit_2_with_every_problem_and_send_nothing(deploy, tmp_path
 
     r = run_kvcheck("probe", d.url, "--max-requests", "10")
     assert r.exit_code == 2
-    assert "up to 38 requests with these options, more than --max-requests 10" in r.stderr
+    assert "up to 44 requests with these options, more than --max-requests 10" in r.stderr
     assert d.request_count == 0
 
 

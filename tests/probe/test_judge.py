@@ -14,7 +14,7 @@ from kvcheck.probe.prompts import make_owners
 from kvcheck.probe.transport import BudgetExhausted, GuardedTransport, OriginRefused
 from kvcheck.probe.wire import read_answer
 
-OWNERS = make_owners(["me", "other"], token_id=1000, rng=random.Random(3))
+OWNERS = make_owners(["me", "other"], candidates=range(1001, 1001 + 4096), rng=random.Random(3))
 
 
 def planned(expect: str, *, stream: bool = False, tokens: int = 2042) -> PlannedRequest:

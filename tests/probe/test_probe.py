@@ -81,10 +81,11 @@ def test_fixed_deployment_passes_with_exact_usage_echoed(deploy) -> None:
     assert (stream_at["status"], stream_at["verdict"]) == (200, "ok")
     assert [r["prompt_tokens"] for r in rows(report) if r["endpoint"] == "/generate" and not r["stream"]
             and r["owner"].startswith("boundary")] == [32, 4089, 4090, 4091, 4096, 4097]
-    # every request that left is in the log: 3 GETs (server_info, v1/models, metrics) + 32 POSTs
+    # every request that left is in the log: 3 GETs (server_info, v1/models, metrics), the tokenizer's POST
+    # that proves the ids in range, and the plan's 32 POSTs
     sent = report.roles[0].probe.sent
-    assert len(sent) == d.request_count == 3 + 32
-    assert [s.path for s in sent[:3]] == ["/server_info", "/v1/models", "/metrics"]
+    assert len(sent) == d.request_count == 3 + 1 + 32
+    assert [s.path for s in sent[:4]] == ["/server_info", "/v1/models", "/metrics", "/v1/tokenize"]
 
 
 def test_fixed_engine_with_a_pool_below_the_window_fails_the_limits_row_and_the_promise(deploy) -> None:
@@ -125,8 +126,9 @@ def test_a_front_door_that_refuses_the_control_request_stops_there_with_exit_3(d
     assert f"the control request (32 tokens, far below every limit) was refused with HTTP {status}" in message
     assert "nothing else was sent" in message
     assert report.findings[0].hint.startswith(advice)
-    # the limits GETs, then the one control POST: no over-long prompt reached a server that refuses everything
-    assert [s.method for s in d.seen].count("POST") == 1
+    # the limits GETs, the tokenizer's POST, then the one control POST: no over-long prompt reached a server
+    # that refuses everything
+    assert [(s.method, s.path) for s in d.seen if s.method == "POST"] == [("POST", "/v1/tokenize"), ("POST", "/generate")]
 
 
 def test_dry_run_sends_nothing(deploy) -> None:
@@ -152,16 +154,17 @@ def test_dry_run_without_limits_is_an_input_error() -> None:
 
 def test_a_plan_larger_than_max_requests_is_refused_before_sending(deploy) -> None:
     d = deploy("fixed")
-    with pytest.raises(InputError, match="up to 38 requests with these options, more than --max-requests 20"):
+    with pytest.raises(InputError, match="up to 44 requests with these options, more than --max-requests 20"):
         run_probe(ProbeOptions(url=d.url, max_requests=20, **FAST))
     assert d.request_count == 0
 
 
 def test_bounds_hold_at_the_exact_budget(deploy) -> None:
     d = deploy("incident", context_len=4096, pool_tokens=2048)
-    options = ProbeOptions(url=d.url, max_requests=13, tenants=0, openai=False, stream=False, concurrency=2, **FAST)
+    # 7 planned POSTs and up to 10 others (limits GETs, the tokenizer's POST, /health after a lost answer)
+    options = ProbeOptions(url=d.url, max_requests=17, tenants=0, openai=False, stream=False, concurrency=2, **FAST)
     report = run_probe(options)
-    assert d.request_count <= 13
+    assert d.request_count <= 17
     assert report.exit_code == 1
     assert [r["check"] for r in rows(report)] == [
         "control", "below-bound", "promised", "at-bound", "above-bound", "window", "beyond-window"]
@@ -187,9 +190,9 @@ def test_an_unreachable_front_door_is_an_error_after_one_post() -> None:
         port = sock.getsockname()[1]
     report = run_probe(ProbeOptions(url=f"http://127.0.0.1:{port}", context_length=4096, pool_tokens=8192, **FAST))
     assert report.exit_code == 3
-    assert [f.rule for f in report.findings] == ["KV320"]
+    assert [f.rule for f in report.findings] == ["KV320"]  # the network, not the vocabulary (KV322)
     sent = report.roles[0].probe.sent
-    assert [s.method for s in sent].count("POST") == 1
+    assert [(s.method, s.path) for s in sent if s.method == "POST"] == [("POST", "/v1/tokenize")]
 
 
 def test_redirects_to_another_host_are_never_followed(deploy) -> None:
@@ -199,15 +202,16 @@ def test_redirects_to_another_host_are_never_followed(deploy) -> None:
     assert elsewhere.request_count == 0
     assert report.exit_code == 3
     assert [(f.rule, f.role) for f in report.findings] == [("KV320", "limits")]
-    assert "HTTP 307: redirect not followed" in report.findings[0].message
+    assert "POST /v1/tokenize: HTTP 307: redirect not followed" in report.findings[0].message
     # /server_info's redirect is refused by the transport before it leaves; one POST, then the probe stops
     assert [(s.method, s.path) for s in d.seen] == [
-        ("GET", "/server_info"), ("GET", "/v1/models"), ("POST", "/generate")]
+        ("GET", "/server_info"), ("GET", "/v1/models"), ("POST", "/v1/tokenize")]
 
 
 def test_ids_only_server_gets_token_prompts_for_every_tenant(deploy) -> None:
+    # no tokenizer, so no /v1/tokenize: the ids are proven in range by --vocab-size
     d = deploy("incident", context_len=4096, pool_tokens=2048, has_tokenizer=False)
-    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    report = run_probe(ProbeOptions(url=d.url, vocab_size=8192, **FAST))
     assert {r["prompt"] for r in rows(report)} == {"ids"}
     assert "KV405" in rules_by_role(report)["isolation"]
     assert report.exit_code == 1

@@ -3,12 +3,17 @@
 #   DEST/venv        SGLang's wheel without its CUDA-only requirements, torch 2.14.1, the rest of its
 #                    requirements, and the sgl_kernel stand-in (DEST/shim, put on the path by a .pth file)
 #   DEST/tiny-llama  a tiny random Llama with a locally trained tokenizer (no weights downloaded)
-#   DEST/.complete   written last: a second run that finds it (and a working import) returns at once
+#   DEST/venv also holds sglang-router (the front door test_probe_real.py puts before a server) and
+#                    mooncake-transfer-engine-non-cuda (the KV transfer of disaggregated CPU roles)
+#   DEST/.complete   written last: a second run that finds it (and a working import) returns at once;
+#                    an install made before the router was added gets only the packages it lacks
 # Needs python3 (3.10+) and the package index; ~5 minutes and ~7 GB on the 2-core CI machine.
 set -euo pipefail
 
 SGLANG_VERSION=0.5.23
 TORCH_VERSION=2.14.1
+ROUTER_VERSION=0.3.2
+MOONCAKE_VERSION=0.3.13.post1
 # Requirements of the wheel that only build or run with CUDA (or are video/audio extras SGLang's CPU
 # text path never imports); the CPU kernel package (sglang-kernel) is replaced by the stand-in.
 CUDA_ONLY='^(cuda-python|flash-attn-4|flashinfer_python|humming-kernels|nvidia-cutlass-dsl|nvidia-mathdx|nvshmem4py-cu13|quack-kernels|sgl-deep-ep|sgl-deep-gemm|sgl-flash-mla|sglang-kernel|tilelang|torch_memory_saver|torchaudio|torchcodec|av|decord2|deepseek-recipe|tml-renderers)'
@@ -24,7 +29,8 @@ PY=$DEST/venv/bin/python
 # Two runs on one host (two CI jobs, a developer beside CI) take turns; the second finds the install made.
 exec 8>"$DEST.lock"
 flock -w 1800 8
-STAMP="sglang==$SGLANG_VERSION torch==$TORCH_VERSION model=tiny-llama-v1"
+CORE_STAMP="sglang==$SGLANG_VERSION torch==$TORCH_VERSION model=tiny-llama-v1"
+STAMP="$CORE_STAMP sglang-router==$ROUTER_VERSION mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
 
 present() {
   # Quick (well under a second): the release is installed, the stand-in is on the path, the model is there.
@@ -32,14 +38,36 @@ present() {
     && [ -f "$DEST/tiny-llama/config.json" ] && [ -f "$DEST/tiny-llama/tokenizer.json" ]
 }
 
-smoke() {
-  # The imports the server needs at boot (~10 s), the stand-in included, and the model's files.
-  "$PY" -c "import sglang.launch_server, sgl_kernel, sglang; assert sglang.__version__ == '$SGLANG_VERSION', sglang.__version__" \
-    && present
+extras_present() {
+  # The router and the transfer engine at their pinned versions, and the router's module importable.
+  "$PY" -c "import importlib.metadata as m, importlib.util as u; assert m.version('sglang-router') == '$ROUTER_VERSION'; assert m.version('mooncake-transfer-engine-non-cuda') == '$MOONCAKE_VERSION'; assert u.find_spec('sglang_router.launch_router')"
 }
 
-if [ -f "$DEST/.complete" ] && [ "$(cat "$DEST/.complete")" = "$STAMP" ] && present 2>/dev/null; then
+install_extras() {
+  "$PY" -m pip install --quiet "sglang-router==$ROUTER_VERSION" "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION"
+}
+
+smoke() {
+  # The imports the server needs at boot (~10 s), the stand-in included, the model's files, the router.
+  "$PY" -c "import sglang.launch_server, sgl_kernel, sglang; assert sglang.__version__ == '$SGLANG_VERSION', sglang.__version__" \
+    && present && extras_present && "$PY" -m sglang_router.launch_router --help >/dev/null
+}
+
+if [ -f "$DEST/.complete" ] && [ "$(cat "$DEST/.complete")" = "$STAMP" ] && present 2>/dev/null \
+    && extras_present 2>/dev/null; then
   echo "SGLang $SGLANG_VERSION already installed in $DEST"
+  exit 0
+fi
+if [ -f "$DEST/.complete" ] && [ "$(cat "$DEST/.complete")" = "$CORE_STAMP" ] && present 2>/dev/null; then
+  # An install from before the router was added: SGLang, torch and the model stand; add what it lacks.
+  # The old stamp stays until the new one replaces it at once (tests running meanwhile still find an install).
+  install_extras
+  if ! smoke; then
+    echo "install_sglang.sh: the install in $DEST does not import after adding the router (see above)" >&2
+    exit 1
+  fi
+  echo "$STAMP" > "$DEST/.complete.new" && mv -f "$DEST/.complete.new" "$DEST/.complete"
+  echo "SGLang $SGLANG_VERSION in $DEST: added sglang-router $ROUTER_VERSION and mooncake $MOONCAKE_VERSION"
   exit 0
 fi
 rm -f "$DEST/.complete"
@@ -76,6 +104,9 @@ echo "$DEST/shim" > "$site/sgl_kernel_shim.pth"
 # 3. The tiny model, made here: vocabulary 8192, 8192 positions.
 rm -rf "$DEST/tiny-llama"
 "$PY" "$HERE/make_tiny_model.py" "$DEST/tiny-llama" --vocab 8192 --max-positions 8192
+
+# 4. sglang-router (the front door of the router tests) and Mooncake's transfer engine without CUDA.
+install_extras
 
 if ! smoke; then
   echo "install_sglang.sh: the install in $DEST does not import (see above)" >&2

@@ -27,7 +27,7 @@ from rich.console import Console
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
 from kvcheck.engines import get_engine
 from kvcheck.errors import EndpointError, InputError
-from kvcheck.http import display_url, make_ssl_context
+from kvcheck.http import deadline, display_url, make_ssl_context
 from kvcheck.model import Endpoint, Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED
@@ -177,8 +177,10 @@ def audit_one(
     """
     if engine is None:
         engine = get_engine(manifest_target.engine) if manifest_target is not None else get_engine()
+    # `--timeout` bounds the whole server: every request, retry, backoff and the reading of the answers
+    # (each request's own deadline nests inside this one and ends by it)
     try:
-        with engine.server_client(
+        with deadline(timeout_s), engine.server_client(
             endpoint.url,
             timeout_s=timeout_s,
             verify=verify,

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from kvcheck import __version__
+from kvcheck.engines.base import RouterAnswer as BaseRouterAnswer
 from kvcheck.engines.base import ServerInfo
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.errors import EndpointError, InputError
@@ -103,6 +104,19 @@ COUNT_GAUGES = frozenset(
     }
 )
 MAX_GB = 1 << 20  # a GB figure above a petabyte is not a GPU's
+
+
+ROUTER_WORKERS_PATH = "/workers"  # sglang-router (0.3.x): {"workers": [{"url": ..., "worker_type": ...}], "total": N}
+MAX_ROUTER_WORKERS = 64  # workers audited behind one router; more are reported, not audited (KV306)
+
+
+class RouterAnswer(EndpointError, BaseRouterAnswer):
+    """The URL is an sglang-router, not a server: its /get_server_info answers {"router_manager": true,
+    "workers_count": N, ...} and it holds no pool of its own. `workers_count` is what it says, if anything."""
+
+    def __init__(self, message: str, *, hint: str | None = None, workers_count: int | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.workers_count = workers_count
 
 
 class UnreadableAnswer(EndpointError):
@@ -386,7 +400,16 @@ class SglangClient:
                 hint="check that the URL points at an SGLang server, not a router or another engine",
             )
         self._raise_for_status(answer, endpoint)
-        info = parse_server_info(self._json(answer, endpoint), url=self.url, endpoint=endpoint)
+        payload = self._json(answer, endpoint)
+        if isinstance(payload, dict) and payload.get("router_manager") is True:
+            count = payload.get("workers_count")
+            raise RouterAnswer(
+                f"{self.url} is an sglang-router, not an SGLang server ({endpoint} says router_manager): "
+                "it holds no KV pool of its own",
+                hint="audit its workers: their URLs are in the router's /workers list",
+                workers_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+            )
+        info = parse_server_info(payload, url=self.url, endpoint=endpoint)
         self._check_deadline(endpoint)
         notes = list(info.notes)
         try:  # a route that fails is a note; one that answers the impossible is not (UnreadableAnswer)
@@ -414,6 +437,27 @@ class SglangClient:
             redirected_to=display_url(answer.url) if answer.redirected else None,
             notes=tuple(notes),
         )
+
+    def router_workers(self) -> tuple[list[tuple[str, str | None]], int]:
+        """An sglang-router's workers from /workers: ([(url, worker_type)], how many it lists), at most
+        MAX_ROUTER_WORKERS of them, each URL once; EndpointError when the list cannot be read."""
+        answer = self._get(ROUTER_WORKERS_PATH)
+        self._raise_for_status(answer, ROUTER_WORKERS_PATH)
+        payload = self._json(answer, ROUTER_WORKERS_PATH)
+        workers = payload.get("workers") if isinstance(payload, dict) else None
+        if not isinstance(workers, list):
+            raise EndpointError(f"{self.url}{ROUTER_WORKERS_PATH}: the answer has no worker list ('workers')")
+        found: dict[str, str | None] = {}
+        for index, worker in enumerate(workers):
+            url = worker.get("url") if isinstance(worker, dict) else None
+            if not isinstance(url, str) or not url:
+                raise EndpointError(f"{self.url}{ROUTER_WORKERS_PATH}: workers[{index}] has no url")
+            kind = worker.get("worker_type")
+            if len(found) < MAX_ROUTER_WORKERS:
+                found.setdefault(url, kind if isinstance(kind, str) and kind else None)
+        listed = len({w.get("url") for w in workers if isinstance(w, dict)})
+        self._check_deadline(ROUTER_WORKERS_PATH)
+        return list(found.items()), listed
 
     def served_context(self) -> int | None:
         """The context window the server serves (/v1/models `max_model_len`); None if it has no such endpoint."""

@@ -41,6 +41,10 @@ from kvcheck.errors import InputError
 MAX_REDIRECTS = 5
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a server_info for hundreds of DP ranks stays far below this
 MAX_JSON_DEPTH = 64  # SGLang's answers nest 4 or 5 levels deep
+# JSON values one document may hold: a server info for a thousand DP ranks holds ~100,000. Counted before
+# parsing (commas and brackets, C speed), since Python builds ~64 bytes per value: 30 MiB of `{},{},...`
+# would otherwise take 1.6 GiB before any check could look at it.
+MAX_JSON_VALUES = 1 << 18
 MAX_ENCODING_LAYERS = 3
 MAX_DEADLINE_S = 7 * 24 * 3600.0  # beyond this a socket timeout no longer fits the C timeval
 ACCEPT_ENCODING = "gzip, deflate"  # what _Layer decodes; a server may not send anything else
@@ -195,6 +199,12 @@ def deadline(seconds: float) -> Iterator[float]:
         yield end
     finally:
         _DEADLINE.reset(token)
+
+
+def time_left() -> float | None:
+    """Seconds left of the current `deadline()` block (0 or less once passed); None outside one."""
+    end = _DEADLINE.get()
+    return None if end is None else end - time.monotonic()
 
 
 def _left(timeout: float | None, error: type[Exception]) -> float | None:
@@ -464,13 +474,22 @@ def _absolute(client: httpx.Client, url: httpx.URL | str) -> httpx.URL:
 # -- JSON -----------------------------------------------------------------------------------------------
 
 
-def parse_json(body: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """JSON with a nesting limit and without duplicate keys; JsonRejected says why not.
+def parse_json(body: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES) -> Any:
+    """JSON with a nesting limit, a bound on its values and without duplicate keys; JsonRejected says why not.
 
-    The C decoder raises RecursionError near Python's recursion limit, before it could exhaust the
-    stack; a shallower document is then walked iteratively against `max_depth`, so that readers of the
-    result may recurse freely.
+    The values are bounded before parsing: every value but the first follows a comma or opens an array
+    or object, so commas plus brackets (in strings too: an over-count, never an under-count) bound
+    them, and memory and every later pass over the result with them. The C decoder raises
+    RecursionError near Python's recursion limit, before it could exhaust the stack; a shallower
+    document is then walked iteratively against `max_depth`, so that readers of the result may recurse
+    freely.
     """
+    if isinstance(body, str):
+        marks = body.count(",") + body.count("[") + body.count("{")
+    else:
+        marks = body.count(b",") + body.count(b"[") + body.count(b"{")
+    if marks >= max_values:
+        raise JsonRejected(f"more than {max_values:,} values in one document ({marks:,} commas and brackets)")
     try:
         value = json.loads(body, object_pairs_hook=_no_duplicates)
     except RecursionError as exc:

@@ -26,14 +26,15 @@ from rich.console import Console
 
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
 from kvcheck.engines import get_engine
+from kvcheck.engines.base import RouterAnswer
 from kvcheck.errors import EndpointError, InputError
-from kvcheck.http import display_url, make_ssl_context
+from kvcheck.http import deadline, display_url, make_ssl_context
 from kvcheck.model import Endpoint, Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
 from kvcheck.redact import REDACTED
 
 if TYPE_CHECKING:
-    from kvcheck.engines.base import Engine, ServerInfo
+    from kvcheck.engines.base import Engine, ServerClient, ServerInfo
 
 BACKOFF_S = 0.5  # first retry waits this long, then doubles
 
@@ -50,6 +51,15 @@ class AuditOutcome:
 
     target: RoleTarget
     measurement: PoolMeasurement
+
+
+@dataclass(frozen=True)
+class RouterOutcome:
+    """An endpoint that is a router: its workers, audited next (as a fleet's servers are), and a KV306
+    outcome for the router itself when it lists more workers than kvcheck follows (fail closed)."""
+
+    workers: tuple[Endpoint, ...]
+    left_out: AuditOutcome | None = None
 
 
 def audit_endpoints(
@@ -83,7 +93,7 @@ def audit_endpoints(
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else (progress and console.is_terminal)
 
-    def one(endpoint: Endpoint) -> AuditOutcome:
+    def one(endpoint: Endpoint) -> AuditOutcome | RouterOutcome:
         return audit_one(
             endpoint,
             context_length=context_length,
@@ -97,8 +107,26 @@ def audit_endpoints(
             engine=engines.get(endpoint.name, default_engine),
         )
 
+    def worker(endpoint: Endpoint) -> AuditOutcome | RouterOutcome:
+        # a router's worker: the same bounds as a fleet's server, without the token (it was given for
+        # the router's origin), and never followed further (a router behind a router is KV306)
+        return audit_one(
+            endpoint,
+            context_length=context_length,
+            min_headroom=min_headroom,
+            timeout_s=timeout_s,
+            retries=retries,
+            verify=context,
+            token=None,
+            transport=transport,
+            engine=default_engine,
+            follow_routers=False,
+        )
+
     if not show:
-        outcomes = run_bounded(endpoints, one, concurrency)
+        first = run_bounded(endpoints, one, concurrency)
+        workers = [w for o in first if isinstance(o, RouterOutcome) for w in o.workers]
+        behind = run_bounded(workers, worker, concurrency) if workers else []
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -111,8 +139,29 @@ def audit_endpoints(
             transient=True,
         ) as bar:
             task = bar.add_task("audit", total=len(endpoints))
-            outcomes = run_bounded(endpoints, one, concurrency, on_done=lambda: bar.advance(task))
+            first = run_bounded(endpoints, one, concurrency, on_done=lambda: bar.advance(task))
+            workers = [w for o in first if isinstance(o, RouterOutcome) for w in o.workers]
+            bar.update(task, total=len(endpoints) + len(workers))
+            behind = run_bounded(workers, worker, concurrency, on_done=lambda: bar.advance(task)) if workers else []
+    outcomes = _in_order(first, behind)
     return [o.target for o in outcomes], [o.measurement for o in outcomes]
+
+
+def _in_order(first: Sequence[AuditOutcome | RouterOutcome], behind: Sequence[AuditOutcome | RouterOutcome]) -> list[AuditOutcome]:
+    """Every outcome in input order, each router's workers in its place (then its KV306, if any)."""
+    workers = iter(behind)
+    outcomes: list[AuditOutcome] = []
+    for outcome in first:
+        if isinstance(outcome, AuditOutcome):
+            outcomes.append(outcome)
+            continue
+        for _ in outcome.workers:
+            item = next(workers)
+            assert isinstance(item, AuditOutcome)  # workers are never followed: follow_routers=False
+            outcomes.append(item)
+        if outcome.left_out is not None:
+            outcomes.append(outcome.left_out)
+    return outcomes
 
 
 def run_bounded(
@@ -170,15 +219,21 @@ def audit_one(
     manifest_target: RoleTarget | None = None,
     transport: httpx.BaseTransport | None = None,
     engine: Engine | None = None,
-) -> AuditOutcome:
+    follow_routers: bool = True,
+) -> AuditOutcome | RouterOutcome:
     """One endpoint: ask it, then build its target and measurement (failures become KV306).
 
-    `engine` None: the manifest role's engine, else the registry's default.
+    A router (sglang-router) holds no pool: with `follow_routers` and no manifest role, its worker list
+    is read and returned (RouterOutcome) for the caller to audit each worker; else, or when the list
+    cannot be read, it is KV306 (exit 3) naming what to audit instead. `engine` None: the manifest
+    role's engine, else the registry's default.
     """
     if engine is None:
         engine = get_engine(manifest_target.engine) if manifest_target is not None else get_engine()
+    # `--timeout` bounds the whole server: every request, retry, backoff and the reading of the answers
+    # (each request's own deadline nests inside this one and ends by it)
     try:
-        with engine.server_client(
+        with deadline(timeout_s), engine.server_client(
             endpoint.url,
             timeout_s=timeout_s,
             verify=verify,
@@ -187,10 +242,69 @@ def audit_one(
             backoff_s=BACKOFF_S,
             transport=transport,
         ) as client:
-            info = client.server_info()
+            try:
+                info = client.server_info()
+            except EndpointError as exc:
+                if not isinstance(exc, RouterAnswer):
+                    raise
+                return _router(endpoint, exc, client, context_length, min_headroom, manifest_target,
+                               follow=follow_routers and manifest_target is None)
     except EndpointError as exc:
         return _unaudited(endpoint, exc, context_length, min_headroom, manifest_target)
     return _audited(endpoint, info, context_length, min_headroom, manifest_target, engine)
+
+
+def _router(
+    endpoint: Endpoint,
+    answer: EndpointError,
+    client: ServerClient,
+    context_length: int | None,
+    min_headroom: float,
+    manifest_target: RoleTarget | None,
+    *,
+    follow: bool,
+) -> AuditOutcome | RouterOutcome:
+    """A router: its workers to audit next, or KV306 saying which URLs to audit instead (fail closed)."""
+    try:
+        workers, listed = client.router_workers()
+    except EndpointError as exc:
+        return _unaudited(endpoint, EndpointError(
+            f"{answer.message}; its worker list cannot be read ({exc.message}), so no worker was audited",
+            hint="audit its workers' URLs directly (kvcheck audit URL... or --fleet FILE)",
+        ), context_length, min_headroom, manifest_target)
+    if not workers:
+        return _unaudited(endpoint, EndpointError(
+            f"{answer.message}; it lists no workers, so there is nothing to audit behind it",
+            hint="audit the SGLang servers themselves once the router has workers",
+        ), context_length, min_headroom, manifest_target)
+    urls = [display_url(url) for url, _ in workers]
+    if not follow:
+        shown = ", ".join(urls[:4]) + (f" and {listed - 4} more" if listed > 4 else "")
+        why = "a router behind a router is not followed" if manifest_target is None else (
+            "a manifest role is one server")
+        return _unaudited(endpoint, EndpointError(
+            f"{answer.message}; its workers: {shown} ({why})",
+            hint="point --endpoint at one of its workers" if manifest_target is not None
+            else "audit the servers themselves",
+        ), context_length, min_headroom, manifest_target)
+    followed = tuple(
+        Endpoint(
+            name=f"{endpoint.name} worker {shown_url}",
+            url=url,
+            role=kind if kind not in (None, "regular") else endpoint.role,
+            context_length=endpoint.context_length,
+            location=endpoint.location,
+        )
+        for (url, kind), shown_url in zip(workers, urls, strict=True)
+    )
+    left_out = None
+    if listed > len(followed):
+        left_out = _unaudited(endpoint, EndpointError(
+            f"{display_url(endpoint.url)} is an sglang-router listing {listed:,} workers; kvcheck audits at most "
+            f"{len(followed):,} behind one router, so {listed - len(followed):,} were not audited",
+            hint="audit the rest with a fleet file of their URLs (kvcheck audit --fleet FILE)",
+        ), context_length, min_headroom, manifest_target)
+    return RouterOutcome(workers=followed, left_out=left_out)
 
 
 def _window(

@@ -295,6 +295,13 @@ class ServerInfo:
         return min(figures) if figures else None
 
 
+class RouterAnswer(Exception):
+    """Mixed into a client's EndpointError when the URL is a router in front of servers, not a server
+    (sglang-router's /get_server_info says router_manager): the audit follows its workers instead."""
+
+    workers_count: int | None = None
+
+
 class ServerClient(Protocol):
     """A strict, bounded HTTP client for one running server of the engine (thread-confined)."""
 
@@ -316,6 +323,11 @@ class ServerClient(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """The server's constant gauges ({} when it exposes none)."""
+        ...
+
+    def router_workers(self) -> tuple[list[tuple[str, str | None]], int]:
+        """A router's workers as (URL, role or None), bounded, and how many it lists; EndpointError when
+        the list cannot be read."""
         ...
 
 

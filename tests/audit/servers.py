@@ -306,3 +306,27 @@ def make_tls_files(folder: Path, san: str = "IP:127.0.0.1,DNS:localhost") -> Tls
         str(ext),
     )
     return TlsFiles(ca_cert=ca_cert, server_cert=cert, server_key=key)
+
+
+def router_routes(workers: list[tuple[str, str]], *, workers_route: Route | None = None) -> dict[str, Route]:
+    """The routes of an sglang-router 0.3.2 as it answers on the real install: /server_info is 404,
+    /get_server_info says router_manager (as text/plain), /workers lists each (url, worker_type)."""
+    listing = {
+        "workers": [
+            {"id": f"w{index}", "url": url, "model_id": "zai-org/GLM-5-FP8", "priority": 50, "cost": 1.0,
+             "worker_type": kind, "is_healthy": True, "load": 0, "connection_mode": "HTTP",
+             "metadata": {"tp_size": "8"}, "disable_health_check": False}
+            for index, (url, kind) in enumerate(workers)
+        ],
+        "total": len(workers),
+        "stats": {"prefill_count": 0, "decode_count": 0, "regular_count": len(workers)},
+    }
+    info = {"router_manager": True, "routers_count": 1, "workers_count": len(workers)}
+    return {
+        "/get_server_info": Reply(body=json.dumps(info), content_type="text/plain; charset=utf-8"),
+        "/workers": workers_route if workers_route is not None else Reply(body=listing),
+        "/v1/models": Reply(body=json.dumps({"object": "list", "data": [{"id": "zai-org/GLM-5-FP8",
+                                                                            "object": "model", "owned_by": "local"}]}),
+                            content_type="text/plain; charset=utf-8"),
+        "/health": Reply(body="OK"),
+    }

@@ -272,7 +272,7 @@ def test_garbage_resolved_count_is_kv306_not_a_crash(serve, kvcheck, key, value,
     assert result.exit_code == 3, result.stderr
     data = json.loads(result.stdout)
     assert [(f["rule"], f["message"]) for f in data["findings"]] == [
-        ("KV306", f"{server.url}/server_info: {key} is {shown}, not a token count")
+        ("KV306", f"{server.url}/server_info: {key} is {shown}, not a token count (an integer from 0 to 2,147,483,647)")
     ]
 
 

@@ -8,6 +8,7 @@ from kvcheck.engines.sglang.client import (
     REDACTED,
     ServerInfo,
     SglangClient,
+    UnreadableAnswer,
     parse_prometheus,
     parse_server_info,
     redact_command,
@@ -231,11 +232,39 @@ def test_prometheus_min_over_ranks_and_odd_labels():
         'sglang:max_total_num_tokens{tp_rank="0",note="a}b \\"q\\""} 500000.0\n'
         'sglang:max_total_num_tokens{tp_rank="1"} 499968 1712000000000\n'
         "sglang:context_len 131072\n"
-        "sglang:page_size NaN\n"
         "garbage line\n"
         "sglang:token_usage 0.5\n"
+        "sglang:token_usage{tp_rank=\"0\"} NaN\n"  # not a wanted gauge: never read, never judged
     )
     assert parse_prometheus(text) == {"sglang:max_total_num_tokens": 499968.0, "sglang:context_len": 131072.0}
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("sglang:max_total_num_tokens -5", "-5.0"),
+        ("sglang:max_total_num_tokens 200000.5", "200000.5"),
+        ("sglang:context_len 1e300", "1e+300"),
+        ("sglang:page_size NaN", "nan"),
+        ("sglang:num_pages +Inf", "inf"),
+        ("sglang:max_total_num_tokens 4294967296", "4294967296.0"),
+    ],
+)
+def test_an_impossible_count_gauge_on_any_rank_is_unreadable(line, shown):
+    name = line.split()[0]
+    text = f'{name}{{tp_rank="0"}} 4096\n{line}\n'  # rank 0 is sane: the impossible rank still counts
+    with pytest.raises(UnreadableAnswer) as caught:
+        parse_prometheus(text, where="http://h/metrics")
+    assert caught.value.message == (
+        f"http://h/metrics: the {name} gauge is {shown}, not a token count (an integer from 0 to 2,147,483,647)"
+    )
+
+
+def test_an_impossible_size_gauge_is_unreadable():
+    with pytest.raises(UnreadableAnswer) as caught:
+        parse_prometheus("sglang:kv_cache_memory_usage_gb -1.5\n", where="/metrics")
+    assert caught.value.message == "/metrics: the sglang:kv_cache_memory_usage_gb gauge is -1.5, not a size in GB"
+    assert parse_prometheus("sglang:kv_cache_memory_usage_gb 41.25\n") == {"sglang:kv_cache_memory_usage_gb": 41.25}
 
 
 @pytest.mark.parametrize(

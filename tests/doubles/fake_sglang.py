@@ -6,7 +6,8 @@ unknown or ambiguous flags exit 2), one forked scheduler per (DP, PP, TP) rank p
 the launcher's process group, rank-tagged log lines on stderr in the 0.5.23 format ("Log lines"), an
 HTTP server with `/server_info`, `/get_server_info`, `/v1/models` and `/health` (sglang_http.py), and
 the failure paths of "Processes, signals and failures" (OOM while sizing: "Scheduler hit an
-exception", SIGQUIT to the launcher, exit 137).
+exception", SIGQUIT to the launcher, exit 137). SIGTERM once ready is SGLang 0.5.23's too: no drain,
+the scheduler reported as crashed, a 5 s sleep, then SIGKILL of the tree and itself.
 
 Behaviour is chosen through the environment:
   FAKE_SGLANG_MODE             comma-separated: oom, oom_graph, hang, crash_before_pool,
@@ -20,7 +21,11 @@ Behaviour is chosen through the environment:
   FAKE_SGLANG_STEP_S           pause between log lines (default 0.002 s)
   FAKE_SGLANG_LOAD_S           time "loading weights" takes (default 0 s; benchmarks set it)
   FAKE_SGLANG_ENVFILE          the launcher writes its argv and CUDA_* / KVTEST_* environment here (JSON)
-  FAKE_SGLANG_EVENTS           the launcher appends "<label> start" and "<label> stop" lines here
+  FAKE_SGLANG_EVENTS           the launcher appends "<label> start <pid> running=<labels>" (the labels
+                               of engines listed there whose launcher still runs) and "<label> stop"
+                               (SIGTERM received) lines here
+  FAKE_SGLANG_CRASH_SLEEP_S    on SIGTERM the launcher sleeps this long before it SIGKILLs itself
+                               (default 5 s, as SGLang 0.5.23 does)
   FAKE_SGLANG_LABEL            the label for those lines (default: the model path)
   FAKE_SGLANG_TOUCH            a file the launcher creates as it starts
   FAKE_SGLANG_WAIT_FOR         the launcher waits for this file before it reports ready (two roles
@@ -60,6 +65,7 @@ except ImportError:  # run as a script without the repository on the path: the m
 MODES = {m.strip() for m in os.environ.get("FAKE_SGLANG_MODE", "").split(",") if m.strip()}
 STEP_S = float(os.environ.get("FAKE_SGLANG_STEP_S", "0.002"))
 LOAD_S = float(os.environ.get("FAKE_SGLANG_LOAD_S", "0"))
+CRASH_SLEEP_S = float(os.environ.get("FAKE_SGLANG_CRASH_SLEEP_S", "5"))
 VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.4.1.post3" if "old_release" in MODES else "0.5.23")
 PR_SET_PDEATHSIG = 1
 
@@ -287,10 +293,32 @@ def fail_scheduler(tags: str, log: Log, error: str) -> None:
         time.sleep(3600)
 
 
+def _still_running(path: str) -> str:
+    """The labels of the engines whose "start" line is in the events file and whose launcher runs."""
+    labels = []
+    try:
+        lines = open(path).read().splitlines()
+    except FileNotFoundError:
+        return ""
+    for line in lines:
+        words = line.split()
+        if len(words) >= 3 and words[1] == "start" and words[2].isdigit():
+            try:
+                with open(f"/proc/{words[2]}/stat") as stat:
+                    alive = stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                alive = False
+            if alive:
+                labels.append(words[0])
+    return ",".join(labels)
+
+
 def event(args: argparse.Namespace, what: str) -> None:
     path = os.environ.get("FAKE_SGLANG_EVENTS")
     if path:
         label = os.environ.get("FAKE_SGLANG_LABEL", args.model_path)
+        if what == "start":  # a SIGKILLed engine writes no "stop": who still runs is read at the next start
+            what = f"start {os.getpid()} running={_still_running(path)}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, f"{label} {what}\n".encode())
@@ -617,12 +645,28 @@ def main() -> None:
     if leader_conn is not None:
         follower_wait(args, leader_conn, children, log)
 
+    stopping: list[bool] = []
+
     def on_sigterm(signum: int, frame: object) -> None:
+        """SGLang 0.5.23's SIGTERM path, as seen on the real engine (no drain): the schedulers die of the
+        group's SIGTERM, the launcher reports that as a crash, sleeps FAKE_SGLANG_CRASH_SLEEP_S (5 s,
+        SGLang's own) "to let GPU activity settle", then SIGKILLs its tree and itself (exit -9)."""
+        if stopping:  # a second SIGTERM during the sleep changes nothing, as in SGLang
+            return
+        stopping.append(True)
         event(args, "stop")
-        log(f"SIGTERM received. signum={signum} frame={frame} Draining requests and shutting down...")
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        log(f"Subprocess scheduler_0 (pid={children[0]}) crashed with exit code -15. Triggering SIGQUIT "
+            "for cleanup...")
+        log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        log("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+        time.sleep(CRASH_SLEEP_S)
+        log("No live scheduler processes found; skipping py-spy and CUDA coredump.")
+        log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}")
         if "ignore_sigterm" not in MODES:
             kill_children(children)
-        os._exit(0)
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)  # ignore_sigterm: the launcher goes, its children stay (they must be killed by kvcheck)
 
     if "no_http" not in MODES:
         serve(args, pool_by_rank, log)

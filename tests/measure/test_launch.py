@@ -100,10 +100,44 @@ def test_stop_ends_children_that_ignore_sigterm(tmp_path: Path, pidfile: PidFile
     survivors = engine.stop(grace_s=0.2)
     assert survivors == []
     assert not group_alive(engine.pgid)
-    assert engine.returncode == 0  # the launcher itself honoured SIGTERM; its children did not
+    # the launcher was in SGLang's 5 s sleep after SIGTERM when the grace ran out; its children ignored it
+    assert engine.returncode == -9
     log = (tmp_path / "engine.log").read_text()
     assert "SIGTERM received" in log
     assert log.splitlines() == lines
+
+
+def test_sigterm_is_sglangs_crash_path_sleep_then_sigkill(tmp_path: Path, pidfile: PidFile, monkeypatch) -> None:
+    """The double ends on SIGTERM as SGLang 0.5.23 does: no drain, a crash report, a sleep, its own SIGKILL."""
+    monkeypatch.setenv("FAKE_SGLANG_CRASH_SLEEP_S", "0.2")
+    lines: list[str] = []
+    engine = _start(tmp_path, "", lines)
+    _wait_for(lambda: any("fired up" in line for line in lines), "the ready line")
+    assert engine.stop(grace_s=30) == []
+    assert engine.returncode == -9  # SGLang SIGKILLs itself, within the grace
+    log = (tmp_path / "engine.log").read_text()
+    tail = log[log.index("SIGTERM received"):].splitlines()
+    assert [line.split("] ", 1)[-1].split(" (pid=")[0] for line in tail[:4]] == [
+        "SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+        "Subprocess scheduler_0",
+        "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+        "Sleeping 5 seconds before crash diagnostics to let GPU activity settle.",
+    ]
+    assert "kill_process_tree called" in tail[-1]
+    assert pidfile.survivors() == []
+
+
+def test_stop_with_no_grace_sends_no_sigterm_and_leaves_nothing(tmp_path: Path, pidfile: PidFile) -> None:
+    """A measured role (grace 0): SIGKILL to the whole tree at once, so SGLang's 5 s crash path never runs."""
+    lines: list[str] = []
+    engine = _start(tmp_path, "ignore_sigterm", lines)
+    _wait_for(lambda: any("fired up" in line for line in lines), "the ready line")
+    assert len(pidfile.pids()) == 4
+    assert engine.stop(grace_s=0) == []
+    assert not group_alive(engine.pgid)
+    assert engine.returncode == -9
+    assert "SIGTERM received" not in (tmp_path / "engine.log").read_text()
+    assert pidfile.survivors() == []
 
 
 def test_stop_during_startup_kills_the_launcher_and_its_children(tmp_path: Path, pidfile: PidFile) -> None:

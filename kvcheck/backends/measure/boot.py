@@ -6,7 +6,8 @@ engine runs (this host, a Slurm allocation) is the launcher's business (`launche
 done when the log says "The server is fired up and ready to roll!" (every scheduler has logged its pool
 by then, and the pipe delivers lines in order), or, when the log shows no such line (`--log-level`
 above info), once `/server_info` has answered for `ready_wait_s`. The engine is stopped as soon as the
-figures are in, and on every other way out (exit, timeout, cancel, exception).
+figures are in (forced at once: it serves nobody, and SGLang's own SIGTERM path ends in SIGKILL 5 s
+later), and on every other way out (exit, timeout, cancel, exception) with the whole grace.
 """
 
 from __future__ import annotations
@@ -210,7 +211,11 @@ class RoleBoot:
             if outcome == "ready" and server is None:
                 server, server_error = self._server_info(engine, retries=2)
         finally:
-            survivors = engine.stop(self.settings.grace_s)
+            # Figures in: the engine serves nobody, so it is forced down at once (its launcher's
+            # measured grace); on every other way out it gets the whole grace to stop by itself.
+            measured = outcome in ("ready", "server_only")
+            grace_s = min(engine.measured_grace_s, self.settings.grace_s) if measured else self.settings.grace_s
+            survivors = engine.stop(grace_s)
             boot_s = time.monotonic() - engine.started_at
             if not keep_log:
                 log_path.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from kvcheck import __version__
+from kvcheck.engines.base import RouterAnswer as BaseRouterAnswer
 from kvcheck.engines.base import ServerInfo
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.errors import EndpointError, InputError
@@ -36,6 +37,7 @@ from kvcheck.http import (
     make_client,
     make_ssl_context,
     parse_json,
+    time_left,
     tls_reason,
     validate_base_url,
 )
@@ -81,27 +83,130 @@ NON_ARG_KEYS = frozenset(
     }
 )
 
-def parse_prometheus(text: str, names: tuple[str, ...] = CONSTANT_GAUGES) -> dict[str, float]:
-    """The minimum over all series (ranks) of each wanted gauge in a Prometheus text exposition."""
+# Bounds on what one server's answers may hold (issue 20, "wide answers"): far above any SGLang server,
+# so that parsing and every later pass over an answer (redaction, the policy, the report) stay within
+# a known time and memory whatever a server sends. An answer past one is not judged: KV306.
+MAX_INFO_KEYS = 2048  # top-level keys of /server_info: 0.5.23 sends about 560 (its ServerArgs and envelope)
+MAX_DP_RANKS = 4096  # internal_states entries: one per DP attention rank
+MAX_LAUNCH_COMMAND_CHARS = 256 * 1024  # Linux caps one argument at 128 KiB; shlex reads it char by char
+MAX_METRIC_LINES = 1 << 18  # /metrics lines: SGLang's run to a few hundred per scheduler rank
+MAX_SAMPLE_CHARS = 64 * 1024  # one sample line of a wanted gauge (its labels are a few short names)
+
+# The constant gauges that are token counts (integers, like every pool figure); the others are sizes
+# in GB (finite and not negative).
+COUNT_GAUGES = frozenset(
+    {
+        "sglang:max_total_num_tokens",
+        "sglang:max_total_num_tokens_swa",
+        "sglang:context_len",
+        "sglang:page_size",
+        "sglang:num_pages",
+    }
+)
+MAX_GB = 1 << 20  # a GB figure above a petabyte is not a GPU's
+
+
+ROUTER_WORKERS_PATH = "/workers"  # sglang-router (0.3.x): {"workers": [{"url": ..., "worker_type": ...}], "total": N}
+MAX_ROUTER_WORKERS = 64  # workers audited behind one router; more are reported, not audited (KV306)
+
+
+class RouterAnswer(EndpointError, BaseRouterAnswer):
+    """The URL is an sglang-router, not a server: its /get_server_info answers {"router_manager": true,
+    "workers_count": N, ...} and it holds no pool of its own. `workers_count` is what it says, if anything."""
+
+    def __init__(self, message: str, *, hint: str | None = None, workers_count: int | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.workers_count = workers_count
+
+
+class UnreadableAnswer(EndpointError):
+    """An answer no SGLang server gives: an impossible figure (-5 tokens, 200000.5, 1e300) or wider than
+    any server's. The server is not judged (KV306), whichever route the answer came by (a /metrics
+    failure is otherwise only a note)."""
+
+
+def _figure(value: Any, where: str, name: str) -> int | None:
+    """A token count from JSON: None when absent (null), an integer from 0 to MAX_TOKEN_FIGURE, else
+    UnreadableAnswer. Bools are not counts, and neither is a figure no server can hold (2**62, 1e400)."""
+    if value is None:
+        return None
+    count = _count(value)
+    if count is None:
+        raise UnreadableAnswer(
+            f"{where}: {name} is {_shown(value)}, not a token count (an integer from 0 to {MAX_TOKEN_FIGURE:,})",
+            hint="the server's answer is impossible; it is not judged",
+        )
+    return count
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _gauge_value(name: str, value: float, where: str) -> float:
+    """A constant gauge's value, checked as every figure is: a count gauge is an integer in range."""
+    if name in COUNT_GAUGES:
+        if not (math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_TOKEN_FIGURE):
+            raise UnreadableAnswer(
+                f"{where}: the {name} gauge is {value!r}, not a token count "
+                f"(an integer from 0 to {MAX_TOKEN_FIGURE:,})",
+                hint="the server's answer is impossible; it is not judged",
+            )
+    elif not (math.isfinite(value) and 0 <= value <= MAX_GB):
+        raise UnreadableAnswer(
+            f"{where}: the {name} gauge is {value!r}, not a size in GB",
+            hint="the server's answer is impossible; it is not judged",
+        )
+    return value
+
+
+_METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def parse_prometheus(text: str, names: tuple[str, ...] = CONSTANT_GAUGES, *, where: str = METRICS_PATH) -> dict[str, float]:
+    """The minimum over all series (ranks) of each wanted gauge in a Prometheus text exposition.
+
+    Every series of a wanted gauge is checked (`_gauge_value`: UnreadableAnswer for an impossible one,
+    whichever rank states it); the text is read in one pass, line by line, and refused past
+    MAX_METRIC_LINES lines or a wanted sample past MAX_SAMPLE_CHARS.
+    """
+    lines = text.count("\n") + 1
+    if lines > MAX_METRIC_LINES:
+        raise UnreadableAnswer(
+            f"{where}: the answer has {lines:,} lines, more than any SGLang server's (kvcheck reads at most "
+            f"{MAX_METRIC_LINES:,})",
+            hint="the server's answer is malformed or hostile; it is not judged",
+        )
     wanted = set(names)
     found: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        begin, start = start, end + 1
+        match = _METRIC_NAME.match(text, begin, end)  # the name first: other series are skipped unread
+        if match is None or match.group(0) not in wanted:
             continue
+        line = text[begin:end].strip()
+        if len(line) > MAX_SAMPLE_CHARS:
+            raise UnreadableAnswer(
+                f"{where}: a {match.group(0)} sample is {len(line):,} characters long (at most "
+                f"{MAX_SAMPLE_CHARS:,} are read)",
+                hint="the server's answer is malformed or hostile; it is not judged",
+            )
         parsed = _parse_sample(line)
         if parsed is None:
             continue
         name, value = parsed
-        if name not in wanted or not math.isfinite(value):
-            continue
+        value = _gauge_value(name, value, where)
         found[name] = min(found.get(name, value), value)
     return found
 
 
 def _parse_sample(line: str) -> tuple[str, float] | None:
     """`name{labels} value [timestamp]` -> (name, value); None for anything else."""
-    match = re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line)
+    match = _METRIC_NAME.match(line)
     if match is None:
         return None
     name, rest = match.group(0), line[match.end() :]
@@ -151,18 +256,38 @@ def _rank_capacities(states: list[Any], where: str) -> tuple[list[int], list[int
         usage = state.get("memory_usage") if isinstance(state, dict) else None
         if not isinstance(usage, dict):
             continue
-        capacity = _count(usage.get("token_capacity"))
+        field = f"internal_states[{rank}].memory_usage"
+        capacity = _figure(usage.get("token_capacity"), where, f"{field}.token_capacity")
         if capacity is not None:
             capacities.append(capacity)
-        elif usage.get("token_capacity") is not None:
-            raise EndpointError(
-                f"{where}: internal_states[{rank}].memory_usage.token_capacity is "
-                f"{usage['token_capacity']!r}, not a token count"
-            )
-        swa_capacity = _count(usage.get("token_capacity_swa"))
+        swa_capacity = _figure(usage.get("token_capacity_swa"), where, f"{field}.token_capacity_swa")
         if swa_capacity:
             swa.append(swa_capacity)
     return capacities, swa
+
+
+def _check_width(payload: dict[str, Any], where: str) -> None:
+    """UnreadableAnswer for a server info wider than any SGLang server's (MAX_INFO_KEYS and the rest)."""
+    too_wide = "the server's answer is malformed or hostile; it is not judged"
+    if len(payload) > MAX_INFO_KEYS:
+        raise UnreadableAnswer(
+            f"{where}: the answer has {len(payload):,} keys, more than any SGLang server's (kvcheck reads at "
+            f"most {MAX_INFO_KEYS:,})",
+            hint=too_wide,
+        )
+    states = payload.get("internal_states")
+    if isinstance(states, list) and len(states) > MAX_DP_RANKS:
+        raise UnreadableAnswer(
+            f"{where}: internal_states lists {len(states):,} ranks (kvcheck reads at most {MAX_DP_RANKS:,})",
+            hint=too_wide,
+        )
+    launch = payload.get("launch_command")
+    if isinstance(launch, str) and len(launch) > MAX_LAUNCH_COMMAND_CHARS:
+        raise UnreadableAnswer(
+            f"{where}: launch_command is {len(launch):,} characters long, longer than a command line can be "
+            f"(kvcheck reads at most {MAX_LAUNCH_COMMAND_CHARS:,})",
+            hint=too_wide,
+        )
 
 
 def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
@@ -175,14 +300,12 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
             "(neither max_total_num_tokens nor internal_states)",
             hint="check that the URL points at an SGLang server (not a router, gateway or another engine)",
         )
-    max_total = _count(payload.get("max_total_num_tokens"))
-    if payload.get("max_total_num_tokens") is not None and max_total is None:
-        raise EndpointError(
-            f"{url}{endpoint}: max_total_num_tokens is {payload['max_total_num_tokens']!r}, not a token count"
-        )
+    where = f"{url}{endpoint}"
+    _check_width(payload, where)
+    max_total = _figure(payload.get("max_total_num_tokens"), where, "max_total_num_tokens")
+    max_req_input_len = _figure(payload.get("max_req_input_len"), where, "max_req_input_len")
     for key in ARG_COUNT_KEYS:  # the policy compares these to the window: garbage must not be judged
-        if payload.get(key) is not None and _count(payload[key]) is None:
-            raise EndpointError(f"{url}{endpoint}: {key} is {payload[key]!r}, not a token count")
+        _figure(payload.get(key), where, key)
     notes: list[str] = []
     states = payload.get("internal_states")
     if states is not None and not isinstance(states, list):
@@ -203,7 +326,7 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
         url=url,
         version=str(version) if version not in (None, "") else None,
         max_total_num_tokens=max_total,
-        max_req_input_len=_count(payload.get("max_req_input_len")),
+        max_req_input_len=max_req_input_len,
         dp_token_capacities=tuple(capacities),
         swa_token_capacities=tuple(swa),
         context_length_arg=_count(payload.get("context_length")),
@@ -277,15 +400,29 @@ class SglangClient:
                 hint="check that the URL points at an SGLang server, not a router or another engine",
             )
         self._raise_for_status(answer, endpoint)
-        info = parse_server_info(self._json(answer, endpoint), url=self.url, endpoint=endpoint)
+        payload = self._json(answer, endpoint)
+        if isinstance(payload, dict) and payload.get("router_manager") is True:
+            count = payload.get("workers_count")
+            raise RouterAnswer(
+                f"{self.url} is an sglang-router, not an SGLang server ({endpoint} says router_manager): "
+                "it holds no KV pool of its own",
+                hint="audit its workers: their URLs are in the router's /workers list",
+                workers_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+            )
+        info = parse_server_info(payload, url=self.url, endpoint=endpoint)
+        self._check_deadline(endpoint)
         notes = list(info.notes)
-        try:
+        try:  # a route that fails is a note; one that answers the impossible is not (UnreadableAnswer)
             served = self.served_context()
+        except UnreadableAnswer:
+            raise
         except EndpointError as exc:
             served = None
             notes.append(f"{MODELS_PATH}: {exc.message}")
         try:
             metrics = self.metrics()
+        except UnreadableAnswer:
+            raise
         except EndpointError as exc:
             metrics = {}
             notes.append(f"{METRICS_PATH}: {exc.message}")
@@ -301,6 +438,27 @@ class SglangClient:
             notes=tuple(notes),
         )
 
+    def router_workers(self) -> tuple[list[tuple[str, str | None]], int]:
+        """An sglang-router's workers from /workers: ([(url, worker_type)], how many it lists), at most
+        MAX_ROUTER_WORKERS of them, each URL once; EndpointError when the list cannot be read."""
+        answer = self._get(ROUTER_WORKERS_PATH)
+        self._raise_for_status(answer, ROUTER_WORKERS_PATH)
+        payload = self._json(answer, ROUTER_WORKERS_PATH)
+        workers = payload.get("workers") if isinstance(payload, dict) else None
+        if not isinstance(workers, list):
+            raise EndpointError(f"{self.url}{ROUTER_WORKERS_PATH}: the answer has no worker list ('workers')")
+        found: dict[str, str | None] = {}
+        for index, worker in enumerate(workers):
+            url = worker.get("url") if isinstance(worker, dict) else None
+            if not isinstance(url, str) or not url:
+                raise EndpointError(f"{self.url}{ROUTER_WORKERS_PATH}: workers[{index}] has no url")
+            kind = worker.get("worker_type")
+            if len(found) < MAX_ROUTER_WORKERS:
+                found.setdefault(url, kind if isinstance(kind, str) and kind else None)
+        listed = len({w.get("url") for w in workers if isinstance(w, dict)})
+        self._check_deadline(ROUTER_WORKERS_PATH)
+        return list(found.items()), listed
+
     def served_context(self) -> int | None:
         """The context window the server serves (/v1/models `max_model_len`); None if it has no such endpoint."""
         answer = self._get(MODELS_PATH)
@@ -311,11 +469,19 @@ class SglangClient:
         data = payload.get("data") if isinstance(payload, dict) else None
         if not isinstance(data, list):
             raise EndpointError(f"{self.url}{MODELS_PATH}: the answer has no model list ('data')")
-        for card in data:  # LoRA adapters are listed with max_model_len null; the base model has it
-            length = _count(card.get("max_model_len")) if isinstance(card, dict) else None
-            if length:
-                return length
-        return None
+        if len(data) > MAX_INFO_KEYS:
+            raise UnreadableAnswer(
+                f"{self.url}{MODELS_PATH}: the answer lists {len(data):,} models (kvcheck reads at most "
+                f"{MAX_INFO_KEYS:,})",
+                hint="the server's answer is malformed or hostile; it is not judged",
+            )
+        lengths = [  # LoRA adapters are listed with max_model_len null; the base model has it
+            _figure(card.get("max_model_len"), f"{self.url}{MODELS_PATH}", f"data[{index}].max_model_len")
+            for index, card in enumerate(data)
+            if isinstance(card, dict)
+        ]
+        self._check_deadline(MODELS_PATH)
+        return next((length for length in lengths if length), None)
 
     def metrics(self) -> dict[str, float]:
         """SGLang's constant gauges (min over ranks); {} when the server runs without --enable-metrics."""
@@ -323,7 +489,19 @@ class SglangClient:
         if answer.status == 404:
             return {}
         self._raise_for_status(answer, METRICS_PATH)
-        return parse_prometheus(answer.body.decode("utf-8", errors="replace"))
+        found = parse_prometheus(answer.body.decode("utf-8", errors="replace"), where=f"{self.url}{METRICS_PATH}")
+        self._check_deadline(METRICS_PATH)
+        return found
+
+    def _check_deadline(self, path: str) -> None:
+        """EndpointError once the whole server's deadline (`kvcheck.http.deadline`) has passed: reading
+        an answer counts against `--timeout` too, not only its request."""
+        left = time_left()
+        if left is not None and left <= 0:
+            raise EndpointError(
+                f"{self.url}{path}: the server's answers were not read within {self._timeout_s:g} s",
+                hint="raise --timeout if the server is known to be slow",
+            )
 
     # -- transport --------------------------------------------------------------------------------
 
@@ -338,15 +516,22 @@ class SglangClient:
                 tls = tls_reason(exc)
                 if tls is not None:
                     raise self._tls_error(url, tls) from exc
-                if attempt < attempts:
-                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                if attempt < attempts and self._backoff(attempt):
                     continue
-                raise self._transport_error(url, exc, attempts) from exc
-            if answer.status in RETRY_STATUSES and attempt < attempts:
-                self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                raise self._transport_error(url, exc, attempt) from exc
+            if answer.status in RETRY_STATUSES and attempt < attempts and self._backoff(attempt):
                 continue
             return answer
         raise AssertionError("unreachable: the loop returns or raises")
+
+    def _backoff(self, attempt: int) -> bool:
+        """Wait before the next attempt; False (no retry) when the whole server's deadline leaves no time."""
+        wait = self._backoff_s * 2 ** (attempt - 1)
+        left = time_left()
+        if left is not None and left <= wait:
+            return False
+        self._sleep(wait)
+        return True
 
     def _send(self, url: httpx.URL) -> Answer:
         """One GET under kvcheck.http's rules (the token stays with its origin, one deadline, bounded body)."""

@@ -72,6 +72,10 @@ class RunningEngine(ABC):
 
     argv: tuple[str, ...]  # the engine's command line as the report shows it
     started_at: float  # time.monotonic() when the launch began; --timeout counts from here
+    # The grace a role gets once its figures are in (boot.py): nothing is being served, and SGLang's
+    # own SIGTERM path only reports a crash, sleeps 5 s and SIGKILLs itself, so waiting for it buys
+    # nothing. 0 = force at once; a launcher whose forced stop is unsafe sets its own.
+    measured_grace_s: float = 0.0
 
     @property
     def pump_error(self) -> Exception | None:
@@ -119,7 +123,7 @@ class RunningEngine(ABC):
 
     @abstractmethod
     def stop(self, grace_s: float) -> str | None:
-        """End everything started: graceful first, forced after `grace_s`. Idempotent.
+        """End everything started: graceful first, forced after `grace_s` (0: forced at once). Idempotent.
 
         Returns None when nothing is left, else the KV301 message naming what survived.
         """

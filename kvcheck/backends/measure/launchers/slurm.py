@@ -567,7 +567,7 @@ class SlurmJob(RunningEngine):
     def _cancel(self, step: EngineProcess | None, grace_s: float) -> str | None:
         """scancel --signal=TERM, the grace, scancel; then wait until the job has left the queue."""
         job = str(self.job_id)
-        if step is not None and step.poll() is None:
+        if step is not None and step.poll() is None and grace_s > 0:  # 0: a measured role, scancel at once
             _run(["scancel", "--signal=TERM", job], self._env)
             deadline = time.monotonic() + grace_s
             while step.poll() is None and time.monotonic() < deadline:

@@ -85,6 +85,9 @@ class KubernetesEngine(RunningEngine):
     """One role's objects in the cluster, its pods' logs as they arrive, and its deletion."""
 
     pump_error: Exception | None = None  # set by the log streams' threads
+    # Never 0 here: a pod deleted with gracePeriodSeconds 0 leaves the API at once while its container
+    # may still run (and hold its GPUs) on the node; 1 s still has the kubelet SIGKILL it at once.
+    measured_grace_s = 1.0
 
     def __init__(
         self,

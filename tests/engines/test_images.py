@@ -47,6 +47,8 @@ def test_an_image_names_the_sglang_release(image: str, release: str) -> None:
                                "release"),
     (f"lmsysorg/sglang@sha256:{'a' * 64}", f"image lmsysorg/sglang@sha256:{'a' * 64} is pinned by digest, which "
                                            "names no SGLang release kvcheck can read"),
+    ("lmsysorg/sglang:latest-cu129", "image lmsysorg/sglang:latest-cu129 has the floating tag 'latest-cu129', "
+                                     "which pins no SGLang release"),
     ("lmsysorg/sglang:dev", "image lmsysorg/sglang:dev: the tag 'dev' names no SGLang release"),
     (f"{NGC}:9.9.9", f"image {NGC}:9.9.9: '9.9.9' is not a Dynamo release whose SGLang release kvcheck knows "
                      "(docs/import.md lists them)"),
@@ -149,3 +151,32 @@ def test_verify_reports_the_unpinned_image(tmp_path: Path) -> None:
         f"SGLang release; pass --sglang-version); role 'worker' was read with the flags of {catalogue_versions()[-1]}, "
         "the newest release kvcheck knows",
     ]
+
+
+def test_verify_checks_a_dynamo_role_with_the_release_its_image_pins(tmp_path: Path) -> None:
+    path = tmp_path / "dgd.yaml"
+    path.write_text(DGD.format(image=f"{NGC}:0.9.0"), encoding="utf-8")
+    result = run_kvcheck("verify", str(path), "--mode", "estimate", "--gpu", "H200", "--model-config",
+                         "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert [f["rule"] for f in report["findings"] if f["rule"] == "KV204"] == []  # no release was assumed
+    [role] = report["roles"]
+    assert (role["name"], role["details"]["engine_version"]) == ("worker", "0.5.8")
+    assert role["argv"] == ["--tensor-parallel-size", "2", "--context-length", "32768"]  # 0.5.8's flag names
+    assert (result.exit_code, role["status"]) == (0, "pass")
+
+
+def test_args_to_a_dynamo_image_entrypoint_are_not_taken_for_sglang_launch_server(tmp_path: Path) -> None:
+    # only SGLang's own image is assumed to run its flags with the suggested `python3 -m sglang.launch_server`
+    path = tmp_path / "deploy.yaml"
+    pod = ("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: q\nspec:\n  template:\n    spec:\n"
+           "      containers:\n        - name: s\n          image: {image}\n"
+           '          args: ["--model-path", "Qwen/Qwen3-8B"]\n')
+    path.write_text(pod.format(image=f"{NGC}:0.9.0"), encoding="utf-8")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"kvcheck: error: {path}: no SGLang server in a supported kind")
+    path.write_text(pod.format(image="lmsysorg/sglang:v0.5.8"), encoding="utf-8")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert "add command: [python3, -m, sglang.launch_server] so kvcheck reads what runs" in result.stderr

@@ -50,7 +50,7 @@ def unpinned_reason(image: str) -> str | None:
         return None
     if tag is None and digest is not None:
         return f"image {image} is pinned by digest, which names no SGLang release kvcheck can read"
-    if tag is None or tag in FLOATING_TAGS:
+    if tag is None or tag in FLOATING_TAGS or tag.startswith("latest-"):
         return f"image {image} has the floating tag '{tag or 'latest'}', which pins no SGLang release"
     if dynamo:
         row = dynamo_release(tag)

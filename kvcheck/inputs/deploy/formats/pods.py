@@ -141,7 +141,9 @@ def pod_server(
                 and str(args[0]).startswith("--")):
             continue
         image = str(container.get("image") or "")
-        engine = next((e for e in registered_engines() if e.release_from_image(image) is not None), None)
+        # the engine's own image (lmsysorg/sglang:v...), not a wrapper's that pins a release (Dynamo's sglang-runtime)
+        engine = next((e for e in registered_engines() if e.image_repository and e.image_repository in image
+                       and e.release_from_image(image) is not None), None)
         if engine is not None:
             # the engine's flags on the image's own entrypoint, which the file does not show: say so, assume nothing
             where = doc.at((*spec_path, "containers", i, "args"))

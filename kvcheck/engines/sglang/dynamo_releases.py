@@ -9,8 +9,11 @@ nothing: kvcheck never guesses a pin from a neighbouring release.
   00552b23362935 ("Backend Dependencies") for every release both list. The image tags (`0.8.1`, `0.8.1-cuda13`,
   `1.3.0-efa`, `1.1.0-dev.1-cuda13`) are listed in docs/reference/release-artifacts.md at 56cd43eaff20, lines
   330-359 (stable) and 835-936 (platform previews), each with its release's SGLang version.
-- v0.3.x to v0.5.1: the files at the release tag (release/0.5.1's head for v0.5.1, whose tag no public mirror
-  holds; every commit on that branch since v0.5.0 pins the same version).
+- v0.3.x to v0.5.1: the files at the release tag (release/0.5.1's head for v0.5.1, whose tag the mirror read
+  lacks; every commit on that branch since v0.5.0 pins the same version).
+
+The files were read in public mirrors of the repository (vickiegpt/dynamo: tags v0.1.0 to v0.5.0 and the
+release/* branches; wxsms/dynamo: main to 2026-08-21); the commits named are ai-dynamo/dynamo's own.
 - v0.1.x and v0.2.x ship no SGLang container (no container/Dockerfile.sglang at those tags): not listed.
 - Model early-access builds (`1.2.0-deepseek-v4-dev.2`, `1.3.0-glm-5.2-dev.1`, ...) carry SGLang previews or
   cherry-picks that are no release: not listed.

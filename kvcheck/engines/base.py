@@ -407,6 +407,11 @@ class Engine(ABC):
         """The release a container image's tag names (deployment files rarely state it elsewhere), else None."""
         return None
 
+    def unpinned_reason(self, image: str) -> str | None:
+        """Why an image of this engine names no release (a floating tag, an unknown tag), for the note saying
+        which release kvcheck assumed; None when it names one or is no image the engine knows."""
+        return None
+
     def release_from_container(self, name: str) -> str | None:
         """The release a Slurm container name states (srt-slurm's model.container), else None."""
         return None

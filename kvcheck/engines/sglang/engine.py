@@ -63,6 +63,11 @@ class SglangEngine(Engine):
 
         return release_from_image(image)
 
+    def unpinned_reason(self, image: str) -> str | None:
+        from kvcheck.engines.sglang.images import unpinned_reason
+
+        return unpinned_reason(image)
+
     def release_from_container(self, name: str) -> str | None:
         from kvcheck.engines.sglang.images import release_from_container
 

@@ -197,6 +197,8 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
     engine's newest (with a note saying so)."""
     engine = get_engine(source.server.engine)
     stated = source.version
+    unpinned = stated.origin if stated is not None and stated.value is None else None  # the image pins none
+    stated = None if unpinned else stated
     if override is not None and stated is not None and str(stated.value) != override:
         where = stated.location
         issues.append(
@@ -218,6 +220,7 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         raise _Skip() from exc
     if version.origin == "not in the files":
         tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
+        tag = f" ({unpinned}; pass --sglang-version)" if unpinned else tag
         note = (
             f"the files do not name the {engine.label} release{tag}; role '{source.name}' "
             f"was read with the flags of {version.value}, the newest release kvcheck knows"

@@ -86,23 +86,24 @@ EXPECTED = {
             "tp-size": 4, "nnodes": 2, "mem-fraction-static": 0.86, "disaggregation-ib-device": "mlx5_0,mlx5_1",
             "enable-metrics": True}}},
     },
+    # sglang-runtime:0.6.1 runs the SGLang that Dynamo 0.6.1 pins (0.5.3.post2), whose flags' names are these
     "dynamo-v1alpha1": {
-        "name": "sglang-disagg", "model": {"path": "deepseek-ai/DeepSeek-R1"}, "engine": {"version": "0.5.23"},
+        "name": "sglang-disagg", "model": {"path": "deepseek-ai/DeepSeek-R1"}, "engine": {"version": "0.5.3.post2"},
         "roles": {
             "decode": {"gpus": EIGHT, "args": {
-                "nnodes": 2, "served-model-name": "deepseek-ai/DeepSeek-R1", "tp-size": 16, "dp-size": 16,
-                "enable-dp-attention": True, "disaggregation-mode": "decode",
+                "nnodes": 2, "served-model-name": "deepseek-ai/DeepSeek-R1", "tensor-parallel-size": 16,
+                "data-parallel-size": 16, "enable-dp-attention": True, "disaggregation-mode": "decode",
                 "disaggregation-transfer-backend": "nixl", "mem-fraction-static": 0.82}},
             "prefill": {"gpus": EIGHT, "args": {
-                "disaggregation-mode": "prefill", "tp-size": 8, "disaggregation-transfer-backend": "nixl",
+                "disaggregation-mode": "prefill", "tensor-parallel-size": 8, "disaggregation-transfer-backend": "nixl",
                 "mem-fraction-static": 0.85}},
         },
     },
-    "dynamo-v1beta1": {
+    "dynamo-v1beta1": {  # sglang-runtime:0.7.0: SGLang 0.5.4.post3
         "name": "llama-agg", "context_length": 131072, "model": {"path": "meta-llama/Llama-3.3-70B-Instruct"},
-        "engine": {"version": "0.5.23"},
+        "engine": {"version": "0.5.4.post3"},
         "roles": {"worker": {"gpus": [0, 1, 2, 3], "args": {
-            "tp-size": 4, "context-length": 131072, "kv-cache-dtype": "fp8_e4m3", "mem-fraction-static": 0.85}}},
+            "tensor-parallel-size": 4, "context-length": 131072, "kv-cache-dtype": "fp8_e4m3", "mem-fraction-static": 0.85}}},
     },
     "ome": {
         "name": "deepseek-r1-pd", "model": {"path": "/raid/models/deepseek-ai/deepseek-r1"},
@@ -243,11 +244,11 @@ def test_dynamo_flags_that_are_not_sglang_flags_are_a_warning() -> None:
     result = run_kvcheck("import", f"{FIX}/dynamo-v1alpha1.yaml")
     f = f"{FIX}/dynamo-v1alpha1.yaml"
     assert result.stderr.splitlines() == [
-        f"kvcheck: warning: {f}:60:151: KV502 '--dyn-unknown-knob' is not a flag of SGLang 0.5.23; "
+        f"kvcheck: warning: {f}:60:151: KV502 '--dyn-unknown-knob' is not a flag of SGLang 0.5.3.post2; "
         "kvcheck leaves it to the Dynamo wrapper",
     ]
-    assert "# note: the files do not name the SGLang release (no lmsysorg/sglang image tag); role 'decode' " \
-        "was read with the flags of 0.5.23, the newest release kvcheck knows" in result.stdout
+    assert f'  version: "0.5.3.post2"  # {f}:27:18 (image nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.1)' \
+        in result.stdout
 
 
 def test_command_line_and_sglang_serve() -> None:
@@ -610,14 +611,14 @@ def test_the_model_path_in_a_config_file_is_the_roles_model() -> None:
     """Dynamo's recipes keep every SGLang flag, --model-path too, in the ConfigMap passed with --config;
     Dynamo's own flags in public recipes (--dyn-enable-structural-tag) are left to the wrapper without KV502."""
     f = f"{FIX}/dynamo-config-model.yaml"
-    result = run_kvcheck("import", f, "--sglang-version", "0.5.19")
+    result = run_kvcheck("import", f)  # sglang-runtime:1.1.0 runs SGLang 0.5.10.post1
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     assert f"  path: Qwen/Qwen3-235B-A22B-FP8  # {f}:10:17 (--config /etc/sglang/worker.yaml)" in result.stdout
-    result = run_kvcheck("import", f, "--sglang-version", "0.5.19", "--format", "json")
+    result = run_kvcheck("import", f, "--format", "json")
     assert json.loads(result.stdout) == {
         "name": "qwen-agg", "context_length": 131072, "model": {"path": "Qwen/Qwen3-235B-A22B-FP8"},
-        "engine": {"version": "0.5.19"},
+        "engine": {"version": "0.5.10.post1"},
         "roles": {"Worker": {"gpus": [0, 1, 2, 3], "args": {
-            "tp-size": 4, "context-length": 131072, "mem-fraction-static": 0.88, "cuda-graph-bs": [1, 8, 32]}}},
+            "tensor-parallel-size": 4, "context-length": 131072, "mem-fraction-static": 0.88, "cuda-graph-bs": [1, 8, 32]}}},
     }

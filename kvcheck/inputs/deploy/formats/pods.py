@@ -35,7 +35,8 @@ GPU_TYPE_LABELS = (  # GPU feature discovery (OpenShift's too), GKE, EKS/Karpent
 
 def image_version(doc: Doc, container: Mapping[str, Any], path: Path_, engine: str) -> Sourced | None:
     """The release the container's image tag names, as the server's engine reads it (lmsysorg/sglang:v0.5.23-cu129
-    -> 0.5.23); None for an image that names none (Dynamo's sglang-runtime)."""
+    -> 0.5.23); a value of None with the reason as its origin for an engine image that names none (a floating
+    tag); None for any other image."""
     from kvcheck.engines import get_engine
 
     image = container.get("image")
@@ -43,7 +44,8 @@ def image_version(doc: Doc, container: Mapping[str, Any], path: Path_, engine: s
         return None
     release = get_engine(engine).release_from_image(image)
     if release is None:
-        return None
+        reason = get_engine(engine).unpinned_reason(image)
+        return Sourced(None, doc.at((*path, "image")), reason) if reason else None
     return Sourced(release, doc.at((*path, "image")), f"image {image}")
 
 
@@ -139,7 +141,9 @@ def pod_server(
                 and str(args[0]).startswith("--")):
             continue
         image = str(container.get("image") or "")
-        engine = next((e for e in registered_engines() if e.release_from_image(image) is not None), None)
+        # the engine's own image (lmsysorg/sglang:v...), not a wrapper's that pins a release (Dynamo's sglang-runtime)
+        engine = next((e for e in registered_engines() if e.image_repository and e.image_repository in image
+                       and e.release_from_image(image) is not None), None)
         if engine is not None:
             # the engine's flags on the image's own entrypoint, which the file does not show: say so, assume nothing
             where = doc.at((*spec_path, "containers", i, "args"))

@@ -165,6 +165,24 @@ def run_guarded(action: Callable[[], int]) -> None:
     sys.exit(code)
 
 
+def _with_hub_endpoint_checked(action: Callable[[], int]) -> Callable[[], int]:
+    """`action`, after HF_ENDPOINT (when set) is checked: it is the user's setting, so a URL the
+    estimator's download could not use is exit 2 naming it, not a KV305 on every role."""
+    def checked() -> int:
+        endpoint = os.environ.get("HF_ENDPOINT")
+        if endpoint:
+            from kvcheck.errors import InputError
+            from kvcheck.http import validate_base_url
+
+            try:
+                validate_base_url(endpoint.rstrip("/"))
+            except InputError as exc:
+                raise InputError(f"HF_ENDPOINT: {exc.message}", hint="set HF_ENDPOINT to the Hub's base URL "
+                                 "(https://huggingface.co or a mirror), or unset it") from exc
+        return action()
+    return checked
+
+
 def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     """Refuse an --output whose folder is missing before the check runs (a measure run takes minutes)."""
     if value is not None and not value.absolute().parent.is_dir():
@@ -327,7 +345,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
 
         run_guarded(show_dry_run)
         return
-    run_guarded(lambda: emit(command.verify(options), fmt, output))
+    run_guarded(_with_hub_endpoint_checked(lambda: emit(command.verify(options), fmt, output)))
 
 
 @main.command()
@@ -370,7 +388,7 @@ def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path 
 
     options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
                           overrides=_overrides(gpu, context_length, model_config, sglang_version))
-    run_guarded(lambda: emit(run_plan(options), fmt, output))
+    run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 
 @main.command()

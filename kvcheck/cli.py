@@ -19,7 +19,7 @@ from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import CheckError, KvcheckError
 from kvcheck.escape import printable
 from kvcheck.model import ExitCode, Report
-from kvcheck.redact import environment_secrets, redact_text
+from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
 from kvcheck.report.outputs import report_files_option, write_report_files
 
@@ -140,14 +140,17 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     return report.exit_code
 
 
-def run_guarded(action: Callable[[], int]) -> None:
-    """Turn kvcheck's own errors into their exit codes and anything else into exit 4."""
+def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> None:
+    """Turn kvcheck's own errors into their exit codes and anything else into exit 4.
+
+    `token_env`: the variable holding the bearer token, which no message may show, whatever its length."""
     try:
         code = action()
     except KvcheckError as exc:  # messages may quote what the user gave: secrets hidden here too
-        _stderr(f"kvcheck: error: {redact_text(exc.message, environment_secrets())}")
+        secrets = given_secrets(token_env)
+        _stderr(f"kvcheck: error: {redact_text(exc.message, secrets)}")
         if exc.hint:
-            _stderr(f"kvcheck: hint: {redact_text(exc.hint, environment_secrets())}")
+            _stderr(f"kvcheck: hint: {redact_text(exc.hint, secrets)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
@@ -155,7 +158,8 @@ def run_guarded(action: Callable[[], int]) -> None:
     except click.exceptions.ClickException:
         raise
     except Exception as exc:  # noqa: BLE001 - the last line of defence, reported as a kvcheck bug
-        _stderr(f"kvcheck: internal error (a bug in kvcheck {__version__}): {type(exc).__name__}: {exc}")
+        reason = redact_text(str(exc), given_secrets(token_env))
+        _stderr(f"kvcheck: internal error (a bug in kvcheck {__version__}): {type(exc).__name__}: {reason}")
         if os.environ.get("KVCHECK_DEBUG"):
             traceback.print_exc()
         else:
@@ -476,7 +480,7 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
         token_env=token_env,
         strict=strict,
     )
-    run_guarded(lambda: emit(run_audit(options), fmt, output))
+    run_guarded(lambda: emit(run_audit(options), fmt, output), token_env=token_env)
 
 
 @main.command()
@@ -547,8 +551,11 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         except OSError as exc:
             raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
 
+    secrets = given_secrets(token_env)
+
     def progress(result: Any, done: int, total: int) -> None:  # plain lines: a terminal and a CI log alike
-        _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
+        line = f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}"
+        _stderr(redact_text(line, secrets))  # an outcome may quote the server, which may echo the token
 
     def action() -> int:
         if dry_run:
@@ -560,7 +567,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
             _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
         return emit(run_probe(options, progress=progress), fmt, output)
 
-    run_guarded(action)
+    run_guarded(action, token_env=token_env)
 
 
 @main.command("import")

@@ -21,7 +21,7 @@ from kvcheck.escape import printable
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
-from kvcheck.report.outputs import report_files_option, write_report_files
+from kvcheck.report.outputs import check_outputs, report_files_option, write_output, write_report_files
 
 if TYPE_CHECKING:
     from kvcheck.inputs.deploy.manifest import Overrides
@@ -132,10 +132,7 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     if output is None:
         echo_report(text)
     else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+        write_output(output, text, f"--output {output}")
         _stderr(f"kvcheck: report written to {output} (verdict {report.verdict}, exit {report.exit_code})")
     return report.exit_code
 
@@ -145,6 +142,9 @@ def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> N
 
     `token_env`: the variable holding the bearer token, which no message may show, whatever its length."""
     try:
+        ctx = click.get_current_context(silent=True)
+        # report files that are links or inputs are refused before a run that may take minutes
+        check_outputs(ctx.params.get("output") if ctx is not None else None)
         code = action()
     except KvcheckError as exc:  # messages may quote what the user gave: secrets hidden here too
         secrets = given_secrets(token_env)
@@ -546,10 +546,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         if output is None:
             echo_report(text)
             return
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+        write_output(output, text, f"--output {output}")
 
     secrets = given_secrets(token_env)
 

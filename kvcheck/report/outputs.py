@@ -122,12 +122,18 @@ def output_problem(path: Path, inputs: dict[tuple[int, int], str]) -> str | None
         return exc.strerror or str(exc)
     if stat.S_ISLNK(found.st_mode):
         return "is a symbolic link: kvcheck does not write a report through one (give the path it points to)"
-    if not stat.S_ISREG(found.st_mode):
+    if not _writable_kind(found.st_mode):
         return "exists and is not a regular file"
     same = inputs.get((found.st_dev, found.st_ino))
     if same is not None:
         return f"is one of this run's input files ({same}): the report would overwrite it"
     return None
+
+
+def _writable_kind(mode: int) -> bool:
+    """A regular file, or a character device (`--output /dev/null` beside `--report sarif=...`); never a
+    FIFO, a socket or a folder."""
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
 
 
 def check_outputs(output: Path | None) -> None:
@@ -163,7 +169,7 @@ def write_output(path: Path, text: str, label: str) -> None:
     try:
         found = os.fstat(fd)
         problem = None
-        if not stat.S_ISREG(found.st_mode):
+        if not _writable_kind(found.st_mode):
             problem = "exists and is not a regular file"
         elif (found.st_dev, found.st_ino) in (inputs := _inputs(ctx)):
             problem = f"is one of this run's input files ({inputs[(found.st_dev, found.st_ino)]}): " \
@@ -171,7 +177,8 @@ def write_output(path: Path, text: str, label: str) -> None:
         if problem is not None:
             raise click.UsageError(f"cannot write {label}: {path} {problem}")
         os.set_blocking(fd, True)
-        os.ftruncate(fd, 0)
+        if stat.S_ISREG(found.st_mode):
+            os.ftruncate(fd, 0)
         with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as stream:
             stream.write(text)
     except OSError as exc:

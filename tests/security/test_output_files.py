@@ -87,6 +87,10 @@ def test_report_files_are_created_and_replaced_in_place(run_dir: Path) -> None:
     assert out.exit_code == 0, out.stderr
     assert json.loads((run_dir / "new.json").read_text())["verdict"] == "pass"
     assert json.loads((run_dir / "old.sarif").read_text())["version"] == "2.1.0"
+    # a device is not a file to protect: --output /dev/null beside a --report file still works
+    out = attack(*VERIFY, "--output", "/dev/null", "--report", "junit=r.xml", cwd=run_dir)
+    assert out.exit_code == 0, out.stderr
+    assert (run_dir / "r.xml").read_text().startswith("<?xml")
 
 
 def test_a_link_planted_after_the_check_is_not_written_through(tmp_path: Path) -> None:

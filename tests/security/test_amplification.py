@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvcheck.inputs.deploy.budget import ENTRY_COST, FACTOR, FLOOR, ExpansionBudgetExceeded, expansion_budget
+from kvcheck.inputs.deploy.budget import (
+    FACTOR,
+    FLOOR,
+    VARIABLE_COST,
+    ExpansionBudgetExceeded,
+    expansion_budget,
+)
 from kvcheck.inputs.deploy.shell import ShellBudgetError, parse_script
 from tests.security.helpers import PEAK_MIB_LIMIT, attack
 
@@ -164,9 +170,24 @@ def test_the_budget_counts_what_each_expansion_produces() -> None:
         parse_script(script(15), lambda name: None)
     # each doubling reads $A twice (2 * 8 * 2**k) and is a command with one assignment (2 entries);
     # the last line reads $A once and is a command without assignments (one entry)
-    assert budget.spent == sum(2 * 8 * 2**k for k in range(15)) + 8 * 2**15 + ENTRY_COST * (2 * 16 + 1)
+    assert budget.spent == sum(2 * 8 * 2**k for k in range(15)) + 8 * 2**15 + VARIABLE_COST * (2 * 16 + 1)
     with expansion_budget(0), pytest.raises(ShellBudgetError) as caught:
         parse_script(script(16), lambda name: None)
     assert script(16).count("\n", 0, caught.value.offset) == 16  # at the 16th doubling
     with expansion_budget(0) as budget, pytest.raises(ExpansionBudgetExceeded):
         budget.spend(FLOOR + 1)
+
+
+def test_a_platform_of_containers_reading_one_config_map_is_read(tmp_path: Path) -> None:
+    """The budget is not a trap for real streams: 200 workloads (one of them SGLang) each reading a
+    500-key ConfigMap through envFrom are read, the server role found."""
+    data = "".join(f"  SETTING_{k}: value-{k}\n" for k in range(500))
+    docs = [f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: platform}}\ndata:\n{data}"]
+    env = "          envFrom: [{configMapRef: {name: platform}}]\n"
+    docs += [deployment(env=env, command="          command: [/bin/service]\n", name=f"svc{k}") for k in range(199)]
+    docs.append(deployment(env=env, command="          command: [python3, -m, sglang.launch_server, --model-path, m]\n"))
+    path = tmp_path / "platform.yaml"
+    path.write_text("---\n".join(docs))
+    out = attack("import", str(path), "--gpu", "H100")
+    assert out.exit_code == 0, out.stderr[-2000:]
+    assert list(yaml.safe_load(out.stdout)["roles"]) == ["amp"]

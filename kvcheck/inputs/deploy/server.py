@@ -21,7 +21,7 @@ from kvcheck.engines import ENGINES, get_engine
 from kvcheck.engines.argv import ParsedArgv, ParsedFlag, parse_argv
 from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
-from kvcheck.inputs.deploy.budget import ENTRY_COST, ExpansionBudgetExceeded, ensure_budget, spend
+from kvcheck.inputs.deploy.budget import VARIABLE_COST, ExpansionBudgetExceeded, current, ensure_budget, spend
 from kvcheck.inputs.deploy.shell import (
     ShellBudgetError,
     ShellSyntaxError,
@@ -197,15 +197,31 @@ def _env_from(
         ref = source.get("configMapRef")
         prefix = str(source.get("prefix") or "")
         if isinstance(ref, Mapping) and ref.get("name") in config_maps:
-            cm_doc, cm_path, data = config_maps[ref["name"]]
             try:
-                spend(sum(len(prefix) + len(str(key)) + ENTRY_COST for key in data))
+                env.values.update(_config_map_variables(ref["name"], prefix, config_maps))
             except ExpansionBudgetExceeded as exc:
                 raise _BudgetAt((*path, "envFrom", i)) from exc
-            for key, value in data.items():
-                env.values[prefix + str(key)] = Sourced(str(value), cm_doc.at((*cm_path, key)), f"ConfigMap {ref['name']}")
         elif isinstance(ref, Mapping):
             env.unknown[f"envFrom[{i}]"] = f"ConfigMap {ref.get('name')!r} is not among the files read"
+
+
+def _config_map_variables(
+    name: str, prefix: str, config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]]
+) -> dict[str, Sourced]:
+    """A ConfigMap's variables as envFrom gives them, built once per read and shared by every container
+    that reads it; each container's copy is spent from the budget (a dict slot per variable)."""
+    cm_doc, cm_path, data = config_maps[name]
+    budget = current()
+    key = (id(data), prefix)
+    shared = budget.shared.get(key) if budget is not None else None
+    if shared is None:
+        spend(sum(len(prefix) + len(str(k)) for k in data))
+        shared = {prefix + str(k): Sourced(str(value), cm_doc.at((*cm_path, k)), f"ConfigMap {name}")
+                  for k, value in data.items()}
+        if budget is not None:
+            budget.shared[key] = shared
+    spend(VARIABLE_COST * len(shared))
+    return shared
 
 
 class _BudgetAt(Exception):

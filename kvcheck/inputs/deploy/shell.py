@@ -19,7 +19,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvcheck.inputs.deploy.budget import ENTRY_COST, ExpansionBudgetExceeded, ensure_budget, spend
+from kvcheck.inputs.deploy.budget import (
+    ENTRY_COST,
+    VARIABLE_COST,
+    ExpansionBudgetExceeded,
+    ensure_budget,
+    spend,
+)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -273,7 +279,7 @@ class _Reader:
                 elif word.text in self.variables:
                     self.exported[word.text] = self.variables[word.text]
         # every command is handed the exported variables: a thousand exports and a million commands is work
-        self._spend(ENTRY_COST * (len(self.exported) + len(assignments) + 1), self.i)
+        self._spend(VARIABLE_COST * (len(self.exported) + len(assignments) + 1), self.i)
         environment = {**self.exported, **{name: word.text for name, word in assignments.items()}}
         return Command(assignments, rest, environment)
 

@@ -19,9 +19,9 @@ from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import CheckError, KvcheckError
 from kvcheck.escape import printable
 from kvcheck.model import ExitCode, Report
-from kvcheck.redact import environment_secrets, redact_text
+from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
-from kvcheck.report.outputs import report_files_option, write_report_files
+from kvcheck.report.outputs import check_outputs, report_files_option, write_output, write_report_files
 
 if TYPE_CHECKING:
     from kvcheck.inputs.deploy.manifest import Overrides
@@ -132,22 +132,25 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     if output is None:
         echo_report(text)
     else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+        write_output(output, text, f"--output {output}")
         _stderr(f"kvcheck: report written to {output} (verdict {report.verdict}, exit {report.exit_code})")
     return report.exit_code
 
 
-def run_guarded(action: Callable[[], int]) -> None:
-    """Turn kvcheck's own errors into their exit codes and anything else into exit 4."""
+def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> None:
+    """Turn kvcheck's own errors into their exit codes and anything else into exit 4.
+
+    `token_env`: the variable holding the bearer token, which no message may show, whatever its length."""
     try:
+        ctx = click.get_current_context(silent=True)
+        # report files that are links or inputs are refused before a run that may take minutes
+        check_outputs(ctx.params.get("output") if ctx is not None else None)
         code = action()
     except KvcheckError as exc:  # messages may quote what the user gave: secrets hidden here too
-        _stderr(f"kvcheck: error: {redact_text(exc.message, environment_secrets())}")
+        secrets = given_secrets(token_env)
+        _stderr(f"kvcheck: error: {redact_text(exc.message, secrets)}")
         if exc.hint:
-            _stderr(f"kvcheck: hint: {redact_text(exc.hint, environment_secrets())}")
+            _stderr(f"kvcheck: hint: {redact_text(exc.hint, secrets)}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
@@ -155,7 +158,8 @@ def run_guarded(action: Callable[[], int]) -> None:
     except click.exceptions.ClickException:
         raise
     except Exception as exc:  # noqa: BLE001 - the last line of defence, reported as a kvcheck bug
-        _stderr(f"kvcheck: internal error (a bug in kvcheck {__version__}): {type(exc).__name__}: {exc}")
+        reason = redact_text(str(exc), given_secrets(token_env))
+        _stderr(f"kvcheck: internal error (a bug in kvcheck {__version__}): {type(exc).__name__}: {reason}")
         if os.environ.get("KVCHECK_DEBUG"):
             traceback.print_exc()
         else:
@@ -163,6 +167,24 @@ def run_guarded(action: Callable[[], int]) -> None:
         _stderr("kvcheck: please report it to the kvcheck maintainers with the command line and the traceback")
         sys.exit(ExitCode.INTERNAL)
     sys.exit(code)
+
+
+def _with_hub_endpoint_checked(action: Callable[[], int]) -> Callable[[], int]:
+    """`action`, after HF_ENDPOINT (when set) is checked: it is the user's setting, so a URL the
+    estimator's download could not use is exit 2 naming it, not a KV305 on every role."""
+    def checked() -> int:
+        endpoint = os.environ.get("HF_ENDPOINT")
+        if endpoint:
+            from kvcheck.errors import InputError
+            from kvcheck.http import validate_base_url
+
+            try:
+                validate_base_url(endpoint.rstrip("/"))
+            except InputError as exc:
+                raise InputError(f"HF_ENDPOINT: {exc.message}", hint="set HF_ENDPOINT to the Hub's base URL "
+                                 "(https://huggingface.co or a mirror), or unset it") from exc
+        return action()
+    return checked
 
 
 def _output_folder_exists(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -327,7 +349,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
 
         run_guarded(show_dry_run)
         return
-    run_guarded(lambda: emit(command.verify(options), fmt, output))
+    run_guarded(_with_hub_endpoint_checked(lambda: emit(command.verify(options), fmt, output)))
 
 
 @main.command()
@@ -370,7 +392,7 @@ def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path 
 
     options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
                           overrides=_overrides(gpu, context_length, model_config, sglang_version))
-    run_guarded(lambda: emit(run_plan(options), fmt, output))
+    run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 
 @main.command()
@@ -465,7 +487,7 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
         token_env=token_env,
         strict=strict,
     )
-    run_guarded(lambda: emit(run_audit(options), fmt, output))
+    run_guarded(lambda: emit(run_audit(options), fmt, output), token_env=token_env)
 
 
 @main.command()
@@ -536,13 +558,13 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         if output is None:
             echo_report(text)
             return
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"cannot write --output {output}: {exc.strerror}") from exc
+        write_output(output, text, f"--output {output}")
+
+    secrets = given_secrets(token_env)
 
     def progress(result: Any, done: int, total: int) -> None:  # plain lines: a terminal and a CI log alike
-        _stderr(f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}")
+        line = f"kvcheck probe: [{done}/{total}] {result.planned.describe()}: {result.outcome}"
+        _stderr(redact_text(line, secrets))  # an outcome may quote the server, which may echo the token
 
     def action() -> int:
         if dry_run:
@@ -554,7 +576,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
             _stderr("kvcheck: warning: --insecure: TLS certificates are NOT verified")
         return emit(run_probe(options, progress=progress), fmt, output)
 
-    run_guarded(action)
+    run_guarded(action, token_env=token_env)
 
 
 @main.command("import")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ipaddress
 import json
 import re
 import ssl
@@ -68,14 +69,59 @@ class JsonRejected(ValueError):
 # -- URLs and TLS ------------------------------------------------------------------------------------
 
 
+MAX_HOST_CHARS = 253  # DNS: a name of at most 253 characters, in labels of 1 to 63
+MAX_LABEL_CHARS = 63
+_HOST_NAME_RE = re.compile(rb"[A-Za-z0-9_-]+")  # one label of the host as sent (IDNA's xn-- form)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def url_problem(url: httpx.URL) -> str | None:
+    """Why the network layer cannot use `url` (None: it can), checked before it raises inside the
+    HTTP or IDNA libraries: an empty or over-long host label, a host that is not valid punycode or not
+    a host name at all (`%0d%0a`), a control character (an encoded CR LF) in the path."""
+    try:
+        host = url.host
+    except UnicodeError:  # idna.IDNAError: an xn-- label that does not decode
+        return "its host is not valid punycode (an xn-- label that does not decode)"
+    raw = url.raw_host
+    if host and not _is_ip_address(host):
+        name = raw.removesuffix(b".")  # a trailing dot names the DNS root
+        if len(name) > MAX_HOST_CHARS:
+            return f"its host is longer than {MAX_HOST_CHARS} characters"
+        labels = name.split(b".")
+        if any(not 1 <= len(label) <= MAX_LABEL_CHARS for label in labels):
+            return f"its host has an empty or over-long label (each part between dots is 1-{MAX_LABEL_CHARS} characters)"
+        if not all(_HOST_NAME_RE.fullmatch(label) for label in labels):
+            return "its host holds characters a host name cannot hold (letters, digits, '-' and '_' only)"
+        try:
+            host.encode("idna")  # what the socket layer does with it before resolving it
+        except UnicodeError:
+            return "its host cannot be encoded for DNS (IDNA)"
+    if _CONTROL_RE.search(url.path):
+        return "its path holds a control character (an encoded CR or LF, say)"
+    return None
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def validate_base_url(url: str) -> httpx.URL:
-    """The server's base URL, checked: http(s), a host, no credentials, query or fragment."""
+    """The server's base URL, checked: http(s), a host the network layer can use, no credentials,
+    query or fragment."""
     text = url.strip()
     shown = repr(without_userinfo(url))  # a rejected URL's password never reaches stderr
     try:
         parsed = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError) as exc:
+    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
         raise InputError(f"{shown} is not a valid URL: {_no_secrets(str(exc), text)}") from exc
+    problem = url_problem(parsed)
+    if problem is not None:
+        raise InputError(f"{shown} is not a usable URL: {problem}")
     if parsed.userinfo:  # first, so that no other message echoes the credentials
         raise InputError(
             f"{display_url(parsed)}: credentials in the URL are not accepted",
@@ -90,18 +136,19 @@ def validate_base_url(url: str) -> httpx.URL:
         raise InputError(f"{shown}: port {parsed.port} is not a TCP port (1-65535)")
     if parsed.query or parsed.fragment:
         raise InputError(f"{display_url(parsed)}: the server URL must not carry a query or fragment")
-    return parsed.copy_with(path=parsed.path.rstrip("/") or "/")
+    return parsed.copy_with(raw_path=parsed.raw_path.rstrip(b"/") or b"/")
 
 
 def display_url(url: httpx.URL | str) -> str:
     """A URL fit for messages and reports: scheme, host, port and path only (never userinfo or query)."""
     try:
         parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
+        host = parsed.host
+    except (httpx.InvalidURL, TypeError, UnicodeError):
         return "<invalid URL>"
     port = f":{parsed.port}" if parsed.port is not None else ""
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    path = parsed.path.rstrip("/")
+    host = f"[{host}]" if ":" in host else host
+    path = _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group(0)):02x}", parsed.path.rstrip("/"))
     return f"{parsed.scheme}://{host}{port}{path}"
 
 
@@ -428,6 +475,9 @@ def request(
     Authorization header to the first URL's origin only. Raises HttpLimitError or httpx.TransportError.
     """
     target = _absolute(client, url)
+    problem = url_problem(target)
+    if problem is not None:
+        raise HttpLimitError(f"{display_url(target)}: not requested: {problem}")
     origin = origin_of(target)
     redirected = False
     with deadline(timeout_s):
@@ -437,16 +487,25 @@ def request(
                 sent_headers["Authorization"] = f"Bearer {token}"
             built = client.build_request(method, target, headers=sent_headers, content=content,
                                          timeout=httpx.Timeout(timeout_s))
-            response = client.send(built, stream=True, follow_redirects=False)
+            try:
+                response = client.send(built, stream=True, follow_redirects=False)
+            except (UnicodeError, httpx.InvalidURL) as exc:
+                # httpx builds the next request of every redirect, even one it does not follow: a Location
+                # whose host is not valid punycode raises there, inside the library
+                raise HttpLimitError(f"{display_url(target)}: redirect to an unusable URL refused: its "
+                                     "Location cannot be parsed (a host that is not valid punycode, say)") from exc
             try:
                 location = response.headers.get("location")
                 if response.is_redirect and location and hop < max_redirects:
                     try:
                         next_url = target.join(location)
-                    except httpx.InvalidURL as exc:
+                    except (httpx.InvalidURL, UnicodeError) as exc:
                         raise HttpLimitError(f"{display_url(target)}: redirect to an invalid URL") from exc
                     if next_url.scheme not in ("http", "https"):
                         raise HttpLimitError(f"{display_url(target)}: redirect to a non-HTTP URL refused")
+                    problem = url_problem(next_url)
+                    if problem is not None:
+                        raise HttpLimitError(f"{display_url(target)}: redirect to an unusable URL refused: {problem}")
                     if method != "GET":
                         raise HttpLimitError(f"{display_url(target)}: a {method} was redirected; not followed")
                     target, redirected = next_url, True

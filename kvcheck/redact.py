@@ -36,8 +36,10 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name.lstrip("-")))
 
 
-# A secret value shorter than this is not searched for in free text: it would blank out ordinary
+# A value kvcheck only guesses is a secret (a manifest's env value, a secret-named variable of this
+# process) is not searched for in free text when it is shorter than this: it would blank out ordinary
 # words and figures ("true", "1"). Such values are still hidden where their name or flag shows them.
+# A secret kvcheck is given (the --token-env token) is hidden whatever its length.
 MIN_SECRET_CHARS = 8
 
 
@@ -51,11 +53,12 @@ def _is_secret_value(name: str, value: Any) -> bool:
 
 
 def secret_values(
-    args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None, *,
+    min_chars: int = MIN_SECRET_CHARS,
 ) -> frozenset[str]:
     """The secret values a manifest, an engine environment or the process environment carries.
 
-    Every string (or string in a list) held under a secret name, long enough to search for in text.
+    Every string (or string in a list) held under a secret name, of `min_chars` or more.
     """
     found: set[str] = set()
     for mapping in (args or {}), (env or {}):
@@ -63,7 +66,7 @@ def secret_values(
             if not _is_secret_value(str(name), value):
                 continue
             for item in [value] if isinstance(value, str) else value:
-                if len(item.strip()) >= MIN_SECRET_CHARS:
+                if len(item.strip()) >= max(min_chars, 1):
                     found.add(item.strip())
     return frozenset(found)
 
@@ -117,7 +120,10 @@ def manifest_secrets(
     `public_fields` adds args the engine knows are public words (a value from the flag's choices).
     """
     public_args = PUBLIC_ARG_FIELDS | frozenset(public_fields)
-    found = set(secret_values(args, env))
+    # what the manifest hands the engine under a secret name (api-key, HF_TOKEN) is a secret kvcheck was
+    # given: hidden whatever its length, unless it is a plain figure or boolean
+    given = {value for value in secret_values(args, env, min_chars=1) if not _PLAIN.fullmatch(value)}
+    found: set[str] = set()
     for name, value in (env or {}).items():
         public = (name in PUBLIC_ENV_NAMES or name.startswith(PUBLIC_ENV_PREFIXES)) and not is_secret_name(name)
         found.update(text.strip() for text in _texts(value) if not public and not _PLAIN.fullmatch(text.strip()))
@@ -134,12 +140,18 @@ def manifest_secrets(
         for value in mapping.values():
             for text in _texts(value):
                 found.update(m["userinfo"] for m in userinfo_matches(text))
-    return frozenset(item for item in found if len(item) >= MIN_SECRET_CHARS)
+    return frozenset(given | {item for item in found if len(item) >= MIN_SECRET_CHARS})
+
+
+# The tokens kvcheck itself sends (to the Hugging Face Hub, for a model config): given, so hidden at any length.
+SENT_TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 def environment_secrets(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
-    """The values of this process's secret-named environment variables (HF_TOKEN, *_API_KEY, ...)."""
-    return secret_values(env=environ)
+    """The values of this process's secret-named environment variables (HF_TOKEN, *_API_KEY, ...): the
+    tokens kvcheck sends whatever their length, the others from MIN_SECRET_CHARS."""
+    sent = {environ[name].strip() for name in SENT_TOKEN_VARIABLES if environ.get(name, "").strip()}
+    return secret_values(env=environ) | sent
 
 
 def _replace_values(text: str, secrets: Sequence[str]) -> str:
@@ -150,8 +162,20 @@ def _replace_values(text: str, secrets: Sequence[str]) -> str:
 
 
 def _ordered(secrets: Iterable[str]) -> tuple[str, ...]:
-    """The values worth searching for (MIN_SECRET_CHARS and longer), longest first."""
-    return tuple(sorted({v for v in secrets if len(v) >= MIN_SECRET_CHARS}, key=lambda v: (-len(v), v)))
+    """The values to search for, longest first (so a secret containing another is hidden whole).
+
+    No length filter here: the functions that guess secrets (secret_values, manifest_secrets) keep only
+    values of MIN_SECRET_CHARS and longer, and a secret kvcheck was given (a --token-env token, put in
+    Report.secrets) is hidden whatever its length: a 5-character token echoed in a reason phrase or a
+    redirect path once reached the report."""
+    return tuple(sorted({v for v in secrets if v}, key=lambda v: (-len(v), v)))
+
+
+def given_secrets(token_env: str | None, environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """What stderr must not show: the token --token-env names (whatever its length) and the process
+    environment's secrets (environment_secrets)."""
+    token = environ.get(token_env, "").strip() if token_env else ""
+    return environment_secrets(environ) | ({token} if token else set())
 
 
 def redact_args(args: Mapping[str, Any], secrets: Iterable[str] = ()) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.deploy.formats import FORMATS
 from kvcheck.inputs.deploy.manifest import LoadedDeployment, Overrides, load_deployment
 from kvcheck.inputs.deploy.server import Sourced
-from kvcheck.inputs.deploy.source import STDIN
+from kvcheck.inputs.deploy.source import MAX_DEPLOY_BYTES, STDIN
 from kvcheck.inputs.manifest.load import (
     MAX_MANIFEST_BYTES,
     LoadedManifest,
@@ -82,15 +82,24 @@ class _OneFile:
 def _one_file(name: str) -> _OneFile:
     """Read one input and tell a kvcheck manifest (or an overlay) from deployment files.
 
-    A file that cannot be read as a manifest (missing, binary, over the manifest's size) goes to the
-    manifest loader, whose message names the problem, as it always has.
+    A file that cannot be read (missing, binary) goes to the manifest loader, whose message names the
+    problem, as it always has. What it is does not depend on its size: the file is read up to the
+    larger cap (deployment files'), told apart by content, and only then held to its kind's cap; a
+    5 MiB `helm template` stream given as a file was taken for a manifest (and refused as one), while
+    the same bytes on stdin were read as deployment files.
     """
+    display = str(Path(name))
     try:
-        text = read_text_file(Path(name), str(Path(name)), kind="manifest file", max_bytes=MAX_MANIFEST_BYTES)
+        text = read_text_file(Path(name), display, kind="manifest file", max_bytes=max(MAX_DEPLOY_BYTES,
+                                                                                          MAX_MANIFEST_BYTES))
     except InputError as exc:
         return _OneFile(None, exc, manifest=True, overlay=False)
     if not FORMATS.is_manifest(text, name):
         return _OneFile(text, None, manifest=False, overlay=False)
+    size = len(text.encode("utf-8"))
+    if size > MAX_MANIFEST_BYTES:  # a manifest, but larger than a manifest may be: refused as the loader words it
+        error = InputError(f"{display}: {size:,} bytes is too large for a manifest file")
+        return _OneFile(None, error, manifest=True, overlay=False)
     try:
         first = next(iter(safe_load_all(text, name)), None)
     except (InputError, yaml.YAMLError):

@@ -17,6 +17,15 @@ from typing import BinaryIO
 
 from kvcheck.errors import InputError
 
+# Every regular file this process opened as input, by (device, inode) -> the name it was given as: a
+# report file (--output, --report) must never replace one (kvcheck/report/outputs.py).
+_FILES_READ: dict[tuple[int, int], str] = {}
+
+
+def files_read() -> dict[tuple[int, int], str]:
+    """The input files read so far, by (device, inode), with the name each was read as."""
+    return dict(_FILES_READ)
+
 
 def open_regular_file(path: Path | str, display: str, *, kind: str) -> BinaryIO:
     """`path` opened for reading if it is a regular file (or a link to one); InputError (exit 2) when it
@@ -27,12 +36,14 @@ def open_regular_file(path: Path | str, display: str, *, kind: str) -> BinaryIO:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
+        found = os.fstat(fd)
+        mode = found.st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
             raise InputError(f"{display}: is {_what(mode)}, not a regular file; a {kind} must be a file")
         os.set_blocking(fd, True)
+        _FILES_READ.setdefault((found.st_dev, found.st_ino), display)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -150,11 +150,13 @@ def _md(text: str) -> str:
 
 def plan_markdown(report: Report) -> str:
     """The plan section as Markdown, for MarkdownFormat (merge-request comments, step summaries)."""
+    from kvcheck.report.formats.base import markdown_text
+
     out: list[str] = []
     for role in report.roles:
         if role.plan is None:
             continue
-        out.append(f"### {_md(headline(role))}")
+        out.append(f"### {markdown_text(headline(role))}")  # the role's name: untrusted, every special escaped
         out.append("")
         out.append("| setting | value | pool tokens | pool range | window | note |")
         out.append("| --- | --- | ---: | ---: | --- | --- |")

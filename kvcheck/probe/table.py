@@ -36,7 +36,11 @@ def render_requests(report: Report) -> str:
 
 
 def _rows_markdown(text: str) -> str:
-    return "```\n" + text + "```\n" if text else ""
+    """A fenced block longer than any backtick run inside: a row cannot close it and go on as Markdown."""
+    import re
+
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}\n{text}{fence}\n" if text else ""
 
 
 def requests_section(report: Report) -> list[str]:

@@ -3,14 +3,26 @@
 A measure run boots engines for minutes; running it once per format would multiply that. The option
 is repeatable and checked before the command runs (a known format, an existing folder), like
 `--output`. Files get the same redacted report as stdout.
+
+Every report file (`--output`, `--report`) is written by `write_output`: opened without following a
+symbolic link (O_NOFOLLOW), never a FIFO or a device, and never one of the run's own input files (the
+same file, by device and inode, so a hard link or another spelling of the path is caught too):
+`--output deploy.yaml` once overwrote the manifest it checked, and a link planted where the report
+goes was written through. `check_outputs` says so before the command runs, `write_output` again
+when it writes.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
+from kvcheck.io.textfile import files_read
 from kvcheck.model import Report
 from kvcheck.report.formats import FORMATTERS, TableFormat
 
@@ -56,8 +68,121 @@ def write_report_files(report: Report) -> list[Path]:
     ctx = click.get_current_context(silent=True)
     files: tuple[tuple[str, Path], ...] = ctx.meta.get(_META_KEY, ()) if ctx is not None else ()
     for fmt, path in files:
-        try:
-            path.write_text(render(report, fmt), encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"cannot write --report {fmt}={path}: {exc.strerror}") from exc
+        write_output(path, render(report, fmt), f"--report {fmt}={path}")
     return [path for _, path in files]
+
+
+# -- creating report files ------------------------------------------------------------------------------
+
+_OUTPUT_PARAMS = frozenset({"output"})
+
+
+def _input_paths(ctx: click.Context | None) -> Iterator[str]:
+    """Every path-like value the command was given (FILES, --fleet, --manifest, --model-config, ...),
+    other than the report files themselves: whatever names an existing file is an input."""
+    while ctx is not None:
+        for name, value in ctx.params.items():
+            if name in _OUTPUT_PARAMS:
+                continue
+            for item in value if isinstance(value, tuple | list) else (value,):
+                if isinstance(item, str | Path) and str(item) not in ("", "-"):
+                    yield str(item)
+                elif hasattr(item, "name") and isinstance(item.name, str):  # an open click.File
+                    yield item.name
+        ctx = ctx.parent
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
+
+
+def _inputs(ctx: click.Context | None) -> dict[tuple[int, int], str]:
+    """The run's inputs by (device, inode): the files it was given and every file it has read since
+    (a manifest's model.config, an overlay's deployment files, a fleet file)."""
+    # a file read and since removed (an engine's temporary log) is no input: its inode may be reused
+    out = {identity: name for identity, name in files_read().items() if _identity(name) == identity}
+    for path in _input_paths(ctx):
+        identity = _identity(path)
+        if identity is not None:
+            out.setdefault(identity, path)
+    return out
+
+
+def output_problem(path: Path, inputs: dict[tuple[int, int], str]) -> str | None:
+    """Why kvcheck will not write a report to `path` (None: it will)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISLNK(found.st_mode):
+        return "is a symbolic link: kvcheck does not write a report through one (give the path it points to)"
+    if not _writable_kind(found.st_mode):
+        return "exists and is not a regular file"
+    same = inputs.get((found.st_dev, found.st_ino))
+    if same is not None:
+        return f"is one of this run's input files ({same}): the report would overwrite it"
+    return None
+
+
+def _writable_kind(mode: int) -> bool:
+    """A regular file, or a character device (`--output /dev/null` beside `--report sarif=...`); never a
+    FIFO, a socket or a folder."""
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
+
+
+def check_outputs(output: Path | None) -> None:
+    """Before the command runs: every report file (--output, each --report) can be written, none is
+    an input, and no two are the same file. click.UsageError (exit 2) otherwise."""
+    ctx = click.get_current_context(silent=True)
+    files: list[tuple[str, Path]] = [(f"--output {output}", output)] if output is not None else []
+    files += [(f"--report {fmt}={path}", path) for fmt, path in (ctx.meta.get(_META_KEY, ()) if ctx else ())]
+    inputs = _inputs(ctx)
+    seen: dict[str, str] = {}
+    for label, path in files:
+        problem = output_problem(path, inputs)
+        if problem is not None:
+            raise click.UsageError(f"{label}: {path} {problem}")
+        key = os.path.realpath(path)
+        if key in seen:
+            raise click.UsageError(f"{label}: {seen[key]} writes the same file")
+        seen[key] = label
+
+
+def write_output(path: Path, text: str, label: str) -> None:
+    """Write a report file: created or replaced in place, never through a symbolic link, never over an
+    input of the run (checked on the open file, so a link or a swap after check_outputs is caught)."""
+    ctx = click.get_current_context(silent=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise click.UsageError(f"cannot write {label}: {path} is a symbolic link: kvcheck does not write "
+                                   "a report through one (give the path it points to)") from exc
+        raise click.UsageError(f"cannot write {label}: {exc.strerror}") from exc
+    try:
+        found = os.fstat(fd)
+        problem = None
+        if not _writable_kind(found.st_mode):
+            problem = "exists and is not a regular file"
+        elif (found.st_dev, found.st_ino) in (inputs := _inputs(ctx)):
+            problem = f"is one of this run's input files ({inputs[(found.st_dev, found.st_ino)]}): " \
+                      "the report would overwrite it"
+        if problem is not None:
+            raise click.UsageError(f"cannot write {label}: {path} {problem}")
+        os.set_blocking(fd, True)
+        if stat.S_ISREG(found.st_mode):
+            os.ftruncate(fd, 0)
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as stream:
+            stream.write(text)
+    except OSError as exc:
+        raise click.UsageError(f"cannot write {label}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+

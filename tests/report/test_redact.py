@@ -93,7 +93,9 @@ def test_known_secret_values_are_hidden_wherever_they_appear() -> None:
     assert redact_text("loading /models/correct-horse-battery/config.json", secrets) == (
         "loading /models/REDACTED/config.json"
     )
-    assert redact_text("a short word stays", secrets) == "a short word stays"  # too short to search for
+    # a secret handed to the redactor is hidden whatever its length (issue 20, class 8); the functions
+    # that guess secrets by name or by value keep only long ones, below
+    assert redact_text("a short word goes", secrets) == "a REDACTED word goes"
     assert secret_values({"api_key": "correct-horse-battery", "tp_size": 8}, {"HF_TOKEN": "hf_x", "PATH": "/usr/bin"}) == (
         frozenset({"correct-horse-battery"})
     )

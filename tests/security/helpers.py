@@ -6,6 +6,7 @@ import functools
 import gzip
 import json
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -38,11 +39,14 @@ class Outcome:
 
 
 def attack(*args: str, stdin: bytes | str | None = None, env: Mapping[str, str] | None = None,
-           timeout: float = 60, cwd: Path | None = None, process: bool = False) -> Outcome:
+           timeout: float = 60, cwd: Path | None = None, process: bool = False,
+           address_space_mib: int | None = None) -> Outcome:
     """Run kvcheck ARGS; its exit code, output, wall time and (with `process`) peak resident memory.
 
     By default it runs inside this process (tests/inprocess.py) and `peak_mib` is nan; with `process`,
     in a subprocess of its own (for a peak the kernel measures, or runs side by side).
+    `address_space_mib` (with `process`): RLIMIT_AS of that subprocess, so that an attack that does get
+    through fails fast with MemoryError (exit 4) instead of taking the test machine's memory.
     """
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -62,7 +66,8 @@ def attack(*args: str, stdin: bytes | str | None = None, env: Mapping[str, str] 
     try:
         proc = subprocess.run([sys.executable, str(MEASURED), *args], cwd=cwd or REPO_ROOT, env=full_env,
                               input=data, stdin=None if data is not None else subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout)
+                              capture_output=True, timeout=timeout,
+                              preexec_fn=None if address_space_mib is None else _limit_address_space(address_space_mib))
         seconds = time.monotonic() - started
         text = Path(peak_file.name).read_text()
         peak_mib = int(text) / 1024 if text else float("nan")
@@ -70,6 +75,12 @@ def attack(*args: str, stdin: bytes | str | None = None, env: Mapping[str, str] 
         os.unlink(peak_file.name)
     return Outcome(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
                    seconds, peak_mib)
+
+
+def _limit_address_space(mib: int) -> Callable[[], None]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+    return limit
 
 
 # -- raw loopback servers ------------------------------------------------------------------------------

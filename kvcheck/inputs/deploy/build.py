@@ -17,6 +17,7 @@ from typing import Any
 from kvcheck.engines import get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
+from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
 from kvcheck.inputs.deploy.formats.base import text_doc
 from kvcheck.inputs.deploy.formats.patch import list_items
@@ -91,11 +92,16 @@ def read_deployments(
         raise InputError("'-' (stdin) is given more than once")
     known = texts or {}
     sources = [SourceFile(display_name(p), known[p]) if p in known and p != STDIN else read_source(p) for p in paths]
-    docs, role_sources = _parse_sources(sources)
     issues: list[InputIssue] = []
-    role_sources += _read_docs(docs, issues)
-    if cmd is not None:
-        role_sources += COMMAND_LINE.read(text_doc(SourceFile("--cmd", cmd)), FORMATS.gather([]))
+    # one budget for every expansion of this read, proportional to all the text read (budget.py)
+    with expansion_budget(sum(len(s.text) for s in sources) + len(cmd or "")):
+        docs, role_sources = _parse_sources(sources)
+        role_sources += _read_docs(docs, issues)
+        if cmd is not None:
+            try:
+                role_sources += COMMAND_LINE.read(text_doc(SourceFile("--cmd", cmd)), FORMATS.gather([]))
+            except ScriptError as exc:
+                raise DeploymentFileError([*issues, exc.issue], hint=_HINT) from exc
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
@@ -117,6 +123,8 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
                 role_sources.extend(whole.read(text_doc(source), FORMATS.gather([])))
             except ScriptError as exc:
                 issues.append(exc.issue)
+                if exc.fatal:  # the expansion budget is spent: reading on would only repeat it
+                    raise DeploymentFileError(issues, hint=_HINT) from exc
             continue
         for doc in parse_documents(source):
             issues.extend(doc.yaml.issues)
@@ -138,6 +146,8 @@ def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
             role_sources.extend(fmt.read(doc, inputs))
         except ScriptError as exc:
             issues.append(exc.issue)
+            if exc.fatal:  # the expansion budget is spent: reading on would only repeat it
+                raise DeploymentFileError(issues, hint=_HINT) from exc
     return role_sources
 
 

@@ -21,7 +21,14 @@ from kvcheck.engines import ENGINES, get_engine
 from kvcheck.engines.argv import ParsedArgv, ParsedFlag, parse_argv
 from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
-from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script, shell_script, strip_prefixes
+from kvcheck.inputs.deploy.budget import VARIABLE_COST, ExpansionBudgetExceeded, current, ensure_budget, spend
+from kvcheck.inputs.deploy.shell import (
+    ShellBudgetError,
+    ShellSyntaxError,
+    parse_script,
+    shell_script,
+    strip_prefixes,
+)
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_, load_yaml_documents
 from kvcheck.model import Finding, Location
@@ -128,7 +135,9 @@ def launch_engine(argv: Sequence[str]) -> tuple[Engine, int] | None:
 
 
 def expand_k8s(text: str, env: Env, used: list[str] | None = None) -> tuple[str, list[str]]:
-    """Kubernetes' `$(VAR)` expansion: defined names are replaced, others stay as written (and are returned)."""
+    """Kubernetes' `$(VAR)` expansion: defined names are replaced, others stay as written (and are returned).
+
+    What it produces is spent from the expansion budget (ExpansionBudgetExceeded past it)."""
     missing: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
@@ -136,11 +145,27 @@ def expand_k8s(text: str, env: Env, used: list[str] | None = None) -> tuple[str,
         if value is None:
             missing.append(match.group(1))
             return match.group(0)
+        spend(len(value))
         if used is not None:
             used.append(match.group(1))
         return value
 
-    return _K8S_VAR_RE.sub(replace, text.replace("$$", "\x00")).replace("\x00", "$"), missing
+    with ensure_budget(len(text)):
+        spend(len(text))
+        return _K8S_VAR_RE.sub(replace, text.replace("$$", "\x00")).replace("\x00", "$"), missing
+
+
+def _expand_at(text: str, env: Env, used: list[str], where: Location) -> tuple[str, list[str]]:
+    """expand_k8s for a word written at `where`: past the budget, an input error there that ends the read."""
+    try:
+        return expand_k8s(text, env, used)
+    except ExpansionBudgetExceeded as exc:
+        raise _too_large(where, exc) from exc
+
+
+def _too_large(where: Location, exc: BaseException) -> _ScriptError:
+    """The expansion budget ran out at `where`: an input error there that ends the read."""
+    return _ScriptError(InputIssue(where.file, where.line, where.column, "", str(exc)), fatal=True)
 
 
 def container_env(
@@ -151,26 +176,82 @@ def container_env(
     injected: Mapping[str, Sourced],
     config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]],
 ) -> Env:
-    """The container's variables: operator-injected first, then envFrom ConfigMaps, then env in order."""
-    env = Env(dict(injected), injected=dict(injected))
+    """The container's variables: operator-injected first, then envFrom ConfigMaps, then env in order.
+
+    Each entry copied and each `$(VAR)` expanded is spent from the expansion budget: a chain of
+    `$(VAR)` references doubling a value, or a big ConfigMap read by many containers, stops there."""
+    with ensure_budget(0):
+        try:
+            return _container_env(doc, container, path, injected=injected, config_maps=config_maps)
+        except _BudgetAt as exc:
+            raise _too_large(doc.at(exc.path), exc.__cause__ or exc) from exc
+
+
+def _env_from(
+    env: Env, container: Mapping[str, Any], path: Path_, config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]]
+) -> None:
+    """The variables of the ConfigMaps the container's envFrom names, each entry spent from the budget."""
     for i, source in enumerate(container.get("envFrom") or []):
         if not isinstance(source, Mapping):
             continue
         ref = source.get("configMapRef")
         prefix = str(source.get("prefix") or "")
         if isinstance(ref, Mapping) and ref.get("name") in config_maps:
-            cm_doc, cm_path, data = config_maps[ref["name"]]
-            for key, value in data.items():
-                env.values[prefix + str(key)] = Sourced(str(value), cm_doc.at((*cm_path, key)), f"ConfigMap {ref['name']}")
+            try:
+                env.values.update(_config_map_variables(ref["name"], prefix, config_maps))
+            except ExpansionBudgetExceeded as exc:
+                raise _BudgetAt((*path, "envFrom", i)) from exc
         elif isinstance(ref, Mapping):
             env.unknown[f"envFrom[{i}]"] = f"ConfigMap {ref.get('name')!r} is not among the files read"
+
+
+def _config_map_variables(
+    name: str, prefix: str, config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]]
+) -> dict[str, Sourced]:
+    """A ConfigMap's variables as envFrom gives them, built once per read and shared by every container
+    that reads it; each container's copy is spent from the budget (a dict slot per variable)."""
+    cm_doc, cm_path, data = config_maps[name]
+    budget = current()
+    key = (id(data), prefix)
+    shared = budget.shared.get(key) if budget is not None else None
+    if shared is None:
+        spend(sum(len(prefix) + len(str(k)) for k in data))
+        shared = {prefix + str(k): Sourced(str(value), cm_doc.at((*cm_path, k)), f"ConfigMap {name}")
+                  for k, value in data.items()}
+        if budget is not None:
+            budget.shared[key] = shared
+    spend(VARIABLE_COST * len(shared))
+    return shared
+
+
+class _BudgetAt(Exception):
+    """The budget ran out while reading the container's entry at `path`."""
+
+    def __init__(self, path: Path_) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+def _container_env(
+    doc: Doc,
+    container: Mapping[str, Any],
+    path: Path_,
+    *,
+    injected: Mapping[str, Sourced],
+    config_maps: Mapping[str, tuple[Doc, Path_, Mapping[str, Any]]],
+) -> Env:
+    env = Env(dict(injected), injected=dict(injected))
+    _env_from(env, container, path, config_maps)
     for i, item in enumerate(container.get("env") or []):
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
             continue
         name = item["name"]
         where = doc.at((*path, "env", i, "value")) if "value" in item else doc.at((*path, "env", i))
         if "value" in item:
-            text, missing = expand_k8s("" if item["value"] is None else str(item["value"]), env)
+            try:
+                text, missing = expand_k8s("" if item["value"] is None else str(item["value"]), env)
+            except ExpansionBudgetExceeded as exc:
+                raise _BudgetAt((*path, "env", i, "value")) from exc
             if missing:
                 env.values.pop(name, None)
                 env.unknown[name] = f"its value uses $({missing[0]}), which is not set"
@@ -204,7 +285,7 @@ def exec_tokens(doc: Doc, container: Mapping[str, Any], path: Path_, env: Env) -
                 continue
             text = item if isinstance(item, str) else _yaml_scalar_text(item)
             used: list[str] = []
-            expanded, missing = expand_k8s(text, env, used)
+            expanded, missing = _expand_at(text, env, used, doc.at((*path, key, i)))
             tokens.append(Token(expanded, doc.at((*path, key, i)), missing, raw=text, via=_via(env, used),
                                 why=unset_reasons(env, missing)))
     return tokens
@@ -245,7 +326,8 @@ def find_server(
         )
     except ShellSyntaxError as exc:
         where = doc.inside(source_path, exc.offset) if doc is not None and source_path else script.location
-        raise _ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
+        raise _ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}"),
+                           fatal=isinstance(exc, ShellBudgetError)) from exc
     servers: list[ServerCommand] = []
     for command in commands:
         words = strip_prefixes(command)
@@ -264,7 +346,7 @@ def find_server(
             else:
                 where = script.location
             used = list(word.variables)
-            text, _ = expand_k8s(word.text, env, used)
+            text, _ = _expand_at(word.text, env, used, where)
             # a $(VAR) the kubelet left alone is a command substitution to the shell: unresolved
             unresolved = [
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
@@ -314,9 +396,12 @@ def _via(env: Env, names: list[str]) -> list[tuple[str, Sourced]]:
 
 
 class _ScriptError(Exception):
-    def __init__(self, issue: InputIssue) -> None:
+    """A script or container kvcheck cannot read; `fatal`: the expansion budget ran out, so the read stops."""
+
+    def __init__(self, issue: InputIssue, *, fatal: bool = False) -> None:
         super().__init__(issue.render())
         self.issue = issue
+        self.fatal = fatal
 
 
 ScriptError = _ScriptError

@@ -8,7 +8,9 @@ as commands), bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${a
 positional parameters of `sh -c SCRIPT NAME ARG...` (`"$@"`, `$1`...), each taken from its own
 place in the file. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
 marked unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
-read from it can point at its column in the user's file.
+read from it can point at its column in the user's file. What the expansions produce (and the variables
+each command is handed) is spent from the read's expansion budget (budget.py): a script that multiplies
+a variable or an array stops with ShellBudgetError at the expansion that passed it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from kvcheck.inputs.deploy.budget import (
+    ENTRY_COST,
+    VARIABLE_COST,
+    ExpansionBudgetExceeded,
+    ensure_budget,
+    spend,
+)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
@@ -38,6 +48,10 @@ class ShellSyntaxError(ValueError):
     def __init__(self, message: str, offset: int) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+class ShellBudgetError(ShellSyntaxError):
+    """The script's expansions passed the read's budget (budget.py); `offset` is the expansion that did."""
 
 
 @dataclass
@@ -106,6 +120,13 @@ class _Reader:
         self.used: list[str] = []  # variables expanded, in order
         self.heredocs: list[tuple[str, bool]] = []  # here-documents whose bodies start at the next newline
         self.i = 0
+
+    def _spend(self, chars: int, at: int) -> None:
+        """Spend from the expansion budget for what was produced at index `at` of the text."""
+        try:
+            spend(chars)
+        except ExpansionBudgetExceeded as exc:
+            raise ShellBudgetError(str(exc), self.origin[min(at, len(self.origin) - 1)]) from exc
 
     def value_of(self, name: str) -> str | None:
         if name in self.variables:
@@ -197,7 +218,10 @@ class _Reader:
             elements.extend(self._word())
             if self.i == before:  # an operator inside ( ): not an array a launch script writes
                 raise ShellSyntaxError(f"unexpected {text[self.i]!r} in array {name}=(", self.origin[self.i])
-        self.arrays[name] = [*self.arrays.get(name, []), *elements] if append else elements
+        if append and name in self.arrays:
+            self.arrays[name].extend(elements)  # in place: copying the array at each `+=` was quadratic
+        else:
+            self.arrays[name] = elements
         self.variables.pop(name, None)
 
     def _list_word(self) -> list[Word] | None:
@@ -216,11 +240,14 @@ class _Reader:
         self.i = end
         if name is None:
             assert self.positional is not None
+            self._spend(sum(len(arg) + ENTRY_COST for arg in self.positional), match.start())
             return [Word(arg, self.origin[match.start()], positional=k) for k, arg in enumerate(self.positional, 1)]
         if name not in self.arrays:
             source = match.group(0)
             return [Word(source, self.origin[match.start()], unresolved=[name])]
-        return [Word(w.text, w.offset, list(w.unresolved), list(w.variables), w.positional) for w in self.arrays[name]]
+        items = self.arrays[name]
+        self._spend(sum(len(w.text) + ENTRY_COST for w in items), match.start())
+        return [Word(w.text, w.offset, list(w.unresolved), list(w.variables), w.positional) for w in items]
 
     def _skip_blanks(self) -> None:
         while self.i < len(self.text) and self.text[self.i] in " \t\r":
@@ -251,6 +278,8 @@ class _Reader:
                     self.variables[match.group(1)] = self.exported[match.group(1)] = match.group(2)
                 elif word.text in self.variables:
                     self.exported[word.text] = self.variables[word.text]
+        # every command is handed the exported variables: a thousand exports and a million commands is work
+        self._spend(VARIABLE_COST * (len(self.exported) + len(assignments) + 1), self.i)
         environment = {**self.exported, **{name: word.text for name, word in assignments.items()}}
         return Command(assignments, rest, environment)
 
@@ -312,7 +341,9 @@ class _Reader:
     def _expand_into(self, pieces: list[Word], *, split: bool = False, at: int | None = None) -> None:
         """Expand at self.i into the word being read, noting the variables used and left unresolved."""
         before = len(self.used)
+        start = self.i
         value, unresolved = self._expansion()
+        self._spend(len(value) + len(unresolved), start)
         pieces[-1].unresolved.extend(unresolved)
         pieces[-1].variables.extend(self.used[before:])
         _add(pieces, value, split=split, at=at if at is not None else pieces[0].offset)
@@ -442,7 +473,8 @@ def parse_script(script: str, lookup: Lookup, positional: list[str] | None = Non
     so there they stay unresolved too: never a guess."""
     if positional is not None and _rebinds_positional(script):
         positional = None
-    return _Reader(script, lookup, {}, positional).commands()
+    with ensure_budget(len(script) + sum(len(arg) for arg in positional or ())):
+        return _Reader(script, lookup, {}, positional).commands()
 
 
 def strip_prefixes(command: Command) -> list[Word]:

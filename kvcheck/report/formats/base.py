@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +60,26 @@ def relative_path(file: str, base: Path | None = None) -> str:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
         return file
+
+
+# What Markdown reads as structure inside a line: HTML (`<img>`, `</table>`), links and images (`[x](u)`,
+# `![x](u)`), code spans, emphasis, table cells and entities. Untrusted text gets each one backslash-escaped,
+# so a role named `<img src=//evil>` or `[PASS](https://evil)` is shown as written, never rendered.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` for one Markdown line or table cell: its specials escaped, a newline shown as <br>."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text).replace("\r", "").replace("\n", "<br>")
+
+
+def markdown_code(text: str) -> str:
+    """`text` as one inline code span: newlines shown as \\n, fenced by more backticks than it holds."""
+    text = one_line(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def suppressed_text(report: Report) -> str | None:

@@ -8,14 +8,14 @@ from kvcheck.report.formats.base import (
     Format,
     fmt_tokens,
     margin,
+    markdown_code,
+    markdown_text,
     printable_report,
     suppressed_text,
 )
 from kvcheck.report.sections import markdown_section
 
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "<br>")
+_cell = markdown_text  # every cell and line of untrusted text: Markdown's specials escaped
 
 
 class MarkdownFormat(Format):
@@ -29,7 +29,7 @@ class MarkdownFormat(Format):
         out = [f"## kvcheck {report.command}: {self._ICON[report.verdict]} (exit {report.exit_code})", ""]
         meta = [f"mode: {MODE_TITLES.get(report.mode, report.mode)}"]
         if report.source:
-            meta.append(f"source: `{report.source}`")
+            meta.append(f"source: {markdown_code(report.source)}")
         if report.context_length is not None:
             meta.append(f"advertised window: {report.context_length:,} tokens")
         out.extend(f"- {m}" for m in meta)
@@ -44,7 +44,7 @@ class MarkdownFormat(Format):
                 fmt_tokens(role.required_tokens),
                 margin(role),
                 fmt_tokens(role.max_input_tokens),
-                role.source,
+                _cell(role.source),
             ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
@@ -66,5 +66,5 @@ class MarkdownFormat(Format):
         suppressed = suppressed_text(report)
         if suppressed:
             out.append("")
-            out.append(f"Suppressed by `policy.ignore`: {suppressed}.")
+            out.append(f"Suppressed by `policy.ignore`: {_cell(suppressed)}.")
         return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvcheck import __version__
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, relative_path
+from kvcheck.report.formats.base import Format, printable, printable_report, relative_path
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -80,7 +80,12 @@ class SarifFormat(Format):
                 for rule in rules.values()
             ],
         }
-        results = [self._result(report, item, index) for item in report.findings]
+        # JSON escapes control characters only for the file: a viewer decodes \u001b and \u202e back into
+        # an escape sequence and a bidi override. Texts are shown escaped (printable), as in every format;
+        # locations keep the real path, which the URI's percent-encoding carries safely.
+        shown = printable_report(report)
+        results = [self._result(report, item, index, text_from=view)
+                   for item, view in zip(report.findings, shown.findings, strict=True)]
         run: dict[str, Any] = {
             "tool": {"driver": driver},
             "invocations": [
@@ -97,7 +102,7 @@ class SarifFormat(Format):
             "properties": {
                 "verdict": report.verdict,
                 "mode": report.mode,
-                "source": report.source,
+                "source": shown.source,
                 "contextLength": report.context_length,
                 "suppressed": dict(report.suppressed),
             },
@@ -105,8 +110,8 @@ class SarifFormat(Format):
         log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
         return json.dumps(log, indent=2) + "\n"
 
-    def _result(self, report: Report, item: Finding, index: dict[str, int]) -> dict[str, Any]:
-        text = item.message + (f"\nfix: {item.hint}" if item.hint else "")
+    def _result(self, report: Report, item: Finding, index: dict[str, int], *, text_from: Finding) -> dict[str, Any]:
+        text = text_from.message + (f"\nfix: {text_from.hint}" if text_from.hint else "")
         result: dict[str, Any] = {
             "ruleId": item.rule,
             "level": _LEVEL[item.severity],
@@ -118,7 +123,7 @@ class SarifFormat(Format):
         if location is not None:
             result["locations"] = [location]
         if item.role is not None:
-            result["properties"] = {"role": item.role}
+            result["properties"] = {"role": printable(item.role)}
         return result
 
     def _location(self, report: Report, item: Finding) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcheck.errors import EstimateError
+from kvcheck.errors import EstimateError, InputError
 
 HF_ENDPOINT = "https://huggingface.co"
 HUB_TIMEOUT_S = 20.0  # the whole download of one file, redirects and headers included
@@ -197,12 +197,17 @@ def _fetch_hub(repo: str, offline: bool | None) -> tuple[dict, dict | None]:
         raise EstimateError(f"model config for {repo!r} is not local and {why}", hint=hint)
     import httpx
 
-    from kvcheck.http import HttpLimitError, JsonRejected, make_client, parse_json
+    from kvcheck.http import HttpLimitError, JsonRejected, make_client, parse_json, validate_base_url
     from kvcheck.http import request as http_request
 
     headers = {"User-Agent": "kvcheck-estimate"}
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+    try:  # the user's setting: a URL the network layer cannot use is bad input, named, not a crash
+        validate_base_url(endpoint)
+    except InputError as exc:
+        raise InputError(f"HF_ENDPOINT: {exc.message}", hint="set HF_ENDPOINT to the Hub's base URL "
+                         "(https://huggingface.co or a mirror), or unset it") from exc
 
     def get(name: str) -> Any:
         # the Hub redirects to its CDN: followed by kvcheck.http, the token stays with the Hub's origin

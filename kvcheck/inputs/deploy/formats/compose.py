@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.formats.base import Format, Inputs, RoleSource, get, is_kubernetes_object
 from kvcheck.inputs.deploy.formats.pods import image_version
-from kvcheck.inputs.deploy.server import Env, Sourced, Token, find_server
+from kvcheck.inputs.deploy.server import Env, ScriptError, Sourced, Token, find_server
+from kvcheck.inputs.deploy.shell import ShellBudgetError, ShellSyntaxError, parse_script
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_
 
@@ -59,10 +61,12 @@ def _compose_tokens(doc: Doc, service: Mapping[str, Any], path: Path_, env: Env)
         value = service.get(key)
         if isinstance(value, str):
             # compose splits a string command like a shell would, without running one
-            from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
-
             try:
                 commands = parse_script(value.replace("$$", "\x00"), env.lookup)
+            except ShellBudgetError as exc:  # a command that multiplies a variable: the read stops here
+                where = doc.inside((*path, key), exc.offset)
+                raise ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}"),
+                                  fatal=True) from exc
             except ShellSyntaxError:
                 commands = []
             for command in commands[:1]:

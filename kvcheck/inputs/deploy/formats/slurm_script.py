@@ -22,7 +22,7 @@ from kvcheck.inputs.deploy.server import (
     launch_engine,
     unset_reasons,
 )
-from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+from kvcheck.inputs.deploy.shell import ShellBudgetError, ShellSyntaxError, parse_script
 from kvcheck.inputs.deploy.source import Doc, SourceFile
 from kvcheck.model import Location
 
@@ -76,7 +76,8 @@ def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         commands = parse_script(source.text, env.lookup)
     except ShellSyntaxError as exc:
         where = _location(source, exc.offset)
-        raise ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}")) from exc
+        raise ScriptError(InputIssue(where.file, where.line, where.column, "", f"shell: {exc}"),
+                          fatal=isinstance(exc, ShellBudgetError)) from exc
     roles: list[RoleSource] = []
     for command in commands:
         words = command.words

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -217,9 +218,28 @@ profiles_option = click.option(
 )
 
 
+def _fail_on_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--fail-on error|warning: the severity from which a finding fails the check (`warning` is
+    --strict). There is no level that lets errors pass: a gate that could not check a role exits 3."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, fail_on: str | None = None, **kwargs: Any) -> Any:
+        if fail_on == "warning":
+            kwargs["strict"] = True
+        return func(*args, **kwargs)
+
+    return click.option(
+        "--fail-on",
+        type=click.Choice(["error", "warning"]),
+        default=None,
+        help="Lowest severity that fails the check: error (the default) or warning (the same as --strict).",
+    )(wrapper)
+
+
 def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--format, --output and --strict, which every checking command takes."""
+    """--format, --output, --strict and --fail-on, which every checking command takes."""
     func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
+    func = _fail_on_option(func)
     func = report_files_option(func)
     func = click.option(
         "--output",

@@ -283,13 +283,30 @@ def _overrides(gpu: str | None, context_length: int | None, model_config: Path |
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="kvcheck")
-def main() -> None:
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Read default options from this settings file (else the nearest .kvcheck.yaml or "
+              "pyproject.toml [tool.kvcheck] from the working folder up).")
+@click.option("--no-config", is_flag=True, help="Ignore settings files.")
+@click.pass_context
+def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
     """Gate LLM-serving rollouts on the KV-cache pool each engine role really holds.
 
     Exit codes: 0 pass, 1 a finding blocks the rollout, 2 invalid input, 3 could not check
     (fail closed), 4 internal error.
     """
     _escape_unencodable()
+    from kvcheck.commands.settings import settings_for
+
+    try:
+        settings = settings_for(main, explicit=config_file, disabled=no_config)
+    except KvcheckError as exc:
+        _stderr(f"kvcheck: error: {exc.message}")
+        if exc.hint:
+            _stderr(f"kvcheck: hint: {exc.hint}")
+        sys.exit(exc.exit_code)
+    if settings is not None:
+        ctx.default_map = settings.default_map
+        _stderr(f"kvcheck: defaults from {settings.path}")
 
 
 @main.command()

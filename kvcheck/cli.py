@@ -310,8 +310,10 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True)
+@click.argument("files", nargs=-1)
 @_deployment_options
+@click.option("--cmd", help='An engine command line to check, as deployment input: '
+              '"python -m sglang.launch_server --model-path M --tp 8".')
 @click.option(
     "--mode",
     type=click.Choice(["measure", "estimate"]),
@@ -359,14 +361,17 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
 def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s: float,
     logs_dir: Path | None, no_gpu_check: bool, dummy_weights: bool, launcher: str | None, dry_run: bool,
     fmt: str, output: Path | None, strict: bool, gpu: str | None = None, context_length: int | None = None,
-    model_config: Path | None = None, sglang_version: str | None = None) -> None:
-    """Check every role of a manifest or of deployment files (FILE..., - for stdin): each KV pool
-    must hold the advertised context window."""
+    model_config: Path | None = None, sglang_version: str | None = None, cmd: str | None = None) -> None:
+    """Check every role of a manifest or of deployment files (FILE..., - for stdin, or --cmd): each KV
+    pool must hold the advertised context window."""
     from kvcheck.commands import verify as command
 
+    if not files and cmd is None:
+        raise click.UsageError('give a manifest or deployment files (FILE..., - for stdin), or --cmd "..."')
     options = command.VerifyOptions(
-        manifest=Path(files[0]),
+        manifest=Path(files[0]) if files else Path("--cmd"),
         inputs=tuple(files),
+        cmd=cmd,
         overrides=_overrides(gpu, context_length, model_config, sglang_version),
         mode=mode,
         roles=tuple(roles),

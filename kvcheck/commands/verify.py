@@ -23,6 +23,7 @@ class VerifyOptions:
     # deployment files or a manifest (kvcheck/inputs/load.py), with what the files lack
     inputs: tuple[str, ...] = ()
     overrides: Overrides | None = None
+    cmd: str | None = None  # --cmd: an engine command line, read as deployment input
     mode: str = "measure"
     roles: tuple[str, ...] = ()
     strict: bool = False
@@ -84,7 +85,10 @@ def verify(options: VerifyOptions) -> Report:
 
     if options.mode not in BACKENDS:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
-    loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
+    if options.cmd is not None:
+        loaded = load_inputs(options.inputs, options.overrides, cmd=options.cmd)
+    else:
+        loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
     backend = BACKENDS[options.mode](options, getattr(loaded.manifest, "launcher", None))
     backend.check_targets(targets, loaded.display_path)

@@ -112,12 +112,17 @@ def is_kvcheck_manifest(path: str) -> bool:
     return path != STDIN and _one_file(path).manifest
 
 
-def load_inputs(paths: Sequence[str | Path], overrides: Overrides | None = None) -> LoadedManifest:
-    """A manifest, an overlay manifest with `deployment:`, or deployment files, as one LoadedManifest."""
+def load_inputs(
+    paths: Sequence[str | Path], overrides: Overrides | None = None, *, cmd: str | None = None
+) -> LoadedManifest:
+    """A manifest, an overlay manifest with `deployment:`, or deployment files (and `--cmd`, an engine
+    command line), as one LoadedManifest."""
     names = [str(p) for p in paths]
+    given = overrides or Overrides()
+    if cmd is not None:  # the command line is deployment input: with it, every file is a deployment file
+        return load_deployment(names, given, cmd=cmd)
     if not names:
         raise InputError("no manifest or deployment file given")
-    given = overrides or Overrides()
     texts: dict[str, str] = {}
     if len(names) == 1 and names[0] != STDIN:
         one = _one_file(names[0])

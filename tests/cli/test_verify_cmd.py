@@ -1,0 +1,38 @@
+"""`kvcheck verify --cmd "python -m sglang.launch_server ..."`: an engine command line checked directly,
+as `import --cmd` reads it."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import EXAMPLES, run_kvcheck
+
+CONFIG = str(EXAMPLES / "single-server" / "llama-3.1-8b-instruct.config.json")
+LINE = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --tp 1 --mem-frac 0.8"
+
+
+def test_a_command_line_is_checked_like_deployment_files() -> None:
+    done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--context-length", "131072",
+                       "--model-config", CONFIG, "--sglang-version", "0.5.23", "--cmd", LINE, "--format", "json")
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    [role] = report["roles"]
+    assert (report["source"], role["name"], role["status"], role["required_tokens"]) == (
+        "--cmd", "server", "pass", 131072)
+    assert role["details"]["mem_fraction_static"] == 0.8  # --mem-frac, argparse's abbreviation, was read
+    too_long = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--context-length", "1m",
+                           "--model-config", CONFIG, "--sglang-version", "0.5.23", "--cmd", LINE)
+    assert too_long.exit_code == 1  # the model's own 131,072 tokens are below the window
+
+
+def test_an_unknown_flag_in_the_command_line_is_exit_2_at_its_column() -> None:
+    done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--sglang-version", "0.5.23",
+                       "--cmd", "python -m sglang.launch_server --model-path m --mem-fracc 0.8")
+    assert done.exit_code == 2
+    assert "--cmd:1:47: unknown SGLang flag 'mem-fracc' (SGLang 0.5.23) (did you mean 'mem-fraction-static'?)" in done.stderr
+
+
+def test_nothing_to_check_is_exit_2() -> None:
+    done = run_kvcheck("verify")
+    assert done.exit_code == 2
+    assert 'give a manifest or deployment files (FILE..., - for stdin), or --cmd "..."' in done.stderr

@@ -20,7 +20,7 @@ def test_a_command_line_is_checked_like_deployment_files() -> None:
     assert (report["source"], role["name"], role["status"], role["required_tokens"]) == (
         "--cmd", "server", "pass", 131072)
     assert role["details"]["mem_fraction_static"] == 0.8  # --mem-frac, argparse's abbreviation, was read
-    too_long = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--context-length", "1m",
+    too_long = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--context-length", "1M",
                            "--model-config", CONFIG, "--sglang-version", "0.5.23", "--cmd", LINE)
     assert too_long.exit_code == 1  # the model's own 131,072 tokens are below the window
 

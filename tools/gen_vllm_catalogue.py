@@ -81,9 +81,8 @@ def catalogue(parser: argparse.ArgumentParser) -> dict[str, Any]:
         name = longs[0]
         negated = {"--no-" + o[2:] for o in longs} if isinstance(action, argparse.BooleanOptionalAction) else set()
         store_true = isinstance(action, argparse._StoreTrueAction)
-        nargs = action.nargs
-        if isinstance(action, argparse.BooleanOptionalAction):
-            nargs = 0
+        # argparse gives BooleanOptionalAction nargs=0; kvcheck's catalogues keep None there (the action says it)
+        nargs = None if isinstance(action, argparse.BooleanOptionalAction) else action.nargs
         flags.append({
             "flag": name,
             "aliases": sorted(o for o in action.option_strings if o != name and o not in negated),

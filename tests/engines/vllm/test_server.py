@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvcheck.engines import get_engine
 from kvcheck.errors import EndpointError
+from tests.conftest import run_kvcheck
 from tests.datapaths import TEST_DATA
 
 VLLM_DATA = TEST_DATA / "vllm"
@@ -23,8 +26,8 @@ REAL = {
 
 
 @contextlib.contextmanager
-def client(answers: dict[str, bytes | int]) -> Iterator[Any]:
-    """The engine's client against a loopback server that gives `answers` (path -> body, or a status)."""
+def serving(answers: dict[str, bytes | int]) -> Iterator[str]:
+    """A loopback server that gives `answers` (path -> body, or a status); its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802  (http.server's name)
@@ -42,11 +45,17 @@ def client(answers: dict[str, bytes | int]) -> Iterator[Any]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        with get_engine("vllm").server_client(f"http://127.0.0.1:{server.server_port}", retries=0) as vllm:
-            yield vllm
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def client(answers: dict[str, bytes | int]) -> Iterator[Any]:
+    """The engine's client against `serving(answers)`."""
+    with serving(answers) as url, get_engine("vllm").server_client(url, retries=0) as vllm:
+        yield vllm
 
 
 def test_the_real_answers_give_the_usable_pool_window_and_version() -> None:
@@ -88,3 +97,28 @@ def test_what_is_not_a_vllm_pool_fails_closed(answers: dict[str, bytes | int], m
     with client({**REAL, **answers}) as vllm, pytest.raises(EndpointError) as caught:
         vllm.server_info()
     assert caught.value.message == message.replace("http://127.0.0.1:PORT", vllm.url)
+
+
+AUDIT_MANIFEST = """\
+name: vllm audit
+context_length: {window}
+model: {{path: /tmp/kvcheck-real-vllm/tiny-llama}}
+engine: {{name: vllm, version: "0.32.0"}}
+args: {{max-model-len: 4096}}
+roles:
+  server: {{gpus: [0]}}
+"""
+
+
+@pytest.mark.parametrize(("window", "code", "rules"), [(4096, 0, []), (8192, 1, ["KV102"]), (20000, 1, ["KV101", "KV102"])])
+def test_audit_of_a_vllm_role_reads_the_real_answers(tmp_path: Path, window: int, code: int,
+                                                     rules: list[str]) -> None:
+    manifest = tmp_path / "audit.yaml"
+    manifest.write_text(AUDIT_MANIFEST.format(window=window), encoding="utf-8")
+    with serving(REAL) as url:
+        done = run_kvcheck("audit", "--manifest", str(manifest), "--endpoint", f"server={url}", "--format", "json")
+    assert done.exit_code == code, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    [role] = report["roles"]
+    assert (role["pool_tokens"], role["max_input_tokens"], role["source"]) == (127 * 128, 4095, "audit")
+    assert sorted(f["rule"] for f in report["findings"]) == rules

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,3 +202,14 @@ def test_logs_on_the_real_auto_fit_against_the_advertised_window_is_exit_1(auto:
     assert report["roles"][0]["details"]["engine_warnings"][0].split(": ", 1)[1].startswith(
         "Auto-fit max_model_len: reduced from 8192 to 1920")
 
+
+
+def test_the_committed_catalogue_is_the_installed_releases_parser_and_help(real_vllm: RealVllm) -> None:
+    """tools/gen_vllm_catalogue.py --check: regenerated from vllm serve's argparse, equal to the committed
+    file, and every option of the real `vllm serve --help=all` in it (and none more)."""
+    python = real_vllm.dest / "venv" / "bin" / "python"
+    done = subprocess.run([str(python), "tools/gen_vllm_catalogue.py", "--check", "profiles/vllm/"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == (
+        "profiles/vllm/flags-0.32.0.json: matches vllm serve's parser and --help=all (316 flags)")

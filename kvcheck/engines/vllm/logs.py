@@ -165,13 +165,19 @@ class VllmLogReader:
 
     def read_stream(self, stream: BinaryReadable) -> None:
         buffered = b""
+        skipping = False  # inside an endless line whose head was read: drop it up to its newline
         while chunk := stream.read(1 << 16):
+            if skipping:
+                end = chunk.find(b"\n")
+                if end < 0:
+                    continue
+                chunk, skipping = chunk[end + 1:], False
             buffered += chunk
             *complete, buffered = buffered.split(b"\n")
             self.feed_many(complete)
-            if len(buffered) > MAX_LINE_CHARS * 4:  # one endless line: read its head, drop the rest
+            if len(buffered) > MAX_LINE_CHARS:  # memory stays bounded: one line is read up to its cap
                 self.feed(buffered[:MAX_LINE_CHARS])
-                buffered = b""
+                buffered, skipping = b"", True
         if buffered:
             self.feed(buffered)
 

@@ -3,6 +3,7 @@ and `kvcheck logs` telling a vLLM log from an SGLang log by itself."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -159,3 +160,14 @@ def test_public_v1_logs_without_a_window_are_read_and_not_judged(name: str) -> N
     [role] = report["roles"]
     logged = {"vllm-qwen3-1.7b-24gb-vllm33263.log": 175856, "vllm-qwen3-235b-fp8-4xH100-vllm21348.log": 178880}[name]
     assert role["pool_tokens"] == logged - 16  # CUDA's default block of 16 is the null block
+
+
+def test_an_endless_line_is_read_up_to_its_cap_and_the_next_line_is_still_read() -> None:
+    endless = b"(APIServer pid=1) INFO 12-01 23:43:10 [x.py:1] " + b"x" * (5 * 2**20)
+    pool = (b"(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] CPU KV cache size: 16,384 tokens, "
+            b"Maximum concurrency for 4,096 tokens per request: 4.00x")
+    reader = get_engine("vllm").log_reader()
+    reader.read_stream(io.BytesIO(endless + b"\n" + pool + b"\n"))
+    summary = reader.summary()
+    assert summary.lines == 2
+    assert [(r.final_tokens, r.figure_line) for r in summary.ranks] == [(16384 - 128, 2)]

@@ -109,3 +109,18 @@ def test_a_local_build_uses_its_release_catalogue_without_a_note() -> None:
     assert (catalogue.version, note) == ("0.32.0", None)
     _, note = ENGINE.catalogue("0.40.0")
     assert note == "no flag catalogue for vLLM 0.40.0; arguments were checked against 0.32.0, the nearest older release"
+
+
+@pytest.mark.parametrize(("image", "release"), [
+    ("vllm/vllm-openai:v0.32.0", "0.32.0"), ("docker.io/vllm/vllm-openai:v0.10.1.1", "0.10.1.1"),
+    ("vllm/vllm-openai:latest", None), ("lmsysorg/sglang:v0.5.23", None), ("vllm/vllm-openai", None),
+])
+def test_the_release_an_image_tag_names(image: str, release: str | None) -> None:
+    assert ENGINE.release_from_image(image) == release
+
+
+def test_admission_is_max_model_len_less_one_and_dp_engines_count() -> None:
+    assert ENGINE.max_input_len(4096, 16256) == 4095  # 0.32.0 admits max_model_len - 1 (docs/vllm.md)
+    assert ENGINE.max_input_len(4096, 1920) == 1919  # a refused start's pool bounds it
+    assert ENGINE.data_parallel_ranks({"data_parallel_size": 4}) == 4
+    assert ENGINE.data_parallel_ranks({}) == 1

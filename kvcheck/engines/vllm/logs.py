@@ -64,6 +64,7 @@ _OVERRIDE = re.compile(r"num_gpu_blocks_override=(\d+)")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|KeyboardInterrupt|SystemExit)(?::|$)")
 
 _READY = re.compile(r"^(?:INFO:\s+)?Application startup complete\.$")  # uvicorn's, unprefixed
+_UVICORN_STOP = re.compile(r"^INFO:\s+Shutting down$")
 # What vLLM prints around the real cause of a failed start.
 _WRAPPERS = ("EngineCore failed to start", "Engine core initialization failed")
 
@@ -105,6 +106,7 @@ class _State:
     failed_after_ready: bool = False
     damaged: list[str] = field(default_factory=list)
     pending_refusal: tuple[int, int] | None = None  # (L, line) until the estimated length is read
+    stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
 
 
 def _split(text: str) -> tuple[RankTag | None, str | None, str, bool]:
@@ -284,6 +286,10 @@ class VllmLogReader:
             s.ready = True
             self._advance("ready")
             event("ready")
+        elif (vllm_line and text.startswith("[shutdown]")) or _UVICORN_STOP.match(text):
+            # 0.32.0 tags its shutdown lines; while it stops, its API server may log EngineDeadError
+            # (seen on a SIGTERM from kvcheck after the figures were in): not a crash of the server
+            s.stopping = True
         elif vllm_line and "EngineCore failed to start" in text:
             s.startup += 1
             self._fail(text)
@@ -327,6 +333,8 @@ class VllmLogReader:
         s = self._s
         if any(r.refused for r in s.ranks.values()) or s.pending_refusal is not None:
             s.phase = FAILED  # the refusal is a measured pool, not a failure to measure
+            return
+        if s.stopping:
             return
         if s.failure is None or (_is_wrapper(s.failure) and not _is_wrapper(text)):
             s.failure = text[:400]

@@ -171,3 +171,38 @@ def test_an_endless_line_is_read_up_to_its_cap_and_the_next_line_is_still_read()
     summary = reader.summary()
     assert summary.lines == 2
     assert [(r.final_tokens, r.figure_line) for r in summary.ranks] == [(16384 - 128, 2)]
+
+
+READY_LINES = (
+    "(APIServer pid=1) INFO 12-01 23:43:10 [api_utils.py:286] non-default args: {'model_tag': 'm'}",
+    "(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] CPU KV cache size: 16,384 tokens, "
+    "Maximum concurrency for 4,096 tokens per request: 4.00x",
+    "INFO:     Application startup complete.",
+)
+DEAD = ("(APIServer pid=1) ERROR 12-02 00:00:14 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+
+def test_what_fails_while_vllm_stops_is_not_a_crash() -> None:
+    # seen on real vLLM 0.32.0 stopped by kvcheck's SIGTERM once its figures were in (a race: not every stop)
+    summary = summary_of_lines(
+        *READY_LINES,
+        "(APIServer pid=1) INFO 12-02 00:00:14 [launcher.py:254] [shutdown] API server: shutdown triggered",
+        DEAD,
+    )
+    assert (summary.ready, summary.failure, summary.failed_after_ready) == (True, None, False)
+
+
+def test_a_crash_after_ready_without_a_stop_is_one() -> None:
+    summary = summary_of_lines(*READY_LINES, DEAD)
+    assert (summary.ready, summary.failed_after_ready) == (True, True)
+    assert summary.failure == DEAD.split("] ", 1)[1]
+
+
+def test_cli_on_the_real_log_of_a_measured_boot_whose_stop_logged_an_engine_dead_error() -> None:
+    log = VLLM_DATA / "0.32.0-cpu-measured-stop.log"
+    assert "EngineDeadError" in log.read_text()
+    code, report = logs(str(log), "--context-length", "4096")
+    assert code == 0, report
+    assert [(r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [(16256, 4095)]
+    assert report["findings"] == []

@@ -32,8 +32,14 @@ def _sglang() -> Engine:
     return SglangEngine()
 
 
+def _vllm() -> Engine:
+    from kvcheck.engines.vllm.engine import VllmEngine
+
+    return VllmEngine()
+
+
 # Factories, so that importing the registry does not import every engine's modules.
-BUILTIN_ENGINES: dict[str, Callable[[], Engine]] = {"sglang": _sglang}
+BUILTIN_ENGINES: dict[str, Callable[[], Engine]] = {"sglang": _sglang, "vllm": _vllm}
 ENGINES: dict[str, Callable[[], Engine]] = dict(BUILTIN_ENGINES)
 _instances: dict[str, Engine] = {}
 _plugins_loaded = False

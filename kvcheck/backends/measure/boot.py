@@ -32,7 +32,7 @@ from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figur
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
 from kvcheck.backends.measure.launchers.process import create_log
 from kvcheck.engines import get_engine
-from kvcheck.engines.base import LogSummary, ServerInfo
+from kvcheck.engines.base import LogEvent, LogSummary, ServerInfo
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -266,6 +266,36 @@ class RoleBoot:
             )
         return measurement
 
+    def _refused(self, refusal: LogEvent, summary: LogSummary, details: dict[str, Any]) -> PoolMeasurement:
+        """An engine that measured its own pool, found one request of its context length too large for
+        it and exited (vLLM's startup check): a measured verdict, KV109 with the engine's own words, and
+        the pool it stated judged by the policy (KV101), never "could not measure"."""
+        pool = int(refusal.values["pool_tokens"])
+        context = int(refusal.values["context_len"])
+        details["refused_at_boot"] = True
+        return PoolMeasurement(
+            role=self.target.name,
+            source="measure",
+            pool_tokens=pool,
+            max_input_tokens=self._engine.max_input_len(context, pool),
+            context_len=context,
+            engine_version=summary.version,
+            resolved_args=dict(summary.server_args or {}),
+            gpus=self.target.gpus or None,
+            details=details,
+            findings=(
+                finding(
+                    "KV109",
+                    self.target.name,
+                    f"{self._engine.label} refused to start: one request of its context length ({context:,} "
+                    f"tokens) does not fit the KV cache it allocated, which holds {pool:,}; it said:\n"
+                    + _quote([refusal.text], self._secrets()),
+                    hint=f"lower the context length to at most {pool:,} tokens, or give the KV cache more memory",
+                    location=self.target.location,
+                ),
+            ),
+        )
+
     def _launch_failed(self, exc: LaunchError, kept_log: Path | None) -> PoolMeasurement:
         details = {
             "log_file": str(kept_log) if kept_log is not None else None,
@@ -397,6 +427,9 @@ class RoleBoot:
         if refused is not None:  # the launcher (a scheduler) ended the role before the engine ran
             refusal_message, refusal_hint = refused
             return self._replace(self._fail(refusal_message, hint=refusal_hint), details=details)
+        refusal = next((e for e in summary.warnings if e.kind == "pool_refusal"), None)
+        if outcome == "exited" and refusal is not None:
+            return self._refused(refusal, summary, details)
         if outcome == "exited":
             status = exit_text(engine.returncode if engine.returncode is not None else -9)
             lines = list(summary.errors) or list(self._tail)

@@ -1,0 +1,174 @@
+"""A `vllm serve` command line read as vLLM's FlexibleArgumentParser reads it.
+
+vLLM rewrites the command line before argparse sees it (vllm/utils/argparse_utils.py, 0.32.0):
+underscores in a flag's name become dashes (`--max_model_len`), `-O3` is `--optimization-level 3`,
+and dotted keys of JSON config flags are merged into one JSON value
+(`--kv-transfer-config.kv_role kv_producer --kv-transfer-config.kv_connector NixlConnector`, list
+items with `+`). The model is `vllm serve`'s positional argument (or `--model`, which vLLM moves to
+the front). This module applies the same rewrites, then the shared argparse reading
+(kvcheck.engines.argv), and maps every index back to the token as written, so a finding points at
+the user's own text. Short aliases (`-tp 2`, `-dp`, `-q`) resolve to their long flag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv
+from kvcheck.engines.flags import Catalogue, Flag
+from kvcheck.engines.vllm.catalogue import human_readable_int
+
+# `python -m vllm.entrypoints.openai.api_server` (the pre-`vllm serve` entry point, still shipped)
+_MODULE_RE = re.compile(r"^vllm\.entrypoints\.(?:openai\.)?api_server$")
+_UNDERSCORES = re.compile(r"(?<=--)[^.]*")
+
+
+def launch_index(argv: Sequence[str]) -> int | None:
+    """Index of the first server argument after `vllm serve` (its model) or `-m vllm.entrypoints.openai.api_server`."""
+    for i, word in enumerate(argv):
+        if word.rsplit("/", 1)[-1] == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return i + 2
+        if word == "-m" and i + 1 < len(argv):
+            if _MODULE_RE.match(argv[i + 1]):
+                return i + 2
+            if argv[i + 1] == "vllm.entrypoints.cli.main" and i + 2 < len(argv) and argv[i + 2] == "serve":
+                return i + 3
+    return None
+
+
+def _dashes(token: str) -> str:
+    """`--max_model_len=4k` -> `--max-model-len=4k`; the part after the first `.` keeps its underscores."""
+    key, eq, value = token.partition("=")
+    return _UNDERSCORES.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value
+
+
+def _dotted_value(text: str) -> Any:
+    """A dotted key's value as vLLM reads it: JSON, else a human-readable integer, else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return human_readable_int("", text)
+    except ValueError:
+        return text
+
+
+def _merge(into: dict[str, Any], keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        nested = into.get(key)
+        if not isinstance(nested, dict):
+            nested = into[key] = {}
+        into = nested
+    into[keys[-1]] = value
+
+
+class _Rewritten:
+    """The tokens argparse sees after vLLM's rewrites, with the index of the token each came from."""
+
+    def __init__(self, catalogue: Catalogue) -> None:
+        self.tokens: list[str] = []
+        self.origin: list[int] = []
+        self.dotted: dict[str, tuple[int, str, dict[str, Any]]] = {}  # flag -> (first index, spelled, merged)
+        self.problems: list[ArgvProblem] = []
+        self._short = {alias: flag.name for flag in catalogue.flags for alias in flag.aliases
+                       if not alias.startswith("--")}
+
+    def add(self, token: str, index: int) -> None:
+        self.tokens.append(token)
+        self.origin.append(index)
+
+    def long_name(self, spelled: str) -> str:
+        return self._short.get(spelled, spelled)
+
+
+def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritten:  # noqa: C901  (one pass, as vLLM's)
+    out = _Rewritten(catalogue)
+    skip: set[int] = set()
+    for i in range(start, len(argv)):
+        if i in skip:
+            continue
+        token = argv[i]
+        if token.startswith("-O") and token != "-O" and not token.startswith("--"):
+            out.add("--optimization-level", i)
+            out.add(token[3:] if token[2:3] == "=" else token[2:], i)
+            continue
+        if token == "-O" and i + 1 < len(argv) and argv[i + 1] in {"0", "1", "2", "3"}:
+            out.add("--optimization-level", i)
+            continue
+        if token.startswith("-") and "." in token.split("=", 1)[0] and is_option(token.split("=", 1)[0]):
+            key, eq, value = _dashes(token).partition("=") if token.startswith("--") else token.partition("=")
+            if not eq:
+                if i + 1 >= len(argv):
+                    out.problems.append(ArgvProblem(i, "value", f"'{token}' expects a value"))
+                    continue
+                value = argv[i + 1]
+                skip.add(i + 1)
+            as_list = key.endswith("+")
+            base, *keys = key.removesuffix("+").split(".")
+            if not keys or not all(keys):
+                out.problems.append(ArgvProblem(i, "value", f"'{token}': a dotted key needs a name after each '.'"))
+                continue
+            parsed = json.dumps(value.split(",")) if as_list else None
+            item = json.loads(parsed) if parsed is not None else _dotted_value(value)
+            name = out.long_name(base)
+            first, spelled, merged = out.dotted.get(name, (i, token.split("=", 1)[0], {}))
+            _merge(merged, keys, item)
+            out.dotted[name] = (first, spelled, merged)
+            continue
+        if token.startswith("--"):
+            out.add(_dashes(token), i)
+            continue
+        if token.startswith("-") and is_option(token):
+            spelled, eq, value = token.partition("=")
+            out.add(out.long_name(spelled) + eq + value, i)
+            continue
+        out.add(token, i)
+    return out
+
+
+def _resolve_flag(catalogue: Catalogue, name: str) -> Flag | None:
+    for flag in catalogue.flags:
+        if flag.name == name or name in flag.aliases:
+            return flag
+    return None
+
+
+def parse_vllm_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0) -> ParsedArgv:
+    """Parse argv[start:] (`vllm serve`'s arguments, the model first or not at all) as vLLM would."""
+    rewritten = _rewrite(argv, start, catalogue)
+    tokens, origin = rewritten.tokens, rewritten.origin
+    occurrences: list[ParsedFlag] = []
+    first = 0
+    model_flag = _resolve_flag(catalogue, "--model")
+    if tokens and not is_option(tokens[0]) and model_flag is not None:  # `vllm serve MODEL ...`
+        occurrences.append(ParsedFlag("model", "model", tokens[0], origin[0], (tokens[0],), (origin[0],),
+                                      tokens[0], model_flag))
+        first = 1
+    parsed = parse_argv(tokens, catalogue, start=first)
+
+    def back(index: int) -> int:
+        return origin[index] if 0 <= index < len(origin) else (origin[-1] if origin else start)
+
+    for occ in parsed.occurrences:
+        occurrences.append(ParsedFlag(occ.name, occ.key, argv[back(occ.index)].split("=", 1)[0], back(occ.index),
+                                      occ.values, tuple(back(v) for v in occ.value_indexes), occ.value, occ.flag))
+    problems = [ArgvProblem(back(p.index), p.kind, p.message) for p in parsed.problems]
+    problems += rewritten.problems
+    for name, (index, spelled, merged) in rewritten.dotted.items():
+        flag = _resolve_flag(catalogue, name)
+        if flag is None:
+            problems.append(ArgvProblem(index, "unknown", f"unknown vLLM flag '{name.lstrip('-')}' in '{spelled}'"))
+            continue
+        if flag.type != "json":
+            problems.append(ArgvProblem(index, "value", f"'{spelled}': '{flag.name[2:]}' is not a JSON config flag, "
+                                        "so it takes no dotted keys (vLLM exits with status 2)"))
+            continue
+        # vLLM appends the merged dict after every other argument: it replaces a JSON value given whole.
+        occurrences.append(ParsedFlag(flag.name[2:], flag.key, spelled, index, (json.dumps(merged),), (index,),
+                                      merged, flag))
+    problems.sort(key=lambda p: p.index)
+    return ParsedArgv(tuple(occurrences), tuple(problems))

@@ -1,0 +1,171 @@
+"""vLLM's `vllm serve` flags per release, read from the catalogues in profiles/vllm/.
+
+The catalogues are generated from each release's own argparse by tools/gen_vllm_catalogue.py. Lookup
+is the shared argparse lookup (kvcheck.engines.flags), with vLLM's own value types: its
+human_readable_int (`32k` = 32,000, `32K` = 32,768, decimals only with lower-case suffixes) and
+`--max-model-len auto` (or -1: fit the window to the pool).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.engines.flags import Catalogue, Flag, FlagError, RemovedFlag
+from kvcheck.errors import InputError
+from kvcheck.profiles import profile_path
+
+CATALOGUE_SCHEMA = "kvcheck/vllm-flags/v1"
+HUMAN_INT = "vllm_human_readable_int"
+HUMAN_INT_OR_AUTO = "vllm_human_readable_int_or_auto"
+AUTO = -1  # what vLLM stores for `--max-model-len auto`
+
+# Flags a manifest must not carry: kvcheck sets them itself or they hide arguments from the check.
+RESERVED_FLAGS = {
+    "model": "set model.path instead; kvcheck passes it as `vllm serve MODEL`",
+    "config": "put the config file's arguments in the manifest's args, so kvcheck can check them",
+    "host": "kvcheck picks where the measured server listens",
+    "port": "kvcheck picks where the measured server listens",
+}
+
+_HUMAN_RE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(name: str, value: Any, *, auto: bool = False) -> int:
+    """vLLM's human_readable_int(_or_auto): 1k=1000, 1K=1024, 25.6k=25600; with `auto`, auto/-1 -> -1."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise FlagError(f"'{name}' must be an integer such as 32768, 32k or 32K, not {value!r}")
+    if isinstance(value, int):
+        if value < 0 and not (auto and value == AUTO):
+            raise FlagError(f"'{name}' must not be negative ({value})" + ("; write auto or -1 to fit" if auto else ""))
+        return value
+    text = value.strip()
+    if auto and (text == "-1" or text.lower() == "auto"):
+        return AUTO
+    match = _HUMAN_RE.fullmatch(text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise FlagError(
+                f"'{name}': decimals are not allowed with binary suffixes like {suffix} ({text!r}); "
+                f"did you mean {number}{suffix.lower()}?"
+            )
+        return int(number) * _BINARY[suffix]
+    try:
+        parsed = int(text)
+    except ValueError as exc:
+        raise FlagError(
+            f"'{name}' must be an integer such as 32768, 32k or 32K" + (" (or auto)" if auto else "")
+            + f", not {value!r}"
+        ) from exc
+    if parsed < 0:
+        raise FlagError(f"'{name}' must not be negative ({parsed})")
+    return parsed
+
+
+@dataclass(frozen=True)
+class VllmCatalogue(Catalogue):
+    """A vLLM release's flags: the shared argparse rules plus vLLM's value types."""
+
+    def _coerce_one(self, flag: Flag, value: Any) -> Any:
+        if flag.type in (HUMAN_INT, HUMAN_INT_OR_AUTO):
+            if value is None:
+                raise FlagError(f"'{flag.name[2:]}' needs a value (remove the key to use vLLM's default)")
+            return human_readable_int(flag.name[2:], value, auto=flag.type == HUMAN_INT_OR_AUTO)
+        if flag.type == "json" and isinstance(value, str) and value in ("", "None"):
+            return None  # vLLM's optional_type: an empty or "None" value unsets a config
+        return super()._coerce_one(flag, value)
+
+    def argv(self, flag: Flag, value: Any) -> list[str]:
+        if flag.type == HUMAN_INT_OR_AUTO and value == AUTO:
+            return [flag.name, "auto"]
+        return super().argv(flag, value)
+
+
+def _flag_from_json(item: Mapping[str, Any]) -> Flag:
+    choices = item.get("choices")
+    return Flag(
+        name=item["flag"],
+        field=item.get("field"),
+        aliases=tuple(item.get("aliases") or ()),
+        type=item.get("type") or "str",
+        nargs=item.get("nargs"),
+        store_true=bool(item.get("store_true")),
+        action=item.get("action"),
+        default=item.get("default"),
+        choices=tuple(choices) if choices is not None else None,
+        deprecated=bool(item.get("deprecated")),
+    )
+
+
+def catalogue_versions() -> list[str]:
+    """vLLM versions that ship a catalogue, oldest first."""
+    versions = []
+    for path in profile_path("vllm").glob("flags-*.json"):
+        text = path.stem.removeprefix("flags-")
+        try:
+            Version(text)
+        except InvalidVersion:
+            continue
+        versions.append(text)
+    return sorted(versions, key=Version)
+
+
+@cache
+def _load(version: str) -> VllmCatalogue:
+    path = profile_path("vllm", f"flags-{version}.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("schema") != CATALOGUE_SCHEMA:
+        raise InputError(f"{path}: not a kvcheck vLLM flag catalogue (schema {data.get('schema')!r})")
+    removed = {
+        r["flag"]: RemovedFlag(r["flag"], r["last_version"], r.get("replacement")) for r in data.get("removed", [])
+    }
+    return VllmCatalogue(
+        version=str(data["vllm_version"]),
+        flags=tuple(_flag_from_json(item) for item in data["flags"]),
+        removed=removed,
+        allow_abbrev=bool(data.get("allow_abbrev", True)),
+        label="vLLM",
+        reserved=RESERVED_FLAGS,
+    )
+
+
+def load_catalogue(version: str) -> tuple[VllmCatalogue, str | None]:
+    """The catalogue for `version`, plus a note when another release's catalogue stands in.
+
+    A local or post build of a catalogued release (`0.32.0+cpu`, `0.32.0.post1`) uses that release's
+    catalogue with no note; any other version gets the nearest older catalogued release (the oldest
+    when it is older than all), with a note: flags added or removed in between may be judged wrongly.
+    """
+    try:
+        wanted = Version(str(version))
+    except InvalidVersion as exc:
+        raise InputError(f"'{version}' is not a version number (write it like \"0.32.0\")") from exc
+    available = catalogue_versions()
+    if not available:
+        raise InputError("no vLLM flag catalogue is installed; reinstall kvcheck")
+    parsed = {v: Version(v) for v in available}
+    same = [v for v in available if parsed[v].release == wanted.release and not wanted.is_prerelease
+            and parsed[v] <= wanted]
+    if same:
+        return _load(same[-1]), None
+    older = [v for v in available if parsed[v] < wanted]
+    chosen = older[-1] if older else available[0]
+    if older:
+        note = f"no flag catalogue for vLLM {version}; arguments were checked against {chosen}, the nearest older release"
+    else:
+        note = (
+            f"vLLM {version} is older than every flag catalogue kvcheck ships; arguments were checked against "
+            f"{chosen}, the oldest, so a flag that {version} accepted and {chosen} does not is reported as unknown"
+        )
+    return _load(chosen), note

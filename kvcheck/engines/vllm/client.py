@@ -1,0 +1,272 @@
+"""Ask a running vLLM server for its KV pool and window: /metrics, /v1/models and /version.
+
+vLLM (0.32.0) has no server-info endpoint outside its dev mode (`/server_info` needs
+VLLM_SERVER_DEV_MODE=1), so the pool comes from the `vllm:cache_config_info` gauge of /metrics, whose
+labels carry the cache config of each engine (one series per data-parallel engine): `num_gpu_blocks`,
+`block_size`, `kv_cache_size_tokens`. What one request can use is (num_gpu_blocks - 1) x block_size
+(vLLM keeps one null block). The window is /v1/models' `max_model_len`, the version /version's.
+Fail closed: an answer that cannot be had, or is not vLLM's, raises EndpointError (exit 3) with the
+reason; never a default. Every read goes through kvcheck.http (one deadline, bounded body, redirects
+checked, the token kept to its origin and out of every message).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from kvcheck import __version__
+from kvcheck.engines.base import ServerInfo
+from kvcheck.engines.vllm.serving import MAX_TOKEN_FIGURE, usable_tokens
+from kvcheck.errors import EndpointError, InputError
+from kvcheck.http import (
+    Answer,
+    HttpLimitError,
+    JsonRejected,
+    display_url,
+    make_client,
+    parse_json,
+    tls_reason,
+    validate_base_url,
+)
+from kvcheck.http import request as http_request
+from kvcheck.redact import REDACTED
+
+MODELS_PATH = "/v1/models"
+METRICS_PATH = "/metrics"
+VERSION_PATH = "/version"
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+CACHE_INFO = "vllm:cache_config_info"
+# What ServerInfo.metrics holds (min over engines), named after the labels they come from.
+POOL_GAUGE = "vllm:cache_config_info:usable_tokens"
+BLOCKS_GAUGE = "vllm:cache_config_info:num_gpu_blocks"
+BLOCK_SIZE_GAUGE = "vllm:cache_config_info:block_size"
+SIZE_GAUGE = "vllm:cache_config_info:kv_cache_size_tokens"
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _count(value: Any) -> int | None:
+    """A token or block count: an integer 0..MAX_TOKEN_FIGURE (text of one from a label), else None."""
+    if isinstance(value, str) and re.fullmatch(r"\d{1,12}", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_FIGURE:
+        return None
+    return value
+
+
+def cache_configs(text: str) -> list[dict[str, str]]:
+    """The label sets of every `vllm:cache_config_info` series in a Prometheus exposition."""
+    found = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith(CACHE_INFO + "{"):
+            continue
+        end = line.rfind("}")
+        if end < 0:
+            continue
+        found.append(dict(_LABEL.findall(line[len(CACHE_INFO) + 1:end])))
+    return found
+
+
+def pools_from_metrics(text: str, where: str) -> tuple[list[int], dict[str, float]]:
+    """Each engine's usable tokens (sorted by engine), and the smallest figures as metrics."""
+    configs = cache_configs(text)
+    if not configs:
+        raise EndpointError(
+            f"{where}: no {CACHE_INFO} series: not a vLLM server's metrics, or a release without it",
+            hint="check that the URL points at a vLLM server (not a router or another engine)",
+        )
+    pools: list[tuple[str, int]] = []
+    figures: dict[str, list[int]] = {BLOCKS_GAUGE: [], BLOCK_SIZE_GAUGE: [], SIZE_GAUGE: []}
+    for labels in configs:
+        blocks, block = _count(labels.get("num_gpu_blocks")), _count(labels.get("block_size"))
+        if blocks is None or block is None or block == 0:
+            raise EndpointError(
+                f"{where}: {CACHE_INFO} has num_gpu_blocks={labels.get('num_gpu_blocks')!r} and "
+                f"block_size={labels.get('block_size')!r}, not counts",
+                hint="the server may still be starting (num_gpu_blocks is None until the pool is sized)",
+            )
+        usable = usable_tokens(blocks, block)
+        if usable > MAX_TOKEN_FIGURE:
+            raise EndpointError(f"{where}: {CACHE_INFO} states {blocks:,} blocks of {block:,}: no server holds that")
+        pools.append((labels.get("engine", ""), usable))
+        figures[BLOCKS_GAUGE].append(blocks)
+        figures[BLOCK_SIZE_GAUGE].append(block)
+        size = _count(labels.get("kv_cache_size_tokens"))
+        if size is not None:
+            figures[SIZE_GAUGE].append(size)
+    pools.sort(key=lambda item: (int(item[0]) if item[0].isdigit() else math.inf, item[0]))
+    metrics = {name: float(min(values)) for name, values in figures.items() if values}
+    metrics[POOL_GAUGE] = float(min(p for _, p in pools))
+    return [p for _, p in pools], metrics
+
+
+class VllmClient:
+    """A small, strict HTTP client for one vLLM server (thread-confined; one per endpoint)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
+        token: str | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if timeout_s <= 0:
+            raise InputError(f"timeout must be positive, got {timeout_s:g} s")
+        if retries < 0:
+            raise InputError(f"retries must be 0 or more, got {retries}")
+        self._base = validate_base_url(base_url)
+        self.url = display_url(self._base)
+        self._timeout_s = float(timeout_s)
+        self._retries = int(retries)
+        self._backoff_s = float(backoff_s)
+        self._token = token or None
+        self._sleep = sleep
+        self._client = make_client(
+            timeout_s=timeout_s,
+            verify=verify,
+            transport=transport,
+            headers={"User-Agent": f"kvcheck/{__version__}", "Accept": "application/json, text/plain;q=0.9"},
+        )
+
+    def __repr__(self) -> str:
+        return f"VllmClient({self.url!r}, token={'<set>' if self._token else None})"
+
+    def __enter__(self) -> VllmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- public calls -------------------------------------------------------------------------
+
+    def server_info(self) -> ServerInfo:
+        """The pool (/metrics cache_config_info), the window (/v1/models) and the version (/version)."""
+        answer = self._get(METRICS_PATH)
+        self._raise_for_status(answer, METRICS_PATH)
+        pools, metrics = pools_from_metrics(answer.body.decode("utf-8", "replace"), f"{self.url}{METRICS_PATH}")
+        notes: list[str] = []
+        served = self.served_context()
+        if served is None:
+            notes.append(f"{MODELS_PATH}: no model states max_model_len")
+        version = None
+        try:
+            version = self._version()
+        except EndpointError as exc:
+            notes.append(f"{VERSION_PATH}: {exc.message}")
+        return ServerInfo(
+            url=self.url,
+            version=version,
+            max_total_num_tokens=min(pools),
+            max_req_input_len=served - 1 if served else None,
+            dp_token_capacities=tuple(pools) if len(pools) > 1 else (),
+            swa_token_capacities=(),
+            context_length_arg=None,
+            served_context_len=served,
+            resolved_args={},
+            launch_command=None,
+            endpoint=f"{METRICS_PATH} ({CACHE_INFO})",
+            metrics=metrics,
+            redirected_to=display_url(answer.url) if answer.redirected else None,
+            served_context_source=MODELS_PATH if served is not None else None,
+            notes=tuple(notes),
+        )
+
+    def served_context(self) -> int | None:
+        """/v1/models' max_model_len (the base model's; LoRA adapters list none)."""
+        answer = self._get(MODELS_PATH)
+        self._raise_for_status(answer, MODELS_PATH)
+        payload = self._json(answer, MODELS_PATH)
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            raise EndpointError(f"{self.url}{MODELS_PATH}: the answer has no model list ('data')")
+        for card in data:
+            raw = card.get("max_model_len") if isinstance(card, dict) else None
+            length = _count(raw)
+            if raw is not None and length is None:
+                raise EndpointError(f"{self.url}{MODELS_PATH}: max_model_len is {raw!r}, not a token count")
+            if length:
+                return length
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        """The cache config's figures (smallest over engines); EndpointError when /metrics has none."""
+        answer = self._get(METRICS_PATH)
+        self._raise_for_status(answer, METRICS_PATH)
+        return pools_from_metrics(answer.body.decode("utf-8", "replace"), f"{self.url}{METRICS_PATH}")[1]
+
+    def router_workers(self) -> tuple[list[tuple[str, str | None]], int]:
+        """vLLM's server is never a router (its answers raise no RouterAnswer): nothing to list."""
+        raise EndpointError(f"{self.url}: a vLLM server is not a router; it has no workers to list")
+
+    def _version(self) -> str | None:
+        answer = self._get(VERSION_PATH)
+        self._raise_for_status(answer, VERSION_PATH)
+        payload = self._json(answer, VERSION_PATH)
+        version = payload.get("version") if isinstance(payload, dict) else None
+        return version[:64] if isinstance(version, str) and version else None
+
+    # -- transport --------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> Answer:
+        """GET with bounded retries (connect errors, timeouts, 5xx) and exponential backoff."""
+        url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
+        attempts = self._retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                answer = http_request(self._client, "GET", url, timeout_s=self._timeout_s, token=self._token)
+            except HttpLimitError as exc:
+                raise EndpointError(f"{display_url(url)}: {self._redact(exc.message)}") from exc
+            except httpx.TransportError as exc:
+                tls = tls_reason(exc)
+                if tls is not None:
+                    raise EndpointError(f"{display_url(url)}: TLS failed ({tls})",
+                                        hint="pass --ca-bundle FILE, or use http:// if the server has no TLS") from exc
+                if attempt < attempts:
+                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                    continue
+                kind = "no complete answer within " + f"{self._timeout_s:g} s" if isinstance(
+                    exc, httpx.TimeoutException) else f"cannot connect: {self._redact(str(exc)) or type(exc).__name__}"
+                raise EndpointError(f"{display_url(url)}: {kind}" + (f" ({attempts} attempts)" if attempts > 1 else ""),
+                                    hint="check that the server is running and reachable from here") from exc
+            if answer.status in RETRY_STATUSES and attempt < attempts:
+                self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                continue
+            return answer
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, REDACTED) if self._token else text
+
+    def _raise_for_status(self, answer: Answer, path: str) -> None:
+        if 200 <= answer.status < 300:
+            return
+        where = f"{self.url}{path}"
+        if answer.status in (401, 403):
+            hint = ("the server refused the token: check the variable --token-env names" if self._token else
+                    "the server wants a token (vLLM's --api-key): put it in a variable and pass --token-env NAME")
+            raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
+        detail = self._redact(" ".join(answer.body[:160].decode("utf-8", "replace").split()))
+        raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}" + (f": {detail}" if detail else ""),
+                            hint="check that the URL points at a vLLM server" if answer.status == 404 else None)
+
+    def _json(self, answer: Answer, path: str) -> Any:
+        try:
+            return parse_json(answer.body)
+        except JsonRejected as exc:
+            raise EndpointError(f"{self.url}{path}: the answer is not readable JSON: {self._redact(str(exc))}",
+                                hint="check that the URL points at a vLLM server") from exc

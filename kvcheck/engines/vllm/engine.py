@@ -1,0 +1,216 @@
+"""vLLM behind the Engine interface: each method delegates to the one module that owns the rule."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kvcheck.engines.base import Engine
+from kvcheck.engines.vllm import serving
+from kvcheck.errors import EstimateError
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+    from kvcheck.engines.argv import ParsedArgv
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, SafeFraction
+    from kvcheck.engines.flags import Catalogue
+    from kvcheck.engines.vllm.client import VllmClient
+    from kvcheck.engines.vllm.logs import VllmLogReader
+    from kvcheck.gpus import GpuProfile, GpuProfiles
+    from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.policy.registry import Rule
+
+NO_SIZING = (
+    "kvcheck cannot estimate a vLLM role's pool yet: its sizing model covers SGLang only, and kvcheck "
+    "never guesses a pool"
+)
+NO_SIZING_HINT = "measure the role instead: kvcheck verify MANIFEST (measure mode boots vllm serve with its arguments)"
+
+
+class VllmEngine(Engine):
+    """vLLM (vllm-project/vllm): its `vllm serve` flags per release, its log lines, its endpoints."""
+
+    name: ClassVar[str] = "vllm"
+    label: ClassVar[str] = "vLLM"
+    default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
+    image_repository: ClassVar[str | None] = "vllm/vllm-openai"
+
+    # -- arguments --------------------------------------------------------------------------------
+
+    def catalogue(self, version: str) -> tuple[Catalogue, str | None]:
+        from kvcheck.engines.vllm.catalogue import load_catalogue
+
+        return load_catalogue(version)
+
+    def catalogue_versions(self) -> list[str]:
+        from kvcheck.engines.vllm.catalogue import catalogue_versions
+
+        return catalogue_versions()
+
+    def parse_argv(self, argv: Sequence[str], *, version: str | None, start: int = 0) -> ParsedArgv:
+        from kvcheck.engines.vllm.argv import parse_vllm_argv
+
+        catalogue, _ = self.catalogue(version if version is not None else self.catalogue_versions()[-1])
+        return parse_vllm_argv(argv, catalogue, start=start)
+
+    def launch_index(self, argv: Sequence[str]) -> int | None:
+        from kvcheck.engines.vllm.argv import launch_index
+
+        return launch_index(argv)
+
+    def release_from_image(self, image: str) -> str | None:
+        """`vllm/vllm-openai:v0.32.0` -> 0.32.0 (the tags vLLM publishes); other images name no release."""
+        repository, _, tag = image.rpartition(":")
+        if "/" in tag or not repository.endswith("vllm/vllm-openai"):
+            return None
+        version = tag.removeprefix("v")
+        return version if version[:1].isdigit() and version.count(".") >= 1 else None
+
+    def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
+        from kvcheck.engines.flags import FlagError
+        from kvcheck.errors import InputError
+
+        try:
+            catalogue, _ = self.catalogue(version if version is not None else self.catalogue_versions()[-1])
+        except InputError:
+            return frozenset()
+        found = set()
+        for name, value in args.items():
+            try:
+                flag = catalogue.resolve(str(name))
+            except FlagError:
+                continue
+            choices = {str(choice) for choice in flag.choices or ()}
+            values = value if isinstance(value, list | tuple) else [value]
+            if choices and values and all(str(item) in choices for item in values):
+                found.add(str(name))
+        return frozenset(found)
+
+    def role_mode(self, args: Mapping[str, Any]) -> str | None:
+        return serving.role_mode(args)
+
+    def max_input_len(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length)
+        return serving.max_input_len(context_len, pool_tokens)
+
+    def device(self, args: Mapping[str, Any]) -> str:
+        return serving.device(args)
+
+    # -- launch -----------------------------------------------------------------------------------
+
+    def launch_argv(
+        self,
+        target: RoleTarget,
+        *,
+        host: str,
+        port: int,
+        node: NodeLaunch | None = None,
+        dummy_weights: bool = False,
+        bootstrap_port: int | None = None,
+    ) -> list[str]:
+        from kvcheck.engines.vllm import launch
+
+        del bootstrap_port  # vLLM's KV connectors pick their side-channel ports from their own settings
+        return launch.launch_argv(target, default_command=self.default_command, host=host, port=port, node=node,
+                                  dummy_weights=dummy_weights)
+
+    def node_argv(self, node: NodeLaunch) -> list[str]:
+        from kvcheck.engines.vllm.launch import node_argv
+
+        return node_argv(node)
+
+    def launch_nodes(self, args: Mapping[str, Any]) -> int:
+        from kvcheck.engines.vllm.launch import launch_nodes
+
+        return launch_nodes(args)
+
+    def needs_bootstrap_port(self, args: Mapping[str, Any]) -> bool:
+        return False
+
+    # -- boot log ---------------------------------------------------------------------------------
+
+    oom_exit_hint: ClassVar[str | None] = (
+        "status 137 is the kernel's out-of-memory kill: lower --gpu-memory-utilization (it also sizes the CPU "
+        "backend's pool) or set the KV cache explicitly (--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE)"
+    )
+
+    def log_reader(self) -> VllmLogReader:
+        from kvcheck.engines.vllm.logs import VllmLogReader
+
+        return VllmLogReader()
+
+    def data_parallel_ranks(self, args: Mapping[str, Any]) -> int:
+        return serving.data_parallel_ranks(args)
+
+    # -- server -----------------------------------------------------------------------------------
+
+    max_token_figure: ClassVar[int] = serving.MAX_TOKEN_FIGURE
+    # The usable pool from /metrics' vllm:cache_config_info (client.POOL_GAUGE, spelt out so that naming
+    # it does not import the HTTP client); vLLM exports no gauge of the served window.
+    pool_gauge: ClassVar[str | None] = "vllm:cache_config_info:usable_tokens"
+    context_gauge: ClassVar[str | None] = None
+
+    def server_client(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
+        token: str | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> VllmClient:
+        from kvcheck.engines.vllm.client import VllmClient
+
+        return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
+                          backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
+
+    # -- sizing: not in this release: never a guessed number ---------------------------------------
+
+    def estimate(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> PoolEstimate:
+        raise EstimateError(NO_SIZING, hint=NO_SIZING_HINT)
+
+    def plan(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> RolePlan:
+        raise EstimateError(NO_SIZING.replace("estimate", "plan"), hint=NO_SIZING_HINT)
+
+    def safe_fraction(
+        self,
+        target: RoleTarget,
+        *,
+        profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+        offline: bool | None = None,
+    ) -> SafeFraction | None:
+        return None  # no sizing model: nothing to compare --gpu-memory-utilization with
+
+    # -- rules ------------------------------------------------------------------------------------
+
+    def rules(self) -> tuple[Rule, ...]:
+        from kvcheck.engines.vllm.rules import KV109
+
+        return (KV109,)

@@ -1,0 +1,389 @@
+"""vLLM's startup log, read line by line (a BootLogReader): the pool, the window, refusals, readiness.
+
+The lines are vLLM 0.32.0's (V1 engine), measured on its CPU backend and read in its source
+(docs/vllm.md). Every line may carry the process prefix vLLM's multiprocessing adds, such as
+`(APIServer pid=12)`, `(EngineCore_DP1 pid=40)`, `(Worker_TP0 pid=41)`, then `INFO 12-01 23:46:05
+[file.py:2327]`. What is read:
+
+- `non-default args: {...}` (the API server's arguments, field names) and the banner's version;
+- `Using max model len L`, and `Auto-fit max_model_len: reduced from A to B ...` (`--max-model-len auto`);
+- the pool: `CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: X.XXx`
+  (`GPU` on CUDA). N is derived (blocks / ceil(L / block) x L), not what one request can use: that is
+  (num_blocks - 1) x block_size, one block being vLLM's null block. The reader gives N - block_size,
+  which equals it when L is a multiple of the block and is below it otherwise (fail closed);
+- the refusal `ValueError: To serve at least one request with the model's max seq len (L) ... the
+  estimated maximum model length is N.`: vLLM measured its pool and found it below L. The reader
+  gives N as the pool (vLLM's own bound for one request, null block counted) and a `pool_refusal`
+  event, so that measure and logs judge it (KV109, KV101) instead of "could not measure";
+- `Application startup complete.` (uvicorn, the server answers from then on) as ready; tracebacks
+  and `EngineCore failed to start.` as failures.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvcheck.engines.base import FAILED, PHASE_ORDER, LogEvent, LogSummary, RankFigures, RankTag
+from kvcheck.engines.vllm.serving import DEFAULT_BLOCK_SIZE, MAX_TOKEN_FIGURE
+from kvcheck.io.streams import BinaryReadable
+
+MAX_LINE_CHARS = 64 * 1024  # a longer line is cut before it is read (config dumps run to ~8 k)
+MAX_ARGS_CHARS = 32 * 1024  # a `non-default args` dict longer than this is not parsed
+KEPT_ERRORS = 40
+KEPT_WARNINGS = 50
+
+_PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*?)(?:_(?P<tags>(?:DP|TP|PP|EP)\d+(?:_(?:DP|TP|PP|EP)\d+)*))?"
+                     r"(?:-(?P<index>\d+))? pid=\d+\)\s?")
+_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                    r"\[[\w./-]+:\d+\] ")
+_TAG = re.compile(r"(DP|TP|PP|EP)(\d+)")
+
+_NUM = r"(\d[\d,]*)"
+# 0.32.0 states both on one line; earlier V1 releases printed the concurrency on the next line.
+_POOL = re.compile(rf"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: {_NUM} tokens(?:, Maximum concurrency for "
+                   rf"{_NUM} tokens per request: (?P<conc>[\d.]+)x)?")
+_CONCURRENCY = re.compile(rf"^Maximum concurrency for {_NUM} tokens per request: ([\d.]+)x")
+_REFUSAL = re.compile(r"ValueError: To serve at least one request with the model's max seq len \((\d+)\)")
+_ESTIMATED = re.compile(r"the estimated maximum model length is (\d+)")
+_AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
+_AUTO_FITS = re.compile(r"Auto-fit max_model_len: full model context length (\d+) fits")
+_MAX_LEN = re.compile(r"^Using max model len (\d+)")
+_NON_DEFAULT = re.compile(r"^non-default args: (\{.*\})\s*$")
+_BANNER_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+-]*)\s*$")
+_ENGINE_VERSION = re.compile(r"^Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+[\w.+-]*)\) with config: (.*)$")
+_SERVER_VERSION = re.compile(r"^vLLM API server version (\d+\.\d+\.\d+[\w.+-]*)")
+_CONFIG_KEY = re.compile(r"\b(max_seq_len|device_config|tensor_parallel_size|pipeline_parallel_size|"
+                         r"data_parallel_size|kv_cache_dtype|enable_prefix_caching)=([^,]+)")
+_KV_GIB = re.compile(r"^(?:Available KV cache memory: ([\d.]+) GiB|Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache)")
+_WEIGHTS_GIB = re.compile(r"^Model loading took ([\d.]+) GiB")
+_OVERRIDE = re.compile(r"num_gpu_blocks_override=(\d+)")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|KeyboardInterrupt|SystemExit)(?::|$)")
+
+_READY = re.compile(r"^(?:INFO:\s+)?Application startup complete\.$")  # uvicorn's, unprefixed
+_UVICORN_STOP = re.compile(r"^INFO:\s+Shutting down$")
+# What vLLM prints around the real cause of a failed start.
+_WRAPPERS = ("EngineCore failed to start", "Engine core initialization failed")
+
+
+def _is_wrapper(text: str) -> bool:
+    return any(wrapper in text for wrapper in _WRAPPERS)
+
+
+@dataclass
+class _Rank:
+    tag: RankTag
+    pool_tokens: int | None = None
+    logged_tokens: int | None = None
+    context_len: int | None = None
+    concurrency: float | None = None
+    figure_line: int | None = None
+    refused: bool = False
+
+
+@dataclass
+class _State:
+    lines: int = 0
+    startup: int = 0
+    boots: int = 0
+    phase: str = "starting"
+    ready: bool = False
+    version: str | None = None
+    args: dict[str, Any] | None = None
+    args_line: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    max_model_len: int | None = None
+    auto_fit: tuple[int, int] | None = None
+    kv_gib: float | None = None
+    weights_gib: float | None = None
+    ranks: dict[int | None, _Rank] = field(default_factory=dict)
+    warnings: list[LogEvent] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    failure: str | None = None
+    failed_after_ready: bool = False
+    damaged: list[str] = field(default_factory=list)
+    pending_refusal: tuple[int, int] | None = None  # (L, line) until the estimated length is read
+    stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
+
+
+def _split(text: str) -> tuple[RankTag | None, str | None, str, bool]:
+    """(rank tag, level, message, had a vLLM prefix) of one line."""
+    tag: RankTag | None = None
+    prefixed = False
+    match = _PREFIX.match(text)
+    if match:
+        prefixed = True
+        values = {name.lower(): int(rank) for name, rank in _TAG.findall(match["tags"] or "")}
+        tag = RankTag(dp=values.get("dp"), pp=values.get("pp"), tp=values.get("tp"), ep=values.get("ep"))
+        text = text[match.end():]
+    level = None
+    lmatch = _LEVEL.match(text)
+    if lmatch:
+        level = lmatch["level"]
+        text = text[lmatch.end():]
+    return tag, level, text, prefixed or lmatch is not None
+
+
+def _count(text: str) -> int | None:
+    value = int(text.replace(",", ""))
+    return value if value <= MAX_TOKEN_FIGURE else None
+
+
+def _literal_args(text: str) -> dict[str, Any] | None:
+    """The `non-default args` dict (a Python repr); None when it is not plain literals."""
+    if len(text) > MAX_ARGS_CHARS:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) and all(isinstance(k, str) for k in value) else None
+
+
+class VllmLogReader:
+    """vLLM's startup lines, read incrementally in constant memory (a BootLogReader)."""
+
+    def __init__(self) -> None:
+        self._s = _State()
+
+    @property
+    def phase(self) -> str:
+        return self._s.phase
+
+    @property
+    def lines(self) -> int:
+        return self._s.lines
+
+    @property
+    def parsed_lines(self) -> int:
+        return self._s.lines
+
+    def feed_many(self, lines: Iterable[str | bytes]) -> None:
+        for line in lines:
+            self.feed(line)
+
+    def read_stream(self, stream: BinaryReadable) -> None:
+        buffered = b""
+        skipping = False  # inside an endless line whose head was read: drop it up to its newline
+        while chunk := stream.read(1 << 16):
+            if skipping:
+                end = chunk.find(b"\n")
+                if end < 0:
+                    continue
+                chunk, skipping = chunk[end + 1:], False
+            buffered += chunk
+            *complete, buffered = buffered.split(b"\n")
+            self.feed_many(complete)
+            if len(buffered) > MAX_LINE_CHARS:  # memory stays bounded: one line is read up to its cap
+                self.feed(buffered[:MAX_LINE_CHARS])
+                buffered, skipping = b"", True
+        if buffered:
+            self.feed(buffered)
+
+    def _advance(self, phase: str) -> None:
+        s = self._s
+        if s.phase != FAILED and PHASE_ORDER.get(phase, 0) > PHASE_ORDER.get(s.phase, 0):
+            s.phase = phase
+
+    def _rank(self, tag: RankTag | None) -> _Rank:
+        dp = tag.dp if tag is not None else None
+        if dp not in self._s.ranks:
+            self._s.ranks[dp] = _Rank(tag=RankTag(dp=dp))
+        return self._s.ranks[dp]
+
+    def feed(self, line: str | bytes) -> list[LogEvent]:  # noqa: C901  (one dispatch over vLLM's lines)
+        raw = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+        raw = raw[:MAX_LINE_CHARS].rstrip("\r\n")
+        s = self._s
+        s.lines += 1
+        n = s.lines
+        tag, level, text, vllm_line = _split(raw)
+        text = text.strip()
+        events: list[LogEvent] = []
+
+        def event(kind: str, **values: Any) -> None:
+            events.append(LogEvent(kind, tag, n, text[:400], values))
+
+        if match := _NON_DEFAULT.match(text):
+            if s.ranks or s.ready or s.failure:  # a second boot in one log: its figures replace the first's
+                self._s = s = _State(lines=n, startup=s.startup, boots=s.boots)
+            s.boots += 1
+            s.args = _literal_args(match[1])
+            s.args_line = n
+            s.startup += 1
+            event("server_args")
+        elif match := _POOL.search(text):
+            logged = _count(match[2])
+            length = _count(match[3]) if match[3] is not None else None
+            rank = self._rank(tag)
+            if logged is None or length == 0 or (match[3] is not None and length is None):
+                s.damaged.append(f"line {n}: {text[:200]}")
+            else:
+                block = self._block_size(match["device"])
+                rank.logged_tokens, rank.context_len = logged, length
+                rank.pool_tokens = max(logged - block, 0)
+                rank.concurrency = float(match["conc"]) if match["conc"] else None
+                rank.figure_line = n
+            s.startup += 1
+            self._advance("sizing_pool")
+            event("pool", pool_tokens=rank.pool_tokens, logged_tokens=logged, context_len=length)
+        elif (match := _CONCURRENCY.match(text)) and s.ranks:
+            rank = self._rank(tag)
+            if rank.context_len is None:
+                rank.context_len, rank.concurrency = _count(match[1]), float(match[2])
+            s.startup += 1
+        elif match := _REFUSAL.search(text):
+            s.startup += 1
+            if s.pending_refusal is None and not any(r.refused for r in s.ranks.values()):
+                s.pending_refusal = (int(match[1]), n)
+            self._refusal_length(text, tag, n, events)
+            self._fail(text)
+        elif s.pending_refusal is not None and _ESTIMATED.search(text):
+            self._refusal_length(text, tag, n, events)
+        elif match := _AUTO_FIT.search(text):
+            s.auto_fit = (int(match[1]), int(match[2]))
+            s.max_model_len = int(match[2])
+            s.startup += 1
+            event("auto_fit", advertised_tokens=int(match[1]), context_len=int(match[2]))
+            s.warnings.insert(0, events[-1])  # what a reader of the report must see first
+        elif match := _AUTO_FITS.search(text):
+            s.startup += 1
+            event("auto_fit_full", context_len=int(match[1]))
+        elif match := _MAX_LEN.match(text):
+            s.max_model_len = int(match[1])
+            s.startup += 1
+            event("max_model_len", context_len=int(match[1]))
+        elif match := _ENGINE_VERSION.match(text):
+            s.version = s.version or match[1]
+            s.config.update({k: v.strip() for k, v in _CONFIG_KEY.findall(match[2])})
+            s.startup += 1
+            event("engine_config")
+        elif (match := _SERVER_VERSION.match(text)) or (vllm_line and (match := _BANNER_VERSION.search(text))):
+            s.version = s.version or match[1]
+            s.startup += 1
+        elif vllm_line and "Starting to load model" in text:
+            s.startup += 1
+            self._advance("loading_weights")
+            event("loading")
+        elif vllm_line and (match := _WEIGHTS_GIB.match(text)):
+            s.weights_gib = float(match[1])
+            s.startup += 1
+        elif match := _KV_GIB.match(text):
+            s.kv_gib = float(match[1] or match[2])
+            s.startup += 1
+            self._advance("sizing_pool")
+        elif vllm_line and ("Capturing CUDA graph" in text or "Warming up model" in text):
+            s.startup += 1
+            self._advance("capturing_graphs")
+        elif vllm_line and (match := _OVERRIDE.search(text)):
+            s.startup += 1
+            event("blocks_override", num_gpu_blocks=int(match[1]))
+            s.warnings.insert(0, events[-1])
+        elif _READY.match(text) and (s.ranks or s.startup):
+            s.ready = True
+            self._advance("ready")
+            event("ready")
+        elif (vllm_line and text.startswith("[shutdown]")) or _UVICORN_STOP.match(text):
+            # 0.32.0 tags its shutdown lines; while it stops, its API server may log EngineDeadError
+            # (seen on a SIGTERM from kvcheck after the figures were in): not a crash of the server
+            s.stopping = True
+        elif vllm_line and "EngineCore failed to start" in text:
+            s.startup += 1
+            self._fail(text)
+        elif _EXCEPTION.match(text) and (s.startup or vllm_line):
+            self._fail(text)
+        if level == "WARNING" and not events and len(s.warnings) < KEPT_WARNINGS:
+            s.warnings.append(LogEvent("warning", tag, n, text[:400]))
+        if level in ("ERROR", "CRITICAL") or _EXCEPTION.match(text):
+            s.errors.append(text[:400])
+            del s.errors[:-KEPT_ERRORS]
+        return events
+
+    def _block_size(self, device: str) -> int:
+        args = self._s.args or {}
+        stated = args.get("block_size")
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+            return stated
+        return DEFAULT_BLOCK_SIZE["cuda" if device == "GPU" else "cpu"]
+
+    def _refusal_length(self, text: str, tag: RankTag | None, n: int, events: list[LogEvent]) -> None:
+        s = self._s
+        match = _ESTIMATED.search(text)
+        if match is None or s.pending_refusal is None:
+            return
+        length, _ = s.pending_refusal
+        s.pending_refusal = None
+        estimated = _count(match[1])
+        if estimated is None:
+            s.damaged.append(f"line {n}: {text[:200]}")
+            return
+        rank = self._rank(tag)
+        rank.pool_tokens, rank.context_len, rank.figure_line, rank.refused = estimated, length, n, True
+        refusal = LogEvent("pool_refusal", tag, n, text[:600], {"pool_tokens": estimated, "context_len": length})
+        events.append(refusal)
+        s.warnings.insert(0, refusal)
+        s.failure = None  # vLLM's "EngineCore failed to start." came first: the refusal is a measured pool
+        s.phase = FAILED
+
+    def _fail(self, text: str) -> None:
+        """Record a failure line; the root cause wins over vLLM's wrappers that follow it."""
+        s = self._s
+        if any(r.refused for r in s.ranks.values()) or s.pending_refusal is not None:
+            s.phase = FAILED  # the refusal is a measured pool, not a failure to measure
+            return
+        if s.stopping:
+            return
+        if s.failure is None or (_is_wrapper(s.failure) and not _is_wrapper(text)):
+            s.failure = text[:400]
+        s.failed_after_ready = s.ready
+        if not s.ready:
+            s.phase = FAILED
+
+    def summary(self) -> LogSummary:
+        s = self._s
+        ranks = tuple(
+            RankFigures(
+                rank=rank.tag,
+                final_tokens=rank.pool_tokens,
+                context_len=rank.context_len,
+                kv_gib=s.kv_gib,
+                weights_gib=s.weights_gib,
+                figure_line=rank.figure_line,
+                final_line=rank.figure_line,
+            )
+            for _, rank in sorted(s.ranks.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+            if rank.pool_tokens is not None
+        )
+        if s.max_model_len is not None:
+            ranks = tuple(r if r.context_len is not None else replace(r, context_len=s.max_model_len) for r in ranks)
+        missing = []
+        if not ranks:
+            missing.append("the pool line (CPU/GPU KV cache size: N tokens, Maximum concurrency for L tokens ...)")
+        if s.args is None:
+            missing.append("the API server's 'non-default args:' line")
+        args = dict(s.args) if s.args is not None else None
+        if args is not None:
+            model = args.get("model_tag") or args.get("model")
+            if isinstance(model, str):
+                args.setdefault("model_path", model)
+        return LogSummary(
+            ranks=ranks,
+            server_args=args,
+            server_args_line=s.args_line,
+            command_line=None,
+            version=s.version,
+            warnings=tuple(s.warnings),
+            errors=tuple(s.errors),
+            ready=s.ready,
+            phase=s.phase,
+            missing=tuple(missing),
+            lines=s.lines,
+            startup_lines=s.startup,
+            boots=max(s.boots, 1),
+            failure=s.failure,
+            failed_after_ready=s.failed_after_ready,
+            damaged=tuple(s.damaged),
+        )

@@ -1,0 +1,77 @@
+"""vLLM manifests through the CLI: strict arguments (exit 2 with file:line), no estimate (exit 3, never a guess)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvcheck.engines import get_engine
+from kvcheck.engines.base import NodeLaunch
+from kvcheck.inputs.manifest.load import load_manifest
+from tests.conftest import run_kvcheck
+
+MANIFEST = """\
+name: vllm role
+context_length: 32768
+model: {{path: /models/llama}}
+engine: {{name: vllm, version: "0.32.0"}}
+gpu: H100
+args:
+{args}
+roles:
+  server: {{gpus: [0]}}
+"""
+
+
+def write(tmp_path: Path, *args: str) -> Path:
+    path = tmp_path / "vllm.yaml"
+    path.write_text(MANIFEST.format(args="\n".join(f"  {a}" for a in args)), encoding="utf-8")
+    return path
+
+
+def test_estimate_says_plainly_it_cannot_estimate_vllm(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 32k")), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 3, done.stderr
+    report = json.loads(done.stdout)
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"]) == ("error", None)
+    [kv305] = report["findings"]
+    assert kv305["rule"] == "KV305"
+    assert kv305["message"] == (
+        "pool could not be estimated: kvcheck cannot estimate a vLLM role's pool yet: its sizing model covers "
+        "SGLang only, and kvcheck never guesses a pool")
+
+
+def test_an_unknown_vllm_flag_is_exit_2_with_its_line_and_a_suggestion(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 32k", "gpu-memory-utilisation: 0.9")),
+                       "--mode", "estimate")
+    assert done.exit_code == 2
+    assert f"{tmp_path / 'vllm.yaml'}:8:3" in done.stderr
+    assert "unknown vLLM flag 'gpu-memory-utilisation' (vLLM 0.32.0) (did you mean 'gpu-memory-utilization'?)" in (
+        done.stderr)
+
+
+def test_a_bad_max_model_len_is_exit_2(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 1.5K")), "--mode", "estimate")
+    assert done.exit_code == 2
+    assert "decimals are not allowed with binary suffixes like K ('1.5K'); did you mean 1.5k?" in done.stderr
+
+
+def test_the_launch_line_is_vllm_serve_with_the_exact_arguments(tmp_path: Path) -> None:
+    path = write(tmp_path, "max-model-len: auto", "max_num_seqs: 8", "kv-transfer-config: "
+                 '{kv_connector: NixlConnector, kv_role: kv_producer}', "enable-prefix-caching: false")
+    [target] = load_manifest(path).targets
+    engine = get_engine("vllm")
+    assert target.args["max_model_len"] == -1
+    assert engine.role_mode(target.args) == "prefill"
+    assert engine.launch_argv(target, host="127.0.0.1", port=8123, node=NodeLaunch(2, "10.0.0.1:29500", "1")) == [
+        "vllm", "serve", "/models/llama", "--max-model-len", "auto", "--max-num-seqs", "8",
+        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}',
+        "--no-enable-prefix-caching", "--host", "127.0.0.1", "--port", "8123",
+        "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500"]
+
+
+def test_the_model_and_the_listening_address_are_kvchecks(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(write(tmp_path, "port: 9000")), "--mode", "estimate")
+    assert done.exit_code == 2
+    assert "'port' cannot be set in args: kvcheck picks where the measured server listens" in done.stderr

@@ -1,0 +1,208 @@
+"""vLLM's boot-log reader on real vLLM 0.32.0 logs (tests/data/vllm) and on the lines they are made of,
+and `kvcheck logs` telling a vLLM log from an SGLang log by itself."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines import get_engine
+from kvcheck.engines.base import LogSummary
+from tests.conftest import run_kvcheck
+from tests.datapaths import LOGS, TEST_DATA
+
+VLLM_DATA = TEST_DATA / "vllm"
+PASS_LOG = VLLM_DATA / "0.32.0-cpu-pass.log"
+REFUSED_LOG = VLLM_DATA / "0.32.0-cpu-refused.log"
+AUTO_LOG = VLLM_DATA / "0.32.0-cpu-auto.log"
+
+
+def summary_of(path: Path) -> LogSummary:
+    reader = get_engine("vllm").log_reader()
+    with path.open("rb") as stream:
+        reader.read_stream(stream)
+    return reader.summary()
+
+
+def summary_of_lines(*lines: str) -> LogSummary:
+    reader = get_engine("vllm").log_reader()
+    reader.feed_many(lines)
+    return reader.summary()
+
+
+def test_the_pool_is_the_logged_size_less_the_null_block() -> None:
+    summary = summary_of(PASS_LOG)
+    # `CPU KV cache size: 16,384 tokens` for 128 blocks of 128 (metrics: num_gpu_blocks="128"): one is the null block
+    [rank] = summary.ranks
+    assert (rank.final_tokens, rank.context_len, rank.figure_line) == (16384 - 128, 4096, 51)
+    assert (summary.version, summary.ready, summary.phase, summary.failure) == ("0.32.0", True, "ready", None)
+    assert summary.server_args is not None
+    assert (summary.server_args["max_model_len"], summary.server_args["kv_cache_memory_bytes"]) == (4096, 16777216)
+    assert summary.server_args["model_path"] == "/tmp/kvcheck-real-vllm/tiny-llama"
+
+
+def test_a_refusal_is_vllms_own_measured_bound() -> None:
+    summary = summary_of(REFUSED_LOG)
+    [rank] = summary.ranks
+    assert (rank.final_tokens, rank.context_len) == (1920, 4096)  # "the estimated maximum model length is 1920"
+    assert (summary.failure, summary.phase, summary.ready) == (None, "failed", False)
+    [refusal] = [w for w in summary.warnings if w.kind == "pool_refusal"]
+    assert refusal.values == {"pool_tokens": 1920, "context_len": 4096}
+    assert refusal.text.startswith("ValueError: To serve at least one request with the model's max seq len (4096)")
+
+
+def test_auto_fit_is_read_and_put_first() -> None:
+    summary = summary_of(AUTO_LOG)
+    [rank] = summary.ranks
+    assert (rank.final_tokens, rank.context_len) == (2048 - 128, 1920)
+    assert summary.warnings[0].kind == "auto_fit"
+    assert summary.warnings[0].values == {"advertised_tokens": 8192, "context_len": 1920}
+
+
+def test_data_parallel_engines_are_ranks_of_their_own() -> None:
+    summary = summary_of_lines(
+        "(EngineCore_DP0 pid=10) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] GPU KV cache size: 160,000 tokens, "
+        "Maximum concurrency for 32,000 tokens per request: 5.00x",
+        "(EngineCore_DP1 pid=11) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] GPU KV cache size: 96,000 tokens, "
+        "Maximum concurrency for 32,000 tokens per request: 3.00x",
+    )
+    assert [(str(r.rank), r.final_tokens, r.context_len) for r in summary.ranks] == [
+        ("DP0", 160000 - 16, 32000), ("DP1", 96000 - 16, 32000)]
+    assert summary.pool_tokens() == 96000 - 16
+
+
+def test_a_stated_block_size_is_the_null_blocks_size() -> None:
+    summary = summary_of_lines(
+        "(APIServer pid=1) INFO 12-01 23:43:10 [api_utils.py:286] non-default args: {'model_tag': 'm', 'block_size': 32}",
+        "(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] GPU KV cache size: 8,192 tokens, "
+        "Maximum concurrency for 4,096 tokens per request: 2.00x",
+    )
+    assert [r.final_tokens for r in summary.ranks] == [8192 - 32]
+
+
+def test_a_crash_before_the_pool_is_a_failure_with_its_root_cause() -> None:
+    summary = summary_of_lines(
+        "(APIServer pid=1) INFO 12-01 23:43:10 [api_utils.py:286] non-default args: {'model_tag': 'm'}",
+        "(EngineCore pid=2) ERROR 12-01 23:48:58 [core.py:1510] EngineCore failed to start.",
+        "(EngineCore pid=2) ERROR 12-01 23:48:58 [core.py:1510] Traceback (most recent call last):",
+        "(EngineCore pid=2) ERROR 12-01 23:48:58 [core.py:1510] torch.OutOfMemoryError: CUDA out of memory.",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    )
+    assert (summary.ranks, summary.phase, summary.failure) == ((), "failed", "torch.OutOfMemoryError: CUDA out of memory.")
+
+
+def test_a_figure_no_server_holds_is_damage() -> None:
+    summary = summary_of_lines("(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] GPU KV cache size: "
+                               "99,999,999,999 tokens, Maximum concurrency for 4,096 tokens per request: 2.00x")
+    assert summary.ranks == ()
+    assert summary.damaged[0].startswith("line 1: GPU KV cache size: 99,999,999,999 tokens")
+
+
+def test_an_sglang_log_is_not_a_vllm_log() -> None:
+    first = sorted(LOGS.glob("sglang-*.log"))[0]
+    assert summary_of(first).recognised is False
+
+
+def logs(*args: str) -> tuple[int, dict]:
+    done = run_kvcheck("logs", *args, "--format", "json")
+    assert done.stdout, done.stderr
+    return done.exit_code, json.loads(done.stdout)
+
+
+def test_cli_reads_a_real_vllm_log_by_itself_and_passes_its_window() -> None:
+    code, report = logs(str(PASS_LOG))
+    assert code == 0, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
+        "pass", 16256, 4096, 4095)
+    assert report["findings"] == []
+
+
+def test_cli_on_a_real_refusal_is_kv101_with_vllms_estimated_length() -> None:
+    code, report = logs(str(REFUSED_LOG))
+    assert code == 1, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
+        "fail", 1920, 4096, 1919)
+    assert sorted((f["rule"], f["severity"]) for f in report["findings"]) == [("KV101", "error"), ("KV312", "warning")]
+    assert role["details"]["engine_warnings"][0].startswith(
+        "line 74: ValueError: To serve at least one request with the model's max seq len (4096)")
+    assert "the estimated maximum model length is 1920" in role["details"]["engine_warnings"][0]
+
+
+def test_cli_on_a_real_auto_fit_fails_the_advertised_window() -> None:
+    code, report = logs(str(AUTO_LOG), "--context-length", "4096")
+    assert code == 1, report
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV101", "KV102"]
+    [kv102] = [f for f in report["findings"] if f["rule"] == "KV102"]
+    assert kv102["message"] == "the engine's context length is 1,920 tokens, below the advertised window 4,096"
+    [role] = report["roles"]
+    assert role["details"]["engine_warnings"][0] == (
+        "line 51: Auto-fit max_model_len: reduced from 8192 to 1920 to fit in available KV cache memory (0.0 GiB CPU)")
+
+
+def test_cli_reads_an_sglang_and_a_vllm_log_side_by_side() -> None:
+    sglang = LOGS / "sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log"
+    code, report = logs(str(sglang), str(PASS_LOG))
+    assert code == 0, report
+    assert [(r["name"], r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [
+        ("sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log[TP0]", 712400, 163834), ("0.32.0-cpu-pass.log", 16256, 4095)]
+
+
+@pytest.mark.parametrize("name", ["vllm-qwen3-1.7b-24gb-vllm33263.log", "vllm-qwen3-235b-fp8-4xH100-vllm21348.log"])
+def test_public_v1_logs_without_a_window_are_read_and_not_judged(name: str) -> None:
+    code, report = logs(str(LOGS / name))
+    assert code == 3, report  # KV313: the excerpt states no max_model_len
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV312", "KV313"]  # an excerpt: no ready line
+    [role] = report["roles"]
+    logged = {"vllm-qwen3-1.7b-24gb-vllm33263.log": 175856, "vllm-qwen3-235b-fp8-4xH100-vllm21348.log": 178880}[name]
+    assert role["pool_tokens"] == logged - 16  # CUDA's default block of 16 is the null block
+
+
+def test_an_endless_line_is_read_up_to_its_cap_and_the_next_line_is_still_read() -> None:
+    endless = b"(APIServer pid=1) INFO 12-01 23:43:10 [x.py:1] " + b"x" * (5 * 2**20)
+    pool = (b"(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] CPU KV cache size: 16,384 tokens, "
+            b"Maximum concurrency for 4,096 tokens per request: 4.00x")
+    reader = get_engine("vllm").log_reader()
+    reader.read_stream(io.BytesIO(endless + b"\n" + pool + b"\n"))
+    summary = reader.summary()
+    assert summary.lines == 2
+    assert [(r.final_tokens, r.figure_line) for r in summary.ranks] == [(16384 - 128, 2)]
+
+
+READY_LINES = (
+    "(APIServer pid=1) INFO 12-01 23:43:10 [api_utils.py:286] non-default args: {'model_tag': 'm'}",
+    "(EngineCore pid=2) INFO 12-01 23:46:05 [kv_cache_utils.py:2327] CPU KV cache size: 16,384 tokens, "
+    "Maximum concurrency for 4,096 tokens per request: 4.00x",
+    "INFO:     Application startup complete.",
+)
+DEAD = ("(APIServer pid=1) ERROR 12-02 00:00:14 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+
+def test_what_fails_while_vllm_stops_is_not_a_crash() -> None:
+    # seen on real vLLM 0.32.0 stopped by kvcheck's SIGTERM once its figures were in (a race: not every stop)
+    summary = summary_of_lines(
+        *READY_LINES,
+        "(APIServer pid=1) INFO 12-02 00:00:14 [launcher.py:254] [shutdown] API server: shutdown triggered",
+        DEAD,
+    )
+    assert (summary.ready, summary.failure, summary.failed_after_ready) == (True, None, False)
+
+
+def test_a_crash_after_ready_without_a_stop_is_one() -> None:
+    summary = summary_of_lines(*READY_LINES, DEAD)
+    assert (summary.ready, summary.failed_after_ready) == (True, True)
+    assert summary.failure == DEAD.split("] ", 1)[1]
+
+
+def test_cli_on_the_real_log_of_a_measured_boot_whose_stop_logged_an_engine_dead_error() -> None:
+    log = VLLM_DATA / "0.32.0-cpu-measured-stop.log"
+    assert "EngineDeadError" in log.read_text()
+    code, report = logs(str(log), "--context-length", "4096")
+    assert code == 0, report
+    assert [(r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [(16256, 4095)]
+    assert report["findings"] == []

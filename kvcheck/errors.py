@@ -77,6 +77,12 @@ class EndpointError(CheckError):
     """A live server could not be asked, or its answer was not a SGLang answer."""
 
 
+class ServerUnusable(EndpointError):
+    """The server could not be asked at all (no connection, TLS, the deadline), refused the
+    credentials, or sent an answer too large or too malformed to read safely: another engine's
+    client would fare no better, so audit does not try one."""
+
+
 class EstimateError(CheckError):
     """The estimate model cannot predict this role (unknown architecture, missing config)."""
 

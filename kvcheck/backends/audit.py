@@ -25,9 +25,9 @@ import httpx
 from rich.console import Console
 
 import kvcheck.backends.audit_rules  # noqa: F401  (defines KV306-KV308)
-from kvcheck.engines import get_engine
+from kvcheck.engines import engine_names, get_engine
 from kvcheck.engines.base import RouterAnswer
-from kvcheck.errors import EndpointError, InputError
+from kvcheck.errors import EndpointError, InputError, ServerUnusable
 from kvcheck.http import deadline, display_url, make_ssl_context
 from kvcheck.model import Endpoint, Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -87,8 +87,10 @@ def audit_endpoints(
     context = make_ssl_context(verify)  # built once: loading the CA store costs tens of ms
     by_role = {t.name: t for t in manifest_targets}
     # Resolved here, not on the worker threads: a manifest role names its engine; a fleet file or a
-    # bare URL names none, so the registry's default engine reads it.
+    # bare URL names none, so every registered engine may be asked (audit_one), each built here first.
     default_engine = get_engine()
+    for name in engine_names():
+        get_engine(name)
     engines = {t.name: get_engine(t.engine) for t in manifest_targets}
     console = Console(stderr=True)
     show = console.is_terminal if progress is None else (progress and console.is_terminal)
@@ -104,7 +106,7 @@ def audit_endpoints(
             token=token,
             manifest_target=by_role.get(endpoint.name),
             transport=transport,
-            engine=engines.get(endpoint.name, default_engine),
+            engine=engines.get(endpoint.name),
         )
 
     def worker(endpoint: Endpoint) -> AuditOutcome | RouterOutcome:
@@ -228,30 +230,47 @@ def audit_one(
     cannot be read, it is KV306 (exit 3) naming what to audit instead. `engine` None: the manifest
     role's engine, else the registry's default.
     """
-    if engine is None:
-        engine = get_engine(manifest_target.engine) if manifest_target is not None else get_engine()
-    # `--timeout` bounds the whole server: every request, retry, backoff and the reading of the answers
-    # (each request's own deadline nests inside this one and ends by it)
-    try:
-        with deadline(timeout_s), engine.server_client(
-            endpoint.url,
-            timeout_s=timeout_s,
-            verify=verify,
-            token=token,
-            retries=retries,
-            backoff_s=BACKOFF_S,
-            transport=transport,
-        ) as client:
+    # A manifest role (or the caller) names the engine; a bare URL or a fleet entry names none, so each
+    # registered engine's client asks in turn, the registry's default first, and the first that reads
+    # the server's answer as its own judges it (a vLLM server has no SGLang /server_info, and SGLang's
+    # /metrics no vLLM cache gauge). When none can, the default engine's error is reported.
+    if engine is not None:
+        candidates = [engine]
+    elif manifest_target is not None:
+        candidates = [get_engine(manifest_target.engine)]
+    else:
+        default = get_engine()
+        candidates = [default, *(get_engine(name) for name in engine_names() if name != default.name)]
+    first_error: EndpointError | None = None
+    # `--timeout` bounds the whole server: every request, retry, backoff, every engine asked and the
+    # reading of the answers (each request's own deadline nests inside this one and ends by it)
+    with deadline(timeout_s):
+        for candidate in candidates:
             try:
-                info = client.server_info()
+                with candidate.server_client(
+                    endpoint.url,
+                    timeout_s=timeout_s,
+                    verify=verify,
+                    token=token,
+                    retries=retries,
+                    backoff_s=BACKOFF_S,
+                    transport=transport,
+                ) as client:
+                    try:
+                        info = client.server_info()
+                    except EndpointError as exc:
+                        if not isinstance(exc, RouterAnswer):
+                            raise
+                        return _router(endpoint, exc, client, context_length, min_headroom, manifest_target,
+                                       follow=follow_routers and manifest_target is None)
             except EndpointError as exc:
-                if not isinstance(exc, RouterAnswer):
-                    raise
-                return _router(endpoint, exc, client, context_length, min_headroom, manifest_target,
-                               follow=follow_routers and manifest_target is None)
-    except EndpointError as exc:
-        return _unaudited(endpoint, exc, context_length, min_headroom, manifest_target)
-    return _audited(endpoint, info, context_length, min_headroom, manifest_target, engine)
+                first_error = first_error or exc
+                if isinstance(exc, ServerUnusable):
+                    break  # unreachable or refused: no other engine's client would fare better
+                continue
+            return _audited(endpoint, info, context_length, min_headroom, manifest_target, candidate)
+    assert first_error is not None
+    return _unaudited(endpoint, first_error, context_length, min_headroom, manifest_target)
 
 
 def _router(

@@ -26,7 +26,7 @@ from kvcheck import __version__
 from kvcheck.engines.base import RouterAnswer as BaseRouterAnswer
 from kvcheck.engines.base import ServerInfo
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
-from kvcheck.errors import EndpointError, InputError
+from kvcheck.errors import EndpointError, InputError, ServerUnusable
 from kvcheck.http import (
     MAX_BODY_BYTES,
     MAX_REDIRECTS,
@@ -119,7 +119,7 @@ class RouterAnswer(EndpointError, BaseRouterAnswer):
         self.workers_count = workers_count
 
 
-class UnreadableAnswer(EndpointError):
+class UnreadableAnswer(ServerUnusable):
     """An answer no SGLang server gives: an impossible figure (-5 tokens, 200000.5, 1e300) or wider than
     any server's. The server is not judged (KV306), whichever route the answer came by (a /metrics
     failure is otherwise only a note)."""
@@ -498,7 +498,7 @@ class SglangClient:
         an answer counts against `--timeout` too, not only its request."""
         left = time_left()
         if left is not None and left <= 0:
-            raise EndpointError(
+            raise ServerUnusable(
                 f"{self.url}{path}: the server's answers were not read within {self._timeout_s:g} s",
                 hint="raise --timeout if the server is known to be slow",
             )
@@ -560,7 +560,7 @@ class SglangClient:
                 hint = "the server refused the token: check the variable --token-env names"
             else:
                 hint = "the server wants a token: put it in an environment variable and pass --token-env NAME"
-            raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
+            raise ServerUnusable(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
         detail = self._snippet(answer)
         attempts = (
             f" after {self._retries + 1} attempts"
@@ -582,41 +582,41 @@ class SglangClient:
                     f"{self.url}{path}: the answer is not JSON ({kind}: {self._snippet(answer)!r})",
                     hint="check that the URL points at an SGLang server",
                 ) from exc
-            raise EndpointError(
+            raise ServerUnusable(
                 f"{self.url}{path}: the answer cannot be read safely: {self._redact(str(exc))}",
                 hint="the server's answer is malformed or hostile; it is not judged",
             ) from exc
 
-    def _tls_error(self, url: httpx.URL, reason: str) -> EndpointError:
+    def _tls_error(self, url: httpx.URL, reason: str) -> ServerUnusable:
         if "mismatch" in reason.lower():
-            return EndpointError(
+            return ServerUnusable(
                 f"{display_url(url)}: TLS certificate verification failed ({reason})",
                 hint="the certificate does not name this host: use the host name it was issued for",
             )
         if "CERTIFICATE_VERIFY_FAILED" in reason or "certificate verify failed" in reason:
-            return EndpointError(
+            return ServerUnusable(
                 f"{display_url(url)}: TLS certificate verification failed ({reason})",
                 hint="pass --ca-bundle FILE with the CA that signed the server's certificate "
                 "(--insecure skips verification; not for production)",
             )
-        return EndpointError(
+        return ServerUnusable(
             f"{display_url(url)}: TLS handshake failed ({reason})",
             hint="check that the server speaks HTTPS on this port (else use http://)",
         )
 
-    def _transport_error(self, url: httpx.URL, exc: httpx.TransportError, attempts: int) -> EndpointError:
+    def _transport_error(self, url: httpx.URL, exc: httpx.TransportError, attempts: int) -> ServerUnusable:
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
         if isinstance(exc, httpx.TimeoutException):
-            return EndpointError(
+            return ServerUnusable(
                 f"{display_url(url)}: no complete answer within {self._timeout_s:g} s{tries}",
                 hint="raise --timeout if the server is known to be slow",
             )
         if isinstance(exc, httpx.ConnectError):
-            return EndpointError(
+            return ServerUnusable(
                 f"{display_url(url)}: cannot connect{tries}: {self._redact(str(exc)) or type(exc).__name__}",
                 hint="check that the server is running and reachable from here (host, port, proxy settings)",
             )
-        return EndpointError(
+        return ServerUnusable(
             f"{display_url(url)}: the connection failed{tries}: {self._redact(str(exc)) or type(exc).__name__}"
         )
 

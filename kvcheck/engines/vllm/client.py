@@ -24,7 +24,7 @@ import httpx
 from kvcheck import __version__
 from kvcheck.engines.base import ServerInfo
 from kvcheck.engines.vllm.serving import MAX_TOKEN_FIGURE, usable_tokens
-from kvcheck.errors import EndpointError, InputError
+from kvcheck.errors import EndpointError, InputError, ServerUnusable
 from kvcheck.http import (
     Answer,
     HttpLimitError,
@@ -60,23 +60,52 @@ def _count(value: Any) -> int | None:
     return value
 
 
-def cache_configs(text: str) -> list[dict[str, str]]:
-    """The label sets of every `vllm:cache_config_info` series in a Prometheus exposition."""
-    found = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line.startswith(CACHE_INFO + "{"):
+# Bounds on /metrics (issue 20, class 3): a vLLM server's exposition runs to a few hundred lines per
+# engine; the text is counted before it is walked, and only the wanted series' lines are read.
+MAX_METRIC_LINES = 1 << 18
+MAX_SAMPLE_CHARS = 64 * 1024
+MAX_ENGINES = 4096
+
+
+def cache_configs(text: str, where: str = METRICS_PATH) -> list[dict[str, str]]:
+    """The label sets of every `vllm:cache_config_info` series in a Prometheus exposition, read in one
+    bounded pass (ServerUnusable past the bounds: a hostile answer is not judged)."""
+    lines = text.count("\n") + 1
+    if lines > MAX_METRIC_LINES:
+        raise ServerUnusable(
+            f"{where}: the answer has {lines:,} lines, more than any vLLM server's (kvcheck reads at most "
+            f"{MAX_METRIC_LINES:,})",
+            hint="the server's answer is malformed or hostile; it is not judged",
+        )
+    found: list[dict[str, str]] = []
+    start = 0
+    prefix = CACHE_INFO + "{"
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        begin, start = start, end + 1
+        while begin < end and text[begin] in " \t":
+            begin += 1
+        if not text.startswith(prefix, begin, end):
+            continue  # another series: skipped unread
+        if end - begin > MAX_SAMPLE_CHARS:
+            raise ServerUnusable(f"{where}: a {CACHE_INFO} sample is {end - begin:,} characters long (at most "
+                                 f"{MAX_SAMPLE_CHARS:,} are read)",
+                                 hint="the server's answer is malformed or hostile; it is not judged")
+        line = text[begin:end]
+        close = line.rfind("}")
+        if close < 0:
             continue
-        end = line.rfind("}")
-        if end < 0:
-            continue
-        found.append(dict(_LABEL.findall(line[len(CACHE_INFO) + 1:end])))
+        found.append(dict(_LABEL.findall(line[len(prefix):close])))
+        if len(found) > MAX_ENGINES:
+            raise ServerUnusable(f"{where}: more than {MAX_ENGINES:,} {CACHE_INFO} series",
+                                 hint="the server's answer is malformed or hostile; it is not judged")
     return found
 
 
 def pools_from_metrics(text: str, where: str) -> tuple[list[int], dict[str, float]]:
     """Each engine's usable tokens (sorted by engine), and the smallest figures as metrics."""
-    configs = cache_configs(text)
+    configs = cache_configs(text, where)
     if not configs:
         raise EndpointError(
             f"{where}: no {CACHE_INFO} series: not a vLLM server's metrics, or a release without it",

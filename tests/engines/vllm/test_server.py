@@ -122,3 +122,21 @@ def test_audit_of_a_vllm_role_reads_the_real_answers(tmp_path: Path, window: int
     [role] = report["roles"]
     assert (role["pool_tokens"], role["max_input_tokens"], role["source"]) == (127 * 128, 4095, "audit")
     assert sorted(f["rule"] for f in report["findings"]) == rules
+
+
+def test_a_bare_url_audit_finds_the_engine_that_answers() -> None:
+    # no manifest, no fleet engine: SGLang's client finds no /server_info (404), vLLM's reads the answers
+    with serving(REAL) as url:
+        done = run_kvcheck("audit", url, "--format", "json", "--retries", "0")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    [role] = json.loads(done.stdout)["roles"]
+    assert (role["pool_tokens"], role["max_input_tokens"], role["details"]["engine_version"]) == (
+        127 * 128, 4095, "0.32.0")
+
+
+def test_a_bare_url_that_no_engine_reads_reports_the_default_engines_answer() -> None:
+    with serving({"/metrics": b"# nothing\n", "/v1/models": b'{"data": []}'}) as url:
+        done = run_kvcheck("audit", url, "--format", "json", "--retries", "0")
+    assert done.exit_code == 3
+    [kv306] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "KV306"]
+    assert "/server_info" in kv306["message"] or "/get_server_info" in kv306["message"]

@@ -18,6 +18,7 @@ MODE_TITLES = {
     "audit": "pools reported by live servers",
     "logs": "pools read from engine startup logs",
     "probe": "live probe of the deployment's front door",
+    "input": "invalid input: nothing was checked (exit 2)",
 }
 
 

@@ -75,7 +75,8 @@ def test_the_schema_refuses_an_exit_2_report_without_its_finding(tmp_path: Path)
 def test_every_report_file_is_written_from_one_run(tmp_path: Path) -> None:
     write_manifest(tmp_path)
     done = run_kvcheck("verify", "m.yaml", "--format", "sarif", "--output", "kvcheck.sarif",
-                       "--report", "junit=kvcheck.xml", "--report", "markdown=kvcheck.md", cwd=tmp_path)
+                       "--report", "junit=kvcheck.xml", "--report", "gitlab=quality.json",
+                       "--report", "markdown=kvcheck.md", cwd=tmp_path)
     assert done.exit_code == 2
     assert done.stdout == ""
     assert done.stderr.endswith("kvcheck: report written to kvcheck.sarif (verdict error, exit 2)\n")
@@ -92,6 +93,9 @@ def test_every_report_file_is_written_from_one_run(tmp_path: Path) -> None:
     [case] = suite.findall("testcase")
     assert (case.get("name"), suite.get("errors"), suite.get("failures")) == ("input", "1", "0")
     assert case.find("error").get("type") == "KV001"
+    [issue] = json.loads((tmp_path / "quality.json").read_text(encoding="utf-8"))
+    assert (issue["check_name"], issue["severity"], issue["location"]) == (
+        "KV001", "critical", {"path": "m.yaml", "lines": {"begin": 6}})
     markdown = (tmp_path / "kvcheck.md").read_text(encoding="utf-8")
     assert markdown.startswith("## kvcheck verify: ERROR (exit 2)\n\n- mode: invalid input: nothing was checked")
     assert "| role | status |" not in markdown  # no empty roles' table: nothing was read

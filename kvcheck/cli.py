@@ -17,12 +17,19 @@ import click
 
 from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
-from kvcheck.errors import CheckError, KvcheckError
+from kvcheck.errors import CheckError, InputError, KvcheckError
 from kvcheck.escape import printable
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
-from kvcheck.report.outputs import check_outputs, report_files_option, write_output, write_report_files
+from kvcheck.report.outputs import (
+    check_outputs,
+    parsed_destinations,
+    report_files_option,
+    write_input_error_reports,
+    write_output,
+    write_report_files,
+)
 
 if TYPE_CHECKING:
     from kvcheck.inputs.deploy.manifest import Overrides
@@ -138,6 +145,68 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     return report.exit_code
 
 
+# The commands whose reports --format and --report shape: an input error becomes a report in them too.
+REPORTING_COMMANDS = frozenset({"verify", "plan", "audit", "logs", "probe"})
+
+
+def _given_source(params: dict[str, Any]) -> str | None:
+    """What the command was asked to check, as the command line names it (the report's `source`)."""
+    for key in ("files", "url", "manifest", "fleet", "urls"):
+        value = params.get(key)
+        if isinstance(value, tuple | list):
+            named = [str(item) for item in value if not str(item).startswith("-") or str(item) == "-"]
+            if named:  # a command line click refused may hold an unknown option among the files
+                return ", ".join(named)
+        elif value is not None:
+            return str(value)
+    return None
+
+
+def _report_input_error(error: InputError | str, secrets: frozenset[str], *, hint: str | None = None,
+    ctx: click.Context | None = None, fmt: str | None = None, output: str | Path | None = None,
+    report_files: list[str] | None = None, inputs: dict[tuple[int, int], str] | None = None,
+    params: dict[str, Any] | None = None) -> None:
+    """Write the report of invalid input in the formats the command line asked for (docs/ci.md)."""
+    from kvcheck.redact import redact_report
+    from kvcheck.report.input_errors import input_error_report
+
+    ctx = ctx or click.get_current_context(silent=True)
+    if ctx is None or ctx.command.name not in REPORTING_COMMANDS:
+        return
+    if fmt is None and output is None and report_files is None:
+        fmt, output = ctx.params.get("fmt"), ctx.params.get("output")
+    report = redact_report(input_error_report(ctx.command.name, error, source=_given_source(params or ctx.params),
+                                              hint=hint,
+                                              secrets=secrets))
+    try:
+        write_input_error_reports(report, fmt=fmt, output=output, report_files=report_files, inputs=inputs,
+                                  notice=_stderr, echo=echo_report)
+    except KvcheckError as exc:  # stdout closed or full: the message on stderr already said it all
+        _stderr(f"kvcheck: {exc.message}")
+
+
+class ReportingCommand(click.Command):
+    """A command whose usage errors (an unknown flag, a bad value) also reach its report formats."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if self.name in REPORTING_COMMANDS:
+                fmt, output, report_files, inputs, params = parsed_destinations(self, given)
+                _report_input_error(exc.format_message(), given_secrets(None), ctx=ctx, fmt=fmt, output=output,
+                                    report_files=report_files, inputs=inputs, params=params,
+                                    hint=f"kvcheck {self.name} --help lists the options and their values")
+            raise
+
+
+class ReportingGroup(click.Group):
+    """kvcheck's command group: every command it defines is a ReportingCommand."""
+
+    command_class = ReportingCommand
+
+
 def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> None:
     """Turn kvcheck's own errors into their exit codes and anything else into exit 4.
 
@@ -152,6 +221,8 @@ def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> N
         _stderr(f"kvcheck: error: {redact_text(exc.message, secrets)}")
         if exc.hint:
             _stderr(f"kvcheck: hint: {redact_text(exc.hint, secrets)}")
+        if isinstance(exc, InputError):
+            _report_input_error(exc, secrets)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
@@ -281,7 +352,7 @@ def _overrides(gpu: str | None, context_length: int | None, model_config: Path |
                                   sglang_version=sglang_version)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=ReportingGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="kvcheck")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Read default options from this settings file (else the nearest .kvcheck.yaml or "

@@ -60,6 +60,11 @@ class Finding:
         """KV3xx errors mean the role could not be checked (exit 3), not that it failed."""
         return self.severity == "error" and self.rule.startswith("KV3")
 
+    @property
+    def is_input_error(self) -> bool:
+        """KV0xx errors mean the input was invalid (exit 2): nothing was checked."""
+        return self.severity == "error" and self.rule.startswith("KV0")
+
 
 @dataclass(frozen=True)
 class RoleResult:
@@ -121,6 +126,8 @@ class Report:
         Every finding counts, not only the role statuses, so an error finding can never sit in a
         report whose exit code is 0.
         """
+        if any(f.is_input_error for f in self.findings):
+            return "error"  # an invalid input stops the run before any role is checked
         statuses = {role.status for role in self.roles}
         if "fail" in statuses or any(f.blocks and not f.is_measurement_failure for f in self.findings):
             return "fail"
@@ -132,6 +139,9 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """The contract's code: an error verdict is 2 when the input was invalid, else 3."""
+        if any(f.is_input_error for f in self.findings):
+            return int(ExitCode.INPUT)
         return int({"pass": ExitCode.PASS, "fail": ExitCode.FAIL, "error": ExitCode.ERROR}[self.verdict])
 
     def findings_for(self, role: str | None) -> tuple[Finding, ...]:

@@ -15,7 +15,8 @@ from kvcheck.policy.registry import all_rules  # noqa: E402
 
 HEADER = """# Rule codes
 
-Every finding kvcheck reports carries a stable rule code. Ranges: KV1xx capacity, KV2xx engine
+Every finding kvcheck reports carries a stable rule code. Ranges: KV0xx invalid input (exit 2:
+nothing was checked), KV1xx capacity, KV2xx engine
 safety, KV3xx measurement (an error means the role could not be checked: exit 3), KV4xx the live
 probe, KV5xx deployment files. A manifest can skip rules (`policy.ignore`) or change their severity (`policy.severity`),
 except the KV3xx errors: a role that could not be checked never passes, so those can be neither

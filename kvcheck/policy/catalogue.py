@@ -29,7 +29,9 @@ from kvcheck.probe.rules import (
     UNREACHABLE,
     UNSAFE_IDS,
 )
+from kvcheck.report.input_errors import KV001
 
+INPUT_RULES = (KV001,)  # invalid input: exit 2, nothing was checked
 POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
 MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
@@ -52,7 +54,7 @@ PROBE_RULES = (
 DEPLOY_RULES = (KV317, KV501, KV502)
 
 # The rules that hold whatever the engine.
-NEUTRAL_RULES = POLICY_RULES + PLAN_RULES + MEASURE_RULES + AUDIT_RULES + PROBE_RULES + DEPLOY_RULES
+NEUTRAL_RULES = INPUT_RULES + POLICY_RULES + PLAN_RULES + MEASURE_RULES + AUDIT_RULES + PROBE_RULES + DEPLOY_RULES
 
 
 def catalogue() -> tuple[Rule, ...]:

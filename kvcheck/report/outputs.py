@@ -17,8 +17,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -186,3 +187,85 @@ def write_output(path: Path, text: str, label: str) -> None:
     finally:
         os.close(fd)
 
+
+
+# -- the report of invalid input ------------------------------------------------------------------------
+
+
+def _known_destinations(fmt: str | None, output: str | Path | None,
+                        report_files: tuple[str, ...] | list[str] | tuple[tuple[str, Path], ...]
+                        ) -> list[tuple[str, Path, str]]:
+    """(format, path, label) of every report file asked for whose format is known and folder exists;
+    None as path: stdout. A value the command line got wrong is left out, never guessed."""
+    out: list[tuple[str, Path, str]] = []
+    shown = "table" if fmt is None else fmt  # no --format: the default; an unknown one: no guess
+    if output is not None and str(output) not in ("", "-") and Path(output).absolute().parent.is_dir() \
+            and shown in FORMATTERS:
+        out.append((shown, Path(output), f"--output {output}"))
+    for item in report_files:
+        if isinstance(item, tuple):
+            name, path = item
+        else:
+            name, _, file = str(item).partition("=")
+            if name not in FORMATTERS or not file or not Path(file).absolute().parent.is_dir():
+                continue
+            path = Path(file)
+        out.append((name, path, f"--report {name}={path}"))
+    return out
+
+
+def write_input_error_reports(report: Report, *, fmt: str | None, output: str | Path | None,
+                              report_files: tuple[str, ...] | list[str] | tuple[tuple[str, Path], ...] | None = None,
+                              inputs: dict[tuple[int, int], str] | None = None,
+                              notice: Callable[[str], None], echo: Callable[[str], None]) -> None:
+    """Write an input error's report wherever the command line asked for one (stdout, --output, each
+    --report), so CI formats show it; the table on stdout is left out: stderr already says it.
+
+    `report_files`: the --report values (raw FORMAT=FILE strings when the command line failed to
+    parse, else the checked pairs); `inputs`: the run's input files by identity (default: the running
+    command's), never overwritten. A file that cannot be written is said on stderr; the exit code
+    stays 2 whatever happens here.
+    """
+    ctx = click.get_current_context(silent=True)
+    if report_files is None:
+        report_files = ctx.meta.get(_META_KEY, ()) if ctx is not None else ()
+    known = {**_inputs(ctx), **(inputs or {})}
+    for name, path, label in _known_destinations(fmt, output, report_files):
+        problem = output_problem(path, known)
+        if problem is not None:
+            notice(f"kvcheck: {label}: no report written: {path} {problem}")
+            continue
+        try:
+            write_output(path, render(report, name), label)
+        except click.UsageError as exc:
+            notice(f"kvcheck: {exc.format_message()}")
+            continue
+        if label.startswith("--output"):
+            notice(f"kvcheck: report written to {path} (verdict {report.verdict}, exit {report.exit_code})")
+    if output is None and fmt in FORMATTERS and fmt != "table":
+        echo(render(report, fmt))
+
+
+def parsed_destinations(command: click.Command, args: list[str]) -> tuple[
+        str | None, str | None, list[str], dict[tuple[int, int], str], dict[str, Any]]:
+    """--format, --output and --report of a command line click refused, read without converting a value
+    (an unknown option is passed over), and every file the line names otherwise: the run's inputs."""
+    probe = click.Context(command, info_name=command.name, ignore_unknown_options=True, allow_extra_args=True,
+                          resilient_parsing=True)
+    try:
+        opts, extra, _ = command.make_parser(probe).parse_args(args=list(args))
+    except click.UsageError:  # an option without its value: nothing can be read reliably
+        return None, None, [], {}, {}
+    inputs: dict[tuple[int, int], str] = {}
+    for key, value in opts.items():
+        if key in ("fmt", "output", "report_files"):
+            continue
+        for item in (*(value if isinstance(value, list | tuple) else (value,)), *extra):
+            identity = _identity(str(item)) if isinstance(item, str) else None
+            if identity is not None:
+                inputs.setdefault(identity, str(item))
+    fmt = opts.get("fmt")
+    output = opts.get("output")
+    reports = opts.get("report_files") or []
+    return (fmt if isinstance(fmt, str) else None, output if isinstance(output, str) else None,
+            [str(r) for r in (reports if isinstance(reports, list | tuple) else [reports])], inputs, opts)

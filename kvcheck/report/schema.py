@@ -1,7 +1,8 @@
 """The JSON Schema (draft 2020-12) of the JSON report, `kvcheck/report/v1` (`kvcheck schema --report`).
 
 It states the contract (../shared/docs/contract.md, docs/ci.md): every field always present, `null`
-where unknown, the values each enumerated field takes. A role's `details` is the backend's own
+where unknown, the values each enumerated field takes, and a verdict that agrees with the exit code
+(exit 2, invalid input: mode `input`, no roles, a KV001 finding per problem). A role's `details` is the backend's own
 evidence and stays open, but the typed members other layers set there (the plan, fit hints, the
 pool range, the engine's context length and release) are described. The test suite validates every
 JSON report any test produces against it (tests/conftest.py), so a field added to the report without
@@ -137,4 +138,21 @@ REPORT_JSON_SCHEMA: dict[str, Any] = {
             },
         },
     },
+    # the verdict and the exit code agree; exit 2 (invalid input) is a report without roles whose
+    # findings say what was wrong (KV001), so a CI format shows it where a check result would be
+    "allOf": [
+        {"if": {"properties": {"exit_code": {"const": 0}}}, "then": {"properties": {"verdict": {"const": "pass"}}}},
+        {"if": {"properties": {"exit_code": {"const": 1}}}, "then": {"properties": {"verdict": {"const": "fail"}}}},
+        {"if": {"properties": {"exit_code": {"enum": [2, 3]}}},
+         "then": {"properties": {"verdict": {"const": "error"}}}},
+        {
+            "if": {"properties": {"exit_code": {"const": 2}}},
+            "then": {"properties": {
+                "mode": {"const": "input"},
+                "roles": {"maxItems": 0},
+                "findings": {"minItems": 1, "contains": {"properties": {"rule": {"pattern": "^KV0"},
+                                                                       "severity": {"const": "error"}}}},
+            }},
+        },
+    ],
 }

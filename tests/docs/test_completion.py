@@ -32,4 +32,4 @@ def test_commands_and_formats_complete_from_the_registries() -> None:
     assert commands.stdout.split() == ["plain,verify"]
     formats = complete({"_KVCHECK_COMPLETE": "bash_complete", "COMP_WORDS": "kvcheck verify --format ",
                         "COMP_CWORD": "3"})
-    assert formats.stdout.split() == [f"plain,{f}" for f in ("github", "json", "junit", "markdown", "sarif", "table")]
+    assert formats.stdout.split() == [f"plain,{f}" for f in ("github", "gitlab", "json", "junit", "markdown", "sarif", "table")]

@@ -86,7 +86,9 @@ def test_invalid_input_is_exit_2_with_the_reason_in_the_summary(tmp_path: Path) 
     broken.write_text("context_length: [\n", encoding="utf-8")
     done, summary, outputs = run_step(tmp_path, manifests=f"{broken} {FAILING}")
     assert (done.returncode, outputs["exit-code"]) == (2, "2")  # invalid input outranks a failing check
-    assert "## kvcheck verify: no report (exit 2)" in summary and "broken.yaml" in summary
+    # the invalid manifest has its report too: an annotation on its line and a summary naming it
+    assert "## kvcheck verify: ERROR (exit 2)" in summary and "| error | KV001 | - | YAML syntax error" in summary
+    assert f"::error file={broken},line=2,col=1,title=KV001::YAML syntax error" in done.stdout
     assert "## kvcheck verify: FAIL (exit 1)" in summary
 
 

@@ -57,7 +57,9 @@ def test_results_carry_rule_level_message_and_the_line() -> None:
     }}]
     assert run["tool"]["driver"]["rules"][first["ruleIndex"]]["id"] == "KV101"
     assert (second["level"], third["level"]) == ("warning", "warning")
-    assert "locations" not in third  # deployment-wide, and deploy/prod.yaml is not on disk here
+    # deployment-wide, and deploy/prod.yaml is not on disk here: the input as the report names it
+    assert third["locations"] == [{"physicalLocation": {
+        "artifactLocation": {"uri": "deploy/prod.yaml", "uriBaseId": "%SRCROOT%"}}}]
     assert run["invocations"][0]["exitCode"] == 1 and run["invocations"][0]["executionSuccessful"] is True
 
 

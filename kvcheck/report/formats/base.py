@@ -6,11 +6,12 @@ import dataclasses
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvcheck.escape import one_line, printable  # noqa: F401  (the formats' escapes)
-from kvcheck.model import Report, RoleResult
+from kvcheck.model import Finding, Report, RoleResult
 
 MODE_TITLES = {
     "measure": "measured pools (engine booted)",
@@ -18,6 +19,7 @@ MODE_TITLES = {
     "audit": "pools reported by live servers",
     "logs": "pools read from engine startup logs",
     "probe": "live probe of the deployment's front door",
+    "input": "invalid input: nothing was checked (exit 2)",
 }
 
 
@@ -60,6 +62,60 @@ def relative_path(file: str, base: Path | None = None) -> str:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
         return file
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a finding is shown: a repository-relative path (or a URL) and, when known, the line."""
+
+    target: str
+    line: int | None = None
+    column: int | None = None
+    is_url: bool = False
+
+
+def finding_place(report: Report, item: Finding, base: Path | None = None) -> Place:
+    """Where a finding is, for formats that need a place for every finding (SARIF, GitLab Code Quality).
+
+    In order: the finding's own file and line; the live server its role answered on (audit: the
+    role's URL); the first file on disk or server URL the report's source names (a manifest or fleet
+    file, the probe's front door); else the input as the command line named it (`<stdin>`).
+    """
+    if item.location is not None:
+        return Place(relative_path(item.location.file, base), item.location.line, item.location.column)
+    url = _role_url(report, item.role)
+    if url is not None:
+        return Place(url, is_url=True)
+    named = [part.strip() for part in (report.source or "").split(", ") if part.strip()]
+    for part in named:
+        if Path(part).is_file():
+            return Place(relative_path(part, base))
+        if _is_url(part):
+            return Place(_display_url(part), is_url=True)
+    return Place(named[0] if named else "<stdin>")
+
+
+def _display_url(url: str) -> str:
+    # imported here: httpx costs every command's start-up, and only a report about servers needs it
+    from kvcheck.http import display_url
+
+    return display_url(url)
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://")) and _display_url(text) != "<invalid URL>"
+
+
+def _role_url(report: Report, role: str | None) -> str | None:
+    """The server URL an audited role (for a role-less finding: the first audited role) answered on."""
+    for result in report.roles:
+        if role is None or result.name == role:
+            url = result.details.get("url")
+            if isinstance(url, str) and _is_url(url):
+                return _display_url(url)
+            if role is not None:
+                return None
+    return None
 
 
 # What Markdown reads as structure inside a line: HTML (`<img>`, `</table>`), links and images (`[x](u)`,

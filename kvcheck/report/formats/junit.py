@@ -18,9 +18,9 @@ class JunitFormat(Format):
         suite = ET.Element(
             "testsuite",
             name=f"kvcheck {report.command}",
-            tests=str(len(report.roles) + (1 if report.findings_for(None) else 0)),
-            failures=str(sum(r.status == "fail" for r in report.roles)),
-            errors=str(sum(r.status == "error" for r in report.roles)),
+            tests="0",
+            failures="0",
+            errors="0",
             skipped="0",
         )
         props = ET.SubElement(suite, "properties")
@@ -35,7 +35,10 @@ class JunitFormat(Format):
         if suppressed:
             ET.SubElement(props, "property", name="suppressed", value=suppressed)
         cases = _cases(report)
+        # counted from the cases, so the suite's totals always match what it holds
         suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(status == "fail" for _, status, _, _ in cases)))
+        suite.set("errors", str(sum(status == "error" for _, status, _, _ in cases)))
         for name, status, findings, summary in cases:
             case = ET.SubElement(suite, "testcase", classname=f"kvcheck.{report.command}", name=name)
             text = "\n".join(
@@ -67,7 +70,10 @@ def _cases(report: Report) -> list[tuple[str, str, tuple[Finding, ...], str]]:
             f"source {role.source}"
         )
         cases.append((role.name, role.status, report.findings_for(role.name), summary))
-    deployment = report.findings_for(None)
+    invalid = tuple(f for f in report.findings if f.is_input_error)
+    if invalid:  # the run stopped on invalid input: one errored case says so (exit 2)
+        cases.append(("input", "error", invalid, "invalid input: nothing was checked"))
+    deployment = tuple(f for f in report.findings_for(None) if not f.is_input_error)
     if deployment:
         status = "fail" if any(f.blocks and not f.is_measurement_failure for f in deployment) else (
             "error" if any(f.is_measurement_failure for f in deployment) else "pass"

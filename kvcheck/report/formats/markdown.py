@@ -34,8 +34,10 @@ class MarkdownFormat(Format):
             meta.append(f"advertised window: {report.context_length:,} tokens")
         out.extend(f"- {m}" for m in meta)
         out.append("")
-        out.append("| role | status | pool tokens | required | pool/req | max input | source |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+        if report.roles or report.exit_code != 2:  # invalid input: no role was read, no empty table
+            out.append("| role | status | pool tokens | required | pool/req | max input | source |")
+            out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+            out.append("")
         for role in report.roles:
             cells = [
                 _cell(role.name),
@@ -46,8 +48,7 @@ class MarkdownFormat(Format):
                 fmt_tokens(role.max_input_tokens),
                 _cell(role.source),
             ]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
+            out.insert(len(out) - 1, "| " + " | ".join(cells) + " |")
         extra = markdown_section(report)
         if extra:
             out.append(extra.rstrip("\n"))

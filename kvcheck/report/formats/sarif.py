@@ -16,7 +16,7 @@ from typing import Any
 
 from kvcheck import __version__
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, printable, printable_report, relative_path
+from kvcheck.report.formats.base import Format, finding_place, printable, printable_report
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -119,26 +119,20 @@ class SarifFormat(Format):
         }
         if item.rule in index:
             result["ruleIndex"] = index[item.rule]
-        location = self._location(report, item)
-        if location is not None:
-            result["locations"] = [location]
+        result["locations"] = [self._location(report, item)]
         if item.role is not None:
             result["properties"] = {"role": printable(item.role)}
         return result
 
-    def _location(self, report: Report, item: Finding) -> dict[str, Any] | None:
-        """The finding's file and line; a deployment-wide finding points at the report's input file."""
-        if item.location is not None:
-            file, line, column = item.location.file, item.location.line, item.location.column
-        elif report.source and Path(report.source).is_file():
-            file, line, column = report.source, None, None
-        else:
-            return None  # nothing on disk to point at (a live server, stdin)
-        physical: dict[str, Any] = {"artifactLocation": _artifact(relative_path(file, self.base))}
-        if line is not None:
-            region: dict[str, Any] = {"startLine": line}
-            if column is not None:
-                region["startColumn"] = column
+    def _location(self, report: Report, item: Finding) -> dict[str, Any]:
+        """Where the result is (`finding_place`): code scanning refuses a result without an artifact URI."""
+        place = finding_place(report, item, self.base)
+        artifact = {"uri": place.target} if place.is_url else _artifact(place.target)
+        physical: dict[str, Any] = {"artifactLocation": artifact}
+        if place.line is not None:
+            region: dict[str, Any] = {"startLine": place.line}
+            if place.column is not None:
+                region["startColumn"] = place.column
             physical["region"] = region
         return {"physicalLocation": physical}
 

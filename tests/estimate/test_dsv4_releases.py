@@ -212,6 +212,14 @@ def test_fp8_is_priced_as_the_packed_v4_row(dtype):
     assert est.details["kv_cell_parts"]["swa_bytes_per_token"] == 31875.0
 
 
+def test_the_rocm_fp4_indexer_is_not_priced():
+    with pytest.raises(EstimateError, match="FP4 indexer pool on ROCm"):
+        estimate_role(role(FLASH, gpu="MI355X", tp_size=8, enable_deepseek_v4_fp4_indexer=True), offline=True)
+    # on CUDA the switch keeps the FP8 estimate (pool_configurator: "The NVIDIA FP4 path keeps the FP8 estimate")
+    cuda = estimate_role(role(FLASH, gpu="B200", tp_size=8, enable_deepseek_v4_fp4_indexer=True), offline=True)
+    assert cuda.kv_bytes_per_token == estimate_role(role(FLASH, gpu="B200", tp_size=8), offline=True).kv_bytes_per_token
+
+
 def test_an_npu_v4_pool_is_not_priced():
     with pytest.raises(EstimateError, match="DSV4NPUTokenToKVPool"):
         estimate_role(role(FLASH, gpu="Ascend-910B", tp_size=8), offline=True)

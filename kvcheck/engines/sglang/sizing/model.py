@@ -488,6 +488,10 @@ def estimate_role(
     assumptions.extend(draft_notes)
     budget = _budget(target, gpu, res, args, shape, gpu_mib, weights_method, assumptions)
     stage_ranges = pp_layer_split(shape.num_layers, res.pp)
+    if shape.kind == DSV4 and gpu.is_rocm and args.get("enable_deepseek_v4_fp4_indexer"):
+        # DSV4PoolConfigurator (0.5.20 on) takes the FP4 indexer's byte count on HIP only
+        raise EstimateError("DeepSeek-V4's FP4 indexer pool on ROCm (--enable-deepseek-v4-fp4-indexer) is not priced "
+                            "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
     sizer = _PoolSizer(

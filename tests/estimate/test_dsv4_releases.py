@@ -197,6 +197,10 @@ def test_a_given_0_8_was_the_default_to_the_v4_hook_before_0_5_20(version, ratio
     (None, "bf16", "stops with 'bf16 is not supported for DeepseekV4ForCausalLM'"),
 ])
 def test_kv_dtypes_sglang_stops_on_are_refused(version, dtype, message):
+    # Checked with the reference oracle (/work/shared/tools/sglang-reference, 0.5.23, V4-Flash on B200 TP8):
+    # bf16 -> "AssertionError: bf16 is not supported for DeepseekV4ForCausalLM", fp8_e5m2 likewise; bfloat16
+    # resolves (kv_cache_dtype bfloat16), and stops later, at the pool's uint8 store assertion, which argument
+    # resolution does not reach.
     target = replace(role(FLASH, gpu="B200", tp_size=8, kv_cache_dtype=dtype), engine_version=version)
     with pytest.raises(EngineRefusal, match=r"--kv-cache-dtype " + dtype + r" cannot serve DeepseekV4ForCausalLM") as e:
         estimate_role(target, offline=True)

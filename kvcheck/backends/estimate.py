@@ -55,7 +55,7 @@ class EstimateBackend(Backend):
                 details={"error": exc.message},
                 findings=(finding(NOT_ESTIMATED, target.name, message, hint=exc.hint, location=target.location),),
             )
-        findings = []
+        findings = list(est.findings)
         low, high = est.pool_range
         required = target.required_tokens
         if low < required <= high:

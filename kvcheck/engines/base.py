@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.flags import Catalogue
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.io.streams import BinaryReadable
-    from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
 
@@ -359,6 +359,7 @@ class PoolEstimate:
     ep_size: int
     details: Mapping[str, Any] = field(default_factory=dict)
     assumptions: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the engine's own warnings about this estimate (rules in Engine.rules())
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,18 @@ layers of ratio 128 a compressed pool at 1/128, and the c4/c128 compress states 
 state is a fixed cost taken from the budget first. Reproduced here for the default CUDA path:
 FlashMLA V4 layout (SGLANG_DSV4_KV_LAYOUT=v4, the default), fp32 compress state, no online c128,
 no unified-KV (a ROCm-only switch), no HiSparse, no encoder replay. Other switches are refused.
+
+The layout changed between releases (read from each release's wheel; docs/estimate.md, DeepSeek-V4 by
+release), and `plan` takes the era's layout:
+
+- LAYOUT_0_5_12 (0.5.12, the first release with V4): every entry of `compress_ratios` priced on every
+  rank (the MTP layer's entry too, no PP slice); SWA, c4 and c128 rows at 584 B unpadded; the c4 *and*
+  c128 compress states priced per SWA slot (ring / sliding_window rows per SWA token); no fixed bytes.
+- LAYOUT_0_5_13 (0.5.13-0.5.14): the same, over the PP stage's layers.
+- LAYOUT_0_5_15 (0.5.15-0.5.20): the c128 state request-scoped (fixed bytes from the request slots); the
+  c4 state still per SWA slot, rows still unpadded.
+- LAYOUT_0_5_21 (0.5.21-0.5.23): page-padded rows (576 B units), the SWA page is the page size, cap mode
+  for V4.1, the operator's ratio kept as given.
 """
 
 from __future__ import annotations
@@ -16,6 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.errors import EstimateError
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
@@ -23,6 +38,18 @@ V4_ROW_BYTES = 576 + 8  # KVLayout.V4: 576 data bytes + 8 scale bytes per token
 V4_PAGE_ALIGN = 576  # KVLayout.V4.page_align: page stride padded to the TMA row
 STATE_DTYPE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+KV_ROW_BYTES = 448 + 64 * 2 + 8  # fp8 nope + bf16 rope + 7 scales + 1 pad (the configurator's kv_bytes before 0.5.21)
+
+LAYOUT_0_5_12 = "0.5.12"
+LAYOUT_0_5_13 = "0.5.13"
+LAYOUT_0_5_15 = "0.5.15"
+LAYOUT_0_5_21 = "0.5.21"
+LAYOUTS = {
+    LAYOUT_0_5_12: "0.5.12: c4/c128 compress states per SWA slot, every compress_ratios entry on every rank",
+    LAYOUT_0_5_13: "0.5.13-0.5.14: c4/c128 compress states per SWA slot, the PP stage's layers",
+    LAYOUT_0_5_15: "0.5.15-0.5.20: c4 state per SWA slot, c128 state request-scoped, unpadded rows",
+    LAYOUT_0_5_21: "0.5.21-0.5.23: page-padded rows, request-scoped c128 state, SWA cap mode for V4.1",
+}
 UNSUPPORTED_ENV = {
     "SGLANG_DSV4_KV_LAYOUT": ("v4",),
     "SGLANG_DSV4_COMPRESS_STATE_DTYPE": ("float32", "fp32"),
@@ -87,8 +114,9 @@ def plan(
     speculative: bool,
     radix_cache: bool,
     decode_extra_slots: int,
+    layout: str = LAYOUT_0_5_21,
 ) -> Dsv4Plan:
-    """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank."""
+    """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank, in `layout`'s era."""
     if page_size % 128:
         raise EstimateError(f"page size {page_size}: SGLang asserts a multiple of 128 for compressed attention")
     ratios = [compress_ratios[i] for i in stage if i < len(compress_ratios)]
@@ -96,6 +124,12 @@ def plan(
         raise EstimateError("DeepSeek-V4 compress ratios 1/2 (V4.1 low-ratio pools) are not priced by the estimate model")
     by_ratio = {r: sum(1 for x in ratios if x == r) for r in (4, 128) if any(x == r for x in ratios)}
     layers = len(ratios)
+    if layout != LAYOUT_0_5_21:
+        return _swa_slot_plan(
+            layout=layout, by_ratio=by_ratio, layers=layers, head_dim=head_dim, index_head_dim=index_head_dim,
+            sliding_window=sliding_window, max_running_requests=max_running_requests, attn_dp=attn_dp, role=role,
+            swa_ratio_arg=swa_ratio_arg, speculative=speculative, decode_extra_slots=decode_extra_slots,
+        )
     rings = {r: _ring(r, draft_tokens) for r in by_ratio}
     indexer_bytes = index_head_dim + index_head_dim // 128 * 4  # get_dsv4_indexer_bytes_per_token, fp8
 
@@ -153,8 +187,124 @@ def plan(
             "swa_cap_tokens": cap_tokens,
             "c128_state_fixed_bytes": int(c128),
             "fixed_bytes": int(fixed),
+            "layout": LAYOUTS[layout],
         },
     )
+
+
+def _swa_slot_plan(
+    *,
+    layout: str,
+    by_ratio: Mapping[int, int],
+    layers: int,
+    head_dim: int,
+    index_head_dim: int,
+    sliding_window: int,
+    max_running_requests: int,
+    attn_dp: int,
+    role: str | None,
+    swa_ratio_arg: float | None,
+    speculative: bool,
+    decode_extra_slots: int,
+) -> Dsv4Plan:
+    """DSV4PoolConfigurator._get_bytes_per_full_token of 0.5.12-0.5.20 (pool_configurator.py):
+
+        swa_ratio * kv * L + kv / 4 * L4 + kv / 128 * L128 + indexer / 4 * L4
+        + swa_ratio * ring4 / window * (c4_state + c4_indexer_state) * L4
+        + swa_ratio * ring128 / window * c128_state * L128      (0.5.12-0.5.14 only)
+
+    with kv = 584 B unpadded, window = config.window_size (the compress states' "swa_page_size"),
+    rings get_compress_state_ring_size(ratio, is_speculative). From 0.5.15 the c128 state is
+    _get_c128_state_fixed_bytes(max_running_requests): fixed bytes taken from the budget first.
+    """
+    ring4, ring128 = (16, 256) if speculative else (8, 128)
+    window = max(1, sliding_window)
+    l4, l128 = by_ratio.get(4, 0), by_ratio.get(128, 0)
+    indexer_bytes = index_head_dim + index_head_dim // 128 * 4
+    c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
+    c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
+    c128_state = 2 * head_dim * STATE_DTYPE_BYTES
+    c128_per_slot = layout in (LAYOUT_0_5_12, LAYOUT_0_5_13)
+    bytes_per_swa = KV_ROW_BYTES * layers + ring4 / window * (c4_state + c4_indexer_state) * l4
+    if c128_per_slot:
+        bytes_per_swa += ring128 / window * c128_state * l128
+    compressed = (KV_ROW_BYTES + indexer_bytes) / 4 * l4 + KV_ROW_BYTES / 128 * l128
+    swa_ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if swa_ratio_arg is None else float(swa_ratio_arg)
+    full = swa_ratio * bytes_per_swa + compressed
+    spec_infl = (layers + 1) / layers if speculative and layers else 1.0
+    full *= spec_infl
+    c128 = 0.0
+    if not c128_per_slot and l128:
+        slots = max(1, max_running_requests // max(1, attn_dp)) + 1 + (decode_extra_slots if role == "decode" else 0)
+        rows = math.ceil((slots * ring128 + ring128 + 1) / 128) * 128
+        c128 = rows * c128_state * l128
+    return Dsv4Plan(
+        bytes_per_full_token=full,
+        bytes_per_swa_token=bytes_per_swa * spec_infl,
+        swa_ratio=swa_ratio,
+        swa_cap_tokens=None,
+        fixed_bytes=c128,
+        layers=layers,
+        layers_by_ratio=dict(by_ratio),
+        parts={
+            "layers": layers,
+            "compressed_layers_by_ratio": dict(by_ratio),
+            "swa_bytes_per_token": round(bytes_per_swa * spec_infl, 2),
+            "compressed_bytes_per_full_token": round(compressed * spec_infl, 2),
+            "swa_full_tokens_ratio": swa_ratio,
+            "swa_cap_tokens": None,
+            "c128_state_fixed_bytes": int(c128),
+            "fixed_bytes": int(c128),
+            "layout": LAYOUTS[layout],
+        },
+    )
+
+
+def layout_for(version: str | None) -> tuple[str, str | None]:
+    """(the layout kvcheck prices for the declared release, why it may not be that release's layout).
+
+    The second item is None when the release's own source was read; otherwise (no version stated, a
+    development or release-candidate build, a release newer than the newest read) the layout is the
+    newest one and the estimate must carry the range over every layout (KV108).
+    Raises EstimateError for a release before DeepSeek-V4 support.
+    """
+    if version is None:
+        return LAYOUT_0_5_21, (
+            "engine.version is not stated, and DeepSeek-V4's pool layout changed between SGLang releases "
+            "(0.5.12, 0.5.13, 0.5.15, 0.5.21)"
+        )
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return LAYOUT_0_5_21, f"SGLang {version!r} is not a release number kvcheck can place among the V4 layouts"
+    base = Version(parsed.base_version)
+    if base < Version(rel.DSV4_FIRST):
+        raise EstimateError(
+            f"SGLang {version} has no DeepSeek-V4 support (DeepseekV4ForCausalLM first appears in "
+            f"{rel.DSV4_FIRST}): the engine would not load this model",
+            hint="declare the release the deployment runs (engine.version)",
+        )
+    if parsed.is_prerelease or parsed.is_devrelease:
+        return _layout_of(base), (
+            f"SGLang {version} is a development build: its DeepSeek-V4 pool layout may be that of a release "
+            "before or after it"
+        )
+    if base > Version(rel.DSV4_NEWEST_READ):
+        return LAYOUT_0_5_21, (
+            f"SGLang {version} is newer than {rel.DSV4_NEWEST_READ}, the newest release whose DeepSeek-V4 pool "
+            "code kvcheck has read"
+        )
+    return _layout_of(base), None
+
+
+def _layout_of(base: Version) -> str:
+    if base >= Version(rel.DSV4_PAGED_RING):
+        return LAYOUT_0_5_21
+    if base >= Version(rel.DSV4_C128_REQUEST_SCOPED):
+        return LAYOUT_0_5_15
+    if base >= Version(rel.DSV4_PP_SLICE):
+        return LAYOUT_0_5_13
+    return LAYOUT_0_5_12
 
 
 def full_tokens(plan_: Dsv4Plan, available_bytes: float, page_size: int) -> int:

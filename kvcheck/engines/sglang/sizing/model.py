@@ -14,11 +14,17 @@ from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
+from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
-from kvcheck.engines.sglang.sizing.refusals import EngineRefusal, check_args, check_parallel
+from kvcheck.engines.sglang.sizing.refusals import (
+    EngineRefusal,
+    check_args,
+    check_dsv4_kv_dtype,
+    check_parallel,
+)
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
     DSV4,
@@ -41,6 +47,7 @@ from kvcheck.engines.sglang.sizing.weights import (
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import RoleTarget
+from kvcheck.policy.registry import finding
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -221,8 +228,11 @@ def _msa_cell(
 
 
 def _dsv4_plan(
-    shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env: Mapping[str, str]
+    shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env: Mapping[str, str],
+    layout: str = dsv4.LAYOUT_0_5_21, ratio_08_unset: bool = False,
 ) -> dsv4.Dsv4Plan:
+    """One PP stage's V4 pools in `layout`'s era. `ratio_08_unset`: before 0.5.20 the V4 hook replaced
+    --swa-full-tokens-ratio by 0.1 whenever it equalled the field's default 0.8, so a given 0.8 is unset."""
     dsv4.check_env(env)
     if args.get("enable_hisparse") or args.get("enable_encoder_swa_bounded_replay"):
         raise EstimateError("DeepSeek-V4 with HiSparse or encoder SWA replay is not priced by the estimate model")
@@ -233,14 +243,20 @@ def _dsv4_plan(
     if extra is None:
         per_worker = max(1, mrr // res.attn_dp)
         extra = 2 * per_worker if res.role == "decode" and per_worker <= 32 else 0
+    ratio_arg = args.get("swa_full_tokens_ratio")
+    if ratio_08_unset and ratio_arg is not None and float(ratio_arg) == 0.8:
+        ratio_arg = None
+    if layout == dsv4.LAYOUT_0_5_12:
+        stage = range(len(shape.compress_ratios))  # 0.5.12 prices every entry, on every PP stage
     return dsv4.plan(
         compress_ratios=shape.compress_ratios, stage=stage, head_dim=shape.head_dim, index_head_dim=shape.index_head_dim,
         sliding_window=int(shape.sliding_window or 128), page_size=res.page_size, max_running_requests=mrr,
         attn_dp=res.attn_dp, role=res.role, chunked_prefill_size=res.chunked_prefill_size,
-        swa_ratio_arg=args.get("swa_full_tokens_ratio"),
+        swa_ratio_arg=ratio_arg,
         cap_mode_default=shape.model_type == "deepseek_v41",
         draft_tokens=int(res.spec_draft_tokens or 0) if res.speculative else 0,
         speculative=res.speculative is not None, radix_cache=radix, decode_extra_slots=int(extra),
+        layout=layout,
     )
 
 
@@ -472,11 +488,20 @@ def estimate_role(
     assumptions.extend(draft_notes)
     budget = _budget(target, gpu, res, args, shape, gpu_mib, weights_method, assumptions)
     stage_ranges = pp_layer_split(shape.num_layers, res.pp)
+    if shape.kind == DSV4 and gpu.is_rocm and args.get("enable_deepseek_v4_fp4_indexer"):
+        # DSV4PoolConfigurator (0.5.20 on) takes the FP4 indexer's byte count on HIP only
+        raise EstimateError("DeepSeek-V4's FP4 indexer pool on ROCm (--enable-deepseek-v4-fp4-indexer) is not priced "
+                            "by the estimate model")
+    v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
+    v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
         stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
-        dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env) for r in stage_ranges] if shape.kind == DSV4 else [],
+        dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset)
+                    for r in stage_ranges] if shape.kind == DSV4 else [],
     )
+    if shape.kind == DSV4:
+        assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
 
     pre_gib, overhead_gib, pre_band_gib = budget.pre_gib, budget.overhead_gib, budget.pre_band_mib / 1024
     tokens_physical, info = sizer.pool(pre_gib, 1.0, overhead_gib)
@@ -485,6 +510,27 @@ def estimate_role(
     overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
     low_phys, _ = sizer.pool(pre_gib - pre_band_gib, 1 + weights_band, overhead_gib + overhead_band)
     high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
+    findings = []
+    if v4_unknown is not None:
+        # KV108: the layout of the declared build is not known, so the range spans every layout's pool
+        lows, highs = [low_phys], [high_phys]
+        for alt in dsv4.LAYOUTS:
+            if alt == v4_layout:
+                continue
+            alt_sizer = replace(sizer, dsv4_plans=[
+                _dsv4_plan(shape, res, r, args, target.env, alt, alt != dsv4.LAYOUT_0_5_21) for r in stage_ranges])
+            lows.append(alt_sizer.pool(pre_gib - pre_band_gib, 1 + weights_band, overhead_gib + overhead_band)[0])
+            highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
+                                        max(0.0, overhead_gib - overhead_band))[0])
+        low_phys, high_phys = min(lows), max(highs)
+        message = (f"{v4_unknown}: the pool is priced with the layout of SGLang {dsv4.LAYOUTS[v4_layout]}, "
+                   f"and its range {low_phys * res.dcp:,}-{high_phys * res.dcp:,} spans every layout kvcheck knows")
+        assumptions.append(message)
+        findings.append(finding(
+            "KV108", target.name, message,
+            hint="state the release the role runs (engine.version or --sglang-version), or measure the role",
+            location=target.location,
+        ))
     pool_tokens = tokens_physical * res.dcp
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
@@ -520,6 +566,7 @@ def estimate_role(
         ep_size=int(res.ep),
         details=details,
         assumptions=tuple(assumptions),
+        findings=tuple(findings),
     )
 
 
@@ -534,6 +581,9 @@ def _checked_resolve(
     vision = vision_as_sglang_loads(model.source.config.get("model_type"), model.source.vision)
     try:
         check_args(target, args)
+        if shape.kind == DSV4:
+            check_dsv4_kv_dtype(target, args, npu=gpu.is_npu,
+                                bf16_hook=rel.rules_for(target.engine_version).has(rel.DSV4_BF16_HOOK))
     except EngineRefusal as exc:
         if planning:
             raise EstimateError(exc.message) from exc

@@ -87,15 +87,23 @@ def _kimi_k3(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolve
 
 def _deepseek_v4(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
     """model_overrides/deepseek_v4.py, deepseek_v4_hook.py and overrides._deepseek_v4_kv_cache_dtype:
-    page size 256 (128 on NPU), the dsv4 attention backend, KV dtype auto -> fp8_e4m3 (bf16 on NPU),
+    page size 256, the dsv4 attention backend, KV dtype auto -> fp8_e4m3 (NPU: bf16 pool, not priced),
     max_running_requests 256 when unset; EAGLE (top-k 1) and DSPARK are the only drafts it takes."""
     notes = list(res.notes)
-    page = 128 if gpu.is_npu else 256
+    if gpu.is_npu:
+        # the hook forces bfloat16 on NPU, and DSV4NPUTokenToKVPool stores bf16 rows of its own geometry
+        raise EngineRefusalLike(
+            "DeepSeek-V4 on an Ascend NPU keeps a bf16 pool of its own layout (DSV4NPUTokenToKVPool), which the "
+            "estimate model does not price"
+        )
+    page = 256
     kv = res.kv_dtype
     if args.get("kv_cache_dtype") in (None, "auto"):
-        kv = "bfloat16" if gpu.is_npu else "fp8_e4m3"
-    if kv not in ("fp8_e4m3", "bfloat16"):
-        raise EngineRefusalLike(f"--kv-cache-dtype {kv} is not supported for DeepseekV4ForCausalLM (SGLang asserts)")
+        kv = "fp8_e4m3"
+    if kv != "fp8_e4m3":
+        # refusals.check_dsv4_kv_dtype stops every other dtype SGLang stops on; what is left (the ROCm
+        # unified-KV pool's bf16 rows) is not priced
+        raise EngineRefusalLike(f"a DeepSeek-V4 pool of --kv-cache-dtype {kv} is not priced by the estimate model")
     mrr = res.max_running_requests if res.max_running_requests is not None else 256
     if res.speculative not in (None, "EAGLE", "NEXTN", "MTP"):
         raise EngineRefusalLike(

@@ -144,3 +144,37 @@ def check_parallel(
             f"--chunked-prefill-size {chunked_prefill_size} is not divisible by the page size {page_size}: "
             "SGLang asserts 'chunked_prefill_size must be divisible by page_size' (arg_groups/validation_hook.py:245)",
         )
+
+
+def check_dsv4_kv_dtype(target: RoleTarget, args: Mapping[str, Any], *, npu: bool, bf16_hook: bool) -> None:
+    """The KV-cache dtypes SGLang stops on for DeepseekV4ForCausalLM (on a GPU; NPU forces bfloat16).
+
+    The V4 hook turns `auto` into fp8_e4m3 and asserts the result is in its list: [fp8_e4m3] in
+    0.5.12-0.5.13, [fp8_e4m3, bfloat16] from 0.5.14 (`bf16`, which the generic flag accepts, is not in
+    it: the hook compares the string as given). A bfloat16 that passes the hook reaches the pool:
+    DeepSeekV4SingleKVPool.create_buffer asserts `store_dtype == torch.uint8` (the V4 rows are a packed
+    fp8 layout), which a bf16 KVCache's store dtype is not, so the server stops while building the pool.
+    `bf16_hook`: the release's hook accepts bfloat16 (0.5.14 on). The ROCm unified-KV switch, whose pool
+    stores bf16 rows, is left to the estimate's own refusal of that switch.
+    """
+    raw = args.get("kv_cache_dtype")
+    if npu or raw in (None, "auto", "fp8_e4m3") or target.env.get("SGLANG_HACK_FLASHMLA_BACKEND"):
+        return
+    accepted = "[fp8_e4m3, bfloat16]" if bf16_hook else "[fp8_e4m3]"
+    if raw == "bfloat16" and bf16_hook:
+        why = (
+            "the V4 hook accepts bfloat16, but DeepSeekV4SingleKVPool.create_buffer asserts its store dtype is "
+            "torch.uint8 (the packed fp8 V4 row: 448 fp8 + 64 bf16 rope + scales, 584 B), so SGLang stops with an "
+            "AssertionError while building the KV pool (mem_cache/deepseek_v4_memory_pool.py)"
+        )
+    else:
+        why = (
+            f"SGLang's DeepSeek-V4 hook asserts the KV-cache dtype is one of {accepted} and stops with "
+            f"'{raw} is not supported for DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py, "
+            "overrides._deepseek_v4_kv_cache_dtype)"
+        )
+    raise _refuse(
+        target, ("kv_cache_dtype",),
+        f"--kv-cache-dtype {raw} cannot serve DeepseekV4ForCausalLM on a GPU: {why}",
+        hint="leave --kv-cache-dtype unset (auto) or set fp8_e4m3: V4's pools store fp8 rows",
+    )

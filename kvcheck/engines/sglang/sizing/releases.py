@@ -65,6 +65,17 @@ MAX_BS_CAPPED_BY_RUNNING = "0.5.22"  # a defaulted decode max_bs is capped at --
 # --- the pool
 PAGE_ALIGNED = "0.4.4"  # --page-size appears; the token count is rounded down to a page multiple
 
+# --- DeepSeek-V4's pools (model_executor/pool_configurator.py DSV4PoolConfigurator, mem_cache/deepseek_v4_memory_pool.py,
+#     arg_groups/deepseek_v4_hook.py; sizing/dsv4.py has the layout of each era)
+DSV4_FIRST = "0.5.12"  # DeepseekV4ForCausalLM served; c4 and c128 compress states priced per SWA slot, every layer of
+#                        compress_ratios priced on every rank (the MTP layer's entry too, no PP slice)
+DSV4_PP_SLICE = "0.5.13"  # the pool prices its PP stage's layers only (compress_ratios[start_layer:end_layer])
+DSV4_BF16_HOOK = "0.5.14"  # the V4 hook accepts --kv-cache-dtype bfloat16 (before: fp8_e4m3 only)
+DSV4_C128_REQUEST_SCOPED = "0.5.15"  # the c128 compress state is request-scoped: fixed bytes, not per SWA slot
+DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is unset (before: when it equals 0.8)
+DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
+DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
+
 OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full
 OLDEST_TABLE = Version("0.2.15")  # the oldest release whose default-fraction table was read
 

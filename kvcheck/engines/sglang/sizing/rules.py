@@ -24,3 +24,17 @@ KV105 = define_rule(
     Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or give it
     headroom (a higher `mem-fraction-static`, fp8 KV cache, a larger TP).""",
 )
+
+KV108 = define_rule(
+    "KV108",
+    "warning",
+    "the estimate cannot tell which release's pool layout applies",
+    """DeepSeek-V4's pools are laid out differently by SGLang release: 0.5.12 prices the c4 and
+    c128 compress states per sliding-window slot over every layer of the config, 0.5.13 over the
+    pipeline stage's layers, 0.5.15 makes the c128 state request-scoped, 0.5.21 pads the rows to
+    the FlashMLA page (docs/estimate.md, DeepSeek-V4 by release). When the role's release is not
+    stated, is a development build, or is newer than the newest release kvcheck has read, the
+    predicted pool is the newest layout's and the range spans every layout: the pool a server
+    logs lies inside it, but the point figure may be a layout away (twice too large for 0.5.12).
+    Fix: state the release (`engine.version`, or `--sglang-version`), or measure the role.""",
+)

@@ -604,21 +604,27 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
 @click.option("--cmd", help='An SGLang command line: "python -m sglang.launch_server --model-path M --tp 8".')
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              callback=_output_folder_exists,
+              help="Write the manifest to this file (model.config is then relative to it) instead of stdout.")
 @_deployment_options
-def import_(files: tuple[str, ...], cmd: str | None, fmt: str, gpu: str | None, context_length: int | None,
-    model_config: Path | None, sglang_version: str | None) -> None:
+def import_(files: tuple[str, ...], cmd: str | None, fmt: str, output: Path | None, gpu: str | None,
+    context_length: int | None, model_config: Path | None, sglang_version: str | None) -> None:
     """Print the kvcheck manifest that deployment files (FILE..., - for stdin) or --cmd describe."""
     from kvcheck.commands.import_ import ImportOptions, run_import
 
     options = ImportOptions(files=tuple(files), cmd=cmd, fmt=fmt, gpu=gpu, context_length=context_length,
-                            model_config=model_config, sglang_version=sglang_version)
+                            model_config=model_config, sglang_version=sglang_version, output=output)
 
     def action() -> int:
         imported = run_import(options)
         for item in imported.findings:
             where = f"{item.location.render()}: " if item.location else ""
             _stderr(f"kvcheck: {item.severity}: {where}{item.rule} {item.message}")
-        echo_report(imported.text)
+        if output is not None:
+            write_output(output, imported.text, f"--output {output}")
+        else:
+            echo_report(imported.text)
         return 0
 
     run_guarded(action)

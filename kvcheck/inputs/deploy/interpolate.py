@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +50,29 @@ class Interpolated:
     unresolved: list[tuple[int, str]] = field(default_factory=list)  # (output offset, name), kept as written
 
     def names_between(self, start: int, end: int) -> tuple[list[str], list[tuple[str, Sourced]]]:
-        """The variables unresolved and used whose expansion starts in output characters [start, end)."""
-        missing = [name for at, name in self.unresolved if start <= at < end]
-        used = [(name, value) for at, name, value in self.used if start <= at < end]
-        return missing, used
+        """The variables unresolved and used whose expansion starts in output characters [start, end)
+        (both lists are in output order: a bisection, so a command of many words stays linear-ish)."""
+        missing = self.unresolved[bisect_left(self.unresolved, start, key=lambda x: x[0]):
+                                  bisect_left(self.unresolved, end, key=lambda x: x[0])]
+        used = self.used[bisect_left(self.used, start, key=lambda x: x[0]):
+                         bisect_left(self.used, end, key=lambda x: x[0])]
+        return [name for _, name in missing], [(name, value) for _, name, value in used]
+
+
+class _Out:
+    """The output being built, in chunks (one string grown character by character is quadratic)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.length = 0
+        self.origin: list[int] = []
+        self.used: list[tuple[int, str, Sourced]] = []
+        self.unresolved: list[tuple[int, str]] = []
+
+    def add(self, text: str, at: int | list[int]) -> None:
+        self.chunks.append(text)
+        self.origin.extend([at] * len(text) if isinstance(at, int) else at)
+        self.length += len(text)
 
 
 def _closing_brace(text: str, start: int) -> int:
@@ -78,7 +98,7 @@ class _Interpolator:
     def __init__(self, lookup: Lookup) -> None:
         self.lookup = lookup
 
-    def run(self, text: str, base: int, out: Interpolated) -> None:
+    def run(self, text: str, base: int, out: _Out) -> None:
         """Append the interpolation of `text` (written at offset `base`) to `out`."""
         i = 0
         while i < len(text):
@@ -102,7 +122,7 @@ class _Interpolator:
                 self._emit(out, char, base + i)
                 i += 1
 
-    def _braced(self, inner: str, at: int, inner_at: int, written: str, out: Interpolated) -> None:
+    def _braced(self, inner: str, at: int, inner_at: int, written: str, out: _Out) -> None:
         match = _BRACED_RE.match(inner)
         if match is None:
             raise InterpolationError(f"invalid interpolation {written!r}: compose refuses the file (a ${{...}} holds "
@@ -111,7 +131,7 @@ class _Interpolator:
         self._variable(name, op, rest, at, inner_at + match.start(3) if op else 0, written, out)
 
     def _variable(self, name: str, op: str | None, rest: str, at: int, rest_at: int, written: str,
-                  out: Interpolated) -> None:
+                  out: _Out) -> None:
         value = self.lookup(name)
         is_set = value is not None
         filled = is_set and str(value.value) != "" if value is not None else False
@@ -128,33 +148,30 @@ class _Interpolator:
         if value is None or (op == ":?" and not filled):
             # not set where kvcheck can look: kept as written and named (the deploying shell may set it)
             # as `${NAME}` (not the whole `${NAME?message}`): one word, as its value would have been
-            out.unresolved.append((len(out.text), name))
-            for char in f"${{{name}}}" if op else written:
-                self._emit(out, char, at)
+            out.unresolved.append((out.length, name))
+            out.add(f"${{{name}}}" if op else written, at)
             return
         self._substitute(out, name, value, at)
 
-    def _substitute(self, out: Interpolated, name: str, value: Sourced, at: int) -> None:
+    def _substitute(self, out: _Out, name: str, value: Sourced, at: int) -> None:
         text = str(value.value)
         budget.spend(len(text) + budget.VARIABLE_COST)
-        out.used.append((len(out.text), name, value))
-        out.text += text
-        out.origin.extend([at] * len(text))
+        out.used.append((out.length, name, value))
+        out.add(text, at)
 
     @staticmethod
-    def _emit(out: Interpolated, char: str, at: int) -> None:
-        out.text += char
-        out.origin.append(at)
+    def _emit(out: _Out, char: str, at: int) -> None:
+        out.add(char, at)
 
 
 def interpolate(text: str, lookup: Lookup) -> Interpolated:
     """`text` as compose fills it; InterpolationError for what compose refuses, and the budget's
     ExpansionBudgetExceeded past the read's budget."""
-    out = Interpolated("", [])
+    out = _Out()
     with budget.ensure_budget(len(text)):
         _Interpolator(lookup).run(text, 0, out)
     out.origin.append(len(text))  # the end, for spans that end with the text
-    return out
+    return Interpolated("".join(out.chunks), out.origin, out.used, out.unresolved)
 
 
 def _dotenv_value(raw: str, lookup: Lookup, where: Location) -> str:

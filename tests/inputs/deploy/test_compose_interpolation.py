@@ -151,3 +151,17 @@ def test_a_dotenv_that_multiplies_itself_stops_at_the_budget(folder: Path) -> No
     assert result.exit_code == 2
     assert "expanding the variables here produces more than" in result.stderr
     assert budget.current() is None
+
+
+def test_a_command_that_multiplies_a_dotenv_value_stops_at_the_budget(folder: Path) -> None:
+    """BIG (64 KiB in .env) named 3,000 times: 192 Mi characters; the budget stops it at the command."""
+    (folder / ".env").write_text(f"BIG={'x' * 65536}\n")
+    refs = " ".join(["${BIG}"] * 3000)
+    (folder / "compose.yaml").write_text(
+        "services:\n  s:\n    image: lmsysorg/sglang:v0.5.23\n"
+        f"    command: python3 -m sglang.launch_server --model-path org/m --served-model-name {refs}\n"
+    )
+    result = run_kvcheck("import", str(folder / "compose.yaml"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"kvcheck: error: 1 error in deployment files:\n{folder / 'compose.yaml'}:4:")
+    assert "expanding the variables here produces more than" in result.stderr

@@ -7,7 +7,9 @@
 #   KVCHECK_MANIFESTS    manifests, whitespace-separated, globs allowed: each is checked on its own
 #   KVCHECK_DEPLOYMENTS  one deployment per line: its files (whitespace-separated, globs allowed) together
 #   KVCHECK_MODE         estimate (default) or measure
-#   KVCHECK_ARGS         more verify options, whitespace-separated (e.g. --strict, --gpu H200)
+#   KVCHECK_ARGS         more verify options for every check, whitespace-separated (e.g. --strict)
+#   KVCHECK_DEPLOYMENT_ARGS  more verify options for the deployments only (e.g. --gpu H200): a manifest
+#                        states the GPU, window, config and release itself and refuses them (exit 2)
 #   KVCHECK_SARIF        write SARIF here (empty: none)
 #   KVCHECK_SUMMARY      "true": append the Markdown report to $GITHUB_STEP_SUMMARY
 #   KVCHECK, KVCHECK_PYTHON  the kvcheck command and a Python for merging SARIF (default: kvcheck, python3)
@@ -19,6 +21,7 @@ shopt -s nullglob
 
 read -ra kvcheck <<< "${KVCHECK:-kvcheck}"
 read -ra extra <<< "${KVCHECK_ARGS:-}"
+read -ra deployment_extra <<< "${KVCHECK_DEPLOYMENT_ARGS:-}"
 mode=${KVCHECK_MODE:-estimate}
 summary=${GITHUB_STEP_SUMMARY:-/dev/null}
 [ "${KVCHECK_SUMMARY:-true}" = "true" ] || summary=/dev/null
@@ -57,10 +60,13 @@ refuse_unmatched() {  # a pattern (or a file) that names nothing is an error, ne
   done < <(words "$1")
 }
 
-check() {  # one `kvcheck verify` over the files given
+check() {  # one `kvcheck verify` over the files given: check manifest|deployment FILE...
   runs=$((runs + 1))
-  local n=$runs args code
-  args=(verify "$@" --mode "$mode" "${extra[@]}" --format github --report "markdown=$work/$n.md")
+  local n=$runs args code kind=$1
+  shift
+  args=(verify "$@" --mode "$mode" "${extra[@]}")
+  [ "$kind" = deployment ] && args+=("${deployment_extra[@]}")
+  args+=(--format github --report "markdown=$work/$n.md")
   [ -n "${KVCHECK_SARIF:-}" ] && args+=(--report "sarif=$work/$n.sarif")
   echo "::group::kvcheck verify $* (mode $mode)"
   "${kvcheck[@]}" "${args[@]}" 2> >(tee "$work/$n.err" >&2)
@@ -89,12 +95,12 @@ while IFS= read -r line; do refuse_unmatched "$line"; done <<< "${KVCHECK_DEPLOY
 [ "$unmatched" -eq 0 ] || worst=2
 
 while IFS= read -r file; do
-  [ -n "$file" ] && check "$file"
+  [ -n "$file" ] && check manifest "$file"
 done < <(expand "${KVCHECK_MANIFESTS:-}")
 
 while IFS= read -r line; do
   mapfile -t files < <(expand "$line")
-  [ ${#files[@]} -gt 0 ] && check "${files[@]}"
+  [ ${#files[@]} -gt 0 ] && check deployment "${files[@]}"
 done <<< "${KVCHECK_DEPLOYMENTS:-}"
 
 if [ "$runs" -eq 0 ] && [ "$unmatched" -eq 0 ]; then

@@ -46,6 +46,10 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return converted
 
+    def _describe_range(self) -> str:
+        """No bounds, no range in --help (click would print `x<=None`)."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
 
 class Tokens(click.IntRange):
     """A token count as manifests write it too: 131072, 128k (SI) or 1Mi (IEC), within `min`..2**31-1."""
@@ -380,7 +384,7 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
         _stderr(f"kvcheck: defaults from {settings.path}")
 
 
-@main.command()
+@main.command(short_help="Check that every role's KV pool holds the advertised window.")
 @click.argument("files", nargs=-1)
 @_deployment_options
 @click.option("--cmd", help='An engine command line to check, as deployment input: '
@@ -465,7 +469,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
     run_guarded(_with_hub_endpoint_checked(lambda: emit(command.verify(options), fmt, output)))
 
 
-@main.command()
+@main.command(short_help="Check each rank's pool in SGLang startup logs.")
 @click.argument("files", nargs=-1, required=True)
 @click.option(
     "--context-length",
@@ -491,7 +495,7 @@ def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float
     run_guarded(lambda: emit(command.logs(options), fmt, output))
 
 
-@main.command()
+@main.command(short_help="The largest context each role fits, and settings that hold it.")
 @click.argument("files", nargs=-1, required=True)
 @_deployment_options
 @click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
@@ -508,7 +512,7 @@ def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path 
     run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 
-@main.command()
+@main.command(short_help="Print the manifest's JSON Schema (or the report's).")
 @click.option("--report", "of_report", is_flag=True,
               help="Print the JSON Schema of the JSON report (kvcheck/report/v1) instead of the manifest's.")
 def schema(of_report: bool) -> None:
@@ -523,7 +527,7 @@ def schema(of_report: bool) -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
-@main.command()
+@main.command(short_help="List the rule codes, or explain one.")
 @click.argument("code", required=False)
 def rules(code: str | None) -> None:
     """List every rule code with its severity, or explain one (kvcheck rules KV101)."""
@@ -541,7 +545,7 @@ def rules(code: str | None) -> None:
     click.echo(f"{explained.code} ({explained.severity}): {explained.title}\n\n{explained.doc}")
 
 
-@main.command()
+@main.command(short_help="Check the pools of running SGLang servers.")
 @click.argument("urls", nargs=-1)
 @click.option(
     "--fleet",
@@ -603,7 +607,7 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
     run_guarded(lambda: emit(run_audit(options), fmt, output), token_env=token_env)
 
 
-@main.command()
+@main.command(short_help="Probe a live front door: long prompts refused, tenants isolated.")
 @click.argument("url")
 @click.option("--context-length", type=Tokens(min=None), metavar="TOKENS",
               help="The window promised to clients (default: what the server serves).")
@@ -692,32 +696,38 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
     run_guarded(action, token_env=token_env)
 
 
-@main.command("import")
+@main.command("import", short_help="Print the manifest that deployment files or --cmd describe.")
 @click.argument("files", nargs=-1)
 @click.option("--cmd", help='An SGLang command line: "python -m sglang.launch_server --model-path M --tp 8".')
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              callback=_output_folder_exists,
+              help="Write the manifest to this file (model.config is then relative to it) instead of stdout.")
 @_deployment_options
-def import_(files: tuple[str, ...], cmd: str | None, fmt: str, gpu: str | None, context_length: int | None,
-    model_config: Path | None, sglang_version: str | None) -> None:
+def import_(files: tuple[str, ...], cmd: str | None, fmt: str, output: Path | None, gpu: str | None,
+    context_length: int | None, model_config: Path | None, sglang_version: str | None) -> None:
     """Print the kvcheck manifest that deployment files (FILE..., - for stdin) or --cmd describe."""
     from kvcheck.commands.import_ import ImportOptions, run_import
 
     options = ImportOptions(files=tuple(files), cmd=cmd, fmt=fmt, gpu=gpu, context_length=context_length,
-                            model_config=model_config, sglang_version=sglang_version)
+                            model_config=model_config, sglang_version=sglang_version, output=output)
 
     def action() -> int:
         imported = run_import(options)
         for item in imported.findings:
             where = f"{item.location.render()}: " if item.location else ""
             _stderr(f"kvcheck: {item.severity}: {where}{item.rule} {item.message}")
-        echo_report(imported.text)
+        if output is not None:
+            write_output(output, imported.text, f"--output {output}")
+        else:
+            echo_report(imported.text)
         return 0
 
     run_guarded(action)
 
 
-@main.command()
+@main.command(short_help="Delete what killed kvcheck runs left on Kubernetes.")
 @click.option("--namespace", "-n", help="Where to look (default: the kubeconfig context's namespace).")
 @click.option("--context", "kube_context", help="The kubeconfig context (default: the current one).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="The kubeconfig file (default: $KUBECONFIG).")

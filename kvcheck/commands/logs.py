@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcheck.inputs.deploy.source import STDIN, STDIN_NAME
 from kvcheck.model import Report
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge
@@ -29,7 +30,7 @@ def logs(options: LogsOptions) -> Report:
     return judge(
         command="logs",
         mode="logs",
-        source=", ".join(options.files),
+        source=", ".join(STDIN_NAME if name == STDIN else name for name in options.files),
         targets=targets,
         measurements=measurements,
         policy=PolicyConfig(min_headroom=options.min_headroom),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.deploy.formats import FORMATS
@@ -30,43 +30,13 @@ from kvcheck.inputs.manifest.load import (
     _pydantic_issues,
     load_manifest,
 )
-from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, PolicySpec
+from kvcheck.inputs.manifest.model import Overlay, OverlayModel
 from kvcheck.io.textfile import read_text_file
 from kvcheck.io.yamlpos import load_yaml_with_positions, safe_load_all
 from kvcheck.model import Location
 from kvcheck.policy.config import PolicyConfig
 
 MAX_OVERLAY_BYTES = 4 * 1024 * 1024
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
-
-
-class OverlayModel(_Strict):
-    """What a manifest with `deployment:` may add to deployment files."""
-
-    path: str | None = None
-    config: str | None = None
-
-
-class OverlayEngine(_Strict):
-    version: str | None = None
-
-
-class Overlay(_Strict):
-    """A kvcheck manifest that names deployment files and adds only what they lack."""
-
-    deployment: str | list[str] = Field(description="Deployment files (relative to this manifest).")
-    name: str | None = None
-    context_length: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
-    model: OverlayModel | None = None
-    engine: OverlayEngine | None = None
-    gpu: str | None = None
-    policy: PolicySpec = Field(default_factory=PolicySpec)
-    launcher: LauncherSpec | None = Field(
-        default=None, description="Where measure mode boots the roles (as in a manifest; the files give no launcher)."
-    )
 
 
 @dataclass(frozen=True)

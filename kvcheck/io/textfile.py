@@ -61,7 +61,7 @@ def read_bounded(path: Path | str, display: str, *, kind: str, max_bytes: int) -
     except FileNotFoundError as exc:
         raise InputError(f"{display}: no such {kind}") from exc
     except IsADirectoryError as exc:
-        raise InputError(f"{display}: is a directory, not a {kind}") from exc
+        raise InputError(f"{display}: is a folder, not a {kind}") from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InputError(f"{display}: a loop of symbolic links, not a {kind}") from exc
@@ -73,7 +73,18 @@ def read_bounded(path: Path | str, display: str, *, kind: str, max_bytes: int) -
 
 def read_text_file(path: Path, display: str, *, kind: str, max_bytes: int) -> str:
     """The file's UTF-8 text; InputError (exit 2) naming the file when it is missing, binary or huge."""
-    raw = read_bounded(path, display, kind=kind, max_bytes=max_bytes)
+    return decode_text(read_bounded(path, display, kind=kind, max_bytes=max_bytes), display, kind=kind)
+
+
+def decode_text(raw: bytes, display: str, *, kind: str) -> str:
+    """Bytes read from a file or stdin as UTF-8 text; InputError (exit 2) for UTF-16/32, binary or other
+    encodings, each named."""
+    encoding = _unicode_bom(raw)
+    if encoding is not None:  # Windows editors and PowerShell's `>` write these; their NULs are not binary
+        raise InputError(
+            f"{display}: is {encoding} text (it starts with a {encoding} byte-order mark); a {kind} must be UTF-8",
+            hint=f"save it as UTF-8 (iconv -f {encoding} -t UTF-8 FILE > NEW, or your editor's encoding menu)",
+        )
     if b"\x00" in raw:
         raise InputError(f"{display}: is a binary file, not a {kind}")
     try:
@@ -82,9 +93,18 @@ def read_text_file(path: Path, display: str, *, kind: str, max_bytes: int) -> st
         raise InputError(f"{display}: is not UTF-8 text (byte {exc.start})") from exc
 
 
+def _unicode_bom(raw: bytes) -> str | None:
+    """The encoding a UTF-16 or UTF-32 byte-order mark at the start names, if there is one."""
+    if raw.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    return None
+
+
 def _what(mode: int) -> str:
     if stat.S_ISDIR(mode):
-        return "a directory"
+        return "a folder"
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
     if stat.S_ISCHR(mode):

@@ -36,7 +36,7 @@ def test_missing_manifest_file() -> None:
 def test_directory_instead_of_manifest() -> None:
     result = run_kvcheck("verify", "tests", "--mode", "estimate")
     assert result.exit_code == 2
-    assert result.stderr == "kvcheck: error: tests: is a directory, not a manifest file\n"
+    assert result.stderr == "kvcheck: error: tests: is a folder, not a manifest file\n"
 
 
 def test_unknown_role_selected(tmp_path: Path) -> None:

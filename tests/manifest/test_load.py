@@ -160,9 +160,11 @@ def test_schema_command_prints_a_json_schema() -> None:
     assert result.exit_code == 0
     schema = json.loads(result.stdout)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["required"] == ["context_length", "model", "engine", "roles"]
-    assert schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {
+    assert schema["oneOf"] == [{"$ref": "#/$defs/Manifest"}, {"$ref": "#/$defs/Overlay"}]
+    manifest = schema["$defs"]["Manifest"]
+    assert manifest["required"] == ["context_length", "model", "engine", "roles"]
+    assert manifest["additionalProperties"] is False
+    assert set(manifest["properties"]) == {
         "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate", "launcher",
     }
 

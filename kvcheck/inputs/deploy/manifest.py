@@ -5,6 +5,7 @@ deployment files directly.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -189,7 +190,7 @@ class ImportedManifest:
     name: Stated
     context_length: Stated | None
     model_path: Stated | None
-    model_config: Stated | None  # value: an absolute path (a manifest's model.config is relative to it)
+    model_config: Stated | None  # value: the path as given, or relative to the output file's folder
     version: Stated
     gpu: Stated | None  # shared by every role
     roles: tuple[RoleEntry, ...]
@@ -227,6 +228,16 @@ def _stated(sourced: Sourced) -> Stated:
     return Stated(sourced.value, _where(sourced))
 
 
+def config_relative_to(resolved: Resolved, folder: Path) -> Resolved:
+    """The deployment with model.config relative to `folder`: a manifest's model.config is read relative
+    to the manifest, so a manifest written into `folder` names its config from there."""
+    config = resolved.model_config
+    if config is None:
+        return resolved
+    relative = os.path.relpath(Path(str(config.value)).resolve(), folder.resolve())
+    return replace(resolved, model_config=Sourced(Path(relative), config.location, config.origin))
+
+
 def imported_manifest(resolved: Resolved) -> ImportedManifest:
     """The manifest a resolved deployment describes."""
     model_path = resolved.model_path
@@ -251,8 +262,9 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
         name=Stated(resolved.name, ", ".join(resolved.deployment.sources)),
         context_length=_stated(resolved.context_length) if resolved.context_length is not None else None,
         model_path=_stated(model_path) if model_path is not None and model_path.value is not None else None,
-        # absolute: a manifest's model.config is relative to the manifest, wherever it is saved
-        model_config=Stated(str(Path(str(config.value)).resolve()), _where(config)) if config is not None else None,
+        # as given (relative to the working folder): `kvcheck import -o FILE` makes it relative to FILE's
+        # folder (config_relative_to); an absolute path of this machine could not be committed
+        model_config=Stated(str(config.value), _where(config)) if config is not None else None,
         version=Stated(str(resolved.version.value), _where(resolved.version)),
         gpu=_stated(resolved.gpu) if resolved.gpu is not None else None,
         roles=tuple(roles),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.errors import InputError
-from kvcheck.io.textfile import read_text_file
+from kvcheck.io.textfile import decode_text, read_text_file
 from kvcheck.io.yamlpos import Path_, YamlDocument, load_yaml_documents
 from kvcheck.model import Location
 
@@ -158,13 +158,7 @@ def read_source(path: str) -> SourceFile:
         raw = sys.stdin.buffer.read(MAX_DEPLOY_BYTES + 1)
         if len(raw) > MAX_DEPLOY_BYTES:
             raise InputError(f"{STDIN_NAME}: more than {MAX_DEPLOY_BYTES:,} bytes is too large for deployment files")
-        if b"\x00" in raw:
-            raise InputError(f"{STDIN_NAME}: binary data, not a deployment file")
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{STDIN_NAME}: is not UTF-8 text (byte {exc.start})") from exc
-        return SourceFile(STDIN_NAME, text)
+        return SourceFile(STDIN_NAME, decode_text(raw, STDIN_NAME, kind="deployment file"))
     name = display_name(path)
     return SourceFile(name, read_text_file(Path(path), name, kind="deployment file", max_bytes=MAX_DEPLOY_BYTES))
 

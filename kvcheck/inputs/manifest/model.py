@@ -9,6 +9,7 @@ import difflib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, field_validator
+from pydantic.json_schema import models_json_schema
 
 from kvcheck.backends.measure.launchers import KubernetesSpec, SlurmSpec
 from kvcheck.engines.flags import FlagError, parse_human_readable_int
@@ -205,10 +206,51 @@ class Manifest(_Strict):
         return tokens_value(value)
 
 
+class OverlayModel(_Strict):
+    """What a manifest with `deployment:` may add to deployment files."""
+
+    path: str | None = Field(default=None, description="What the engine loads, when the files do not say (--model-path).")
+    config: str | None = Field(default=None, description="config.json for estimate mode (relative to the manifest).")
+
+
+class OverlayEngine(_Strict):
+    """The release, when no image tag in the files names it."""
+
+    version: str | None = Field(default=None, description='The release you deploy, e.g. "0.5.23".')
+
+
+class Overlay(_Strict):
+    """A kvcheck manifest that names deployment files and adds only what they lack."""
+
+    deployment: str | list[str] = Field(description="REQUIRED: deployment files (relative to this manifest).")
+    name: str | None = Field(default=None, description="Free text shown in reports.")
+    context_length: int | None = Field(
+        default=None, gt=0, le=MAX_TOKENS, description="The context window promised to clients, tokens."
+    )
+    model: OverlayModel | None = None
+    engine: OverlayEngine | None = None
+    gpu: str | None = Field(default=None, description="GPU type, when the files do not name it.")
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    launcher: LauncherSpec | None = Field(
+        default=None, description="Where measure mode boots the roles (as in a manifest; the files give no launcher)."
+    )
+
+
 def json_schema() -> dict[str, Any]:
-    """The manifest's JSON Schema (draft 2020-12), for editors' YAML language servers and CI linters."""
-    schema = Manifest.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "urn:kvcheck:manifest:v1"
-    schema["title"] = "kvcheck deployment manifest"
-    return schema
+    """The manifest's JSON Schema (draft 2020-12), for editors' YAML language servers and CI linters.
+
+    A file is either a full manifest or an overlay (`deployment:` plus what the files lack), exactly
+    one of the two: each shape stays strict (additionalProperties false), so a typo'd key matches
+    neither and is still refused.
+    """
+    _, defs = models_json_schema([(Manifest, "validation"), (Overlay, "validation")],
+                                 ref_template="#/$defs/{model}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:kvcheck:manifest:v1",
+        "title": "kvcheck deployment manifest",
+        "description": "A full manifest (context_length, model, engine, roles) or an overlay manifest "
+        "(deployment: the deployment files, plus what they lack).",
+        "oneOf": [{"$ref": "#/$defs/Manifest"}, {"$ref": "#/$defs/Overlay"}],
+        "$defs": defs["$defs"],
+    }

@@ -41,9 +41,9 @@ def test_helm_template_output_piped_into_verify_gates_the_chart() -> None:
 def test_a_deployment_file_and_the_manifest_imported_from_it_give_the_same_pool(tmp_path: Path) -> None:
     args = ("--mode", "estimate", "--format", "json")
     direct = run_kvcheck("verify", f"{FIX}/deployment.yaml", "--model-config", LLAMA, *args)
-    imported = run_kvcheck("import", f"{FIX}/deployment.yaml", "--model-config", LLAMA)
-    manifest = tmp_path / "kvcheck.yaml"
-    manifest.write_text(imported.stdout, encoding="utf-8")
+    manifest = tmp_path / "kvcheck.yaml"  # written elsewhere: -o makes model.config relative to it
+    imported = run_kvcheck("import", f"{FIX}/deployment.yaml", "--model-config", LLAMA, "-o", str(manifest))
+    assert imported.exit_code == 0, imported.stderr
     via_manifest = run_kvcheck("verify", str(manifest), *args)
     assert (direct.exit_code, via_manifest.exit_code) == (0, 0)
     assert _json(direct)["roles"][0]["pool_tokens"] == _json(via_manifest)["roles"][0]["pool_tokens"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from kvcheck.model import Report
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge
+from kvcheck.policy.suppress import Gate, GateOptions
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class LogsOptions:
     context_length: int | None = None
     min_headroom: float = 1.0
     strict: bool = False
+    gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline
 
 
 def logs(options: LogsOptions) -> Report:
@@ -35,4 +37,5 @@ def logs(options: LogsOptions) -> Report:
         policy=PolicyConfig(min_headroom=options.min_headroom),
         strict=options.strict,
         context_length=options.context_length,
+        gate=Gate.open(options.gate, targets),
     )

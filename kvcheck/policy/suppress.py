@@ -262,6 +262,8 @@ def _ignore_entry(entry: Any, index: int, display: str, at: Any, place: tuple[in
     if line is not None and (isinstance(line, bool) or not isinstance(line, int) or line < 1 or file is None):
         raise InputError(f"{at('suppressions', index, 'line')}: line must be a line number (1 or more) "
                          "and needs `file`")
+    if file is not None:  # relative to the ignore file's folder, as .gitignore paths are
+        file = str((Path(display).parent / file).resolve())
     return Suppression(rules=rules, reason=reason.strip(), kind="file",
                        source=Location(display, place[0] if place else None), until=until, file=file,
                        lines=frozenset({line}) if line is not None else frozenset(), role=role)
@@ -275,8 +277,16 @@ def _normalized(message: str) -> str:
 
 
 def identity(rule: str, role: str | None, file: str | None, message: str) -> tuple[str, str | None, str | None, str]:
-    """A finding's stable identity: rule, role, file and normalized message; never the line, which shifts."""
-    return rule, role, os.path.normpath(file).replace(os.sep, "/") if file else None, _normalized(message)
+    """A finding's stable identity: rule, role, file (resolved) and normalized message; never the line,
+    which shifts."""
+    return rule, role, _resolved(file) if file else None, _normalized(message)
+
+
+def _resolved(file: str) -> str:
+    try:
+        return str(Path(file).resolve())
+    except OSError:
+        return os.path.normpath(file)
 
 
 def baselinable(item: Finding) -> bool:
@@ -314,15 +324,21 @@ def load_baseline(path: Path) -> Counter[tuple[str, str | None, str | None, str]
             raise InputError(f"{where}: rule and message are text; role and file text or null")
         if rule.startswith(_NEVER):
             raise _unsuppressible(rule, where)
-        held[identity(rule, role, file, message)] += 1
+        # a file is written relative to the baseline's folder, so a run from another folder finds it
+        held[identity(rule, role, str(Path(display).parent / file) if file else None, message)] += 1
     return held
 
 
-def baseline_text(items: Iterable[Finding]) -> str:
-    """A baseline file holding `items` (sorted, so a rewrite of the same findings is the same file)."""
+def baseline_text(items: Iterable[Finding], folder: Path) -> str:
+    """A baseline file in `folder` holding `items` (sorted, so a rewrite of the same findings is the same
+    file); each finding's file is written relative to `folder`."""
+    def where(item: Finding) -> str | None:
+        if item.location is None or item.location.file == "-":
+            return None
+        return Path(os.path.relpath(_resolved(item.location.file), _resolved(str(folder)))).as_posix()
+
     entries = sorted(
-        ({"rule": f.rule, "role": f.role, "file": f.location.file if f.location else None, "message": f.message}
-         for f in items),
+        ({"rule": f.rule, "role": f.role, "file": where(f), "message": f.message} for f in items),
         key=lambda e: (e["rule"], e["role"] or "", e["file"] or "", e["message"]),
     )
     return json.dumps({"schema": BASELINE_SCHEMA, "findings": entries}, indent=2) + "\n"
@@ -421,7 +437,7 @@ class Gate:
 
     @staticmethod
     def _baselined(item: Finding, path: Path) -> Suppressed:
-        return Suppressed(finding=item, kind="baseline", reason=f"present in the baseline {path}",
+        return Suppressed(finding=item, kind="baseline", reason="known when the baseline was written",
                           source=Location(str(path)))
 
     def finish(self) -> None:
@@ -442,7 +458,7 @@ class Gate:
                     for f in self.written]
         temporary = path.with_name(f".{path.name}.kvcheck-tmp")
         try:
-            temporary.write_text(baseline_text(redacted), encoding="utf-8")
+            temporary.write_text(baseline_text(redacted, path.parent), encoding="utf-8")
             os.replace(temporary, path)
         except OSError as exc:
             raise InputError(f"{path}: cannot write the baseline: {exc.strerror or exc}") from None

@@ -376,7 +376,10 @@ class Gate:
         return gate
 
     def scan(self, files: Iterable[str]) -> None:
-        """Read the inline suppressions of files not read yet (stdin and missing files have none)."""
+        """Read the inline suppressions of files not read yet (stdin and missing files have none).
+
+        Only the files the roles are declared in are read (manifests, deployment files): never a log
+        or a server's answer, whose text is not the user's and must not suppress anything."""
         from kvcheck.io.textfile import read_text_file
 
         for file in files:
@@ -404,7 +407,6 @@ class Gate:
 
     def split(self, items: Sequence[Finding]) -> tuple[list[Finding], list[Suppressed]]:
         """(findings that stand, findings a live suppression or the baseline covers)."""
-        self.scan(item.location.file for item in items if item.location is not None)
         kept: list[Finding] = []
         held: list[Suppressed] = []
         for item in items:

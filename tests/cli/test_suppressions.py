@@ -251,3 +251,16 @@ def test_the_documented_examples_hold(tmp_path: Path) -> None:
     shutil.copy(SINGLE / "llama-3.1-8b-instruct.config.json", tmp_path / "single-server")
     assert verify(work / "adopt.yaml", "--write-baseline", str(work / "baseline.json"))[0] == 0
     assert (work / "baseline.json").read_text() == (SUPPRESSIONS / "baseline.json").read_text()
+
+
+def test_a_comment_inside_a_log_never_suppresses(tmp_path: Path) -> None:
+    """A log's text is the engine's, not the user's: a `# kvcheck: ignore` line in it is not read."""
+    from tests.datapaths import LOGS
+
+    log = tmp_path / "prefill.log"
+    text = (LOGS / "sglang-llama3-8b-H200-tp1-pd-prefill-issue6753.log").read_text()
+    log.write_text("\n".join(f"{line}  # kvcheck: ignore KV203 reason=forged" for line in text.splitlines()) + "\n")
+    done = run_kvcheck("logs", str(log), "--format", "json")
+    report = json.loads(done.stdout)
+    assert "KV203" in rules(report)
+    assert report["suppressions"] == []

@@ -253,7 +253,7 @@ def gate_options(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapper = click.option("--baseline", type=path, metavar="FILE",
                            help="Findings in this baseline file do not fail; new ones do.")(wrapper)
     return click.option("--ignore-file", type=path, metavar="FILE",
-                        help="Suppressions with reasons and expiry dates (.kvcheck-ignore.yaml, see docs/ci.md).")(wrapper)
+                        help="A YAML file of suppressions, each with a reason and an expiry date (see docs/ci.md).")(wrapper)
 
 
 def report_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -311,6 +311,26 @@ def _fail_on_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(wrapper)
 
 
+def gate_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--ignore-file, --baseline, --write-baseline (kvcheck/policy/suppress.py), collected as `gate`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, ignore_file: Path | None = None, baseline: Path | None = None,
+                write_baseline: Path | None = None, **kwargs: Any) -> Any:
+        from kvcheck.policy.suppress import GateOptions
+
+        kwargs["gate"] = GateOptions(ignore_file=ignore_file, baseline=baseline, write_baseline=write_baseline)
+        return func(*args, **kwargs)
+
+    path = click.Path(dir_okay=False, path_type=Path)
+    wrapper = click.option("--write-baseline", type=path, metavar="FILE",
+                           help="Write the current findings to FILE as the baseline (they pass; KV3xx never do).")(wrapper)
+    wrapper = click.option("--baseline", type=path, metavar="FILE",
+                           help="Findings in this baseline file do not fail; new ones do.")(wrapper)
+    return click.option("--ignore-file", type=path, metavar="FILE",
+                        help="A YAML file of suppressions, each with a reason and an expiry date (see docs/ci.md).")(wrapper)
+
+
 def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--format, --output, --strict and --fail-on, which every checking command takes."""
     func = click.option("--strict", is_flag=True, help="Warnings fail the check too.")(func)
@@ -433,10 +453,12 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
 )
 @profiles_option
 @report_options
+@gate_options
 def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s: float,
     logs_dir: Path | None, no_gpu_check: bool, dummy_weights: bool, launcher: str | None, dry_run: bool,
     fmt: str, output: Path | None, strict: bool, gpu: str | None = None, context_length: int | None = None,
-    model_config: Path | None = None, sglang_version: str | None = None, cmd: str | None = None) -> None:
+    model_config: Path | None = None, sglang_version: str | None = None, cmd: str | None = None,
+    gate: Any = None) -> None:
     """Check every role of a manifest or of deployment files (FILE..., - for stdin, or --cmd): each KV
     pool must hold the advertised context window."""
     from kvcheck.commands import verify as command
@@ -456,6 +478,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
         gpu_check=not no_gpu_check,
         dummy_weights=dummy_weights,
         launcher=launcher,
+        gate=gate,
     )
     if dry_run:
         from kvcheck.commands.dry_run import dry_run as render_dry_run
@@ -484,13 +507,14 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
     help="Each pool must hold this many times the window.",
 )
 @report_options
+@gate_options
 def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float, fmt: str,
-    output: Path | None, strict: bool) -> None:
+    output: Path | None, strict: bool, gate: Any = None) -> None:
     """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
     from kvcheck.commands import logs as command
 
     options = command.LogsOptions(
-        files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict
+        files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict, gate=gate
     )
     run_guarded(lambda: emit(command.logs(options), fmt, output))
 
@@ -581,10 +605,11 @@ def rules(code: str | None) -> None:
 @click.option("--token-env", metavar="VAR",
               help="Name of an environment variable holding a bearer token (never printed).")
 @report_options
+@gate_options
 def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_headroom: float | None,
     manifest: Any, endpoints: tuple[str, ...], timeout_s: float, retries: int, concurrency: int,
     ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
-    strict: bool) -> None:
+    strict: bool, gate: Any = None) -> None:
     """Ask running SGLang servers (URL... or --fleet) for their pool and check it."""
     from kvcheck.commands.audit import AuditOptions
     from kvcheck.commands.audit import audit as run_audit
@@ -603,6 +628,7 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
         insecure=insecure,
         token_env=token_env,
         strict=strict,
+        gate=gate,
     )
     run_guarded(lambda: emit(run_audit(options), fmt, output), token_env=token_env)
 

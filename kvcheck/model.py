@@ -91,6 +91,17 @@ class RoleResult:
     probe: ProbeLimitsSection | ProbeGroupSection | None = None  # `kvcheck probe`: what was sent and answered
 
 
+@dataclass(frozen=True)
+class Suppressed:
+    """A finding an inline comment, the ignore file or the baseline kept from failing: still reported."""
+
+    finding: Finding
+    kind: Literal["inline", "file", "baseline"]
+    reason: str
+    until: str | None = None  # ISO date the suppression holds through; None: no expiry (the baseline)
+    source: Location | None = None  # where the suppression is written (the comment's line, the file)
+
+
 class ExitCode(IntEnum):
     """The contract's exit codes; the one definition every layer uses."""
 
@@ -115,6 +126,8 @@ class Report:
     kvcheck_version: str = __version__
     # findings the policy's `ignore` dropped: (rule, count), by rule code; every format lists them
     suppressed: tuple[tuple[str, int], ...] = ()
+    # the findings of `suppressed` that a comment, the ignore file or the baseline covers, each with why
+    suppressions: tuple[Suppressed, ...] = ()
     # secret values the inputs carry (manifest args and env, a --token-env token); never rendered:
     # the redactor replaces them wherever they appear (kvcheck/redact.py)
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)

@@ -310,6 +310,8 @@ def redact_report(report: Report, environ: Mapping[str, str] = os.environ) -> Re
         report,
         roles=tuple(_role(role, secrets) for role in report.roles),
         findings=tuple(_finding(item, secrets) for item in report.findings),
+        suppressions=tuple(replace(item, finding=_finding(item.finding, secrets),
+                                   reason=redact_text(item.reason, secrets)) for item in report.suppressions),
         source=redact_text(report.source, secrets) if report.source else report.source,
         secrets=frozenset(),
     )

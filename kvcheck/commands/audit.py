@@ -29,6 +29,7 @@ from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge, with_min_headroom
 from kvcheck.policy.registry import finding
+from kvcheck.policy.suppress import Gate, GateOptions
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class AuditOptions:
     token_env: str | None = None
     strict: bool = False
     progress: bool | None = None  # None: only when stderr is a terminal
+    gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline
 
 
 def read_token(token_env: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -123,6 +125,7 @@ def audit(options: AuditOptions) -> Report:
     token = read_token(options.token_env)
     verify = _verify_setting(options, console)
     scope = _manifest_scope(options) if options.manifest is not None else _fleet_scope(options)
+    gate = Gate.open(options.gate, scope.manifest_targets or ())  # before any server is asked
     if token is not None:
         _warn_plain_http_token(scope.endpoints, console)
     targets, measurements = audit_endpoints(
@@ -151,6 +154,7 @@ def audit(options: AuditOptions) -> Report:
         strict=options.strict,
         extra_findings=list(scope.notes),
         context_length=scope.window,
+        gate=gate,
     )
     # the bearer token is a secret wherever an answer or an error might quote it
     return replace(report, secrets=report.secrets | {token}) if token else report

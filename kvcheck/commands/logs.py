@@ -8,6 +8,7 @@ from kvcheck.inputs.deploy.source import STDIN, STDIN_NAME
 from kvcheck.model import Report
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.judge import judge
+from kvcheck.policy.suppress import Gate, GateOptions
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class LogsOptions:
     context_length: int | None = None
     min_headroom: float = 1.0
     strict: bool = False
+    gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline
 
 
 def logs(options: LogsOptions) -> Report:
@@ -36,4 +38,5 @@ def logs(options: LogsOptions) -> Report:
         policy=PolicyConfig(min_headroom=options.min_headroom),
         strict=options.strict,
         context_length=options.context_length,
+        gate=Gate.open(options.gate),  # a log's own text never suppresses: no inline comments read
     )

@@ -13,6 +13,7 @@ from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 from kvcheck.policy.judge import judge
+from kvcheck.policy.suppress import Gate, GateOptions
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class VerifyOptions:
     dummy_weights: bool = False
     progress: bool | None = None  # None: only when stderr is a terminal
     launcher: str | None = None  # --launcher; None: the manifest's launcher.kind, else local
+    gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline
 
 
 def _build_measure(options: VerifyOptions, launcher_spec: Any = None) -> Backend:
@@ -90,6 +92,7 @@ def verify(options: VerifyOptions) -> Report:
     else:
         loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
+    gate = Gate.open(options.gate, targets)  # a malformed suppression is exit 2 before any engine boots
     backend = BACKENDS[options.mode](options, getattr(loaded.manifest, "launcher", None))
     backend.check_targets(targets, loaded.display_path)
     measurements = [
@@ -107,4 +110,5 @@ def verify(options: VerifyOptions) -> Report:
         strict=options.strict,
         extra_findings=extra,
         context_length=loaded.manifest.context_length,
+        gate=gate,
     )

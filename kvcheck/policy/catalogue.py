@@ -14,6 +14,7 @@ from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import Rule
 from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205
+from kvcheck.policy.suppress import KV601
 from kvcheck.probe.rules import (
     CROSS_TENANT,
     EMPTY_LENGTH_FINISH,
@@ -52,9 +53,12 @@ PROBE_RULES = (
     SERVER_CRASHED,
 )
 DEPLOY_RULES = (KV317, KV501, KV502)
+GATE_RULES = (KV601,)
 
 # The rules that hold whatever the engine.
-NEUTRAL_RULES = INPUT_RULES + POLICY_RULES + PLAN_RULES + MEASURE_RULES + AUDIT_RULES + PROBE_RULES + DEPLOY_RULES
+NEUTRAL_RULES = (
+    INPUT_RULES + POLICY_RULES + PLAN_RULES + MEASURE_RULES + AUDIT_RULES + PROBE_RULES + DEPLOY_RULES + GATE_RULES
+)
 
 
 def catalogue() -> tuple[Rule, ...]:

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvcheck.engines import get_engine
-from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, role_status
+from kvcheck.model import Finding, PoolMeasurement, Report, RoleResult, RoleTarget, Suppressed, role_status
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.registry import finding
 from kvcheck.policy.rules import evaluate_deployment, evaluate_role
+from kvcheck.policy.suppress import Gate
 from kvcheck.redact import manifest_secrets
 
 
@@ -25,19 +26,32 @@ def judge(
     strict: bool = False,
     extra_findings: Sequence[Finding] = (),
     context_length: int | None = None,
+    gate: Gate | None = None,
 ) -> Report:
-    """Apply the policy to every role's measurement and assemble the report."""
+    """Apply the policy to every role's measurement and assemble the report.
+
+    `gate` holds the run's suppressions and baseline (kvcheck/policy/suppress.py): a finding they cover
+    is reported as suppressed and does not fail; an expired suppression is a KV601 finding that does.
+    """
     if len(targets) != len(measurements):
         raise ValueError("judge() needs exactly one measurement per target")
     roles: list[RoleResult] = []
     dropped: list[Finding] = []
+    held: list[Suppressed] = []
+    secrets = frozenset().union(*(_secrets(target) for target in targets))
+    if gate is None:
+        gate = Gate.open(None, targets)
+    gate.secrets = secrets
 
     def keep(items: Sequence[Finding]) -> list[Finding]:
         kept, ignored = policy.split(items)
         dropped.extend(ignored)
+        kept, covered = gate.split(kept)
+        held.extend(covered)
         return kept
 
-    findings: list[Finding] = keep(extra_findings)
+    # an expired suppression fails whatever the policy says: it is not passed through `keep`
+    findings: list[Finding] = [*gate.expired(), *keep(extra_findings)]
     for target, measurement in zip(targets, measurements, strict=True):
         role_findings = keep([*measurement.findings, *evaluate_role(target, measurement)])
         unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
@@ -77,6 +91,7 @@ def judge(
     windows = {t.context_length for t in targets if t.context_length > 0}
     if context_length is None and len(windows) == 1:
         context_length = windows.pop()
+    gate.finish()
     return Report(
         command=command,
         mode=mode,
@@ -85,8 +100,9 @@ def judge(
         roles=tuple(roles),
         findings=tuple(findings),
         strict=strict,
-        suppressed=suppressed_counts(dropped),
-        secrets=frozenset().union(*(_secrets(target) for target in targets)),
+        suppressed=suppressed_counts([*dropped, *(item.finding for item in held)]),
+        suppressions=tuple(held),
+        secrets=secrets,
     )
 
 

@@ -30,17 +30,32 @@ _LOCATION = {
     },
 }
 
+_FINDING_FIELDS = ["rule", "severity", "role", "message", "hint", "location"]
+_FINDING_PROPERTIES: dict[str, Any] = {
+    "rule": {"type": "string", "pattern": "^KV[0-9]{3}$"},
+    "severity": {"enum": ["error", "warning", "info"]},
+    "role": _TEXT_OR_NULL,
+    "message": {"type": "string"},
+    "hint": _TEXT_OR_NULL,
+    "location": _LOCATION,
+}
 _FINDING = {
     "type": "object",
-    "required": ["rule", "severity", "role", "message", "hint", "location"],
+    "required": _FINDING_FIELDS,
+    "additionalProperties": False,
+    "properties": _FINDING_PROPERTIES,
+}
+
+_SUPPRESSION = {
+    "type": "object",
+    "required": [*_FINDING_FIELDS, "kind", "reason", "until", "source"],
     "additionalProperties": False,
     "properties": {
-        "rule": {"type": "string", "pattern": "^KV[0-9]{3}$"},
-        "severity": {"enum": ["error", "warning", "info"]},
-        "role": _TEXT_OR_NULL,
-        "message": {"type": "string"},
-        "hint": _TEXT_OR_NULL,
-        "location": _LOCATION,
+        **_FINDING_PROPERTIES,
+        "kind": {"enum": ["inline", "file", "baseline"]},
+        "reason": {"type": "string", "minLength": 1},
+        "until": {"type": ["string", "null"], "format": "date"},
+        "source": _LOCATION,
     },
 }
 
@@ -115,7 +130,7 @@ REPORT_JSON_SCHEMA: dict[str, Any] = {
     "title": "kvcheck report (kvcheck/report/v1)",
     "type": "object",
     "required": ["schema", "kvcheck_version", "command", "source", "mode", "verdict", "exit_code", "context_length",
-                 "roles", "findings", "suppressed"],
+                 "roles", "findings", "suppressed", "suppressions"],
     "additionalProperties": False,
     "properties": {
         "schema": {"const": REPORT_SCHEMA},
@@ -137,6 +152,8 @@ REPORT_JSON_SCHEMA: dict[str, Any] = {
                 "properties": {"rule": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
             },
         },
+        # the findings of `suppressed` that an inline comment, the ignore file or the baseline covers
+        "suppressions": {"type": "array", "items": _SUPPRESSION},
     },
     # the verdict and the exit code agree; exit 2 (invalid input) is a report without roles whose
     # findings say what was wrong (KV001), so a CI format shows it where a check result would be

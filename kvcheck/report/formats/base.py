@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvcheck.escape import one_line, printable  # noqa: F401  (the formats' escapes)
-from kvcheck.model import Finding, Report, RoleResult
+from kvcheck.model import Finding, Report, RoleResult, Suppressed
 
 MODE_TITLES = {
     "measure": "measured pools (engine booted)",
@@ -139,10 +140,34 @@ def markdown_code(text: str) -> str:
 
 
 def suppressed_text(report: Report) -> str | None:
-    """`KV203 (2), KV104 (1)`: the findings the policy's ignore list dropped, by rule; None when none."""
-    if not report.suppressed:
+    """`KV203 (2), KV104 (1)`: the findings the policy's ignore list dropped, by rule; None when none.
+
+    `report.suppressed` counts every suppressed finding; those a comment, the ignore file or the baseline
+    covers are listed one by one (suppression_lines), so they are left out of these counts."""
+    counts = Counter(dict(report.suppressed))
+    counts.subtract(item.finding.rule for item in report.suppressions)
+    policy = [(rule, count) for rule, count in sorted(counts.items()) if count > 0]
+    if not policy:
         return None
-    return ", ".join(f"{rule} ({count})" for rule, count in report.suppressed)
+    return ", ".join(f"{rule} ({count})" for rule, count in policy)
+
+
+def suppression_line(item: Suppressed) -> str:
+    """`KV205 [server] at m.yaml:13:3, suppressed by m.yaml:13 until 2027-01-31: why`: one suppressed finding."""
+    found = item.finding
+    text = found.rule + (f" [{found.role}]" if found.role else "")
+    if found.location is not None:
+        text += f" at {found.location.render()}"
+    if item.kind == "baseline":
+        by = f"the baseline {item.source.file}" if item.source else "the baseline"
+    else:
+        by = item.source.render() if item.source else item.kind
+    return f"{text}, suppressed by {by}" + (f" until {item.until}" if item.until else "") + f": {item.reason}"
+
+
+def suppression_lines(report: Report) -> list[str]:
+    """One line per finding a comment, the ignore file or the baseline suppressed (empty when none)."""
+    return [suppression_line(item) for item in report.suppressions]
 
 
 # Control characters (C0 but tab and newline, DEL, C1), lone surrogates and the XML non-characters: what

@@ -12,6 +12,7 @@ from kvcheck.report.formats.base import (
     printable_report,
     relative_path,
     suppressed_text,
+    suppression_lines,
 )
 
 
@@ -50,6 +51,8 @@ class GithubFormat(Format):
         suppressed = suppressed_text(report)
         if suppressed:
             lines.append(f"::notice title=kvcheck::{_escape_data('suppressed by policy.ignore: ' + suppressed)}")
+        for line in suppression_lines(report):
+            lines.append(f"::notice title=kvcheck suppressed::{_escape_data(line)}")
         summary = ", ".join(
             f"{one_line(role.name)}={role.status}({fmt_tokens(role.pool_tokens)}/{fmt_tokens(role.required_tokens)})"
             for role in report.roles

@@ -23,6 +23,7 @@ from kvcheck.model import (
     RolePlan,
     RoleResult,
     SentRecord,
+    Suppressed,
 )
 from kvcheck.report.formats.base import Format
 
@@ -48,7 +49,17 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "roles": [role_dict(role, planned=report.command == "plan") for role in report.roles],
         "findings": [finding_dict(item) for item in report.findings],
         "suppressed": [{"rule": rule, "count": count} for rule, count in report.suppressed],
+        "suppressions": [suppression_dict(item) for item in report.suppressions],
     }
+
+
+def suppression_dict(item: Suppressed) -> dict[str, Any]:
+    """A finding a comment, the ignore file or the baseline suppressed: the finding, and by what, why, until."""
+    source = None
+    if item.source is not None:
+        source = {"file": item.source.file, "line": item.source.line, "column": item.source.column}
+    return {**finding_dict(item.finding), "kind": item.kind, "reason": item.reason, "until": item.until,
+            "source": source}
 
 
 def role_dict(role: RoleResult, *, planned: bool = False) -> dict[str, Any]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, fmt_tokens, printable_report, suppressed_text
+from kvcheck.report.formats.base import (
+    Format,
+    fmt_tokens,
+    printable_report,
+    suppressed_text,
+    suppression_lines,
+)
 
 
 class JunitFormat(Format):
@@ -34,6 +40,8 @@ class JunitFormat(Format):
         suppressed = suppressed_text(report)
         if suppressed:
             ET.SubElement(props, "property", name="suppressed", value=suppressed)
+        for line in suppression_lines(report):
+            ET.SubElement(props, "property", name="suppression", value=line)
         cases = _cases(report)
         # counted from the cases, so the suite's totals always match what it holds
         suite.set("tests", str(len(cases)))

@@ -12,6 +12,7 @@ from kvcheck.report.formats.base import (
     markdown_text,
     printable_report,
     suppressed_text,
+    suppression_lines,
 )
 from kvcheck.report.sections import markdown_section
 
@@ -68,4 +69,9 @@ class MarkdownFormat(Format):
         if suppressed:
             out.append("")
             out.append(f"Suppressed by `policy.ignore`: {_cell(suppressed)}.")
+        lines = suppression_lines(report)
+        if lines:
+            out.append("")
+            out.append(f"Suppressed ({len(lines)}):")
+            out.extend(f"- {_cell(line)}" for line in lines)
         return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvcheck import __version__
 from kvcheck.model import Finding, Report
-from kvcheck.report.formats.base import Format, finding_place, printable, printable_report
+from kvcheck.report.formats.base import Format, finding_place, printable, printable_report, relative_path
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -86,6 +86,23 @@ class SarifFormat(Format):
         shown = printable_report(report)
         results = [self._result(report, item, index, text_from=view)
                    for item, view in zip(report.findings, shown.findings, strict=True)]
+        # a suppressed finding is a result too, carrying its suppression (code scanning shows it as dismissed)
+        for held, held_view in zip(report.suppressions, shown.suppressions, strict=True):
+            result = self._result(report, held.finding, index, text_from=held_view.finding)
+            suppression: dict[str, Any] = {
+                "kind": "inSource" if held.kind == "inline" else "external",
+                "status": "accepted",
+                "justification": held_view.reason,
+            }
+            if held.source is not None:
+                suppression["location"] = {"physicalLocation": {
+                    "artifactLocation": _artifact(relative_path(held.source.file, self.base)),
+                    **({"region": {"startLine": held.source.line}} if held.source.line is not None else {}),
+                }}
+            if held.until is not None:
+                suppression["properties"] = {"until": held.until}
+            result["suppressions"] = [suppression]
+            results.append(result)
         run: dict[str, Any] = {
             "tool": {"driver": driver},
             "invocations": [

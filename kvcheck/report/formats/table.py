@@ -20,6 +20,7 @@ from kvcheck.report.formats.base import (
     printable_report,
     strip_trailing,
     suppressed_text,
+    suppression_lines,
 )
 from kvcheck.report.sections import table_section
 
@@ -85,6 +86,7 @@ class TableFormat(Format):
             console.print("no findings")
             if suppressed:
                 console.print(f"suppressed by policy.ignore: {suppressed}")
+            self._suppressions(report, console)
             return strip_trailing(buffer.getvalue())
         console.print(Text("findings", style="bold"))
         grid = Table.grid(padding=(0, 1))
@@ -104,7 +106,17 @@ class TableFormat(Format):
         console.print(grid)
         if suppressed:
             console.print(f"suppressed by policy.ignore: {suppressed}")
+        self._suppressions(report, console)
         return strip_trailing(buffer.getvalue())
+
+    @staticmethod
+    def _suppressions(report: Report, console: Console) -> None:
+        """The findings a comment, the ignore file or the baseline suppressed, one a line, with why."""
+        lines = suppression_lines(report)
+        if lines:
+            console.print(Text(f"suppressed ({len(lines)})", style="bold"))
+            for line in lines:
+                console.print(Text(f"  {line}"), overflow="fold")
 
     def _roles_table(self, report: Report, console: Console) -> tuple[Table, list[str]]:
         """The roles' table, and the columns left out so that no figure is cut at this width.

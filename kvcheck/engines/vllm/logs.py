@@ -21,7 +21,6 @@ The lines are vLLM 0.32.0's (V1 engine), measured on its CPU backend and read in
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,7 @@ from typing import Any
 
 from kvcheck.engines.base import FAILED, PHASE_ORDER, LogEvent, LogSummary, RankFigures, RankTag
 from kvcheck.engines.vllm.serving import DEFAULT_BLOCK_SIZE, MAX_TOKEN_FIGURE
+from kvcheck.io.pyast import literal_eval
 from kvcheck.io.streams import BinaryReadable
 
 MAX_LINE_CHARS = 64 * 1024  # a longer line is cut before it is read (config dumps run to ~8 k)
@@ -137,7 +137,7 @@ def _literal_args(text: str) -> dict[str, Any] | None:
     if len(text) > MAX_ARGS_CHARS:
         return None
     try:
-        value = ast.literal_eval(text)
+        value = literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     return value if isinstance(value, dict) and all(isinstance(k, str) for k in value) else None

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvcheck.engines.sglang.logs.patterns import COMMAND_RE
+from kvcheck.io.pyast import literal_eval, parse_expression
 
 
 def to_number(text: str) -> int | float | str | None:
@@ -39,8 +40,8 @@ def parse_server_args(text: str) -> dict[str, Any]:
     """
     text = text.strip()
     try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
+        node = parse_expression(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         node = None
     if isinstance(node, ast.Dict):
         out: dict[str, Any] = {}
@@ -66,7 +67,7 @@ _NOT_LITERAL = object()
 
 def _literal(node: ast.AST) -> Any:
     try:
-        return ast.literal_eval(node)
+        return literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return _NOT_LITERAL
 
@@ -115,7 +116,7 @@ def _parse_server_args_tolerant(text: str) -> dict[str, Any]:
             continue
         key = match.group(1) or match.group(2) or match.group(3)
         try:
-            out[key] = ast.literal_eval(match.group(4).strip())
+            out[key] = literal_eval(match.group(4).strip())
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
     return out

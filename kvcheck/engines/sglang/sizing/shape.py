@@ -340,10 +340,10 @@ def nemotron_pattern(text: Mapping[str, Any]) -> str | None:
 def _kda_config(arch: str, text: Mapping[str, Any]) -> Mapping[str, Any]:
     cfg = text.get("linear_attn_config")
     if isinstance(cfg, str):  # some exports keep it as the repr of a dict
-        import ast
+        from kvcheck.io.pyast import literal_eval
 
         try:
-            cfg = ast.literal_eval(cfg)
+            cfg = literal_eval(cfg)
         except (ValueError, SyntaxError) as exc:
             raise not_understood(arch, "linear_attn_config is not a mapping") from exc
     if not isinstance(cfg, Mapping) or not isinstance(cfg.get("kda_layers"), list):

@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.errors import InputError
+from kvcheck.profiles import profile_path
+
 # Flag types whose single command-line token is JSON text (SGLang parses it with json/orjson).
 JSON_TYPES = frozenset({"json", "json_list_type", "parse_cuda_graph_config_arg"})
 
@@ -258,3 +263,82 @@ def _check_choice(name: str, choices: Sequence[Any], value: Any) -> None:
     elif close:
         text += f" (did you mean one of {', '.join(repr(c) for c in close)}?)"
     raise FlagError(text)
+
+
+# -- catalogue files, shared by every engine (profiles/<engine>/flags-<version>.json) --------------
+
+
+def flag_from_json(item: Mapping[str, Any]) -> Flag:
+    """One flag of a catalogue file."""
+    choices = item.get("choices")
+    return Flag(
+        name=item["flag"],
+        field=item.get("field"),
+        aliases=tuple(item.get("aliases") or ()),
+        type=item.get("type") or "str",
+        nargs=item.get("nargs"),
+        store_true=bool(item.get("store_true")),
+        action=item.get("action"),
+        default=item.get("default"),
+        choices=tuple(choices) if choices is not None else None,
+        deprecated=bool(item.get("deprecated")),
+    )
+
+
+def removed_from_json(data: Mapping[str, Any]) -> dict[str, RemovedFlag]:
+    """A catalogue file's removed flags, by name."""
+    return {
+        r["flag"]: RemovedFlag(r["flag"], r["last_version"], r.get("replacement")) for r in data.get("removed", [])
+    }
+
+
+def catalogued_versions(engine_folder: str) -> list[str]:
+    """The versions with a catalogue file under profiles/<engine_folder>/, oldest first."""
+    versions = []
+    for path in profile_path(engine_folder).glob("flags-*.json"):
+        text = path.stem.removeprefix("flags-")
+        try:
+            Version(text)
+        except InvalidVersion:
+            continue
+        versions.append(text)
+    return sorted(versions, key=Version)
+
+
+def pick_catalogue(version: str, available: Sequence[str], *, label: str, example: str) -> tuple[str, str | None]:
+    """Which catalogued release reads `version`'s arguments, plus a note when another release stands in.
+
+    A post or local build of a catalogued release (`0.5.23.post1`, `0.5.23+cu129`) uses the newest
+    catalogue of the same release at or below it, with no note: a post release whose parser changed has
+    its own catalogue, and one that did not change has none because the release's catalogue is exact
+    for it. Any other uncatalogued version gets the nearest older catalogued release; a version older
+    than every catalogue gets the oldest one. Both come with a note, because flags added or removed in
+    between may then be judged wrongly.
+    """
+    try:
+        wanted = Version(str(version))
+    except InvalidVersion as exc:
+        raise InputError(f"'{version}' is not a version number (write it like \"{example}\")") from exc
+    if not available:
+        raise InputError(f"no {label} flag catalogue is installed; reinstall kvcheck")
+    parsed = {v: Version(v) for v in available}
+    exact = [v for v in available if parsed[v] == wanted]
+    if exact:
+        return exact[0], None
+    same_release = [
+        v for v in available if parsed[v].release == wanted.release and not wanted.is_prerelease and parsed[v] < wanted
+    ]
+    if same_release:
+        return same_release[-1], None
+    older = [v for v in available if parsed[v] < wanted]
+    if not older:
+        chosen = available[0]
+        return chosen, (
+            f"{label} {version} is older than every flag catalogue kvcheck ships; arguments were "
+            f"checked against {chosen}, the oldest, so a flag that {version} accepted and {chosen} "
+            "does not is reported as unknown"
+        )
+    return older[-1], (
+        f"no flag catalogue for {label} {version}; arguments were checked against {older[-1]}, "
+        "the nearest older release"
+    )

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
-from kvcheck.engines.flags import Catalogue, Flag, FlagError, RemovedFlag
+from kvcheck.engines.flags import (
+    Catalogue,
+    Flag,
+    FlagError,
+    catalogued_versions,
+    flag_from_json,
+    pick_catalogue,
+    removed_from_json,
+)
 from kvcheck.errors import InputError
 from kvcheck.profiles import profile_path
 
@@ -92,33 +97,9 @@ class VllmCatalogue(Catalogue):
         return super().argv(flag, value)
 
 
-def _flag_from_json(item: Mapping[str, Any]) -> Flag:
-    choices = item.get("choices")
-    return Flag(
-        name=item["flag"],
-        field=item.get("field"),
-        aliases=tuple(item.get("aliases") or ()),
-        type=item.get("type") or "str",
-        nargs=item.get("nargs"),
-        store_true=bool(item.get("store_true")),
-        action=item.get("action"),
-        default=item.get("default"),
-        choices=tuple(choices) if choices is not None else None,
-        deprecated=bool(item.get("deprecated")),
-    )
-
-
 def catalogue_versions() -> list[str]:
     """vLLM versions that ship a catalogue, oldest first."""
-    versions = []
-    for path in profile_path("vllm").glob("flags-*.json"):
-        text = path.stem.removeprefix("flags-")
-        try:
-            Version(text)
-        except InvalidVersion:
-            continue
-        versions.append(text)
-    return sorted(versions, key=Version)
+    return catalogued_versions("vllm")
 
 
 @cache
@@ -127,12 +108,10 @@ def _load(version: str) -> VllmCatalogue:
     data = json.loads(path.read_text(encoding="utf-8"))
     if data.get("schema") != CATALOGUE_SCHEMA:
         raise InputError(f"{path}: not a kvcheck vLLM flag catalogue (schema {data.get('schema')!r})")
-    removed = {
-        r["flag"]: RemovedFlag(r["flag"], r["last_version"], r.get("replacement")) for r in data.get("removed", [])
-    }
+    removed = removed_from_json(data)
     return VllmCatalogue(
         version=str(data["vllm_version"]),
-        flags=tuple(_flag_from_json(item) for item in data["flags"]),
+        flags=tuple(flag_from_json(item) for item in data["flags"]),
         removed=removed,
         allow_abbrev=bool(data.get("allow_abbrev", True)),
         label="vLLM",
@@ -141,31 +120,7 @@ def _load(version: str) -> VllmCatalogue:
 
 
 def load_catalogue(version: str) -> tuple[VllmCatalogue, str | None]:
-    """The catalogue for `version`, plus a note when another release's catalogue stands in.
-
-    A local or post build of a catalogued release (`0.32.0+cpu`, `0.32.0.post1`) uses that release's
-    catalogue with no note; any other version gets the nearest older catalogued release (the oldest
-    when it is older than all), with a note: flags added or removed in between may be judged wrongly.
-    """
-    try:
-        wanted = Version(str(version))
-    except InvalidVersion as exc:
-        raise InputError(f"'{version}' is not a version number (write it like \"0.32.0\")") from exc
-    available = catalogue_versions()
-    if not available:
-        raise InputError("no vLLM flag catalogue is installed; reinstall kvcheck")
-    parsed = {v: Version(v) for v in available}
-    same = [v for v in available if parsed[v].release == wanted.release and not wanted.is_prerelease
-            and parsed[v] <= wanted]
-    if same:
-        return _load(same[-1]), None
-    older = [v for v in available if parsed[v] < wanted]
-    chosen = older[-1] if older else available[0]
-    if older:
-        note = f"no flag catalogue for vLLM {version}; arguments were checked against {chosen}, the nearest older release"
-    else:
-        note = (
-            f"vLLM {version} is older than every flag catalogue kvcheck ships; arguments were checked against "
-            f"{chosen}, the oldest, so a flag that {version} accepted and {chosen} does not is reported as unknown"
-        )
+    """The catalogue for `version`, plus a note when another release's catalogue stands in
+    (`kvcheck.engines.flags.pick_catalogue` says which)."""
+    chosen, note = pick_catalogue(version, catalogue_versions(), label="vLLM", example="0.32.0")
     return _load(chosen), note

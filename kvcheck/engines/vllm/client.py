@@ -14,34 +14,22 @@ from __future__ import annotations
 
 import math
 import re
-import ssl
-import time
-from collections.abc import Callable
 from typing import Any
 
-import httpx
-
-from kvcheck import __version__
 from kvcheck.engines.base import ServerInfo
+from kvcheck.engines.transport import ServerTransport
 from kvcheck.engines.vllm.serving import MAX_TOKEN_FIGURE, usable_tokens
-from kvcheck.errors import EndpointError, InputError, ServerUnusable
+from kvcheck.errors import EndpointError, ServerUnusable
 from kvcheck.http import (
     Answer,
-    HttpLimitError,
     JsonRejected,
     display_url,
-    make_client,
     parse_json,
-    tls_reason,
-    validate_base_url,
 )
-from kvcheck.http import request as http_request
-from kvcheck.redact import REDACTED
 
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
 VERSION_PATH = "/version"
-RETRY_STATUSES = frozenset({500, 502, 503, 504})
 CACHE_INFO = "vllm:cache_config_info"
 # What ServerInfo.metrics holds (min over engines), named after the labels they come from.
 POOL_GAUGE = "vllm:cache_config_info:usable_tokens"
@@ -136,50 +124,11 @@ def pools_from_metrics(text: str, where: str) -> tuple[list[int], dict[str, floa
     return [p for _, p in pools], metrics
 
 
-class VllmClient:
+class VllmClient(ServerTransport):
     """A small, strict HTTP client for one vLLM server (thread-confined; one per endpoint)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 10.0,
-        verify: bool | str | ssl.SSLContext = True,
-        token: str | None = None,
-        retries: int = 2,
-        backoff_s: float = 0.5,
-        transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if timeout_s <= 0:
-            raise InputError(f"timeout must be positive, got {timeout_s:g} s")
-        if retries < 0:
-            raise InputError(f"retries must be 0 or more, got {retries}")
-        self._base = validate_base_url(base_url)
-        self.url = display_url(self._base)
-        self._timeout_s = float(timeout_s)
-        self._retries = int(retries)
-        self._backoff_s = float(backoff_s)
-        self._token = token or None
-        self._sleep = sleep
-        self._client = make_client(
-            timeout_s=timeout_s,
-            verify=verify,
-            transport=transport,
-            headers={"User-Agent": f"kvcheck/{__version__}", "Accept": "application/json, text/plain;q=0.9"},
-        )
-
-    def __repr__(self) -> str:
-        return f"VllmClient({self.url!r}, token={'<set>' if self._token else None})"
-
-    def __enter__(self) -> VllmClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._client.close()
+    token_hint = "the server wants a token (vLLM's --api-key): put it in a variable and pass --token-env NAME"
+    status_hints = {404: "check that the URL points at a vLLM server"}
 
     # -- public calls -------------------------------------------------------------------------
 
@@ -249,49 +198,7 @@ class VllmClient:
         version = payload.get("version") if isinstance(payload, dict) else None
         return version[:64] if isinstance(version, str) and version else None
 
-    # -- transport --------------------------------------------------------------------------------
-
-    def _get(self, path: str) -> Answer:
-        """GET with bounded retries (connect errors, timeouts, 5xx) and exponential backoff."""
-        url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
-        attempts = self._retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                answer = http_request(self._client, "GET", url, timeout_s=self._timeout_s, token=self._token)
-            except HttpLimitError as exc:
-                raise EndpointError(f"{display_url(url)}: {self._redact(exc.message)}") from exc
-            except httpx.TransportError as exc:
-                tls = tls_reason(exc)
-                if tls is not None:
-                    raise EndpointError(f"{display_url(url)}: TLS failed ({tls})",
-                                        hint="pass --ca-bundle FILE, or use http:// if the server has no TLS") from exc
-                if attempt < attempts:
-                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
-                    continue
-                kind = "no complete answer within " + f"{self._timeout_s:g} s" if isinstance(
-                    exc, httpx.TimeoutException) else f"cannot connect: {self._redact(str(exc)) or type(exc).__name__}"
-                raise EndpointError(f"{display_url(url)}: {kind}" + (f" ({attempts} attempts)" if attempts > 1 else ""),
-                                    hint="check that the server is running and reachable from here") from exc
-            if answer.status in RETRY_STATUSES and attempt < attempts:
-                self._sleep(self._backoff_s * 2 ** (attempt - 1))
-                continue
-            return answer
-        raise AssertionError("unreachable: the loop returns or raises")
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._token, REDACTED) if self._token else text
-
-    def _raise_for_status(self, answer: Answer, path: str) -> None:
-        if 200 <= answer.status < 300:
-            return
-        where = f"{self.url}{path}"
-        if answer.status in (401, 403):
-            hint = ("the server refused the token: check the variable --token-env names" if self._token else
-                    "the server wants a token (vLLM's --api-key): put it in a variable and pass --token-env NAME")
-            raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}", hint=hint)
-        detail = self._redact(" ".join(answer.body[:160].decode("utf-8", "replace").split()))
-        raise EndpointError(f"{where}: HTTP {answer.status} {answer.reason}" + (f": {detail}" if detail else ""),
-                            hint="check that the URL points at a vLLM server" if answer.status == 404 else None)
+    # -- answers ---------------------------------------------------------------------------------
 
     def _json(self, answer: Answer, path: str) -> Any:
         try:

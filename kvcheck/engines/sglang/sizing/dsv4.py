@@ -339,6 +339,7 @@ class ExpertFormat:
     fmt: str
     inter_align: int  # the per-rank intermediate width is padded up to a multiple of this (1: none)
     note: str
+    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.16 on)
 
 
 def expert_format(
@@ -368,9 +369,25 @@ def expert_format(
       all-to-all on SM100 repacks them to UE8M0 (0.53125).
     - NVFP4 (ModelOpt, nvidia/DeepSeek-V4-*-NVFP4): E2M1 + an FP8 scale per 16 on every platform.
     """
+    rules = rel.rules_for(version)
+    hip_rope = rules.has(rel.DSV4_HIP_ROPE_PER_LAYER)
+    fmt = _expert_format(checkpoint_fmt, rules, vendor=vendor, sm=sm, env=env, moe_runner_backend=moe_runner_backend,
+                         moe_a2a_backend=moe_a2a_backend)
+    return ExpertFormat(fmt.fmt, fmt.inter_align, fmt.note, hip_rope_per_layer=hip_rope)
+
+
+def _expert_format(
+    checkpoint_fmt: str,
+    rules: rel.SizingRules,
+    *,
+    vendor: str,
+    sm: int | None,
+    env: Mapping[str, str],
+    moe_runner_backend: str | None,
+    moe_a2a_backend: str | None,
+) -> ExpertFormat:
     if checkpoint_fmt != "mxfp4":
         return ExpertFormat(checkpoint_fmt, 1, f"routed experts {checkpoint_fmt} as the checkpoint stores them")
-    rules = rel.rules_for(version)
     if str(env.get("SGLANG_DSV4_FP4_DEQUANT", "")).lower() in ("1", "true", "yes", "on"):
         return ExpertFormat("fp8", 1, "SGLANG_DSV4_FP4_DEQUANT=1: MXFP4 experts dequantized to block FP8 at load")
     backend = (moe_runner_backend or "auto").lower()
@@ -405,6 +422,7 @@ def weights_bytes(
     last_stage: bool,
     first_stage: bool,
     inter_align: int = 1,
+    hip_rope_per_layer: bool = False,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
 
@@ -452,6 +470,17 @@ def weights_bytes(
         add("router", 2 * experts * h + 4 * experts)
         mix = (2 + hc) * hc
         add("hyper_connections", 4 * 2 * (mix * hc * h + mix + 1))  # attn + ffn hc_fn/base/scale (fp32)
+    # RoPE tables built at model init (models/deepseek_v4.py): each attention layer registers a complex64
+    # freqs_cis of max_position_embeddings x rope_dim / 2 (8 B each), shared through precompute_freqs_cis's
+    # lru_cache by the layers of one rope setting (uncompressed layers: rope_theta; compressed ones:
+    # compress_rope_theta with the YaRN original length); on ROCm (0.5.16 on) every layer also keeps its
+    # own bf16 cos and sin copies (cos_cache / sin_cache), 4 B per table entry
+    positions = int(text.get("max_position_embeddings") or 0)
+    rope_half = int(text.get("qk_rope_head_dim") or 64) // 2
+    kinds = {bool(ratios[i]) if i < len(ratios) else False for i in stage}
+    add("rope_tables", 8 * positions * rope_half * len(kinds))
+    if hip_rope_per_layer:
+        add("rope_tables", 4 * positions * rope_half * len(stage))
     if first_stage:
         add("embedding", 2 * vocab * h / tp)
     if last_stage:

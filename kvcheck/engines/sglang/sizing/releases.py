@@ -83,6 +83,7 @@ DSV4_FP4_SM120_FLASHINFER = "0.5.16"  # SM120 defaults to flashinfer_mxfp4 (E8M0
 DSV4_FP4_AITER_PAD_128 = "0.5.17"  # the aiter pad drops to 128 (V4-Pro TP8: 384 stays 384, not 512)
 DSV4_FP4_FLASHINFER_DEFAULT = "0.5.19"  # SM90 and SM100 default to flashinfer_mxfp4 (E8M0 scales kept); before, the
 #   FP8 MoE method staged each 32-element block's scale as float32 (0.625 B per expert weight, not 0.53125)
+DSV4_HIP_ROPE_PER_LAYER = "0.5.16"  # on ROCm every V4 attention layer keeps its own bf16 cos/sin RoPE tables
 DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
 
 OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full

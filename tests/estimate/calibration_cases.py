@@ -271,7 +271,7 @@ UNUSABLE: dict[str, str] = {
     "sglang-qwen3-32b-4x5090-tp4-cp2-summary": "attention context parallelism: not priced by the estimate model",
     "sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture": "an abridged test fixture (its baseline reading fits H20 TP8)",
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
-        "a refused start (no pool): its weights are checked (-5.3 %, the FP4 experts' float32 scales of that era), "
+        "a refused start (no pool): its weights are checked (-5.1 %, the FP4 experts' float32 scales of that era), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"
     ),
 }

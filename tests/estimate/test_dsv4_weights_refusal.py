@@ -74,6 +74,22 @@ def test_weights_that_fill_the_budget_are_the_release_s_refusal(version, message
     assert kv120.message == f"the engine would refuse to start: {message}"
 
 
+@pytest.mark.parametrize(("version", "suffix"), [
+    ("0.4.6", ""),
+    ("0.5.5", " Current value: self.server_args.mem_fraction_static=0.6"),
+    ("0.5.11", " Current value: mem_fraction_static=0.6"),
+])
+def test_older_releases_word_the_refusal_their_way(version, suffix) -> None:
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version=version,
+                        args={"tp_size": 8, "mem_fraction_static": 0.6}, argv_args=(), gpu="H200",
+                        model_config=MODELS / "meta-llama--Meta-Llama-3.1-405B.json", estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert est.pool_tokens == 0
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message == ("the engine would refuse to start: Not enough memory. Please try to increase "
+                             f"--mem-fraction-static.{suffix}")
+
+
 def test_the_logged_refusal_with_its_own_weights_is_a_refusal() -> None:
     target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version="0.5.14",
                         args={"tp_size": 8, "mem_fraction_static": 0.88}, argv_args=(), gpu="H200",

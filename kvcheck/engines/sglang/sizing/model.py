@@ -849,7 +849,11 @@ def _refusal_message(
                 f"--mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}).")
     if rest > 0 and kind == DSV4 and window is not None and rules.has(rel.DSV4_SWA_FLOOR_CHECK):
         return _SwaRefusal(0, window, page_size).engine_message(version)
-    suffix = f" Current value: mem_fraction_static={f:g}" if rules.has(rel.DSV4_FIRST) else ""
+    suffix = ""
+    if rules.has(rel.NOT_ENOUGH_MEMORY_FIELD):
+        suffix = f" Current value: mem_fraction_static={f:g}"
+    elif rules.has(rel.NOT_ENOUGH_MEMORY_VALUE):
+        suffix = f" Current value: self.server_args.mem_fraction_static={f:g}"
     return f"Not enough memory. Please try to increase --mem-fraction-static.{suffix}"
 
 

@@ -74,6 +74,8 @@ DSV4_BF16_HOOK = "0.5.14"  # the V4 hook accepts --kv-cache-dtype bfloat16 (befo
 DSV4_C128_REQUEST_SCOPED = "0.5.15"  # the c128 compress state is request-scoped: fixed bytes, not per SWA slot
 DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is unset (before: when it equals 0.8)
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
+NOT_ENOUGH_MEMORY_VALUE = "0.5.3"  # "Not enough memory ..." appends "Current value: self.server_args.mem_fraction_static=F"
+NOT_ENOUGH_MEMORY_FIELD = "0.5.10"  # ... as "Current value: mem_fraction_static=F" (pool_configurator)
 DSV4_REFUSAL_MESSAGE = "0.5.14"  # a budget the weights fill: "Loaded weights leave no GPU memory ..." (before:
 #   "Not enough memory. Please try to increase --mem-fraction-static.", model_executor/pool_configurator.py)
 DSV4_SWA_FLOOR_CHECK = "0.5.16"  # validate_swa_pool_size refuses an SWA pool below sliding_window + page_size

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
-    from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
 NO_SIZING = (
@@ -211,6 +211,12 @@ class VllmEngine(Engine):
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
-        from kvcheck.engines.vllm.rules import KV109
+        from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212
 
-        return (KV109,)
+        return (KV109, KV210, KV211, KV212)
+
+    def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+        return serving.role_findings(target, args, mode, device=self.device(args))
+
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
+        return serving.concurrency(pool_tokens, window, serving.block_size(args, self.device(args)))

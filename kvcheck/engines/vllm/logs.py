@@ -369,6 +369,9 @@ class VllmLogReader:
             model = args.get("model_tag") or args.get("model")
             if isinstance(model, str):
                 args.setdefault("model_path", model)
+            device = s.config.get("device_config")
+            if device and device != "cuda":  # the engine's config line names the device (0.32.0 has no flag)
+                args.setdefault("device", device)
         return LogSummary(
             ranks=ranks,
             server_args=args,

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvcheck.model import Finding, RoleTarget
 
 DEFAULT_ENGINE_COMMAND: tuple[str, ...] = ("vllm", "serve")
 
@@ -82,3 +85,54 @@ def data_parallel_ranks(args: Mapping[str, Any]) -> int:
 def usable_tokens(num_blocks: int, block_size: int) -> int:
     """The tokens one request can use: every block but vLLM's null block."""
     return max(num_blocks - 1, 0) * block_size
+
+
+def block_size(args: Mapping[str, Any], device: str) -> int:
+    """The KV block size of the role: --block-size when set, else vLLM's default on the device."""
+    stated = args.get("block_size")
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+        return stated
+    return DEFAULT_BLOCK_SIZE["cpu" if device == "cpu" else "cuda"]
+
+
+def concurrency(pool_tokens: int, window: int, block: int) -> float:
+    """Requests of `window` tokens the usable pool holds at once, in whole blocks per request as vLLM
+    allocates them: (num_blocks - 1) / ceil(window / block), the pool being (num_blocks - 1) x block."""
+    return (pool_tokens // block) / max(-(-window // block), 1)
+
+
+def role_findings(target: RoleTarget, args: Mapping[str, Any], mode: str | None, *, device: str) -> list[Finding]:
+    """KV210-KV212: the role's KV transfer and memory settings vLLM does not check itself."""
+    from kvcheck.policy.registry import finding
+
+    found = []
+    config = kv_transfer_config(args) or {}
+    where = target.arg_location("kv_transfer_config")
+    if mode == "kv_both" and str(config.get("kv_connector", "")).startswith("Nixl"):
+        found.append(finding(
+            "KV210", target.name,
+            f"kv_role kv_both with {config['kv_connector']}: vLLM 0.32.0 deprecates it and a later release "
+            "will refuse to start the role; the role may prefill or decode, and is checked as either",
+            hint="set kv_role: kv_producer on prefill instances and kv_consumer on decode instances",
+            location=where,
+        ))
+    if config.get("kv_load_failure_policy") == "recompute":
+        found.append(finding(
+            "KV212", target.name,
+            "kv_load_failure_policy is recompute: a request whose KV blocks failed to load is recomputed, which "
+            "has produced wrong output when requests share blocks (prefix caching)",
+            hint="keep kv_load_failure_policy: fail (vLLM's default), or run the role without prefix caching",
+            location=where,
+        ))
+    memory = args.get("kv_cache_memory_bytes")
+    if memory is not None and device != "cpu":
+        found.append(finding(
+            "KV211", target.name,
+            f"--kv-cache-memory-bytes {memory} sets the pool and vLLM skips its memory profiling: nothing "
+            "checked at boot that the weights, activations and CUDA graphs fit beside it, and kvcheck measures "
+            "the pool, not that headroom",
+            hint="size the pool with --gpu-memory-utilization (vLLM then profiles and keeps the headroom), or "
+            "measure the role under peak load on the production GPU first",
+            location=target.arg_location("kv_cache_memory_bytes"),
+        ))
+    return found

@@ -102,7 +102,8 @@ class VllmEngine(Engine):
         version: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> int:
-        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length)
+        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length):
+        # prompts of max_model_len tokens or more are refused
         return serving.max_input_len(context_len, pool_tokens)
 
     def device(self, args: Mapping[str, Any]) -> str:

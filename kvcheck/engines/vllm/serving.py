@@ -1,7 +1,7 @@
 """How vLLM is launched, which prefill/decode role its args give it, and which prompts it admits.
 
 The one home of these rules for vLLM; every command (logs, measure, audit) asks here.
-Measured on vLLM 0.32.0 (docs/vllm.md): a prompt of at most max_model_len - 1 tokens is admitted
+Measured on vLLM 0.32.0 (docs/vllm.md): a prompt of at most max_model_len - 1 tokens is admitted, so prompts of max_model_len or more are refused
 (a longer one is HTTP 400 "This model's maximum context length is ..."), and one KV block of the
 pool is vLLM's null block, so a request can use at most (num_gpu_blocks - 1) x block_size tokens.
 """
@@ -63,14 +63,17 @@ def device(args: Mapping[str, Any]) -> str:
 
 
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:
-    """The longest prompt vLLM admits: max_model_len - 1 tokens (one is left for the first output token).
+    """vLLM's admission bound, as Engine.max_input_len means it: prompts of this many tokens or more are
+    not served. vLLM 0.32.0 serves prompts of at most max_model_len - 1 tokens (one is left for the first
+    output token; measured, docs/vllm.md), so the bound is max_model_len itself.
 
     vLLM refuses at boot a pool that cannot hold one request of max_model_len, so a served pool never
-    lowers the bound; a pool below it (a log of a refused start) bounds it at its own size - 1.
+    lowers the bound; a pool below it (a log of a refused start, whose pool is vLLM's estimated maximum
+    model length) bounds it at its own size.
     """
-    bound = context_len - 1
+    bound = context_len
     if pool_tokens is not None:
-        bound = min(bound, pool_tokens - 1)
+        bound = min(bound, pool_tokens)
     return bound
 
 

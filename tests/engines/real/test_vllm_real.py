@@ -97,7 +97,7 @@ class Verified:
     log: Path
 
 
-def manifest(engine: VllmLike, tag: str, window: int, roles: dict, args: dict) -> dict:
+def manifest(engine: VllmLike, tag: str, window: int, roles: dict, args: dict, policy: dict | None = None) -> dict:
     """A vLLM manifest for the real install or the double. vLLM 0.32.0 has no --device flag, so kvcheck
     cannot tell a CPU role from its args yet: each role lists a GPU and verify runs --no-gpu-check."""
     return {
@@ -108,16 +108,17 @@ def manifest(engine: VllmLike, tag: str, window: int, roles: dict, args: dict) -
                    "env": {**ENV, **getattr(engine, "env", {}), TAG_VAR: tag}},
         "args": args,
         "roles": roles,
+        **({"policy": policy} if policy else {}),
     }
 
 
 def verify(engine: VllmLike, folder: Path, *, window: int = WINDOW, timeout_s: float = BOOT_TIMEOUT_S,
-           **args: object) -> Verified:
+           policy: dict | None = None, **args: object) -> Verified:
     """`kvcheck verify M --format json --logs-dir folder/logs` on a one-role vLLM manifest; every engine
     process (API server, engine core, worker) gone after."""
     tag = f"{folder.name}-{uuid.uuid4().hex}"
     path = folder / "deploy.yaml"
-    path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": [0]}}, args), sort_keys=False))
+    path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": [0]}}, args, policy), sort_keys=False))
     done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(timeout_s),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=timeout_s + 120)
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"

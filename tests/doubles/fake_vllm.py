@@ -520,7 +520,7 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
         else:
             worker(rank, "INFO", "gpu_worker.py:760", f"Available KV cache memory: {gib(memory)} GiB")
         if override is not None:
-            core(rank, "INFO", "kv_cache_utils.py:2620",
+            core(rank, "INFO", "kv_cache_utils.py:2619",
                  f"Overriding num_gpu_blocks={blocks} with num_gpu_blocks_override={override}")
     if override is not None:
         blocks = override

@@ -85,7 +85,7 @@ def model_len(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm serve", allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="vllm serve")  # FlexibleArgumentParser keeps argparse's prefixes
     parser.add_argument("model_tag", nargs="?")
     parser.add_argument("--model")
     parser.add_argument("--host")

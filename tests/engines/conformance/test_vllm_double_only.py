@@ -1,6 +1,6 @@
 """vLLM cases the CPU install cannot show on demand, against the double alone (its lines are real vLLM
 0.32.0's, read in its source where no CPU boot prints them): a crash while loading, a hang, the kernel's
-OOM kill, a CUDA out-of-memory while profiling, the GPU pool lines, a crash once ready, and the pair and
+OOM kill, a CUDA out-of-memory while profiling, the GPU pool lines, a crash once ready, data-parallel engines, and the pair and
 safety rules (kv_both on NIXL, kv_load_failure_policy recompute, --kv-cache-memory-bytes on a GPU,
 policy.min_concurrency). docs/measure.md lists which paths ran against real vLLM and which only here.
 """
@@ -131,3 +131,15 @@ def logs(log: Path) -> tuple[int, dict]:
     done = run_kvcheck("logs", str(log), "--format", "json", cwd=REPO_ROOT)
     assert done.stdout, done.stderr
     return done.exit_code, json.loads(done.stdout)
+
+
+def test_data_parallel_engines_each_state_their_pool(model: Path, tmp_path: Path) -> None:
+    """`--data-parallel-size 2`: one engine core per rank (`EngineCore_DP0`, `EngineCore_DP1`, vLLM's names
+    under data parallelism), each with its pool line and its own `vllm:cache_config_info` series."""
+    done = verify(DoubleVllm(model), tmp_path, max_model_len=WINDOW, kv_cache_memory_bytes=HOLDS_BYTES,
+                  data_parallel_size=2)
+    assert (done.code, done.report["findings"]) == (0, []), done.report
+    text = done.log.read_text()
+    assert "(EngineCore_DP1 pid=" in text and "(EngineCore pid=" not in text
+    [role] = done.report["roles"]
+    assert role["details"]["server_info"]["dp_token_capacities"] == [HOLDS, HOLDS]

@@ -250,11 +250,20 @@ API_FAILURE = (
 )
 
 
-def fail_start(api: int, cores: list[int]) -> None:
-    for pid in cores:
-        os.kill(pid, signal.SIGKILL)
-    sys.stdout.flush()
-    sys.stderr.write(API_FAILURE)
+def fail_start(proc: str, pid: int, error: str, children: list[int]) -> None:
+    """What 0.32.0 prints after the engine core's own traceback of a failed start (tests/data/vllm/
+    0.32.0-cpu-refused.log): its executor's stop, multiprocessing's `Process EngineCore:` with the error
+    again, the API server's RuntimeError; then exit 1."""
+    log(proc, pid, "ERROR", "multiproc_executor.py:315",
+        "Worker proc VllmWorker-0 died unexpectedly (exit code: 0), shutting down executor.")
+    log(proc, pid, "INFO", "multiproc_executor.py:479", "[shutdown] Executor: waiting for worker exit count=0")
+    log(proc, pid, "INFO", "multiproc_executor.py:486", "[shutdown] Executor: all workers exited gracefully")
+    for child_pid in children:
+        os.kill(child_pid, signal.SIGKILL)
+    sys.stderr.write(f"Process {proc}:\nTraceback (most recent call last):\n"
+                     f'  File "{SITE}/v1/engine/core.py", line 1482, in run_engine_core\n'
+                     "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)\n"
+                     f"{error}\n{API_FAILURE}")
     sys.stderr.flush()
     os._exit(1)
 
@@ -483,10 +492,10 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
         worker(rank, "INFO", "cpu_model_runner.py:68" if DEVICE == "cpu" else "gpu_model_runner.py:4480",
                f"Starting to load model {model}...")
     if "crash" in MODES:
+        failure = f"RuntimeError: Error in model execution: could not read the checkpoint of {model}"
         traceback(names[0], cores[0], [*CORE_FRAMES[:1], ("v1/worker/cpu_worker.py", 131, "load_model",
-                                                             "self.model_runner.load_model()")],
-                  f"RuntimeError: Error in model execution: could not read the checkpoint of {model}")
-        fail_start(api, cores + workers)
+                                                             "self.model_runner.load_model()")], failure)
+        fail_start(names[0], cores[0], failure, cores + workers)
     for rank in range(dp):
         worker(rank, "INFO", "default_loader.py:501", "Loading weights took 0.06 seconds")
         worker(rank, "INFO", "cpu_model_runner.py:87" if DEVICE == "cpu" else "gpu_model_runner.py:4612",
@@ -498,11 +507,11 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
         while True:
             time.sleep(3600)
     if "oom" in MODES:
+        failure = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                   "capacity of 79.19 GiB of which 1.02 GiB is free.")
         traceback(names[0], cores[0], [*CORE_FRAMES, ("v1/worker/gpu_worker.py", 690, "determine_available_memory",
-                                                      "self.model_runner.profile_run()")],
-                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                  "capacity of 79.19 GiB of which 1.02 GiB is free.")
-        fail_start(api, cores + workers)
+                                                      "self.model_runner.profile_run()")], failure)
+        fail_start(names[0], cores[0], failure, cores + workers)
 
     blocks = memory // per_block
     override = args.num_gpu_blocks_override
@@ -539,15 +548,15 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
         max_len = fit
     if usable < max_len:
         needed = math.ceil(max_len / block) * per_block
-        traceback(names[0], cores[0], [*CORE_FRAMES, ("v1/core/kv_cache_utils.py", 1030,
-                                                      "_check_enough_kv_cache_memory", "raise ValueError(")],
-                  f"ValueError: To serve at least one request with the model's max seq len ({max_len}), "
+        failure = (f"ValueError: To serve at least one request with the model's max seq len ({max_len}), "
                   f"({gib(needed)} GiB KV cache is needed, which is larger than the available KV cache memory "
                   f"({gib(usable // block * per_block)} GiB). Based on the available memory, the estimated maximum "
                   f"model length is {usable}. Try increasing `gpu_memory_utilization` (which also controls CPU memory "
                   "on the CPU backend) or decreasing `max_model_len` when initializing the engine. See "
                   "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
-        fail_start(api, cores + workers)
+        traceback(names[0], cores[0], [*CORE_FRAMES, ("v1/core/kv_cache_utils.py", 1030,
+                                                      "_check_enough_kv_cache_memory", "raise ValueError(")], failure)
+        fail_start(names[0], cores[0], failure, cores + workers)
     per_request = math.ceil(max_len / block)
     conc = blocks / per_request
     size = int(conc * max_len)

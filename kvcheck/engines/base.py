@@ -567,3 +567,18 @@ class Engine(ABC):
     @abstractmethod
     def rules(self) -> tuple[Rule, ...]:
         """The rules only this engine's knowledge raises (its sizing, its log lines), for the catalogue."""
+
+    # The policy's disaggregation rules that name this engine's own releases and flags (KV201: SGLang's
+    # admission fixes of 0.5.22; KV203: --disaggregation-enable-kv-checksum); an engine without them
+    # lists none, and the policy does not apply them to its roles.
+    disaggregation_rules: ClassVar[frozenset[str]] = frozenset()
+
+    def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+        """The engine's own findings on one role's settings (its rules in rules()); `args` are the role's
+        effective args (the manifest's over what the engine resolved), `mode` its role_mode."""
+        return []
+
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
+        """How many requests of `window` tokens the pool holds at once, as the engine allocates them
+        (tokens one at a time unless the engine says otherwise)."""
+        return pool_tokens / window

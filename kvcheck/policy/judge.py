@@ -53,7 +53,7 @@ def judge(
     # an expired suppression fails whatever the policy says: it is not passed through `keep`
     findings: list[Finding] = [*gate.expired(), *keep(extra_findings)]
     for target, measurement in zip(targets, measurements, strict=True):
-        role_findings = keep([*measurement.findings, *evaluate_role(target, measurement)])
+        role_findings = keep([*measurement.findings, *evaluate_role(target, measurement, policy.min_concurrency)])
         unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
         if unjudgeable and not any(f.is_measurement_failure for f in role_findings):
             # Fail closed: a role without a pool figure (or a window) is never a pass, whatever

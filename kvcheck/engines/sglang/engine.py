@@ -238,6 +238,8 @@ class SglangEngine(Engine):
 
     # -- rules ------------------------------------------------------------------------------------
 
+    disaggregation_rules: ClassVar[frozenset[str]] = frozenset({"KV201", "KV203"})
+
     def rules(self) -> tuple[Rule, ...]:
         from kvcheck.engines.sglang import log_rules
         from kvcheck.engines.sglang.sizing import rules as sizing_rules

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
-    from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
 NO_SIZING = (
@@ -102,7 +102,8 @@ class VllmEngine(Engine):
         version: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> int:
-        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length)
+        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length):
+        # prompts of max_model_len tokens or more are refused
         return serving.max_input_len(context_len, pool_tokens)
 
     def device(self, args: Mapping[str, Any]) -> str:
@@ -211,6 +212,12 @@ class VllmEngine(Engine):
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
-        from kvcheck.engines.vllm.rules import KV109
+        from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212
 
-        return (KV109,)
+        return (KV109, KV210, KV211, KV212)
+
+    def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+        return serving.role_findings(target, args, mode, device=self.device(args))
+
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
+        return serving.concurrency(pool_tokens, window, serving.block_size(args, self.device(args)))

@@ -557,9 +557,9 @@ class Engine(ABC):
         """
         return self.max_input_len(context_len, pool_tokens, args, version)
 
-    def fit_hint(self, args: Mapping[str, Any]) -> str:
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
         """KV101's generic fix when nothing more precise is known: the settings of this engine that give
-        the pool more room (its flags, its CPU or GPU memory knobs), in words."""
+        the pool more room (its flags, its CPU or GPU memory knobs, from the role's args and env), in words."""
         return "or give the pool more memory, or advertise a window the pool holds"
 
     # -- sizing -----------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
     if len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
-        parts.append(get_engine(target.engine).fit_hint(args))
+        parts.append(get_engine(target.engine).fit_hint(args, target.env))
     return "; ".join(parts)
 
 

@@ -127,6 +127,15 @@ class VllmFrontDoor:
             self._state.pages.append((text, list(ids)))
         return 200, _completion(body, "ure" * made, n, made), stream
 
+    def tokenized(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST /tokenize: one prompt string (a list is a validation error, as on 0.32.0)."""
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return 400, _error("2 validation errors:\n  {'type': 'string_type', 'loc': 'body.prompt', 'msg': "
+                               "'Input should be a valid string'}", "body.prompt")
+        tokens = self.word_ids(prompt, bos=body.get("add_special_tokens", True) is not False)
+        return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens, "token_strs": None}
+
     # -- HTTP ----------------------------------------------------------------------------------------
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -167,14 +176,7 @@ class VllmFrontDoor:
                     door._state.seen.append(("POST", self.path))
                     door.bodies.append(body)
                 if self.path == "/tokenize" and door.tokenize:
-                    prompt = body.get("prompt")
-                    if not isinstance(prompt, str):
-                        self._send(400, _error("2 validation errors:\n  {'type': 'string_type', 'loc': "
-                                               "'body.prompt', 'msg': 'Input should be a valid string'}", "body.prompt"))
-                        return
-                    tokens = door.word_ids(prompt, bos=body.get("add_special_tokens", True) is not False)
-                    self._send(200, {"count": len(tokens), "max_model_len": door.max_model_len, "tokens": tokens,
-                                     "token_strs": None})
+                    self._send(*door.tokenized(body))
                 elif self.path == "/v1/completions":
                     status, payload, stream = door.completion(body)
                     if status == 200 and stream:

@@ -209,7 +209,7 @@ class SglangEngine(Engine):
                               tokenize_batch=True, model_info_paths=("/model_info", "/get_model_info"),
                               bound_from_window=False)
 
-    def fit_hint(self, args: Mapping[str, Any]) -> str:
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
         if self.device(args) == "cpu":
             return ("or give the pool more host memory: raise --mem-fraction-static, or serve on a host with more "
                     "RAM per NUMA node")

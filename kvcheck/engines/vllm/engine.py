@@ -195,10 +195,10 @@ class VllmEngine(Engine):
 
         return probe_bound(context_len)
 
-    def fit_hint(self, args: Mapping[str, Any]) -> str:
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
         from kvcheck.engines.vllm.probe import fit_hint
 
-        return fit_hint(args, self.device(args))
+        return fit_hint(args, self.device(args), env or {})
 
     # -- sizing: not in this release: never a guessed number ---------------------------------------
 

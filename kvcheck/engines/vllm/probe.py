@@ -25,6 +25,9 @@ HINTS = {
     "let a proxy truncate prompts (truncate_prompt_tokens)",
     "KV402": "something between the client and vLLM changed the prompt: a proxy or client setting "
     "truncate_prompt_tokens, or a router sending the request to a backend of another --max-model-len",
+    "KV404": "vLLM serves only prompts below its max_model_len: serve --max-model-len of the advertised window with "
+    "a pool that holds it (`--max-model-len auto` shrinks it to the pool silently), or advertise the max_model_len "
+    "/v1/models states; lift proxy body-size limits",
     "KV405": "stop the rollout: one tenant received another's data; check the KV connector of prefill/decode "
     "pairs (kv_load_failure_policy=recompute has produced wrong output when requests share blocks) and "
     "prefix caching across tenants (cache_salt)",
@@ -55,16 +58,24 @@ def probe_bound(context_len: int) -> int:
     return context_len
 
 
-def fit_hint(args: Mapping[str, Any], device: str) -> str:
-    """KV101's fix for a vLLM role: its own memory and window flags (CPU: VLLM_CPU_KVCACHE_SPACE)."""
-    if device == "cpu":
-        return ("or give the pool more host memory: raise VLLM_CPU_KVCACHE_SPACE (GiB of KV cache on vLLM's CPU "
-                "backend) or --kv-cache-memory-bytes, or lower --max-model-len to the window the pool holds")
-    parts = ["or give the pool more memory: raise --gpu-memory-utilization"]
-    if args.get("kv_cache_memory_bytes") is not None:
-        parts = ["or give the pool more memory: raise --kv-cache-memory-bytes (it replaces "
-                 "--gpu-memory-utilization's profiling)"]
+CPU_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache on vLLM's CPU backend (it sets nothing on GPUs)
+
+
+def fit_hint(args: Mapping[str, Any], device: str, env: Mapping[str, str]) -> str:
+    """KV101's fix for a vLLM role: its own memory and window flags (CPU: VLLM_CPU_KVCACHE_SPACE).
+
+    A role is taken for a CPU one when its args name the CPU device or its env sets VLLM_CPU_KVCACHE_SPACE
+    (vLLM 0.32.0 has no --device flag: the build decides, docs/vllm.md).
+    """
+    space = env.get(CPU_KV_SPACE)
+    if device == "cpu" or space:
+        now = f" (now {space} GiB)" if space else ""
+        return f"or give the pool more host memory: raise {CPU_KV_SPACE}{now} or --kv-cache-memory-bytes"
+    if args.get("kv_cache_memory_bytes") is not None:  # it replaces --gpu-memory-utilization's profiling
+        parts = ["raise --kv-cache-memory-bytes (it is set, so --gpu-memory-utilization does not size the pool)"]
+    else:
+        parts = ["raise --gpu-memory-utilization"]
     parts.append("widen --tensor-parallel-size")
     if str(args.get("kv_cache_dtype") or "auto") == "auto":
         parts.append("use an FP8 KV cache (--kv-cache-dtype fp8)")
-    return ", ".join(parts) + ", or lower --max-model-len to the window the pool holds"
+    return "or give the pool more memory: " + ", ".join(parts[:-1]) + f", or {parts[-1]}"

@@ -123,8 +123,7 @@ def learn_vocabulary(client: httpx.Client, options: ProbeOptions, *, model: str 
             "cannot probe safely: no proof that token ids lie inside the model's vocabulary ("
             + "; ".join(notes) + "); an id at or above it kills the server, so nothing was sent",
             hint=f"give --vocab-size N (the model's vocab_size from its config.json), or probe a front door "
-            f"that serves POST {tokenize} (a server with its tokenizer"
-            + (", or sglang-router)" if tokenize == TOKENIZE else ")"),
+            f"that serves POST {tokenize} (a server with its tokenizer, or a router that has one)",
         )
     return _with_token_id(vocab, options), notes
 

@@ -142,7 +142,7 @@ def test_no_tokenizer_and_no_local_model_is_kv322_and_nothing_is_generated(vllm)
     assert (report.exit_code, found(report)) == (3, [("KV322", "limits")])
     assert "POST /tokenize answered HTTP 404" in report.findings[0].message
     assert "the model path '/models/tiny-llama' is not a folder with config.json" in report.findings[0].message
-    assert report.findings[0].hint.endswith("POST /tokenize (a server with its tokenizer)")
+    assert report.findings[0].hint.endswith("POST /tokenize (a server with its tokenizer, or a router that has one)")
     assert ("POST", "/v1/completions") not in d.seen
 
 
@@ -190,3 +190,50 @@ def test_dry_run_with_engine_vllm_plans_the_openai_front_door(vllm) -> None:
         ("/v1/completions", True, "at-bound", 4096, "refuse"),
     ]
     assert d.seen == []
+
+
+# Answers of real vLLM 0.32.0, word for word (max_model_len 4096): a streamed 4,095-token prompt with
+# stream_options.include_usage, and a 4,097-token prompt refused.
+REAL_STREAM = (
+    'data: {"id":"cmpl-98911402b46a3756","object":"text_completion","created":1796178932,"model":'
+    '"/tmp/kvcheck-real-vllm/tiny-llama","choices":[{"index":0,"text":"ure","logprobs":null,"finish_reason":"length",'
+    '"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
+    'data: {"id":"cmpl-98911402b46a3756","object":"text_completion","created":1796178932,"model":'
+    '"/tmp/kvcheck-real-vllm/tiny-llama","choices":[],"usage":{"prompt_tokens":4095,"total_tokens":4096,'
+    '"completion_tokens":1},"system_fingerprint":"vllm-0.32.0-1b7a4b8e"}\n\ndata: [DONE]\n\n'
+)
+REAL_REFUSAL = (
+    '{"error":{"message":"This model\'s maximum context length is 4096 tokens. However, your prompt contains at '
+    'least 4097 input tokens, which exceeds this limit even without any output tokens. Please reduce the length of '
+    'the input prompt. (parameter=input_tokens, value=4097)","type":"BadRequestError","param":"input_tokens",'
+    '"code":400}}'
+)
+
+
+def test_vllm_s_stream_and_refusal_are_read_as_they_are() -> None:
+    from kvcheck.probe.wire import read_answer
+
+    served = read_answer(200, REAL_STREAM, latency_ms=1.0, sse=True)
+    assert (served.kind, served.finish_type, served.prompt_tokens, served.completion_tokens) == (
+        "success", "length", 4095, 1)
+    # a stream cut before its finish reason is no success, whatever came before
+    cut = read_answer(200, REAL_STREAM.split("\n\n")[1] + "\n\n", latency_ms=1.0, sse=True)
+    assert (cut.kind, cut.prompt_tokens, cut.message) == ("empty", 4095, "the stream ended without a finish reason")
+    refused = read_answer(400, REAL_REFUSAL, latency_ms=1.0, sse=False)
+    assert (refused.kind, refused.abort_status) == ("error", 400)
+    assert refused.message.startswith("This model's maximum context length is 4096 tokens.")
+
+
+def test_an_engine_without_a_front_door_is_bad_input_and_never_asked(vllm, monkeypatch) -> None:
+    from kvcheck.engines.vllm.engine import VllmEngine
+    from kvcheck.errors import InputError
+
+    monkeypatch.setattr(VllmEngine, "probe_front_door", lambda self: None)
+    d = vllm("fixed")
+    with pytest.raises(InputError, match="--engine vllm: kvcheck probe cannot talk to that engine's front door"):
+        run_probe(ProbeOptions(url=d.url, engine="vllm", **FAST))
+    assert d.seen == []
+    # found from a bare URL, an engine the probe cannot talk to is skipped: SGLang's reader alone asked
+    report = run_probe(ProbeOptions(url=d.url, **FAST))
+    assert (report.exit_code, found(report)) == (3, [("KV320", "limits")])
+    assert d.seen == [("GET", "/server_info"), ("GET", "/get_server_info")]

@@ -176,6 +176,8 @@ def _prepare(options: ProbeOptions, url: str, guard: GuardedTransport, client: h
                            "prompts are text markers")
     plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent), engine=engine)
     run = _Run(options, plan, client, guard, model, progress, front)
+    how = "named by --engine" if options.engine else "found from its answers"
+    run.notes.append(f"front door: {engine.label}'s ({how})")
     run.notes += vocab_notes
     return run, skip_openai
 

@@ -85,6 +85,7 @@ def test_a_vllm_server_is_found_by_itself_and_passes_with_exact_lengths(vllm) ->
     notes = report.roles[0].probe.notes
     assert "token ids proven in range by the deployment's tokenizer (POST /tokenize)" in " ".join(notes)
     assert "vLLM's front door is its OpenAI API: every check is sent to /v1/completions" in notes
+    assert "front door: vLLM's (found from its answers)" in notes
 
 
 def test_engine_vllm_asks_only_vllm_s_endpoints(vllm) -> None:

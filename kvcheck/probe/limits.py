@@ -117,8 +117,6 @@ def _server_info(engine: Engine, options: ProbeOptions, transport: httpx.BaseTra
                  window_only: bool) -> ServerInfo:
     """The engine's server reader (audit uses it too); for an engine whose bound follows from the window,
     a front door that states only /v1/models' max_model_len (a router in front of vLLM) is enough."""
-    import dataclasses
-
     with engine.server_client(
         options.url,
         timeout_s=min(options.request_timeout_s, options.max_duration_s),  # every request: --request-timeout
@@ -141,13 +139,12 @@ def _server_info(engine: Engine, options: ProbeOptions, transport: httpx.BaseTra
                 raise
             from kvcheck.engines.base import ServerInfo
 
-            return dataclasses.replace(
-                ServerInfo(url=client.url, version=None, max_total_num_tokens=None, max_req_input_len=None,
-                           dp_token_capacities=(), swa_token_capacities=(), context_length_arg=None,
-                           served_context_len=served, resolved_args={}, launch_command=None,
-                           endpoint="/v1/models", served_context_source="/v1/models"),
-                notes=(f"no pool figure ({exc.message}): a router in front of {engine.label} servers; the "
-                       f"bound follows from /v1/models max_model_len {served}",),
+            return ServerInfo(
+                url=client.url, version=None, max_total_num_tokens=None, max_req_input_len=None,
+                dp_token_capacities=(), swa_token_capacities=(), context_length_arg=None, served_context_len=served,
+                resolved_args={}, launch_command=None, endpoint="/v1/models", served_context_source="/v1/models",
+                notes=(f"no pool figure ({exc.message}): a router in front of {engine.label} servers; the bound "
+                       f"follows from /v1/models max_model_len {served}",),
             )
 
 

@@ -668,6 +668,8 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Also probe streaming /generate at the bound and the window.")
 @click.option("--model", help="Model name for /v1/completions (default: from /server_info or /v1/models).")
+@click.option("--engine", metavar="NAME",
+              help="The front door's engine (sglang, vllm) [default: the first whose server answers as its own].")
 @click.option("--seed", type=int, help="Seed for tenant markers and patterns (default: fresh each run).")
 @click.option("--dry-run", is_flag=True, help="Print every request the probe would send, and send nothing.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -680,7 +682,8 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
     max_requests: int, concurrency: int, rate_per_s: float, max_duration_s: float,
     request_timeout_s: float, tenants: int, rounds: int, token_id: int | None, vocab_size: int | None,
     max_new_tokens: int,
-    text_prompts: bool, openai: bool, stream: bool, model: str | None, seed: int | None, dry_run: bool,
+    text_prompts: bool, openai: bool, stream: bool, model: str | None, engine: str | None, seed: int | None,
+    dry_run: bool,
     ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
     strict: bool) -> None:
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
@@ -694,7 +697,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         request_timeout_s=request_timeout_s, tenants=tenants, rounds=rounds, token_id=token_id,
         vocab_size=vocab_size, max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,
         dry_run=dry_run, ca_bundle=str(ca_bundle) if ca_bundle else None, insecure=insecure,
-        token_env=token_env, seed=seed, strict=strict,
+        token_env=token_env, seed=seed, strict=strict, engine=engine,
     )
 
     def write(text: str) -> None:

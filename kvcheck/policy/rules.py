@@ -28,8 +28,9 @@ KV101 = define_rule(
     """The pool is what one request can hold at most. A pool smaller than the advertised window
     means full-length requests cannot be served: they are refused, truncated, or (in disaggregated
     releases before the admission fixes) answered from stale KV pages. Fix: give the pool more
-    memory (raise --mem-fraction-static, use a wider TP degree or an FP8 KV cache), or advertise no
-    more than the largest context that fits.""",
+    memory (the engine's settings: SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization or
+    VLLM_CPU_KVCACHE_SPACE; a wider TP degree or an FP8 KV cache), or advertise no more than the
+    largest context that fits.""",
 )
 KV102 = define_rule(
     "KV102",
@@ -171,14 +172,8 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1 and get_engine(target.engine).device(args) == "cpu":
-        parts.append("or give the pool more host memory: raise --mem-fraction-static, or serve on a host "
-                     "with more RAM per NUMA node")
-    elif len(parts) == 1:
-        parts.append(
-            "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "
-            "cache (`kvcheck plan` computes the settings that fit)"
-        )
+    if len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
+        parts.append(get_engine(target.engine).fit_hint(args, target.env))
     return "; ".join(parts)
 
 

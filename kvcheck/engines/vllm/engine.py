@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import NodeLaunch, PoolEstimate, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
@@ -179,6 +179,27 @@ class VllmEngine(Engine):
 
         return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
                           backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
+
+    def probe_front_door(self) -> ProbeFrontDoor:
+        from kvcheck.engines.vllm.probe import FRONT_DOOR
+
+        return FRONT_DOOR
+
+    def probe_bound(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+    ) -> int:
+        from kvcheck.engines.vllm.probe import probe_bound
+
+        return probe_bound(context_len)
+
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
+        from kvcheck.engines.vllm.probe import fit_hint
+
+        return fit_hint(args, self.device(args), env or {})
 
     # -- sizing: not in this release: never a guessed number ---------------------------------------
 

@@ -53,6 +53,18 @@ EXPECTED = {
                 "tp-size": 4, "disaggregation-mode": "decode", "context-length": 32768}},
         },
     },
+    # the current API (kubernetes-sigs/lws api/disaggregatedset/v1): the LWS template spec under roles[].spec;
+    # decode's only template is its worker template, which LWS runs as the leader too
+    "disaggregatedset-v1-role-spec": {
+        "name": "qwen-ds", "context_length": 32768, "model": {"path": "Qwen/Qwen3-32B"},
+        "engine": {"version": "0.5.23"},
+        "roles": {
+            "prefill": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "prefill", "context-length": 32768}},
+            "decode": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 32768, "mem-fraction-static": 0.85}},
+        },
+    },
     "rbg-v1alpha1": {
         "name": "deepseek-rbg", "model": {"path": "/models/DeepSeek-V3"}, "engine": {"version": "0.5.23"},
         "roles": {"decode": {"gpus": EIGHT, "args": {

@@ -20,6 +20,7 @@ from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
 from kvcheck.inputs.deploy.formats.base import text_doc
+from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
 from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
@@ -99,7 +100,7 @@ def read_deployments(
         role_sources += _read_docs(docs, issues)
         if cmd is not None:
             try:
-                role_sources += COMMAND_LINE.read(text_doc(SourceFile("--cmd", cmd)), FORMATS.gather([]))
+                role_sources += COMMAND_LINE.read(text_doc(SourceFile(CMD_NAME, cmd)), FORMATS.gather([]))
             except ScriptError as exc:
                 raise DeploymentFileError([*issues, exc.issue], hint=_HINT) from exc
     if issues:
@@ -167,6 +168,7 @@ def _build_roles(role_sources: list[RoleSource], sglang_version: str | None) -> 
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
+_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line"
 
 
 class DeploymentFileError(InputError):
@@ -176,7 +178,11 @@ class DeploymentFileError(InputError):
         self.issues = list(issues)
         count = len(self.issues)
         lines = "\n".join(issue.render() for issue in self.issues)
-        super().__init__(f"{count} error{'s' if count != 1 else ''} in deployment files:\n{lines}", hint=hint)
+        where = "deployment files"
+        if self.issues and all(issue.file == CMD_NAME for issue in self.issues):  # `--cmd`: a command line
+            where = "the --cmd command line"
+            hint = _CMD_HINT if hint == _HINT else hint
+        super().__init__(f"{count} error{'s' if count != 1 else ''} in {where}:\n{lines}", hint=hint)
 
 
 class _Skip(Exception):
@@ -232,7 +238,8 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
         tag = f" ({unpinned}; pass --sglang-version)" if unpinned else tag
         note = (
-            f"the files do not name the {engine.label} release{tag}; role '{source.name}' "
+            f"{inputs_do(source.location.file if source.location else '').lower()} not name the {engine.label} "
+            f"release{tag}; role '{source.name}' "
             f"was read with the flags of {version.value}, the newest release kvcheck knows"
         )
     return catalogue, version, note
@@ -248,6 +255,17 @@ def _build_role(source: RoleSource, override: str | None, issues: list[InputIssu
             _name_the_assumed_release(issues, first, catalogue.label, str(version.value))
 
 
+def inputs_named(*sources: str) -> str:
+    """What a message calls the inputs: `--cmd`'s command line alone, or files."""
+    return "the command line" if sources and all(s == CMD_NAME for s in sources) else "the files"
+
+
+def inputs_do(*sources: str) -> str:
+    """The inputs with their verb, to open a sentence: "The command line does", "The files do"."""
+    named = inputs_named(*sources)
+    return f"{named.capitalize()} {'does' if named == 'the command line' else 'do'}"
+
+
 def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, version: str) -> None:
     """A flag refused by a catalogue the files never named: say so, since an older release may accept it."""
     said = f"{label} {version}"
@@ -256,7 +274,8 @@ def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, 
         if said in issue.message:
             issues[i] = InputIssue(
                 issue.file, issue.line, issue.column, issue.path,
-                f"{issue.message}. The files do not name the {label} release, so kvcheck read them with the flags "
+                f"{issue.message}. {inputs_do(issue.file)} not name the {label} release, so kvcheck read "
+                f"{'it' if issue.file == CMD_NAME else 'them'} with the flags "
                 f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
             )
 

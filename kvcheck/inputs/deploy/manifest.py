@@ -16,6 +16,7 @@ from kvcheck.inputs.deploy.build import (
     DeploymentFileError,
     ImportedDeployment,
     ImportedRole,
+    inputs_do,
     read_deployments,
     role_args_in_order,
 )
@@ -330,7 +331,8 @@ def load_deployment(
     for item in resolved:
         if item.context_length is None:
             raise InputError(
-                f"{', '.join(item.deployment.sources)}: the files do not state the context window to check "
+                f"{', '.join(item.deployment.sources)}: {inputs_do(*item.deployment.sources).lower()} not state the "
+                f"context window to check "
                 f"({item.deployment.name}: the roles set no common --context-length)",
                 hint="pass --context-length N (the window you advertise), or an overlay manifest's context_length",
             )

@@ -405,7 +405,7 @@ KV501_WARNING_FLAGS = NON_SIZING_FLAGS | {"enable-metrics", "disaggregation-ib-d
 def _disagreements(
     source: RoleSource, leader: dict[str, Arg], label: str, worker: ServerCommand, catalogue: Catalogue
 ) -> list[Finding]:
-    """KV501 at both lines for every engine argument a worker runs differently from its leader."""
+    """KV501 for every engine argument a worker runs differently from its leader, at the leader's line."""
     parsed = parse_server(worker, catalogue, role=source.name)
     theirs = parsed.args
     out = []
@@ -417,17 +417,21 @@ def _disagreements(
             continue
         shown_mine = _shown(mine)
         shown_other = _shown(other)
+        places = [arg.location for arg in (mine, other) if arg is not None]
+        if other is None:
+            places.append(worker.location)
+        # One disagreement, one finding: at the leader's place, naming the worker's (one place when
+        # the value came through a variable both share).
+        where, *others = dict.fromkeys(places)
         text = f"--{name}: the leader runs {shown_mine}, the {label} runs {shown_other}"
+        if others:
+            text += f" at {others[0].render()}"
         hint = "every node of one instance must start with the same server arguments"
         severity: Severity | None = None
         if name in KV501_WARNING_FLAGS:
             text += " (a flag that does not size the pool: a warning)"
             severity = "warning"
-        places = [arg.location for arg in (mine, other) if arg is not None]
-        if other is None:
-            places.append(worker.location)
-        for where in dict.fromkeys(places):  # once per place (a value that came through a variable)
-            out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
+        out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
     return out
 
 

@@ -18,6 +18,7 @@ from kvcheck.report.formats.base import (
     margin,
     one_line,
     printable_report,
+    role_notes,
     strip_trailing,
     suppressed_text,
     suppression_lines,
@@ -76,6 +77,8 @@ class TableFormat(Format):
         if dropped:
             console.print(f"(left out to fit {console.width} columns: {', '.join(dropped)}; --format json has "
                           "every figure)")
+        for name, note in role_notes(report):
+            console.print(Text(f"note [{one_line(name)}]: {note}"), overflow="fold")
         for renderable in table_section(report):
             if isinstance(renderable, str):
                 buffer.write(renderable)  # preformatted text: wide tables must not be re-wrapped

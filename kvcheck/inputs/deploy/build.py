@@ -80,9 +80,13 @@ def read_deployments(
     *,
     cmd: str | None = None,
     sglang_version: str | None = None,
+    sglang_version_at: str | None = None,
     texts: Mapping[str, str] | None = None,
 ) -> list[ImportedDeployment]:
     """Every deployment the files (and `--cmd`) describe; InputError/ManifestError (exit 2) on bad input.
+
+    `sglang_version_at`: where the release given comes from (`overlay.yaml:3:12 (overlay)`,
+    `--sglang-version`), for the error when a file states another.
 
     `texts`: files already read, by path as given (a single input is read once, to tell a manifest from
     deployment files, and not again).
@@ -107,7 +111,7 @@ def read_deployments(
         raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
-    roles = _build_roles(role_sources, sglang_version)
+    roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
 
 
@@ -152,13 +156,14 @@ def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
     return role_sources
 
 
-def _build_roles(role_sources: list[RoleSource], sglang_version: str | None) -> list[tuple[RoleSource, ImportedRole]]:
+def _build_roles(role_sources: list[RoleSource], sglang_version: str | None,
+                 given_at: str | None = None) -> list[tuple[RoleSource, ImportedRole]]:
     """Each role's arguments checked against its release's catalogue; DeploymentFileError with every issue."""
     issues: list[InputIssue] = []
     roles: list[tuple[RoleSource, ImportedRole]] = []
     for source in role_sources:
         try:
-            roles.append((source, _build_role(source, sglang_version, issues)))
+            roles.append((source, _build_role(source, sglang_version, issues, given_at)))
         except _Skip:
             continue
     if issues:
@@ -208,7 +213,8 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
     return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
 
 
-def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue]) -> tuple[Catalogue, Sourced, str | None]:
+def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue],
+               given_at: str | None = None) -> tuple[Catalogue, Sourced, str | None]:
     """The flag catalogue of the release the role runs: the one given, else the one the files state, else the
     engine's newest (with a note saying so)."""
     engine = get_engine(source.server.engine)
@@ -219,7 +225,9 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         where = stated.location
         issues.append(
             InputIssue(where.file if where else "", where.line if where else None, where.column if where else None, "",
-                       f"the deployment runs {engine.label} {stated.value} ({stated.origin}), but {override} was given")
+                       f"the deployment runs {engine.label} {stated.value} ({stated.origin}), but {override} was given"
+                       + (f" {'by' if given_at.startswith('--') else 'in'} {given_at}; they must agree"
+                          if given_at else ""))
         )
     if override is not None:
         version = Sourced(override, None, "given")
@@ -245,8 +253,9 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
     return catalogue, version, note
 
 
-def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue]) -> ImportedRole:
-    catalogue, version, note = _catalogue(source, override, issues)
+def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue],
+                given_at: str | None = None) -> ImportedRole:
+    catalogue, version, note = _catalogue(source, override, issues, given_at)
     first = len(issues)
     try:
         return _build_role_args(source, catalogue, version, note, issues)

@@ -525,14 +525,15 @@ def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float
 @click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
 @profiles_option
 @report_options
+@gate_options
 def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path | None, strict: bool,
     gpu: str | None = None, context_length: int | None = None, model_config: Path | None = None,
-    sglang_version: str | None = None) -> None:
+    sglang_version: str | None = None, gate: Any = None) -> None:
     """For each role: the largest context that fits and the settings that would hold the window."""
     from kvcheck.commands.plan import PlanOptions, run_plan
 
     options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
-                          overrides=_overrides(gpu, context_length, model_config, sglang_version))
+                          overrides=_overrides(gpu, context_length, model_config, sglang_version), gate=gate)
     run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 

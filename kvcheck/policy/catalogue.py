@@ -14,7 +14,7 @@ from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import Rule
 from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205
-from kvcheck.policy.suppress import KV601
+from kvcheck.policy.suppress import KV601, KV602, KV603
 from kvcheck.probe.rules import (
     CROSS_TENANT,
     EMPTY_LENGTH_FINISH,
@@ -53,7 +53,7 @@ PROBE_RULES = (
     SERVER_CRASHED,
 )
 DEPLOY_RULES = (KV317, KV501, KV502)
-GATE_RULES = (KV601,)
+GATE_RULES = (KV601, KV602, KV603)
 
 # The rules that hold whatever the engine.
 NEUTRAL_RULES = (

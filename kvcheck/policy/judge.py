@@ -92,6 +92,7 @@ def judge(
         )
     findings.extend(keep(evaluate_deployment(targets, measurements)))
     findings.extend(keep(advice))  # before gate.finish(): --write-baseline holds the advice too
+    findings.extend(gate.unused())  # suppressions and baseline entries that covered nothing (KV602, KV603)
     windows = {t.context_length for t in targets if t.context_length > 0}
     if context_length is None and len(windows) == 1:
         context_length = windows.pop()

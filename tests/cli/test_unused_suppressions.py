@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.cli.test_suppressions import FAR, PAST, manifest
-from tests.conftest import run_kvcheck
+from tests.conftest import REPO_ROOT, run_kvcheck
 
 ARGS = ("  mem-fraction-static: 0.95  # kvcheck: ignore KV205 until=2099-12-31 reason=load-tested\n"
         "  allow-auto-truncate: false  # kvcheck: ignore KV202 reason=clients truncate\n")  # no KV202: unused
@@ -82,3 +82,14 @@ def test_kv602_cannot_be_suppressed(tmp_path: Path) -> None:
     done = run_kvcheck("verify", str(path), "--mode", "estimate")
     assert done.exit_code == 2
     assert done.stderr.startswith(f"kvcheck: error: {path}:12: KV602 cannot be suppressed: remove the suppression")
+
+
+def test_the_documented_example_prints_what_docs_ci_shows() -> None:
+    """docs/ci.md's KV602 example, run as written there: its output is the doc's, line for line."""
+    import re
+
+    doc = (REPO_ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    command = "kvcheck verify docs/examples/suppressions/fixed.yaml --mode estimate --strict --format github"
+    [shown] = re.findall(r"\$ " + re.escape(command) + r"\n(.*?)```", doc, flags=re.S)
+    done = run_kvcheck(*command.split()[1:])
+    assert (done.exit_code, done.stdout) == (0, shown)

@@ -354,6 +354,18 @@ def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+def _complete(name: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """A shell-completion callback of kvcheck/commands/completion.py, imported only when the shell asks."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from kvcheck.commands import completion
+
+        found: list[Any] = getattr(completion, name)(ctx, param, incomplete)
+        return found
+
+    return complete
+
+
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--gpu, --context-length, --model-config, --sglang-version: what deployment files may not state."""
     func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
@@ -361,7 +373,8 @@ def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="The model's config.json, for estimates.")(func)
     func = click.option("--context-length", type=Tokens(),
                         help="The window you advertise, when the files set no common --context-length.")(func)
-    func = click.option("--gpu", help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
+    func = click.option("--gpu", shell_complete=_complete("complete_gpu"),
+                        help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
     return func
 
 
@@ -416,7 +429,8 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
     show_default=True,
     help="measure: boot each role with the real engine; estimate: predict pools, no GPU needed.",
 )
-@click.option("--role", "roles", multiple=True, help="Check only this role (repeatable).")
+@click.option("--role", "roles", multiple=True, shell_complete=_complete("complete_role"),
+              help="Check only this role (repeatable).")
 @click.option(
     "--timeout",
     "timeout_s",
@@ -522,17 +536,19 @@ def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float
 @main.command(short_help="The largest context each role fits, and settings that hold it.")
 @click.argument("files", nargs=-1, required=True)
 @_deployment_options
-@click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
+@click.option("--role", "roles", multiple=True, shell_complete=_complete("complete_role"),
+              help="Plan only this role (repeatable).")
 @profiles_option
 @report_options
+@gate_options
 def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path | None, strict: bool,
     gpu: str | None = None, context_length: int | None = None, model_config: Path | None = None,
-    sglang_version: str | None = None) -> None:
+    sglang_version: str | None = None, gate: Any = None) -> None:
     """For each role: the largest context that fits and the settings that would hold the window."""
     from kvcheck.commands.plan import PlanOptions, run_plan
 
     options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
-                          overrides=_overrides(gpu, context_length, model_config, sglang_version))
+                          overrides=_overrides(gpu, context_length, model_config, sglang_version), gate=gate)
     run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 
@@ -552,7 +568,7 @@ def schema(of_report: bool) -> None:
 
 
 @main.command(short_help="List the rule codes, or explain one.")
-@click.argument("code", required=False)
+@click.argument("code", required=False, shell_complete=_complete("complete_rule"))
 def rules(code: str | None) -> None:
     """List every rule code with its severity, or explain one (kvcheck rules KV101)."""
     from kvcheck.policy.registry import all_rules

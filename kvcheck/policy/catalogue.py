@@ -27,7 +27,7 @@ from kvcheck.policy.rules import (
     KV204,
     KV205,
 )
-from kvcheck.policy.suppress import KV601
+from kvcheck.policy.suppress import KV601, KV602, KV603
 from kvcheck.probe.rules import (
     CROSS_TENANT,
     EMPTY_LENGTH_FINISH,
@@ -66,7 +66,7 @@ PROBE_RULES = (
     SERVER_CRASHED,
 )
 DEPLOY_RULES = (KV317, KV501, KV502)
-GATE_RULES = (KV601,)
+GATE_RULES = (KV601, KV602, KV603)
 
 # The rules that hold whatever the engine.
 NEUTRAL_RULES = (

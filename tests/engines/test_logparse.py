@@ -116,7 +116,8 @@ def test_every_sglang_datapoint_matches_what_the_reader_extracts():
         summary = read_log((LOGS / point["log_file"]).open("rb"))
         assert summary.is_sglang, point["id"]
         if point.get("kv_tokens_allocated") is None and point.get("max_total_num_tokens") is None:
-            # Releases before #tokens, cut before the final line: sizes but no token count, no rank figure.
+            # Releases before #tokens, cut before the final line, and the refused DeepSeek-V4-Pro start
+            # (InferenceX #2128): sizes but no token count, no rank figure.
             assert summary.ranks == () and summary.pool_tokens() is None, point["id"]
             assert "no pool figure (no KV cache allocation or max_total_num_tokens line)" in summary.missing
             without_tokens += 1
@@ -147,7 +148,7 @@ def test_every_sglang_datapoint_matches_what_the_reader_extracts():
             weights = {r.weights_gib for r in summary.ranks if r.weights_gib is not None}
             assert weights == {point["weight_mem_usage_gb"]}, point["id"]
         checked += 1
-    assert (checked, without_tokens) == (30, 3)
+    assert (checked, without_tokens) == (30, 4)
 
 
 @pytest.mark.parametrize(

@@ -415,6 +415,7 @@ def _dsv4_weights(
             text, stage=layer_range, tp=par.tp, attn_tp=par.attn_tp, ep=par.ep, dense_fmt=dense_fmt,
             expert_fmt=expert_fmt, first_stage=s == 0, last_stage=s == len(ranges) - 1,
             inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
+            rope_cache_entry_bytes=experts.rope_cache_entry_bytes, rope_plain_swa=experts.rope_plain_swa,
         )
         stages.append(sum(parts.values()))
     note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "

@@ -52,20 +52,64 @@ def _estimate(version: str, gpu: str, fraction: float, **args):
 
 def test_v4_pro_on_hopper_weighs_what_the_release_loads() -> None:
     # InferenceX #2128 logged 125.65 GiB per H200 at TP8 (a 0.5.14-0.5.15 era image): float32 scales
-    # give 119.06 (-5.2 %); E8M0 scales, what 0.5.23 holds, 102.17 (kvcheck gave 101.92 for every release: -19 %)
-    assert _estimate("0.5.14", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(119.061, abs=0.001)
-    assert _estimate("0.5.23", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.173, abs=0.001)
+    # give 119.06 (-5.2 %), 119.31 (-5.0 %) with the rotary_emb's float32 cos_sin_cache (256 MiB: every V4-Pro
+    # layer is compressed, one rope setting); E8M0 scales, what 0.5.23 holds, 102.42 (kvcheck gave 101.92 for
+    # every release: -19 %)
+    assert _estimate("0.5.14", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(119.311, abs=0.001)
+    assert _estimate("0.5.23", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.423, abs=0.001)
     # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384 but every
-    # layer holds its own bf16 RoPE cos/sin tables (61 x 128 MiB)
-    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(134.073, abs=0.001)
-    assert _estimate("0.5.17", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.173 + 61 / 8,
-                                                                                            abs=0.001)
+    # layer holds its own bf16 RoPE cos/sin tables (61 x 128 MiB); the rotary_emb's table is bf16 on ROCm
+    # before 0.5.22 (128 MiB)
+    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(134.198, abs=0.001)
+    assert _estimate("0.5.17", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(
+        102.173 + 61 / 8 + 0.125, abs=0.001)
+
+
+FLASH = MODELS / "deepseek-ai--DeepSeek-V4-Flash.json"
+
+
+def _rope_gib(config: Path, version: str, vendor: str, **override: object) -> float:
+    text = {**json.loads(config.read_text()), **override}
+    fmt = _fmt(version, vendor, 90 if vendor == "nvidia" else None)
+    parts = dsv4.weights_bytes(
+        text, stage=range(int(text["num_hidden_layers"])), tp=8, attn_tp=8, ep=1, dense_fmt="fp8", expert_fmt=fmt.fmt,
+        first_stage=True, last_stage=True, hip_rope_per_layer=vendor == "amd" and fmt.hip_rope_per_layer,
+        rope_cache_entry_bytes=fmt.rope_cache_entry_bytes, rope_plain_swa=fmt.rope_plain_swa,
+    )
+    return parts["rope_tables"] / 2**30
+
+
+@pytest.mark.parametrize(("config", "version", "vendor", "gib"), [
+    # 0.5.12 builds only the complex64 freqs_cis per rope setting (V4-Flash: two, its first two layers are
+    # uncompressed; V4-Pro: one), 256 MiB each at 1M positions
+    (FLASH, "0.5.12", "nvidia", 0.5),
+    (PRO, "0.5.12", "nvidia", 0.25),
+    # 0.5.13 on: each setting's rotary_emb adds a float32 cos_sin_cache of 1M x 64 on CUDA (256 MiB)
+    (FLASH, "0.5.13", "nvidia", 1.0),
+    (PRO, "0.5.14", "nvidia", 0.5),
+    (FLASH, "0.5.23", "nvidia", 1.0),
+    # ROCm: bf16 until 0.5.22 (128 MiB), plus (0.5.16 on) every layer's own bf16 cos/sin (128 MiB a layer)
+    (FLASH, "0.5.13", "amd", 0.75),
+    (FLASH, "0.5.21", "amd", 0.75 + 43 / 8),
+    (FLASH, "0.5.22", "amd", 1.0 + 43 / 8),
+])
+def test_rope_tables_per_release_and_platform(config, version, vendor, gib) -> None:
+    assert _rope_gib(config, version, vendor) == pytest.approx(gib, abs=1e-9)
+
+
+def test_uncompressed_layers_take_plain_rope_from_0_5_18() -> None:
+    # with a YaRN span (original x factor = 512K) shorter than max_position (1M), the uncompressed layers'
+    # table is 512K rows while they use deepseek_yarn (before 0.5.18) and 1M rows as plain RoPE (0.5.18 on)
+    scaling = {"type": "yarn", "factor": 8, "original_max_position_embeddings": 65536, "beta_fast": 32, "beta_slow": 1}
+    freqs = 0.5  # two complex64 freqs_cis over max_position
+    assert _rope_gib(FLASH, "0.5.17", "nvidia", rope_scaling=scaling) == pytest.approx(freqs + 0.25, abs=1e-9)
+    assert _rope_gib(FLASH, "0.5.18", "nvidia", rope_scaling=scaling) == pytest.approx(freqs + 0.375, abs=1e-9)
 
 
 @pytest.mark.parametrize(("version", "message"), [
     ("0.5.12", "Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.8"),
     ("0.5.14", "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. Raise "
-               "--mem-fraction-static above 0.868 (minimum viable = 1 - available/pre = 0.8678)."),
+               "--mem-fraction-static above 0.870 (minimum viable = 1 - available/pre = 0.8696)."),
 ])
 def test_weights_that_fill_the_budget_are_the_release_s_refusal(version, message) -> None:
     est = _estimate(version, "H200", 0.8)
@@ -102,11 +146,11 @@ def test_the_logged_refusal_with_its_own_weights_is_a_refusal() -> None:
 
 
 def test_a_priced_pool_under_the_swa_floor_is_refused_not_unchecked() -> None:
-    # B200 TP8 at 0.6037: a few full-token pages fit, and their SWA pool (0.1 of them, 256 tokens) is
+    # B200 TP8 at 0.6051: a few full-token pages fit, and their SWA pool (0.1 of them, 256 tokens) is
     # below window 128 + page 256: SGLang's validate_swa_pool_size stops the start (was exit 3 here)
     est = estimate_role(RoleTarget(
         name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
-        args={"tp_size": 8, "mem_fraction_static": 0.6037}, argv_args=(), gpu="B200", model_config=PRO,
+        args={"tp_size": 8, "mem_fraction_static": 0.6051}, argv_args=(), gpu="B200", model_config=PRO,
         estimate=EstimateInputs()), offline=True)
     assert est.pool_tokens == 0
     [kv120] = [f for f in est.findings if f.rule == "KV120"]

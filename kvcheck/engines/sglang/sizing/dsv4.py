@@ -340,6 +340,8 @@ class ExpertFormat:
     inter_align: int  # the per-rank intermediate width is padded up to a multiple of this (1: none)
     note: str
     hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.16 on)
+    rope_cache_entry_bytes: int = 0  # bytes per entry of each rotary_emb's cos_sin_cache (0: no rotary_emb, 0.5.12)
+    rope_plain_swa: bool = False  # the uncompressed layers' rotary_emb is plain RoPE over max_position (0.5.18 on)
 
 
 def expert_format(
@@ -373,7 +375,24 @@ def expert_format(
     hip_rope = rules.has(rel.DSV4_HIP_ROPE_PER_LAYER)
     fmt = _expert_format(checkpoint_fmt, rules, vendor=vendor, sm=sm, env=env, moe_runner_backend=moe_runner_backend,
                          moe_a2a_backend=moe_a2a_backend)
-    return ExpertFormat(fmt.fmt, fmt.inter_align, fmt.note, hip_rope_per_layer=hip_rope)
+    return ExpertFormat(fmt.fmt, fmt.inter_align, fmt.note, hip_rope_per_layer=hip_rope,
+                        rope_cache_entry_bytes=rope_cache_entry_bytes(rules, vendor),
+                        rope_plain_swa=rules.has(rel.DSV4_ROPE_PLAIN_SWA))
+
+
+def rope_cache_entry_bytes(rules: rel.SizingRules, vendor: str) -> int:
+    """Bytes per entry of the cos_sin_cache each V4 rope setting's rotary_emb keeps (0: the release builds none).
+
+    From 0.5.13 every MQALayer also calls get_rope_wrapper, whose RotaryEmbedding registers a cos_sin_cache of
+    positions x rope_dim (cos and sin halves) on the GPU; get_rope's _ROPE_DICT shares it among the layers of one
+    rope setting. rotary_embedding/base.py keeps it in float32 on CUDA, and casts it to the model dtype (bf16)
+    elsewhere until 0.5.22 made HIP float32 too.
+    """
+    if not rules.has(rel.DSV4_ROPE_COS_SIN):
+        return 0
+    if vendor == "amd" and not rules.has(rel.ROPE_CACHE_FP32_HIP):
+        return 2
+    return 4
 
 
 def _expert_format(
@@ -423,6 +442,8 @@ def weights_bytes(
     first_stage: bool,
     inter_align: int = 1,
     hip_rope_per_layer: bool = False,
+    rope_cache_entry_bytes: int = 0,
+    rope_plain_swa: bool = False,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
 
@@ -481,6 +502,22 @@ def weights_bytes(
     add("rope_tables", 8 * positions * rope_half * len(kinds))
     if hip_rope_per_layer:
         add("rope_tables", 4 * positions * rope_half * len(stage))
+    # and (0.5.13 on) each rope setting's rotary_emb cos_sin_cache (get_rope_wrapper, shared through _ROPE_DICT):
+    # deepseek_yarn over original_max_position x factor (DeepseekScalingRotaryEmbedding), or plain RoPE over
+    # max_position for the uncompressed layers from 0.5.18; `rope_cache_entry_bytes` per cos or sin entry
+    if rope_cache_entry_bytes:
+        scaling = text.get("rope_scaling") or {}
+        yarn_positions = (
+            math.ceil(int(scaling.get("original_max_position_embeddings") or positions) * float(scaling.get("factor") or 1))
+            if scaling else positions
+        )
+        caches = set()
+        for compressed in kinds:
+            base = text.get("compress_rope_theta") if compressed else text.get("rope_theta")
+            yarn = bool(scaling) and (compressed or not rope_plain_swa)
+            caches.add((base, yarn))
+        for _, yarn in caches:
+            add("rope_tables", rope_cache_entry_bytes * (yarn_positions if yarn else positions) * 2 * rope_half)
     if first_stage:
         add("embedding", 2 * vocab * h / tp)
     if last_stage:

@@ -57,7 +57,7 @@ MIB = float(1 << 20)
 LOAD_OVERHEAD_GIB = 0.125
 LOAD_OVERHEAD_BAND_GIB = 0.125
 WEIGHTS_BAND_FRACTION = 0.01  # layouts/padding the config cannot show (vocab padding, swizzled scales)
-DSV4_WEIGHTS_UNEXPLAINED = 0.06  # DeepSeek-V4 loads 3-6 % above its priced parameters in three logs: the range's low end
+DSV4_WEIGHTS_UNEXPLAINED = 0.06  # DeepSeek-V4 loads 4.7-5.2 % above its priced weights in the two logs that print them (unexplained): the range's low end
 MM_VLM_CACHE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default
 MM_FEATURE_CACHE_MIB = 1024  # SGLANG_MM_FEATURE_CACHE_MB, with cuda_ipc / cuda_vmm transport
 MAMBA_FULL_MEMORY_RATIO = 0.9
@@ -415,6 +415,7 @@ def _dsv4_weights(
             text, stage=layer_range, tp=par.tp, attn_tp=par.attn_tp, ep=par.ep, dense_fmt=dense_fmt,
             expert_fmt=expert_fmt, first_stage=s == 0, last_stage=s == len(ranges) - 1,
             inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
+            rope_cache_entry_bytes=experts.rope_cache_entry_bytes, rope_plain_swa=experts.rope_plain_swa,
         )
         stages.append(sum(parts.values()))
     note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "

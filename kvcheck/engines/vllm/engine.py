@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvcheck.engines.base import Engine
 from kvcheck.engines.vllm import serving
-from kvcheck.errors import EstimateError
 
 if TYPE_CHECKING:
     import ssl
@@ -24,13 +23,6 @@ if TYPE_CHECKING:
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.model import RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
-
-NO_SIZING = (
-    "kvcheck cannot estimate a vLLM role's pool yet: its sizing model covers SGLang only, and kvcheck "
-    "never guesses a pool"
-)
-NO_SIZING_HINT = "measure the role instead: kvcheck verify MANIFEST (measure mode boots vllm serve with its arguments)"
-
 
 class VllmEngine(Engine):
     """vLLM (vllm-project/vllm): its `vllm serve` flags per release, its log lines, its endpoints."""
@@ -179,7 +171,7 @@ class VllmEngine(Engine):
         return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
                           backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
 
-    # -- sizing: not in this release: never a guessed number ---------------------------------------
+    # -- sizing: vLLM's own per-release sizing, re-derived (sizing/, docs/estimate.md) -----------------
 
     def estimate(
         self,
@@ -188,7 +180,9 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> PoolEstimate:
-        raise EstimateError(NO_SIZING, hint=NO_SIZING_HINT)
+        from kvcheck.engines.vllm.sizing.model import estimate_role
+
+        return estimate_role(target, profiles=profiles, offline=offline)
 
     def plan(
         self,
@@ -197,7 +191,9 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> RolePlan:
-        raise EstimateError(NO_SIZING.replace("estimate", "plan"), hint=NO_SIZING_HINT)
+        from kvcheck.engines.vllm.plan import plan_role
+
+        return plan_role(target, profiles=profiles, offline=offline)
 
     def safe_fraction(
         self,
@@ -206,11 +202,14 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> SafeFraction | None:
-        return None  # no sizing model: nothing to compare --gpu-memory-utilization with
+        # vLLM profiles its activations and CUDA graphs and takes them from the utilization itself, so
+        # no fraction of its is unsafe in SGLang's sense (KV205): nothing to compare the flag with.
+        return None
 
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
         from kvcheck.engines.vllm.rules import KV109
+        from kvcheck.engines.vllm.sizing.rules import KV220
 
-        return (KV109,)
+        return (KV109, KV220)

@@ -26,22 +26,42 @@ MIB = float(1 << 20)
 KNOWN_TOTAL_GIB = {
     "H100": 79.19, "H100-PCIe": 79.19, "H800": 79.19,
     "A100-80GB": 79.15, "A800-80GB": 79.15, "A100-80GB-PCIe": 79.15,
-    "A100-40GB": 39.39, "RTX-4090": 23.65, "L4": 22.05,
+    "H200": 139.81, "A100-40GB": 39.39, "L40S": 44.42, "RTX-4090": 23.65, "RTX-5090": 31.4, "L4": 22.05,
 }  # fmt: skip
 TOTAL_RESERVE_MIB = 600.0  # nvidia-smi minus cudaMemGetInfo: 346 (RTX 4090) to 870 MiB (A100 80GB) measured
 TOTAL_BAND_MIB = 300.0
 KNOWN_TOTAL_BAND_GIB = 0.005  # the message rounds to 0.01 GiB
 
-# The non-torch memory vLLM counts (cuBLAS/cuDNN workspaces, NCCL and custom all-reduce buffers) and
-# allocator slack, GiB: fitted to the calibration cases (tests/data/vllm_logs/README.md).
-NON_TORCH_GIB = 0.30
-NON_TORCH_TP_GIB = 0.45  # extra with tensor/pipeline parallel peers (NCCL, custom all-reduce IPC buffers)
-NON_TORCH_BAND_GIB = 0.35
+# The non-torch memory vLLM counts (cuBLAS/cuDNN workspaces, NCCL and custom all-reduce buffers), GiB:
+# vLLM's own breakdowns print 0.03-0.23 GiB on one GPU and 0.18-0.30 GiB with TP peers.
+NON_TORCH_GIB = 0.12
+NON_TORCH_TP_GIB = 0.10  # extra with tensor/pipeline parallel peers (NCCL, custom all-reduce IPC buffers)
+NON_TORCH_BAND_GIB = 0.15
 ACTIVATION_BAND = (0.6, 1.6)  # the activation peak's low and high multipliers
-# MoE models: the fused-MoE workspaces of the profiling run are not modelled; the one public MoE log
-# (Qwen3-235B-A22B-FP8 on 4 x H100, tests/data/vllm_logs) left 5-7 GiB more than the dense model
-# predicts, so the range's low end allows six times the central peak (fitted to that case).
-ACTIVATION_BAND_MOE = (0.6, 6.0)
+ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: fused-MoE workspaces are not modelled
+# The dummy sampler's peak per logit element (max_num_seqs rows of the full vocabulary, run twice in
+# profile_run): releases up to 0.11 sort the logits in PyTorch for top-k/top-p (fp32 logits, probabilities,
+# sorted values, int64 indices, a cumulative sum: about 38 B, the 0.9.2 and 0.10.2 breakdowns); 0.32.0
+# samples with FlashInfer or a Triton top-k/top-p kernel (logits and probabilities: about 20 B; the 0.19.0
+# gpt-oss-20b log leaves at most 22). The releases in between are not pinned: their band spans both.
+SAMPLER_BYTES_SORT = (38.0, 32.0, 44.0)  # (central, low, high)
+SAMPLER_BYTES_KERNEL = (20.0, 14.0, 26.0)
+SAMPLER_BYTES_UNKNOWN = (29.0, 14.0, 44.0)
+SAMPLER_SORT_UNTIL = Version("0.11.99")
+SAMPLER_KERNEL_FROM = Version("0.19.0")
+
+
+def sampler_bytes_per_logit(version: Version | None) -> tuple[float, float, float]:
+    """(central, low, high) bytes of the dummy sampler's peak per logit element, by release."""
+    if version is None:
+        return SAMPLER_BYTES_UNKNOWN
+    if version.release <= SAMPLER_SORT_UNTIL.release:
+        return SAMPLER_BYTES_SORT
+    if version.release >= SAMPLER_KERNEL_FROM.release:
+        return SAMPLER_BYTES_KERNEL
+    return SAMPLER_BYTES_UNKNOWN
+
+
 # CUDA-graph pool estimate (profile_cudagraph_memory) at the largest capture size 512: a few hundred MiB
 # for dense models to ~1.6 GiB for large hybrids in the public logs.
 CUDAGRAPH_GIB_AT_512 = 0.60
@@ -113,24 +133,40 @@ def _i(text: Mapping[str, Any], *names: str, default: int = 0) -> int:
     return default
 
 
-def activation_peak_bytes(text: Mapping[str, Any], *, tp: int, batched_tokens: int, max_num_seqs: int) -> float:
-    """The transient peak of vLLM's profiling run, central figure: the larger of the dummy forward pass
-    over max_num_batched_tokens (the MLP's gate/up and activation outputs, a few hidden-state buffers)
-    and the dummy sampler over max_num_seqs rows of fp32 logits (gpu_model_runner.profile_run)."""
+@dataclass(frozen=True)
+class ActivationPeak:
+    """The profiling run's transient peak: the dummy forward's and the dummy sampler's, bytes."""
+
+    forward: float
+    sampler_logits: int  # max_num_seqs x vocab elements
+    sampler_bytes: tuple[float, float, float]  # per element: central, low, high
+
+    def at(self, end: int, band: tuple[float, float]) -> float:
+        """end 0 central, -1 the largest peak (the pool's low end), +1 the smallest."""
+        per = self.sampler_bytes[0] if end == 0 else self.sampler_bytes[2] if end < 0 else self.sampler_bytes[1]
+        forward = self.forward * (1.0 if end == 0 else band[1] if end < 0 else band[0])
+        return max(forward, self.sampler_logits * per)
+
+
+def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, max_num_seqs: int,
+                    version: Version | None) -> ActivationPeak:
+    """The transient peak of vLLM's profiling run: the larger of the dummy forward pass over
+    max_num_batched_tokens (the MLP's gate/up and activation outputs, a few hidden-state buffers) and the
+    dummy sampler over min(max_num_seqs, batched tokens) rows of the full vocabulary (profile_run)."""
     hidden = _i(text, "hidden_size", "n_embd", default=4096)
     vocab = _i(text, "vocab_size", default=32000)
     experts = _i(text, "n_routed_experts", "num_experts", "num_local_experts")
     if experts:
-        topk = _i(text, "num_experts_per_tok", "moe_topk", "top_k", default=2)
+        topk = _i(text, "num_experts_per_tok", "moe_topk", "top_k", "experts_per_token", default=2)
         inter = _i(text, "moe_intermediate_size", "intermediate_size", default=4 * hidden)
         rows = batched_tokens * topk
     else:
         inter = _i(text, "intermediate_size", "ffn_hidden_size", default=4 * hidden)
         rows = batched_tokens
     inter_rank = max(1, inter // max(1, tp))
-    mlp = rows * (2 * inter_rank * 2 + inter_rank * 2) + batched_tokens * hidden * 2 * 4
-    sampler = max_num_seqs * vocab * 4 * 2
-    return float(max(mlp, sampler))
+    forward = rows * (2 * inter_rank * 2 + inter_rank * 2) + batched_tokens * hidden * 2 * 4
+    reqs = min(max_num_seqs, batched_tokens)
+    return ActivationPeak(float(forward), reqs * vocab, sampler_bytes_per_logit(version))
 
 
 def cudagraph_bytes(max_num_seqs: int, compilation: Mapping[str, Any] | None) -> float:

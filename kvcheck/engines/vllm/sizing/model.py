@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,17 @@ class _Inputs:
     num_blocks_override: int | None
 
 
+def _device(target: RoleTarget) -> str:
+    """cuda, or cpu for a role of vLLM's CPU build: vLLM 0.32.0 has no --device flag, so the manifest says
+    so with `gpu: cpu`, or a role that names no GPU sets VLLM_CPU_KVCACHE_SPACE (only the CPU backend reads it)."""
+    device = serving.device(target.args)
+    if device == "cpu" or str(target.gpu or "").strip().lower() == "cpu":
+        return "cpu"
+    if not target.gpu and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
+        return "cpu"
+    return device
+
+
 def _gpu(target: RoleTarget, profiles: GpuProfiles) -> GpuProfile:
     if not target.gpu:
         raise EstimateError(f"role {target.name!r} names no GPU type",
@@ -182,12 +193,12 @@ def estimate_role(
     source = load_model_source(model_config=target.model_config, model_path=target.model_path,
                                override_args=_json_arg(args.get("hf_overrides")), offline=offline)
     text = source.text
-    device = serving.device(args)
+    device = _device(target)
     explicit_any = args.get("kv_cache_memory_bytes") is not None or (
         device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())
     gpu: GpuProfile | None = None
     total: mem.DeviceTotal | None = None
-    if not explicit_any or target.gpu:
+    if not explicit_any or (target.gpu and device != "cpu"):
         if device == "cpu":
             raise EstimateError("a vLLM CPU role without --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE sizes "
                                 "its pool from the host's free RAM, which the estimate cannot know",
@@ -220,6 +231,23 @@ def estimate_role(
     else:
         assert total is not None
         avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions)
+    if gpu is None and device != "cpu" and not args.get("block_size"):
+        # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
+        # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
+        # pool (the null block costs a CPU pool more), the range covers both.
+        cpu_layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype, block_size=None,
+                               device="cpu")
+        both = [_finish(target, source, inp, each, avail, parts, list(assumptions), gpu, kv_dtype, model_dtype)
+                for each in (layout, cpu_layout)]
+        best = min(both, key=lambda est: est.pool_tokens)
+        low = min(est.pool_range[0] for est in both)
+        high = max(est.pool_range[1] for est in both)
+        note = ("no GPU named: the CUDA build's 16-token blocks and the CPU build's 128 are both possible; the "
+                f"smaller pool is the figure, the range covers both ({both[0].pool_tokens:,} / {both[1].pool_tokens:,})")
+        details = dict(best.details)
+        details["pool_range"] = [low, high]
+        details["assumptions"] = [*best.assumptions, note]
+        return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
     return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype)
 
 

@@ -197,3 +197,33 @@ def test_the_real_cpu_refusal_is_predicted_with_vllms_own_length() -> None:
     assert [f.rule for f in est.findings] == ["KV220"]
     auto = estimate_role(_cpu_target(2 * 1024 * 1024, "auto"), offline=True)
     assert auto.context_len == 1920  # "Auto-fit max_model_len: reduced from 8192 to 1920"
+
+
+def test_every_real_config_is_estimated_or_refused_never_crashed() -> None:
+    estimated, refused = [], []
+    for path in sorted(MODELS.glob("*.json")):
+        if path.name.endswith("hf_quant_config.json") or path.name == "SOURCES.md":
+            continue
+        target = RoleTarget(name="server", context_length=8192, min_headroom=1.0, engine_version="0.32.0",
+                            args={"tensor_parallel_size": 8, "max_model_len": 8192}, argv_args=(), gpu="H200",
+                            model_config=path, engine="vllm", estimate=EstimateInputs())
+        try:
+            est = estimate_role(target, offline=True)
+        except EstimateError as exc:
+            refused.append((path.stem, exc.message))
+            continue
+        assert est.pool_range[0] <= est.pool_tokens <= est.pool_range[1], path
+        estimated.append(path.stem)
+    reasons = {stem: message for stem, message in refused}
+    assert "meta-llama--Meta-Llama-3.1-8B" in estimated and "deepseek-ai--DeepSeek-V3" in estimated
+    assert "do not share one KV page (global_head_dim" in reasons["google--gemma-4-26B-A4B"]
+    assert "attention_chunk_size" in reasons["meta-llama--Llama-4-Scout-17B-16E-Instruct"]
+    assert "recurrent" in reasons["Qwen--Qwen3.5-27B"]
+    assert "sparse-attention indexer" in reasons["deepseek-ai--DeepSeek-V3.2"]
+    assert len(estimated) >= 40
+
+
+def test_mla_rows_are_not_split_by_tp() -> None:
+    layout = _layout("deepseek-ai--DeepSeek-V3.json", tp=8)
+    assert (layout.kind, layout.block_size) == ("mla", 64)
+    assert layout.bytes_per_block == 64 * (512 + 64) * 2 * 61

@@ -33,7 +33,19 @@ MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "floa
 
 # Architectures whose layers keep a recurrent state (Mamba, GDN, linear attention): vLLM sizes them with
 # state pages padded to the attention page; the estimate model does not price them yet.
-STATE_MARKERS = ("mamba", "ssm_state_size", "linear_num_value_heads", "linear_conv_kernel_dim", "kda_layers")
+STATE_MARKERS = ("mamba", "ssm_state_size", "linear_num_value_heads", "linear_conv_kernel_dim", "kda_layers",
+                 "linear_attn_config")
+# Config keys that give some layers another KV shape or attention kind than the rest: refused, never priced
+# as uniform full attention (that would be a confident figure for a layout vLLM does not build).
+UNPRICED_LAYOUT_KEYS = {
+    "global_head_dim": "global layers of another head size (Gemma 4)",
+    "num_global_key_value_heads": "global layers of another KV-head count (Gemma 4)",
+    "swa_head_dim": "sliding-window layers of another head size",
+    "swa_num_key_value_heads": "sliding-window layers of another KV-head count",
+    "attention_chunk_size": "chunked local attention layers (Llama 4)",
+    "sparse_attention_config": "sparse attention with index caches",
+    "block_configs": "per-layer block configurations (Nemotron-NAS)",
+}
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,13 @@ def kv_layout(
         raise EstimateError(
             f"{architecture} keeps recurrent (Mamba/linear-attention) state: vLLM pads its state pages to "
             "the attention page, which the vLLM estimate model does not price yet",
+            hint="measure the role (kvcheck verify MANIFEST)",
+        )
+    unpriced = next((key for key in UNPRICED_LAYOUT_KEYS if text.get(key)), None)
+    if unpriced is not None:
+        raise EstimateError(
+            f"{architecture}'s layers do not share one KV page ({unpriced} in its config: {UNPRICED_LAYOUT_KEYS[unpriced]}); "
+            "vLLM pads or regroups such pages, which the vLLM estimate model does not price yet",
             hint="measure the role (kvcheck verify MANIFEST)",
         )
     if text.get("index_topk") or text.get("compress_ratios"):

@@ -40,14 +40,14 @@ NON_TORCH_BAND_GIB = 0.15
 ACTIVATION_BAND = (0.6, 1.6)  # the activation peak's low and high multipliers
 ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: fused-MoE workspaces are not modelled
 # The dummy sampler's peak per logit element (max_num_seqs rows of the full vocabulary, run twice in
-# profile_run): releases up to 0.11 sort the logits in PyTorch for top-k/top-p (fp32 logits, probabilities,
-# sorted values, int64 indices, a cumulative sum: about 38 B, the 0.9.2 and 0.10.2 breakdowns); 0.32.0
-# samples with FlashInfer or a Triton top-k/top-p kernel (logits and probabilities: about 20 B; the 0.19.0
-# gpt-oss-20b log leaves at most 22). The releases in between are not pinned: their band spans both.
+# profile_run). Read from the wheels: 0.12.0 and 0.15.1 have only PyTorch's sort for top-k/top-p (fp32
+# logits, probabilities, sorted values, int64 indices, a cumulative sum: about 38 B, the 0.9.2 and 0.10.2
+# breakdowns); 0.19.0 and 0.32.0 have the Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py;
+# about 20 B, the 0.19.0 gpt-oss-20b log leaves at most 22). 0.16-0.18 are not read: their band spans both.
 SAMPLER_BYTES_SORT = (38.0, 32.0, 44.0)  # (central, low, high)
 SAMPLER_BYTES_KERNEL = (20.0, 14.0, 26.0)
 SAMPLER_BYTES_UNKNOWN = (29.0, 14.0, 44.0)
-SAMPLER_SORT_UNTIL = Version("0.11.99")
+SAMPLER_SORT_UNTIL = Version("0.15.99")
 SAMPLER_KERNEL_FROM = Version("0.19.0")
 
 

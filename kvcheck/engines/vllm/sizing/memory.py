@@ -72,10 +72,11 @@ WEIGHTS_INDEX_BAND = 0.01  # checkpoint-index weights: rank imbalance and load-t
 # Releases: CUDA-graph memory profiling subtracts its estimate by default from 0.21.0
 # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, gpu_worker.py's own message: "default since v0.21.0");
 # V1's sizing (this module) starts with 0.8.0; gpu_memory_utilization's default is 0.92 in 0.32.0
-# (the flag catalogue), 0.9 before.
+# (the flag catalogue), 0.9 in 0.12.0, 0.15.1 and 0.19.0 (their config/cache.py); 0.20-0.31 are not read.
 CUDAGRAPH_DEFAULT_FROM = Version("0.21.0")
 V1_FROM = Version("0.8.0")
 UTIL_092_FROM = Version("0.32.0")
+UTIL_090_UNTIL = Version("0.19.99")
 NEWEST = Version("0.32.0")
 
 
@@ -89,10 +90,15 @@ def release(version: str | None) -> Version | None:
 
 
 def default_utilization(version: Version | None) -> tuple[float, float]:
-    """(central, other end) of --gpu-memory-utilization's default: an unknown release may be either."""
+    """(central, other end) of --gpu-memory-utilization's default: 0.9 up to 0.19.0 and 0.92 in 0.32.0 (both
+    read from the wheels); a release between them, or an unknown one, may have either."""
     if version is None:
         return 0.92, 0.90
-    return (0.92, 0.92) if version.release >= UTIL_092_FROM.release else (0.90, 0.90)
+    if version.release >= UTIL_092_FROM.release:
+        return 0.92, 0.92
+    if version.release <= UTIL_090_UNTIL.release:
+        return 0.90, 0.90
+    return 0.90, 0.92
 
 
 def cudagraph_subtracted(version: Version | None, env: Mapping[str, str], eager: bool) -> tuple[bool, bool]:

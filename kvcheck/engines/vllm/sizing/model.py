@@ -300,6 +300,9 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         f"is a model: the forward pass {band[0]}x-{band[1]}x{' (MoE workspaces are not modelled)' if moe else ''}, the "
         f"sampler {peak.sampler_bytes[1]:g}-{peak.sampler_bytes[2]:g} B per logit by release; non-torch memory "
         f"+-{mem.NON_TORCH_BAND_GIB} GiB")
+    if inp.utilization != inp.utilization_other:
+        assumptions.append(f"--gpu-memory-utilization unset and this release's default not read: "
+                           f"{inp.utilization:g} is the figure, {inp.utilization_other:g} is in the range")
     if cg_on != cg_other:
         assumptions.append("release not stated: the range covers vLLM with and without the CUDA-graph estimate "
                            "subtracted (default from 0.21.0)")

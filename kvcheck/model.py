@@ -267,6 +267,8 @@ class FractionPlan:
     max_safe_pool_tokens: int | None
     safe_reserve_mib: float | None  # the reserve SGLang's default keeps free
     note: str | None = None
+    flag: str = "mem-fraction-static"  # the engine's flag for the fraction (vLLM: gpu-memory-utilization)
+    engine_label: str = "SGLang"  # how advice names the engine whose default or ceiling it quotes
 
 
 @dataclass(frozen=True)

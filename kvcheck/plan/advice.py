@@ -18,9 +18,14 @@ def fraction(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def setting_flag(option: PlanOption) -> str:
+    """The flag an option sets, as the engine spells it: tp-size, tensor-parallel-size, kv-cache-dtype."""
+    return "tp-size" if option.setting == "tp_size" else option.setting.replace("_", "-")
+
+
 def tp_label(option: PlanOption) -> str:
     """`tp-size 16 (2 nodes)`: a TP group wider than one node needs --nnodes."""
-    text = f"tp-size {option.value}"
+    text = f"{setting_flag(option)} {option.value}"
     if option.nnodes and option.nnodes > 1:
         text += f" ({option.nnodes} nodes)"
     return text
@@ -91,26 +96,29 @@ def _context_finding(target: RoleTarget, plan: RolePlan) -> Finding:
 
 def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     f = plan.fraction
-    where = "the manifest's" if f.current_source == "manifest" else "SGLang's default"
+    sglang = f.engine_label == "SGLang"
+    where = "the manifest's" if f.current_source == "manifest" else f"{f.engine_label}'s default"
     current = f"{where} {fraction(f.current)} gives {f.current_pool_tokens:,} tokens"
     ceiling = ""
     if f.max_safe is not None:
-        ceiling = f"{fraction(f.max_safe)}, SGLang's own default for this role"
+        ceiling = (f"{fraction(f.max_safe)}, SGLang's own default for this role" if sglang else
+                   f"{fraction(f.max_safe)}, the most {f.engine_label} can request on an idle GPU")
         if f.safe_reserve_mib is not None:
-            ceiling += f" (it keeps {f.safe_reserve_mib:,.0f} MiB for activations and CUDA graphs)"
+            ceiling += (f" (it keeps {f.safe_reserve_mib:,.0f} MiB for activations and CUDA graphs)" if sglang else
+                        f" (the CUDA context and peers' buffers take {f.safe_reserve_mib:,.0f} MiB before it starts)")
     hint: str | None
     if f.min_fitting is None:
         message, hint = _no_fraction_fits(target, f, plan.required_tokens, current, ceiling)
     else:
         message, hint = _fraction_fits(f, f.min_fitting, plan.required_tokens, current, ceiling)
-    if f.max_safe is not None and f.current > f.max_safe:
+    if f.max_safe is not None and f.current > f.max_safe and sglang:
         message += (
             f"; {where} {fraction(f.current)} is above the safe ceiling {fraction(f.max_safe)}: "
             "less memory is left for activations and CUDA graphs than SGLang keeps, so serving may run out of memory"
         )
     if f.note:
         message += f" ({f.note})"
-    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("mem_fraction_static"))
+    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("mem_fraction_static", "gpu_memory_utilization"))
 
 
 def _no_fraction_fits(
@@ -118,10 +126,10 @@ def _no_fraction_fits(
 ) -> tuple[str, str]:
     """No fraction up to the ceiling (or 0.999) holds the window: what caps the pool instead."""
     if f.max_safe is None:
-        message = f"mem-fraction-static: no value up to 0.999 holds {required:,} tokens; {current}"
+        message = f"{f.flag}: no value up to 0.999 holds {required:,} tokens; {current}"
     else:
         message = (
-            f"mem-fraction-static: no value fits: even the safe ceiling {ceiling} gives "
+            f"{f.flag}: no value fits: even the safe ceiling {ceiling} gives "
             f"{tokens(f.max_safe_pool_tokens)} of the {required:,} tokens required; {current}"
         )
     cap = target.args.get("max_total_tokens")
@@ -142,10 +150,10 @@ def _fraction_fits(
         holds += f"; safe up to {ceiling}"
     hint = None
     if f.current_pool_tokens >= required:
-        message = f"mem-fraction-static: {current}, enough; {holds}"
+        message = f"{f.flag}: {current}, enough; {holds}"
     else:
-        message = f"mem-fraction-static {fraction(min_fitting)} would hold the window: {holds}; {current}"
-        hint = f"set mem-fraction-static: {fraction(min_fitting)}"
+        message = f"{f.flag} {fraction(min_fitting)} would hold the window: {holds}; {current}"
+        hint = f"set {f.flag}: {fraction(min_fitting)}"
         if f.max_safe is not None:
             hint += f" (any value up to {fraction(f.max_safe)} holds the window)"
     if f.min_fitting_worst_case is None:
@@ -165,7 +173,7 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     hint = None
     if current.fits:
         smaller = [o for o in fitting if int(o.value) < int(current.value)]
-        message = f"tp-size {current.value} holds the window ({option_pool_text(current)})"
+        message = f"{setting_flag(current)} {current.value} holds the window ({option_pool_text(current)})"
         if smaller:
             best = smaller[0]
             message += f"; {tp_label(best)} would too, on {best.gpus} GPUs: {option_pool_text(best)}"
@@ -175,18 +183,18 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
         best = fitting[0]
         message = (
             f"{tp_label(best)} would hold the window: {option_pool_text(best)} "
-            f"(tp-size {current.value} gives {option_pool_text(current)})"
+            f"({setting_flag(current)} {current.value} gives {option_pool_text(current)})"
         )
-        hint = f"set tp-size: {best.value}"
+        hint = f"set {setting_flag(best)}: {best.value}"
         if best.nnodes and best.nnodes > 1 and best.gpus is not None:
             hint += f" and nnodes: {best.nnodes}, with {best.gpus // best.nnodes} GPUs per node"
     else:
-        message = f"no tp-size up to {max(int(o.value) for o in plan.tp_options)} holds the window"
+        message = f"no {setting_flag(current)} up to {max(int(o.value) for o in plan.tp_options)} holds the window"
         possible = [o for o in plan.tp_options if o.pool_tokens is not None]
         if possible:
             widest = max(possible, key=lambda o: int(o.value))
             message += f"; {tp_label(widest)} gives {option_pool_text(widest)}"
-    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("tp_size"))
+    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("tp_size", "tensor_parallel_size"))
 
 
 def _kv_dtype_finding(target: RoleTarget, plan: RolePlan) -> Finding:
@@ -214,7 +222,7 @@ def _kv_dtype_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("kv_cache_dtype"))
 
 
-_PRECISION = {"bf16": 16, "bfloat16": 16, "float16": 16, "fp16": 16}
+_PRECISION = {"auto": 16, "bf16": 16, "bfloat16": 16, "float16": 16, "fp16": 16}
 
 
 def _precision(option: PlanOption) -> int:
@@ -245,17 +253,17 @@ def hint_sentences(plan: RolePlan) -> list[str]:
     if f.min_fitting is not None and f.min_fitting > f.current:
         if f.min_fitting_worst_case is not None:
             out.append(
-                f"mem-fraction-static {fraction(f.min_fitting_worst_case)} would hold the window even at the "
+                f"{f.flag} {fraction(f.min_fitting_worst_case)} would hold the window even at the "
                 f"low end of the estimate ({fraction(f.min_fitting)} at its centre: {f.min_fitting_pool_tokens:,} tokens)"
             )
         else:
             out.append(
-                f"mem-fraction-static {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
+                f"{f.flag} {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
                 + _estimate_tag(True)
             )
     elif f.min_fitting is None and f.max_safe is not None:
         out.append(
-            f"no mem-fraction-static up to SGLang's own {fraction(f.max_safe)} holds it "
+            f"no {f.flag} up to {f.engine_label}'s own {fraction(f.max_safe)} holds it "
             f"({tokens(f.max_safe_pool_tokens)} tokens at {fraction(f.max_safe)}, estimate)"
         )
     # only settings that give more pool than the current ones: a measured pool below the estimate

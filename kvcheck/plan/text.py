@@ -52,9 +52,9 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
     required = plan.required_tokens
     rows: list[tuple[str, str, str, str, str, str]] = []
     f = plan.fraction
-    source = "manifest" if f.current_source == "manifest" else "SGLang default"
+    source = "manifest" if f.current_source == "manifest" else f"{f.engine_label} default"
     current_range = role.pool_range
-    rows.append(("mem-fraction-static", f"{_frac(f.current)} *", _tok(f.current_pool_tokens),
+    rows.append((f.flag, f"{_frac(f.current)} *", _tok(f.current_pool_tokens),
                  _range(current_range), _verdict(f.current_pool_tokens, current_range, required), source))
     if f.min_fitting is not None:
         rows.append(("", _frac(f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
@@ -68,8 +68,9 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
         rows.append(("", _frac(f.max_safe), _tok(f.max_safe_pool_tokens), "-",
                      "holds" if (f.max_safe_pool_tokens or 0) >= required else "short",
                      "safe maximum"))
-    for label, options in (("tp-size", plan.tp_options), ("kv-cache-dtype", plan.kv_dtype_options)):
+    for options in (plan.tp_options, plan.kv_dtype_options):
         for index, option in enumerate(options):
+            label = "tp-size" if option.setting == "tp_size" else option.setting.replace("_", "-")
             rows.append(_option_row(label if index == 0 else "", option, required))
     return rows
 
@@ -82,7 +83,7 @@ def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str
     verdict = _verdict(option.pool_tokens, option.pool_range, required)
     if option.pool_tokens == 0:
         verdict, note = "no room", "weights fill GPUs"
-    elif option.pool_tokens is None:
+    elif option.pool_tokens is None or (option.note and option.note.startswith("vLLM would refuse")):
         note = option.note or ""
     pool_range = option.pool_range if option.pool_tokens else None
     return (label, value, _tok(option.pool_tokens), _range(pool_range), verdict, note)

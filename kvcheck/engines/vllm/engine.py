@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvcheck.engines.base import Engine
 from kvcheck.engines.vllm import serving
-from kvcheck.errors import EstimateError
 
 if TYPE_CHECKING:
     import ssl
@@ -24,13 +23,6 @@ if TYPE_CHECKING:
     from kvcheck.gpus import GpuProfile, GpuProfiles
     from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
-
-NO_SIZING = (
-    "kvcheck cannot estimate a vLLM role's pool yet: its sizing model covers SGLang only, and kvcheck "
-    "never guesses a pool"
-)
-NO_SIZING_HINT = "measure the role instead: kvcheck verify MANIFEST (measure mode boots vllm serve with its arguments)"
-
 
 class VllmEngine(Engine):
     """vLLM (vllm-project/vllm): its `vllm serve` flags per release, its log lines, its endpoints."""
@@ -201,7 +193,7 @@ class VllmEngine(Engine):
 
         return fit_hint(args, self.device(args), env or {})
 
-    # -- sizing: not in this release: never a guessed number ---------------------------------------
+    # -- sizing: vLLM's own per-release sizing, re-derived (sizing/, docs/estimate.md) -----------------
 
     def estimate(
         self,
@@ -210,7 +202,9 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> PoolEstimate:
-        raise EstimateError(NO_SIZING, hint=NO_SIZING_HINT)
+        from kvcheck.engines.vllm.sizing.model import estimate_role
+
+        return estimate_role(target, profiles=profiles, offline=offline)
 
     def plan(
         self,
@@ -219,7 +213,9 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> RolePlan:
-        raise EstimateError(NO_SIZING.replace("estimate", "plan"), hint=NO_SIZING_HINT)
+        from kvcheck.engines.vllm.plan import plan_role
+
+        return plan_role(target, profiles=profiles, offline=offline)
 
     def safe_fraction(
         self,
@@ -228,14 +224,17 @@ class VllmEngine(Engine):
         profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
         offline: bool | None = None,
     ) -> SafeFraction | None:
-        return None  # no sizing model: nothing to compare --gpu-memory-utilization with
+        # vLLM profiles its activations and CUDA graphs and takes them from the utilization itself, so
+        # no fraction of its is unsafe in SGLang's sense (KV205): nothing to compare the flag with.
+        return None
 
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
         from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212
+        from kvcheck.engines.vllm.sizing.rules import KV220
 
-        return (KV109, KV210, KV211, KV212)
+        return (KV109, KV220, KV210, KV211, KV212)
 
     def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
         return serving.role_findings(target, args, mode, device=self.device(args))

@@ -1,4 +1,4 @@
-"""vLLM manifests through the CLI: strict arguments (exit 2 with file:line), no estimate (exit 3, never a guess)."""
+"""vLLM manifests through the CLI: strict arguments (exit 2 with file:line), no model config, no estimate (exit 3, never a guess)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def write(tmp_path: Path, *args: str) -> Path:
     return path
 
 
-def test_estimate_says_plainly_it_cannot_estimate_vllm(tmp_path: Path) -> None:
+def test_estimate_without_a_model_config_is_kv305_never_a_guess(tmp_path: Path) -> None:
     done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 32k")), "--mode", "estimate", "--format", "json")
     assert done.exit_code == 3, done.stderr
     report = json.loads(done.stdout)
@@ -38,8 +38,8 @@ def test_estimate_says_plainly_it_cannot_estimate_vllm(tmp_path: Path) -> None:
     [kv305] = report["findings"]
     assert kv305["rule"] == "KV305"
     assert kv305["message"] == (
-        "pool could not be estimated: kvcheck cannot estimate a vLLM role's pool yet: its sizing model covers "
-        "SGLang only, and kvcheck never guesses a pool")
+        "pool could not be estimated: model path '/models/llama' is neither a local checkpoint folder with "
+        "config.json nor a Hugging Face repo id")
 
 
 def test_an_unknown_vllm_flag_is_exit_2_with_its_line_and_a_suggestion(tmp_path: Path) -> None:

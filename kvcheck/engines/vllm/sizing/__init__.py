@@ -1,0 +1,1 @@
+"""vLLM's KV-pool sizing, re-derived from its source per release (docs/estimate.md, vLLM)."""

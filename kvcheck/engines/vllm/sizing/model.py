@@ -1,0 +1,395 @@
+"""Predict a vLLM role's KV pool the way vLLM sizes it (docs/estimate.md, vLLM): the worker's available
+memory (sizing/memory.py), the blocks it buys (sizing/layout.py), the null block, per worker."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kvcheck.engines.base import PoolEstimate
+from kvcheck.engines.modelconfig import ModelSource, load_model_source
+from kvcheck.engines.vllm import serving
+from kvcheck.engines.vllm.sizing import memory as mem
+from kvcheck.engines.vllm.sizing.layout import (
+    MODEL_DTYPE_BYTES,
+    KvLayout,
+    kv_layout,
+    model_dtype_of,
+    resolve_kv_dtype,
+)
+from kvcheck.engines.vllm.sizing.weights import (
+    MXFP4_EXPERT_PAD,
+    MXFP4_WEIGHTS_BAND,
+    attention_unquantized,
+    config_weights_bytes,
+    linear_bytes,
+    vision_tower_bytes,
+)
+from kvcheck.errors import EstimateError
+from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.model import RoleTarget
+from kvcheck.policy.registry import finding
+
+GIB = mem.GIB
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _json_arg(value: Any) -> dict[str, Any]:
+    if value in (None, "", "{}"):
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        parsed = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise EstimateError(f"a JSON argument is not valid JSON: {exc}") from exc
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _int_arg(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise EstimateError(f"--{name.replace('_', '-')} {value!r} is not a whole number") from exc
+
+
+def derived_max_model_len(text: Mapping[str, Any]) -> int:
+    """vLLM's `_get_and_verify_max_len`: the smallest length key the config states, scaled by rope
+    scaling (yarn, dynamic, linear; llama3/longrope/su already state the scaled length)."""
+    found = [int(text[k]) for k in CONTEXT_KEYS if isinstance(text.get(k), int) and text[k] > 0]
+    length = min(found) if found else 2048
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    if isinstance(rope, Mapping):
+        kind = str(rope.get("rope_type") or rope.get("type") or "")
+        factor = rope.get("factor")
+        if kind not in ("su", "longrope", "llama3", "default", "mrope", "") and isinstance(factor, int | float):
+            if isinstance(rope.get("original_max_position_embeddings"), int):
+                length = int(rope["original_max_position_embeddings"])
+            length = int(length * float(factor))
+    return length
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """A role's settings as vLLM resolves them."""
+
+    tp: int
+    pp: int
+    dp: int
+    device: str
+    utilization: float
+    utilization_other: float
+    utilization_defaulted: bool
+    explicit_kv_bytes: int | None
+    max_model_len: int
+    max_model_len_auto: bool
+    derived_len: int
+    batched_tokens: int
+    max_num_seqs: int
+    eager: bool
+    num_blocks_override: int | None
+
+
+def _device(target: RoleTarget) -> str:
+    """cuda, or cpu for a role of vLLM's CPU build: vLLM 0.32.0 has no --device flag, so the manifest says
+    so with `gpu: cpu`, or a role that names no GPU sets VLLM_CPU_KVCACHE_SPACE (only the CPU backend reads it)."""
+    device = serving.device(target.args)
+    if device == "cpu" or str(target.gpu or "").strip().lower() == "cpu":
+        return "cpu"
+    if not target.gpu and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():
+        return "cpu"
+    return device
+
+
+def _gpu(target: RoleTarget, profiles: GpuProfiles) -> GpuProfile:
+    if not target.gpu:
+        raise EstimateError(f"role {target.name!r} names no GPU type",
+                            hint="set gpu: (e.g. H100, H200, B200) in the manifest, or --kv-cache-memory-bytes")
+    return profiles.get(target.gpu)
+
+
+def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib: float | None,
+            gpu_name: str, version: Any) -> _Inputs:
+    args = target.args
+    tp = _int_arg(args, "tensor_parallel_size", 1) or 1
+    pp = _int_arg(args, "pipeline_parallel_size", 1) or 1
+    dp = _int_arg(args, "data_parallel_size", 1) or 1
+    if min(tp, pp, dp) < 1:
+        raise EstimateError("--tensor-parallel-size, --pipeline-parallel-size and --data-parallel-size must be at least 1")
+    if (_int_arg(args, "decode_context_parallel_size", 1) or 1) > 1 or (_int_arg(args, "prefill_context_parallel_size", 1) or 1) > 1:
+        raise EstimateError("context parallelism (--decode-context-parallel-size, --prefill-context-parallel-size) "
+                            "is not priced by the vLLM estimate model")
+    util_arg = args.get("gpu_memory_utilization")
+    central, other = mem.default_utilization(version)
+    if util_arg is not None:
+        central = other = float(util_arg)
+    if not 0 < central <= 1:
+        raise EstimateError(f"--gpu-memory-utilization {central} is outside (0, 1]: vLLM refuses it")
+    explicit = _int_arg(args, "kv_cache_memory_bytes")
+    cpu_space = target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    if device == "cpu" and cpu_space:
+        explicit = int(cpu_space) * (1 << 30)  # platforms/cpu.py: the legacy setting wins
+    derived = derived_max_model_len(text)
+    raw_len = args.get("max_model_len")
+    auto = raw_len in (-1, "-1", "auto")
+    max_len = derived if raw_len is None or auto else int(raw_len)
+    big = device_gib is not None and device_gib * GIB >= 160 * GIB
+    large = device_gib is not None and device_gib >= 70 and "a100" not in gpu_name.lower()
+    default_batched, default_seqs = (16384, 1024) if big else (8192, 1024) if large else (2048, 256)
+    batched = _int_arg(args, "max_num_batched_tokens") or default_batched
+    seqs = _int_arg(args, "max_num_seqs") or default_seqs
+    return _Inputs(tp=tp, pp=pp, dp=dp, device=device, utilization=central, utilization_other=other,
+                   utilization_defaulted=util_arg is None, explicit_kv_bytes=explicit, max_model_len=max_len,
+                   max_model_len_auto=auto, derived_len=derived, batched_tokens=batched, max_num_seqs=seqs,
+                   eager=bool(args.get("enforce_eager")), num_blocks_override=_int_arg(args, "num_gpu_blocks_override"))
+
+
+def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes: int,
+             assumptions: list[str]) -> tuple[float, float, str]:
+    """(bytes, band fraction, source) of the most loaded worker's weights."""
+    if target.estimate.weights_gib_per_gpu is not None:
+        assumptions.append("weights per GPU from estimate.weights_gib_per_gpu")
+        return float(target.estimate.weights_gib_per_gpu) * GIB, 0.0, "override"
+    if source.checkpoint_bytes:
+        assumptions.append("weights: model.safetensors.index.json total_size / (tp x pp)")
+        return source.checkpoint_bytes / (inp.tp * inp.pp), mem.WEIGHTS_INDEX_BAND, "checkpoint-index"
+    linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
+    tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
+    attention = float(model_bytes) if attention_unquantized(source.quant) else None
+    mxfp4 = scheme == "mxfp4"
+    total = config_weights_bytes(source.text, tp=inp.tp, pp=inp.pp, model_bytes=model_bytes, linear=linear, tied=tied,
+                                 attention_bytes=attention, moe_pad=MXFP4_EXPERT_PAD if mxfp4 else None)
+    vision = vision_tower_bytes(source.vision, tp=inp.tp, model_bytes=model_bytes,
+                                text_hidden=int(source.text.get("hidden_size") or 0))
+    if vision:
+        total += vision
+        assumptions.append(f"vision tower and projector counted: {vision / GIB:.2f} GiB per GPU")
+    band = MXFP4_WEIGHTS_BAND if mxfp4 else mem.WEIGHTS_BAND
+    assumptions.append(f"weights counted from config.json (linear layers {scheme}, +-{band:.0%})")
+    return total, band, "config"
+
+
+def estimate_role(
+    target: RoleTarget,
+    *,
+    profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
+    offline: bool | None = None,
+) -> PoolEstimate:
+    """The role's pool as vLLM would size it; EstimateError where the model cannot predict it."""
+    version = mem.release(target.engine_version)
+    if version is not None and version.release < mem.V1_FROM.release:
+        raise EstimateError(f"vLLM {target.engine_version} sizes its pool with the V0 engine, which the vLLM "
+                            "estimate model does not reproduce (V1, from 0.8.0, only)")
+    args = target.args
+    assumptions: list[str] = []
+    source = load_model_source(model_config=target.model_config, model_path=target.model_path,
+                               override_args=_json_arg(args.get("hf_overrides")), offline=offline)
+    text = source.text
+    device = _device(target)
+    explicit_any = args.get("kv_cache_memory_bytes") is not None or (
+        device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())
+    gpu: GpuProfile | None = None
+    total: mem.DeviceTotal | None = None
+    if not explicit_any or (target.gpu and device != "cpu"):
+        if device == "cpu":
+            raise EstimateError("a vLLM CPU role without --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE sizes "
+                                "its pool from the host's free RAM, which the estimate cannot know",
+                                hint="set VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes")
+        gpu = _gpu(target, as_profiles(profiles))
+        total = mem.device_total(gpu.name, gpu.memory_total_mib, target.estimate.gpu_memory_mib)
+    inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
+    model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
+    kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
+    connector = serving.kv_transfer_config(args) or {}
+    if "lmcache" in str(connector.get("kv_connector") or "").lower() and inp.explicit_kv_bytes is None:
+        raise EstimateError(
+            f"the {connector.get('kv_connector')} KV connector allocates GPU buffers of its own before vLLM sizes "
+            "its pool, which the vLLM estimate model does not price",
+            hint="set --kv-cache-memory-bytes, or measure the role")
+    heads = text.get("num_attention_heads")
+    if isinstance(heads, int) and heads % inp.tp:
+        raise EstimateError(f"vLLM refuses it: the model's {heads} attention heads are not divisible by "
+                            f"--tensor-parallel-size {inp.tp}")
+    layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
+                       block_size=_int_arg(args, "block_size"), device=device)
+    if not args.get("block_size"):
+        assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
+
+    parts: OrderedDict[str, Any] = OrderedDict()
+    if inp.explicit_kv_bytes is not None:
+        avail = (inp.explicit_kv_bytes,) * 3
+        parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
+        assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
+    else:
+        assert total is not None
+        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions)
+    if gpu is None and device != "cpu" and not args.get("block_size"):
+        # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
+        # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
+        # pool (the null block costs a CPU pool more), the range covers both.
+        cpu_layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype, block_size=None,
+                               device="cpu")
+        both = [_finish(target, source, inp, each, avail, parts, list(assumptions), gpu, kv_dtype, model_dtype)
+                for each in (layout, cpu_layout)]
+        best = min(both, key=lambda est: est.pool_tokens)
+        low = min(est.pool_range[0] for est in both)
+        high = max(est.pool_range[1] for est in both)
+        note = ("no GPU named: the CUDA build's 16-token blocks and the CPU build's 128 are both possible; the "
+                f"smaller pool is the figure, the range covers both ({both[0].pool_tokens:,} / {both[1].pool_tokens:,})")
+        details = dict(best.details)
+        details["pool_range"] = [low, high]
+        details["assumptions"] = [*best.assumptions, note]
+        return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
+    return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype)
+
+
+def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
+              version: Any, parts: dict[str, Any], assumptions: list[str]) -> tuple[int, int, int]:
+    """(central, low, high) available KV bytes of a profiled boot: requested less weights, non-torch memory,
+    the activation peak and the CUDA-graph estimate, each at its band's end for the range."""
+    text, args = source.text, target.args
+    model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
+    weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
+    peers = inp.tp * inp.pp > 1
+    non_torch = (mem.NON_TORCH_GIB + (mem.NON_TORCH_TP_GIB if peers else 0.0)) * GIB
+    peak = mem.activation_peak(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs,
+                               version=version)
+    moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
+    cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
+    compilation = _json_arg(args.get("compilation_config"))
+    graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
+    if compilation.get("cudagraph_mode") in ("NONE", 0):
+        cg_on = cg_other = False
+
+    def available(end: int) -> int:
+        """end 0 central, -1 low (everything at its largest), +1 high."""
+        util = inp.utilization if end >= 0 else min(inp.utilization, inp.utilization_other)
+        if end > 0:
+            util = max(inp.utilization, inp.utilization_other)
+        tot = total.gib + end * total.band_gib
+        requested = mem.ceil_requested(tot, util) * GIB
+        w = weights * (1 - end * w_band)
+        nt = non_torch - end * mem.NON_TORCH_BAND_GIB * GIB
+        a = peak.at(end, band)
+        on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
+        g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
+        return int(requested - w - max(nt, 0.0) - a - g)
+
+    avail = (available(0), available(-1), available(1))
+    parts.update(
+        device_total_gib=round(total.gib, 3), device_total_source=total.source,
+        gpu_memory_utilization=inp.utilization, gpu_memory_utilization_defaulted=inp.utilization_defaulted,
+        requested_gib=round(mem.ceil_requested(total.gib, inp.utilization), 3),
+        weights_gib_per_gpu=round(weights / GIB, 3), weights_source=weights_src,
+        non_torch_gib=round(non_torch / GIB, 3), activation_peak_gib=round(peak.at(0, band) / GIB, 3),
+        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
+        cudagraph_subtracted=cg_on,
+    )
+    assumptions.append(f"device memory: {total.source}")
+    assumptions.append(
+        f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
+        f"is a model: the forward pass {band[0]}x-{band[1]}x{' (MoE workspaces are not modelled)' if moe else ''}, the "
+        f"sampler {peak.sampler_bytes[1]:g}-{peak.sampler_bytes[2]:g} B per logit by release; non-torch memory "
+        f"+-{mem.NON_TORCH_BAND_GIB} GiB")
+    if inp.utilization != inp.utilization_other:
+        assumptions.append(f"--gpu-memory-utilization unset and this release's default not read: "
+                           f"{inp.utilization:g} is the figure, {inp.utilization_other:g} is in the range")
+    if cg_on != cg_other:
+        assumptions.append("release not stated: the range covers vLLM with and without the CUDA-graph estimate "
+                           "subtracted (default from 0.21.0)")
+    elif cg_on:
+        assumptions.append(f"CUDA-graph memory estimate subtracted ({mem.CUDAGRAPH_BAND[0]}x-"
+                           f"{mem.CUDAGRAPH_BAND[1]}x in the range)")
+    return avail
+
+
+def _pool(layout: KvLayout, available_bytes: int, inp: _Inputs) -> int:
+    blocks = layout.num_blocks(available_bytes)
+    if inp.num_blocks_override is not None:
+        blocks = inp.num_blocks_override
+    return layout.usable_tokens(blocks, inp.batched_tokens)
+
+
+def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
+            parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
+            model_dtype: str) -> PoolEstimate:
+    central, low_b, high_b = avail
+    pool = _pool(layout, central, inp)
+    low, high = _pool(layout, low_b, inp), _pool(layout, high_b, inp)
+    low, high = min(low, pool), max(high, pool)
+    findings = []
+    context = inp.max_model_len
+    refusal: str | None = None
+    upper = max(inp.derived_len, inp.max_model_len, layout.usable_tokens(layout.num_blocks(max(central, 0))) + layout.block_size)
+    largest = layout.largest_model_len(central, inp.batched_tokens, upper)
+    if central <= 0:
+        refusal = "No available memory for the cache blocks"
+        pool, context = 0, 0
+    elif inp.max_model_len_auto:
+        context = min(inp.derived_len, largest)  # --max-model-len auto fits the window to the pool
+        assumptions.append(f"--max-model-len auto: vLLM fits the window to the pool ({context:,} tokens)")
+    elif layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > central - layout.bytes_per_block:
+        refusal = (f"To serve at least one request with the model's max seq len ({inp.max_model_len}) ... "
+                   f"the estimated maximum model length is {largest}")
+    might_refuse = refusal is None and low_b > 0 and not inp.max_model_len_auto and (
+        layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > low_b - layout.bytes_per_block)
+    if might_refuse:
+        assumptions.append("at the low end of the estimate's range one request of max_model_len does not fit: "
+                           "vLLM might refuse to start; measure")
+    if refusal is not None:
+        findings.append(finding(
+            "KV220", target.name,
+            f"vLLM would refuse to start (predicted): {refusal}",
+            hint=f"set --max-model-len to at most {largest:,}, or give the KV cache more memory" if largest else
+            "give the KV cache more memory (--gpu-memory-utilization, fewer weights per GPU, a larger TP)",
+            location=target.arg_location("max_model_len", "gpu_memory_utilization"),
+        ))
+        assumptions.append(f"vLLM would refuse to start: {refusal}")
+    max_input = max(0, serving.max_input_len(context, pool)) if context else 0
+    details: OrderedDict[str, Any] = OrderedDict()
+    details["engine"] = f"vllm {target.engine_version or 'newest (0.32.0)'} sizing model"
+    details["gpu"] = gpu.name if gpu else None
+    details.update(parts)
+    details["available_kv_gib"] = round(central / GIB, 3)
+    details["available_kv_gib_range"] = [round(low_b / GIB, 3), round(high_b / GIB, 3)]
+    details["block_size"] = layout.block_size
+    details["bytes_per_block"] = layout.bytes_per_block
+    details["num_gpu_blocks"] = layout.num_blocks(central) if inp.num_blocks_override is None else inp.num_blocks_override
+    details["kv_bytes_per_token"] = round(layout.bytes_per_token, 2)
+    details["kv_cell_parts"] = dict(layout.parts)
+    details["kv_dtype"] = kv_dtype
+    details["model_dtype"] = model_dtype
+    details["architecture"] = source.architecture
+    details["architecture_kind"] = layout.kind
+    details["parallel"] = {"tp": inp.tp, "pp": inp.pp, "dp": inp.dp}
+    details["max_num_batched_tokens"] = inp.batched_tokens
+    details["max_num_seqs"] = inp.max_num_seqs
+    details["max_model_len"] = context
+    details["largest_max_model_len"] = largest
+    details["vllm_would_refuse"] = refusal is not None
+    details["vllm_might_refuse"] = refusal is not None or might_refuse or low_b <= 0
+    if inp.dp > 1:
+        details["data_parallel_pools"] = f"{inp.dp} engines, each its own pool of this size"
+    details["pool_range"] = [low, high]
+    details["model_config"] = source.origin
+    details["assumptions"] = assumptions
+    concurrency = pool / context if context else 0.0
+    details["max_concurrency_at_window"] = round(concurrency, 2)
+    return PoolEstimate(
+        role=target.name, pool_tokens=pool, pool_range=(low, high), context_len=context,
+        max_input_tokens=max_input, max_running_requests=inp.max_num_seqs,
+        kv_bytes_per_token=layout.bytes_per_token, mem_fraction_static=inp.utilization,
+        mem_fraction_reserved_mib=None, kv_dtype=kv_dtype, page_size=layout.block_size,
+        tp_size=inp.tp, pp_size=inp.pp, attn_dp_size=inp.dp, ep_size=1,
+        details=details, assumptions=tuple(assumptions), findings=tuple(findings),
+    )
+

@@ -1,0 +1,18 @@
+"""Rules vLLM's sizing model raises (Engine.rules() hands them to the catalogue)."""
+
+from __future__ import annotations
+
+from kvcheck.policy.registry import define_rule
+
+KV220 = define_rule(
+    "KV220",
+    "error",
+    "vLLM would refuse to start: one request of max_model_len does not fit the predicted KV cache",
+    """vLLM checks at boot that one request of `--max-model-len` (the model's own length when
+    unset) fits the KV cache it sized, and exits otherwise (`To serve at least one request with the
+    model's max seq len ...`, or `No available memory for the cache blocks`). The estimate predicts
+    that check fails, even when the advertised window is smaller than max_model_len: the role
+    would not start. Fix: set `--max-model-len` to at most the length the finding names, give the
+    cache more memory (`--gpu-memory-utilization`, `--kv-cache-memory-bytes`, an fp8 KV cache, a
+    larger `--tensor-parallel-size`), or measure the role.""",
+)

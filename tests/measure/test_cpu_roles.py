@@ -255,3 +255,17 @@ def test_sglang_is_given_device_cpu_once_and_vllm_nothing() -> None:
     assert "--device" not in argv(make_target())  # a GPU role: SGLang's default
     vllm = argv(replace(cpu_target(), engine="vllm", engine_command=("vllm", "serve")))
     assert vllm == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "127.0.0.1", "--port", "30000"]
+
+
+def test_a_short_cpu_pool_is_told_the_engines_own_memory_settings() -> None:
+    from kvcheck.model import PoolMeasurement
+    from kvcheck.policy.rules import shortfall_hint
+
+    measured = PoolMeasurement(role="server", source="measure", pool_tokens=1920)
+    sglang = cpu_target(context_length=4096)
+    assert shortfall_hint(sglang, measured) == (
+        "the largest context that fits this pool is 1,920 tokens; or give the pool more host memory: raise "
+        "--mem-fraction-static, or serve on a host with more RAM per NUMA node")
+    assert shortfall_hint(replace(sglang, engine="vllm"), measured) == (
+        "the largest context that fits this pool is 1,920 tokens; or give the pool more host memory: raise "
+        "VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes, or serve on a host with more RAM per NUMA node")

@@ -113,6 +113,9 @@ class SglangEngine(Engine):
     def args_device(self, args: Mapping[str, Any]) -> str | None:
         return serving.args_device(args)
 
+    def cpu_memory_hint(self) -> str:
+        return "raise --mem-fraction-static, or serve on a host with more RAM per NUMA node"
+
     def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
         refused = super().check_host(target, host)
         if refused is not None:

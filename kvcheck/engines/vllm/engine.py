@@ -109,6 +109,10 @@ class VllmEngine(Engine):
     def args_device(self, args: Mapping[str, Any]) -> str | None:
         return serving.args_device(args)
 
+    def cpu_memory_hint(self) -> str:
+        return ("raise VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes, or serve on a host with more RAM "
+                "per NUMA node")
+
     def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
         refused = super().check_host(target, host)
         if refused is not None:

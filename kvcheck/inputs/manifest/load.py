@@ -14,6 +14,7 @@ from kvcheck.engines import get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.manifest.model import (
+    DEVICES,
     UNION_TAGS,
     EngineSpec,
     EstimateSpec,
@@ -424,11 +425,11 @@ def _check_devices(
     if not isinstance(roles, dict):
         return set()
     engine = get_engine(manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default)
-    top = data.get("device") if isinstance(data.get("device"), str) else None
+    top = data.get("device") if data.get("device") in DEVICES else None  # another value: pydantic's issue
     cpu_roles: set[str] = set()
     for name, role in roles.items():
         role = role if isinstance(role, dict) else {}
-        own = role.get("device") if isinstance(role.get("device"), str) else None
+        own = role.get("device") if role.get("device") in DEVICES else None
         declared = device_name(own or top)
         args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
         from_args = engine.args_device(args)

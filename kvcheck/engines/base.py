@@ -7,8 +7,8 @@ implementing this class and one registry entry (or an entry point in the `kvchec
 never an edit to a command. The result types an engine returns are defined here, engine-neutral.
 See CONTRIBUTING.md, "Adding an engine".
 
-The class is laid out in sections, one per caller family (arguments, launch, boot log, server,
-sizing, rules); each section's types sit just above it.
+The class is laid out in sections, one per caller family (arguments, device, launch, boot log,
+server, sizing, rules); each section's types sit just above it.
 """
 
 from __future__ import annotations
@@ -476,7 +476,8 @@ class Engine(ABC):
             why = "; ".join(host.notes) or "no MemAvailable"
             return (f"role {target.name} runs on the CPU, and this host's available memory cannot be read ({why}): "
                     f"{self.label} sizes a CPU role's pool from it",
-                    "measure CPU roles on a Linux host that shows /proc/meminfo, or use --mode estimate")
+                    "measure CPU roles on a Linux host that shows /proc/meminfo (or pass --no-gpu-check when "
+                    "engine.command runs the engine elsewhere)")
         if host.mem_available_bytes == 0:
             return (f"role {target.name} runs on the CPU, and this host has no memory available (MemAvailable, "
                     "within the cgroup's limit, is 0)",

@@ -438,7 +438,7 @@ def _check_devices(
             issues.append(InputIssue.at(
                 display, positions.of_value(key_path), dotted(key_path),
                 f"device {own or top} for role {name}, but its args select --device {from_args}: say the "
-                f"device once (the manifest's `device` gives {engine.label} its --device)",
+                f"device once, in the manifest's `device` ({engine.label} is then started on it)",
             ))
         on_cpu = (declared or from_args) == "cpu"
         if on_cpu:

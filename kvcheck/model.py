@@ -198,6 +198,7 @@ class RoleTarget:
     draft_config: Path | None = None  # a separate speculative draft model's config.json (estimate mode)
     engine_command: tuple[str, ...] = ()  # empty: the engine's own default launch command
     engine: str = "sglang"  # the registry name of the serving engine (kvcheck.engines.ENGINES)
+    device: str | None = None  # the manifest's `device` ("cuda" or "cpu"); None: not stated (Engine.device)
     env: Mapping[str, str] = field(default_factory=dict)
     estimate: EstimateInputs = field(default_factory=EstimateInputs)
     location: Location | None = None  # where the role is declared

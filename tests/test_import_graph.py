@@ -117,7 +117,7 @@ def test_the_bottom_layer_imports_only_the_bottom_layer(tmp_path):
         "kvcheck/gpus.py:6: kvcheck.gpus imports kvcheck.engines.sglang.sizing: only "
         "kvcheck/engines/sglang/ and the registry kvcheck/engines/__init__.py import kvcheck.engines.sglang",
         "kvcheck/gpus.py:6: kvcheck.gpus imports kvcheck.engines.sglang.sizing: the bottom layer "
-        "(kvcheck.model, kvcheck.errors, kvcheck.http, kvcheck.gpus, kvcheck.io, kvcheck.profiles, kvcheck.redact, "
+        "(kvcheck.model, kvcheck.errors, kvcheck.http, kvcheck.gpus, kvcheck.hostmem, kvcheck.io, kvcheck.profiles, kvcheck.redact, "
         "kvcheck.scrub, kvcheck.escape) "
         "imports nothing above it",
     ]

@@ -164,12 +164,13 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-# The bottom layer: shared values, errors, HTTP, GPU profiles, file reading. No engine words.
+# The bottom layer: shared values, errors, HTTP, GPU profiles, host memory, file reading. No engine words.
 BOTTOM = (
     f"{PACKAGE}.model",
     f"{PACKAGE}.errors",
     f"{PACKAGE}.http",
     f"{PACKAGE}.gpus",
+    f"{PACKAGE}.hostmem",
     f"{PACKAGE}.io",
     f"{PACKAGE}.profiles",
     f"{PACKAGE}.redact",

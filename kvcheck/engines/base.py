@@ -7,8 +7,8 @@ implementing this class and one registry entry (or an entry point in the `kvchec
 never an edit to a command. The result types an engine returns are defined here, engine-neutral.
 See CONTRIBUTING.md, "Adding an engine".
 
-The class is laid out in sections, one per caller family (arguments, launch, boot log, server,
-sizing, rules); each section's types sit just above it.
+The class is laid out in sections, one per caller family (arguments, device, launch, boot log,
+server, sizing, rules); each section's types sit just above it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.argv import ParsedArgv
     from kvcheck.engines.flags import Catalogue
     from kvcheck.gpus import GpuProfile, GpuProfiles
+    from kvcheck.hostmem import HostMemory
     from kvcheck.io.streams import BinaryReadable
     from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
@@ -461,12 +462,46 @@ class Engine(ABC):
         wait forever. Without them the bound is a plain server's.
         """
 
-    def device(self, args: Mapping[str, Any]) -> str:
-        """The device the args run the server on: "cuda" (GPUs, the default) or another ("cpu", ...).
+    # -- device -----------------------------------------------------------------------------------
 
-        A "cpu" role is a CPU deployment: no GPU list, no NVML pre-flight, no CUDA_VISIBLE_DEVICES.
+    def args_device(self, args: Mapping[str, Any]) -> str | None:
+        """The device the engine's own arguments select (SGLang `--device cpu`), None when they select none.
+
+        An engine whose release has no such flag (vLLM 0.32.0) returns None: the manifest's `device` decides.
         """
-        return "cuda"
+        return None
+
+    def device(self, target: RoleTarget) -> str:
+        """The device the role runs on: "cuda" (GPUs, the default), "cpu", or another the args name.
+
+        The manifest's `device` (top level or per role, `RoleTarget.device`) wins; without it the args'
+        (`args_device`); without either, GPUs. The loader refuses a manifest whose `device` and args
+        disagree, so the two never conflict here. A "cpu" role is a CPU deployment: no GPU list, no NVML
+        pre-flight, no CUDA_VISIBLE_DEVICES; its host's memory is checked instead (`check_host`).
+        """
+        return target.device or self.args_device(target.args) or "cuda"
+
+    def cpu_memory_hint(self) -> str:
+        """How to give a CPU role's pool more host memory, in the engine's own settings (KV101's hint)."""
+        return "serve on a host with more RAM per NUMA node"
+
+    def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
+        """(message, hint) when this host cannot hold the CPU role as the engine would run it; None: go ahead.
+
+        Called before a CPU role boots on the local host (measure mode's pre-flight in place of NVML).
+        The base check needs only the figures every CPU engine sizes from; engines add their own.
+        """
+        if host.mem_available_bytes is None:
+            why = "; ".join(host.notes) or "no MemAvailable"
+            return (f"role {target.name} runs on the CPU, and this host's available memory cannot be read ({why}): "
+                    f"{self.label} sizes a CPU role's pool from it",
+                    "measure CPU roles on a Linux host that shows /proc/meminfo (or pass --no-gpu-check when "
+                    "engine.command runs the engine elsewhere)")
+        if host.mem_available_bytes == 0:
+            return (f"role {target.name} runs on the CPU, and this host has no memory available (MemAvailable, "
+                    "within the cgroup's limit, is 0)",
+                    "free memory on the host, or raise the container's memory limit")
+        return None
 
     # -- launch -----------------------------------------------------------------------------------
 
@@ -620,7 +655,7 @@ class Engine(ABC):
         effective args (the manifest's over what the engine resolved), `mode` its role_mode."""
         return []
 
-    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
-        """How many requests of `window` tokens the pool holds at once, as the engine allocates them
-        (tokens one at a time unless the engine says otherwise)."""
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any], device: str = "cuda") -> float:
+        """How many requests of `window` tokens the pool holds at once, as the engine allocates them on
+        `device` (tokens one at a time unless the engine says otherwise)."""
         return pool_tokens / window

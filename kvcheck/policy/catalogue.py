@@ -8,7 +8,7 @@ rule module adds its rules here; tests/policy/test_catalogue.py fails when a def
 from __future__ import annotations
 
 from kvcheck.backends.audit_rules import KV306, KV307, KV308, KV311
-from kvcheck.backends.measure.rules import KV301, KV302, KV303, KV304, KV310, KV314, KV315
+from kvcheck.backends.measure.rules import KV301, KV302, KV303, KV304, KV310, KV314, KV315, KV324
 from kvcheck.engines import ENGINES, get_engine
 from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
@@ -48,7 +48,7 @@ from kvcheck.report.input_errors import KV001
 INPUT_RULES = (KV001,)  # invalid input: exit 2, nothing was checked
 POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV110, KV111, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
-MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
+MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315, KV324)
 AUDIT_RULES = (KV306, KV307, KV308, KV311)
 PROBE_RULES = (
     OVERLONG_ACCEPTED,

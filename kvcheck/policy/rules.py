@@ -172,7 +172,9 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
+    if len(parts) == 1 and get_engine(target.engine).device(target) == "cpu":
+        parts.append(f"or give the pool more host memory: {get_engine(target.engine).cpu_memory_hint()}")
+    elif len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
         parts.append(get_engine(target.engine).fit_hint(args, target.env))
     return "; ".join(parts)
 
@@ -234,7 +236,8 @@ def _below_min_concurrency(target: RoleTarget, measurement: PoolMeasurement, arg
     pool, window = measurement.pool_tokens, target.context_length
     if pool is None or window <= 0 or pool < target.required_tokens or min_concurrency <= 1.0:
         return []
-    held = get_engine(target.engine).concurrency(pool, window, args)
+    engine = get_engine(target.engine)
+    held = engine.concurrency(pool, window, args, engine.device(target))
     if held >= min_concurrency:
         return []
     return [

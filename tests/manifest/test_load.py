@@ -165,8 +165,12 @@ def test_schema_command_prints_a_json_schema() -> None:
     assert manifest["required"] == ["context_length", "model", "engine", "roles"]
     assert manifest["additionalProperties"] is False
     assert set(manifest["properties"]) == {
-        "name", "context_length", "model", "engine", "gpu", "args", "roles", "policy", "estimate", "launcher",
+        "name", "context_length", "model", "engine", "gpu", "device", "args", "roles", "policy", "estimate", "launcher",
     }
+    device = {"anyOf": [{"enum": ["gpu", "cuda", "cpu"], "type": "string"}, {"type": "null"}]}
+    assert {k: manifest["properties"]["device"][k] for k in ("anyOf", "default")} == {**device, "default": None}
+    role = schema["$defs"]["RoleSpec"]["properties"]
+    assert role["device"]["anyOf"] == device["anyOf"]  # a role may run elsewhere than the others
 
 
 @pytest.mark.parametrize("policy", ["ignore: [KV301]", "severity: {KV305: warning}", "ignore: [KV306]"])

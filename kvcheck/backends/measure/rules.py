@@ -100,3 +100,19 @@ evidence than a pass with the real checkpoint.
 Fix: measure with the real weights (the default) before the rollout, or run with `--strict` so this
 warning blocks it.""",
 )
+
+KV324 = define_rule(
+    "KV324",
+    "error",
+    "the host cannot run a CPU role",
+    """A role on the CPU (`device: cpu`) keeps its weights and KV cache in host RAM and binds its ranks
+to NUMA nodes, so measure mode checks the host before it boots the role (in place of the GPU check):
+its available memory must be readable (`/proc/meminfo`, within the cgroup's `memory.max`) and not
+zero; an SGLang role's ranks (dp x tp x pp) must not outnumber the NUMA nodes with CPUs unless
+`SGLANG_CPU_OMP_THREADS_BIND` names one CPU group per rank; a vLLM role's explicit KV space
+(`VLLM_CPU_KVCACHE_SPACE` GiB, or `--kv-cache-memory-bytes`) must fit in the memory available. The
+engine would stop at start on this host, so the role is not checked (exit 3), never a pass.
+
+Fix: what the message says: lower tp-size or set `SGLANG_CPU_OMP_THREADS_BIND`, lower the KV space,
+free memory or raise the container's limit, or measure on a host like the production one.""",
+)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
+    from kvcheck.hostmem import HostMemory
     from kvcheck.model import RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
@@ -109,8 +110,19 @@ class SglangEngine(Engine):
     ) -> int:
         return serving.admission_bound(context_len, pool_tokens, args, version, env)
 
-    def device(self, args: Mapping[str, Any]) -> str:
-        return serving.device(args)
+    def args_device(self, args: Mapping[str, Any]) -> str | None:
+        return serving.args_device(args)
+
+    def cpu_memory_hint(self) -> str:
+        return "raise --mem-fraction-static, or serve on a host with more RAM per NUMA node"
+
+    def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
+        refused = super().check_host(target, host)
+        if refused is not None:
+            return refused
+        from kvcheck.engines.sglang.cpu import check_host
+
+        return check_host(target, host)
 
     # -- launch -----------------------------------------------------------------------------------
 
@@ -210,7 +222,7 @@ class SglangEngine(Engine):
                               bound_from_window=False)
 
     def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
-        if self.device(args) == "cpu":
+        if serving.args_device(args) == "cpu":
             return ("or give the pool more host memory: raise --mem-fraction-static, or serve on a host with more "
                     "RAM per NUMA node")
         return ("or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV cache "

@@ -1,7 +1,8 @@
 """SGLang's launch line: what kvcheck adds to a role's own arguments so that a launcher can start it.
 
 The command line is `engine.command + --model-path + the role's args + host and ports`; nothing that
-changes the pool is added or dropped. The host and ports come last so they win over any `host`/`port`
+changes the pool is added or dropped. A role the manifest puts on the CPU (`device: cpu`) whose args
+do not say `--device` gets `--device cpu`, which is what the manifest's key means to SGLang. The host and ports come last so they win over any `host`/`port`
 in the args (argparse keeps the last value): the measurement must not listen where production does.
 A role on several hosts adds each node's place in the group (`--nnodes --dist-init-addr --node-rank`).
 """
@@ -40,6 +41,9 @@ def launch_argv(
             hint="set model.path in the manifest",
         )
     argv += list(target.argv_args)
+    if target.device is not None and target.device != "cuda" and serving.args_device(target.args) is None:
+        # the manifest's `device: cpu` is SGLang's --device cpu (the loader refused args that disagree)
+        argv += ["--device", target.device]
     argv += ["--host", host, "--port", str(port)]
     if bootstrap_port is not None:
         argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]

@@ -30,10 +30,15 @@ def disaggregation_mode(args: Mapping[str, Any]) -> str | None:
     return None if mode in (None, "null", "") else str(mode)
 
 
-def device(args: Mapping[str, Any]) -> str:
-    """The device `--device` selects (SGLang's default, None, means CUDA on a GPU host)."""
+def args_device(args: Mapping[str, Any]) -> str | None:
+    """The device `--device` selects; None when unset (SGLang's default: CUDA on a GPU host)."""
     value = args.get("device")
-    return "cuda" if value in (None, "", "auto") else str(value)
+    return None if value in (None, "", "auto") else str(value)
+
+
+def device(args: Mapping[str, Any], declared: str | None = None) -> str:
+    """The device a role runs on: the manifest's `device` (`declared`), else `--device`, else CUDA."""
+    return declared or args_device(args) or "cuda"
 
 
 def max_request_len(context_len: int, pool_tokens: int | None) -> int:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
+    from kvcheck.hostmem import HostMemory
     from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
@@ -98,8 +99,20 @@ class VllmEngine(Engine):
         # prompts of max_model_len tokens or more are refused
         return serving.max_input_len(context_len, pool_tokens)
 
-    def device(self, args: Mapping[str, Any]) -> str:
-        return serving.device(args)
+    def args_device(self, args: Mapping[str, Any]) -> str | None:
+        return serving.args_device(args)
+
+    def cpu_memory_hint(self) -> str:
+        return ("raise VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes, or serve on a host with more RAM "
+                "per NUMA node")
+
+    def check_host(self, target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
+        refused = super().check_host(target, host)
+        if refused is not None:
+            return refused
+        from kvcheck.engines.vllm.cpu import check_host
+
+        return check_host(target, host)
 
     # -- launch -----------------------------------------------------------------------------------
 
@@ -191,7 +204,7 @@ class VllmEngine(Engine):
     def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
         from kvcheck.engines.vllm.probe import fit_hint
 
-        return fit_hint(args, self.device(args), env or {})
+        return fit_hint(args, serving.args_device(args) or "cuda", env or {})
 
     # -- sizing: vLLM's own per-release sizing, re-derived (sizing/, docs/estimate.md) -----------------
 
@@ -237,7 +250,7 @@ class VllmEngine(Engine):
         return (KV109, KV220, KV210, KV211, KV212)
 
     def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
-        return serving.role_findings(target, args, mode, device=self.device(args))
+        return serving.role_findings(target, args, mode, device=self.device(target))
 
-    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
-        return serving.concurrency(pool_tokens, window, serving.block_size(args, self.device(args)))
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any], device: str = "cuda") -> float:
+        return serving.concurrency(pool_tokens, window, serving.block_size(args, device))

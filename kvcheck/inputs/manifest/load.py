@@ -13,7 +13,16 @@ from pydantic import BaseModel, ValidationError
 from kvcheck.engines import get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue, ManifestError
-from kvcheck.inputs.manifest.model import UNION_TAGS, EngineSpec, EstimateSpec, GpuSpec, Manifest, RoleSpec
+from kvcheck.inputs.manifest.model import (
+    DEVICES,
+    UNION_TAGS,
+    EngineSpec,
+    EstimateSpec,
+    GpuSpec,
+    Manifest,
+    RoleSpec,
+    device_name,
+)
 from kvcheck.io.textfile import read_text_file
 from kvcheck.io.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -325,7 +334,8 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     targets: list[RoleTarget] = []
     if catalogue is not None:
         shared, role_args, args_broken = _validate_all_args(data, catalogue, display, positions, issues)
-        _check_gpu_counts(data, shared, role_args, args_broken, display, positions, issues)
+        cpu_roles = _check_devices(data, manifest, shared, role_args, display, positions, issues)
+        _check_gpu_counts(data, shared, role_args, args_broken | cpu_roles, display, positions, issues)
         if manifest is not None:
             targets = [
                 _role_target(manifest, name, role, {**shared, **role_args.get(name, {})}, catalogue,
@@ -394,6 +404,52 @@ def _validate_all_args(
         if shared_broken or len(issues) > before:
             args_broken.add(name)
     return shared, role_args, args_broken
+
+
+def _check_devices(
+    data: dict[str, Any],
+    manifest: Manifest | None,
+    shared: _ArgEntries,
+    role_args: dict[str, _ArgEntries],
+    display: str,
+    positions: Positions,
+    issues: list[InputIssue],
+) -> set[str]:
+    """The roles on the CPU; a CPU role that lists GPUs, or a `device` its args contradict, is an issue.
+
+    `device: cpu` (top level or per role) makes a CPU role; so does an engine argument that selects the
+    CPU (SGLang `--device cpu`) without a `device` key. A `device` key and the args disagreeing on
+    whether the role runs on the CPU is refused: one of them is a mistake, and guessing which would
+    measure the wrong deployment.
+    """
+    roles = data.get("roles")
+    if not isinstance(roles, dict):
+        return set()
+    engine = get_engine(manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default)
+    top = data.get("device") if data.get("device") in DEVICES else None  # another value: pydantic's issue
+    cpu_roles: set[str] = set()
+    for name, role in roles.items():
+        role = role if isinstance(role, dict) else {}
+        own = role.get("device") if role.get("device") in DEVICES else None
+        declared = device_name(own or top)
+        args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
+        from_args = engine.args_device(args)
+        if declared is not None and from_args is not None and (declared == "cpu") != (from_args == "cpu"):
+            key_path = ("roles", name, "device") if own else ("device",)
+            issues.append(InputIssue.at(
+                display, positions.of_value(key_path), dotted(key_path),
+                f"device {own or top} for role {name}, but its args select --device {from_args}: say the "
+                f"device once, in the manifest's `device` ({engine.label} is then started on it)",
+            ))
+        on_cpu = (declared or from_args) == "cpu"
+        if on_cpu:
+            cpu_roles.add(name)
+            if role.get("gpus"):
+                issues.append(InputIssue.at(
+                    display, positions.of_value(("roles", name, "gpus")), f"roles.{name}.gpus",
+                    "the role runs on the CPU (device: cpu): it takes no GPU list; remove gpus",
+                ))
+    return cpu_roles
 
 
 def _check_gpu_counts(
@@ -476,6 +532,7 @@ def _role_target(
         draft_config=draft_path,
         engine_command=tuple(command),
         engine=manifest.engine.name,
+        device=device_name(role.device or manifest.device),
         env={**manifest.engine.env, **role.env},
         estimate=_merge_estimate(manifest.estimate, role.estimate),
         location=role_location,

@@ -139,6 +139,23 @@ GpuField = Annotated[
 ]
 
 
+# Where a role runs: GPUs (the default; `cuda` is the same) or the host's CPUs. `device: cpu` is a CPU
+# deployment (SGLang --device cpu, vLLM's CPU backend): no GPU list, no GPU check, host memory instead.
+DEVICES = ("gpu", "cuda", "cpu")
+DeviceField = Annotated[
+    Literal["gpu", "cuda", "cpu"] | None,
+    Field(
+        description="Where the role runs: gpu (the default; cuda is the same) or cpu (a CPU deployment: "
+        "no gpus list, host memory checked instead; SGLang gets --device cpu).",
+    ),
+]
+
+
+def device_name(value: str | None) -> str | None:
+    """The manifest's device as engines name it: "cuda" for gpu/cuda, "cpu"; None when not stated."""
+    return None if value is None else ("cpu" if value == "cpu" else "cuda")
+
+
 class RoleSpec(_Strict):
     """One server of the deployment (prefill, decode, or a single unified server)."""
 
@@ -146,6 +163,7 @@ class RoleSpec(_Strict):
         default_factory=list, description="GPU indices on the measuring host (per host when nnodes > 1)."
     )
     gpu: GpuField = None  # this role's GPU type when it differs from the top-level gpu
+    device: DeviceField = None  # this role's device when it differs from the top-level device
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments; override the shared args.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; overrides engine.env.")
     estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for this role.")
@@ -198,6 +216,7 @@ class Manifest(_Strict):
     model: ModelSpec
     engine: EngineSpec
     gpu: GpuField = None
+    device: DeviceField = None
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments shared by all roles.")
     roles: dict[str, RoleSpec] = Field(min_length=1, description="The servers of the deployment, by name.")
     policy: PolicySpec = Field(default_factory=PolicySpec)

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.engines.real.conftest import RealSglang, real_sglang  # noqa: F401  (the real side's fixture)
-from tests.engines.real.test_vllm_real import RealVllm, real_vllm  # noqa: F401  (the real side's fixture)
+from tests.engines.real.conftest import RealSglang, RealVllm, real_sglang, real_vllm  # noqa: F401  (the real side's fixture)  # noqa: F401  (the real side's fixture)
 
 FAKE_SGLANG = REPO_ROOT / "tests" / "doubles" / "fake_sglang.py"
 # The real tiny model's config as far as the double reads it (make_tiny_model.py: 8,192 positions).

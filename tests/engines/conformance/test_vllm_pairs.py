@@ -37,6 +37,7 @@ from tests.engines.real.test_vllm_real import (
     HOLDS_BYTES,
     TOKEN_BYTES,
     VllmLike,
+    gpu_check_options,
     manifest,
 )
 
@@ -56,7 +57,7 @@ def connector(role: str, storage: Path) -> dict:
 def pair_manifest(engine: VllmLike, folder: Path, tag: str, prefill_len: int, decode_len: int) -> Path:
     storage = folder / "kv"
     storage.mkdir(exist_ok=True)
-    roles = {  # vLLM 0.32.0 has no --device flag: each role lists a GPU of its own, verify runs --no-gpu-check
+    roles = {  # CPU roles (`device: cpu`, manifest()): no GPU list, no --no-gpu-check
         "prefill": {"gpus": [0], "args": {"max-model-len": prefill_len,
                                           "kv-transfer-config": connector("kv_producer", storage)}},
         "decode": {"gpus": [1], "args": {"max-model-len": decode_len,
@@ -81,7 +82,7 @@ def verify_pair(engine: VllmLike, folder: Path, prefill_len: int, decode_len: in
     tag = f"{folder.name}-{uuid.uuid4().hex}"
     path = pair_manifest(engine, folder, tag, prefill_len, decode_len)
     start = time.monotonic()
-    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
+    done = run_kvcheck("verify", str(path), *gpu_check_options(engine), "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=BOOT_TIMEOUT_S + 120)
     wall_s = time.monotonic() - start
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"
@@ -214,9 +215,8 @@ def test_audit_of_a_running_pair_that_disagrees_on_max_model_len(vllm_engine: Vl
     assert done.exit_code == 1, report
     assert [(r["name"], r["status"], r["pool_tokens"], r["max_input_tokens"], r["source"]) for r in report["roles"]] \
         == [("prefill", "pass", USABLE, 2 * WINDOW, "audit"), ("decode", "pass", USABLE, WINDOW, "audit")]
-    # a running vLLM 0.32.0 server states neither its args nor its device, and its manifest cannot say CPU
-    # (no --device flag): kvcheck warns that --kv-cache-memory-bytes skipped the GPU profiling (KV211)
-    assert rules(report) == [("KV104", "warning", None), ("KV110", "error", None), ("KV211", "warning", "decode"),
-                             ("KV211", "warning", "prefill")]
+    # a running vLLM 0.32.0 server states neither its args nor its device: the manifest's `device: cpu` says
+    # CPU, where --kv-cache-memory-bytes is the normal sizing (no KV211)
+    assert rules(report) == [("KV104", "warning", None), ("KV110", "error", None)]
     assert {f["rule"]: f["message"] for f in report["findings"] if f["role"] is None} == {"KV110": KV110,
                                                                                           "KV104": KV104}

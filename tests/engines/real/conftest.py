@@ -86,6 +86,66 @@ def real_sglang() -> RealSglang:
     return RealSglang(Path(dest))
 
 
+VLLM_VERSION = "0.32.0"
+INSTALL_VLLM = Path(__file__).resolve().parent / "install_vllm.sh"
+
+
+@dataclass(frozen=True)
+class RealVllm:
+    """An install made by install_vllm.sh."""
+
+    dest: Path
+
+    @property
+    def vllm(self) -> Path:
+        return self.dest / "venv" / "bin" / "vllm"
+
+    @property
+    def model(self) -> Path:
+        return self.dest / "tiny-llama"
+
+
+@pytest.fixture(scope="session")
+def real_vllm() -> RealVllm:
+    """The installed vLLM; skips without one, fails without one under KVCHECK_TEST_REAL=required."""
+    dest = os.environ.get("KVCHECK_REAL_VLLM")
+    how = f"run `bash {INSTALL_VLLM} DEST` and export KVCHECK_REAL_VLLM=DEST"
+    problem = None
+    if not dest:
+        problem = f"KVCHECK_REAL_VLLM is not set: no real vLLM to test against ({how})"
+    elif not (Path(dest) / ".complete").is_file() or not RealVllm(Path(dest)).vllm.is_file():
+        problem = f"KVCHECK_REAL_VLLM={dest} holds no complete install ({how})"
+    if problem is not None:
+        if os.environ.get("KVCHECK_TEST_REAL") == "required":
+            pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
+        pytest.skip(problem)
+    assert dest is not None
+    return RealVllm(Path(dest))
+
+
+def write_vllm_manifest(real: RealVllm, path: Path, tag: str, window: int, env: dict[str, str] | None = None,
+                        **args: object) -> Path:
+    """A one-role vLLM CPU manifest (`device: cpu`: no GPU list, no --no-gpu-check); size the pool in the
+    args or env, always: left to itself vLLM takes 92% of the host's RAM."""
+    doc = {
+        "name": "real vllm on cpu",
+        "context_length": window,
+        "model": {"path": str(real.model)},
+        "engine": {
+            "name": "vllm",
+            "version": VLLM_VERSION,
+            "command": [str(real.vllm), "serve"],
+            "env": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", TAG_VAR: tag,
+                    **(env or {})},
+        },
+        "device": "cpu",  # vLLM 0.32.0 has no --device flag: the manifest says where the role runs
+        "args": args,
+        "roles": {"server": {}},
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def tagged_pids(tag: str) -> list[int]:
     """Live processes whose environment carries TAG_VAR=tag (zombies have none and do not count)."""
     needle = f"{TAG_VAR}={tag}".encode()
@@ -183,9 +243,10 @@ def write_manifest(real: RealSglang, path: Path, tag: str, max_total_tokens: int
             "command": real.command(),
             "env": {"SGLANG_USE_CPU_ENGINE": "1", TAG_VAR: tag},
         },
-        "args": {"device": "cpu", "attention-backend": "torch_native",
+        "device": "cpu",  # a CPU deployment: kvcheck gives SGLang --device cpu, and the role lists no GPUs
+        "args": {"attention-backend": "torch_native",
                  "context-length": window, "max-total-tokens": max_total_tokens, **args},
-        "roles": {"server": {}},  # a CPU role lists no GPUs (device: cpu)
+        "roles": {"server": {}},
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -13,7 +13,6 @@ sized explicitly (--kv-cache-memory-bytes): left to itself vLLM takes 92% of the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -24,10 +23,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, run_kvcheck
-from tests.engines.real.conftest import TAG_VAR, wait_until_gone
+from tests.engines.real.conftest import TAG_VAR, VLLM_VERSION, RealVllm, wait_until_gone
 
-VLLM_VERSION = "0.32.0"
-INSTALL = Path(__file__).resolve().parent / "install_vllm.sh"
 BOOT_TIMEOUT_S = 900
 WINDOW = 4096
 BLOCK = 128  # vLLM's KV block on its CPU backend
@@ -35,49 +32,6 @@ TOKEN_BYTES = 1024  # the tiny model's KV per token: 2 layers x (K + V) x 2 KV h
 HOLDS_BYTES = 16 * 2**20  # 16,384 tokens = 128 blocks: 127 usable
 SHORT_BYTES = 2 * 2**20  # 2,048 tokens = 16 blocks: 15 usable = 1,920 < the window
 ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
-
-
-@dataclass(frozen=True)
-class RealVllm:
-    dest: Path
-
-    @property
-    def vllm(self) -> Path:
-        return self.dest / "venv" / "bin" / "vllm"
-
-    @property
-    def python(self) -> Path:
-        return self.dest / "venv" / "bin" / "python"
-
-    @property
-    def model(self) -> Path:
-        return self.dest / "tiny-llama"
-
-    def command(self) -> list[str]:
-        """engine.command for a manifest: the venv's `vllm serve`."""
-        return [str(self.vllm), "serve"]
-
-
-def _install_problem(dest: str | None) -> str | None:
-    how = f"run `bash {INSTALL} DEST` and export KVCHECK_REAL_VLLM=DEST"
-    if not dest:
-        return f"KVCHECK_REAL_VLLM is not set: no real vLLM to test against ({how})"
-    if not (Path(dest) / ".complete").is_file() or not RealVllm(Path(dest)).vllm.is_file():
-        return f"KVCHECK_REAL_VLLM={dest} holds no complete install ({how})"
-    return None
-
-
-@pytest.fixture(scope="session")
-def real_vllm() -> RealVllm:
-    """The installed vLLM; skips without one, fails without one under KVCHECK_TEST_REAL=required."""
-    dest = os.environ.get("KVCHECK_REAL_VLLM")
-    problem = _install_problem(dest)
-    if problem is not None:
-        if os.environ.get("KVCHECK_TEST_REAL") == "required":
-            pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
-        pytest.skip(problem)
-    assert dest is not None
-    return RealVllm(Path(dest))
 
 
 class VllmLike(Protocol):
@@ -97,19 +51,33 @@ class Verified:
     log: Path
 
 
+def device_of(engine: VllmLike) -> str:
+    """Where the engine runs: the real install and the double by default are vLLM's CPU build; the double
+    with FAKE_VLLM_DEVICE=cuda prints vLLM's GPU lines."""
+    return str(getattr(engine, "env", {}).get("FAKE_VLLM_DEVICE", "cpu"))
+
+
 def manifest(engine: VllmLike, tag: str, window: int, roles: dict, args: dict, policy: dict | None = None) -> dict:
-    """A vLLM manifest for the real install or the double. vLLM 0.32.0 has no --device flag, so kvcheck
-    cannot tell a CPU role from its args yet: each role lists a GPU and verify runs --no-gpu-check."""
+    """A vLLM manifest for the real install or the double. vLLM 0.32.0 has no --device flag, so a CPU
+    deployment says so in the manifest (`device: cpu`: no GPU list, no --no-gpu-check); the double's GPU
+    mode lists a GPU per role and is verified with --no-gpu-check (this host has none)."""
+    cpu = device_of(engine) == "cpu"
     return {
-        "name": "vllm on cpu",
+        "name": "vllm on cpu" if cpu else "vllm double on a gpu",
         "context_length": window,
         "model": {"path": str(engine.model)},
         "engine": {"name": "vllm", "version": VLLM_VERSION, "command": engine.command(),
                    "env": {**ENV, **getattr(engine, "env", {}), TAG_VAR: tag}},
+        **({"device": "cpu"} if cpu else {}),
         "args": args,
-        "roles": roles,
+        "roles": {name: {k: v for k, v in role.items() if not (cpu and k == "gpus")} for name, role in roles.items()},
         **({"policy": policy} if policy else {}),
     }
+
+
+def gpu_check_options(engine: VllmLike) -> list[str]:
+    """--no-gpu-check for the double's GPU mode only: a CPU role needs no flag."""
+    return [] if device_of(engine) == "cpu" else ["--no-gpu-check"]
 
 
 def verify(engine: VllmLike, folder: Path, *, window: int = WINDOW, timeout_s: float = BOOT_TIMEOUT_S,
@@ -119,7 +87,7 @@ def verify(engine: VllmLike, folder: Path, *, window: int = WINDOW, timeout_s: f
     tag = f"{folder.name}-{uuid.uuid4().hex}"
     path = folder / "deploy.yaml"
     path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": [0]}}, args, policy), sort_keys=False))
-    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(timeout_s),
+    done = run_kvcheck("verify", str(path), *gpu_check_options(engine), "--format", "json", "--timeout", str(timeout_s),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=timeout_s + 120)
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"
     assert done.stdout, done.stderr

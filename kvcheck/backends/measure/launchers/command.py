@@ -45,30 +45,8 @@ def needs_bootstrap_port(target: RoleTarget) -> bool:
 
 
 def on_cpu(target: RoleTarget) -> bool:
-    """Whether the role is a CPU deployment (SGLang `--device cpu`): it uses no GPU at all."""
-    return get_engine(target.engine).device(target.args) == "cpu"
-
-
-def host_memory() -> dict[str, int | float | None]:
-    """What a CPU role sizes its pool from: this host's available memory and its NUMA nodes."""
-    available_kib: int | None = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    available_kib = int(line.split()[1])
-                    break
-    except (OSError, ValueError, IndexError):
-        available_kib = None
-    try:
-        nodes = sum(1 for entry in os.listdir("/sys/devices/system/node") if entry[4:].isdigit()
-                    and entry.startswith("node"))
-    except OSError:
-        nodes = 0
-    return {
-        "mem_available_gib": round(available_kib / 2**20, 2) if available_kib is not None else None,
-        "numa_nodes": nodes or None,
-    }
+    """Whether the role is a CPU deployment (the manifest's `device: cpu`, or SGLang `--device cpu`)."""
+    return get_engine(target.engine).device(target) == "cpu"
 
 
 def build_env(

@@ -1,7 +1,8 @@
 """The local launcher: each role's engine runs on this host, on the GPUs the manifest lists.
 
 The engine listens on loopback and free ports, runs in its own session (see `process.py`), and is
-refused before it starts when its GPUs are missing, of another type or busy (KV302, `gpus.py`).
+refused before it starts when its GPUs are missing, of another type or busy (KV302, `gpus.py`); a CPU
+role (`device: cpu`) is checked against the host's memory and NUMA nodes instead (KV324, `kvcheck.hostmem`).
 Roles that share a GPU boot one after the other; the others side by side.
 """
 
@@ -25,7 +26,6 @@ from kvcheck.backends.measure.launchers.command import (
     added_env,
     build_argv,
     build_env,
-    host_memory,
     needs_bootstrap_port,
     on_cpu,
     role_nnodes,
@@ -33,7 +33,10 @@ from kvcheck.backends.measure.launchers.command import (
 from kvcheck.backends.measure.launchers.gpus import GpuInventory, GpuState, check_role_gpus
 from kvcheck.backends.measure.launchers.process import EngineProcess
 from kvcheck.backends.measure.launchers.watchdog import Watchdog
+from kvcheck.engines import get_engine
+from kvcheck.hostmem import HostMemory, read_host
 from kvcheck.model import RoleTarget
+from kvcheck.policy.registry import finding
 
 GPU_SETTLE_S = 10.0  # how long a GPU a previous role just left may take to show as free
 
@@ -131,12 +134,18 @@ class LocalLauncher(Launcher):
         return cls(gpu_check=gpu_check)  # the manifest has no settings block for this host
 
     def __init__(
-        self, *, gpu_check: bool = True, nvml: Any = None, gpu_settle_s: float = GPU_SETTLE_S
+        self,
+        *,
+        gpu_check: bool = True,
+        nvml: Any = None,
+        gpu_settle_s: float = GPU_SETTLE_S,
+        host_reader: Callable[[], HostMemory] | None = None,
     ) -> None:
         self.gpu_check = gpu_check
         self._nvml = nvml
         self._gpu_settle_s = gpu_settle_s
         self._inventory: GpuInventory | None = None
+        self._read_host = read_host if host_reader is None else host_reader
 
     def __enter__(self) -> LocalLauncher:
         return self  # NVML opens at the first GPU role's pre-flight: a host of CPU roles needs none
@@ -164,8 +173,8 @@ class LocalLauncher(Launcher):
         cancel: threading.Event,
         on_phase: Callable[[str], None],
     ) -> Refusal | None:
-        if on_cpu(target):
-            return None  # a CPU deployment: its host's memory is recorded at start (details.host)
+        if on_cpu(target):  # --no-gpu-check: the engine runs where this host's inventory does not apply
+            return self._check_host(target, on_phase) if self.gpu_check else None
         inventory = self._gpu_inventory()
         if inventory is None:
             return None
@@ -177,6 +186,20 @@ class LocalLauncher(Launcher):
             findings=tuple(findings),
             summary="GPUs not usable (KV302)",
             details={"gpus_seen": {str(s.index): s.name for s in states.values() if s is not None}},
+        )
+
+    def _check_host(self, target: RoleTarget, on_phase: Callable[[str], None]) -> Refusal | None:
+        """A CPU role's pre-flight in place of NVML: the host's memory and NUMA nodes must hold it (KV324)."""
+        on_phase("checking host memory")
+        host = self._read_host()
+        refused = get_engine(target.engine).check_host(target, host)
+        if refused is None:
+            return None
+        message, hint = refused
+        return Refusal(
+            findings=(finding("KV324", target.name, message, hint=hint, location=target.location),),
+            summary="host cannot run the CPU role (KV324)",
+            details={"host": host.as_details()},
         )
 
     def _check_gpus(
@@ -216,7 +239,7 @@ class LocalLauncher(Launcher):
         details: dict[str, Any] = {
             "engine_env": added_env(target, env), "ports": {"http": port, "bootstrap": bootstrap_port}}
         if on_cpu(target):
-            details["host"] = host_memory()
+            details["host"] = self._read_host().as_details()  # what the engine sizes its pool from
         Watchdog.prepare()  # before the engine: ends it even if kvcheck is SIGKILLed (watchdog.py)
         try:
             process = EngineProcess(

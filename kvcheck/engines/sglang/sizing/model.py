@@ -478,7 +478,7 @@ def estimate_role(
     args = dict(target.args)
     if overrides:
         args.update(overrides)
-    if serving.device(args) == "cpu":
+    if serving.device(args, target.device) == "cpu":
         cap = args.get("max_total_tokens")
         raise EstimateError(
             f"role {target.name} runs on the CPU (device: cpu): SGLang sizes a CPU pool at boot from the RAM "

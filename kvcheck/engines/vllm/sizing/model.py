@@ -101,7 +101,7 @@ class _Inputs:
 def _device(target: RoleTarget) -> str:
     """cuda, or cpu for a role of vLLM's CPU build: vLLM 0.32.0 has no --device flag, so the manifest says
     so with `gpu: cpu`, or a role that names no GPU sets VLLM_CPU_KVCACHE_SPACE (only the CPU backend reads it)."""
-    device = serving.device(target.args)
+    device = target.device or serving.args_device(target.args) or "cuda"
     if device == "cpu" or str(target.gpu or "").strip().lower() == "cpu":
         return "cpu"
     if not target.gpu and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip():

@@ -27,12 +27,13 @@ _UNDERSCORES = re.compile(r"(?<=--)[^.]*")
 
 
 def launch_index(argv: Sequence[str]) -> int | None:
-    """Index of the first server argument after `vllm serve` (its model) or `-m vllm.entrypoints.openai.api_server`."""
+    """Index of the first server argument after `vllm serve` (its model), `-m vllm.entrypoints.openai.api_server`
+    or `-m dynamo.vllm` (NVIDIA Dynamo's worker, which takes vLLM's flags plus its own)."""
     for i, word in enumerate(argv):
         if word.rsplit("/", 1)[-1] == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
             return i + 2
         if word == "-m" and i + 1 < len(argv):
-            if _MODULE_RE.match(argv[i + 1]):
+            if _MODULE_RE.match(argv[i + 1]) or argv[i + 1] == "dynamo.vllm":  # NVIDIA Dynamo's vLLM worker
                 return i + 2
             if argv[i + 1] == "vllm.entrypoints.cli.main" and i + 2 < len(argv) and argv[i + 2] == "serve":
                 return i + 3

@@ -422,7 +422,8 @@ def _wrapper(argv: Sequence[str], index: int, engine: str) -> str:
     return "dynamo" if index >= 1 and argv[index - 1].startswith("dynamo.") else engine
 
 
-# Flags of `python -m dynamo.sglang` that are Dynamo's own (not SGLang's); left out without a warning.
+# Flags of `python -m dynamo.sglang` and `python -m dynamo.vllm` that are Dynamo's own (not the engine's);
+# left out without a warning.
 DYNAMO_FLAGS = frozenset(
     {
         "endpoint", "migration-limit", "dyn-tool-call-parser", "dyn-reasoning-parser", "use-sglang-tokenizer",
@@ -430,6 +431,11 @@ DYNAMO_FLAGS = frozenset(
         "dyn-endpoint-types", "embedding-worker", "multimodal-processor", "multimodal-encode-worker",
         "multimodal-worker", "multimodal-encode-prefill-worker", "enable-local-indexer", "durable-kv-events",
         "dyn-enable-structural-tag",
+        # `python -m dynamo.vllm`'s own (components/src/dynamo/vllm/backend_args.py, ai-dynamo/dynamo)
+        "disaggregation-mode", "is-prefill-worker", "is-decode-worker", "no-is-prefill-worker",
+        "no-is-decode-worker", "use-vllm-tokenizer", "route-to-encoder", "multimodal-decode-worker",
+        "enable-multimodal", "mm-prompt-template", "frontend-decoding", "embedding-transfer-mode",
+        "model-express-url", "gms-shadow-mode", "connector",
     }
 )
 

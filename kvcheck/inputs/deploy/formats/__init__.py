@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from kvcheck.inputs.deploy.formats import (
+    aibrix,
     command_line,
     compose,
     disaggregated_set,
@@ -120,6 +121,7 @@ FORMATS = Formats(
     dynamo.FORMAT,
     ome.FORMAT,
     kserve.FORMAT,
+    aibrix.FORMAT,
     compose.FORMAT,
     production_stack.FORMAT,
     srt_slurm.FORMAT,

@@ -415,6 +415,9 @@ class Engine(ABC):
 
     # The published image whose tag release_from_image reads (messages name it); None when there is none.
     image_repository: ClassVar[str | None] = None
+    # The command that image starts (its ENTRYPOINT), to which a container's args are appended; None when the
+    # image starts no server by itself (deployment files must then state the command).
+    image_entrypoint: ClassVar[tuple[str, ...] | None] = None
 
     def release_from_image(self, image: str) -> str | None:
         """The release a container image's tag names (deployment files rarely state it elsewhere), else None."""

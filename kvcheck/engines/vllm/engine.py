@@ -39,6 +39,9 @@ class VllmEngine(Engine):
     label: ClassVar[str] = "vLLM"
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
     image_repository: ClassVar[str | None] = "vllm/vllm-openai"
+    # vllm-project/vllm docker/Dockerfile (dead20b), stage vllm-openai: ENTRYPOINT ["vllm", "serve"]; releases
+    # before it started `python3 -m vllm.entrypoints.openai.api_server`, which takes the same flags (--model)
+    image_entrypoint: ClassVar[tuple[str, ...] | None] = ("vllm", "serve")
 
     # -- arguments --------------------------------------------------------------------------------
 

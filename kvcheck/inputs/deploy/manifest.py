@@ -158,9 +158,11 @@ def resolve(
         window = overrides.context_length
     model = _agree([(r.name, r.model_path) for r in roles], "model path", issues)
     model = _override(model, overrides.model_path, "model.path", issues)
-    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release",
-                     issues if one_release else [])
-    version = _override(version, overrides.sglang_version, "the SGLang release", issues)
+    label = get_engine(roles[0].engine).label
+    # releases compare within one engine (a mixed deployment is refused above, or checked role by role)
+    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], f"{label} release",
+                     issues if one_release and len(engines) == 1 else [])
+    version = _override(version, overrides.sglang_version, f"the {label} release", issues)
     if version is None:
         version = roles[0].version
     gpus = [(r.name, r.gpu) for r in roles]

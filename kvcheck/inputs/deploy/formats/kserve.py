@@ -37,7 +37,7 @@ from kvcheck.inputs.deploy.formats.base import (
     object_name,
 )
 from kvcheck.inputs.deploy.formats.pods import container_server, gpu_limit, gpu_type, image_version
-from kvcheck.inputs.deploy.server import Env, ScriptError, ServerCommand, Sourced, Token, container_env
+from kvcheck.inputs.deploy.server import Env, ScriptError, ServerCommand, Token, container_env
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_
 from kvcheck.model import Location
@@ -76,7 +76,7 @@ def _last(layers: list[Doc], pool: Path_, key: str) -> tuple[Doc, Path_, Any] | 
     return None
 
 
-def _spec_value(layers: list[Doc], *path: str) -> tuple[Doc, Path_, Any] | None:
+def _spec_value(layers: list[Doc], *path: str | int) -> tuple[Doc, Path_, Any] | None:
     for layer in reversed(layers):
         value = get(layer.data, *path)
         if value is not None:
@@ -98,10 +98,10 @@ def _pool(doc: Doc, layers: list[Doc], inputs: Inputs, service: str, role: str, 
     if command is not None:  # a command of its own: read as written, like any pod's container
         layer, cpath, _ = command
         container = get(layer.data, *cpath[:-1])
-        found = container_server(layer, container, cpath[:-1], inputs, injected={})
-        if found is None:
+        started = container_server(layer, container, cpath[:-1], inputs, injected={})
+        if started is None:
             return None
-        server, env = found
+        server, env = started
         at = cpath[:-1]
         return _role(doc, layers, role, service, pool, server, env, layer.at(at))
     env = _env(layers, pool, inputs)
@@ -126,9 +126,9 @@ def _pool(doc: Doc, layers: list[Doc], inputs: Inputs, service: str, role: str, 
                    Token(str(tensor[2]), tensor[0].at(tensor[1]))]
     if data is not None or worker is not None:
         local = _spec_value(layers, *parallelism, "dataLocal")
-        for flag, found in (("--data-parallel-size", data), ("--data-parallel-size-local", local)):
-            at = found[0].at(found[1]) if found is not None else where
-            tokens += [Token(flag, at), Token(str(found[2]) if found is not None else "1", at)]
+        for flag, stated in (("--data-parallel-size", data), ("--data-parallel-size-local", local)):
+            place = stated[0].at(stated[1]) if stated is not None else where
+            tokens += [Token(flag, place), Token(str(stated[2]) if stated is not None else "1", place)]
     tokens += _additional_args(env, where)
     args = _last(layers, pool, "args")
     if isinstance(args, tuple) and isinstance(args[2], list):

@@ -109,9 +109,10 @@ def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]
             value = {"kv_connector": "LMCacheConnectorV1", "kv_role": kv_role}
         at = doc.at((*lpath, "kvRole")) if "kvRole" in lmcache else doc.at((*lpath, "enabled"))
         tokens += [Token("--kv-transfer-config", at), Token(json.dumps(value), at)]
-    own = model.get("env") if isinstance(model.get("env"), list) else []
-    env = _env(doc, [(item, ("servingEngineSpec", "env", j)) for j, item in enumerate(shared_env)]
-               + [(item, (*path, "env", j)) for j, item in enumerate(own)])
+    own: list[Any] = model["env"] if isinstance(model.get("env"), list) else []
+    items: list[tuple[Any, Path_]] = [(item, ("servingEngineSpec", "env", j)) for j, item in enumerate(shared_env)]
+    items += [(item, (*path, "env", j)) for j, item in enumerate(own)]
+    env = _env(doc, items)
     server = ServerCommand(tokens, 2, "vllm", where, "vllm")
     image = {"image": f"{model.get('repository')}:{model.get('tag')}"} if model.get("repository") else {}
     version = image_version(doc, image, path, "vllm") if image else None

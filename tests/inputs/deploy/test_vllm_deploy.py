@@ -250,3 +250,10 @@ def test_dry_run_prints_the_vllm_serve_line_the_deployment_runs() -> None:
                                        "--max-model-len", "2048", "--gpu-memory-utilization", "0.85",
                                        "--tensor-parallel-size", "2"]
     assert "image: vllm/vllm-openai:v0.10.0" in [line.strip() for line in result.stdout.splitlines()]
+
+
+def test_a_kserve_base_config_not_among_the_inputs_is_named() -> None:
+    assert refused(f"{REAL}/kserve-llmisvc-pd-disaggregation.yaml") == [
+        f"{REAL}/kserve-llmisvc-pd-disaggregation.yaml:13:7: baseRefs names LLMInferenceServiceConfig "
+        "'llmisvc-config-pd-disagg', which is not among the inputs; it may set the container's command, image or "
+        "arguments: pass its file in the same command"]

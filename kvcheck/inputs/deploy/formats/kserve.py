@@ -52,11 +52,32 @@ def _gather(doc: Doc, inputs: Inputs) -> None:
         inputs.llmisvc_configs[str(get(doc.data, "metadata", "name"))] = doc
 
 
+# The controller's own configs (config/llmisvcconfig/ at aaac4e2): the vLLM templates this module writes the
+# command of, and the router's, scheduler's and tracing configs, which start no engine.
+KSERVE_CONFIGS = frozenset({
+    "kserve-config-llm-template", "kserve-config-llm-decode-template", "kserve-config-llm-prefill-template",
+    "kserve-config-llm-worker-data-parallel", "kserve-config-llm-decode-worker-data-parallel",
+    "kserve-config-llm-prefill-worker-data-parallel", "kserve-config-llm-router-route",
+    "kserve-config-llm-scheduler", "kserve-config-llm-scheduler-latency-predictor", "kserve-config-llm-tokenizer",
+    "kserve-config-llm-tracing",
+})
+
+
 def _layers(doc: Doc, inputs: Inputs) -> list[Doc]:
-    """The configs the service's baseRefs name that are among the inputs, in order, then the service."""
+    """The configs the service's baseRefs name, in order, then the service; a baseRef that is neither among the
+    inputs nor one of KServe's own configs is an input error (it may set the command, image or arguments)."""
     configs = inputs.llmisvc_configs
-    refs = get(doc.data, "spec", "baseRefs") or []
-    found = [configs[str(ref["name"])] for ref in refs if isinstance(ref, Mapping) and str(ref.get("name")) in configs]
+    found = []
+    for i, ref in enumerate(get(doc.data, "spec", "baseRefs") or []):
+        name = str(ref.get("name")) if isinstance(ref, Mapping) else ""
+        if name in configs:
+            found.append(configs[name])
+        elif name not in KSERVE_CONFIGS:
+            where = doc.at(("spec", "baseRefs", i))
+            raise ScriptError(InputIssue(
+                where.file, where.line, where.column, "",
+                f"baseRefs names LLMInferenceServiceConfig '{name}', which is not among the inputs; it may set the "
+                "container's command, image or arguments: pass its file in the same command"))
     return [*found, doc]
 
 

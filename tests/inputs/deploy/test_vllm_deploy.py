@@ -257,3 +257,14 @@ def test_a_kserve_base_config_not_among_the_inputs_is_named() -> None:
         f"{REAL}/kserve-llmisvc-pd-disaggregation.yaml:13:7: baseRefs names LLMInferenceServiceConfig "
         "'llmisvc-config-pd-disagg', which is not among the inputs; it may set the container's command, image or "
         "arguments: pass its file in the same command"]
+
+
+def test_the_imported_vllm_manifest_loads_back(tmp_path: Any) -> None:
+    manifest = tmp_path / "kvcheck.yaml"
+    result = run_kvcheck("import", f"{FIX}/deployment-parser-rules.yaml", "-o", str(manifest))
+    assert result.exit_code == 0, result.stderr
+    # 2 GPUs for -tp 2: vLLM's own count (tensor x pipeline x data parallel), not SGLang's tp-size
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, [r["name"] for r in report["roles"]]) == (3, ["llama-decode"])
+    assert "KV305" in [f["rule"] for f in report["findings"]]

@@ -190,9 +190,10 @@ def _exists(path: Path) -> bool:
 def _engine_gpus(data: dict[str, Any], args: Mapping[str, Any]) -> int | None:
     """The GPUs the manifest's engine says these args need (Engine.gpus_needed), None when it leaves it to
     _parallel_gpus or the manifest names no engine kvcheck knows (reported elsewhere)."""
-    engine = data.get("engine") if isinstance(data.get("engine"), dict) else {}
+    engine = data.get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
     try:
-        return get_engine(str(engine.get("name") or EngineSpec.model_fields["name"].default)).gpus_needed(args)
+        return get_engine(str(name or EngineSpec.model_fields["name"].default)).gpus_needed(args)
     except (InputError, KeyError, ValueError):
         return None
 

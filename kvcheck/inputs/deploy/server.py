@@ -648,12 +648,12 @@ def _config_mapping(
             continue
         try:
             flag = catalogue.resolve(str(key))
-            typed = catalogue.coerce(flag, value)
+            typed = catalogue.config_file_value(flag, value)
         except FlagError as exc:
             issues.append(InputIssue(where.file, where.line, where.column, str(key), str(exc)))
             continue
         name_ = flag.name[2:]
-        if flag.store_true and typed is False:
+        if (flag.store_true and typed is False) or name_ in PLACEMENT_FLAGS:
             continue
         args[name_] = Arg(name_, flag.key, typed, where, flag, origin)
     return args, issues, model

@@ -195,17 +195,22 @@ def test_a_config_file_beside_the_compose_file_is_read_and_the_command_line_wins
     got = imported(f"{FIX}/compose-config/compose.yaml")
     assert got["roles"]["qwen"] == {"gpus": [0, 1], "args": {
         "max-model-len": 16384, "tensor-parallel-size": 2, "gpu-memory-utilization": 0.85,
-        "enable-prefix-caching": False,
+        "enable-chunked-prefill": True,
         "kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}}}
     yaml_out = run_kvcheck("import", f"{FIX}/compose-config/compose.yaml").stdout
     assert f"      tensor-parallel-size: 2  # {FIX}/compose-config/vllm-config.yaml:2:1 (--config vllm-config.yaml)" \
         in yaml_out.splitlines()
 
 
-def test_a_config_files_unknown_key_is_exit_2_at_its_own_line() -> None:
+def test_a_config_files_unknown_key_and_dropped_false_are_exit_2_at_their_own_lines() -> None:
+    # `KEY: false` for a --KEY/--no-KEY flag: real vLLM 0.32.0's loader drops it (measured: enable_prefix_caching
+    # stays None, while --no-enable-prefix-caching on the command line gives False)
     assert refused(f"{FIX}/compose-bad-config/compose.yaml") == [
         f"{FIX}/compose-bad-config/vllm-config.yaml:2:1: gpu-memory-utilisation: unknown vLLM flag "
-        "'gpu-memory-utilisation' (vLLM 0.32.0) (did you mean 'gpu-memory-utilization'?)"]
+        "'gpu-memory-utilisation' (vLLM 0.32.0) (did you mean 'gpu-memory-utilization'?)",
+        f"{FIX}/compose-bad-config/vllm-config.yaml:3:1: enable-prefix-caching: 'enable-prefix-caching: false' in a "
+        "--config file is dropped by vLLM 0.32.0 (its config loader finds no --no-enable-prefix-caching option), so "
+        "vLLM's default applies; pass --no-enable-prefix-caching on the command line instead"]
 
 
 def test_a_vllm_config_key_the_chart_ignores_is_refused() -> None:

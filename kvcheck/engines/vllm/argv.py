@@ -8,6 +8,11 @@ items with `+`). The model is `vllm serve`'s positional argument (or `--model`, 
 the front). This module applies the same rewrites, then the shared argparse reading
 (kvcheck.engines.argv), and maps every index back to the token as written, so a finding points at
 the user's own text. Short aliases (`-tp 2`, `-dp`, `-q`) resolve to their long flag.
+
+`--config FILE` stays a flag here: the deployment readers read the file (kvcheck/inputs/deploy), each key
+checked with `VllmCatalogue.config_file_value`. vLLM loads it before argparse runs and only when `--config`
+and its path are two words, once (`_config_problems`). tests/engines/real/test_vllm_argv_real.py compares
+this reading with the real 0.32.0 parser's.
 """
 
 from __future__ import annotations

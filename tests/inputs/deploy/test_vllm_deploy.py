@@ -273,3 +273,17 @@ def test_the_imported_vllm_manifest_loads_back(tmp_path: Any) -> None:
     report = json.loads(result.stdout)
     assert (result.exit_code, [r["name"] for r in report["roles"]]) == (3, ["llama-decode"])
     assert "KV305" in [f["rule"] for f in report["findings"]]
+
+
+def test_two_leaderworkersets_with_kv_roles_are_one_prefill_decode_deployment() -> None:
+    got = imported(f"{FIX}/lws-pd.yaml")
+    # one deployment (kv_role, as --disaggregation-mode for SGLang); no common window, since the roles differ;
+    # the worker's --headless and the placement flags are not compared with the leader (no KV501)
+    assert "context_length" not in got
+    assert (got["name"], list(got["roles"])) == ("qwen", ["qwen-prefill", "qwen-decode"])
+    for role, window, kv_role in (("qwen-prefill", 131072, "kv_producer"), ("qwen-decode", 65536, "kv_consumer")):
+        assert got["roles"][role] == {"gpus": EIGHT, "args": {
+            "tensor-parallel-size": 16, "nnodes": 2, "max-model-len": window,
+            "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": kv_role}}}
+    result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
+    assert "KV501" not in result.stdout + result.stderr

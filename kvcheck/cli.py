@@ -354,6 +354,18 @@ def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+def _complete(name: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """A shell-completion callback of kvcheck/commands/completion.py, imported only when the shell asks."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from kvcheck.commands import completion
+
+        found: list[Any] = getattr(completion, name)(ctx, param, incomplete)
+        return found
+
+    return complete
+
+
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--gpu, --context-length, --model-config, --sglang-version: what deployment files may not state."""
     func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
@@ -361,7 +373,8 @@ def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="The model's config.json, for estimates.")(func)
     func = click.option("--context-length", type=Tokens(),
                         help="The window you advertise, when the files set no common --context-length.")(func)
-    func = click.option("--gpu", help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
+    func = click.option("--gpu", shell_complete=_complete("complete_gpu"),
+                        help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
     return func
 
 
@@ -416,7 +429,8 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
     show_default=True,
     help="measure: boot each role with the real engine; estimate: predict pools, no GPU needed.",
 )
-@click.option("--role", "roles", multiple=True, help="Check only this role (repeatable).")
+@click.option("--role", "roles", multiple=True, shell_complete=_complete("complete_role"),
+              help="Check only this role (repeatable).")
 @click.option(
     "--timeout",
     "timeout_s",
@@ -522,17 +536,19 @@ def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float
 @main.command(short_help="The largest context each role fits, and settings that hold it.")
 @click.argument("files", nargs=-1, required=True)
 @_deployment_options
-@click.option("--role", "roles", multiple=True, help="Plan only this role (repeatable).")
+@click.option("--role", "roles", multiple=True, shell_complete=_complete("complete_role"),
+              help="Plan only this role (repeatable).")
 @profiles_option
 @report_options
+@gate_options
 def plan(files: tuple[str, ...], roles: tuple[str, ...], fmt: str, output: Path | None, strict: bool,
     gpu: str | None = None, context_length: int | None = None, model_config: Path | None = None,
-    sglang_version: str | None = None) -> None:
+    sglang_version: str | None = None, gate: Any = None) -> None:
     """For each role: the largest context that fits and the settings that would hold the window."""
     from kvcheck.commands.plan import PlanOptions, run_plan
 
     options = PlanOptions(manifest=Path(files[0]), inputs=tuple(files), roles=tuple(roles), strict=strict,
-                          overrides=_overrides(gpu, context_length, model_config, sglang_version))
+                          overrides=_overrides(gpu, context_length, model_config, sglang_version), gate=gate)
     run_guarded(_with_hub_endpoint_checked(lambda: emit(run_plan(options), fmt, output)))
 
 
@@ -552,7 +568,7 @@ def schema(of_report: bool) -> None:
 
 
 @main.command(short_help="List the rule codes, or explain one.")
-@click.argument("code", required=False)
+@click.argument("code", required=False, shell_complete=_complete("complete_rule"))
 def rules(code: str | None) -> None:
     """List every rule code with its severity, or explain one (kvcheck rules KV101)."""
     from kvcheck.policy.registry import all_rules
@@ -668,6 +684,8 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Also probe streaming /generate at the bound and the window.")
 @click.option("--model", help="Model name for /v1/completions (default: from /server_info or /v1/models).")
+@click.option("--engine", metavar="NAME",
+              help="The front door's engine (sglang, vllm) [default: the first whose server answers as its own].")
 @click.option("--seed", type=int, help="Seed for tenant markers and patterns (default: fresh each run).")
 @click.option("--dry-run", is_flag=True, help="Print every request the probe would send, and send nothing.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -680,7 +698,8 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
     max_requests: int, concurrency: int, rate_per_s: float, max_duration_s: float,
     request_timeout_s: float, tenants: int, rounds: int, token_id: int | None, vocab_size: int | None,
     max_new_tokens: int,
-    text_prompts: bool, openai: bool, stream: bool, model: str | None, seed: int | None, dry_run: bool,
+    text_prompts: bool, openai: bool, stream: bool, model: str | None, engine: str | None, seed: int | None,
+    dry_run: bool,
     ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
     strict: bool) -> None:
     """Probe a live deployment's front door: over-long prompts must be refused, tenants isolated."""
@@ -694,7 +713,7 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
         request_timeout_s=request_timeout_s, tenants=tenants, rounds=rounds, token_id=token_id,
         vocab_size=vocab_size, max_new_tokens=max_new_tokens, text_prompts=text_prompts, openai=openai, stream=stream, model=model,
         dry_run=dry_run, ca_bundle=str(ca_bundle) if ca_bundle else None, insecure=insecure,
-        token_env=token_env, seed=seed, strict=strict,
+        token_env=token_env, seed=seed, strict=strict, engine=engine,
     )
 
     def write(text: str) -> None:

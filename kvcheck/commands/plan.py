@@ -9,7 +9,8 @@ from kvcheck.errors import EstimateError, InputError
 from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RolePlan
-from kvcheck.policy.judge import judge, suppressed_counts
+from kvcheck.policy.judge import judge
+from kvcheck.policy.suppress import Gate, GateOptions
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class PlanOptions:
     overrides: Overrides | None = None
     roles: tuple[str, ...] = ()
     strict: bool = False
+    gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline, as verify takes them
 
 
 def run_plan(options: PlanOptions) -> Report:
@@ -34,6 +36,7 @@ def run_plan(options: PlanOptions) -> Report:
 
     loaded = load_inputs(options.inputs or (str(options.manifest),), options.overrides)
     targets = select_roles(loaded.targets, options.roles, loaded.display_path)
+    gate = Gate.open(options.gate, targets)  # a malformed suppression is exit 2 before anything is estimated
     profiles = default_profiles()
     measurements = EstimateBackend(gpu_profiles=profiles).measure(targets)
     planned: list[PoolMeasurement] = []
@@ -66,11 +69,10 @@ def run_plan(options: PlanOptions) -> Report:
         strict=options.strict,
         extra_findings=extra,
         context_length=loaded.manifest.context_length,
+        gate=gate,
+        advice=advice,  # the verdict on the manifest as written first, then the advice, role by role
     )
     roles = tuple(
         replace(role, plan=plans[role.name][0], plan_error=plans[role.name][1]) for role in report.roles
     )
-    # the verdict on the manifest as written first, then the advice, role by role
-    kept, dropped = loaded.policy.split(advice)
-    return replace(report, roles=roles, findings=report.findings + tuple(kept),
-                   suppressed=suppressed_counts(dropped, report.suppressed))
+    return replace(report, roles=roles)

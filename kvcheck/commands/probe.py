@@ -12,8 +12,9 @@ import dataclasses
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -32,7 +33,13 @@ from kvcheck.model import (
 from kvcheck.policy.registry import finding
 from kvcheck.probe import rules
 from kvcheck.probe.judge import RequestResult, findings_for_group, judge
-from kvcheck.probe.limits import DeploymentLimits, LimitsUnknown, learn_limits, limits_from_options
+from kvcheck.probe.limits import (
+    DeploymentLimits,
+    LimitsUnknown,
+    learn_limits,
+    limits_from_options,
+    probe_engine,
+)
 from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.plan import (
     COMPLETIONS,
@@ -50,6 +57,9 @@ from kvcheck.probe.transport import GuardedTransport, ProbeGuardError, SentReque
 from kvcheck.probe.vocab import MAX_TEXT_OVERHEAD, VocabularyUnknown, learn_vocabulary
 from kvcheck.probe.wire import Answer, request_body, send
 
+if TYPE_CHECKING:
+    from kvcheck.engines.base import ProbeFrontDoor
+
 LIMITS_ROLE = "limits"
 HEALTH_TIMEOUT_S = 30.0  # GET /health after a lost answer: a live server answers at once
 Progress = Callable[[RequestResult, int, int], None]
@@ -59,7 +69,8 @@ def plan_probe(options: ProbeOptions) -> ProbePlan:
     """The dry run: the plan from --context-length and --pool, with nothing sent."""
     options.validate()
     check_budget(options)
-    return build_plan(options, limits_from_options(options))
+    engine = probe_engine(options)
+    return build_plan(options, limits_from_options(options, engine=engine), engine=engine)
 
 
 def run_probe(options: ProbeOptions, *, progress: Progress | None = None) -> Report:
@@ -96,23 +107,28 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     run, skip_openai = prepared
     plan, limits = run.plan, run.plan.limits
 
-    # The first /generate request goes alone: if the front door is down, nothing else is sent.
-    first = next(r for r in plan.requests if r.endpoint == GENERATE)
+    # The first request (the control, on the native endpoint when the engine has one) goes alone: if the
+    # front door is down, nothing else is sent.
+    native = run.front.native_endpoint if run.front is not None else GENERATE
+    first = next(r for r in plan.requests if r.endpoint == (native or COMPLETIONS))
     first_result = run.execute(first)
     first_answer = first_result.answer
     if run.crash is not None:
         return _crash_report(options, url, limits, run)
-    if first_answer.kind in ("no-answer", "not-sent"):  # down, redirecting elsewhere, or not SGLang
+    if first_answer.kind in ("no-answer", "not-sent"):  # down, redirecting elsewhere, or not the engine's
         status = f"HTTP {first_answer.status}: " if first_answer.status is not None else ""
-        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {status}{first_answer.message or 'no answer'}",
-                                rules_hint("KV320"), guard.sent, plan, run.results)
-    refused = _control_refused(first, first_answer)
+        return _unprobed_report(options, url, limits,
+                                f"{url}{first.endpoint}: {status}{first_answer.message or 'no answer'}",
+                                run.hint("KV320"), guard.sent, plan, run.results, hints=run.hints)
+    refused = _control_refused(first, first_answer, plan.engine_label)
     if refused is not None:  # a front door that refuses a short prompt cannot say anything about lengths
         message, hint = refused
-        return _unprobed_report(options, url, limits, f"{url}{GENERATE}: {message}", hint, guard.sent, plan,
-                                run.results)
+        return _unprobed_report(options, url, limits, f"{url}{first.endpoint}: {message}", hint, guard.sent, plan,
+                                run.results, hints=run.hints)
     skip_rule = rules.OPENAI_UNAVAILABLE.code
-    if skip_openai is None and any(r.endpoint == COMPLETIONS for r in plan.requests):
+    if native is None:
+        skip_openai = None  # the OpenAI API is the front door itself: never skipped
+    elif skip_openai is None and any(r.endpoint == COMPLETIONS for r in plan.requests):
         skip_openai, skip_rule = run.first_completion()
     remaining = [run.planned(r) for r in plan.requests if r.index not in run.results]
     if skip_openai is not None:
@@ -129,28 +145,39 @@ def _run(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx
     pool.shutdown(wait=True)
     if run.crash is not None:
         return _crash_report(options, url, limits, run)
-    return _report(options, url, plan, limits, run.results, guard.sent, skip_openai, skip_rule, run.notes)
+    return _report(options, url, plan, limits, run.results, guard.sent, skip_openai, skip_rule, run.notes, run.hints)
 
 
 def _prepare(options: ProbeOptions, url: str, guard: GuardedTransport, client: httpx.Client,
              progress: Progress | None) -> Report | tuple[_Run, str | None]:
     """Limits, model name and the ids proven in range, then the plan; a Report when the probe cannot go on."""
     try:
-        limits = learn_limits(options, guard)
+        limits, engine = learn_limits(options, guard)
     except LimitsUnknown as exc:
         return _unprobed_report(options, url, None, exc.message, exc.hint, guard.sent)
+    front = engine.probe_front_door()
+    hints = dict(front.hints) if front is not None else {}
     model = limits.model_name
     skip_openai: str | None = None
     if model is None:  # /v1/completions and sglang-router's /v1/tokenize want it
         model, skip_openai = _model_name(client, options.request_timeout_s)
     try:
-        vocab, vocab_notes = learn_vocabulary(client, options, model=model, timeout_s=options.request_timeout_s)
+        vocab, vocab_notes = learn_vocabulary(client, options, model=model, timeout_s=options.request_timeout_s,
+                                              front=front)
     except VocabularyUnknown as exc:
         if exc.unreachable:
-            return _unprobed_report(options, url, limits, f"{url}: {exc.message}", rules_hint("KV320"), guard.sent)
-        return _unprobed_report(options, url, limits, exc.message, exc.hint, guard.sent, rule=rules.UNSAFE_IDS.code)
-    plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent))
-    run = _Run(options, plan, client, guard, model, progress)
+            return _unprobed_report(options, url, limits, f"{url}: {exc.message}", rules_hint("KV320", hints),
+                                    guard.sent, hints=hints)
+        return _unprobed_report(options, url, limits, exc.message, exc.hint, guard.sent, rule=rules.UNSAFE_IDS.code,
+                                hints=hints)
+    if limits.has_tokenizer is None and vocab.tokenizer:  # its tokenizer answered: text prompts are understood
+        limits = dataclasses.replace(limits, has_tokenizer=True)
+        vocab_notes.append("the front door tokenizes text (it answered the tokenizer's POST): tenants' short "
+                           "prompts are text markers")
+    plan = build_plan(options, limits, vocabulary=vocab, info_requests=len(guard.sent), engine=engine)
+    run = _Run(options, plan, client, guard, model, progress, front)
+    how = "named by --engine" if options.engine else "found from its answers"
+    run.notes.append(f"front door: {engine.label}'s ({how})")
     run.notes += vocab_notes
     return run, skip_openai
 
@@ -159,8 +186,10 @@ class _Run:
     """One run's sending state: the results so far, prompt rewrites, and whether a request crashed the server."""
 
     def __init__(self, options: ProbeOptions, plan: ProbePlan, client: httpx.Client, guard: GuardedTransport,
-                 model: str | None, progress: Progress | None) -> None:
+                 model: str | None, progress: Progress | None, front: ProbeFrontDoor | None = None) -> None:
         self.options = options
+        self.front = front
+        self.hints: dict[str, str] = dict(front.hints) if front is not None else {}
         self.plan = plan
         self.client = client
         self.guard = guard
@@ -175,6 +204,9 @@ class _Run:
         self._health_checks = 0
         self._lock = threading.Lock()
 
+    def hint(self, code: str) -> str | None:
+        return rules_hint(code, self.hints)
+
     def planned(self, request: PlannedRequest) -> PlannedRequest:
         return self.rewritten.get(request.index, request)
 
@@ -186,7 +218,8 @@ class _Run:
             return self._record(planned, answer)
         # built per request: a million-token prompt is ~8 MB as a list, so the plan's 30-odd are never all held
         body = request_body(planned, self._prompt(planned), rid=f"kvcheck-probe-{self.run_id}-{planned.index}",
-                            model=self.model)
+                            model=self.model,
+                            request_id_field=self.front.request_id_field if self.front is not None else None)
         answer = send(self.client, planned.endpoint, body, timeout_s=self.options.request_timeout_s,
                       deadline_s=self.guard.deadline_s)
         if answer.kind == "no-answer" and answer.status is None:
@@ -293,8 +326,8 @@ def _crash_report(options: ProbeOptions, url: str, limits: DeploymentLimits, run
     message = (f"request {planned.describe()} lost its answer ({answer.message or 'no answer'}) and the server "
                f"then failed its health check ({health}): the probe's request crashed the server; "
                f"{not_sent} planned request{'s were' if not_sent != 1 else ' was'} not sent")
-    return _unprobed_report(options, url, limits, message, rules_hint("KV323"), run.guard.sent, run.plan,
-                            run.results, rule=rules.SERVER_CRASHED.code, notes=run.notes)
+    return _unprobed_report(options, url, limits, message, run.hint("KV323"), run.guard.sent, run.plan,
+                            run.results, rule=rules.SERVER_CRASHED.code, notes=run.notes, hints=run.hints)
 
 
 def _limits_findings(limits: DeploymentLimits) -> list[Finding]:
@@ -312,7 +345,7 @@ def _limits_findings(limits: DeploymentLimits) -> list[Finding]:
     )]
 
 
-def _control_refused(planned: PlannedRequest, answer: Answer) -> tuple[str, str] | None:
+def _control_refused(planned: PlannedRequest, answer: Answer, label: str = "SGLang") -> tuple[str, str] | None:
     """(message, hint) when the control request (a short prompt every server must serve) got an error.
 
     Every later verdict compares answers with the limits; a front door that refuses a prompt far
@@ -332,15 +365,17 @@ def _control_refused(planned: PlannedRequest, answer: Answer) -> tuple[str, str]
         hint = ("the server is overloaded, draining or has no healthy backend behind the router: check its health "
                 "(GET /health, the router's backends) and probe again when it serves")
     else:
-        hint = ("check that the URL is the deployment's SGLang front door (/generate), and --model for a router "
-                "that needs one; the answer above is what it said")
+        hint = (f"check that the URL is the deployment's {label} front door ({planned.endpoint}), --model for a "
+                "router that needs one, and --engine when the front door does not say which engine serves it; the "
+                "answer above is what it said")
     return message, hint
 
 
-def rules_hint(code: str) -> str | None:
+def rules_hint(code: str, hints: Mapping[str, str] | None = None) -> str | None:
+    """The fix for a probe rule: the front door's engine's own (`hints`), else the probe's."""
     from kvcheck.probe.judge import HINTS
 
-    return HINTS.get(code)
+    return (hints or {}).get(code) or HINTS.get(code)
 
 
 def _model_name(client: httpx.Client, timeout_s: float) -> tuple[str | None, str | None]:
@@ -397,10 +432,10 @@ def _limits_role(limits: DeploymentLimits | None, sent: Sequence[SentRequest], f
 def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits | None, message: str,
                      hint: str | None, sent: Sequence[SentRequest], plan: ProbePlan | None = None,
                      results: dict[int, RequestResult] | None = None, *, rule: str = rules.UNREACHABLE.code,
-                     notes: Sequence[str] = ()) -> Report:
+                     notes: Sequence[str] = (), hints: Mapping[str, str] | None = None) -> Report:
     """A report without verdicts: the probe could not reach, could not probe safely, or crashed the server."""
     finding = Finding(rule=rule, severity="error", role=LIMITS_ROLE, message=message,
-                      hint=hint or rules_hint(rule))
+                      hint=hint or rules_hint(rule, hints))
     requests = tuple(r.to_row() for _, r in sorted(results.items())) if results else None
     role = _limits_role(limits, sent, [finding], options.strict, plan, requests, notes)
     return Report(command="probe", mode="probe", source=url,
@@ -410,7 +445,7 @@ def _unprobed_report(options: ProbeOptions, url: str, limits: DeploymentLimits |
 
 def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: DeploymentLimits,
             results: dict[int, RequestResult], sent: Sequence[SentRequest], skip_openai: str | None,
-            skip_rule: str, notes: Sequence[str]) -> Report:
+            skip_rule: str, notes: Sequence[str], hints: Mapping[str, str] | None = None) -> Report:
     limit_findings = _limits_findings(limits)
     findings: list[Finding] = list(limit_findings)
     roles = [_limits_role(limits, sent, limit_findings, options.strict, plan, notes=notes)]
@@ -423,7 +458,7 @@ def _report(options: ProbeOptions, url: str, plan: ProbePlan, limits: Deployment
             findings.append(Finding(rule=skip_rule, severity="info", role=None,
                                     message=f"/v1/completions not probed: {skip_openai}"))
             continue
-        group_findings = findings_for_group(group, done)
+        group_findings = findings_for_group(group, done, hints)
         findings += group_findings
         roles.append(
             RoleResult(

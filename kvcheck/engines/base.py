@@ -302,6 +302,25 @@ class RouterAnswer(Exception):
     workers_count: int | None = None
 
 
+@dataclass(frozen=True)
+class ProbeFrontDoor:
+    """How `kvcheck probe` talks to the client-facing API of an engine's deployment (engine-neutral).
+
+    Each engine states its own: which native generation endpoint it serves beside the OpenAI API
+    (None: the OpenAI API is the only front door), where its tokenizer is asked, where a model path
+    is named, and the fixes its probe findings give (`hints`, by rule code, over the probe's own).
+    """
+
+    label: str  # how messages name the front door's engine ("SGLang")
+    native_endpoint: str | None  # token-id generation beside /v1/completions (SGLang: /generate)
+    tokenize_path: str  # POST: {"prompt": ..., "add_special_tokens": false} -> {"tokens": ...}
+    tokenize_batch: bool  # the tokenizer takes a list of prompts in one POST (else one prompt)
+    model_info_paths: tuple[str, ...]  # GETs naming the model path (`model_path`, or /v1/models `root`)
+    bound_from_window: bool  # the admission bound follows from the window alone (no pool figure needed)
+    request_id_field: str | None = None  # the /v1/completions field that names a request (grep-able ids)
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+
 class ServerClient(Protocol):
     """A strict, bounded HTTP client for one running server of the engine (thread-confined)."""
 
@@ -535,6 +554,29 @@ class Engine(ABC):
     ) -> ServerClient:
         """A client for one running server of this engine (`sleep` None: time.sleep, for backoff)."""
 
+    def probe_front_door(self) -> ProbeFrontDoor | None:
+        """How `kvcheck probe` talks to this engine's deployments; None when it cannot probe them."""
+        return None
+
+    def probe_bound(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+    ) -> int:
+        """The shortest prompt the front door must refuse, tokens (prompts this long or longer).
+
+        By default the engine's admission bound (`max_input_len`); an engine whose bound is stated
+        as the longest prompt it admits overrides this.
+        """
+        return self.max_input_len(context_len, pool_tokens, args, version)
+
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
+        """KV101's generic fix when nothing more precise is known: the settings of this engine that give
+        the pool more room (its flags, its CPU or GPU memory knobs, from the role's args and env), in words."""
+        return "or give the pool more memory, or advertise a window the pool holds"
+
     # -- sizing -----------------------------------------------------------------------------------
 
     @abstractmethod
@@ -582,3 +624,18 @@ class Engine(ABC):
     @abstractmethod
     def rules(self) -> tuple[Rule, ...]:
         """The rules only this engine's knowledge raises (its sizing, its log lines), for the catalogue."""
+
+    # The policy's disaggregation rules that name this engine's own releases and flags (KV201: SGLang's
+    # admission fixes of 0.5.22; KV203: --disaggregation-enable-kv-checksum); an engine without them
+    # lists none, and the policy does not apply them to its roles.
+    disaggregation_rules: ClassVar[frozenset[str]] = frozenset()
+
+    def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+        """The engine's own findings on one role's settings (its rules in rules()); `args` are the role's
+        effective args (the manifest's over what the engine resolved), `mode` its role_mode."""
+        return []
+
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
+        """How many requests of `window` tokens the pool holds at once, as the engine allocates them
+        (tokens one at a time unless the engine says otherwise)."""
+        return pool_tokens / window

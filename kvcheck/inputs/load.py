@@ -174,6 +174,7 @@ def load_overlay(path: str, given: Overrides, *, text: str | None = None) -> Loa
         model_path=Sourced(model.path, at("model", "path"), "overlay") if model.path else None,
         policy=PolicyConfig(
             min_headroom=overlay.policy.min_headroom,
+            min_concurrency=overlay.policy.min_concurrency,
             ignore=frozenset(overlay.policy.ignore),
             severity=dict(overlay.policy.severity),
         ),

@@ -13,8 +13,21 @@ from kvcheck.engines import ENGINES, get_engine
 from kvcheck.inputs.deploy.rules import KV317, KV501, KV502
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import Rule
-from kvcheck.policy.rules import KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205
-from kvcheck.policy.suppress import KV601
+from kvcheck.policy.rules import (
+    KV101,
+    KV102,
+    KV103,
+    KV104,
+    KV107,
+    KV110,
+    KV111,
+    KV201,
+    KV202,
+    KV203,
+    KV204,
+    KV205,
+)
+from kvcheck.policy.suppress import KV601, KV602, KV603
 from kvcheck.probe.rules import (
     CROSS_TENANT,
     EMPTY_LENGTH_FINISH,
@@ -33,7 +46,7 @@ from kvcheck.probe.rules import (
 from kvcheck.report.input_errors import KV001
 
 INPUT_RULES = (KV001,)  # invalid input: exit 2, nothing was checked
-POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV201, KV202, KV203, KV204, KV205)
+POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV110, KV111, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
 MEASURE_RULES = (KV301, KV302, KV303, KV304, KV310, KV314, KV315)
 AUDIT_RULES = (KV306, KV307, KV308, KV311)
@@ -53,7 +66,7 @@ PROBE_RULES = (
     SERVER_CRASHED,
 )
 DEPLOY_RULES = (KV317, KV501, KV502)
-GATE_RULES = (KV601,)
+GATE_RULES = (KV601, KV602, KV603)
 
 # The rules that hold whatever the engine.
 NEUTRAL_RULES = (

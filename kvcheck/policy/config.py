@@ -14,9 +14,11 @@ from kvcheck.model import Finding, Severity
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """The manifest's policy block: headroom factor, ignored rules, severity overrides."""
+    """The manifest's policy block: headroom factor, minimum concurrency, ignored rules, severity overrides."""
 
     min_headroom: float = 1.0
+    # requests of the window each role's pool must hold at once (KV111); 1: one, which KV101 checks
+    min_concurrency: float = 1.0
     ignore: frozenset[str] = frozenset()
     severity: Mapping[str, Severity] = field(default_factory=dict)
 

@@ -27,11 +27,14 @@ def judge(
     extra_findings: Sequence[Finding] = (),
     context_length: int | None = None,
     gate: Gate | None = None,
+    advice: Sequence[Finding] = (),
 ) -> Report:
     """Apply the policy to every role's measurement and assemble the report.
 
     `gate` holds the run's suppressions and baseline (kvcheck/policy/suppress.py): a finding they cover
     is reported as suppressed and does not fail; an expired suppression is a KV601 finding that does.
+    `advice` (plan's): findings listed after the verdict's, through the same policy and gate, that change
+    no role's status.
     """
     if len(targets) != len(measurements):
         raise ValueError("judge() needs exactly one measurement per target")
@@ -53,7 +56,7 @@ def judge(
     # an expired suppression fails whatever the policy says: it is not passed through `keep`
     findings: list[Finding] = [*gate.expired(), *keep(extra_findings)]
     for target, measurement in zip(targets, measurements, strict=True):
-        role_findings = keep([*measurement.findings, *evaluate_role(target, measurement)])
+        role_findings = keep([*measurement.findings, *evaluate_role(target, measurement, policy.min_concurrency)])
         unjudgeable = measurement.pool_tokens is None or target.context_length <= 0
         if unjudgeable and not any(f.is_measurement_failure for f in role_findings):
             # Fail closed: a role without a pool figure (or a window) is never a pass, whatever
@@ -88,6 +91,8 @@ def judge(
             )
         )
     findings.extend(keep(evaluate_deployment(targets, measurements)))
+    findings.extend(keep(advice))  # before gate.finish(): --write-baseline holds the advice too
+    findings.extend(gate.unused())  # suppressions and baseline entries that covered nothing (KV602, KV603)
     windows = {t.context_length for t in targets if t.context_length > 0}
     if context_length is None and len(windows) == 1:
         context_length = windows.pop()

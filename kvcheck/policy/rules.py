@@ -28,8 +28,9 @@ KV101 = define_rule(
     """The pool is what one request can hold at most. A pool smaller than the advertised window
     means full-length requests cannot be served: they are refused, truncated, or (in disaggregated
     releases before the admission fixes) answered from stale KV pages. Fix: give the pool more
-    memory (raise --mem-fraction-static, use a wider TP degree or an FP8 KV cache), or advertise no
-    more than the largest context that fits.""",
+    memory (the engine's settings: SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization or
+    VLLM_CPU_KVCACHE_SPACE; a wider TP degree or an FP8 KV cache), or advertise no more than the
+    largest context that fits.""",
 )
 KV102 = define_rule(
     "KV102",
@@ -69,6 +70,32 @@ KV107 = define_rule(
     1,536 tokens served, 1,537 hang, while max_req_input_len says 2,042). Fix: give the role a pool
     of at least the window's longest prompt plus the reservation (the finding names the figure), or
     lower the reservation.""",
+)
+KV110 = define_rule(
+    "KV110",
+    "error",
+    "prefill and decode serve different context lengths",
+    """Both roles of a disaggregated deployment check a request against their own context length
+    (vLLM's max_model_len, SGLang's context_len). When they differ, a prompt the longer role takes is
+    refused by the other after the first has done its part: the prefill has computed and holds the
+    KV for a request the decode role will not take, so the request fails between the two or, with
+    connectors that wait for the decode role to pull the blocks (NIXL), hangs until the transfer times
+    out. Public reports show requests hanging in such pairs (vLLM and SGLang alike). vLLM itself checks
+    each instance alone. A role that may do both (vLLM's kv_both) is compared as either side. Fix: set
+    the same --max-model-len (SGLang: --context-length) on every prefill and decode role, and
+    advertise no more than it.""",
+)
+KV111 = define_rule(
+    "KV111",
+    "error",
+    "a role's pool holds fewer full-length requests at once than the policy's min_concurrency",
+    """A pool that holds one request of the window passes the engine's own check (vLLM refuses to start
+    only when one request does not fit), yet serves long requests one at a time: at concurrency
+    1.07x a second long request waits for the first to finish. The manifest's
+    `policy.min_concurrency` (default 1: one full request, with vLLM's null block counted, which
+    KV101 already checks) sets how many requests of the window each role must hold at once; kvcheck
+    counts them as the engine allocates them (vLLM: whole KV blocks per request, (num_blocks - 1) /
+    ceil(window / block_size)). Fix: give the pool more memory, or lower the window or the policy.""",
 )
 KV201 = define_rule(
     "KV201",
@@ -145,14 +172,8 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1 and get_engine(target.engine).device(args) == "cpu":
-        parts.append("or give the pool more host memory: raise --mem-fraction-static, or serve on a host "
-                     "with more RAM per NUMA node")
-    elif len(parts) == 1:
-        parts.append(
-            "or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV "
-            "cache (`kvcheck plan` computes the settings that fit)"
-        )
+    if len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
+        parts.append(get_engine(target.engine).fit_hint(args, target.env))
     return "; ".join(parts)
 
 
@@ -207,12 +228,35 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
     ]
 
 
-def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Finding]:
-    """Apply KV101-KV103, KV107 and KV201-KV205 to one role."""
+def _below_min_concurrency(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any],
+                           min_concurrency: float) -> list[Finding]:
+    """KV111: the pool holds the window (KV101 is silent) but fewer full requests at once than the policy asks."""
+    pool, window = measurement.pool_tokens, target.context_length
+    if pool is None or window <= 0 or pool < target.required_tokens or min_concurrency <= 1.0:
+        return []
+    held = get_engine(target.engine).concurrency(pool, window, args)
+    if held >= min_concurrency:
+        return []
+    return [
+        finding(
+            "KV111",
+            target.name,
+            f"the pool of {pool:,} tokens holds {held:.2f} requests of the {window:,}-token window at once, "
+            f"below the policy's min_concurrency {min_concurrency:g}: long requests queue behind each other",
+            hint=f"give the pool room for {min_concurrency:g} full requests (about "
+            f"{math.ceil(pool * min_concurrency / held):,} tokens), or lower policy.min_concurrency",
+            location=target.location,
+        )
+    ]
+
+
+def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurrency: float = 1.0) -> list[Finding]:
+    """Apply KV101-KV103, KV107, KV111, KV201-KV205 and the engine's own role rules to one role."""
     found: list[Finding] = []
     args = effective_args(target, measurement)
     required = target.required_tokens
     role = target.name
+    engine = get_engine(target.engine)
 
     if measurement.pool_tokens is not None and measurement.pool_tokens < required:
         pool = measurement.pool_tokens
@@ -277,11 +321,13 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
         )
 
     found.extend(_reservation_shortfall(target, measurement, args))
+    found.extend(_below_min_concurrency(target, measurement, args, min_concurrency))
 
-    mode = get_engine(target.engine).role_mode(args)
+    mode = engine.role_mode(args)
     version_text = measurement.engine_version or target.engine_version
     version = _parse_version(version_text)
-    if mode is not None and version is not None and version < ADMISSION_FIX_VERSION:
+    if "KV201" in engine.disaggregation_rules and mode is not None and version is not None \
+            and version < ADMISSION_FIX_VERSION:
         found.append(
             finding(
                 "KV201",
@@ -305,7 +351,7 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
     above = _fraction_above_safe(target, measurement)
     if above is not None:
         found.append(above)
-    if mode is not None and not args.get("disaggregation_enable_kv_checksum"):
+    if "KV203" in engine.disaggregation_rules and mode is not None and not args.get("disaggregation_enable_kv_checksum"):
         if version is not None and version < KV_CHECKSUM_VERSION:
             # The flag would be refused as unknown by this release: the fix is the upgrade.
             hint = (
@@ -323,21 +369,52 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement) -> list[Find
                 location=target.arg_location("disaggregation_mode"),
             )
         )
+    found.extend(engine.role_findings(target, args, mode))
     return found
 
 
 def evaluate_deployment(
     targets: Sequence[RoleTarget], measurements: Sequence[PoolMeasurement]
 ) -> list[Finding]:
-    """Cross-role rules: KV104 (prefill and decode admission limits differ)."""
+    """Cross-role rules: KV104 (prefill and decode admission limits differ), KV110 (their context lengths
+    differ). A role that may do both (vLLM's kv_both) stands on either side."""
     limits: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
+    contexts: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
     for target, measurement in zip(targets, measurements, strict=True):
         mode = get_engine(target.engine).role_mode(effective_args(target, measurement))
-        if mode in limits and measurement.max_input_tokens is not None:
-            limits[mode].append((target.name, measurement.max_input_tokens))
+        sides = ("prefill", "decode") if mode == "kv_both" else (mode,) if mode in limits else ()
+        for side in sides:
+            if measurement.max_input_tokens is not None:
+                limits[side].append((target.name, measurement.max_input_tokens))
+            if measurement.context_len is not None:
+                contexts[side].append((target.name, measurement.context_len))
     found = []
+    seen: set[frozenset[str]] = set()
+    for p_name, p_len in contexts["prefill"]:
+        for d_name, d_len in contexts["decode"]:
+            pair = frozenset((p_name, d_name))
+            if p_name == d_name or p_len == d_len or pair in seen:
+                continue
+            seen.add(pair)
+            longer, shorter = (p_name, d_name) if p_len > d_len else (d_name, p_name)
+            found.append(
+                finding(
+                    "KV110",
+                    None,
+                    f"{p_name} serves a context length of {p_len:,} tokens but {d_name} {d_len:,}: requests "
+                    f"of {min(p_len, d_len):,} to {max(p_len, d_len) - 1:,} tokens are taken by {longer} and "
+                    f"refused by {shorter}, failing (or hanging) between the two",
+                    hint="set the same --max-model-len (SGLang: --context-length) on both roles, at least "
+                    "the advertised window",
+                )
+            )
+    seen.clear()
     for p_name, p_limit in limits["prefill"]:
         for d_name, d_limit in limits["decode"]:
+            pair = frozenset((p_name, d_name))
+            if p_name == d_name or pair in seen:
+                continue
+            seen.add(pair)
             if p_limit != d_limit:
                 between = (
                     f"prompts of {d_limit:,} to {p_limit - 1:,} tokens pass {p_name} and then wait at "

@@ -11,7 +11,8 @@ without failing the gate, each with its reason, never silently.
 A reason is required. A suppression past its `until` date no longer suppresses and is itself a finding
 (KV601) that fails. KV3xx findings (a role that could not be checked) can never be suppressed or
 baselined: kvcheck fails closed, and says so as an input error (exit 2) when a suppression names one.
-Suppressed findings stay in the report (Report.suppressions), so every format can show them.
+Suppressed findings stay in the report (Report.suppressions), so every format can show them. A live
+suppression that covered nothing is KV602 and a baseline entry left over KV603 (info: they never fail).
 """
 
 from __future__ import annotations
@@ -41,6 +42,27 @@ KV601 = define_rule(
     date. It cannot be ignored, suppressed or baselined.""",
 )
 
+KV602 = define_rule(
+    "KV602",
+    "info",
+    "a suppression matched no finding",
+    """An inline `# kvcheck: ignore` comment or an ignore-file entry covered no finding in this run: the
+    finding it was written for is fixed, or it names the wrong rule, role, file or line. It is reported
+    (as info: it never fails, also not with `--strict`) so that suppressions do not outlive their reason;
+    remove it, or correct what it names. A run that checks fewer roles (`--role`) or another mode than
+    the one the suppression was written for may leave it unused.""",
+)
+
+KV603 = define_rule(
+    "KV603",
+    "info",
+    "a baseline entry matched no finding",
+    """A `--baseline` file holds a finding this run no longer produces (fixed, or its rule, role, file
+    or message changed). It is reported as info (it never fails); rewrite the baseline with
+    `--write-baseline FILE` to drop it, so that the baseline cannot silently cover the same finding if
+    it comes back.""",
+)
+
 BASELINE_SCHEMA = "kvcheck/baseline/v1"
 MAX_FILE_BYTES = 16 * 1024 * 1024  # an ignore file, a baseline, a manifest scanned for comments
 _CODE = re.compile(r"^KV[0-9]{3}$")
@@ -51,6 +73,7 @@ _FILE_KEYS = ("rule", "reason", "until", "role", "file", "line")
 _BASELINE_KEYS = ("rule", "role", "file", "message")
 # never suppressible: a role that could not be checked (fail closed) and a suppression that expired
 _NEVER = "KV3"
+_ABOUT_SUPPRESSIONS = ("KV602", "KV603")  # findings about the suppressions themselves
 
 
 def today() -> dt.date:
@@ -126,6 +149,9 @@ def _check_code(code: str, where: str) -> str:
         raise _unsuppressible(code, where)
     if code == KV601.code:
         raise InputError(f"{where}: KV601 cannot be suppressed: an expired suppression fails until renewed or removed")
+    if code in _ABOUT_SUPPRESSIONS:
+        raise InputError(f"{where}: {code} cannot be suppressed: remove the suppression or baseline entry that "
+                         "matched no finding")
     return code
 
 
@@ -294,8 +320,10 @@ def baselinable(item: Finding) -> bool:
     return item.severity != "info" and not item.rule.startswith(_NEVER) and item.rule != KV601.code
 
 
-def load_baseline(path: Path) -> Counter[tuple[str, str | None, str | None, str]]:
-    """The identities a baseline file holds, with how many findings of each."""
+def load_baseline(path: Path, shown: dict[tuple[str, str | None, str | None, str], str] | None = None,
+                  ) -> Counter[tuple[str, str | None, str | None, str]]:
+    """The identities a baseline file holds, with how many findings of each; `shown` (when given) gets
+    each identity's first entry as written (`KV205 [server] in m.yaml: message`), to name it."""
     from kvcheck.io.textfile import read_text_file
 
     display = str(path)
@@ -325,7 +353,10 @@ def load_baseline(path: Path) -> Counter[tuple[str, str | None, str | None, str]
         if rule.startswith(_NEVER):
             raise _unsuppressible(rule, where)
         # a file is written relative to the baseline's folder, so a run from another folder finds it
-        held[identity(rule, role, str(Path(display).parent / file) if file else None, message)] += 1
+        key = identity(rule, role, str(Path(display).parent / file) if file else None, message)
+        held[key] += 1
+        if shown is not None and key not in shown:
+            shown[key] = rule + (f" [{role}]" if role else "") + (f" in {file}" if file else "") + f": {message}"
     return held
 
 
@@ -357,6 +388,8 @@ class Gate:
     scanned: set[str] = field(default_factory=set)
     written: list[Finding] = field(default_factory=list)  # --write-baseline: what the file will hold
     secrets: frozenset[str] = frozenset()
+    used: set[int] = field(default_factory=set)  # the indexes in `suppressions` that covered a finding
+    baseline_shown: dict[tuple[str, str | None, str | None, str], str] = field(default_factory=dict)
 
     @classmethod
     def open(cls, options: GateOptions | None, targets: Sequence[RoleTarget] = ()) -> Gate:
@@ -370,7 +403,7 @@ class Gate:
         if options.ignore_file is not None:
             gate.suppressions.extend(load_ignore_file(options.ignore_file))
         if options.baseline is not None:
-            gate.baseline = load_baseline(options.baseline)
+            gate.baseline = load_baseline(options.baseline, gate.baseline_shown)
         gate.scan(location.file for target in targets
                   for location in (target.location, *target.arg_locations.values()) if location is not None)
         return gate
@@ -413,8 +446,11 @@ class Gate:
             if item.rule.startswith(_NEVER) or item.rule == KV601.code:
                 kept.append(item)
                 continue
-            suppression = next((s for s in self.suppressions if not s.expired(self.on) and s.covers(item)), None)
-            if suppression is not None:
+            index = next((i for i, s in enumerate(self.suppressions) if not s.expired(self.on) and s.covers(item)),
+                         None)
+            if index is not None:
+                self.used.add(index)
+                suppression = self.suppressions[index]
                 held.append(Suppressed(finding=item, kind=suppression.kind, reason=suppression.reason,
                                        until=suppression.until.isoformat() if suppression.until else None,
                                        source=suppression.source))
@@ -430,6 +466,35 @@ class Gate:
                 continue
             kept.append(item)
         return kept, held
+
+    def unused(self) -> list[Finding]:
+        """KV602 for every live suppression that covered no finding, at its line; KV603 for every baseline
+        entry left over (call it once every finding has gone through `split`)."""
+        out = [
+            finding(
+                KV602.code,
+                s.role,
+                f"the suppression of {', '.join(sorted(s.rules))} matched no finding in this run "
+                f"(reason given: {s.reason})",
+                hint="remove it if the finding is fixed, or correct the rule, role, file or line it names",
+                location=s.source,
+            )
+            for i, s in enumerate(self.suppressions) if i not in self.used and not s.expired(self.on)
+        ]
+        path = self.options.baseline
+        if path is not None:
+            for key, left in sorted(self.baseline.items(), key=lambda kv: self.baseline_shown.get(kv[0], "")):
+                if left <= 0:
+                    continue
+                count = f"{left} findings" if left > 1 else "a finding"
+                out.append(finding(
+                    KV603.code,
+                    key[1],
+                    f"the baseline {path} holds {count} this run did not produce: {self.baseline_shown.get(key, key[0])}",
+                    hint=f"rewrite the baseline with --write-baseline {path} to drop what was fixed",
+                    location=Location(str(path)),
+                ))
+        return out
 
     def _identity(self, item: Finding) -> tuple[str, str | None, str | None, str]:
         from kvcheck.redact import redact_text

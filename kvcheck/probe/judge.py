@@ -137,7 +137,7 @@ def judge(planned: PlannedRequest, answer: Answer, owners: Mapping[str, Owner]) 
         outcome = "accepted" if served else _refusal_text(answer)
         if not served:
             if status == 200 and answer.kind == "unparseable":
-                hits.append(Hit("KV321", f"{head}: HTTP 200 with an answer that is not SGLang's: {answer.message}"))
+                hits.append(Hit("KV321", f"{head}: HTTP 200 with an answer that is not the engine's: {answer.message}"))
             else:
                 detail = f": {answer.message}" if answer.message else ""
                 hits.append(Hit("KV404", f"{head}: {planned.why}, yet it was not served: {answer.short()}{detail}"))
@@ -224,8 +224,12 @@ def _usage_text(answer: Answer) -> str:
     return f"prompt_tokens {answer.prompt_tokens}, {answer.completion_tokens} tokens generated"
 
 
-def findings_for_group(group: str, results: Sequence[RequestResult]) -> list[Finding]:
-    """One finding per rule for the group: how many requests broke it, the first few in words."""
+def findings_for_group(group: str, results: Sequence[RequestResult],
+                       hints: Mapping[str, str] | None = None) -> list[Finding]:
+    """One finding per rule for the group: how many requests broke it, the first few in words.
+
+    `hints`: the front door's engine's own fixes by rule code, over the probe's (HINTS).
+    """
     by_rule: dict[str, list[Hit]] = {}
     for result in results:
         for hit in result.hits:
@@ -243,7 +247,7 @@ def findings_for_group(group: str, results: Sequence[RequestResult]) -> list[Fin
                 severity=rule.severity,
                 role=group,
                 message=f"{rule.title} ({count}): {shown}{more}",
-                hint=HINTS.get(rule_code),
+                hint=(hints or {}).get(rule_code) or HINTS.get(rule_code),
             )
         )
     return findings

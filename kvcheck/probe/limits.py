@@ -13,37 +13,45 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from kvcheck.engines import get_engine
-from kvcheck.errors import CheckError, EndpointError
+from kvcheck.engines import engine_names, get_engine
+from kvcheck.errors import CheckError, EndpointError, ServerUnusable
 from kvcheck.model import ProbeLimits
 from kvcheck.probe.options import MAX_PROMPT_TOKENS, ProbeOptions
 
 if TYPE_CHECKING:
-    from kvcheck.engines.base import ServerInfo
+    from kvcheck.engines.base import Engine, ServerInfo
 
-# The probe talks to a deployment's front door and names no engine: the registry's default engine
-# (SGLang) states the admission bound, reads the disaggregation mode and supplies the client.
+# The probe talks to a deployment's front door: the engine is --engine's, else the first registered
+# engine whose server reader reads the front door's answers as its own (the registry's default first, as
+# `kvcheck audit` asks a bare URL). That engine states the admission bound, the role mode and the client.
 
 
 class LimitsUnknown(CheckError):
     """The deployment's limits could not be learned; the probe has nothing to aim at (exit 3)."""
 
 
-def admission_bound(context_len: int, pool_tokens: int | None) -> int:
-    """The engine's max_req_input_len (SGLang's): prompts of this many tokens or more are refused."""
-    return get_engine().max_input_len(context_len, pool_tokens)
+def admission_bound(context_len: int, pool_tokens: int | None, engine: Engine | None = None) -> int:
+    """The shortest prompt the engine's front door refuses (SGLang's max_req_input_len)."""
+    return (engine or get_engine()).probe_bound(context_len, pool_tokens)
 
 
-def longest_promised_prompt(window_tokens: int) -> int:
-    """The longest prompt SGLang admits under a window when the pool is ample: window - 7 tokens."""
-    return admission_bound(window_tokens, None) - 1
+def longest_promised_prompt(window_tokens: int, engine: Engine | None = None) -> int:
+    """The longest prompt the engine admits under a window when the pool is ample (SGLang: W - 7, vLLM: W - 1)."""
+    return admission_bound(window_tokens, None, engine) - 1
 
 
 DeploymentLimits = ProbeLimits  # the probe's name for what it aims at
 
 
-def limits_from_options(options: ProbeOptions, *, note: str | None = None) -> DeploymentLimits:
+def probe_engine(options: ProbeOptions) -> Engine:
+    """--engine's engine, else the registry's default (a dry run and a front door no engine reads)."""
+    return get_engine(options.engine) if options.engine else get_engine()
+
+
+def limits_from_options(options: ProbeOptions, *, note: str | None = None,
+                        engine: Engine | None = None) -> DeploymentLimits:
     """Limits computed from --context-length and --pool alone (dry runs, fronts without /server_info)."""
+    engine = engine or probe_engine(options)
     if options.context_length is None or options.pool_tokens is None:
         missing = " and ".join(
             flag
@@ -56,13 +64,14 @@ def limits_from_options(options: ProbeOptions, *, note: str | None = None) -> De
             hint="give --context-length (the window promised to clients) and --pool (the smallest role's "
             "KV pool, from `kvcheck audit` on each role)",
         )
-    bound = admission_bound(options.context_length, options.pool_tokens)
+    bound = admission_bound(options.context_length, options.pool_tokens, engine)
     _check_bound(bound)
     return DeploymentLimits(
         window_tokens=options.context_length,
         window_source="--context-length",
         max_req_input_len=bound,
-        bound_source=f"computed: min({options.context_length} - 1, {options.pool_tokens} - 1) - 5",
+        bound_source=f"computed by {engine.label}'s rule from --context-length {options.context_length} and "
+        f"--pool {options.pool_tokens}",
         pool_tokens=options.pool_tokens,
         served_context_len=None,
         source="options",
@@ -72,27 +81,76 @@ def limits_from_options(options: ProbeOptions, *, note: str | None = None) -> De
     )
 
 
-def learn_limits(options: ProbeOptions, transport: httpx.BaseTransport) -> DeploymentLimits:
-    """Ask the front door's /server_info through the guarded transport; fall back to the options."""
-    try:
-        with get_engine().server_client(  # the engine's shared server reader (audit uses it too)
-            options.url,
-            timeout_s=min(options.request_timeout_s, options.max_duration_s),  # every request: --request-timeout
-            verify=options.verify,
-            token=options.token,
-            retries=0,  # every GET counts against --max-requests
-            transport=transport,
-        ) as client:
-            info = client.server_info()
-    except EndpointError as exc:
-        if _is_auth_failure(exc):
-            raise LimitsUnknown(exc.message, hint=exc.hint) from exc
-        return limits_from_options(options, note=f"/server_info unavailable ({exc.message})")
-    return limits_from_server_info(info, options)
+def learn_limits(options: ProbeOptions, transport: httpx.BaseTransport) -> tuple[DeploymentLimits, Engine]:
+    """Ask the front door for its limits through the guarded transport, with --engine's reader or each
+    engine's in turn (the first that reads the answers as its own wins); fall back to the options."""
+    from kvcheck.engines.base import RouterAnswer
+
+    if options.engine:
+        candidates = [get_engine(options.engine)]
+    else:
+        default = get_engine()
+        candidates = [default, *(get_engine(name) for name in engine_names() if name != default.name)]
+    failures: list[str] = []
+    for engine in candidates:
+        if engine.probe_front_door() is None:
+            continue  # an engine the probe cannot talk to
+        try:
+            # a front door that states only its window is read as a router of the engine --engine names;
+            # guessed from a bare URL it could be any OpenAI server (an SGLang one without /server_info)
+            info = _server_info(engine, options, transport, window_only=options.engine is not None)
+        except EndpointError as exc:
+            if _is_auth_failure(exc):
+                raise LimitsUnknown(exc.message, hint=exc.hint) from exc
+            failures.append(f"{engine.label}: {exc.message}")
+            if isinstance(exc, RouterAnswer | ServerUnusable):
+                # a router of this engine, or a front door no reader would fare better with
+                return limits_from_options(options, note=f"limits unavailable ({exc.message})", engine=engine), engine
+            continue
+        return limits_from_server_info(info, options, engine), engine
+    engine = probe_engine(options)
+    return limits_from_options(options, note=f"limits unavailable ({'; '.join(failures) or 'no engine asked'})",
+                               engine=engine), engine
 
 
-def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> DeploymentLimits:
+def _server_info(engine: Engine, options: ProbeOptions, transport: httpx.BaseTransport, *,
+                 window_only: bool) -> ServerInfo:
+    """The engine's server reader (audit uses it too); for an engine whose bound follows from the window,
+    a front door that states only /v1/models' max_model_len (a router in front of vLLM) is enough."""
+    with engine.server_client(
+        options.url,
+        timeout_s=min(options.request_timeout_s, options.max_duration_s),  # every request: --request-timeout
+        verify=options.verify,
+        token=options.token,
+        retries=0,  # every GET counts against --max-requests
+        transport=transport,
+    ) as client:
+        try:
+            return client.server_info()
+        except EndpointError as exc:
+            front = engine.probe_front_door()
+            if not window_only or front is None or not front.bound_from_window or isinstance(exc, ServerUnusable):
+                raise
+            try:
+                served = client.served_context()
+            except EndpointError:
+                raise exc from None
+            if served is None:
+                raise
+            from kvcheck.engines.base import ServerInfo
+
+            return ServerInfo(
+                url=client.url, version=None, max_total_num_tokens=None, max_req_input_len=None,
+                dp_token_capacities=(), swa_token_capacities=(), context_length_arg=None, served_context_len=served,
+                resolved_args={}, launch_command=None, endpoint="/v1/models", served_context_source="/v1/models",
+                notes=(f"no pool figure ({exc.message}): a router in front of {engine.label} servers; the bound "
+                       f"follows from /v1/models max_model_len {served}",),
+            )
+
+
+def limits_from_server_info(info: ServerInfo, options: ProbeOptions, engine: Engine | None = None) -> DeploymentLimits:
     """Combine what the server states with what the user promises (--context-length wins for W)."""
+    engine = engine or probe_engine(options)
     args = info.resolved_args
     served_context = info.served_context_len or info.context_length_arg
     notes = list(info.notes)
@@ -112,24 +170,14 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> Deployme
         notes.append(f"pool from --pool ({pool} tokens): the server states none")
     elif options.pool_tokens is not None and options.pool_tokens != pool:
         notes.append(f"--pool {options.pool_tokens} ignored: the server states {pool} tokens")
-    if info.max_req_input_len is not None:
-        bound, bound_source = info.max_req_input_len, f"{info.endpoint} max_req_input_len"
-        if pool is not None:  # a decode role's reservation lowers the bound below its own figure
-            role_bound = get_engine().max_input_len(served_context or window, pool, args, info.version)
-            if role_bound < bound:
-                bound, bound_source = role_bound, f"{info.endpoint}: the decode role's pool ({pool}) less its reservation"
-    elif pool is not None:
-        bound = get_engine().max_input_len(served_context or window, pool, args, info.version)
-        bound_source = f"computed from the pool ({pool}) and context ({served_context or window})"
-    else:
-        raise LimitsUnknown(f"{info.url}: the server states neither max_req_input_len nor its pool")
+    bound, bound_source = _bound(info, engine, window, served_context, pool)
     if window > MAX_PROMPT_TOKENS:
         raise LimitsUnknown(
             f"{info.url}: the window to probe is {window:,} tokens ({window_source}), beyond the longest prompt "
             f"the probe sends ({MAX_PROMPT_TOKENS:,} tokens)",
             hint="give --context-length, the window promised to clients, if the server's claim is not it",
         )
-    promised = admission_bound(window, None)
+    promised = admission_bound(window, None, engine)
     if bound > promised:  # prompts aim at what is promised, never at what a server merely claims
         notes.append(f"the server states a bound of {bound:,} tokens, beyond what the window W = {window:,} "
                      f"admits; probed at {promised:,}")
@@ -141,7 +189,7 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> Deployme
         has_tokenizer = not skip_tokenizer
     model = options.model or _text(args.get("served_model_name")) or _text(args.get("model_path"))
     auto_truncate = args.get("allow_auto_truncate")
-    mode = get_engine().role_mode(args)
+    mode = engine.role_mode(args)
     return DeploymentLimits(
         window_tokens=window,
         window_source=window_source,
@@ -157,6 +205,28 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions) -> Deployme
         disaggregation_mode=_text(mode) if mode is not None else None,
         notes=tuple(notes),
     )
+
+
+def _bound(info: ServerInfo, engine: Engine, window: int, served_context: int | None,
+           pool: int | None) -> tuple[int, str]:
+    """The admission bound B the server states or its engine's rule gives, and where it comes from."""
+    args = info.resolved_args
+    front = engine.probe_front_door()
+    if front is not None and front.bound_from_window:
+        context = served_context or window
+        return (engine.probe_bound(context, pool, args, info.version),
+                f"{engine.label} refuses prompts of its max_model_len ({context}) tokens or more")
+    if info.max_req_input_len is not None:
+        bound, bound_source = info.max_req_input_len, f"{info.endpoint} max_req_input_len"
+        if pool is not None:  # a decode role's reservation lowers the bound below its own figure
+            role_bound = engine.max_input_len(served_context or window, pool, args, info.version)
+            if role_bound < bound:
+                bound, bound_source = role_bound, f"{info.endpoint}: the decode role's pool ({pool}) less its reservation"
+        return bound, bound_source
+    if pool is not None:
+        return (engine.probe_bound(served_context or window, pool, args, info.version),
+                f"computed from the pool ({pool}) and context ({served_context or window})")
+    raise LimitsUnknown(f"{info.url}: the server states neither max_req_input_len nor its pool")
 
 
 def _check_bound(bound: int) -> None:

@@ -61,6 +61,7 @@ class ProbeOptions:
     token_env: str | None = None
     seed: int | None = None  # markers and patterns; None: fresh random ones every run
     strict: bool = False
+    engine: str | None = None  # the front door's engine; None: the first engine that reads its answers
 
     def validate(self) -> None:
         """Every problem in one message, so a user fixes the command line once."""
@@ -70,6 +71,7 @@ class ProbeOptions:
         self._check_durations(problems)
         self._check_token_figures(problems)
         self._check_credentials(problems)
+        self._check_engine(problems)
         if self.dry_run and (self.context_length is None or self.pool_tokens is None):
             problems.append(
                 "--dry-run sends nothing, not even to /server_info: give --context-length and --pool "
@@ -124,7 +126,8 @@ class ProbeOptions:
             ("--context-length", self.context_length),
             ("--pool", self.pool_tokens),
         )
-        most = get_engine().max_token_figure  # the probe names no engine: the registry's default
+        known = self.engine is None or self.engine in _engine_names()
+        most = get_engine(self.engine).max_token_figure if self.engine and known else get_engine().max_token_figure
         for name, value in figures:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 16):
                 problems.append(f"{name} must be a token count of at least 16, got {value!r}")
@@ -133,6 +136,17 @@ class ProbeOptions:
         if isinstance(self.context_length, int) and most >= self.context_length > MAX_PROMPT_TOKENS:
             problems.append(f"--context-length {self.context_length} is beyond the longest prompt the probe sends "
                             f"({MAX_PROMPT_TOKENS:,} tokens)")
+
+    def _check_engine(self, problems: list[str]) -> None:
+        from kvcheck.engines import engine_names
+
+        if self.engine is None:
+            return
+        names = engine_names()
+        if self.engine not in names:
+            problems.append(f"--engine {self.engine!r} is not a known engine (known: {', '.join(names)})")
+        elif get_engine(self.engine).probe_front_door() is None:
+            problems.append(f"--engine {self.engine}: kvcheck probe cannot talk to that engine's front door")
 
     def _check_credentials(self, problems: list[str]) -> None:
         """TLS options and the bearer token's environment variable."""
@@ -158,6 +172,12 @@ class ProbeOptions:
         if self.insecure:
             return False
         return self.ca_bundle or True
+
+
+def _engine_names() -> list[str]:
+    from kvcheck.engines import engine_names
+
+    return engine_names()
 
 
 def _check_url(url: str, problems: list[str]) -> None:

@@ -12,13 +12,16 @@ import random
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvcheck.errors import InputError
 from kvcheck.probe.limits import DeploymentLimits, longest_promised_prompt
 from kvcheck.probe.options import ProbeOptions
 from kvcheck.probe.prompts import Owner, make_owners
 from kvcheck.probe.vocab import Vocabulary, placeholder_vocabulary
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import Engine
 
 Expect = Literal["accept", "refuse"]
 PromptKind = Literal["ids", "text", "words"]  # words: a repeated word of counted tokens (vocab.py)
@@ -30,8 +33,9 @@ COMPLETIONS = "/v1/completions"
 GROUP_GENERATE = "/generate"
 GROUP_STREAM = "/generate (stream)"
 GROUP_COMPLETIONS = "/v1/completions"
+GROUP_COMPLETIONS_STREAM = "/v1/completions (stream)"  # an engine whose only front door is the OpenAI API
 GROUP_ISOLATION = "isolation"
-GROUPS = (GROUP_GENERATE, GROUP_STREAM, GROUP_COMPLETIONS, GROUP_ISOLATION)
+GROUPS = (GROUP_GENERATE, GROUP_STREAM, GROUP_COMPLETIONS, GROUP_COMPLETIONS_STREAM, GROUP_ISOLATION)
 
 CONTROL_PROMPT_TOKENS = 32  # a short prompt every deployment must serve; checks the request format
 SHORT_TENANT_PROMPT_TOKENS = 64
@@ -76,6 +80,7 @@ class ProbePlan:
     filler_token_id: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     vocabulary: Vocabulary | None = None  # the ids proven in range (None only for plans built by hand)
+    engine_label: str = "SGLang"  # the front door's engine, as messages name it
 
     def to_dict(self) -> dict[str, Any]:
         from kvcheck.report.formats.json import limits_dict
@@ -109,9 +114,9 @@ class ProbePlan:
             f"kvcheck probe plan for {self.url} (dry run: nothing is sent)",
             f"  advertised window W = {lim.window_tokens} tokens ({lim.window_source})",
             f"  admission bound   B = {lim.max_req_input_len} tokens ({lim.bound_source})",
-            "  a live run first asks GET /server_info and /v1/models and recomputes the lengths from the answer,",
-            "  and takes its token ids from the deployment's tokenizer (POST /v1/tokenize): the ids below are "
-            "placeholders",
+            f"  front door: {self.engine_label}'s; a live run first asks the server for its limits and recomputes "
+            "the lengths from the answer,",
+            "  and takes its token ids from the deployment's tokenizer: the ids below are placeholders",
         ]
         lines += [f"  note: {note}" for note in self.notes]
         header = ("#", "endpoint", "stream", "check", "prompt tokens", "expect", "owner")
@@ -157,18 +162,25 @@ def check_budget(options: ProbeOptions) -> None:
 
 
 def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, vocabulary: Vocabulary | None = None,
-               info_requests: int = 0) -> ProbePlan:
+               info_requests: int = 0, engine: Engine | None = None) -> ProbePlan:
     """Every request of the run, in sending order; lengths come from the limits, never guessed.
 
     Token ids come from `vocabulary` (proven in range); without one (a dry run) they are placeholders.
+    `engine` is the front door's (None: --engine's, else the registry's default): it says which
+    endpoints there are and which prompt is the longest a window admits.
     """
+    from kvcheck.probe.limits import probe_engine
+
+    engine = engine or probe_engine(options)
+    front = engine.probe_front_door()
+    native = front.native_endpoint if front is not None else GENERATE
     rng = random.Random(options.seed if options.seed is not None else secrets.randbits(64))
     vocab = vocabulary or placeholder_vocabulary(options)
-    builder = _PlanBuilder(options, limits)
-    builder.boundary_checks(_boundary_points(limits))
+    builder = _PlanBuilder(options, limits, native)
+    builder.boundary_checks(_boundary_points(limits, engine))
     builder.isolation_rounds()
     owners = make_owners(builder.owner_names, candidates=vocab.candidates, rng=rng)
-    notes = _plan_notes(options, limits)
+    notes = _plan_notes(options, limits, engine, native)
     if vocabulary is not None:
         notes.append(vocabulary.describe())
     return ProbePlan(
@@ -180,15 +192,17 @@ def build_plan(options: ProbeOptions, limits: DeploymentLimits, *, vocabulary: V
         filler_token_id=vocab.filler,
         notes=tuple(notes),
         vocabulary=vocabulary,
+        engine_label=engine.label,
     )
 
 
 class _PlanBuilder:
     """The plan's requests in sending order, and the owners (boundary checks, tenants) they belong to."""
 
-    def __init__(self, options: ProbeOptions, limits: DeploymentLimits) -> None:
+    def __init__(self, options: ProbeOptions, limits: DeploymentLimits, native: str | None) -> None:
         self.options = options
         self.limits = limits
+        self.native = native  # the engine's token-id endpoint; None: /v1/completions is the only one
         self.requests: list[PlannedRequest] = []
         self.owner_names: list[str] = []
 
@@ -216,18 +230,35 @@ class _PlanBuilder:
         return f"boundary-{sum(1 for name in self.owner_names if name.startswith('boundary-')) + 1}"
 
     def boundary_checks(self, points: list[tuple[str, int, Expect, str]]) -> None:
-        """The lengths around B and W on /generate, then streamed and on /v1/completions when asked."""
+        """The lengths around B and W on the native endpoint, then streamed and on /v1/completions when asked.
+
+        Without a native endpoint (vLLM) every length goes to /v1/completions, and the stream checks too.
+        """
+        if self.native is None:
+            self._completions_only(points)
+            return
         for check, tokens, expect, why in points:
-            self.add(GROUP_GENERATE, check, GENERATE, False, self._boundary_owner(), "ids", tokens, expect, why)
+            self.add(GROUP_GENERATE, check, self.native, False, self._boundary_owner(), "ids", tokens, expect, why)
         if self.options.stream:
             for check, tokens, expect, why in points:
                 if check in ("at-bound", "window"):
-                    self.add(GROUP_STREAM, check, GENERATE, True, self._boundary_owner(), "ids", tokens, expect, why)
+                    self.add(GROUP_STREAM, check, self.native, True, self._boundary_owner(), "ids", tokens, expect,
+                             why)
         if self.options.openai:
             for check, tokens, expect, why in points:
                 if check in ("control", "below-bound", "at-bound", "window"):
                     self.add(GROUP_COMPLETIONS, check, COMPLETIONS, False, self._boundary_owner(), "ids", tokens,
                              expect, why)
+
+    def _completions_only(self, points: list[tuple[str, int, Expect, str]]) -> None:
+        """Every length on /v1/completions, then streamed at the bound and the window (vLLM's front door)."""
+        for check, tokens, expect, why in points:
+            self.add(GROUP_COMPLETIONS, check, COMPLETIONS, False, self._boundary_owner(), "ids", tokens, expect, why)
+        if self.options.stream:
+            for check, tokens, expect, why in points:
+                if check in ("at-bound", "window"):
+                    self.add(GROUP_COMPLETIONS_STREAM, check, COMPLETIONS, True, self._boundary_owner(), "ids",
+                             tokens, expect, why)
 
     def isolation_rounds(self) -> None:
         """Each round: every tenant's short prompt, (first round) its near-edge one, its over-long one."""
@@ -235,40 +266,45 @@ class _PlanBuilder:
         tenants = [f"tenant-{n + 1}" for n in range(self.options.tenants)]
         text_short = bool(self.limits.has_tokenizer)
         short_tokens = min(SHORT_TENANT_PROMPT_TOKENS, bound - 1)
+        endpoint = self.native or COMPLETIONS
         for round_number in range(1, self.options.rounds + 1):
             for tenant in tenants:
                 if text_short:
-                    self.add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "text", None, "accept",
+                    self.add(GROUP_ISOLATION, "short", endpoint, False, tenant, "text", None, "accept",
                              "a short text prompt asking for the tenant's own marker")
                 else:
-                    self.add(GROUP_ISOLATION, "short", GENERATE, False, tenant, "ids", short_tokens, "accept",
+                    self.add(GROUP_ISOLATION, "short", endpoint, False, tenant, "ids", short_tokens, "accept",
                              f"{short_tokens} tokens, far below B = {bound}")
             if round_number == 1:
                 for tenant in tenants:
-                    self.add(GROUP_ISOLATION, "near-edge", GENERATE, False, tenant, "ids", bound - 1, "accept",
+                    self.add(GROUP_ISOLATION, "near-edge", endpoint, False, tenant, "ids", bound - 1, "accept",
                              f"B - 1 = {bound - 1} tokens fills the pool's edge and is admitted")
             for tenant in tenants:
-                self.add(GROUP_ISOLATION, "over-long", GENERATE, False, tenant, "ids", bound, "refuse",
+                self.add(GROUP_ISOLATION, "over-long", endpoint, False, tenant, "ids", bound, "refuse",
                          f"B = {bound} tokens must be refused (prompts of B tokens or more are)")
 
 
-def _plan_notes(options: ProbeOptions, limits: DeploymentLimits) -> list[str]:
+def _plan_notes(options: ProbeOptions, limits: DeploymentLimits, engine: Engine, native: str | None) -> list[str]:
     bound, window = limits.max_req_input_len, limits.window_tokens
+    promised = longest_promised_prompt(window, engine)
     notes: list[str] = []
     if limits.has_tokenizer is None and options.tenants:
         notes.append("tokenizer unknown: tenants' short prompts use token ids, not text markers")
-    if window > bound + 6:
+    if native is None:
+        notes.append(f"{engine.label}'s front door is its OpenAI API: every check is sent to {COMPLETIONS}"
+                     + ("" if options.openai else " (--no-openai does not apply)"))
+    if promised > bound - 1:
         notes.append(
             f"W = {window} exceeds what the bound B = {bound} admits: prompts of {bound} to "
-            f"{longest_promised_prompt(window)} tokens fit the window but not the bound (checked as 'promised')"
+            f"{promised} tokens fit the window but not the bound (checked as 'promised')"
         )
     return notes
 
 
-def _boundary_points(limits: DeploymentLimits) -> list[tuple[str, int, Expect, str]]:
+def _boundary_points(limits: DeploymentLimits, engine: Engine) -> list[tuple[str, int, Expect, str]]:
     """The lengths around B and W, each once (the first label wins when two coincide)."""
     bound, window = limits.max_req_input_len, limits.window_tokens
-    promised = longest_promised_prompt(window)
+    promised = longest_promised_prompt(window, engine)
     points: list[tuple[str, int, Expect, str]] = []
     if CONTROL_PROMPT_TOKENS < bound - 1:
         points.append(("control", CONTROL_PROMPT_TOKENS, "accept", f"{CONTROL_PROMPT_TOKENS} tokens, far below B"))
@@ -276,8 +312,8 @@ def _boundary_points(limits: DeploymentLimits) -> list[tuple[str, int, Expect, s
     if promised > bound - 1:
         points.append(
             ("promised", promised, "accept",
-             f"W - 7 = {promised} tokens is the longest prompt SGLang admits under the advertised window "
-             f"W = {window} (the bound it states is only B = {bound})")
+             f"W - {window - promised} = {promised} tokens is the longest prompt {engine.label} admits under the "
+             f"advertised window W = {window} (the bound it states is only B = {bound})")
         )
     points.append(("at-bound", bound, "refuse", f"B = {bound} tokens: prompts of B tokens or more are refused"))
     points.append(("above-bound", bound + 1, "refuse", f"B + 1 = {bound + 1} tokens is above the bound B = {bound}"))

@@ -14,12 +14,14 @@ OVERLONG_ACCEPTED = define_rule(
     "error",
     "an over-long prompt was answered with HTTP 200",
     """A prompt at or above the deployment's admission bound (max_req_input_len, or the advertised
-    window) was answered as a success. SGLang refuses such prompts with HTTP 400; a 200 means some
-    layer (a router, a prefill/decode pair before the admission fixes, a patched engine) accepted a
-    prompt the KV pool cannot hold, and what came back was not generated from that prompt. This is
-    how the incident looked from outside: long prompts got 200s and another customer's text. Fix: run
-    an SGLang release with the admission fixes (0.5.22 or later) on every role, make the router relay
-    the engine's 400, and keep --allow-auto-truncate off.""",
+    window) was answered as a success. SGLang refuses such prompts with HTTP 400, and so does vLLM
+    (prompts of max_model_len tokens or more); a 200 means some layer (a router, a prefill/decode pair
+    before the admission fixes, a patched engine, a proxy that truncates) accepted a prompt the KV pool
+    cannot hold, and what came back was not generated from that prompt. This is how the incident
+    looked from outside: long prompts got 200s and another customer's text. Fix: run an SGLang release
+    with the admission fixes (0.5.22 or later) on every role, make the router relay the engine's 400,
+    and keep --allow-auto-truncate off (vLLM: no truncate_prompt_tokens in a proxy, the same
+    --max-model-len on every backend of a router).""",
 )
 
 PROMPT_ALTERED = define_rule(
@@ -116,11 +118,12 @@ UNREACHABLE = define_rule(
     "KV320",
     "error",
     "the deployment could not be probed",
-    """The probe could not reach the URL, could not learn the deployment's limits (no /server_info
-    and no --context-length/--pool), or was refused for lack of credentials. There is no verdict
-    without a probe, so the run is an error (exit 3), never a pass. Fix: check the URL and the
-    network path, pass --token-env for a protected front door, and give --context-length and --pool
-    when the front door does not serve /server_info (a router).""",
+    """The probe could not reach the URL, could not learn the deployment's limits (no SGLang
+    /server_info, no vLLM /metrics cache_config_info, and no --context-length/--pool), or was refused
+    for lack of credentials. There is no verdict without a probe, so the run is an error (exit 3),
+    never a pass. Fix: check the URL and the network path, pass --token-env for a protected front
+    door, and give --context-length and --pool when the front door states no limits (a router; for a
+    router in front of vLLM whose /v1/models states max_model_len, --engine vllm is enough).""",
 )
 
 INCOMPLETE = define_rule(
@@ -129,7 +132,7 @@ INCOMPLETE = define_rule(
     "some probe requests were not sent or not answered",
     """A planned request was not sent (the --max-duration or --max-requests budget ran out) or got no
     usable answer (timeout, connection reset, a redirect the probe does not follow, an answer that is
-    not SGLang's). Those checks have no verdict, so the run is an error (exit 3) unless another check
+    not the engine's). Those checks have no verdict, so the run is an error (exit 3) unless another check
     already failed. Fix: raise --max-duration or --request-timeout for slow long-context prefills,
     point the probe at the front door itself (not at a URL that redirects), and re-run.""",
 )
@@ -139,13 +142,14 @@ UNSAFE_IDS = define_rule(
     "error",
     "the probe cannot prove its token ids lie inside the model's vocabulary",
     """A token id at or above the model's vocabulary kills SGLang's scheduler (IndexError in the
-    embedding) and the server with it, so the probe sends only ids it has proven in range: ids the
-    deployment's own tokenizer emits (POST /v1/tokenize), ids below --vocab-size, or ids below the
-    vocab_size of the model's config.json when the model path the server names is a folder on this
-    machine. Here none of these was available (or an explicit --token-id was not proven in range), and
-    no generation request was sent: there is no verdict (exit 3). Fix: give --vocab-size N with the
-    model's vocab_size, or probe a front door that serves /v1/tokenize (a server that loads its
-    tokenizer, or sglang-router).""",
+    embedding) and the server with it (vLLM refuses it with HTTP 400, which is no verdict either), so
+    the probe sends only ids it has proven in range: ids the deployment's own tokenizer emits (POST
+    /v1/tokenize on SGLang, POST /tokenize on vLLM), ids below --vocab-size, or ids below the
+    vocab_size of the model's config.json when the model path the server names (SGLang's /model_info,
+    vLLM's /v1/models root) is a folder on this machine. Here none of these was available (or an
+    explicit --token-id was not proven in range), and no generation request was sent: there is no
+    verdict (exit 3). Fix: give --vocab-size N with the model's vocab_size, or probe a front door
+    that serves the tokenizer (a server that loads its tokenizer, or sglang-router).""",
 )
 
 SERVER_CRASHED = define_rule(

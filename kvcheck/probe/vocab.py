@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -33,6 +33,9 @@ from kvcheck.http import HttpLimitError, JsonRejected, parse_json
 from kvcheck.http import request as http_request
 from kvcheck.probe.options import DEFAULT_TOKEN_ID, PATTERN_SPAN, ProbeOptions
 from kvcheck.probe.transport import ProbeGuardError
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import ProbeFrontDoor
 
 TOKENIZE = "/v1/tokenize"
 MODEL_INFO_PATHS = ("/model_info", "/get_model_info")  # 0.5.23's spelling, then the older one (the router's)
@@ -77,6 +80,7 @@ class Vocabulary:
     candidates: tuple[int, ...]  # ids for the owners' patterns (never the filler)
     unit: str | None = None  # a word the tokenizer turns into one token per repetition
     size: int | None = None  # the vocabulary size, when stated (--vocab-size, config.json)
+    tokenizer: bool = False  # the deployment's own tokenizer answered: the front door takes text prompts
 
     def describe(self) -> str:
         ids = sorted({self.filler, *self.candidates})
@@ -92,15 +96,23 @@ def placeholder_vocabulary(options: ProbeOptions) -> Vocabulary:
 
 
 def learn_vocabulary(client: httpx.Client, options: ProbeOptions, *, model: str | None,
-                     timeout_s: float) -> tuple[Vocabulary, list[str]]:
-    """The ids the probe may send, and notes on how they were proven; raises VocabularyUnknown."""
+                     timeout_s: float, front: ProbeFrontDoor | None = None) -> tuple[Vocabulary, list[str]]:
+    """The ids the probe may send, and notes on how they were proven; raises VocabularyUnknown.
+
+    `front` names the engine's tokenizer endpoint and model-path endpoints (None: SGLang's).
+    """
     notes: list[str] = []
-    vocab = _from_tokenizer(client, model, timeout_s, notes)
+    tokenize = front.tokenize_path if front is not None else TOKENIZE
+    if front is not None and not front.tokenize_batch:
+        vocab = _from_single_tokenizer(client, tokenize, model, timeout_s, notes)
+    else:
+        vocab = _from_tokenizer(client, model, timeout_s, notes, tokenize)
     if vocab is None and notes and notes[-1].startswith(_UNREACHABLE_NOTE):
         raise VocabularyUnknown(f"{notes[-1][len(_UNREACHABLE_NOTE):]}; nothing else was sent", unreachable=True)
     size, source = options.vocab_size, f"--vocab-size {options.vocab_size}"
     if size is None and vocab is None:
-        size, source = _size_from_model_config(client, timeout_s, notes)
+        paths = front.model_info_paths if front is not None else MODEL_INFO_PATHS
+        size, source = _size_from_model_config(client, timeout_s, notes, paths)
     if vocab is not None:
         if size is not None:
             vocab = _within(vocab, size, notes)
@@ -110,39 +122,67 @@ def learn_vocabulary(client: httpx.Client, options: ProbeOptions, *, model: str 
         raise VocabularyUnknown(
             "cannot probe safely: no proof that token ids lie inside the model's vocabulary ("
             + "; ".join(notes) + "); an id at or above it kills the server, so nothing was sent",
-            hint="give --vocab-size N (the model's vocab_size from its config.json), or probe a front door "
-            "that serves POST /v1/tokenize (a server with its tokenizer, or sglang-router)",
+            hint=f"give --vocab-size N (the model's vocab_size from its config.json), or probe a front door "
+            f"that serves POST {tokenize} (a server with its tokenizer, or a router that has one)",
         )
     return _with_token_id(vocab, options), notes
 
 
+def _from_single_tokenizer(client: httpx.Client, path: str, model: str | None, timeout_s: float,
+                           notes: list[str]) -> Vocabulary | None:
+    """Ids a tokenizer that takes one prompt per POST (vLLM's /tokenize) emits for WORDS: one POST.
+
+    Its token prompts go as ids (vLLM's /v1/completions takes them), so no counted-text unit is needed:
+    the filler is the id the word list uses most (the smallest of those on a tie), the patterns the rest.
+    """
+    body: dict[str, Any] = {"prompt": WORDS, "add_special_tokens": False}
+    if model:
+        body["model"] = model
+    payload = _post_json(client, path, body, timeout_s, notes)
+    if payload is None:
+        return None
+    tokens = payload.get("tokens") if isinstance(payload, dict) else None
+    if not _is_id_lists([tokens], 1) or not tokens:
+        notes.append(f"POST {path} answered without a list of token ids")
+        return None
+    assert isinstance(tokens, list)
+    filler = min(set(tokens), key=lambda t: (-tokens.count(t), t))
+    candidates = tuple(sorted(set(tokens) - {filler}))
+    if len(candidates) < MIN_CANDIDATES:
+        notes.append(f"POST {path} gave {len(candidates)} distinct ids for the word list, fewer than the "
+                     f"{MIN_CANDIDATES} the patterns need")
+        return None
+    return Vocabulary(source=f"the deployment's tokenizer (POST {path})", filler=filler, candidates=candidates,
+                      tokenizer=True)
+
+
 def _from_tokenizer(client: httpx.Client, model: str | None, timeout_s: float,
-                    notes: list[str]) -> Vocabulary | None:
+                    notes: list[str], path: str = TOKENIZE) -> Vocabulary | None:
     """Ids the deployment's tokenizer emits for WORDS, and the first unit word that counts one token each."""
     prompts = [WORDS] + [unit * n for unit in UNITS for n in UNIT_SAMPLES]
     body: dict[str, Any] = {"prompt": prompts, "add_special_tokens": False}
     if model:
         body["model"] = model  # sglang-router finds the tokenizer by model name
-    payload = _post_json(client, TOKENIZE, body, timeout_s, notes)
+    payload = _post_json(client, path, body, timeout_s, notes)
     if payload is None:
         return None
     tokens = payload.get("tokens") if isinstance(payload, dict) else None
     if not _is_id_lists(tokens, len(prompts)):
-        notes.append(f"POST {TOKENIZE} answered without {len(prompts)} lists of token ids")
+        notes.append(f"POST {path} answered without {len(prompts)} lists of token ids")
         return None
     assert isinstance(tokens, list)
     unit, filler = _linear_unit(tokens[1:])
     if unit is None or filler is None:
-        notes.append(f"POST {TOKENIZE}: none of the words {', '.join(repr(u) for u in UNITS)} is one token "
+        notes.append(f"POST {path}: none of the words {', '.join(repr(u) for u in UNITS)} is one token "
                      "per repetition")
         return None
     candidates = tuple(sorted(set(tokens[0]) - {filler}))
     if len(candidates) < MIN_CANDIDATES:
-        notes.append(f"POST {TOKENIZE} gave {len(candidates)} distinct ids for the word list, fewer than the "
+        notes.append(f"POST {path} gave {len(candidates)} distinct ids for the word list, fewer than the "
                      f"{MIN_CANDIDATES} the patterns need")
         return None
-    return Vocabulary(source=f"the deployment's tokenizer (POST {TOKENIZE})", filler=filler,
-                      candidates=candidates, unit=unit)
+    return Vocabulary(source=f"the deployment's tokenizer (POST {path})", filler=filler,
+                      candidates=candidates, unit=unit, tokenizer=True)
 
 
 def _linear_unit(samples: Sequence[list[int]]) -> tuple[str | None, int | None]:
@@ -201,9 +241,10 @@ def _post_json(client: httpx.Client, path: str, body: dict[str, Any], timeout_s:
         return None
 
 
-def _size_from_model_config(client: httpx.Client, timeout_s: float, notes: list[str]) -> tuple[int | None, str]:
+def _size_from_model_config(client: httpx.Client, timeout_s: float, notes: list[str],
+                            paths: Sequence[str] = MODEL_INFO_PATHS) -> tuple[int | None, str]:
     """vocab_size from config.json of the model path the server names, when that folder is on this machine."""
-    path = _model_path(client, timeout_s, notes)
+    path = _model_path(client, timeout_s, notes, paths)
     if path is None:
         return None, ""
     size = _read_vocab_size(path, notes)
@@ -241,8 +282,11 @@ def _vocab_size(data: Any) -> int | None:
     return None
 
 
-def _model_path(client: httpx.Client, timeout_s: float, notes: list[str]) -> str | None:
-    for path in MODEL_INFO_PATHS:
+def _model_path(client: httpx.Client, timeout_s: float, notes: list[str],
+                paths: Sequence[str] = MODEL_INFO_PATHS) -> str | None:
+    """The model path the first of `paths` that answers names: `model_path` (SGLang's /model_info), or
+    the first model's `root` in a /v1/models list (vLLM's)."""
+    for path in paths:
         try:
             response = http_request(client, "GET", path, timeout_s=timeout_s, max_redirects=0)
         except ProbeGuardError as exc:
@@ -258,11 +302,16 @@ def _model_path(client: httpx.Client, timeout_s: float, notes: list[str]) -> str
         except JsonRejected:
             payload = None
         model_path = payload.get("model_path") if isinstance(payload, dict) and response.status == 200 else None
+        if model_path is None and isinstance(payload, dict) and response.status == 200:
+            data = payload.get("data")
+            first = data[0] if isinstance(data, list) and data else None
+            model_path = first.get("root") if isinstance(first, dict) else None
         if isinstance(model_path, str) and model_path:
             return model_path
         notes.append(f"GET {path} answered HTTP {response.status} without a model_path")
         return None
-    notes.append(f"the front door serves neither {' nor '.join(MODEL_INFO_PATHS)}")
+    notes.append(f"the front door serves neither {' nor '.join(paths)}" if len(paths) > 1
+                 else f"the front door does not serve {paths[0]}")
     return None
 
 
@@ -297,7 +346,8 @@ def _within(vocab: Vocabulary, size: int, notes: list[str]) -> Vocabulary:
         )
     if len(kept) < len(vocab.candidates):
         notes.append(f"{len(vocab.candidates) - len(kept)} tokenizer ids at or above vocabulary size {size} dropped")
-    return Vocabulary(source=vocab.source, filler=vocab.filler, candidates=kept, unit=vocab.unit, size=size)
+    return Vocabulary(source=vocab.source, filler=vocab.filler, candidates=kept, unit=vocab.unit, size=size,
+                      tokenizer=vocab.tokenizer)
 
 
 def _with_token_id(vocab: Vocabulary, options: ProbeOptions) -> Vocabulary:
@@ -318,5 +368,5 @@ def _with_token_id(vocab: Vocabulary, options: ProbeOptions) -> Vocabulary:
     # the filler's unit no longer describes the token prompts' filler, but text prompts keep using the unit
     return Vocabulary(source=vocab.source, filler=token_id,
                       candidates=tuple(c for c in vocab.candidates if c != token_id), unit=vocab.unit,
-                      size=vocab.size)
+                      size=vocab.size, tokenizer=vocab.tokenizer)
 

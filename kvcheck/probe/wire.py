@@ -59,8 +59,13 @@ class Answer:
         return ", ".join(parts)
 
 
-def request_body(planned: PlannedRequest, prompt: list[int] | str, *, rid: str, model: str | None) -> dict[str, Any]:
-    """The JSON body a client would send for this planned request (greedy, so markers repeat exactly)."""
+def request_body(planned: PlannedRequest, prompt: list[int] | str, *, rid: str, model: str | None,
+                 request_id_field: str | None = None) -> dict[str, Any]:
+    """The JSON body a client would send for this planned request (greedy, so markers repeat exactly).
+
+    `request_id_field`: the /v1/completions field the engine takes a request id in (vLLM: request_id),
+    so that the probe's requests can be found in its logs; None sends none (sglang-router's schema).
+    """
     if planned.endpoint == COMPLETIONS:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -68,8 +73,12 @@ def request_body(planned: PlannedRequest, prompt: list[int] | str, *, rid: str, 
             "temperature": 0,
             "stream": planned.stream,
         }
+        if planned.stream:  # the usage figures come as a last chunk only when asked for
+            body["stream_options"] = {"include_usage": True}
         if model:
             body["model"] = model
+        if request_id_field:
+            body[request_id_field] = rid
         return body
     key = "text" if isinstance(prompt, str) else "input_ids"
     return {
@@ -193,6 +202,8 @@ def _read_stream(status: int, text: str, latency_ms: float | None) -> Answer:
             return Answer(status=status, kind="error", latency_ms=latency_ms, raw_text=text, id_runs=runs,
                           message=message, abort_status=_error_code(chunk))
     metas = [c["meta_info"] for c in chunks if isinstance(c, dict) and isinstance(c.get("meta_info"), dict)]
+    if not metas and any(isinstance(c, dict) and ("choices" in c or "usage" in c) for c in chunks):
+        return _read_openai_stream(status, chunks, text, latency_ms, runs)
     if not metas:
         return Answer(status=status, kind="empty", latency_ms=latency_ms, raw_text=text, id_runs=runs)
     last = metas[-1]
@@ -205,6 +216,30 @@ def _read_stream(status: int, text: str, latency_ms: float | None) -> Answer:
                   raw_text=text, id_runs=runs, prompt_tokens=_count(last.get("prompt_tokens")),
                   completion_tokens=_count(last.get("completion_tokens")), finish_type=finish_type,
                   abort_status=abort_status, message=message)
+
+
+def _read_openai_stream(status: int, chunks: list[Any], text: str, latency_ms: float | None,
+                        runs: tuple[tuple[int, ...], ...]) -> Answer:
+    """An OpenAI completion stream: choices' finish_reason, and the usage chunk (stream_options.include_usage)."""
+    finish_type: str | None = None
+    usage: dict[str, Any] = {}
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            continue
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if isinstance(reason, str):
+                finish_type = reason
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+    prompt_tokens, completion_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    if finish_type is None:
+        return Answer(status=status, kind="empty", latency_ms=latency_ms, raw_text=text, id_runs=runs,
+                      prompt_tokens=prompt_tokens, message="the stream ended without a finish reason")
+    return Answer(status=status, kind="abort" if finish_type == "abort" else "success", latency_ms=latency_ms,
+                  raw_text=text, id_runs=runs, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                  finish_type=finish_type)
 
 
 def _finish(meta: dict[str, Any]) -> tuple[str | None, int | None, str | None]:

@@ -36,3 +36,34 @@ def test_nothing_to_check_is_exit_2() -> None:
     done = run_kvcheck("verify")
     assert done.exit_code == 2
     assert 'give a manifest or deployment files (FILE..., - for stdin), or --cmd "..."' in done.stderr
+
+
+def test_errors_in_a_command_line_speak_of_the_command_line_not_of_deployment_files() -> None:
+    bad = "python -m sglang.launch_server --model-path m --tp two"
+    for command in ("verify", "import"):
+        done = run_kvcheck(command, "--gpu", "H100", "--sglang-version", "0.5.23", "--cmd", bad)
+        assert (done.exit_code, done.stderr) == (2, (
+            "kvcheck: error: 1 error in the --cmd command line:\n"
+            "--cmd:1:52: 'tp-size' must be an integer, not 'two'\n"
+            "kvcheck: hint: fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line\n"))
+    # no release named: the note and the error say the command line does not name it
+    done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100",
+                       "--cmd", "python -m sglang.launch_server --model-path m --bogus-flag 3")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[1] == (
+        "--cmd:1:47: unknown SGLang flag 'bogus-flag' (SGLang 0.5.23). The command line does not name the SGLang "
+        "release, so kvcheck read it with the flags of 0.5.23, the newest it knows: if the deployment runs an older "
+        "release, pass --sglang-version")
+    done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--sglang-version", "0.5.23",
+                       "--cmd", "python -m sglang.launch_server --model-path m")
+    assert (done.exit_code, done.stderr.splitlines()[0]) == (2, (
+        "kvcheck: error: --cmd: the command line does not state the context window to check "
+        "(command-line: the roles set no common --context-length)"))
+    done = run_kvcheck("import", "--cmd", "python -m sglang.launch_server --tp 2")
+    assert done.exit_code == 0
+    assert done.stdout.splitlines()[1:4] == [
+        "# note: the command line does not name the SGLang release (no lmsysorg/sglang image tag); role 'server' "
+        "was read with the flags of 0.5.23, the newest release kvcheck knows",
+        "# context_length: not in the command line; add the window you advertise (required)",
+        "# model.path: not in the command line; add it (required)",
+    ]

@@ -8,7 +8,7 @@ tests/bench/calibrate_estimator.py (the table in docs/estimate.md) and tests/est
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +270,10 @@ UNUSABLE: dict[str, str] = {
     "sglang-qwen38-27b-nvfp4-dflash2-2x5090-tp2-club3090-1261": "memory fraction and release not known",
     "sglang-qwen3-32b-4x5090-tp4-cp2-summary": "attention context parallelism: not priced by the estimate model",
     "sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture": "an abridged test fixture (its baseline reading fits H20 TP8)",
+    "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
+        "a refused start (no pool): its weights are checked (-5.1 %, the FP4 experts' float32 scales of that era), "
+        "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"
+    ),
 }
 
 # K/V size checks: (datapoint id, model, args, logged tokens field) -> cell bytes from the logged GB
@@ -291,10 +295,16 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 )
 
 
-# Weight checks for logs whose pool is not usable: (datapoint id, model, gpu, args)
-WEIGHT_CHECKS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
-    ("sglang-glm5-fp8-mi35x-tp8-fp8kv", "zai-org--GLM-5-FP8", "MI355X", {"tp_size": 8}),
-    ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "H100", {"tp_size": 2}),
+# Weight checks for logs whose pool is not usable: (datapoint id, model, gpu, args, release priced)
+WEIGHT_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
+    ("sglang-glm5-fp8-mi35x-tp8-fp8kv", "zai-org--GLM-5-FP8", "MI355X", {"tp_size": 8}, "0.5.23"),
+    ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "H100", {"tp_size": 2}, "0.5.23"),
+    # DeepSeek-V4 (docs/estimate.md, DeepSeek-V4 weights): FP4 experts on Hopper in the 0.5.14-0.5.15 era
+    # (float32 block scales), and the FP8-expert Flash-Base fixture priced with the FP8 Flash config
+    ("sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128", "deepseek-ai--DeepSeek-V4-Pro", "H200",
+     {"tp_size": 8, "mem_fraction_static": 0.88}, "0.5.14"),
+    ("sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture", "sgl-project--DeepSeek-V4-Flash-FP8", "H20",
+     {"tp_size": 8, "mem_fraction_static": 0.6}, "0.5.12"),
 )
 
 
@@ -464,9 +474,9 @@ def weight_checks() -> list[tuple[str, float, float]]:
     """(id, predicted GiB incl. load overhead, logged GiB) for logs used only for their weights."""
     points = datapoints()
     rows = []
-    for dp_id, model, gpu, args in WEIGHT_CHECKS:
+    for dp_id, model, gpu, args, release in WEIGHT_CHECKS:
         if dp_id in points and _logged_weights(points[dp_id]) is not None:
-            est = estimate_role(_target(model, gpu, args), offline=True)
+            est = estimate_role(replace(_target(model, gpu, args), engine_version=release), offline=True)
             predicted = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
             rows.append((dp_id, predicted, float(_logged_weights(points[dp_id]))))
     return rows

@@ -176,7 +176,9 @@ def test_router_without_server_info_needs_the_limits_as_options(deploy) -> None:
     assert report.exit_code == 3
     assert [(f.rule, f.role) for f in report.findings] == [("KV320", "limits")]
     assert "--context-length and --pool was not given" in report.findings[0].message
-    assert [(s.method, s.path) for s in d.seen] == [("GET", "/server_info"), ("GET", "/get_server_info")]
+    # SGLang's reader first, then vLLM's (its pool is on /metrics): neither reads a router's answers
+    assert [(s.method, s.path) for s in d.seen] == [("GET", "/server_info"), ("GET", "/get_server_info"),
+                                                    ("GET", "/metrics")]
 
     d2 = deploy("fixed", server_info=False)
     report = run_probe(ProbeOptions(url=d2.url, context_length=4096, pool_tokens=8192, **FAST))

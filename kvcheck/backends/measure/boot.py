@@ -494,7 +494,9 @@ class RoleBoot:
         )
         figures = judge_figures(target, report)
         findings: list[Finding] = list(figures.findings)
-        resolved = dict(server.resolved_args) if server is not None else dict(summary.server_args or {})
+        # a server that states no arguments (vLLM's) leaves the log's: what its `non-default args:` line said
+        resolved = dict(server.resolved_args) if server is not None and server.resolved_args \
+            else dict(summary.server_args or {})
         return PoolMeasurement(
             role=target.name,
             source="measure",

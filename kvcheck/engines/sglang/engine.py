@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import NodeLaunch, PoolEstimate, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
@@ -199,6 +199,23 @@ class SglangEngine(Engine):
             sleep=sleep or time.sleep,
         )
 
+    def probe_front_door(self) -> ProbeFrontDoor:
+        from kvcheck.engines.base import ProbeFrontDoor
+
+        # /generate takes token ids; /v1/tokenize takes a list of prompts (sglang-router's wants the model
+        # name); /model_info names the model path (/get_model_info on older releases and the router).
+        # The probe's own hints (probe/judge.py) are worded for SGLang: none to override.
+        return ProbeFrontDoor(label=self.label, native_endpoint="/generate", tokenize_path="/v1/tokenize",
+                              tokenize_batch=True, model_info_paths=("/model_info", "/get_model_info"),
+                              bound_from_window=False)
+
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
+        if self.device(args) == "cpu":
+            return ("or give the pool more host memory: raise --mem-fraction-static, or serve on a host with more "
+                    "RAM per NUMA node")
+        return ("or give the pool more memory: raise --mem-fraction-static, widen TP, or use an FP8 KV cache "
+                "(`kvcheck plan` computes the settings that fit)")
+
     # -- sizing -----------------------------------------------------------------------------------
 
     def estimate(
@@ -238,9 +255,11 @@ class SglangEngine(Engine):
 
     # -- rules ------------------------------------------------------------------------------------
 
+    disaggregation_rules: ClassVar[frozenset[str]] = frozenset({"KV201", "KV203"})
+
     def rules(self) -> tuple[Rule, ...]:
         from kvcheck.engines.sglang import log_rules
         from kvcheck.engines.sglang.sizing import rules as sizing_rules
 
-        return (sizing_rules.KV305, sizing_rules.KV105, sizing_rules.KV108, log_rules.KV309, log_rules.KV312, log_rules.KV313,
-                log_rules.KV316)
+        return (sizing_rules.KV305, sizing_rules.KV105, sizing_rules.KV108, sizing_rules.KV120, log_rules.KV309,
+                log_rules.KV312, log_rules.KV313, log_rules.KV316)

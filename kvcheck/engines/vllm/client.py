@@ -150,7 +150,7 @@ class VllmClient(ServerTransport):
             url=self.url,
             version=version,
             max_total_num_tokens=min(pools),
-            max_req_input_len=served - 1 if served else None,
+            max_req_input_len=served,  # prompts of max_model_len tokens or more are refused (serving.py)
             dp_token_capacities=tuple(pools) if len(pools) > 1 else (),
             swa_token_capacities=(),
             context_length_arg=None,

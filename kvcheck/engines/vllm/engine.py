@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import NodeLaunch, PoolEstimate, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
     from kvcheck.gpus import GpuProfile, GpuProfiles
-    from kvcheck.model import RolePlan, RoleTarget
+    from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
 NO_SIZING = (
@@ -121,7 +121,8 @@ class VllmEngine(Engine):
         version: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> int:
-        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length)
+        # vLLM reserves nothing per request beyond the prompt at admission (its check is the length):
+        # prompts of max_model_len tokens or more are refused
         return serving.max_input_len(context_len, pool_tokens)
 
     def device(self, args: Mapping[str, Any]) -> str:
@@ -198,6 +199,27 @@ class VllmEngine(Engine):
         return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
                           backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
 
+    def probe_front_door(self) -> ProbeFrontDoor:
+        from kvcheck.engines.vllm.probe import FRONT_DOOR
+
+        return FRONT_DOOR
+
+    def probe_bound(
+        self,
+        context_len: int,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+    ) -> int:
+        from kvcheck.engines.vllm.probe import probe_bound
+
+        return probe_bound(context_len)
+
+    def fit_hint(self, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str:
+        from kvcheck.engines.vllm.probe import fit_hint
+
+        return fit_hint(args, self.device(args), env or {})
+
     # -- sizing: not in this release: never a guessed number ---------------------------------------
 
     def estimate(
@@ -230,6 +252,12 @@ class VllmEngine(Engine):
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
-        from kvcheck.engines.vllm.rules import KV109
+        from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212
 
-        return (KV109,)
+        return (KV109, KV210, KV211, KV212)
+
+    def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+        return serving.role_findings(target, args, mode, device=self.device(args))
+
+    def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any]) -> float:
+        return serving.concurrency(pool_tokens, window, serving.block_size(args, self.device(args)))

@@ -21,6 +21,7 @@ The lines are vLLM 0.32.0's (V1 engine), measured on its CPU backend and read in
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from typing import Any
 
 from kvcheck.engines.base import FAILED, PHASE_ORDER, LogEvent, LogSummary, RankFigures, RankTag
 from kvcheck.engines.vllm.serving import DEFAULT_BLOCK_SIZE, MAX_TOKEN_FIGURE
-from kvcheck.io.pyast import literal_eval
+from kvcheck.io.pyast import literal_eval, parse_expression
 from kvcheck.io.streams import BinaryReadable
 
 MAX_LINE_CHARS = 64 * 1024  # a longer line is cut before it is read (config dumps run to ~8 k)
@@ -132,13 +133,26 @@ def _count(text: str) -> int | None:
     return value if value <= MAX_TOKEN_FIGURE else None
 
 
+class _ConfigsAsDicts(ast.NodeTransformer):
+    """`KVTransferConfig(kv_role='kv_producer', ...)` (how 0.32.0 prints a JSON config flag it parsed) as the
+    dict of its keywords; any other call stays, and literal_eval refuses it."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's spelling)
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id.endswith("Config") and not node.args \
+                and all(k.arg is not None for k in node.keywords):
+            return ast.Dict(keys=[ast.Constant(k.arg) for k in node.keywords], values=[k.value for k in node.keywords])
+        return node
+
+
 def _literal_args(text: str) -> dict[str, Any] | None:
-    """The `non-default args` dict (a Python repr); None when it is not plain literals."""
+    """The `non-default args` dict (a Python repr, config objects as their keywords); None when it is not
+    plain literals."""
     if len(text) > MAX_ARGS_CHARS:
         return None
     try:
-        value = literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        value = literal_eval(_ConfigsAsDicts().visit(parse_expression(text)))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return value if isinstance(value, dict) and all(isinstance(k, str) for k in value) else None
 
@@ -369,6 +383,9 @@ class VllmLogReader:
             model = args.get("model_tag") or args.get("model")
             if isinstance(model, str):
                 args.setdefault("model_path", model)
+            device = s.config.get("device_config")
+            if device and device != "cuda":  # the engine's config line names the device (0.32.0 has no flag)
+                args.setdefault("device", device)
         return LogSummary(
             ranks=ranks,
             server_args=args,

@@ -1,7 +1,7 @@
 """How vLLM is launched, which prefill/decode role its args give it, and which prompts it admits.
 
 The one home of these rules for vLLM; every command (logs, measure, audit) asks here.
-Measured on vLLM 0.32.0 (docs/vllm.md): a prompt of at most max_model_len - 1 tokens is admitted
+Measured on vLLM 0.32.0 (docs/vllm.md): a prompt of at most max_model_len - 1 tokens is admitted, so prompts of max_model_len or more are refused
 (a longer one is HTTP 400 "This model's maximum context length is ..."), and one KV block of the
 pool is vLLM's null block, so a request can use at most (num_gpu_blocks - 1) x block_size tokens.
 """
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvcheck.model import Finding, RoleTarget
 
 DEFAULT_ENGINE_COMMAND: tuple[str, ...] = ("vllm", "serve")
 
@@ -60,14 +63,17 @@ def device(args: Mapping[str, Any]) -> str:
 
 
 def max_input_len(context_len: int, pool_tokens: int | None) -> int:
-    """The longest prompt vLLM admits: max_model_len - 1 tokens (one is left for the first output token).
+    """vLLM's admission bound, as Engine.max_input_len means it: prompts of this many tokens or more are
+    not served. vLLM 0.32.0 serves prompts of at most max_model_len - 1 tokens (one is left for the first
+    output token; measured, docs/vllm.md), so the bound is max_model_len itself.
 
     vLLM refuses at boot a pool that cannot hold one request of max_model_len, so a served pool never
-    lowers the bound; a pool below it (a log of a refused start) bounds it at its own size - 1.
+    lowers the bound; a pool below it (a log of a refused start, whose pool is vLLM's estimated maximum
+    model length) bounds it at its own size.
     """
-    bound = context_len - 1
+    bound = context_len
     if pool_tokens is not None:
-        bound = min(bound, pool_tokens - 1)
+        bound = min(bound, pool_tokens)
     return bound
 
 
@@ -82,3 +88,54 @@ def data_parallel_ranks(args: Mapping[str, Any]) -> int:
 def usable_tokens(num_blocks: int, block_size: int) -> int:
     """The tokens one request can use: every block but vLLM's null block."""
     return max(num_blocks - 1, 0) * block_size
+
+
+def block_size(args: Mapping[str, Any], device: str) -> int:
+    """The KV block size of the role: --block-size when set, else vLLM's default on the device."""
+    stated = args.get("block_size")
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+        return stated
+    return DEFAULT_BLOCK_SIZE["cpu" if device == "cpu" else "cuda"]
+
+
+def concurrency(pool_tokens: int, window: int, block: int) -> float:
+    """Requests of `window` tokens the usable pool holds at once, in whole blocks per request as vLLM
+    allocates them: (num_blocks - 1) / ceil(window / block), the pool being (num_blocks - 1) x block."""
+    return (pool_tokens // block) / max(-(-window // block), 1)
+
+
+def role_findings(target: RoleTarget, args: Mapping[str, Any], mode: str | None, *, device: str) -> list[Finding]:
+    """KV210-KV212: the role's KV transfer and memory settings vLLM does not check itself."""
+    from kvcheck.policy.registry import finding
+
+    found = []
+    config = kv_transfer_config(args) or {}
+    where = target.arg_location("kv_transfer_config")
+    if mode == "kv_both" and str(config.get("kv_connector", "")).startswith("Nixl"):
+        found.append(finding(
+            "KV210", target.name,
+            f"kv_role kv_both with {config['kv_connector']}: vLLM 0.32.0 deprecates it and a later release "
+            "will refuse to start the role; the role may prefill or decode, and is checked as either",
+            hint="set kv_role: kv_producer on prefill instances and kv_consumer on decode instances",
+            location=where,
+        ))
+    if config.get("kv_load_failure_policy") == "recompute":
+        found.append(finding(
+            "KV212", target.name,
+            "kv_load_failure_policy is recompute: a request whose KV blocks failed to load is recomputed, which "
+            "has produced wrong output when requests share blocks (prefix caching)",
+            hint="keep kv_load_failure_policy: fail (vLLM's default), or run the role without prefix caching",
+            location=where,
+        ))
+    memory = args.get("kv_cache_memory_bytes")
+    if memory is not None and device != "cpu":
+        found.append(finding(
+            "KV211", target.name,
+            f"--kv-cache-memory-bytes {memory} sets the pool and vLLM skips its memory profiling: nothing "
+            "checked at boot that the weights, activations and CUDA graphs fit beside it, and kvcheck measures "
+            "the pool, not that headroom",
+            hint="size the pool with --gpu-memory-utilization (vLLM then profiles and keeps the headroom), or "
+            "measure the role under peak load on the production GPU first",
+            location=target.arg_location("kv_cache_memory_bytes"),
+        ))
+    return found

@@ -22,6 +22,7 @@ from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
 from kvcheck.inputs.deploy.formats.base import text_doc
+from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
 from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
@@ -90,9 +91,13 @@ def read_deployments(
     *,
     cmd: str | None = None,
     sglang_version: str | None = None,
+    sglang_version_at: str | None = None,
     texts: Mapping[str, str] | None = None,
 ) -> list[ImportedDeployment]:
     """Every deployment the files (and `--cmd`) describe; InputError/ManifestError (exit 2) on bad input.
+
+    `sglang_version_at`: where the release given comes from (`overlay.yaml:3:12 (overlay)`,
+    `--sglang-version`), for the error when a file states another.
 
     `texts`: files already read, by path as given (a single input is read once, to tell a manifest from
     deployment files, and not again).
@@ -110,14 +115,14 @@ def read_deployments(
         role_sources += _read_docs(docs, issues)
         if cmd is not None:
             try:
-                role_sources += COMMAND_LINE.read(text_doc(SourceFile("--cmd", cmd)), FORMATS.gather([]))
+                role_sources += COMMAND_LINE.read(text_doc(SourceFile(CMD_NAME, cmd)), FORMATS.gather([]))
             except ScriptError as exc:
                 raise DeploymentFileError([*issues, exc.issue], hint=_HINT) from exc
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
-    roles = _build_roles(role_sources, sglang_version)
+    roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
 
 
@@ -162,13 +167,14 @@ def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
     return role_sources
 
 
-def _build_roles(role_sources: list[RoleSource], sglang_version: str | None) -> list[tuple[RoleSource, ImportedRole]]:
+def _build_roles(role_sources: list[RoleSource], sglang_version: str | None,
+                 given_at: str | None = None) -> list[tuple[RoleSource, ImportedRole]]:
     """Each role's arguments checked against its release's catalogue; DeploymentFileError with every issue."""
     issues: list[InputIssue] = []
     roles: list[tuple[RoleSource, ImportedRole]] = []
     for source in role_sources:
         try:
-            roles.append((source, _build_role(source, sglang_version, issues)))
+            roles.append((source, _build_role(source, sglang_version, issues, given_at)))
         except _Skip:
             continue
     if issues:
@@ -178,6 +184,7 @@ def _build_roles(role_sources: list[RoleSource], sglang_version: str | None) -> 
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
+_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line"
 
 
 class DeploymentFileError(InputError):
@@ -187,7 +194,11 @@ class DeploymentFileError(InputError):
         self.issues = list(issues)
         count = len(self.issues)
         lines = "\n".join(issue.render() for issue in self.issues)
-        super().__init__(f"{count} error{'s' if count != 1 else ''} in deployment files:\n{lines}", hint=hint)
+        where = "deployment files"
+        if self.issues and all(issue.file == CMD_NAME for issue in self.issues):  # `--cmd`: a command line
+            where = "the --cmd command line"
+            hint = _CMD_HINT if hint == _HINT else hint
+        super().__init__(f"{count} error{'s' if count != 1 else ''} in {where}:\n{lines}", hint=hint)
 
 
 class _Skip(Exception):
@@ -213,7 +224,8 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
     return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
 
 
-def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue]) -> tuple[Catalogue, Sourced, str | None]:
+def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue],
+               given_at: str | None = None) -> tuple[Catalogue, Sourced, str | None]:
     """The flag catalogue of the release the role runs: the one given, else the one the files state, else the
     engine's newest (with a note saying so)."""
     engine = get_engine(source.server.engine)
@@ -224,7 +236,9 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         where = stated.location
         issues.append(
             InputIssue(where.file if where else "", where.line if where else None, where.column if where else None, "",
-                       f"the deployment runs {engine.label} {stated.value} ({stated.origin}), but {override} was given")
+                       f"the deployment runs {engine.label} {stated.value} ({stated.origin}), but {override} was given"
+                       + (f" {'by' if given_at.startswith('--') else 'in'} {given_at}; they must agree"
+                          if given_at else ""))
         )
     if override is not None:
         version = Sourced(override, None, "given")
@@ -243,20 +257,33 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
         tag = f" ({unpinned}; pass --sglang-version)" if unpinned else tag
         note = (
-            f"the files do not name the {engine.label} release{tag}; role '{source.name}' "
+            f"{inputs_do(source.location.file if source.location else '').lower()} not name the {engine.label} "
+            f"release{tag}; role '{source.name}' "
             f"was read with the flags of {version.value}, the newest release kvcheck knows"
         )
     return catalogue, version, note
 
 
-def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue]) -> ImportedRole:
-    catalogue, version, note = _catalogue(source, override, issues)
+def _build_role(source: RoleSource, override: str | None, issues: list[InputIssue],
+                given_at: str | None = None) -> ImportedRole:
+    catalogue, version, note = _catalogue(source, override, issues, given_at)
     first = len(issues)
     try:
         return _build_role_args(source, catalogue, version, note, issues)
     finally:
         if version.origin == "not in the files":
             _name_the_assumed_release(issues, first, catalogue.label, str(version.value))
+
+
+def inputs_named(*sources: str) -> str:
+    """What a message calls the inputs: `--cmd`'s command line alone, or files."""
+    return "the command line" if sources and all(s == CMD_NAME for s in sources) else "the files"
+
+
+def inputs_do(*sources: str) -> str:
+    """The inputs with their verb, to open a sentence: "The command line does", "The files do"."""
+    named = inputs_named(*sources)
+    return f"{named.capitalize()} {'does' if named == 'the command line' else 'do'}"
 
 
 def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, version: str) -> None:
@@ -267,7 +294,8 @@ def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, 
         if said in issue.message:
             issues[i] = InputIssue(
                 issue.file, issue.line, issue.column, issue.path,
-                f"{issue.message}. The files do not name the {label} release, so kvcheck read them with the flags "
+                f"{issue.message}. {inputs_do(issue.file)} not name the {label} release, so kvcheck read "
+                f"{'it' if issue.file == CMD_NAME else 'them'} with the flags "
                 f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
             )
 
@@ -445,7 +473,7 @@ KV501_WARNING_FLAGS = NON_SIZING_FLAGS | {"enable-metrics", "disaggregation-ib-d
 def _disagreements(
     source: RoleSource, leader: dict[str, Arg], label: str, worker: ServerCommand, catalogue: Catalogue
 ) -> list[Finding]:
-    """KV501 at both lines for every engine argument a worker runs differently from its leader."""
+    """KV501 for every engine argument a worker runs differently from its leader, at the leader's line."""
     parsed = parse_server(worker, catalogue, role=source.name)
     theirs = parsed.args
     out = []
@@ -457,17 +485,21 @@ def _disagreements(
             continue
         shown_mine = _shown(mine)
         shown_other = _shown(other)
+        places = [arg.location for arg in (mine, other) if arg is not None]
+        if other is None:
+            places.append(worker.location)
+        # One disagreement, one finding: at the leader's place, naming the worker's (one place when
+        # the value came through a variable both share).
+        where, *others = dict.fromkeys(places)
         text = f"--{name}: the leader runs {shown_mine}, the {label} runs {shown_other}"
+        if others:
+            text += f" at {others[0].render()}"
         hint = "every node of one instance must start with the same server arguments"
         severity: Severity | None = None
         if name in KV501_WARNING_FLAGS:
             text += " (a flag that does not size the pool: a warning)"
             severity = "warning"
-        places = [arg.location for arg in (mine, other) if arg is not None]
-        if other is None:
-            places.append(worker.location)
-        for where in dict.fromkeys(places):  # once per place (a value that came through a variable)
-            out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
+        out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
     return out
 
 

@@ -17,6 +17,7 @@ from kvcheck.inputs.deploy.build import (
     DeploymentFileError,
     ImportedDeployment,
     ImportedRole,
+    inputs_do,
     read_deployments,
     role_args_in_order,
 )
@@ -305,10 +306,12 @@ class LoadedDeployment(LoadedManifest):
 
     findings: tuple[Finding, ...] = ()
     notes_text: tuple[str, ...] = ()
+    notes_at: Location | None = None  # the overlay's engine.version, when the notes are about the release it gives
 
     def notes(self) -> list[Finding]:
         out = [
-            finding("KV204", None, text, hint="state the release: --sglang-version or the overlay's engine.version")
+            finding("KV204", None, text, hint="state the release: --sglang-version or the overlay's engine.version",
+                    location=self.notes_at)
             for text in self.notes_text
         ]
         return out + list(self.findings)
@@ -325,7 +328,8 @@ def import_deployments(
     """Read the files (those in `texts` are read already) and apply the overrides; InputError (exit 2)
     naming every conflict."""
     version = str(overrides.sglang_version.value) if overrides.sglang_version else None
-    deployments = read_deployments(paths, cmd=cmd, sglang_version=version, texts=texts)
+    deployments = read_deployments(paths, cmd=cmd, sglang_version=version, texts=texts,
+                                   sglang_version_at=_where(overrides.sglang_version) if overrides.sglang_version else None)
     issues: list[InputIssue] = []
     resolved = [resolve(d, overrides, issues, one_release=one_release) for d in deployments]
     if issues:
@@ -355,7 +359,8 @@ def load_deployment(
     for item in resolved:
         if item.context_length is None:
             raise InputError(
-                f"{', '.join(item.deployment.sources)}: the files do not state the context window to check "
+                f"{', '.join(item.deployment.sources)}: {inputs_do(*item.deployment.sources).lower()} not state the "
+                f"context window to check "
                 f"({item.deployment.name}: the roles set no common --context-length)",
                 hint="pass --context-length N (the window you advertise), or an overlay manifest's context_length",
             )
@@ -382,6 +387,8 @@ def load_deployment(
         catalogue_note=None,
         findings=tuple(findings),
         notes_text=notes,
+        # a release given applies to every role, so every catalogue note is about it
+        notes_at=overrides.sglang_version.location if overrides.sglang_version else None,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from kvcheck.escape import one_line
+from kvcheck.inputs.deploy.build import inputs_named
 from kvcheck.inputs.deploy.manifest import ImportedManifest, Resolved, Stated, imported_manifest
 from kvcheck.model import Finding
 
@@ -85,10 +86,11 @@ def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
         lines = [f"# kvcheck manifest imported from {one_line(', '.join(manifest.sources))} (kvcheck import)"]
         for note in item.notes:
             lines.append(f"# note: {one_line(note)}")
+        inputs = inputs_named(*manifest.sources)
         if manifest.context_length is None:
-            lines.append("# context_length: not in the files; add the window you advertise (required)")
+            lines.append(f"# context_length: not in {inputs}; add the window you advertise (required)")
         if manifest.model_path is None:
-            lines.append("# model.path: not in the files; add it (required)")
+            lines.append(f"# model.path: not in {inputs}; add it (required)")
         own = [f for f in findings if f.role in {r.name for r in manifest.roles}]
         for f in own:
             where = f.location.render() if f.location else ""

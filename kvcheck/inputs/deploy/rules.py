@@ -26,8 +26,8 @@ KV501 = define_rule(
     """Every node of a multi-node SGLang instance must start with the same server arguments:
     the leader and the workers each size their own share of the pool from them, and a
     different `--mem-fraction-static`, `--dp-size` or `--context-length` on one node either
-    fails the start or leaves one rank with a smaller pool than the others. kvcheck reports the
-    flag at both places. A difference in a flag that does not size the pool (names, credentials,
+    fails the start or leaves one rank with a smaller pool than the others. kvcheck reports each
+    disagreement once, at the leader's place, and names the worker's. A difference in a flag that does not size the pool (names, credentials,
     ports, parsers, log levels, `--enable-metrics`, the per-node `--disaggregation-ib-device`) is a
     warning. Fix: make the worker template's arguments equal to the leader's (only `--node-rank` may
     differ).""",

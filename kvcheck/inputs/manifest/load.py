@@ -352,6 +352,7 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     assert manifest is not None
     policy = PolicyConfig(
         min_headroom=manifest.policy.min_headroom,
+        min_concurrency=manifest.policy.min_concurrency,
         ignore=frozenset(manifest.policy.ignore),
         severity=dict(manifest.policy.severity),
     )

@@ -164,6 +164,10 @@ class PolicySpec(_Strict):
     min_headroom: float = Field(
         default=1.0, gt=0, description="Each pool must hold min_headroom x context_length tokens."
     )
+    min_concurrency: float = Field(
+        default=1.0, ge=1, le=1_000_000,
+        description="Requests of the full window each pool must hold at once (KV111); 1: one, null block counted.",
+    )
     ignore: list[str] = Field(
         default_factory=list, description="Rule codes to skip, e.g. [KV203]."
     )

@@ -170,6 +170,13 @@ def suppression_lines(report: Report) -> list[str]:
     return [suppression_line(item) for item in report.suppressions]
 
 
+def role_notes(report: Report) -> list[tuple[str, str]]:
+    """(role, note) for every role whose figures carry a note the reader must see (a log that holds two
+    engine starts is judged on the last one): JSON has it in the role's `details.note`."""
+    return [(role.name, note) for role in report.roles
+            if isinstance(note := role.details.get("note"), str) and note]
+
+
 # Control characters (C0 but tab and newline, DEL, C1), lone surrogates and the XML non-characters: what
 # a role name, a server's version string or a quoted log line may carry to forge terminal escapes,
 # GitHub workflow commands or invalid JUnit XML. Each becomes a visible escape such as \x1b.

@@ -11,6 +11,7 @@ from kvcheck.report.formats.base import (
     one_line,
     printable_report,
     relative_path,
+    role_notes,
     suppressed_text,
     suppression_lines,
 )
@@ -48,6 +49,8 @@ class GithubFormat(Format):
             props.append(f"title={_escape_property(title)}")
             message = item.message + (f"\nfix: {item.hint}" if item.hint else "")
             lines.append(f"::{self._LEVEL[item.severity]} {','.join(props)}::{_escape_data(message)}")
+        for name, note in role_notes(report):
+            lines.append(f"::notice title={_escape_property('kvcheck ' + name)}::{_escape_data(note)}")
         suppressed = suppressed_text(report)
         if suppressed:
             lines.append(f"::notice title=kvcheck::{_escape_data('suppressed by policy.ignore: ' + suppressed)}")

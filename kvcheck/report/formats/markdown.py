@@ -11,6 +11,7 @@ from kvcheck.report.formats.base import (
     markdown_code,
     markdown_text,
     printable_report,
+    role_notes,
     suppressed_text,
     suppression_lines,
 )
@@ -50,6 +51,10 @@ class MarkdownFormat(Format):
                 _cell(role.source),
             ]
             out.insert(len(out) - 1, "| " + " | ".join(cells) + " |")
+        notes = role_notes(report)
+        if notes:
+            out.extend(f"- note ({_cell(name)}): {_cell(note)}" for name, note in notes)
+            out.append("")
         extra = markdown_section(report)
         if extra:
             out.append(extra.rstrip("\n"))

@@ -18,6 +18,7 @@ from kvcheck.report.formats.base import (
     margin,
     one_line,
     printable_report,
+    role_notes,
     strip_trailing,
     suppressed_text,
     suppression_lines,
@@ -76,6 +77,7 @@ class TableFormat(Format):
         if dropped:
             console.print(f"(left out to fit {console.width} columns: {', '.join(dropped)}; --format json has "
                           "every figure)")
+        self._notes(report, console)
         for renderable in table_section(report):
             if isinstance(renderable, str):
                 buffer.write(renderable)  # preformatted text: wide tables must not be re-wrapped
@@ -108,6 +110,12 @@ class TableFormat(Format):
             console.print(f"suppressed by policy.ignore: {suppressed}")
         self._suppressions(report, console)
         return strip_trailing(buffer.getvalue())
+
+    @staticmethod
+    def _notes(report: Report, console: Console) -> None:
+        """A role's note under the roles' table (a restarted log: which start was judged)."""
+        for name, note in role_notes(report):
+            console.print(Text(f"note [{one_line(name)}]: {note}"), overflow="fold")
 
     @staticmethod
     def _suppressions(report: Report, console: Console) -> None:

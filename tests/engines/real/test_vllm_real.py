@@ -1,31 +1,30 @@
-"""`kvcheck verify` (measure mode, local launcher) and `kvcheck logs` against real vLLM 0.32.0 on CPU.
+"""Real vLLM 0.32.0 on CPU: where it is installed, how a test boots it through `kvcheck verify`, and the
+checks that need the installed release itself (its parser against the committed flag catalogue).
 
 The install is `bash tests/engines/real/install_vllm.sh DEST` (README.md beside this file); the tests
 read DEST from KVCHECK_REAL_VLLM and skip without it, unless KVCHECK_TEST_REAL=required (CI), where a
-missing install fails them. Three boots in all (50-240 s each on the 2-core machine), one per module
-fixture: a pool that holds the window, a pool vLLM refuses at boot, and `--max-model-len auto`
-shrinking the window below the advertised one. The pool is always sized explicitly
-(--kv-cache-memory-bytes): left to itself vLLM takes 92% of the host's RAM. Each verify keeps the
-engine's log (--logs-dir) and the `logs` tests read those real startup logs.
+missing install fails them. The single-server cases (a pass, a refusal, an auto-fit below the
+advertised window, --num-gpu-blocks-override, `logs` on their real logs) are the conformance suite's
+(tests/engines/conformance/test_vllm.py), run against this install and against the double alike; the
+prefill/decode pair and the audit of running servers are in test_vllm_pd_real.py. The pool is always
+sized explicitly (--kv-cache-memory-bytes): left to itself vLLM takes 92% of the host's RAM.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, run_kvcheck
 from tests.engines.real.conftest import TAG_VAR, wait_until_gone
-
-pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
 VLLM_VERSION = "0.32.0"
 INSTALL = Path(__file__).resolve().parent / "install_vllm.sh"
@@ -35,6 +34,7 @@ BLOCK = 128  # vLLM's KV block on its CPU backend
 TOKEN_BYTES = 1024  # the tiny model's KV per token: 2 layers x (K + V) x 2 KV heads x 64 x 2 bytes
 HOLDS_BYTES = 16 * 2**20  # 16,384 tokens = 128 blocks: 127 usable
 SHORT_BYTES = 2 * 2**20  # 2,048 tokens = 16 blocks: 15 usable = 1,920 < the window
+ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 
 
 @dataclass(frozen=True)
@@ -46,26 +46,47 @@ class RealVllm:
         return self.dest / "venv" / "bin" / "vllm"
 
     @property
+    def python(self) -> Path:
+        return self.dest / "venv" / "bin" / "python"
+
+    @property
     def model(self) -> Path:
         return self.dest / "tiny-llama"
 
+    def command(self) -> list[str]:
+        """engine.command for a manifest: the venv's `vllm serve`."""
+        return [str(self.vllm), "serve"]
 
-@pytest.fixture(scope="module")
+
+def _install_problem(dest: str | None) -> str | None:
+    how = f"run `bash {INSTALL} DEST` and export KVCHECK_REAL_VLLM=DEST"
+    if not dest:
+        return f"KVCHECK_REAL_VLLM is not set: no real vLLM to test against ({how})"
+    if not (Path(dest) / ".complete").is_file() or not RealVllm(Path(dest)).vllm.is_file():
+        return f"KVCHECK_REAL_VLLM={dest} holds no complete install ({how})"
+    return None
+
+
+@pytest.fixture(scope="session")
 def real_vllm() -> RealVllm:
     """The installed vLLM; skips without one, fails without one under KVCHECK_TEST_REAL=required."""
     dest = os.environ.get("KVCHECK_REAL_VLLM")
-    how = f"run `bash {INSTALL} DEST` and export KVCHECK_REAL_VLLM=DEST"
-    problem = None
-    if not dest:
-        problem = f"KVCHECK_REAL_VLLM is not set: no real vLLM to test against ({how})"
-    elif not (Path(dest) / ".complete").is_file() or not RealVllm(Path(dest)).vllm.is_file():
-        problem = f"KVCHECK_REAL_VLLM={dest} holds no complete install ({how})"
+    problem = _install_problem(dest)
     if problem is not None:
         if os.environ.get("KVCHECK_TEST_REAL") == "required":
             pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
         pytest.skip(problem)
     assert dest is not None
     return RealVllm(Path(dest))
+
+
+class VllmLike(Protocol):
+    """What verify() needs of an engine: the real install, or the double (tests/doubles/fake_vllm.py)."""
+
+    @property
+    def model(self) -> Path: ...
+
+    def command(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -76,29 +97,30 @@ class Verified:
     log: Path
 
 
-def verify(real: RealVllm, folder: Path, *, window: int = WINDOW, **args: object) -> Verified:
+def manifest(engine: VllmLike, tag: str, window: int, roles: dict, args: dict, policy: dict | None = None) -> dict:
+    """A vLLM manifest for the real install or the double. vLLM 0.32.0 has no --device flag, so kvcheck
+    cannot tell a CPU role from its args yet: each role lists a GPU and verify runs --no-gpu-check."""
+    return {
+        "name": "vllm on cpu",
+        "context_length": window,
+        "model": {"path": str(engine.model)},
+        "engine": {"name": "vllm", "version": VLLM_VERSION, "command": engine.command(),
+                   "env": {**ENV, **getattr(engine, "env", {}), TAG_VAR: tag}},
+        "args": args,
+        "roles": roles,
+        **({"policy": policy} if policy else {}),
+    }
+
+
+def verify(engine: VllmLike, folder: Path, *, window: int = WINDOW, timeout_s: float = BOOT_TIMEOUT_S,
+           policy: dict | None = None, **args: object) -> Verified:
     """`kvcheck verify M --format json --logs-dir folder/logs` on a one-role vLLM manifest; every engine
     process (API server, engine core, worker) gone after."""
     tag = f"{folder.name}-{uuid.uuid4().hex}"
-    doc = {
-        "name": "real vllm on cpu",
-        "context_length": window,
-        "model": {"path": str(real.model)},
-        "engine": {
-            "name": "vllm",
-            "version": VLLM_VERSION,
-            "command": [str(real.vllm), "serve"],
-            "env": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", TAG_VAR: tag},
-        },
-        "args": args,
-        # vLLM 0.32.0 has no --device flag, so kvcheck cannot tell a CPU role from its args yet:
-        # the role lists a GPU and verify runs with --no-gpu-check (docs/vllm.md).
-        "roles": {"server": {"gpus": [0]}},
-    }
     path = folder / "deploy.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(BOOT_TIMEOUT_S),
-                       "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=BOOT_TIMEOUT_S + 120)
+    path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": [0]}}, args, policy), sort_keys=False))
+    done = run_kvcheck("verify", str(path), "--no-gpu-check", "--format", "json", "--timeout", str(timeout_s),
+                       "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=timeout_s + 120)
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"
     assert done.stdout, done.stderr
     (folder / "report.json").write_text(done.stdout)
@@ -106,110 +128,13 @@ def verify(real: RealVllm, folder: Path, *, window: int = WINDOW, **args: object
     return Verified(done.exit_code, json.loads(done.stdout), done.stderr, run / "server.log")
 
 
-@pytest.fixture(scope="module")
-def holds(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory) -> Verified:
-    return verify(real_vllm, tmp_path_factory.mktemp("holds"), max_model_len=WINDOW, kv_cache_memory_bytes=HOLDS_BYTES)
-
-
-@pytest.fixture(scope="module")
-def refused(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory) -> Verified:
-    return verify(real_vllm, tmp_path_factory.mktemp("refused"), max_model_len=WINDOW,
-                  kv_cache_memory_bytes=SHORT_BYTES)
-
-
-@pytest.fixture(scope="module")
-def auto(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory) -> Verified:
-    return verify(real_vllm, tmp_path_factory.mktemp("auto"), max_model_len="auto", kv_cache_memory_bytes=SHORT_BYTES)
-
-
-def rules(report: dict) -> list[tuple[str, str]]:
-    return sorted((f["rule"], f["severity"]) for f in report["findings"])
-
-
-def logged(log: Path, pattern: str) -> str:
-    match = re.search(pattern, log.read_text(errors="replace"))
-    assert match, log.read_text(errors="replace")[-3000:]
-    return match[1]
-
-
-def test_verify_pool_that_holds_the_window_is_exit_0(holds: Verified) -> None:
-    assert (holds.code, holds.report["verdict"], holds.report["mode"]) == (0, "pass", "measure"), holds.report
-    [role] = holds.report["roles"]
-    # vLLM's own line, and what one request can use: every block but the null block
-    assert logged(holds.log, r"CPU KV cache size: ([\d,]+) tokens") == f"{HOLDS_BYTES // TOKEN_BYTES:,}"
-    usable = (HOLDS_BYTES // TOKEN_BYTES // BLOCK - 1) * BLOCK
-    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"],
-            role["source"]) == ("pass", usable, WINDOW, WINDOW - 1, "measure")
-    assert role["details"]["server_info"] == {
-        "endpoint": "/metrics (vllm:cache_config_info)", "max_total_num_tokens": usable, "dp_token_capacities": [],
-        "max_req_input_len": WINDOW - 1, "version": VLLM_VERSION}
-    assert role["details"]["engine_version"] == VLLM_VERSION
-    assert rules(holds.report) == []
-
-
-def test_verify_pool_vllm_refuses_is_a_measured_exit_1_with_its_estimated_length(refused: Verified) -> None:
-    assert (refused.code, refused.report["verdict"]) == (1, "fail"), refused.report
-    estimated = int(logged(refused.log, r"the estimated maximum model length is (\d+)"))
-    assert estimated == (SHORT_BYTES // TOKEN_BYTES // BLOCK - 1) * BLOCK == 1920
-    [role] = refused.report["roles"]
-    assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
-        "fail", estimated, WINDOW, estimated - 1)
-    assert rules(refused.report) == [("KV101", "error"), ("KV109", "error")]
-    [kv109] = [f for f in refused.report["findings"] if f["rule"] == "KV109"]
-    assert kv109["message"].startswith(
-        f"vLLM refused to start: one request of its context length ({WINDOW:,} tokens) does not fit the KV cache "
-        f"it allocated, which holds {estimated:,}; it said:\n    | ValueError: To serve at least one request with "
-        f"the model's max seq len ({WINDOW})")
-    assert f"the estimated maximum model length is {estimated}" in kv109["message"]
-
-
-def test_verify_auto_max_model_len_below_the_advertised_window_is_exit_1(auto: Verified) -> None:
-    assert (auto.code, auto.report["verdict"]) == (1, "fail"), auto.report
-    assert logged(auto.log, r"Auto-fit max_model_len: reduced from (\d+ to \d+)") == "8192 to 1920"
-    [role] = auto.report["roles"]
-    assert (role["pool_tokens"], role["max_input_tokens"], role["details"]["engine_context_len"]) == (1920, 1919, 1920)
-    assert rules(auto.report) == [("KV101", "error"), ("KV102", "error")]
-    [kv102] = [f for f in auto.report["findings"] if f["rule"] == "KV102"]
-    assert kv102["message"] == f"the engine's context length is 1,920 tokens, below the advertised window {WINDOW:,}"
-
-
-def logs(log: Path, *args: str) -> tuple[int, dict]:
-    done = run_kvcheck("logs", str(log), *args, "--format", "json", cwd=REPO_ROOT)
-    assert done.stdout, done.stderr
-    return done.exit_code, json.loads(done.stdout)
-
-
-def test_logs_tells_the_real_vllm_log_by_itself_and_passes_it(holds: Verified) -> None:
-    code, report = logs(holds.log)
-    assert code == 0, report
-    assert [(r["status"], r["pool_tokens"], r["required_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [
-        ("pass", 16256, WINDOW, WINDOW - 1)]
-    assert report["findings"] == []
-
-
-def test_logs_on_the_real_refused_start_is_kv101_at_vllms_estimate(refused: Verified) -> None:
-    code, report = logs(refused.log)
-    assert code == 1, report
-    [role] = report["roles"]
-    assert (role["pool_tokens"], role["required_tokens"]) == (1920, WINDOW)
-    assert rules(report) == [("KV101", "error"), ("KV312", "warning")]
-
-
-def test_logs_on_the_real_auto_fit_against_the_advertised_window_is_exit_1(auto: Verified) -> None:
-    code, report = logs(auto.log, "--context-length", str(WINDOW))
-    assert code == 1, report
-    assert rules(report) == [("KV101", "error"), ("KV102", "error")]
-    assert report["roles"][0]["details"]["engine_warnings"][0].split(": ", 1)[1].startswith(
-        "Auto-fit max_model_len: reduced from 8192 to 1920")
-
-
-
+@pytest.mark.real_engine
+@pytest.mark.slow
 def test_the_committed_catalogue_is_the_installed_releases_parser_and_help(real_vllm: RealVllm) -> None:
     """tools/gen_vllm_catalogue.py --check: regenerated from vllm serve's argparse, equal to the committed
     file, and every option of the real `vllm serve --help=all` in it (and none more)."""
-    python = real_vllm.dest / "venv" / "bin" / "python"
-    done = subprocess.run([str(python), "tools/gen_vllm_catalogue.py", "--check", "profiles/vllm/"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run([str(real_vllm.python), "tools/gen_vllm_catalogue.py", "--check", "profiles/vllm/"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == (
         "profiles/vllm/flags-0.32.0.json: matches vllm serve's parser and --help=all (316 flags)")

@@ -120,8 +120,10 @@ def test_the_release_an_image_tag_names(image: str, release: str | None) -> None
 
 
 def test_admission_is_max_model_len_less_one_and_dp_engines_count() -> None:
-    assert ENGINE.max_input_len(4096, 16256) == 4095  # 0.32.0 admits max_model_len - 1 (docs/vllm.md)
-    assert ENGINE.max_input_len(4096, 1920) == 1919  # a refused start's pool bounds it
+    # 0.32.0 serves prompts of max_model_len - 1 tokens and refuses max_model_len (docs/vllm.md): the bound,
+    # "prompts of this many tokens or more are not served", is max_model_len
+    assert ENGINE.max_input_len(4096, 16256) == 4096
+    assert ENGINE.max_input_len(4096, 1920) == 1920  # a refused start's pool bounds it
     assert ENGINE.data_parallel_ranks({"data_parallel_size": 4}) == 4
     assert ENGINE.data_parallel_ranks({}) == 1
 

@@ -117,7 +117,7 @@ def test_cli_reads_a_real_vllm_log_by_itself_and_passes_its_window() -> None:
     assert code == 0, report
     [role] = report["roles"]
     assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
-        "pass", 16256, 4096, 4095)
+        "pass", 16256, 4096, 4096)
     assert report["findings"] == []
 
 
@@ -126,7 +126,7 @@ def test_cli_on_a_real_refusal_is_kv101_with_vllms_estimated_length() -> None:
     assert code == 1, report
     [role] = report["roles"]
     assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
-        "fail", 1920, 4096, 1919)
+        "fail", 1920, 4096, 1920)
     assert sorted((f["rule"], f["severity"]) for f in report["findings"]) == [("KV101", "error"), ("KV312", "warning")]
     assert role["details"]["engine_warnings"][0].startswith(
         "line 74: ValueError: To serve at least one request with the model's max seq len (4096)")
@@ -149,7 +149,7 @@ def test_cli_reads_an_sglang_and_a_vllm_log_side_by_side() -> None:
     code, report = logs(str(sglang), str(PASS_LOG))
     assert code == 0, report
     assert [(r["name"], r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [
-        ("sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log[TP0]", 712400, 163834), ("0.32.0-cpu-pass.log", 16256, 4095)]
+        ("sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log[TP0]", 712400, 163834), ("0.32.0-cpu-pass.log", 16256, 4096)]
 
 
 @pytest.mark.parametrize("name", ["vllm-qwen3-1.7b-24gb-vllm33263.log", "vllm-qwen3-235b-fp8-4xH100-vllm21348.log"])
@@ -204,5 +204,5 @@ def test_cli_on_the_real_log_of_a_measured_boot_whose_stop_logged_an_engine_dead
     assert "EngineDeadError" in log.read_text()
     code, report = logs(str(log), "--context-length", "4096")
     assert code == 0, report
-    assert [(r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [(16256, 4095)]
+    assert [(r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [(16256, 4096)]
     assert report["findings"] == []

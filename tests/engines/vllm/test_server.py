@@ -63,7 +63,7 @@ def test_the_real_answers_give_the_usable_pool_window_and_version() -> None:
         info = vllm.server_info()
     # cache_config_info: num_gpu_blocks="128", block_size="128", kv_cache_size_tokens="16384"
     assert (info.pool_tokens, info.served_context_len, info.max_req_input_len, info.version) == (
-        127 * 128, 4096, 4095, "0.32.0")
+        127 * 128, 4096, 4096, "0.32.0")
     assert info.metrics["vllm:cache_config_info:usable_tokens"] == 127 * 128
     assert info.metrics["vllm:cache_config_info:kv_cache_size_tokens"] == 16384
     assert info.endpoint == "/metrics (vllm:cache_config_info)"
@@ -120,7 +120,7 @@ def test_audit_of_a_vllm_role_reads_the_real_answers(tmp_path: Path, window: int
     assert done.exit_code == code, done.stdout + done.stderr
     report = json.loads(done.stdout)
     [role] = report["roles"]
-    assert (role["pool_tokens"], role["max_input_tokens"], role["source"]) == (127 * 128, 4095, "audit")
+    assert (role["pool_tokens"], role["max_input_tokens"], role["source"]) == (127 * 128, 4096, "audit")
     assert sorted(f["rule"] for f in report["findings"]) == rules
 
 
@@ -131,7 +131,7 @@ def test_a_bare_url_audit_finds_the_engine_that_answers() -> None:
     assert done.exit_code == 0, done.stdout + done.stderr
     [role] = json.loads(done.stdout)["roles"]
     assert (role["pool_tokens"], role["max_input_tokens"], role["details"]["engine_version"]) == (
-        127 * 128, 4095, "0.32.0")
+        127 * 128, 4096, "0.32.0")
 
 
 def test_a_bare_url_that_no_engine_reads_reports_the_default_engines_answer() -> None:

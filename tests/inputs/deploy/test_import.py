@@ -53,6 +53,18 @@ EXPECTED = {
                 "tp-size": 4, "disaggregation-mode": "decode", "context-length": 32768}},
         },
     },
+    # the current API (kubernetes-sigs/lws api/disaggregatedset/v1): the LWS template spec under roles[].spec;
+    # decode's only template is its worker template, which LWS runs as the leader too
+    "disaggregatedset-v1-role-spec": {
+        "name": "qwen-ds", "context_length": 32768, "model": {"path": "Qwen/Qwen3-32B"},
+        "engine": {"version": "0.5.23"},
+        "roles": {
+            "prefill": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "prefill", "context-length": 32768}},
+            "decode": {"gpus": [0, 1, 2, 3], "args": {
+                "tp-size": 4, "disaggregation-mode": "decode", "context-length": 32768, "mem-fraction-static": 0.85}},
+        },
+    },
     "rbg-v1alpha1": {
         "name": "deepseek-rbg", "model": {"path": "/models/DeepSeek-V3"}, "engine": {"version": "0.5.23"},
         "roles": {"decode": {"gpus": EIGHT, "args": {
@@ -214,17 +226,16 @@ def test_leader_and_worker_disagreeing_is_reported_at_both_lines() -> None:
     f = f"{FIX}/lws-pd.yaml"
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
-        f"kvcheck: error: {f}:82:83: KV501 --dp-size: the leader runs 16, the worker runs 8",
-        f"kvcheck: error: {f}:96:82: KV501 --dp-size: the leader runs 16, the worker runs 8",
-        f"kvcheck: error: {f}:82:68: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
-        f"kvcheck: error: {f}:96:68: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
-    ]
+        f"kvcheck: error: {f}:82:83: KV501 --dp-size: the leader runs 16, the worker runs 8 at {f}:96:82",
+        f"kvcheck: error: {f}:82:68: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9 "
+        f"at {f}:96:68",
+    ]  # one disagreement, one finding (it was printed twice, once at each line)
     # the RBG v1alpha2 worker patch drifted the same way
     result = run_kvcheck("import", f"{FIX}/rbg-v1alpha2.yaml")
     f = f"{FIX}/rbg-v1alpha2.yaml"
     assert result.stderr.splitlines() == [
-        f"kvcheck: error: {f}:45:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
-        f"kvcheck: error: {f}:50:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9",
+        f"kvcheck: error: {f}:45:49: KV501 --mem-fraction-static: the leader runs 0.85, the worker runs 0.9 "
+        f"at {f}:50:49",
     ]
 
 
@@ -557,10 +568,9 @@ def test_leader_only_and_per_node_flags_that_differ_are_warnings_at_their_own_co
     note = "(a flag that does not size the pool: a warning)"
     ib = "--disaggregation-ib-device: the leader runs mlx5_0,mlx5_1, the worker runs mlx5_2,mlx5_3"
     assert result.stderr.splitlines() == [
-        f"kvcheck: warning: {f}:22:128: KV501 {ib} {note}",
-        f"kvcheck: warning: {f}:35:128: KV501 {ib} {note}",
-        f"kvcheck: warning: {f}:22:142: KV501 --enable-metrics: the leader runs True, the worker runs without it {note}",
-        f"kvcheck: warning: {f}:34:18: KV501 --enable-metrics: the leader runs True, the worker runs without it {note}",
+        f"kvcheck: warning: {f}:22:128: KV501 {ib} at {f}:35:128 {note}",
+        f"kvcheck: warning: {f}:22:142: KV501 --enable-metrics: the leader runs True, the worker runs without it "
+        f"at {f}:34:18 {note}",
     ]
     assert f"tp-size: 4  # {f}:21:86" in result.stdout
     assert f"nnodes: 2  # {f}:22:24 ($LWS_GROUP_SIZE = LeaderWorkerSet size at {f}:12:11)" in result.stdout

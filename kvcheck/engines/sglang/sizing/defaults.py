@@ -9,7 +9,7 @@ from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.engines.sglang.sizing import releases as rel
-from kvcheck.engines.sglang.sizing.shape import DSA, ModelShape
+from kvcheck.engines.sglang.sizing.shape import DSA, DSV4, ModelShape
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile
 
@@ -225,6 +225,10 @@ def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) 
     if gpu.is_npu:
         return "ascend"  # NPUSRTPlatform.get_default_attention_backend (platforms/npu.py:79)
     if gpu.is_rocm:
+        if shape.kind == DSV4:
+            # the V4 hook (0.5.12) / model override (0.5.15 on) sets attention_backend dsv4 before the
+            # attention-compatibility pass, so aiter's x0.85 (attention_hook.py) never sees V4
+            return "dsv4"
         if shape.kind == DSA:
             return "dsa"
         if shape.is_mla:

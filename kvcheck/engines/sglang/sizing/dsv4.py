@@ -323,7 +323,91 @@ def swa_tokens(plan_: Dsv4Plan, full: int, page_size: int) -> int:
 
 # --- weights ------------------------------------------------------------------------------------------
 
-FMT_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4 / (128 * 128), "mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+FMT_BYTES = {
+    "bf16": 2.0,
+    "fp8": 1.0 + 4 / (128 * 128),
+    "mxfp4": 0.5 + 1 / 32,  # packed E2M1 + one E8M0 scale byte per 32
+    "mxfp4_fp32_scales": 0.5 + 4 / 32,  # packed E2M1 + a float32 scale per 32 (the FP8 MoE method's staging)
+    "nvfp4": 0.5 + 1 / 16,  # packed E2M1 + one FP8 E4M3 scale per 16 (ModelOpt)
+}
+
+
+@dataclass(frozen=True)
+class ExpertFormat:
+    """How one GPU holds DeepSeek-V4's routed experts: bytes per expert weight, padding, and why."""
+
+    fmt: str
+    inter_align: int  # the per-rank intermediate width is padded up to a multiple of this (1: none)
+    note: str
+    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.16 on)
+
+
+def expert_format(
+    checkpoint_fmt: str,
+    *,
+    version: str | None,
+    vendor: str,
+    sm: int | None,
+    env: Mapping[str, str],
+    moe_runner_backend: str | None,
+    moe_a2a_backend: str | None,
+) -> ExpertFormat:
+    """The routed-expert format SGLang loads a V4 checkpoint's experts into, per release and GPU.
+
+    `checkpoint_fmt` is the checkpoint's expert format (mxfp4 for expert_dtype fp4, nvfp4, fp8,
+    bf16). From layers/quantization/fp8.py (Fp8MoEMethod.create_weights, process_weights_after_loading,
+    _dequantize_aiter_fp4_experts), mxfp4_flashinfer_{cutlass,trtllm}_moe.py and the V4 MoE-runner
+    override (arg_groups/overrides.py, then model_overrides/deepseek_v4.py) of each release:
+
+    - SGLANG_DSV4_FP4_DEQUANT=1 turns MXFP4 experts into block FP8 (1 B per weight) on every platform.
+    - ROCm: native MXFP4 (E8M0 scales) with the per-rank intermediate padded to 256 (0.5.13-0.5.16) or
+      128 (0.5.17 on); 0.5.12 had no aiter FP4 path (the FP8 method's float32 scales).
+    - SM90 and SM100 from 0.5.19, SM120 from 0.5.16: flashinfer_mxfp4 keeps the E8M0 scales (the SM90
+      W4A16 interleave makes same-size copies and frees the old ones), 0.53125 B per weight.
+    - Before that (and with an explicit other MoE runner): the FP8 MoE method stages each 32-weight
+      block's scale as float32 (0.625 B per weight); only the DeepGEMM path of a DeepEP/Mooncake/NIXL
+      all-to-all on SM100 repacks them to UE8M0 (0.53125).
+    - NVFP4 (ModelOpt, nvidia/DeepSeek-V4-*-NVFP4): E2M1 + an FP8 scale per 16 on every platform.
+    """
+    rules = rel.rules_for(version)
+    hip_rope = rules.has(rel.DSV4_HIP_ROPE_PER_LAYER)
+    fmt = _expert_format(checkpoint_fmt, rules, vendor=vendor, sm=sm, env=env, moe_runner_backend=moe_runner_backend,
+                         moe_a2a_backend=moe_a2a_backend)
+    return ExpertFormat(fmt.fmt, fmt.inter_align, fmt.note, hip_rope_per_layer=hip_rope)
+
+
+def _expert_format(
+    checkpoint_fmt: str,
+    rules: rel.SizingRules,
+    *,
+    vendor: str,
+    sm: int | None,
+    env: Mapping[str, str],
+    moe_runner_backend: str | None,
+    moe_a2a_backend: str | None,
+) -> ExpertFormat:
+    if checkpoint_fmt != "mxfp4":
+        return ExpertFormat(checkpoint_fmt, 1, f"routed experts {checkpoint_fmt} as the checkpoint stores them")
+    if str(env.get("SGLANG_DSV4_FP4_DEQUANT", "")).lower() in ("1", "true", "yes", "on"):
+        return ExpertFormat("fp8", 1, "SGLANG_DSV4_FP4_DEQUANT=1: MXFP4 experts dequantized to block FP8 at load")
+    backend = (moe_runner_backend or "auto").lower()
+    if vendor == "amd":
+        if not rules.has(rel.DSV4_FP4_AITER):
+            return ExpertFormat("mxfp4_fp32_scales", 1, "MXFP4 experts with float32 block scales (no aiter FP4 path)")
+        align = 128 if rules.has(rel.DSV4_FP4_AITER_PAD_128) else 256
+        return ExpertFormat("mxfp4", align, f"aiter native MXFP4 experts, intermediate per rank padded to {align}")
+    flashinfer_default = (
+        rules.has(rel.DSV4_FP4_FLASHINFER_DEFAULT) and sm in (90, 100, 103)
+    ) or (rules.has(rel.DSV4_FP4_SM120_FLASHINFER) and sm in (120, 121))
+    a2a = (moe_a2a_backend or "none").lower()
+    if backend == "flashinfer_mxfp4" or (backend == "auto" and flashinfer_default and a2a == "none"):
+        return ExpertFormat("mxfp4", 1, "flashinfer_mxfp4 MoE runner: MXFP4 experts with their E8M0 scales")
+    if sm in (100, 103) and a2a in ("deepep", "mooncake", "nixl"):
+        return ExpertFormat("mxfp4", 1, "DeepGEMM MoE: MXFP4 experts with scales repacked to UE8M0")
+    return ExpertFormat(
+        "mxfp4_fp32_scales", 1,
+        "FP8 MoE method: MXFP4 experts with a float32 scale per 32 weights (0.625 B per weight)",
+    )
 
 
 def weights_bytes(
@@ -337,6 +421,8 @@ def weights_bytes(
     expert_fmt: str,
     last_stage: bool,
     first_stage: bool,
+    inter_align: int = 1,
+    hip_rope_per_layer: bool = False,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
 
@@ -359,6 +445,10 @@ def weights_bytes(
     ratios = list(text.get("compress_ratios") or [])
     hc = int(text.get("hc_mult") or 1)
     d, e = FMT_BYTES[dense_fmt], FMT_BYTES[expert_fmt]
+    # the routed-expert width one rank holds, padded where the kernel needs it
+    inter_rank = inter / tp
+    if inter_align > 1:
+        inter_rank = math.ceil(inter_rank / inter_align) * inter_align
     out: dict[str, float] = {}
 
     def add(key: str, value: float) -> None:
@@ -375,11 +465,22 @@ def weights_bytes(
         if ratio == 4:
             add("dsa_indexer", d * q_lora * idx_heads * idx_dim + 2 * h * idx_heads)  # wq_b, weights_proj
             add("dsa_indexer", 2 * (2 * h * idx_dim * 2) + 4 * 4 * idx_dim * 2)  # indexer compressor
-        add("moe_experts", e * experts * 3 * h * inter / tp)
+        add("moe_experts", e * experts * 3 * h * inter_rank)
         add("shared_experts", d * shared * 3 * h * inter / tp)
         add("router", 2 * experts * h + 4 * experts)
         mix = (2 + hc) * hc
         add("hyper_connections", 4 * 2 * (mix * hc * h + mix + 1))  # attn + ffn hc_fn/base/scale (fp32)
+    # RoPE tables built at model init (models/deepseek_v4.py): each attention layer registers a complex64
+    # freqs_cis of max_position_embeddings x rope_dim / 2 (8 B each), shared through precompute_freqs_cis's
+    # lru_cache by the layers of one rope setting (uncompressed layers: rope_theta; compressed ones:
+    # compress_rope_theta with the YaRN original length); on ROCm (0.5.16 on) every layer also keeps its
+    # own bf16 cos and sin copies (cos_cache / sin_cache), 4 B per table entry
+    positions = int(text.get("max_position_embeddings") or 0)
+    rope_half = int(text.get("qk_rope_head_dim") or 64) // 2
+    kinds = {bool(ratios[i]) if i < len(ratios) else False for i in stage}
+    add("rope_tables", 8 * positions * rope_half * len(kinds))
+    if hip_rope_per_layer:
+        add("rope_tables", 4 * positions * rope_half * len(stage))
     if first_stage:
         add("embedding", 2 * vocab * h / tp)
     if last_stage:

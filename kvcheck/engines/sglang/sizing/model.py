@@ -57,6 +57,7 @@ MIB = float(1 << 20)
 LOAD_OVERHEAD_GIB = 0.125
 LOAD_OVERHEAD_BAND_GIB = 0.125
 WEIGHTS_BAND_FRACTION = 0.01  # layouts/padding the config cannot show (vocab padding, swizzled scales)
+DSV4_WEIGHTS_UNEXPLAINED = 0.06  # DeepSeek-V4 loads 3-6 % above its priced parameters in three logs: the range's low end
 MM_VLM_CACHE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default
 MM_FEATURE_CACHE_MIB = 1024  # SGLANG_MM_FEATURE_CACHE_MB, with cuda_ipc / cuda_vmm transport
 MAMBA_FULL_MEMORY_RATIO = 0.9
@@ -271,7 +272,8 @@ def _ranks_on_node(res: Resolved, nnodes: int) -> int:
 
 
 def _draft(
-    target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Resolved, par: Parallel, offline: bool | None
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, res: Resolved, par: Parallel, offline: bool | None,
+    experts: dsv4.ExpertFormat | None = None,
 ) -> tuple[int, float, list[str]]:
     """(draft layers priced into the cell, draft weight bytes per rank, notes)."""
     algo = res.speculative
@@ -290,7 +292,7 @@ def _draft(
     if target.draft_config is None and (
         draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config))
     ):
-        return _builtin_mtp_draft(model, par, algo)
+        return _builtin_mtp_draft(model, par, algo, experts)
     draft_target = replace(target, model_config=None, model_path=str(draft_path))
     local = Path(str(draft_path)).expanduser()
     if target.draft_config is not None:
@@ -323,7 +325,9 @@ def _draft(
     return layers, total, [f"{algo} draft {where}: {layers} layer(s), weights counted", *notes]
 
 
-def _builtin_mtp_draft(model: _Model, par: Parallel, algo: str) -> tuple[int, float, list[str]]:
+def _builtin_mtp_draft(
+    model: _Model, par: Parallel, algo: str, experts: dsv4.ExpertFormat | None = None
+) -> tuple[int, float, list[str]]:
     """A draft from the model's own MTP/NextN layers: (layers priced into the cell, weight bytes, notes)."""
     layers = model.shape.mtp_layers
     if layers <= 0:
@@ -333,7 +337,7 @@ def _builtin_mtp_draft(model: _Model, par: Parallel, algo: str) -> tuple[int, fl
         )
     if model.shape.kind == DSV4:
         # one V4 decoder layer + eh_proj/norms (bf16); its pool is the (T+1)/T inflation in dsv4.plan
-        stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1))
+        stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1), experts)
         per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
         h = model.shape.hidden_size
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
@@ -346,7 +350,9 @@ def _tied(source: ModelSource) -> bool:
     return bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
 
 
-def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[float], str, list[str]]:
+def _weights(
+    target: RoleTarget, model: _Model, par: Parallel, experts: dsv4.ExpertFormat | None = None
+) -> tuple[list[float], str, list[str]]:
     """Bytes per rank for each PP stage and how they were obtained."""
     n_stages = par.pp
     if target.estimate.weights_gib_per_gpu is not None:
@@ -361,7 +367,7 @@ def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[flo
              "(replicated modules are undercounted)"],
         )
     if model.shape.kind == DSV4:
-        return _dsv4_weights(model, par)
+        return _dsv4_weights(model, par, experts)
     est: WeightsEstimate = config_weights(model.shape, model.source.text, model.scheme, par, tied=_tied(model.source))
     stages = [s.total_bytes for s in est.stages]
     notes: list[str] = []
@@ -373,31 +379,46 @@ def _weights(target: RoleTarget, model: _Model, par: Parallel) -> tuple[list[flo
     return stages, "config", notes
 
 
-def _dsv4_weights(model: _Model, par: Parallel) -> tuple[list[float], str, list[str]]:
+def _dsv4_checkpoint_expert_fmt(model: _Model) -> str:
+    """The format a V4 checkpoint stores its routed experts in (fp4 -> MXFP4; NVFP4/FP8 requantized)."""
+    scheme = model.scheme
+    if scheme.default_fmt == "nvfp4":
+        return "nvfp4"
+    if str(model.source.text.get("expert_dtype") or "").lower() == "fp4":
+        return "mxfp4"
+    return "fp8" if scheme.quantized else "bf16"
+
+
+def _dsv4_expert_format(target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile) -> dsv4.ExpertFormat:
+    return dsv4.expert_format(
+        _dsv4_checkpoint_expert_fmt(model), version=target.engine_version, vendor=gpu.vendor, sm=gpu.sm,
+        env=target.env, moe_runner_backend=args.get("moe_runner_backend"), moe_a2a_backend=args.get("moe_a2a_backend"),
+    )
+
+
+def _dsv4_weights(
+    model: _Model, par: Parallel, experts: dsv4.ExpertFormat | None = None
+) -> tuple[list[float], str, list[str]]:
     """DeepSeek-V4 weights per stage (sizing/dsv4.py): dense projections in the checkpoint's format,
-    experts in its expert dtype (fp4 -> MXFP4; NVFP4/FP8 in requantized checkpoints)."""
+    experts as the release loads them on the GPU (`experts`; the checkpoint's format when not given)."""
     text = model.source.text
     scheme = model.scheme
     dense_fmt = "fp8" if scheme.default_fmt.startswith("fp8") or scheme.method == "fp8" else (
         "bf16" if not scheme.quantized else "fp8")
-    if scheme.default_fmt == "nvfp4":
-        expert_fmt = "nvfp4"
-    elif str(text.get("expert_dtype") or "").lower() == "fp4":
-        expert_fmt = "mxfp4"
-    elif scheme.quantized:
-        expert_fmt = "fp8"
-    else:
-        expert_fmt = "bf16"
+    if experts is None:
+        experts = dsv4.ExpertFormat(_dsv4_checkpoint_expert_fmt(model), 1, "routed experts as the checkpoint stores them")
+    expert_fmt = experts.fmt
     stages = []
     ranges = pp_layer_split(model.shape.num_layers, par.pp)
     for s, layer_range in enumerate(ranges):
         parts = dsv4.weights_bytes(
             text, stage=layer_range, tp=par.tp, attn_tp=par.attn_tp, ep=par.ep, dense_fmt=dense_fmt,
             expert_fmt=expert_fmt, first_stage=s == 0, last_stage=s == len(ranges) - 1,
+            inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
         )
         stages.append(sum(parts.values()))
-    note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt}; compressor, indexer and "
-            "hyper-connection weights from their reference shapes")
+    note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "
+            "indexer and hyper-connection weights from their reference shapes")
     return stages, "config", [note]
 
 
@@ -482,9 +503,10 @@ def estimate_role(
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
     )
-    stage_weights, weights_method, weight_notes = _weights(target, model, par)
+    experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None
+    stage_weights, weights_method, weight_notes = _weights(target, model, par, experts)
     assumptions.extend(weight_notes)
-    draft_layers, draft_bytes, draft_notes = _draft(target, args, model, res, par, offline)
+    draft_layers, draft_bytes, draft_notes = _draft(target, args, model, res, par, offline, experts)
     assumptions.extend(draft_notes)
     budget = _budget(target, gpu, res, args, shape, gpu_mib, weights_method, assumptions)
     stage_ranges = pp_layer_split(shape.num_layers, res.pp)
@@ -508,7 +530,10 @@ def estimate_role(
     known_weights = weights_method == "override"
     weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
     overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
-    low_phys, _ = sizer.pool(pre_gib - pre_band_gib, 1 + weights_band, overhead_gib + overhead_band)
+    # DeepSeek-V4: three logs load 3-6 % more than the config's parameters in the release's formats
+    # (docs/estimate.md, DeepSeek-V4 weights); the low end of the range carries that much more
+    weights_band_up = DSV4_WEIGHTS_UNEXPLAINED if shape.kind == DSV4 and not known_weights else weights_band
+    low_phys, _ = sizer.pool(pre_gib - pre_band_gib, 1 + weights_band_up, overhead_gib + overhead_band)
     high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
     findings = []
     if v4_unknown is not None:
@@ -519,7 +544,7 @@ def estimate_role(
                 continue
             alt_sizer = replace(sizer, dsv4_plans=[
                 _dsv4_plan(shape, res, r, args, target.env, alt, alt != dsv4.LAYOUT_0_5_21) for r in stage_ranges])
-            lows.append(alt_sizer.pool(pre_gib - pre_band_gib, 1 + weights_band, overhead_gib + overhead_band)[0])
+            lows.append(alt_sizer.pool(pre_gib - pre_band_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
             highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
                                         max(0.0, overhead_gib - overhead_band))[0])
         low_phys, high_phys = min(lows), max(highs)
@@ -534,9 +559,16 @@ def estimate_role(
     pool_tokens = tokens_physical * res.dcp
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
-    swa_tokens = sizer.swa_tokens(tokens_physical)
+    swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
     if tokens_physical <= 0:
+        pool_tokens = 0
         assumptions.append(_no_pool_note(info, res.mem_fraction_static))
+    if refusal is not None:
+        assumptions.append(f"SGLang would refuse to start: {refusal}")
+        findings.append(finding(
+            "KV120", target.name, f"the engine would refuse to start: {refusal}",
+            hint="raise mem-fraction-static, add GPUs (tp-size), or use a smaller checkpoint", location=target.location,
+        ))
 
     max_input = max(0, admission_bound(res.context_len, pool_tokens, args, target.engine_version, target.env))
     mrr = _max_running_requests(res, tokens_physical, info)
@@ -750,21 +782,79 @@ class _PoolSizer:
             swa_tokens = dsv4.swa_tokens(v4, tokens_physical, res.page_size)
             window = int(shape.sliding_window or 0)
             if v4.swa_cap_tokens is None and window + res.page_size >= swa_tokens:
-                raise EstimateError(
-                    f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
-                    f"sliding_window_size ({window}) + page_size ({res.page_size}); SGLang would refuse to start",
-                    hint="increase --swa-full-tokens-ratio or the KV budget (mem-fraction-static)",
-                )
+                raise _SwaRefusal(swa_tokens, window, res.page_size)
             return swa_tokens
         if shape.kind == HYBRID_SWA:
             swa_tokens = _floor_page(int(tokens_physical * res.swa_full_tokens_ratio), res.page_size)
             if shape.sliding_window is not None and shape.sliding_window + res.page_size >= swa_tokens:
-                raise EstimateError(
-                    f"SWA pool ({swa_tokens} tokens) cannot hold one request of window {shape.sliding_window}: "
-                    "SGLang would refuse to start"
-                )
+                raise _SwaRefusal(swa_tokens, int(shape.sliding_window), res.page_size)
             return swa_tokens
         return None
+
+
+def _swa_or_refusal(
+    target: RoleTarget, sizer: _PoolSizer, info: Mapping[str, Any], tokens_physical: int
+) -> tuple[int | None, int, str | None]:
+    """(SWA pool, full pool, SGLang's refusal or None): a start that leaves no pool, or an SWA pool
+    below the admission floor, is the release's refusal (KV120) and a pool of 0 tokens."""
+    shape, res = sizer.shape, sizer.res
+    try:
+        swa_tokens = sizer.swa_tokens(tokens_physical)
+    except _SwaRefusal as exc:
+        # SGLang stops at startup (or, before 0.5.16, admits nothing): no pool to serve from
+        return exc.swa_tokens, 0, exc.engine_message(target.engine_version)
+    if tokens_physical > 0 or info.get("mamba_slots") == 0:
+        return swa_tokens, tokens_physical, None
+    window = int(shape.sliding_window) if shape.sliding_window else None
+    return swa_tokens, tokens_physical, _refusal_message(
+        target.engine_version, info, sizer.budget, shape.kind, res.page_size, window)
+
+
+class _SwaRefusal(Exception):
+    """A sliding-window pool below SGLang's prefill admission floor (validate_swa_pool_size)."""
+
+    def __init__(self, swa_tokens: int, window: int, page_size: int) -> None:
+        super().__init__(swa_tokens, window, page_size)
+        self.swa_tokens, self.window, self.page_size = swa_tokens, window, page_size
+
+    def engine_message(self, version: str | None) -> str:
+        if not rel.rules_for(version).has(rel.DSV4_SWA_FLOOR_CHECK):
+            return (f"SGLang {version} has no SWA admission check (validate_swa_pool_size came in "
+                    f"{rel.DSV4_SWA_FLOOR_CHECK}): it starts with an SWA pool of {self.swa_tokens} tokens, at or below "
+                    f"the prefill admission floor sliding_window_size ({self.window}) + page_size ({self.page_size}), "
+                    "admits no request and hangs at warmup")
+        return (f"SWA pool ({self.swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+                f"sliding_window_size ({self.window}) + page_size ({self.page_size}). Increase "
+                "--swa-full-tokens-ratio or the total KV budget.")
+
+
+def _refusal_message(
+    version: str | None, info: Mapping[str, Any], budget: _Budget, kind: str, page_size: int, window: int | None
+) -> str:
+    """SGLang's own words for a start that leaves no pool, as the declared release prints them.
+
+    kv_cache_configurator / model_runner_kv_cache_mixin (0.5.14 on): a budget at or below 0 after the
+    weights is "Loaded weights leave no GPU memory ..." with the minimum viable fraction
+    1 - available / pre; before, and for a positive budget that still holds no full-token page
+    (DeepSeek-V4's fixed state pools), pool_configurator's "Not enough memory ..." (from 0.5.16 a V4
+    pool in ratio mode first trips validate_swa_pool_size on its 0-token SWA pool).
+    """
+    rules = rel.rules_for(version)
+    f = budget.fraction
+    rest = float(info.get("rest_gib", 0.0))
+    if rest <= 0 and rules.has(rel.DSV4_REFUSAL_MESSAGE):
+        minimum = 1 - float(info.get("after_gib", 0.0)) / budget.pre_gib if budget.pre_gib > 0 else 1.0
+        suggested = math.ceil(minimum * 1000) / 1000
+        return (f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={f:g}. Raise "
+                f"--mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}).")
+    if rest > 0 and kind == DSV4 and window is not None and rules.has(rel.DSV4_SWA_FLOOR_CHECK):
+        return _SwaRefusal(0, window, page_size).engine_message(version)
+    suffix = ""
+    if rules.has(rel.NOT_ENOUGH_MEMORY_FIELD):
+        suffix = f" Current value: mem_fraction_static={f:g}"
+    elif rules.has(rel.NOT_ENOUGH_MEMORY_VALUE):
+        suffix = f" Current value: self.server_args.mem_fraction_static={f:g}"
+    return f"Not enough memory. Please try to increase --mem-fraction-static.{suffix}"
 
 
 def _no_pool_note(info: Mapping[str, Any], f: float) -> str:

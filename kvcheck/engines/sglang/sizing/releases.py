@@ -74,6 +74,18 @@ DSV4_BF16_HOOK = "0.5.14"  # the V4 hook accepts --kv-cache-dtype bfloat16 (befo
 DSV4_C128_REQUEST_SCOPED = "0.5.15"  # the c128 compress state is request-scoped: fixed bytes, not per SWA slot
 DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is unset (before: when it equals 0.8)
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
+NOT_ENOUGH_MEMORY_VALUE = "0.5.3"  # "Not enough memory ..." appends "Current value: self.server_args.mem_fraction_static=F"
+NOT_ENOUGH_MEMORY_FIELD = "0.5.10"  # ... as "Current value: mem_fraction_static=F" (pool_configurator)
+DSV4_REFUSAL_MESSAGE = "0.5.14"  # a budget the weights fill: "Loaded weights leave no GPU memory ..." (before:
+#   "Not enough memory. Please try to increase --mem-fraction-static.", model_executor/pool_configurator.py)
+DSV4_SWA_FLOOR_CHECK = "0.5.16"  # validate_swa_pool_size refuses an SWA pool below sliding_window + page_size
+# DeepSeek-V4's MXFP4 routed experts (layers/quantization/fp8.py, arg_groups/.../deepseek_v4.py), by release:
+DSV4_FP4_AITER = "0.5.13"  # ROCm aiter keeps native MXFP4 (E8M0 scales), intermediate padded to 256
+DSV4_FP4_SM120_FLASHINFER = "0.5.16"  # SM120 defaults to flashinfer_mxfp4 (E8M0 scales kept)
+DSV4_FP4_AITER_PAD_128 = "0.5.17"  # the aiter pad drops to 128 (V4-Pro TP8: 384 stays 384, not 512)
+DSV4_FP4_FLASHINFER_DEFAULT = "0.5.19"  # SM90 and SM100 default to flashinfer_mxfp4 (E8M0 scales kept); before, the
+#   FP8 MoE method staged each 32-element block's scale as float32 (0.625 B per expert weight, not 0.53125)
+DSV4_HIP_ROPE_PER_LAYER = "0.5.16"  # on ROCm every V4 attention layer keeps its own bf16 cos/sin RoPE tables
 DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
 
 OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full

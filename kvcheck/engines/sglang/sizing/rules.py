@@ -38,3 +38,19 @@ KV108 = define_rule(
     logs lies inside it, but the point figure may be a layout away (twice too large for 0.5.12).
     Fix: state the release (`engine.version`, or `--sglang-version`), or measure the role.""",
 )
+
+KV120 = define_rule(
+    "KV120",
+    "error",
+    "the engine would refuse to start",
+    """By the estimate, SGLang would stop at startup instead of serving: the loaded weights leave no
+    budget for a KV pool under the memory fraction ("Loaded weights leave no GPU memory for the KV
+    cache" from 0.5.14, "Not enough memory. Please try to increase --mem-fraction-static." before),
+    DeepSeek-V4's request-scoped state leaves no full-token pool, or a sliding-window pool cannot hold
+    one request ("SWA pool (N tokens) cannot hold even one request", from 0.5.16; older releases start
+    and hang at warmup instead). The finding quotes the message the declared release prints. The
+    predicted pool is 0 tokens, so the gate fails (KV101) rather than passing a deployment the engine
+    will not boot, or calling it unchecked.
+    Fix: raise `mem-fraction-static` above the minimum the message names, use more GPUs (a larger
+    TP), a smaller-weight checkpoint, or (SWA models) a larger `swa-full-tokens-ratio`.""",
+)

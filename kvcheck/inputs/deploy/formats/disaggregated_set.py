@@ -1,4 +1,10 @@
-"""DisaggregatedSet: one role per `roles[]` entry, each an LWS-like leader-worker template or a pod template."""
+"""DisaggregatedSet: one role per `roles[]` entry, each an LWS-like leader-worker template or a pod template.
+
+Two shapes of `spec.roles[]` are read. The current API (`disaggregatedset.x-k8s.io/v1` of kubernetes-sigs/lws,
+`DisaggregatedRoleSpec`) inlines LWS's `LeaderWorkerSetTemplateSpec`: the role's `spec` holds `replicas` and
+`leaderWorkerTemplate`, and `spec.slices` copies every role once per slice. The first API (v1alpha1, and the
+early v1 drafts) put `replicas` and `leaderWorkerTemplate` (or a pod `template`) on the role itself.
+"""
 
 from __future__ import annotations
 
@@ -27,12 +33,16 @@ KINDS = {"DisaggregatedSet": ("disaggregatedset.x-k8s.io/", "leaderworkerset.x-k
 def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     """DisaggregatedSet: one role per `roles[]` entry (an LWS-like template each)."""
     group = object_name(doc)
+    slices = int_at(doc, doc.data.get("spec") or {}, "slices", ("spec",), "slices")
     out = []
-    for i, role in enumerate(get(doc.data, "spec", "roles") or []):
-        if not isinstance(role, Mapping):
+    for i, entry in enumerate(get(doc.data, "spec", "roles") or []):
+        if not isinstance(entry, Mapping):
             continue
+        name = str(entry.get("name") or f"role{i}")
         path: Path_ = ("spec", "roles", i)
-        name = str(role.get("name") or f"role{i}")
+        role = entry
+        if isinstance(entry.get("spec"), Mapping):  # the current API: the LWS template spec under `spec`
+            role, path = entry["spec"], (*path, "spec")
         lwt = role.get("leaderWorkerTemplate")
         if isinstance(lwt, Mapping):
             pod, workers, size = leader_worker(
@@ -45,6 +55,9 @@ def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         if pod is None:
             continue
         replicas = int_at(doc, role, "replicas", path, "role replicas") or Sourced(1, doc.at(path), "replicas unset: 1")
+        if slices is not None and slices.value != 1:
+            replicas = Sourced(replicas.value * slices.value, replicas.location,
+                               f"{replicas.origin} x {slices.value} slices")
         out.append(pod_role(name, "DisaggregatedSet", group, doc, pod, nodes=size, replicas=replicas, workers=workers,
                          standalone=True))
     return out
@@ -52,7 +65,7 @@ def read_disaggregated_set(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 
 FORMAT = Format(
     name="DisaggregatedSet",
-    reads="DisaggregatedSet",
+    reads="DisaggregatedSet (v1, v1alpha1)",
     detect=lambda doc: kubernetes_kind(doc, KINDS),
     read=read_disaggregated_set,
     marks=marks_kubernetes,

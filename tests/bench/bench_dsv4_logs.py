@@ -1,0 +1,52 @@
+"""Score the estimate against the DeepSeek-V4 figures real SGLang servers logged (held out: nothing in
+the sizing model was fit to them).
+
+Usage: python tests/bench/bench_dsv4_logs.py [--repo DIR]   (DIR: another checkout to score, e.g. the
+commit before a change; default this one). Prints one row per logged figure: the weights per GPU
+('Load weight end' mem usage), and for the refused start whether the estimate predicts the refusal.
+The configs and logs are read from this checkout's tests/data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[2]
+MODELS = HERE / "tests" / "data" / "models"
+
+# (case, model config, GPU, release, args, logged weights GiB (mem usage), logged outcome)
+CASES = (
+    ("V4-Pro FP4 experts, 8xH200 TP8, mfs 0.88 (InferenceX #2128)", "deepseek-ai--DeepSeek-V4-Pro", "H200", "0.5.14",
+     {"tp_size": 8, "mem_fraction_static": 0.88}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
+    ("V4-Flash-Base FP8 experts, 8xH20 TP8, mfs 0.60 (fixture)", "sgl-project--DeepSeek-V4-Flash-FP8", "H20", "0.5.12",
+     {"tp_size": 8, "mem_fraction_static": 0.6}, 93.61 - 57.01, "1,317,632 tokens"),
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repo", type=Path, default=HERE)
+    repo = parser.parse_args().repo.resolve()
+    sys.path.insert(0, str(repo))
+    from kvcheck.engines.sglang.sizing import estimate_role
+    from kvcheck.model import EstimateInputs, RoleTarget
+
+    print(f"kvcheck from {repo}")
+    print("| case | release | logged weights GiB | predicted GiB | error % | logged pool | predicted pool | range |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | --- |")
+    for name, model, gpu, release, args, logged, outcome in CASES:
+        target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version=release, args=args,
+                            argv_args=(), gpu=gpu, model_config=MODELS / f"{model}.json", estimate=EstimateInputs())
+        est = estimate_role(target, offline=True)
+        predicted = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
+        refused = [f.message for f in getattr(est, "findings", ()) if f.rule == "KV120"]
+        pool = "refused" if refused or est.pool_tokens == 0 else f"{est.pool_tokens:,}"
+        print(f"| {name} | {release} | {logged:.2f} | {predicted:.2f} | {100 * (predicted - logged) / logged:+.1f} "
+              f"| {outcome} | {pool} | {est.pool_range[0]:,}-{est.pool_range[1]:,} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""DeepSeek-V4's routed experts as each release loads them per GPU, and a start SGLang refuses
+predicted as the refusal it is (exit 1, KV120 with the release's own message), not a pool."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.sglang.sizing import dsv4
+from kvcheck.engines.sglang.sizing.model import estimate_role
+from kvcheck.model import EstimateInputs, RoleTarget
+from tests.conftest import run_kvcheck
+from tests.datapaths import MODELS
+
+PRO = MODELS / "deepseek-ai--DeepSeek-V4-Pro.json"
+
+
+def _fmt(version: str, vendor: str, sm: int | None, **kw: str) -> dsv4.ExpertFormat:
+    return dsv4.expert_format("mxfp4", version=version, vendor=vendor, sm=sm, env=kw.pop("env", {}),  # type: ignore[arg-type]
+                              moe_runner_backend=kw.get("backend"), moe_a2a_backend=kw.get("a2a"))
+
+
+@pytest.mark.parametrize(("version", "vendor", "sm", "extra", "fmt", "align"), [
+    ("0.5.14", "nvidia", 90, {}, "mxfp4_fp32_scales", 1),  # Hopper before flashinfer_mxfp4: float32 scales
+    ("0.5.19", "nvidia", 90, {}, "mxfp4", 1),  # flashinfer_mxfp4 (W4A16 cutlass) keeps E8M0 scales
+    ("0.5.18", "nvidia", 100, {}, "mxfp4_fp32_scales", 1),
+    ("0.5.18", "nvidia", 100, {"a2a": "deepep"}, "mxfp4", 1),  # DeepGEMM repacks the scales to UE8M0
+    ("0.5.23", "nvidia", 100, {}, "mxfp4", 1),
+    ("0.5.15", "nvidia", 120, {}, "mxfp4_fp32_scales", 1),
+    ("0.5.16", "nvidia", 120, {}, "mxfp4", 1),
+    ("0.5.23", "nvidia", 90, {"backend": "triton"}, "mxfp4_fp32_scales", 1),
+    ("0.5.12", "amd", None, {}, "mxfp4_fp32_scales", 1),
+    ("0.5.15", "amd", None, {}, "mxfp4", 256),
+    ("0.5.17", "amd", None, {}, "mxfp4", 128),
+    ("0.5.23", "nvidia", 90, {"env": {"SGLANG_DSV4_FP4_DEQUANT": "1"}}, "fp8", 1),
+])
+def test_fp4_experts_take_the_format_the_release_loads(version, vendor, sm, extra, fmt, align) -> None:
+    got = _fmt(version, vendor, sm, **extra)
+    assert (got.fmt, got.inter_align) == (fmt, align)
+    assert dsv4.FMT_BYTES["mxfp4_fp32_scales"] == 0.625 and dsv4.FMT_BYTES["mxfp4"] == 0.53125
+
+
+def _estimate(version: str, gpu: str, fraction: float, **args):
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version=version,
+                        args={"tp_size": 8, "mem_fraction_static": fraction, **args}, argv_args=(), gpu=gpu,
+                        model_config=PRO, estimate=EstimateInputs())
+    return estimate_role(target, offline=True)
+
+
+def test_v4_pro_on_hopper_weighs_what_the_release_loads() -> None:
+    # InferenceX #2128 logged 125.65 GiB per H200 at TP8 (a 0.5.14-0.5.15 era image): float32 scales
+    # give 119.06 (-5.2 %); E8M0 scales, what 0.5.23 holds, 102.17 (kvcheck gave 101.92 for every release: -19 %)
+    assert _estimate("0.5.14", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(119.061, abs=0.001)
+    assert _estimate("0.5.23", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.173, abs=0.001)
+    # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384 but every
+    # layer holds its own bf16 RoPE cos/sin tables (61 x 128 MiB)
+    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(134.073, abs=0.001)
+    assert _estimate("0.5.17", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.173 + 61 / 8,
+                                                                                            abs=0.001)
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    ("0.5.12", "Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.8"),
+    ("0.5.14", "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. Raise "
+               "--mem-fraction-static above 0.868 (minimum viable = 1 - available/pre = 0.8678)."),
+])
+def test_weights_that_fill_the_budget_are_the_release_s_refusal(version, message) -> None:
+    est = _estimate(version, "H200", 0.8)
+    assert est.pool_tokens == 0
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message == f"the engine would refuse to start: {message}"
+
+
+@pytest.mark.parametrize(("version", "suffix"), [
+    ("0.4.6", ""),
+    ("0.5.5", " Current value: self.server_args.mem_fraction_static=0.6"),
+    ("0.5.11", " Current value: mem_fraction_static=0.6"),
+])
+def test_older_releases_word_the_refusal_their_way(version, suffix) -> None:
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version=version,
+                        args={"tp_size": 8, "mem_fraction_static": 0.6}, argv_args=(), gpu="H200",
+                        model_config=MODELS / "meta-llama--Meta-Llama-3.1-405B.json", estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert est.pool_tokens == 0
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message == ("the engine would refuse to start: Not enough memory. Please try to increase "
+                             f"--mem-fraction-static.{suffix}")
+
+
+def test_the_logged_refusal_with_its_own_weights_is_a_refusal() -> None:
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version="0.5.14",
+                        args={"tp_size": 8, "mem_fraction_static": 0.88}, argv_args=(), gpu="H200",
+                        model_config=PRO, estimate=EstimateInputs(weights_gib_per_gpu=125.65))
+    est = estimate_role(target, offline=True)
+    assert est.pool_tokens == 0
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    # the log's own minimum is 0.9113: the H200 TP8 profile holds 0.56 GiB less free memory than it
+    assert "Raise --mem-fraction-static above 0.915 (minimum viable = 1 - available/pre = 0.9149)" in kv120.message
+
+
+def test_a_priced_pool_under_the_swa_floor_is_refused_not_unchecked() -> None:
+    # B200 TP8 at 0.6037: a few full-token pages fit, and their SWA pool (0.1 of them, 256 tokens) is
+    # below window 128 + page 256: SGLang's validate_swa_pool_size stops the start (was exit 3 here)
+    est = estimate_role(RoleTarget(
+        name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
+        args={"tp_size": 8, "mem_fraction_static": 0.6037}, argv_args=(), gpu="B200", model_config=PRO,
+        estimate=EstimateInputs()), offline=True)
+    assert est.pool_tokens == 0
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message == (
+        "the engine would refuse to start: SWA pool (256 tokens) cannot hold even one request: the prefill admission "
+        "floor is sliding_window_size (128) + page_size (256). Increase --swa-full-tokens-ratio or the total KV budget.")
+
+
+MANIFEST = """\
+name: refused
+context_length: 131072
+model:
+  path: deepseek-ai/DeepSeek-V4-Pro
+  config: pro.json
+engine:
+  version: "0.5.14"
+gpu: H200
+args:
+  tp-size: 8
+  mem-fraction-static: 0.8
+roles:
+  server:
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+"""
+
+
+def test_a_refused_start_fails_the_gate_with_the_engine_s_message(tmp_path: Path) -> None:
+    shutil.copy(PRO, tmp_path / "pro.json")
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    report = json.loads(done.stdout)
+    rules = {f["rule"]: f["message"] for f in report["findings"]}
+    assert rules["KV120"].startswith("the engine would refuse to start: Loaded weights leave no GPU memory for the "
+                                     "KV cache under --mem-fraction-static=0.8.")
+    assert rules["KV101"].startswith("no KV pool:")
+
+
+def test_v4_on_rocm_keeps_an_explicit_fraction() -> None:
+    # the V4 override sets attention_backend dsv4 before attention_hook's aiter x0.85 (context > 8192)
+    # runs, so SGLang keeps 0.9 as given; a Llama on the same card with aiter gets 0.765
+    target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
+                        args={"tp_size": 4, "mem_fraction_static": 0.9}, argv_args=(), gpu="MI300X",
+                        model_config=MODELS / "deepseek-ai--DeepSeek-V4-Flash.json", estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert (est.details["attention_backend"], est.mem_fraction_static) == ("dsv4", 0.9)
+    llama = estimate_role(RoleTarget(
+        name="server", context_length=1, min_headroom=1.0, engine_version="0.5.23",
+        args={"tp_size": 4, "mem_fraction_static": 0.9}, argv_args=(), gpu="MI300X",
+        model_config=MODELS / "meta-llama--Meta-Llama-3.1-70B.json", estimate=EstimateInputs()), offline=True)
+    assert (llama.details["attention_backend"], llama.mem_fraction_static) == ("aiter", 0.765)

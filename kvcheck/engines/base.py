@@ -421,8 +421,23 @@ class Engine(ABC):
     def launch_index(self, argv: Sequence[str]) -> int | None:
         """Where the server arguments start on a command line that launches this engine, else None."""
 
+    # The flag (catalogue spelling, no dashes) that sets the window the server serves: deployment readers
+    # take the roles' common value of it as the window to check.
+    window_flag: ClassVar[str] = "context-length"
+    # Whether one instance may span its group's pods without a node-count flag (vLLM on the Ray cluster its
+    # pods form): deployment readers then count the group's pods (LeaderWorkerSet `size`) as its nodes.
+    nodes_from_group: ClassVar[bool] = False
+
+    def gpus_needed(self, args: Mapping[str, Any]) -> int | None:
+        """The GPUs the parallel settings use on all of one instance's nodes (args keyed by field name), or None
+        to leave it to the shared count (tp_size x pp_size x dp_size outside attention DP)."""
+        return None
+
     # The published image whose tag release_from_image reads (messages name it); None when there is none.
     image_repository: ClassVar[str | None] = None
+    # The command that image starts (its ENTRYPOINT), to which a container's args are appended; None when the
+    # image starts no server by itself (deployment files must then state the command).
+    image_entrypoint: ClassVar[tuple[str, ...] | None] = None
 
     def release_from_image(self, image: str) -> str | None:
         """The release a container image's tag names (deployment files rarely state it elsewhere), else None."""

@@ -122,6 +122,11 @@ class Catalogue:
             text += f" (did you mean '{close[0][2:]}'?)"
         raise FlagError(text)
 
+    def config_file_value(self, flag: Flag, value: Any) -> Any:
+        """A `--config` file's value for `flag` as the engine's loader passes it on (the engine may drop or
+        refuse what its command line would take), typed; FlagError when the engine would not apply it."""
+        return self.coerce(flag, value)
+
     def coerce(self, flag: Flag, value: Any) -> Any:
         """The typed value argparse would produce, or FlagError."""
         if flag.store_true or flag.boolean_optional or flag.nargs == 0:

@@ -8,6 +8,11 @@ items with `+`). The model is `vllm serve`'s positional argument (or `--model`, 
 the front). This module applies the same rewrites, then the shared argparse reading
 (kvcheck.engines.argv), and maps every index back to the token as written, so a finding points at
 the user's own text. Short aliases (`-tp 2`, `-dp`, `-q`) resolve to their long flag.
+
+`--config FILE` stays a flag here: the deployment readers read the file (kvcheck/inputs/deploy), each key
+checked with `VllmCatalogue.config_file_value`. vLLM loads it before argparse runs and only when `--config`
+and its path are two words, once (`_config_problems`). tests/engines/real/test_vllm_argv_real.py compares
+this reading with the real 0.32.0 parser's.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ _UNDERSCORES = re.compile(r"(?<=--)[^.]*")
 
 
 def launch_index(argv: Sequence[str]) -> int | None:
-    """Index of the first server argument after `vllm serve` (its model) or `-m vllm.entrypoints.openai.api_server`."""
+    """Index of the first server argument after `vllm serve` (its model), `-m vllm.entrypoints.openai.api_server`
+    or `-m dynamo.vllm` (NVIDIA Dynamo's worker, which takes vLLM's flags plus its own)."""
     for i, word in enumerate(argv):
         if word.rsplit("/", 1)[-1] == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
             return i + 2
         if word == "-m" and i + 1 < len(argv):
-            if _MODULE_RE.match(argv[i + 1]):
+            if _MODULE_RE.match(argv[i + 1]) or argv[i + 1] == "dynamo.vllm":  # NVIDIA Dynamo's vLLM worker
                 return i + 2
             if argv[i + 1] == "vllm.entrypoints.cli.main" and i + 2 < len(argv) and argv[i + 2] == "serve":
                 return i + 3
@@ -72,7 +78,8 @@ class _Rewritten:
     def __init__(self, catalogue: Catalogue) -> None:
         self.tokens: list[str] = []
         self.origin: list[int] = []
-        self.dotted: dict[str, tuple[int, str, dict[str, Any]]] = {}  # flag -> (first index, spelled, merged)
+        # flag -> (index of its first dotted key, spelled, merged value, the indexes of every key's value token)
+        self.dotted: dict[str, tuple[int, str, dict[str, Any], list[int]]] = {}
         self.problems: list[ArgvProblem] = []
         self._short = {alias: flag.name for flag in catalogue.flags for alias in flag.aliases
                        if not alias.startswith("--")}
@@ -101,11 +108,13 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             continue
         if token.startswith("-") and "." in token.split("=", 1)[0] and is_option(token.split("=", 1)[0]):
             key, eq, value = _dashes(token).partition("=") if token.startswith("--") else token.partition("=")
+            value_at = i
             if not eq:
                 if i + 1 >= len(argv):
                     out.problems.append(ArgvProblem(i, "value", f"'{token}' expects a value"))
                     continue
                 value = argv[i + 1]
+                value_at = i + 1
                 skip.add(i + 1)
             as_list = key.endswith("+")
             base, *keys = key.removesuffix("+").split(".")
@@ -115,9 +124,9 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             parsed = json.dumps(value.split(",")) if as_list else None
             item = json.loads(parsed) if parsed is not None else _dotted_value(value)
             name = out.long_name(base)
-            first, spelled, merged = out.dotted.get(name, (i, token.split("=", 1)[0], {}))
+            first, spelled, merged, values = out.dotted.get(name, (i, token.split("=", 1)[0], {}, []))
             _merge(merged, keys, item)
-            out.dotted[name] = (first, spelled, merged)
+            out.dotted[name] = (first, spelled, merged, [*values, value_at])
             continue
         if token.startswith("--"):
             out.add(_dashes(token), i)
@@ -128,6 +137,34 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             continue
         out.add(token, i)
     return out
+
+
+def _config_problems(argv: Sequence[str], start: int) -> list[ArgvProblem]:
+    """vLLM loads `--config FILE` before argparse runs, and only in that spelling (`"--config" in args`,
+    vllm/utils/argparse_utils.py): `--config=FILE` parses and the file is never read; a second --config
+    stops vLLM ("More than one config file specified!")."""
+    out = []
+    seen = False
+    for i in range(start, len(argv)):
+        if argv[i].startswith("--config="):
+            out.append(ArgvProblem(i, "value", f"'{argv[i]}': vLLM reads a config file only from '--config FILE' "
+                                   "(two words); with '=' it parses the flag and never reads the file"))
+        elif argv[i] == "--config":
+            if seen:
+                out.append(ArgvProblem(i, "value", "a second --config: vLLM allows one and stops "
+                                       "('More than one config file specified!')"))
+            seen = True
+    return out
+
+
+def _unknown_dotted(catalogue: Catalogue, name: str, spelled: str) -> str:
+    """vLLM refuses a dotted key of a flag it does not have (exit 2): say so, with the JSON flag meant."""
+    import difflib
+
+    json_flags = [flag.name for flag in catalogue.flags if flag.type == "json"]
+    close = difflib.get_close_matches(name, json_flags, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0][2:]}'?)" if close else ""
+    return f"unknown vLLM flag '{name.lstrip('-')}' in '{spelled}' ({catalogue.label} {catalogue.version}){hint}"
 
 
 def _resolve_flag(catalogue: Catalogue, name: str) -> Flag | None:
@@ -158,17 +195,19 @@ def parse_vllm_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0
                                       occ.values, tuple(back(v) for v in occ.value_indexes), occ.value, occ.flag))
     problems = [ArgvProblem(back(p.index), p.kind, p.message) for p in parsed.problems]
     problems += rewritten.problems
-    for name, (index, spelled, merged) in rewritten.dotted.items():
+    problems += _config_problems(argv, start)
+    for name, (index, spelled, merged, value_at) in rewritten.dotted.items():
         flag = _resolve_flag(catalogue, name)
         if flag is None:
-            problems.append(ArgvProblem(index, "unknown", f"unknown vLLM flag '{name.lstrip('-')}' in '{spelled}'"))
+            problems.append(ArgvProblem(index, "unknown", _unknown_dotted(catalogue, name, spelled)))
             continue
         if flag.type != "json":
             problems.append(ArgvProblem(index, "value", f"'{spelled}': '{flag.name[2:]}' is not a JSON config flag, "
                                         "so it takes no dotted keys (vLLM exits with status 2)"))
             continue
         # vLLM appends the merged dict after every other argument: it replaces a JSON value given whole.
-        occurrences.append(ParsedFlag(flag.name[2:], flag.key, spelled, index, (json.dumps(merged),), (index,),
-                                      merged, flag))
+        # every key's value token, so a value left unresolved in any of them is seen (KV317)
+        occurrences.append(ParsedFlag(flag.name[2:], flag.key, spelled, index, (json.dumps(merged),),
+                                      tuple(value_at), merged, flag))
     problems.sort(key=lambda p: p.index)
     return ParsedArgv(tuple(occurrences), tuple(problems))

@@ -91,6 +91,19 @@ class VllmCatalogue(Catalogue):
             return None  # vLLM's optional_type: an empty or "None" value unsets a config
         return super()._coerce_one(flag, value)
 
+    def config_file_value(self, flag: Flag, value: Any) -> Any:
+        """vLLM's load_config_file (vllm/utils/argparse_utils.py, 0.32.0) turns `KEY: false` into `--no-KEY` only
+        when the parser it runs in has that option, and it runs in the top-level `vllm` parser, which has none of
+        `serve`'s: the value is dropped and vLLM's default applies (measured on the real 0.32.0 parser). Refused,
+        since the file says the opposite of what runs."""
+        if flag.boolean_optional and value is False:
+            raise FlagError(
+                f"'{flag.name[2:]}: false' in a --config file is dropped by vLLM {self.version} (its config loader "
+                f"finds no --no-{flag.name[2:]} option), so vLLM's default applies; pass --no-{flag.name[2:]} on "
+                "the command line instead"
+            )
+        return super().config_file_value(flag, value)
+
     def argv(self, flag: Flag, value: Any) -> list[str]:
         if flag.type == HUMAN_INT_OR_AUTO and value == AUTO:
             return [flag.name, "auto"]

@@ -32,6 +32,9 @@ class VllmEngine(Engine):
     label: ClassVar[str] = "vLLM"
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
     image_repository: ClassVar[str | None] = "vllm/vllm-openai"
+    # vllm-project/vllm docker/Dockerfile (dead20b), stage vllm-openai: ENTRYPOINT ["vllm", "serve"]; releases
+    # before it started `python3 -m vllm.entrypoints.openai.api_server`, which takes the same flags (--model)
+    image_entrypoint: ClassVar[tuple[str, ...] | None] = ("vllm", "serve")
 
     # -- arguments --------------------------------------------------------------------------------
 
@@ -55,6 +58,22 @@ class VllmEngine(Engine):
         from kvcheck.engines.vllm.argv import launch_index
 
         return launch_index(argv)
+
+    window_flag: ClassVar[str] = "max-model-len"
+    nodes_from_group: ClassVar[bool] = True  # multi-node over Ray: the pods' cluster is the instance
+
+    def gpus_needed(self, args: Mapping[str, Any]) -> int | None:
+        """TP x PP x prefill-context-parallel GPUs per DP rank (decode context parallel reuses TP's GPUs), times
+        the DP ranks: all of them, or the node's own with --data-parallel-size-local (a node of a multi-node DP
+        deployment starts only those), times the nodes its --nnodes spans."""
+        def size(key: str) -> int:
+            value = args.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+        per_rank = size("tensor_parallel_size") * size("pipeline_parallel_size") * size("prefill_context_parallel_size")
+        if args.get("data_parallel_size_local") is not None:
+            return per_rank * size("data_parallel_size_local") * size("nnodes")
+        return per_rank * size("data_parallel_size")
 
     def release_from_image(self, image: str) -> str | None:
         """`vllm/vllm-openai:v0.32.0` -> 0.32.0 (the tags vLLM publishes); other images name no release."""

@@ -10,8 +10,10 @@ values the files leave unknown and leaders that disagree with their workers are 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kvcheck.engines import get_engine
@@ -31,9 +33,18 @@ from kvcheck.inputs.deploy.server import (
     Sourced,
     Token,
     config_args,
+    config_file_args,
     parse_server,
 )
-from kvcheck.inputs.deploy.source import STDIN, Doc, SourceFile, display_name, parse_documents, read_source
+from kvcheck.inputs.deploy.source import (
+    STDIN,
+    STDIN_NAME,
+    Doc,
+    SourceFile,
+    display_name,
+    parse_documents,
+    read_source,
+)
 from kvcheck.model import Finding, Location, Severity
 from kvcheck.policy.registry import finding
 
@@ -312,15 +323,7 @@ def _build_role_args(
         args.setdefault(name, arg)
 
     if source.mode is not None:
-        stated = args.get("disaggregation-mode")
-        if stated is None:
-            args["disaggregation-mode"] = Arg("disaggregation-mode", "disaggregation_mode", source.mode.value,
-                                              source.mode.location or source.location, None, source.mode.origin)
-        elif stated.value != source.mode.value:
-            where = stated.location
-            issues.append(InputIssue(where.file, where.line, where.column, "",
-                                     f"--disaggregation-mode {stated.value} contradicts {source.mode.origin} "
-                                     f"'{source.mode.value}' at {source.mode.location.render() if source.mode.location else '?'}"))
+        _with_mode(source, args, catalogue, issues)
     for label, worker in source.workers:
         findings.extend(_disagreements(source, args, label, worker, catalogue))
     nnodes = args.get("nnodes")
@@ -356,6 +359,41 @@ def _build_role_args(
     )
 
 
+def _with_mode(source: RoleSource, args: dict[str, Arg], catalogue: Catalogue, issues: list[InputIssue]) -> None:
+    """The prefill/decode role a format states (Dynamo's subComponentType, llm-d's label): SGLang's
+    `--disaggregation-mode` when the release has that flag (added when the command line does not set it),
+    else it must agree with the mode the engine reads from the arguments (vLLM's kv_role)."""
+    assert source.mode is not None
+    mode = source.mode
+    stated_at = mode.location.render() if mode.location else "?"
+    if any(flag.name == "--disaggregation-mode" for flag in catalogue.flags):
+        stated = args.get("disaggregation-mode")
+        if stated is None:
+            args["disaggregation-mode"] = Arg("disaggregation-mode", "disaggregation_mode", mode.value,
+                                              mode.location or source.location, None, mode.origin)
+        elif stated.value != mode.value:
+            where = stated.location
+            issues.append(InputIssue(where.file, where.line, where.column, "",
+                                     f"--disaggregation-mode {stated.value} contradicts {mode.origin} "
+                                     f"'{mode.value}' at {stated_at}"))
+        return
+    engine = get_engine(source.server.engine)
+    found = engine.role_mode({arg.key: arg.value for arg in args.values()})
+    if found in ("prefill", "decode") and found != mode.value:
+        arg = next((a for a in args.values() if engine.role_mode({a.key: a.value}) is not None), None)
+        where = arg.location if arg is not None else source.location
+        issues.append(InputIssue(where.file, where.line, where.column, "",
+                                 f"the {engine.label} arguments make this a {found} role, but {mode.origin} says "
+                                 f"'{mode.value}' at {stated_at}"))
+
+
+def _pd_role(role: ImportedRole) -> bool:
+    """Whether the role is one side of a prefill/decode pair (its engine reads a mode from its arguments)."""
+    if "disaggregation-mode" in role.args:
+        return True
+    return get_engine(role.engine).role_mode({arg.key: arg.value for arg in role.args.values()}) is not None
+
+
 def _mapping_args(doc: Doc, path: tuple, catalogue: Catalogue, issues: list[InputIssue]) -> dict[str, Arg]:
     """A YAML mapping of SGLang flags (srt-slurm's sglang_config blocks), checked like manifest args."""
     block = doc.data
@@ -384,24 +422,45 @@ def _with_config(
     source: RoleSource, token: Token, args: dict[str, Arg], catalogue: Catalogue,
     issues: list[InputIssue], findings: list[Finding],
 ) -> tuple[dict[str, Arg], Sourced | None]:
-    """Arguments (and the model path) from `--config FILE`: the ConfigMap entry mounted there; the command
-    line wins over it."""
+    """Arguments (and the model path) from `--config FILE`: the ConfigMap entry mounted there in a pod, else
+    (a script, a compose file, a command line) the file at that path relative to the deployment file; the
+    command line wins over it, as in the engines."""
+    origin = f"--config {token.text}"
     found = source.config_source(token) if source.config_source is not None else None
-    if found is None:
-        findings.append(
-            finding(
-                "KV317",
-                source.name,
-                f"--config {token.text}: the file is not among the inputs, so the flags it sets are unknown",
-                hint="pass the ConfigMap that holds it in the same command (it is matched by the volume mounted there)",
-                location=token.location,
+    if found is not None:
+        doc, path, text = found
+        from_config, config_issues, model = config_args(doc, path, text, catalogue, origin=origin)
+    else:
+        on_disk = _config_file(source, token) if source.config_source is None else None
+        if on_disk is None:
+            findings.append(
+                finding(
+                    "KV317",
+                    source.name,
+                    f"--config {token.text}: the file is not among the inputs, so the flags it sets are unknown",
+                    hint="pass the ConfigMap that holds it in the same command (it is matched by the volume "
+                    "mounted there), or keep the file beside the deployment file under the relative path given",
+                    location=token.location,
+                )
             )
-        )
-        return args, None
-    doc, path, text = found
-    from_config, config_issues, model = config_args(doc, path, text, catalogue, origin=f"--config {token.text}")
+            return args, None
+        from_config, config_issues, model = config_file_args(
+            on_disk[0], on_disk[1], catalogue, origin=origin, at=token.location)
     issues.extend(config_issues)
     return {**from_config, **args}, model
+
+
+def _config_file(source: RoleSource, token: Token) -> tuple[Path, str] | None:
+    """A relative `--config` path as a file beside the deployment file (the folder a batch script is submitted
+    from, a compose project's folder; the working folder for --cmd), when it is there; (path, as shown)."""
+    name = source.doc.source.name
+    if name == STDIN_NAME or not token.text or Path(token.text).is_absolute() or token.unresolved:
+        return None  # stdin has no folder; an absolute path is the cluster's, not this checkout's
+    folder = Path(".") if name == "--cmd" else Path(name).parent
+    candidate = folder / token.text
+    if not candidate.is_file():
+        return None
+    return candidate, os.path.normpath(str(candidate))
 
 
 _COMPARED_EXCLUDE = PLACEMENT_FLAGS | {"model-path", "config"}
@@ -455,9 +514,9 @@ def _group(pairs: list[tuple[RoleSource, ImportedRole]], sources: tuple[str, ...
     groups: dict[str, list[ImportedRole]] = {}
     names: dict[str, str] = {}
     for source, role in pairs:
-        if source.kind in _LOOSE and "disaggregation-mode" in role.args:
+        if source.kind in _LOOSE and _pd_role(role):
             key = f"pd:{source.doc.source.name}"
-            names.setdefault(key, _common_name([s.group for s, r in pairs if s.kind in _LOOSE and "disaggregation-mode" in r.args]))
+            names.setdefault(key, _common_name([s.group for s, r in pairs if s.kind in _LOOSE and _pd_role(r)]))
         else:
             key = f"{source.kind}:{source.group}"
             names.setdefault(key, source.group)

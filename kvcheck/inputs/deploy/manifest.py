@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kvcheck.engines import get_engine
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.build import (
     DeploymentFileError,
@@ -22,7 +23,7 @@ from kvcheck.inputs.deploy.build import (
 )
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
-from kvcheck.inputs.manifest.model import MAX_TOKENS, LauncherSpec, Manifest
+from kvcheck.inputs.manifest.model import MAX_TOKENS, EngineSpec, LauncherSpec, Manifest
 from kvcheck.model import Finding, Location, RoleTarget
 from kvcheck.policy.config import PolicyConfig
 from kvcheck.policy.registry import finding
@@ -44,6 +45,8 @@ class Overrides:
 
 
 # -- one deployment as manifest values, each with its source -------------------------------------------
+
+DEFAULT_ENGINE = str(EngineSpec.model_fields["name"].default)  # a manifest without engine.name runs it
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Resolved:
     gpu: Sourced | None  # shared by every role, else per role
     role_gpus: dict[str, Sourced | None]
     notes: list[str] = field(default_factory=list)
+    engine: str = DEFAULT_ENGINE  # the engine every role runs (a manifest holds one; verify takes each role's)
 
 
 def resolve(
@@ -131,21 +135,35 @@ def resolve(
     """The deployment with the overrides applied. `one_release`: roles on different SGLang releases are an
     input error (a manifest holds one engine.version); verify checks each role against its own."""
     roles = deployment.roles
-    windows = [(r.name, _sourced_arg(r, "context-length")) for r in roles]
+    engines = list(dict.fromkeys(r.engine for r in roles))
+    if one_release and len(engines) > 1:
+        other = next(r for r in roles if r.engine != roles[0].engine)
+        issues.append(InputIssue(
+            other.location.file, other.location.line, other.location.column, "",
+            f"role '{other.name}' runs {get_engine(other.engine).label}, role '{roles[0].name}' "
+            f"{get_engine(roles[0].engine).label} at {roles[0].location.render()}; a manifest holds one engine "
+            "(kvcheck verify checks the files directly, each role with its own engine)",
+        ))
+    # each engine's window flag (SGLang's --context-length, vLLM's --max-model-len; vLLM's `auto`, -1, is no
+    # window: it fits the window to the pool)
+    windows = [(r.name, _window_arg(r)) for r in roles]
     window = _agree(windows, "--context-length", []) if all(w for _, w in windows) else None
     if window is not None and len({w.value for _, w in windows if w}) != 1:
         window = None  # roles serve different windows: the advertised one must be given
     if window is not None:
-        window = Sourced(window.value, window.location, "--context-length of every role")
+        flags = sorted({get_engine(r.engine).window_flag for r in roles})
+        window = Sourced(window.value, window.location, f"--{'/--'.join(flags)} of every role")
     # The files state the engine's --context-length, not the window advertised to clients: a window
     # given on the command line or in an overlay is that window (KV102 checks the engine against it).
     if overrides.context_length is not None:
         window = overrides.context_length
     model = _agree([(r.name, r.model_path) for r in roles], "model path", issues)
     model = _override(model, overrides.model_path, "model.path", issues)
-    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], "SGLang release",
-                     issues if one_release else [])
-    version = _override(version, overrides.sglang_version, "the SGLang release", issues)
+    label = get_engine(roles[0].engine).label
+    # releases compare within one engine (a mixed deployment is refused above, or checked role by role)
+    version = _agree([(r.name, r.version if r.version.location else None) for r in roles], f"{label} release",
+                     issues if one_release and len(engines) == 1 else [])
+    version = _override(version, overrides.sglang_version, f"the {label} release", issues)
     if version is None:
         version = roles[0].version
     gpus = [(r.name, r.gpu) for r in roles]
@@ -160,12 +178,14 @@ def resolve(
             role_gpus[name] = _override(gpu, overrides.gpu, "the GPU type", issues, same=_same_gpu)
     notes = sorted({r.catalogue_note for r in roles if r.catalogue_note})
     return Resolved(deployment, overrides.name or deployment.name, window, model, overrides.model_config,
-                    version, shared_gpu, role_gpus, notes)
+                    version, shared_gpu, role_gpus, notes, engines[0])
 
 
-def _sourced_arg(role: ImportedRole, name: str) -> Sourced | None:
-    arg = role.args.get(name)
-    return Sourced(arg.value, arg.location, arg.origin) if arg is not None else None
+def _window_arg(role: ImportedRole) -> Sourced | None:
+    arg = role.args.get(get_engine(role.engine).window_flag)
+    if arg is None or isinstance(arg.value, bool) or not isinstance(arg.value, int) or arg.value <= 0:
+        return None
+    return Sourced(arg.value, arg.location, arg.origin)
 
 
 @dataclass(frozen=True)
@@ -195,6 +215,7 @@ class ImportedManifest:
     version: Stated
     gpu: Stated | None  # shared by every role
     roles: tuple[RoleEntry, ...]
+    engine: Stated | None = None  # engine.name, when it is not the manifest's default engine
 
     def plain(self) -> dict[str, Any]:
         """The manifest's values as a kvcheck manifest holds them (what `kvcheck import --format json` prints)."""
@@ -208,6 +229,8 @@ class ImportedManifest:
             model["config"] = self.model_config.value
         out["model"] = model
         out["engine"] = {"version": self.version.value}
+        if self.engine is not None:
+            out["engine"] = {"name": self.engine.value, **out["engine"]}
         if self.gpu is not None:
             out["gpu"] = self.gpu.value
         roles: dict[str, Any] = {}
@@ -269,6 +292,8 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
         version=Stated(str(resolved.version.value), _where(resolved.version)),
         gpu=_stated(resolved.gpu) if resolved.gpu is not None else None,
         roles=tuple(roles),
+        engine=(Stated(resolved.engine, f"the roles run {get_engine(resolved.engine).label}")
+                if resolved.engine != DEFAULT_ENGINE else None),
     )
 
 
@@ -400,8 +425,12 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
     gpus: tuple[int, ...] = ()
     if role.gpus_per_node is not None:
         gpus = tuple(range(int(role.gpus_per_node.value)))
+        engine = get_engine(role.engine)
         nnodes = int(args.get("nnodes") or 1)
-        need = _parallel_gpus(args)
+        if "nnodes" not in args and engine.nodes_from_group and role.nodes is not None:
+            nnodes = int(role.nodes.value)  # the pods of the group form the instance (vLLM over Ray)
+        needed = engine.gpus_needed(args)
+        need = _parallel_gpus(args) if needed is None else needed
         # a sizing value the files leave unknown (KV317: the role is not checked, exit 3) would make the
         # count wrong for a reason the count cannot name: `--nnodes $(NODES)` from a Secret is not 1 node
         unknown = any(f.rule == "KV317" and f.blocks for f in role.findings)
@@ -410,7 +439,8 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
             issues.append(
                 InputIssue(where.file, where.line, where.column, "",
                            f"role '{role.name}': {len(gpus)} GPU(s) per node x {nnodes} node(s) = {len(gpus) * nnodes}, "
-                           f"but its parallel settings need {need} (tp-size x pp-size x data-parallel replicas)")
+                           f"but its parallel settings need {need} (tensor x pipeline parallel size x "
+                           "data-parallel replicas)")
             )
     gpu = item.role_gpus.get(role.name) or item.gpu
     if gpu is not None:

@@ -32,7 +32,8 @@ def _tree(manifest: ImportedManifest) -> dict[str, _Node]:
     if manifest.model_config is not None:
         model["config"] = manifest.model_config
     out["model"] = (model, None)
-    out["engine"] = ({"version": manifest.version}, None)
+    engine: dict[str, Any] = {"name": manifest.engine} if manifest.engine is not None else {}
+    out["engine"] = ({**engine, "version": manifest.version}, None)
     if manifest.gpu is not None:
         out["gpu"] = manifest.gpu
     roles: dict[str, Any] = {}

@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kvcheck.engines import ENGINES, get_engine
-from kvcheck.engines.argv import ParsedArgv, ParsedFlag, parse_argv
+from kvcheck.engines.argv import ParsedArgv, ParsedFlag
 from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import VARIABLE_COST, ExpansionBudgetExceeded, current, ensure_budget, spend
@@ -39,8 +40,13 @@ if TYPE_CHECKING:
 
 _K8S_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-# Flags that only place one process (which node, which address): not part of a role's arguments.
-PLACEMENT_FLAGS = frozenset({"node-rank", "dist-init-addr", "host", "port"})
+# Flags that only place one process (which node, which address): not part of a role's arguments
+# (SGLang's and vLLM's: `--master-addr`, `--data-parallel-address`, `--data-parallel-start-rank` place one
+# node of a multi-node vLLM instance, `--headless` runs a node without its API server).
+PLACEMENT_FLAGS = frozenset({
+    "node-rank", "dist-init-addr", "host", "port", "master-addr", "master-port", "data-parallel-address",
+    "data-parallel-rpc-port", "data-parallel-start-rank", "data-parallel-rank", "headless",
+})
 # Flags that name credentials, endpoints or text formats and never size memory: an unresolved value
 # (a Secret, most often) is a warning for these, not a role left unchecked.
 NON_SIZING_FLAGS = frozenset({
@@ -48,9 +54,13 @@ NON_SIZING_FLAGS = frozenset({
     "hf-chat-template-name", "tool-call-parser", "reasoning-parser", "ssl-keyfile", "ssl-certfile",
     "ssl-ca-certs", "ssl-keyfile-password", "file-storage-path", "fastapi-root-path", "grpc-port",
     "nccl-port", "disaggregation-bootstrap-port", "export-metrics-to-file-dir",
+    # vLLM's
+    "uvicorn-log-level", "root-path", "allowed-origins", "allowed-methods", "allowed-headers", "ssl-ciphers",
+    "response-role", "chat-template-content-format", "hf-token", "otlp-traces-endpoint", "middleware",
 })
-# Server arguments handled apart: the model is the manifest's model.path, --config is read inline.
-_MODEL_FLAG = "model-path"
+# Server arguments handled apart: the model is the manifest's model.path (SGLang's --model-path, vLLM's
+# positional model or --model), --config is read inline.
+MODEL_FLAGS = frozenset({"model-path", "model"})
 _CONFIG_FLAG = "config"
 
 
@@ -412,7 +422,8 @@ def _wrapper(argv: Sequence[str], index: int, engine: str) -> str:
     return "dynamo" if index >= 1 and argv[index - 1].startswith("dynamo.") else engine
 
 
-# Flags of `python -m dynamo.sglang` that are Dynamo's own (not SGLang's); left out without a warning.
+# Flags of `python -m dynamo.sglang` and `python -m dynamo.vllm` that are Dynamo's own (not the engine's);
+# left out without a warning.
 DYNAMO_FLAGS = frozenset(
     {
         "endpoint", "migration-limit", "dyn-tool-call-parser", "dyn-reasoning-parser", "use-sglang-tokenizer",
@@ -420,6 +431,11 @@ DYNAMO_FLAGS = frozenset(
         "dyn-endpoint-types", "embedding-worker", "multimodal-processor", "multimodal-encode-worker",
         "multimodal-worker", "multimodal-encode-prefill-worker", "enable-local-indexer", "durable-kv-events",
         "dyn-enable-structural-tag",
+        # `python -m dynamo.vllm`'s own (components/src/dynamo/vllm/backend_args.py, ai-dynamo/dynamo)
+        "disaggregation-mode", "is-prefill-worker", "is-decode-worker", "no-is-prefill-worker",
+        "no-is-decode-worker", "use-vllm-tokenizer", "route-to-encoder", "multimodal-decode-worker",
+        "enable-multimodal", "mm-prompt-template", "frontend-decoding", "embedding-transfer-mode",
+        "model-express-url", "gms-shadow-mode", "connector",
     }
 )
 
@@ -436,9 +452,12 @@ class ParsedServer:
 
 
 def parse_server(server: ServerCommand, catalogue: Catalogue, *, role: str) -> ParsedServer:
-    """Typed arguments by canonical name, input issues (SGLang would exit 2) and findings (KV317, KV502)."""
+    """Typed arguments by canonical name, input issues (the engine would exit 2) and findings (KV317, KV502).
+
+    The command line is read by its engine's own parser (`Engine.parse_argv`: vLLM's positional model,
+    `-tp`, dotted JSON keys), with the catalogue of the release the role runs."""
     argv = [t.text for t in server.tokens]
-    parsed = parse_argv(argv, catalogue, start=server.start)
+    parsed = get_engine(server.engine).parse_argv(argv, version=catalogue.version, start=server.start)
     issues: list[InputIssue] = []
     findings: list[Finding] = []
     blocked = _problems(server, parsed, catalogue, role, issues, findings)
@@ -512,14 +531,14 @@ def _arguments(
         value_tokens = [server.tokens[i] for i in occurrence.value_indexes]
         unresolved = [t for t in value_tokens if t.unresolved]
         if unresolved:
-            if occurrence.name == _MODEL_FLAG:
+            if occurrence.name in MODEL_FLAGS:
                 model_path = Sourced(None, unresolved[0].location, f"unresolved: {', '.join(unresolved[0].unresolved)}")
             elif occurrence.name not in PLACEMENT_FLAGS:
                 findings.append(_unresolved(role, unresolved[0], occurrence.name))
             args.pop(occurrence.name, None)
             continue
         where = _value_place(occurrence, flag_token, value_tokens)
-        if occurrence.name == _MODEL_FLAG:
+        if occurrence.name in MODEL_FLAGS:
             model_path = Sourced(occurrence.value, where)
         elif occurrence.name == _CONFIG_FLAG:
             config = value_tokens[0] if value_tokens else None
@@ -532,7 +551,9 @@ def _arguments(
 
 def _value_place(occurrence: ParsedFlag, flag_token: Token, value_tokens: list[Token]) -> Location:
     where = value_tokens[0].location if value_tokens else flag_token.location
-    if occurrence.value_indexes and occurrence.value_indexes[0] == occurrence.index and where.column is not None:
+    inline = flag_token.text.startswith(occurrence.spelled + "=")  # not a positional model, not a dotted key
+    if occurrence.value_indexes and occurrence.value_indexes[0] == occurrence.index and where.column is not None \
+            and inline:
         if flag_token.raw is None or flag_token.raw == flag_token.text:
             # --flag=value: point at the value, after the '='
             where = Location(where.file, where.line, where.column + len(occurrence.spelled) + 1)
@@ -570,41 +591,71 @@ def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
 def config_args(
     doc: Doc, path: Path_, text: str, catalogue: Catalogue, *, origin: str
 ) -> tuple[dict[str, Arg], list[InputIssue], Sourced | None]:
-    """The arguments of an SGLang `--config` YAML file held in a ConfigMap entry (doc path `path`), and
-    the model path it sets (`model-path`, or SGLang's alias `model`)."""
+    """The arguments of a `--config` YAML file held in a ConfigMap entry (doc path `path`), and the model
+    path it sets (SGLang's `model-path` or `model`, vLLM's `model`)."""
+    line_starts = _line_starts(text)
+
+    def place(line: int, column: int) -> Location:
+        return doc.inside(path, line_starts[min(line, len(line_starts)) - 1] + column - 1)
+
+    return _config_mapping(text, f"{doc.source.name} ({origin})", doc.at(path), place, catalogue, origin=origin)
+
+
+# A --config file read from disk beside the deployment file: a flag file, never this large.
+MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+def config_file_args(
+    file: Path, shown: str, catalogue: Catalogue, *, origin: str, at: Location
+) -> tuple[dict[str, Arg], list[InputIssue], Sourced | None]:
+    """The arguments of a `--config` YAML file on disk (bounded to MAX_CONFIG_FILE_BYTES), each at its own
+    file:line:column (`shown` is the file as messages name it); an unreadable file is an issue at `at`."""
+    from kvcheck.io.textfile import read_text_file
+
+    try:
+        text = read_text_file(file, shown, kind="--config file", max_bytes=MAX_CONFIG_FILE_BYTES)
+    except InputError as exc:
+        return {}, [InputIssue(at.file, at.line, at.column, "", f"{origin}: {exc.message}")], None
+
+    def place(line: int, column: int) -> Location:
+        return Location(shown, line, column)
+
+    return _config_mapping(text, shown, Location(shown, 1, 1), place, catalogue, origin=origin)
+
+
+def _config_mapping(
+    text: str, name: str, top: Location, place: Callable[[int, int], Location], catalogue: Catalogue, *, origin: str
+) -> tuple[dict[str, Arg], list[InputIssue], Sourced | None]:
+    """A config file's mapping of flags, each key checked against the catalogue (as the engine's parser
+    would check the `--KEY VALUE` it turns it into) at its place."""
     issues: list[InputIssue] = []
     model: Sourced | None = None
     try:
-        documents = load_yaml_documents(text, f"{doc.source.name} ({origin})", max_nodes=100_000)
-    except (InputError, yaml.YAMLError) as exc:  # reported at the ConfigMap entry
-        where = doc.at(path)
+        documents = load_yaml_documents(text, name, max_nodes=100_000)
+    except (InputError, yaml.YAMLError) as exc:  # reported where the file is named
         message = exc.message if isinstance(exc, InputError) else str(exc)
-        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: {message}")], None
+        return {}, [InputIssue(top.file, top.line, top.column, "", f"{origin}: {message}")], None
     data = documents[0].data if documents else None
     if not isinstance(data, Mapping):
-        where = doc.at(path)
-        return {}, [InputIssue(where.file, where.line, where.column, "", f"{origin}: not a mapping of SGLang flags")], None
+        return {}, [InputIssue(top.file, top.line, top.column, "",
+                               f"{origin}: not a mapping of {catalogue.label} flags")], None
     positions = documents[0].positions
-    line_starts = _line_starts(text)
     args: dict[str, Arg] = {}
     for key, value in data.items():
-        line, column = positions.keys.get((key,), (1, 1))
-        where = doc.inside(path, line_starts[min(line, len(line_starts)) - 1] + column - 1)
-        if str(key).lstrip("-").replace("_", "-") in ("model-path", "model"):
-            value_at = positions.values.get((key,), (line, column))
-            model = Sourced(value, doc.inside(path, line_starts[min(value_at[0], len(line_starts)) - 1] + value_at[1] - 1),
-                            origin)
+        where = place(*positions.keys.get((key,), (1, 1)))
+        if str(key).lstrip("-").replace("_", "-") in MODEL_FLAGS:
+            model = Sourced(value, place(*positions.values.get((key,), positions.keys.get((key,), (1, 1)))), origin)
             continue
         try:
             flag = catalogue.resolve(str(key))
-            typed = catalogue.coerce(flag, value)
+            typed = catalogue.config_file_value(flag, value)
         except FlagError as exc:
             issues.append(InputIssue(where.file, where.line, where.column, str(key), str(exc)))
             continue
-        name = flag.name[2:]
-        if flag.store_true and typed is False:
+        name_ = flag.name[2:]
+        if (flag.store_true and typed is False) or name_ in PLACEMENT_FLAGS:
             continue
-        args[name] = Arg(name, flag.key, typed, where, flag, origin)
+        args[name_] = Arg(name_, flag.key, typed, where, flag, origin)
     return args, issues, model
 
 

@@ -196,6 +196,17 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _engine_gpus(data: dict[str, Any], args: Mapping[str, Any]) -> int | None:
+    """The GPUs the manifest's engine says these args need (Engine.gpus_needed), None when it leaves it to
+    _parallel_gpus or the manifest names no engine kvcheck knows (reported elsewhere)."""
+    engine = data.get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    try:
+        return get_engine(str(name or EngineSpec.model_fields["name"].default)).gpus_needed(args)
+    except (InputError, KeyError, ValueError):
+        return None
+
+
 def _parallel_gpus(args: Mapping[str, Any]) -> int:
     """GPUs a role's parallel settings need: TP x PP, times DP replicas outside attention DP."""
     tp = int(args.get("tp_size") or 1)
@@ -470,7 +481,8 @@ def _check_gpu_counts(
             continue  # without valid parallel settings the GPU count cannot be judged
         args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
         nnodes = int(args.get("nnodes") or 1)
-        need = _parallel_gpus(args)
+        needed = _engine_gpus(data, args)  # the engine's own count (vLLM's tensor/pipeline/data parallel sizes)
+        need = _parallel_gpus(args) if needed is None else needed
         if len(gpus) * nnodes != need:
             where = positions.of_value(("roles", name, "gpus"))
             issues.append(

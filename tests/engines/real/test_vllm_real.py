@@ -86,7 +86,9 @@ def verify(engine: VllmLike, folder: Path, *, window: int = WINDOW, timeout_s: f
     process (API server, engine core, worker) gone after."""
     tag = f"{folder.name}-{uuid.uuid4().hex}"
     path = folder / "deploy.yaml"
-    path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": [0]}}, args, policy), sort_keys=False))
+    # one GPU index per data-parallel rank: the count vLLM needs (Engine.gpus_needed); a CPU role (manifest()) lists none
+    gpus = list(range(int(str(args.get("data_parallel_size", 1)))))
+    path.write_text(yaml.safe_dump(manifest(engine, tag, window, {"server": {"gpus": gpus}}, args, policy), sort_keys=False))
     done = run_kvcheck("verify", str(path), *gpu_check_options(engine), "--format", "json", "--timeout", str(timeout_s),
                        "--logs-dir", str(folder / "logs"), cwd=REPO_ROOT, timeout=timeout_s + 120)
     assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived kvcheck verify"

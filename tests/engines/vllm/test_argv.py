@@ -126,3 +126,86 @@ def test_admission_is_max_model_len_less_one_and_dp_engines_count() -> None:
     assert ENGINE.max_input_len(4096, 1920) == 1920  # a refused start's pool bounds it
     assert ENGINE.data_parallel_ranks({"data_parallel_size": 4}) == 4
     assert ENGINE.data_parallel_ranks({}) == 1
+
+
+def test_a_unique_prefix_is_its_flag_and_an_ambiguous_one_is_refused() -> None:
+    args, problems = parse("m", "--max-num-seq", "64", "--gpu-memory-util", "0.8")
+    assert (args, problems) == ({"model": "m", "max_num_seqs": 64, "gpu_memory_utilization": 0.8}, [])
+    _, problems = parse("m", "--max-num", "64")
+    assert [(index, kind) for index, kind, _ in problems] == [(3, "ambiguous")]
+    assert problems[0][2] == (
+        "'--max-num' is an ambiguous abbreviation in vLLM 0.32.0 (matches --max-num-active-seqs, "
+        "--max-num-batched-tokens, --max-num-queued-reqs, --max-num-queued-tokens, --max-num-scheduled-tokens, "
+        "--max-num-seqs); vLLM exits with status 2")
+
+
+def test_long_aliases_and_dp_short_forms_resolve_to_their_flag() -> None:
+    args, problems = parse("m", "-pp", "2", "-dpl", "4", "-dpa=10.0.0.1", "-ep")
+    assert problems == []
+    assert args == {"model": "m", "pipeline_parallel_size": 2, "data_parallel_size_local": 4,
+                    "data_parallel_address": "10.0.0.1", "enable_expert_parallel": True}
+
+
+def test_model_given_with_the_model_flag_as_vllm_moves_it_to_the_front() -> None:
+    args, problems = parse("--max-model-len", "auto", "--model", "Qwen/Qwen3-8B")
+    assert (args, problems) == ({"max_model_len": AUTO, "model": "Qwen/Qwen3-8B"}, [])
+
+
+def test_a_dotted_key_of_an_unknown_flag_names_the_json_flag_meant() -> None:
+    _, problems = parse("m", "--kv-transfer-confg.kv_role", "kv_producer")
+    assert problems == [(3, "unknown", "unknown vLLM flag 'kv-transfer-confg' in '--kv-transfer-confg.kv_role' "
+                                       "(vLLM 0.32.0) (did you mean 'kv-transfer-config'?)")]
+
+
+def test_a_dotted_key_without_its_value_is_refused() -> None:
+    _, problems = parse("m", "--kv-transfer-config.kv_role")
+    assert problems == [(3, "value", "'--kv-transfer-config.kv_role' expects a value")]
+
+
+def test_every_dotted_value_token_belongs_to_the_merged_flag() -> None:
+    argv = ["vllm", "serve", "m", "--kv-transfer-config.kv_connector", "NixlConnector",
+            "--kv-transfer-config.kv_role=kv_producer"]
+    parsed = ENGINE.parse_argv(argv, version="0.32.0", start=2)
+    merged = next(o for o in parsed.occurrences if o.key == "kv_transfer_config")
+    assert (merged.index, merged.value_indexes) == (3, (4, 5))
+
+
+def test_config_is_read_only_as_two_words_and_only_once() -> None:
+    _, problems = parse("m", "--config=vllm.yaml")
+    assert problems == [(3, "value", "'--config=vllm.yaml': vLLM reads a config file only from '--config FILE' "
+                                     "(two words); with '=' it parses the flag and never reads the file")]
+    _, problems = parse("m", "--config", "a.yaml", "--config", "b.yaml")
+    assert (5, "value", "a second --config: vLLM allows one and stops ('More than one config file specified!')") \
+        in problems
+
+
+def test_a_removed_flag_is_refused_with_its_release_and_replacement() -> None:
+    from dataclasses import replace
+
+    from kvcheck.engines.flags import RemovedFlag
+    from kvcheck.engines.vllm.argv import parse_vllm_argv
+
+    catalogue, _ = ENGINE.catalogue("0.32.0")
+    older = replace(catalogue, removed={"--disable-log-requests": RemovedFlag(
+        "--disable-log-requests", "0.10.2", "--no-enable-log-requests")})
+    parsed = parse_vllm_argv(["m", "--disable-log-requests"], older)
+    assert [(p.index, p.kind, p.message) for p in parsed.problems] == [
+        (1, "removed", "'--disable-log-requests' was removed in vLLM 0.32.0 (last in 0.10.2); "
+                       "use '--no-enable-log-requests'")]
+
+
+def test_dynamo_vllm_workers_start_vllm() -> None:
+    assert ENGINE.launch_index(["python3", "-m", "dynamo.vllm", "--model", "m"]) == 3
+    assert ENGINE.window_flag == "max-model-len" and ENGINE.image_entrypoint == ("vllm", "serve")
+
+
+@pytest.mark.parametrize(("args", "gpus"), [
+    ({}, 1),
+    ({"tensor_parallel_size": 4, "pipeline_parallel_size": 2}, 8),
+    ({"tensor_parallel_size": 2, "data_parallel_size": 4}, 8),
+    ({"tensor_parallel_size": 1, "data_parallel_size": 32, "data_parallel_size_local": 8}, 8),  # one node's ranks
+    ({"tensor_parallel_size": 8, "nnodes": 2}, 8),  # TP across two nodes: 4 GPUs a node x 2
+    ({"prefill_context_parallel_size": 2, "tensor_parallel_size": 2}, 4),
+])
+def test_gpus_an_instance_needs(args: dict[str, int], gpus: int) -> None:
+    assert ENGINE.gpus_needed(args) == gpus

@@ -16,12 +16,15 @@ from typing import Any
 import yaml
 
 from kvcheck.inputs.deploy.formats import (
+    aibrix,
     command_line,
     compose,
     disaggregated_set,
     dynamo,
+    kserve,
     lws,
     ome,
+    production_stack,
     rbg,
     slurm_script,
     srt_slurm,
@@ -117,7 +120,10 @@ FORMATS = Formats(
     rbg.FORMAT,
     dynamo.FORMAT,
     ome.FORMAT,
+    kserve.FORMAT,
+    aibrix.FORMAT,
     compose.FORMAT,
+    production_stack.FORMAT,
     srt_slurm.FORMAT,
     slurm_script.FORMAT,
     command_line.FORMAT,

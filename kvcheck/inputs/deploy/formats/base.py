@@ -53,6 +53,7 @@ class Inputs:
     base_models: dict[str, tuple[Doc, Mapping[str, Any]]] = field(default_factory=dict)
     accelerators: dict[str, tuple[Doc, Mapping[str, Any]]] = field(default_factory=dict)
     services: list[Doc] = field(default_factory=list)  # OME InferenceServices
+    llmisvc_configs: dict[str, Doc] = field(default_factory=dict)  # KServe LLMInferenceServiceConfigs by name
     used_runtimes: set[str] = field(default_factory=set)
 
 

@@ -30,7 +30,7 @@ def read_command_line(doc: Doc, inputs: Inputs) -> list[RoleSource]:
                                location=Location(NAME, 1, 1), server=server, env=Env(), standalone=True,
                                gpus_per_node=gpus, gpu=gpu)]
     raise InputError(
-        "--cmd: no SGLang server command (python -m sglang.launch_server ..., sglang serve ...)",
+        "--cmd: no engine server command (python -m sglang.launch_server ..., sglang serve ..., vllm serve ...)",
         hint="quote the whole command line: --cmd \"python3 -m sglang.launch_server --model-path M --tp 8\"",
     )
 
@@ -38,7 +38,7 @@ def read_command_line(doc: Doc, inputs: Inputs) -> list[RoleSource]:
 # Never found in a file: `kvcheck import --cmd` reads it (FORMATS.command_line).
 FORMAT = Format(
     name="command line",
-    reads="an SGLang command line (--cmd)",
+    reads="an SGLang or vLLM command line (--cmd)",
     detect=lambda doc: False,
     read=read_command_line,
 )

@@ -10,7 +10,7 @@ from typing import Any
 from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.budget import ExpansionBudgetExceeded
 from kvcheck.inputs.deploy.formats.base import Format, Inputs, RoleSource, get, is_kubernetes_object
-from kvcheck.inputs.deploy.formats.pods import image_version
+from kvcheck.inputs.deploy.formats.pods import image_engine, image_version
 from kvcheck.inputs.deploy.interpolate import (
     Interpolated,
     InterpolationError,
@@ -36,11 +36,15 @@ def read_compose(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         path: Path_ = ("services", name)
         env = _compose_env(fill, service, path)
         tokens = _compose_tokens(fill, service, path)
+        image = service.get("image")
+        filled = {"image": fill.text(image, (*path, "image")).text} if isinstance(image, str) else {}
+        starts = image_engine(filled.get("image", "")) if "entrypoint" not in service else None
+        if starts is not None and starts.image_entrypoint:  # the image's own ENTRYPOINT, the command appended
+            at = doc.at((*path, "image"))
+            tokens = [Token(word, at) for word in starts.image_entrypoint] + tokens
         server = find_server(tokens, env, doc=None) if tokens else None
         if server is None:
             continue
-        image = service.get("image")
-        filled = {"image": fill.text(image, (*path, "image")).text} if isinstance(image, str) else {}
         version = image_version(doc, filled, path, server.engine)
         out.append(
             RoleSource(name=str(name), kind="compose", group=group, doc=doc, location=doc.at(path, key=True),

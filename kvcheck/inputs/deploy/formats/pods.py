@@ -5,9 +5,9 @@ Every Kubernetes format (workloads, LeaderWorkerSet, RBG, Dynamo, OME) finds its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.formats.base import Inputs, RoleSource, get
@@ -25,6 +25,9 @@ from kvcheck.inputs.deploy.server import (
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_
 from kvcheck.model import Location
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import Engine
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
 GPU_TYPE_LABELS = (  # GPU feature discovery (OpenShift's too), GKE, EKS/Karpenter, AMD's device plugin
@@ -137,10 +140,24 @@ def pod_server(
         )
     for i, container in enumerate(spec.get("containers") or []):
         args = container.get("args") if isinstance(container, Mapping) else None
-        if not (isinstance(container, Mapping) and not container.get("command") and isinstance(args, list) and args
-                and str(args[0]).startswith("--")):
+        if not (isinstance(container, Mapping) and not container.get("command") and isinstance(args, list) and args):
             continue
         image = str(container.get("image") or "")
+        cpath = (*spec_path, "containers", i)
+        starts = image_engine(image)
+        if starts is None and not str(args[0]).startswith("--"):
+            continue
+        if starts is not None:  # the engine's own image starts its server: the args are appended to it
+            found = container_server(doc, container, cpath, inputs, injected=injected,
+                                     entrypoint=(starts.image_entrypoint or (), doc.at((*cpath, "image"))))
+            if found is not None:
+                server, env = found
+                return PodServer(
+                    server=server, env=env, location=doc.at(cpath),
+                    gpus_per_node=gpu_limit(doc, container.get("resources"), (*cpath, "resources")),
+                    gpu=gpu_type(doc, spec, spec_path), version=image_version(doc, container, cpath, server.engine),
+                    config_source=config_source(doc, container, spec, cpath, spec_path, inputs),
+                )
         # the engine's own image (lmsysorg/sglang:v...), not a wrapper's that pins a release (Dynamo's sglang-runtime)
         engine = next((e for e in registered_engines() if e.image_repository and e.image_repository in image
                        and e.release_from_image(image) is not None), None)
@@ -155,17 +172,35 @@ def pod_server(
     return None
 
 
+def image_engine(image: str) -> Engine | None:
+    """The engine whose published image this is, when that image starts the engine's server by itself
+    (`Engine.image_entrypoint`: vllm/vllm-openai runs `vllm serve`), any tag."""
+    name = image.rsplit("@", 1)[0]
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    return next((e for e in registered_engines() if e.image_entrypoint and e.image_repository
+                 and (repository == e.image_repository or repository.endswith("/" + e.image_repository))), None)
+
+
 def container_server(
-    doc: Doc, container: Mapping[str, Any], path: Path_, inputs: Inputs, *, injected: Mapping[str, Sourced]
+    doc: Doc, container: Mapping[str, Any], path: Path_, inputs: Inputs, *, injected: Mapping[str, Sourced],
+    entrypoint: tuple[Sequence[str], Location] | None = None,
 ) -> tuple[ServerCommand, Env] | None:
-    """The server a container starts (exec form or a shell script) and the variables it sees, else None."""
+    """The server a container starts (exec form or a shell script) and the variables it sees, else None.
+
+    `entrypoint`: the words the image starts (its ENTRYPOINT, placed at the image), before the container's args."""
     env = container_env(doc, container, path, injected=injected, config_maps=inputs.config_maps)
     tokens = exec_tokens(doc, container, path, env)
     if not tokens:
         return None
     command_len = len(container.get("command") or []) if isinstance(container.get("command"), list) else 0
+    if entrypoint is not None:
+        words, at = entrypoint
+        tokens = [Token(word, at) for word in words] + tokens
+        command_len = -len(words)  # every word the file holds is an args word
 
     def script_path(index: int) -> Path_ | None:
+        if command_len < 0:
+            return None if index < -command_len else (*path, "args", index + command_len)
         return (*path, "command", index) if index < command_len else (*path, "args", index - command_len)
 
     server = find_server(tokens, env, doc=doc, script_path=script_path)

@@ -372,8 +372,10 @@ def with_removed(data: dict[str, Any], others: list[dict[str, Any]]) -> dict[str
     by_field = {f["field"]: f["flag"] for f in data["flags"]}
     last: dict[str, tuple[str, str]] = {}
     for other in older:
+        # a dropped patch with the same parser (same_parser_releases) is the newest release that had it
+        newest = max([other["vllm_version"], *other.get("same_parser_releases", [])], key=Version)
         for option, dest in _option_strings(other).items():
-            last[option] = (other["vllm_version"], dest)
+            last[option] = (newest, dest)
     removed = [
         {"flag": option, "last_version": version, "replacement": by_field.get(dest) if by_field.get(dest) != option
          else None}
@@ -386,12 +388,58 @@ def _folder(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("flags-*.json"))]
 
 
+def _parser(data: dict[str, Any]) -> tuple[Any, ...]:
+    return data["flags"], data["allow_abbrev"], data["config_file"]
+
+
+def _same_line(a: str, b: str) -> bool:
+    return Version(a).release[:2] == Version(b).release[:2]
+
+
+def drop_same_parser(catalogues: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Patch releases whose parser equals the previous catalogued patch of the same minor line get no file:
+    that catalogue lists them in `same_parser_releases` and stands in for them exactly."""
+    kept: list[dict[str, Any]] = []
+    dropped = []
+    for data in sorted(catalogues, key=lambda d: Version(d["vllm_version"])):
+        version = data["vllm_version"]
+        previous = kept[-1] if kept else None
+        if previous is not None and _same_line(previous["vllm_version"], version) and \
+                _parser(previous) == _parser(data) and not data["generation"]["help_checked"]:
+            same = {*previous.get("same_parser_releases", []), version, *data.get("same_parser_releases", [])}
+            kept[-1] = _with_same_parser(previous, sorted(same, key=Version))
+            dropped.append(version)
+            continue
+        kept.append(data)
+    return kept, dropped
+
+
+def _with_same_parser(data: dict[str, Any], same: list[str]) -> dict[str, Any]:
+    """`data` with `same_parser_releases` placed after `config_file` (the files' key order is fixed)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key != "same_parser_releases":
+            out[key] = value
+        if key == "config_file":
+            out["same_parser_releases"] = same
+    return out
+
+
 def write_folder(folder: Path, new: list[dict[str, Any]]) -> list[str]:
-    """Write `new` into `folder` and recompute `removed` in every catalogue there; the files written."""
+    """Write `new` into `folder`, drop patch releases with their line's previous parser, and recompute
+    `removed` in every catalogue there; the files written or removed."""
     folder.mkdir(parents=True, exist_ok=True)
     merged = {d["vllm_version"]: d for d in _folder(folder)}
     merged.update({d["vllm_version"]: d for d in new})
+    kept, dropped = drop_same_parser(list(merged.values()))
     written = []
+    for version in dropped:
+        stale = folder / f"flags-{version}.json"
+        if stale.is_file():
+            stale.unlink()
+            written.append(f"-{stale.name}")
+        print(f"{version}: dropped (same parser as the previous catalogued release of its line)")
+    merged = {d["vllm_version"]: d for d in kept}
     for version, data in sorted(merged.items(), key=lambda kv: Version(kv[0])):
         others = [d for v, d in merged.items() if v != version]
         text = render(with_removed(data, others))
@@ -434,8 +482,17 @@ def main() -> int:
         for data in fresh:
             name = f"flags-{data['vllm_version']}.json"
             others = [d for d in committed_all if d["vllm_version"] != data["vllm_version"]]
+            mine = next((d for d in committed_all if d["vllm_version"] == data["vllm_version"]), {})
+            if mine.get("same_parser_releases"):
+                data = _with_same_parser(data, mine["same_parser_releases"])
             text = render(with_removed(data, others))
             path = args.check / name
+            stand_in = next((d for d in committed_all if data["vllm_version"] in d.get("same_parser_releases", [])),
+                            None)
+            if not path.is_file() and stand_in is not None and _parser(stand_in) == _parser(data):
+                print(f"{data['vllm_version']}: matches {stand_in['vllm_version']}'s catalogue (same parser), "
+                      f"{len(data['flags'])} flags")
+                continue
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 print(f"{path} differs from the release's parser; regenerate it", file=sys.stderr)
                 failed = 1

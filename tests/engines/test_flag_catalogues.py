@@ -1121,11 +1121,28 @@ def test_the_catalogue_matches_the_parser_the_wheel_builds(version):
 
 VLLM_PROFILES = REPO_ROOT / "profiles" / "vllm"
 VLLM_GENERATOR = REPO_ROOT / "tools" / "gen_vllm_catalogue.py"
-# The newest patch of every minor line from 0.8 (V1 the default) to 0.33 (PyPI, `pip index versions vllm`).
+# Every vLLM release on PyPI from 0.8.0 (V1 the default) to 0.33.0 (`pip index versions vllm`).
 VLLM_RELEASES = """
-0.8.5.post1 0.9.2 0.10.2 0.11.2 0.12.0 0.13.0 0.14.1 0.15.1 0.16.0 0.17.1 0.18.1 0.19.1 0.20.2 0.21.0
-0.22.1 0.23.0 0.24.0 0.25.1 0.26.0 0.27.1 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0
+0.8.0 0.8.1 0.8.2 0.8.3 0.8.4 0.8.5 0.8.5.post1 0.9.0 0.9.0.1 0.9.1 0.9.2 0.10.0 0.10.1 0.10.1.1 0.10.2
+0.11.0 0.11.1 0.11.2 0.12.0 0.13.0 0.14.0 0.14.1 0.15.0 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.18.1 0.19.0
+0.19.1 0.20.0 0.20.1 0.20.2 0.21.0 0.22.0 0.22.1 0.23.0 0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 0.28.0
+0.29.0 0.30.0 0.31.0 0.32.0 0.33.0
 """.split()
+# Patch releases whose parser equals the previous catalogued patch of their line: no file of their own.
+VLLM_SAME_PARSER = {
+    "0.8.1": "0.8.0",
+    "0.9.0.1": "0.9.0",
+    "0.11.2": "0.11.1",
+    "0.14.1": "0.14.0",
+    "0.17.1": "0.17.0",
+    "0.19.1": "0.19.0",
+    "0.20.1": "0.20.0",
+    "0.20.2": "0.20.0",
+    "0.22.1": "0.22.0",
+    "0.25.1": "0.25.0",
+    "0.27.1": "0.27.0",
+}
+VLLM_CATALOGUED = [v for v in VLLM_RELEASES if v not in VLLM_SAME_PARSER]
 VLLM_SOURCES = Path(os.environ.get("KVCHECK_VLLM_SOURCES", "/tmp/vllm-src"))
 VLLM_MANIFEST = """\
 name: vllm role
@@ -1159,10 +1176,19 @@ def _vllm(version: str) -> dict:
 def test_vllm_has_a_catalogue_for_every_minor_line_from_0_8():
     from kvcheck.engines.vllm.catalogue import catalogue_versions
 
-    assert catalogue_versions() == VLLM_RELEASES
+    assert catalogue_versions() == VLLM_CATALOGUED
 
 
-@pytest.mark.parametrize("version", VLLM_RELEASES)
+@pytest.mark.parametrize(("release", "stand_in"), sorted(VLLM_SAME_PARSER.items()))
+def test_a_vllm_patch_with_its_lines_parser_uses_that_catalogue_without_a_note(release, stand_in):
+    from kvcheck.engines.vllm.catalogue import load_catalogue
+
+    assert release in _vllm(stand_in)["same_parser_releases"]
+    catalogue, note = load_catalogue(release)
+    assert (catalogue.version, note) == (stand_in, None)
+
+
+@pytest.mark.parametrize("version", VLLM_CATALOGUED)
 def test_each_vllm_catalogue_says_how_it_was_made(version):
     data = _vllm(version)
     assert (data["schema"], data["vllm_version"], data["generated_by"]) == (
@@ -1192,10 +1218,10 @@ def test_the_source_route_reproduces_the_installed_releases_parser():
 
 
 def test_vllm_removed_lists_name_the_last_release_that_had_the_flag():
-    removed = {r["flag"]: r for r in _vllm("0.17.1")["removed"]}
+    removed = {r["flag"]: r for r in _vllm("0.17.0")["removed"]}
     assert removed["--disable-log-requests"]["last_version"] == "0.16.0"
     assert removed["--device"]["last_version"] == "0.9.2"
-    assert _vllm("0.8.5.post1")["removed"] == []
+    assert _vllm("0.8.0")["removed"] == []
     assert any(f["flag"] == "--device" for f in _vllm("0.9.2")["flags"])
 
 
@@ -1224,7 +1250,8 @@ def test_a_flag_vllm_removed_is_exit_2_on_that_release_with_its_line(tmp_path):
     path, done = _verify(tmp_path, "0.17.1", "disable-log-requests: true")
     assert done.exit_code == 2, done.stderr
     assert f"{path}:8:3" in done.stderr
-    assert "flag '--disable-log-requests' was removed in vLLM 0.17.1 (last in 0.16.0)" in done.stderr
+    # 0.17.1 has 0.17.0's parser (same_parser_releases): the message names the catalogued release
+    assert "flag '--disable-log-requests' was removed in vLLM 0.17.0 (last in 0.16.0)" in done.stderr
 
 
 def test_the_same_flag_is_accepted_on_the_release_that_still_had_it(tmp_path):
@@ -1244,14 +1271,14 @@ def test_device_is_a_flag_until_0_9_and_removed_from_0_10(tmp_path):
 
 def test_a_flag_added_later_is_unknown_on_an_older_release(tmp_path):
     # --kv-cache-metrics arrived in 0.12
-    assert not any(f["flag"] == "--kv-cache-metrics" for f in _vllm("0.11.2")["flags"])
+    assert not any(f["flag"] == "--kv-cache-metrics" for f in _vllm("0.11.1")["flags"])
     assert any(f["flag"] == "--kv-cache-metrics" for f in _vllm("0.12.0")["flags"])
     _, done = _verify(tmp_path, "0.12.0", "kv-cache-metrics: true")
     assert done.exit_code == 3, done.stderr
     path, done = _verify(tmp_path, "0.11.2", "kv-cache-metrics: true")
     assert done.exit_code == 2
     assert f"{path}:8:3" in done.stderr
-    assert "unknown vLLM flag 'kv-cache-metrics' (vLLM 0.11.2)" in done.stderr
+    assert "unknown vLLM flag 'kv-cache-metrics' (vLLM 0.11.1)" in done.stderr  # 0.11.2 has 0.11.1's parser
 
 
 def test_max_model_len_auto_is_refused_by_a_release_without_it(tmp_path):
@@ -1265,12 +1292,12 @@ def test_max_model_len_auto_is_refused_by_a_release_without_it(tmp_path):
     ("0.32.0", "0.32.0", None),
     ("0.32.0+cpu", "0.32.0", None),
     ("0.8.5.post1", "0.8.5.post1", None),
-    ("0.9.1", "0.9.2", "no flag catalogue for vLLM 0.9.1; arguments were checked against 0.9.2, the catalogued "
-     "release of the same 0.9 line (a flag added or removed between the two is judged as in 0.9.2)"),
-    ("0.8.0", "0.8.5.post1", "no flag catalogue for vLLM 0.8.0; arguments were checked against 0.8.5.post1, the "
-     "catalogued release of the same 0.8 line (a flag added or removed between the two is judged as in 0.8.5.post1)"),
-    ("0.7.3", "0.8.5.post1", "vLLM 0.7.3 is older than every flag catalogue kvcheck ships; arguments were checked "
-     "against 0.8.5.post1, the oldest, so a flag that 0.7.3 accepted and 0.8.5.post1 does not is reported as unknown"),
+    ("0.33.1", "0.33.0", "no flag catalogue for vLLM 0.33.1; arguments were checked against 0.33.0, the catalogued "
+     "release of the same 0.33 line (a flag added or removed between the two is judged as in 0.33.0)"),
+    ("0.33.0rc1", "0.33.0", "no flag catalogue for vLLM 0.33.0rc1; arguments were checked against 0.33.0, the "
+     "catalogued release of the same 0.33 line (a flag added or removed between the two is judged as in 0.33.0)"),
+    ("0.7.3", "0.8.0", "vLLM 0.7.3 is older than every flag catalogue kvcheck ships; arguments were checked "
+     "against 0.8.0, the oldest, so a flag that 0.7.3 accepted and 0.8.0 does not is reported as unknown"),
     ("0.34.0", "0.33.0", "no flag catalogue for vLLM 0.34.0; arguments were checked against 0.33.0, the nearest "
      "older release"),
 ])

@@ -68,10 +68,10 @@ _POOL = re.compile(rf"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: {_NUM} toke
 _CONCURRENCY = re.compile(rf"^Maximum concurrency for {_NUM} tokens per request: ([\d.]+)x")
 # "models's" until 0.21, "model's" from 0.22
 _REFUSAL = re.compile(r"ValueError: To serve at least one request with the models?'s max seq len \((\d+)\)")
-# V0 (and the V1 of before 0.8 on some paths): vLLM's own bound is blocks x block_size
+# V0's refusal: vLLM's own bound is blocks x block_size (// pipeline stages)
 _V0_REFUSAL = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
                          r"stored in KV cache \((\d+)\)")
-# V0's pool: `# cuda blocks: 7191, # CPU blocks: 512` (0.6.4+: the platform's device name), `# GPU blocks: N, # CPU
+# V0's pool: `# cuda blocks: 7191, # CPU blocks: 512` (later V0: the platform's device name), `# GPU blocks: N, # CPU
 # blocks: M` (earlier); V1 before 0.7.3 logged `# GPU blocks: N` alone.
 _V0_BLOCKS = re.compile(r"^(?:# )?(?P<device>[A-Za-z]+) blocks: (?P<blocks>\d+), # CPU blocks: \d+")
 _V1_BLOCKS = re.compile(r"^# GPU blocks: (?P<blocks>\d+)$")
@@ -139,7 +139,6 @@ class _State:
     failed_after_ready: bool = False
     damaged: list[str] = field(default_factory=list)
     pending_refusal: tuple[int, int, str] | None = None  # (L, line, text) until the estimated length is read
-    v0: bool = False  # the engine said it is V0 (`Initializing a V0 LLM engine`, or before 0.8 `an LLM engine`)
     stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
 
 
@@ -296,7 +295,6 @@ class VllmLogReader:
             event("max_model_len", context_len=int(match[1]))
         elif match := _ENGINE_VERSION.match(text):
             s.version = s.version or match[2]
-            s.v0 = match["engine"] != "1"  # "an LLM engine" (before 0.8) is V0 too
             s.config.update({k: v.strip() for k, v in _CONFIG_KEY.findall(match[3])})
             s.startup += 1
             event("engine_config")
@@ -318,7 +316,7 @@ class VllmLogReader:
             s.phase = FAILED
         elif match := _V0_KV_GIB.search(text):
             s.kv_gib = float(match[1] or match[2])
-            if weights := _V0_WEIGHTS_GIB.match(text):  # 0.6.4+: both on one line
+            if weights := _V0_WEIGHTS_GIB.match(text):  # 0.8's V0: both on one line
                 s.weights_gib = float(weights[1] or weights[2])
             s.startup += 1
             self._advance("sizing_pool")

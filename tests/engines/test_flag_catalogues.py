@@ -1308,14 +1308,17 @@ def test_the_vllm_catalogue_for_a_declared_version(declared, used, note):
     assert (catalogue.version, said) == (used, note)
 
 
-@pytest.mark.skipif(not (VLLM_SOURCES / "0.9.2" / "vllm").is_dir() or not Path(
+VLLM_DEPS = Path(os.environ.get("KVCHECK_VLLM_DEPS", "/tmp/vllm-deps"))
+
+
+@pytest.mark.skipif(not (VLLM_SOURCES / "0.9.2" / "vllm").is_dir() or not VLLM_DEPS.is_dir() or not Path(
     os.environ.get("KVCHECK_REAL_VLLM", "/tmp/kvcheck-real-vllm"), "venv", "bin", "python").is_file(),
-    reason="needs 0.9.2's unzipped wheel in $KVCHECK_VLLM_SOURCES and the real vLLM venv")
+    reason="needs 0.9.2's unzipped wheel in $KVCHECK_VLLM_SOURCES, the --deps folder in $KVCHECK_VLLM_DEPS "
+    "(docs/flag-catalogues.md) and the real vLLM venv")
 def test_regenerating_a_vllm_catalogue_from_its_wheel_source_gives_the_committed_bytes():
     python = Path(os.environ.get("KVCHECK_REAL_VLLM", "/tmp/kvcheck-real-vllm"), "venv", "bin", "python")
-    deps = Path(os.environ.get("KVCHECK_VLLM_DEPS", "/tmp/vcat/deps"))
     done = subprocess.run([str(python), str(VLLM_GENERATOR), "--source", str(VLLM_SOURCES / "0.9.2"),
-                           "--deps", str(deps), "--check", str(VLLM_PROFILES)],
+                           "--deps", str(VLLM_DEPS), "--check", str(VLLM_PROFILES)],
                           capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "flags-0.9.2.json: matches vllm serve's parser (built from its wheel's source) (164 flags)" in done.stdout

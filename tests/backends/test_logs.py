@@ -435,13 +435,14 @@ def test_cli_without_any_window_is_exit_3(tmp_path):
     assert sorted(f["rule"] for f in report["findings"]) == ["KV312", "KV313"]
 
 
-def test_cli_rejects_vllm_v0_logs_with_exit_2():
-    # vLLM's V1 lines are read by the vLLM engine (tests/engines/vllm/test_logs.py); the V0 wording is not yet
+def test_cli_reads_a_vllm_v0_log_with_the_vllm_reader():
+    # vLLM's V0 wording is read by the vLLM engine (tests/engines/vllm/test_logs.py): V0 keeps 1% of the
+    # 22,982 blocks free, so one request holds (22982 - 229) x 16 tokens; the excerpt states no window
     path = real_log("vllm-gemma2-9b-8xL4-tp8-vllm7593.log")
-    result = run_kvcheck("logs", path)
-    assert result.exit_code == 2
-    assert result.stdout == ""
-    assert f"{path}: not an SGLang log: none of its 2 lines is an SGLang startup line" in result.stderr
+    result = run_kvcheck("logs", path, "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    (role,) = json.loads(result.stdout)["roles"]
+    assert role["pool_tokens"] == (22982 - 229) * 16
 
 
 def test_cli_strict_fails_on_a_provisional_figure(tmp_path):

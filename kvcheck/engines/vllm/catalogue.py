@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from packaging.version import Version
+
 from kvcheck.engines.flags import (
     Catalogue,
     Flag,
@@ -132,8 +134,49 @@ def _load(version: str) -> VllmCatalogue:
     )
 
 
+def pick_vllm_catalogue(version: str, available: list[str]) -> tuple[str, str | None]:
+    """Which catalogued release reads `version`'s arguments, plus a note when another release stands in.
+
+    The shared rules (`kvcheck.engines.flags.pick_catalogue`: a release's own catalogue, or that of its
+    post or local build such as `0.8.5.post1` / `0.32.0+cpu`), then vLLM's: a patch release whose parser
+    equals the previous catalogued patch of its line has no file and is listed in that catalogue's
+    `same_parser_releases` (exact, no note); any other uncatalogued patch of a catalogued minor line is
+    read with the nearest catalogue of that line (at or below it, else the line's oldest), with a note;
+    only a line without a catalogue falls back to the nearest older line.
+    """
+    chosen, note = pick_catalogue(version, available, label="vLLM", example="0.32.0")
+    if note is None:
+        return chosen, None
+    wanted = Version(version)
+    for catalogued, same in same_parser_releases().items():
+        if any(Version(v) == wanted for v in same):
+            return catalogued, None  # a patch with the same parser as a catalogued one: exact
+    line = [v for v in available if Version(v).release[:2] == wanted.release[:2]]
+    if not line:
+        return chosen, note
+    below = [v for v in line if Version(v) <= wanted]
+    stand_in = below[-1] if below else line[0]
+    return stand_in, (
+        f"no flag catalogue for vLLM {version}; arguments were checked against {stand_in}, the catalogued "
+        f"release of the same {wanted.major}.{wanted.minor} line (a flag added or removed between the two is "
+        "judged as in " + stand_in + ")"
+    )
+
+
+@cache
+def same_parser_releases() -> dict[str, tuple[str, ...]]:
+    """Catalogued release -> the later patches of its line whose parser is the same (they have no file)."""
+    found = {}
+    for version in catalogue_versions():
+        path = profile_path("vllm", f"flags-{version}.json")
+        same = json.loads(path.read_text(encoding="utf-8")).get("same_parser_releases") or []
+        if same:
+            found[version] = tuple(str(v) for v in same)
+    return found
+
+
 def load_catalogue(version: str) -> tuple[VllmCatalogue, str | None]:
     """The catalogue for `version`, plus a note when another release's catalogue stands in
-    (`kvcheck.engines.flags.pick_catalogue` says which)."""
-    chosen, note = pick_catalogue(version, catalogue_versions(), label="vLLM", example="0.32.0")
+    (`pick_vllm_catalogue` says which)."""
+    chosen, note = pick_vllm_catalogue(version, catalogue_versions())
     return _load(chosen), note

@@ -1,9 +1,14 @@
 """vLLM's startup log, read line by line (a BootLogReader): the pool, the window, refusals, readiness.
 
 The lines are vLLM 0.32.0's (V1 engine), measured on its CPU backend and read in its source
-(docs/vllm.md). Every line may carry the process prefix vLLM's multiprocessing adds, such as
-`(APIServer pid=12)`, `(EngineCore_DP1 pid=40)`, `(Worker_TP0 pid=41)`, then `INFO 12-01 23:46:05
-[file.py:2327]`. What is read:
+(docs/vllm.md), and the wordings of older releases read in each release's source (docs/logs.md has the
+table): V1 from 0.7 (`# GPU blocks: N`, then `GPU KV cache size: N tokens` with the concurrency on its own
+line until 0.29) and V0 (`# cuda blocks: N, # CPU blocks: M`, its refusal `The model's max seq len (L) is
+larger than the maximum number of tokens that can be stored in KV cache (M)`). Every line may carry the
+process prefix vLLM's multiprocessing adds, such as `(APIServer pid=12)`, `(EngineCore_DP1 pid=40)`
+(`EngineCore_1` in 0.8-0.9), `(Worker_TP0 pid=41)`, `(VllmWorker rank=0 pid=41)`, `(VllmWorkerProcess
+pid=41)`, a Kubernetes timestamp before it, then `INFO 12-01 23:46:05 [file.py:2327]` (`file.py:2327]`
+before 0.8). What is read:
 
 - `non-default args: {...}` (the API server's arguments, field names) and the banner's version;
 - `Using max model len L`, and `Auto-fit max_model_len: reduced from A to B ...` (`--max-model-len auto`);
@@ -15,8 +20,12 @@ The lines are vLLM 0.32.0's (V1 engine), measured on its CPU backend and read in
   estimated maximum model length is N.`: vLLM measured its pool and found it below L. The reader
   gives N as the pool (vLLM's own bound for one request, null block counted) and a `pool_refusal`
   event, so that measure and logs judge it (KV109, KV101) instead of "could not measure";
+- V0's pool `# cuda blocks: N, # CPU blocks: M`: one request holds (N - int(0.01 N)) x block_size
+  tokens (V0 keeps 1% of the blocks free as a watermark), and V0's refusal gives vLLM's own bound M;
+  V0's window is its config line's `max_seq_len` when no other line states it;
 - `Application startup complete.` (uvicorn, the server answers from then on) as ready; tracebacks
-  and `EngineCore failed to start.` as failures.
+  and `EngineCore failed to start.` as failures. A V1 refusal without vLLM's estimate (0.8.x lost it)
+  is a failure, quoted: it proves the pool is short but gives no figure.
 """
 
 from __future__ import annotations
@@ -36,11 +45,21 @@ MAX_LINE_CHARS = 64 * 1024  # a longer line is cut before it is read (config dum
 MAX_ARGS_CHARS = 32 * 1024  # a `non-default args` dict longer than this is not parsed
 KEPT_ERRORS = 40
 KEPT_WARNINGS = 50
+# V0's block size when the arguments do not state it: 16 on CUDA and ROCm, and on CPU without IPEX (with IPEX
+# 128: then the pool read is below the real one, which fails closed)
+V0_BLOCK_SIZE = 16
 
-_PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*?)(?:_(?P<tags>(?:DP|TP|PP|EP)\d+(?:_(?:DP|TP|PP|EP)\d+)*))?"
-                     r"(?:-(?P<index>\d+))? pid=\d+\)\s?")
+# `(EngineCore_DP1 pid=40)`, `(Worker_DP0_PCP0_TP1 pid=41)`, `(EngineCore_0 pid=40)` (0.8-0.9: the index is the
+# DP rank), `(VllmWorker rank=0 pid=41)` (0.8-0.10), `(VllmWorkerProcess pid=41)` (V0),
+# `(RayWorkerWrapper pid=41, ip=10.0.0.2)` (Ray)
+_RANK_TAGS = r"(?:DP|PCP|DCP|TP|PP|EP)\d+"
+_PREFIX = re.compile(rf"^\((?P<proc>[A-Za-z][\w-]*?)(?:_(?P<tags>{_RANK_TAGS}(?:_{_RANK_TAGS})*)|_(?P<dp>\d+))?"
+                     r"(?:-(?P<index>\d+))?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?\)\s?")
+# Kubernetes and Docker put an RFC 3339 stamp before each line (`kubectl logs --timestamps`, `docker logs -t`).
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+# `[file.py:123] ` from 0.8; older releases wrote `file.py:123] `.
 _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-                    r"\[[\w./-]+:\d+\] ")
+                    r"\[?[\w./-]+:\d+\] ")
 _TAG = re.compile(r"(DP|TP|PP|EP)(\d+)")
 
 _NUM = r"(\d[\d,]*)"
@@ -48,14 +67,28 @@ _NUM = r"(\d[\d,]*)"
 _POOL = re.compile(rf"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: {_NUM} tokens(?:, Maximum concurrency for "
                    rf"{_NUM} tokens per request: (?P<conc>[\d.]+)x)?")
 _CONCURRENCY = re.compile(rf"^Maximum concurrency for {_NUM} tokens per request: ([\d.]+)x")
-_REFUSAL = re.compile(r"ValueError: To serve at least one request with the model's max seq len \((\d+)\)")
+# "models's" until 0.21, "model's" from 0.22
+_REFUSAL = re.compile(r"ValueError: To serve at least one request with the models?'s max seq len \((\d+)\)")
+# V0's refusal: vLLM's own bound is blocks x block_size (// pipeline stages)
+_V0_REFUSAL = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+                         r"stored in KV cache \((\d+)\)")
+# V0's pool: `# cuda blocks: 7191, # CPU blocks: 512` (later V0: the platform's device name), `# GPU blocks: N, # CPU
+# blocks: M` (earlier); V1 before 0.7.3 logged `# GPU blocks: N` alone.
+_V0_BLOCKS = re.compile(r"^(?:# )?(?P<device>[A-Za-z]+) blocks: (?P<blocks>\d+), # CPU blocks: \d+")
+_V1_BLOCKS = re.compile(r"^# GPU blocks: (?P<blocks>\d+)$")
+_V0_KV_GIB = re.compile(r"(?:the rest of the memory reserved for KV Cache is ([\d.]+) ?GiB|"
+                        r"^Memory profiling results: .*\bkv_cache_size=([\d.]+)GiB)")
+_V0_WEIGHTS_GIB = re.compile(r"(?:^Loading model weights took ([\d.]+) GB|^model weights take ([\d.]+)GiB)")
 _ESTIMATED = re.compile(r"the estimated maximum model length is (\d+)")
 _AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
 _AUTO_FITS = re.compile(r"Auto-fit max_model_len: full model context length (\d+) fits")
 _MAX_LEN = re.compile(r"^Using max model len (\d+)")
 _NON_DEFAULT = re.compile(r"^non-default args: (\{.*\})\s*$")
 _BANNER_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+-]*)\s*$")
-_ENGINE_VERSION = re.compile(r"^Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+[\w.+-]*)\) with config: (.*)$")
+# `Initializing a V1 LLM engine (v0.32.0)`, `Initializing a V0 LLM engine (v0.8.5)`, `Initializing an LLM engine
+# (v0.6.3)` (before 0.8; before 0.3 without the version)
+_ENGINE_VERSION = re.compile(r"^Initializing (?:a V(?P<engine>[01]) |an )LLM engine(?: \(v(\d+\.\d+\.\d+[\w.+-]*)\))? "
+                             r"with config: (.*)$")
 _SERVER_VERSION = re.compile(r"^vLLM API server version (\d+\.\d+\.\d+[\w.+-]*)")
 _CONFIG_KEY = re.compile(r"\b(max_seq_len|device_config|tensor_parallel_size|pipeline_parallel_size|"
                          r"data_parallel_size|kv_cache_dtype|enable_prefix_caching)=([^,]+)")
@@ -106,7 +139,7 @@ class _State:
     failure: str | None = None
     failed_after_ready: bool = False
     damaged: list[str] = field(default_factory=list)
-    pending_refusal: tuple[int, int] | None = None  # (L, line) until the estimated length is read
+    pending_refusal: tuple[int, int, str] | None = None  # (L, line, text) until the estimated length is read
     stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
 
 
@@ -114,10 +147,14 @@ def _split(text: str) -> tuple[RankTag | None, str | None, str, bool]:
     """(rank tag, level, message, had a vLLM prefix) of one line."""
     tag: RankTag | None = None
     prefixed = False
+    if stamp := _STAMP.match(text):
+        text = text[stamp.end():]
     match = _PREFIX.match(text)
     if match:
         prefixed = True
         values = {name.lower(): int(rank) for name, rank in _TAG.findall(match["tags"] or "")}
+        if match["dp"] is not None and match["proc"] == "EngineCore":
+            values["dp"] = int(match["dp"])  # 0.8-0.9 named a data-parallel engine EngineCore_N
         tag = RankTag(dp=values.get("dp"), pp=values.get("pp"), tp=values.get("tp"), ep=values.get("ep"))
         text = text[match.end():]
     level = None
@@ -252,7 +289,7 @@ class VllmLogReader:
         elif match := _REFUSAL.search(text):
             s.startup += 1
             if s.pending_refusal is None and not any(r.refused for r in s.ranks.values()):
-                s.pending_refusal = (int(match[1]), n)
+                s.pending_refusal = (int(match[1]), n, text[:600])
             self._refusal_length(text, tag, n, events)
             self._fail(text)
         elif s.pending_refusal is not None and _ESTIMATED.search(text):
@@ -271,10 +308,35 @@ class VllmLogReader:
             s.startup += 1
             event("max_model_len", context_len=int(match[1]))
         elif match := _ENGINE_VERSION.match(text):
-            s.version = s.version or match[1]
-            s.config.update({k: v.strip() for k, v in _CONFIG_KEY.findall(match[2])})
+            s.version = s.version or match[2]
+            s.config.update({k: v.strip() for k, v in _CONFIG_KEY.findall(match[3])})
             s.startup += 1
             event("engine_config")
+        elif (match := _V0_BLOCKS.match(text)) or (match := _V1_BLOCKS.match(text)):
+            self._blocks_line(match, tag, n, v0="device" in match.groupdict(), events=events, text=text)
+        elif match := _V0_REFUSAL.search(text):
+            s.startup += 1
+            stored = _count(match[2])
+            rank = self._rank(tag)
+            if stored is None:
+                s.damaged.append(f"line {n}: {text[:200]}")
+            elif not any(r.refused for r in s.ranks.values()):
+                length = int(match[1])
+                rank.pool_tokens, rank.context_len, rank.figure_line, rank.refused = stored, length, n, True
+                refusal = LogEvent("pool_refusal", tag, n, text[:600], {"pool_tokens": stored, "context_len": length})
+                events.append(refusal)
+                s.warnings.insert(0, refusal)
+                s.failure = None
+            s.phase = FAILED
+        elif match := _V0_KV_GIB.search(text):
+            s.kv_gib = float(match[1] or match[2])
+            if weights := _V0_WEIGHTS_GIB.match(text):  # 0.8's V0: both on one line
+                s.weights_gib = float(weights[1] or weights[2])
+            s.startup += 1
+            self._advance("sizing_pool")
+        elif match := _V0_WEIGHTS_GIB.match(text):
+            s.weights_gib = float(match[1] or match[2])
+            s.startup += 1
         elif (match := _SERVER_VERSION.match(text)) or (vllm_line and (match := _BANNER_VERSION.search(text))):
             s.version = s.version or match[1]
             s.startup += 1
@@ -321,14 +383,43 @@ class VllmLogReader:
         stated = args.get("block_size")
         if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
             return stated
+        if device == "V0":
+            return V0_BLOCK_SIZE
         return DEFAULT_BLOCK_SIZE["cuda" if device == "GPU" else "cpu"]
+
+    def _blocks_line(self, match: re.Match[str], tag: RankTag | None, n: int, *, v0: bool, events: list[LogEvent],
+                     text: str) -> None:
+        """`# cuda blocks: N, # CPU blocks: M` (V0) or `# GPU blocks: N` (V1 before 0.7.3): the pool in blocks.
+
+        V0 admits a request only while `watermark` (1%) of the blocks stays free (BlockSpaceManager: a prompt
+        needing more than N - int(0.01 N) blocks is never scheduled), so one request holds at most
+        (N - int(0.01 N)) x block_size tokens; V1 keeps one null block: (N - 1) x block_size.
+        """
+        s = self._s
+        blocks = _count(match["blocks"])
+        rank = self._rank(tag)
+        s.startup += 1
+        self._advance("sizing_pool")
+        if blocks is None:
+            s.damaged.append(f"line {n}: {text[:200]}")
+            return
+        block = self._block_size("V0" if v0 else "GPU")
+        reserved = int(0.01 * blocks) if v0 else 1
+        logged = blocks * block
+        rank.logged_tokens, rank.pool_tokens, rank.figure_line = logged, max(blocks - reserved, 0) * block, n
+        if logged > MAX_TOKEN_FIGURE:
+            s.damaged.append(f"line {n}: {text[:200]}")
+            rank.logged_tokens = rank.pool_tokens = None
+            return
+        events.append(LogEvent("pool", tag, n, text[:400], {"pool_tokens": rank.pool_tokens, "logged_tokens": logged,
+                                                           "num_blocks": blocks, "block_size": block}))
 
     def _refusal_length(self, text: str, tag: RankTag | None, n: int, events: list[LogEvent]) -> None:
         s = self._s
         match = _ESTIMATED.search(text)
         if match is None or s.pending_refusal is None:
             return
-        length, _ = s.pending_refusal
+        length, _, _ = s.pending_refusal
         s.pending_refusal = None
         estimated = _count(match[1])
         if estimated is None:
@@ -371,8 +462,16 @@ class VllmLogReader:
             for _, rank in sorted(s.ranks.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
             if rank.pool_tokens is not None
         )
-        if s.max_model_len is not None:
-            ranks = tuple(r if r.context_len is not None else replace(r, context_len=s.max_model_len) for r in ranks)
+        window = s.max_model_len
+        if window is None and (stated := s.config.get("max_seq_len", "")).isdigit():
+            window = int(stated)  # the engine's config line (V0 logs of before 0.10 have no `Using max model len`)
+        if window is not None:
+            ranks = tuple(r if r.context_len is not None else replace(r, context_len=window) for r in ranks)
+        failure = s.failure
+        if failure is None and s.pending_refusal is not None:
+            # a V1 refusal without vLLM's estimate (0.8.x lost it: "Based on the available memory, Try ..."): it
+            # proves the pool is below the window but gives no figure, so it is a failure to measure, quoted
+            failure = s.pending_refusal[2]
         missing = []
         if not ranks:
             missing.append("the pool line (CPU/GPU KV cache size: N tokens, Maximum concurrency for L tokens ...)")
@@ -400,7 +499,7 @@ class VllmLogReader:
             lines=s.lines,
             startup_lines=s.startup,
             boots=max(s.boots, 1),
-            failure=s.failure,
+            failure=failure,
             failed_after_ready=s.failed_after_ready,
             damaged=tuple(s.damaged),
         )

@@ -108,7 +108,7 @@ def test_a_local_build_uses_its_release_catalogue_without_a_note() -> None:
     catalogue, note = ENGINE.catalogue("0.32.0+cpu")
     assert (catalogue.version, note) == ("0.32.0", None)
     _, note = ENGINE.catalogue("0.40.0")
-    assert note == "no flag catalogue for vLLM 0.40.0; arguments were checked against 0.32.0, the nearest older release"
+    assert note == "no flag catalogue for vLLM 0.40.0; arguments were checked against 0.33.0, the nearest older release"
 
 
 @pytest.mark.parametrize(("image", "release"), [

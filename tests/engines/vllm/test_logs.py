@@ -206,3 +206,125 @@ def test_cli_on_the_real_log_of_a_measured_boot_whose_stop_logged_an_engine_dead
     assert code == 0, report
     assert [(r["pool_tokens"], r["max_input_tokens"]) for r in report["roles"]] == [(16256, 4096)]
     assert report["findings"] == []
+
+
+# -- older releases: public logs (tests/data/vllm_logs_public, sources in its README) and their lines ----------
+
+PUBLIC = TEST_DATA / "vllm_logs_public"
+
+
+@pytest.mark.parametrize(("name", "code", "pool", "window", "rules"), [
+    # V0: (blocks - int(0.01 x blocks)) x 16, the watermark V0 keeps free; window from the concurrency line
+    ("v0-llama31-8b-3090-20k-issue10517.log", 0, (1952 - 19) * 16, 20000, ["KV312"]),
+    # V0's refusal: vLLM's own bound, 1478 x 16 = 23,648 tokens, below the 29,000 window
+    ("v0-llama31-8b-3090-29k-refused-issue10517.log", 1, 23648, 29000, ["KV101", "KV312"]),
+    # 0.2.x: no version, no concurrency line; the window is the config line's max_seq_len
+    ("v0-0.2-alpaca2-issue2418.log", 1, (229 - 2) * 16, 4096, ["KV101", "KV312"]),
+    # 0.8's V0 engine: `# cuda blocks: 7191`; the excerpt ends before the window
+    ("v0-0.8-llama-8b-H100-gaie-pr550.log", 3, (7191 - 71) * 16, None, ["KV312", "KV313"]),
+    # V1 of 0.7: `# GPU blocks: N` alone, one null block
+    ("v1-0.7-gpu-blocks-pr12569.log", 0, (1381 - 1) * 16, 2048, ["KV312"]),
+    # the same pool logged both ways around PR 13596: in blocks and in tokens
+    ("v1-0.7-gpu-blocks-before-pr13596.log", 0, 2042016 - 16, 2048, ["KV312"]),
+    ("v1-0.7-kv-cache-size-after-pr13596.log", 0, 2042016 - 16, 2048, ["KV312"]),
+    ("v1-0.2x-lmcache-issue3326.log", 0, 229344 - 16, 16384, ["KV312"]),
+    # refusals with vLLM's estimate: "models's" (0.8-0.21) and "model's" wrapped over three lines
+    ("v1-models-s-refusal-tpu-inference-pr223.log", 1, 5632, 131072, ["KV101", "KV312"]),
+    ("v1-refusal-wrapped-kaito-issue2132.log", 1, 810208, 1048576, ["KV101", "KV312"]),
+])
+def test_cli_on_public_logs_of_older_releases(name: str, code: int, pool: int, window: int | None,
+                                              rules: list[str]) -> None:
+    exit_code, report = logs(str(PUBLIC / name))
+    assert exit_code == code, report
+    [role] = report["roles"]
+    assert (role["pool_tokens"], role["required_tokens"]) == (pool, window)
+    assert sorted(f["rule"] for f in report["findings"]) == rules
+
+
+def test_a_v0_log_is_told_from_an_sglang_log_by_itself() -> None:
+    # read side by side with an SGLang log, each by its own engine's reader
+    sglang = LOGS / "sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log"
+    code, report = logs(str(sglang), str(PUBLIC / "v0-llama31-8b-3090-20k-issue10517.log"))
+    assert code == 0, report
+    assert [(r["name"], r["pool_tokens"]) for r in report["roles"]] == [
+        ("sglang-deepseek-r1-2x8xH20-tp16-k8s-doc.log[TP0]", 712400),
+        ("v0-llama31-8b-3090-20k-issue10517.log", (1952 - 19) * 16)]
+
+
+def test_the_v0_refusal_is_a_measured_pool_and_quoted_first() -> None:
+    summary = summary_of(PUBLIC / "v0-llama31-8b-3090-29k-refused-issue10517.log")
+    [rank] = summary.ranks
+    assert (rank.final_tokens, rank.context_len, rank.kv_gib, rank.weights_gib) == (23648, 29000, 2.89, 14.9888)
+    assert (summary.failure, summary.phase) == (None, "failed")
+    assert summary.warnings[0].kind == "pool_refusal"
+    assert summary.warnings[0].values == {"pool_tokens": 23648, "context_len": 29000}
+
+
+def test_the_0_8_v0_lines_give_the_kv_memory_and_the_weights() -> None:
+    summary = summary_of(PUBLIC / "v0-0.8-llama-8b-H100-gaie-pr550.log")
+    [rank] = summary.ranks
+    assert (rank.kv_gib, rank.weights_gib, rank.figure_line) == (56.18, 12.55, 5)
+
+
+def test_a_0_8_data_parallel_engine_is_engine_core_n() -> None:
+    summary = summary_of(PUBLIC / "v1-0.8.3-dp-enginecore-n-trl-pr3310.log")
+    assert (summary.version, summary.recognised, summary.ranks) == ("0.8.3", True, ())
+    summary = summary_of_lines(
+        "(EngineCore_0 pid=10) INFO 04-17 23:05:40 [kv_cache_utils.py:634] GPU KV cache size: 160,000 tokens",
+        "(EngineCore_0 pid=10) INFO 04-17 23:05:40 [kv_cache_utils.py:637] Maximum concurrency for 32,000 tokens "
+        "per request: 5.00x",
+        "(EngineCore_1 pid=11) INFO 04-17 23:05:40 [kv_cache_utils.py:634] GPU KV cache size: 96,000 tokens",
+        "(EngineCore_1 pid=11) INFO 04-17 23:05:40 [kv_cache_utils.py:637] Maximum concurrency for 32,000 tokens "
+        "per request: 3.00x",
+    )
+    assert [(str(r.rank), r.final_tokens, r.context_len) for r in summary.ranks] == [
+        ("DP0", 160000 - 16, 32000), ("DP1", 96000 - 16, 32000)]
+
+
+@pytest.mark.parametrize("prefix", [
+    "(VllmWorker rank=1 pid=213949) ",  # 0.8-0.10 multiprocessing workers
+    "(VllmWorkerProcess pid=106022) ",  # V0 workers
+    "(RayWorkerWrapper pid=5120, ip=10.0.0.2) ",  # Ray
+    "(Worker pid=41) ",
+    "(Worker_DP1_PCP0_TP1 pid=41) ",  # PCP and DCP ranks (0.11+) in the name
+    "2025-10-14T23:59:26.998006749Z (APIServer pid=1) ",  # kubectl logs --timestamps
+])
+def test_worker_and_launcher_prefixes_are_stripped(prefix: str) -> None:
+    summary = summary_of_lines(
+        prefix + "INFO 07-18 06:32:49 [gpu_worker.py:244] Available KV cache memory: 8.11 GiB",
+        prefix + "INFO 07-18 06:32:49 [kv_cache_utils.py:716] GPU KV cache size: 178,880 tokens",
+    )
+    [rank] = summary.ranks
+    assert (rank.final_tokens, rank.kv_gib) == (178880 - 16, 8.11)
+
+
+def test_a_v0_engine_line_of_0_8_names_its_release() -> None:
+    summary = summary_of_lines(
+        "INFO 04-30 10:00:00 [llm_engine.py:240] Initializing a V0 LLM engine (v0.8.5) with config: model='m', "
+        "max_seq_len=8192, tensor_parallel_size=1",
+        "INFO 04-30 10:00:30 [executor_base.py:112] # cuda blocks: 1000, # CPU blocks: 2048",
+    )
+    [rank] = summary.ranks
+    assert (summary.version, rank.final_tokens, rank.context_len) == ("0.8.5", (1000 - 10) * 16, 8192)
+
+
+def test_a_0_8_refusal_without_vllms_estimate_is_a_quoted_failure_not_a_figure() -> None:
+    # 0.8.x built "Based on the available memory," and dropped the estimate (an f-string on its own line)
+    text = ("ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache "
+            "is needed, which is larger than the available KV cache memory (9.50 GiB). Based on the available memory, "
+            "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+    summary = summary_of_lines("(EngineCore_0 pid=2) ERROR 04-30 10:00:30 [core.py:396] " + text)
+    assert (summary.ranks, summary.phase, summary.failure) == ((), "failed", text)
+
+
+def test_cli_on_a_0_8_refusal_without_an_estimate_is_exit_3(tmp_path: Path) -> None:
+    log = tmp_path / "refused.log"
+    log.write_text(
+        "(EngineCore_0 pid=2) ERROR 04-30 10:00:30 [core.py:396] ValueError: To serve at least one request with the "
+        "models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache "
+        "memory (9.50 GiB). Based on the available memory, Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.\n", encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    [role] = report["roles"]
+    assert role["pool_tokens"] is None

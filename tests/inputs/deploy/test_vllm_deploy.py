@@ -14,7 +14,7 @@ from tests.conftest import run_kvcheck
 REAL = "tests/data/vllm-deploy"
 FIX = "tests/inputs/deploy/fixtures/vllm"
 EIGHT = [0, 1, 2, 3, 4, 5, 6, 7]
-NEWEST = {"name": "vllm", "version": "0.32.0"}  # no image tag names the release: the newest catalogue reads it
+NEWEST = {"name": "vllm", "version": "0.33.0"}  # no image tag names the release: the newest catalogue reads it
 
 
 def imported(*paths: str) -> Any:
@@ -142,16 +142,10 @@ def test_an_ome_vllm_runtime_is_read_without_its_model_and_with_its_image_releas
 
 
 @pytest.mark.parametrize(("files", "errors"), [
-    # vLLM 0.32.0 refuses these as the files were written (each for an older release, no catalogue of which ships)
+    # refused by the release the file pins (or, with no pin, the newest catalogue)
     (("production-stack-gie-gpu-deployment.yaml",), [
         f"{REAL}/production-stack-gie-gpu-deployment.yaml:30:13: 'compilation-config' must be a JSON object or string, "
         "not 3"]),
-    (("ome-vllm-llama-3-1-405b-instruct-fp8-rt.yaml",), [
-        f"{REAL}/ome-vllm-llama-3-1-405b-instruct-fp8-rt.yaml:72:11: unknown vLLM flag 'cuda-graph-sizes' (vLLM 0.32.0) "
-        "(did you mean 'cudagraph-capture-sizes'?)"]),
-    (("aibrix-standalone-compose.yml",), [  # the image's own `vllm serve` ENTRYPOINT runs the compose command
-        f"{REAL}/aibrix-standalone-compose.yml:{line}:7: unknown vLLM flag 'disable-log-requests' (vLLM 0.32.0) "
-        "(did you mean 'enable-log-requests'?)" for line in (131, 168, 202)]),
     (("production-stack-values-15-a-raycluster.yaml",), [
         f"{REAL}/production-stack-values-15-a-raycluster.yaml:22:7: a modelSpec with raySpec runs vLLM on a KubeRay "
         "cluster (helm/templates/ray-cluster.yaml), which kvcheck does not read; check the rendered RayCluster's head "
@@ -159,6 +153,18 @@ def test_an_ome_vllm_runtime_is_read_without_its_model_and_with_its_image_releas
 ])
 def test_what_vllm_would_refuse_is_exit_2_at_its_place(files: tuple[str, ...], errors: list[str]) -> None:
     assert refused(*(f"{REAL}/{name}" for name in files)) == errors
+
+
+@pytest.mark.parametrize(("name", "release", "arg"), [
+    ("ome-vllm-llama-3-1-405b-instruct-fp8-rt.yaml", "0.9.0.1", ("cuda-graph-sizes", [256])),
+    ("aibrix-standalone-compose.yml", "0.6.6", ("disable-log-requests", True)),
+])
+def test_a_file_is_checked_against_the_release_its_image_pins(name: str, release: str, arg: tuple[str, object]) -> None:
+    """Flags 0.32.0 removed (`--cuda-graph-sizes`, `--disable-log-requests`) are accepted where the image pins a
+    release that had them: 0.9.0.1's own catalogue, and 0.8.0's (the oldest, with a note) for 0.6.6."""
+    got = imported(f"{REAL}/{name}")
+    assert got["engine"] == {"name": "vllm", "version": release}
+    assert [role["args"][arg[0]] for role in got["roles"].values()] == [arg[1]] * len(got["roles"])
 
 
 def test_vllms_parser_rules_in_a_deployment() -> None:
@@ -244,7 +250,7 @@ def test_estimate_on_a_vllm_deployment_without_the_models_config_says_it_cannot_
                          "--context-length", "131072", "--format", "json")
     report = json.loads(result.stdout)
     assert (result.exit_code, report["verdict"]) == (3, "error")
-    assert [f["rule"] for f in report["findings"]] == ["KV204", "KV305"]
+    assert [f["rule"] for f in report["findings"]] == ["KV305"]  # 0.8.5, pinned by its image, has its catalogue
 
 
 def test_dry_run_prints_the_vllm_serve_line_the_deployment_runs() -> None:

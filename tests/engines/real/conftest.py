@@ -101,8 +101,16 @@ class RealVllm:
         return self.dest / "venv" / "bin" / "vllm"
 
     @property
+    def python(self) -> Path:
+        return self.dest / "venv" / "bin" / "python"
+
+    @property
     def model(self) -> Path:
         return self.dest / "tiny-llama"
+
+    def command(self) -> list[str]:
+        """engine.command for a manifest: the venv's `vllm serve`."""
+        return [str(self.vllm), "serve"]
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +142,7 @@ def write_vllm_manifest(real: RealVllm, path: Path, tag: str, window: int, env: 
         "engine": {
             "name": "vllm",
             "version": VLLM_VERSION,
-            "command": [str(real.vllm), "serve"],
+            "command": real.command(),
             "env": {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", TAG_VAR: tag,
                     **(env or {})},
         },

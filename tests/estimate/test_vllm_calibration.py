@@ -75,13 +75,15 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 1.81,
         V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": -0.97,
         V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": -1.21,
+        "h100-qwen3-14b-v0.15.0-sweep": 0.34, "h100-qwen3-14b-v0.16.0-sweep": 3.45,
+        "h100-qwen3-14b-v0.17.0-sweep": -4.31, "h100-qwen3-14b-v0.18.0-sweep": -4.07,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
     # the bar (median 0.5%, worst 3%) is not met held out: the doc says so, with these figures
-    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (27, 1.35, 9.22)
-    assert sum(e > 3 for e in consistent) == 4
+    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (31, 1.49, 9.22)
+    assert sum(e > 3 for e in consistent) == 7
 
 
 def test_the_ranges_miss_the_tp_cases_and_the_two_single_gpu_cases_the_doc_names() -> None:
@@ -96,7 +98,7 @@ def test_the_ranges_miss_the_tp_cases_and_the_two_single_gpu_cases_the_doc_names
             "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192", "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192",
             "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192")),
     ])
-    assert len(memory) == 36
+    assert len(memory) == 40
 
 
 def test_a_hybrid_layout_is_scored_as_vllm_prints_its_pool() -> None:
@@ -114,7 +116,7 @@ def test_every_boot_vllm_refused_is_predicted_as_a_refusal() -> None:
 
 def test_the_block_arithmetic_matches_every_log() -> None:
     errors = _errors("layout")
-    assert len(errors) == 28
+    assert len(errors) == 32
     assert all(abs(err) <= 0.07 for case, err in errors.items() if case not in MULTI_WORKER), errors
     assert all(abs(err) <= 1.4 for err in errors.values()), errors
 
@@ -129,5 +131,6 @@ def test_every_case_names_its_log_and_its_source() -> None:
     readme = (DATA / "README.md").read_text(encoding="utf-8")
     for case in load_cases():
         assert (DATA / case["log"]).is_file(), case["id"]
-        folder = case["log"].split("/")[0] + "/*.log" if "/" in case["log"] and not case["log"].startswith("..") else None
-        assert f"`{case['log']}`" in readme or (folder and f"`{folder}`" in readme), case["id"]  # its README row
+        folder, _, name = case["log"].rpartition("/")
+        pattern = f"`{folder}/*{name[name.rindex('.'):]}`" if folder and not folder.startswith("..") else None
+        assert f"`{case['log']}`" in readme or (pattern and pattern in readme), case["id"]  # its README row

@@ -77,7 +77,8 @@ _OPTION = {
 _PLAN = {
     "type": ["object", "null"],
     "required": ["required_tokens", "min_headroom", "largest_context_tokens", "binding_limit", "pool_context_tokens",
-                 "model_context_tokens", "uncertain", "mem_fraction_static", "tp_options", "kv_dtype_options"],
+                 "model_context_tokens", "uncertain", "memory_fraction", "mem_fraction_static", "tp_options",
+                 "kv_dtype_options"],
     "additionalProperties": False,
     "properties": {
         "required_tokens": _TOKENS,
@@ -87,6 +88,8 @@ _PLAN = {
         "pool_context_tokens": _TOKENS,
         "model_context_tokens": _TOKENS,
         "uncertain": {"type": "boolean"},
+        "memory_fraction": {"type": "object", "required": ["flag"],
+                            "properties": {"flag": {"enum": ["mem-fraction-static", "gpu-memory-utilization"]}}},
         "mem_fraction_static": {"type": "object"},
         "tp_options": {"type": "array", "items": _OPTION},
         "kv_dtype_options": {"type": "array", "items": _OPTION},

@@ -1,10 +1,21 @@
-"""The claims docs/estimate.md makes from the public vLLM logs (tests/bench/calibrate_vllm_estimator.py)."""
+"""The claims docs/estimate.md makes from the public vLLM logs (tests/bench/calibrate_vllm_estimator.py).
+
+The held-out figures are pinned as they are, misses included: a change to the estimate model that moves
+them has to be scored against these cases and the doc's table rewritten, not slip through."""
 
 from __future__ import annotations
 
 import re
+import statistics
 
-from tests.bench.calibrate_vllm_estimator import load_cases, table
+from tests.bench.calibrate_vllm_estimator import DATA, load_cases, table
+
+V19 = "h100-v0.19.0-"
+# logs that print one worker's memory while the pool is the minimum over the workers (TP 4 with LMCache,
+# TP 8, and the pipeline-parallel boots, whose line is the first stage's)
+MULTI_WORKER = {"4xh100-qwen3-235b-a22b-fp8-lmcache", "8xl40s-qwen3-235b-a22b-2507-fp8-v0.10.2",
+                V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
+                V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192"}
 
 
 def _rows() -> list[str]:
@@ -12,29 +23,114 @@ def _rows() -> list[str]:
     return lines[1:]
 
 
-def test_every_logged_memory_lies_inside_the_predicted_range() -> None:
-    memory = [line for line in _rows() if " memory (GiB) " in line]
-    assert len(memory) == 7
+def _errors(check: str, set_name: str | None = None) -> dict[str, float]:
+    """case -> signed % error of one check, for the cases of one set (None: every set)."""
+    out = {}
+    for line in _rows():
+        fields = line.split()
+        if f" {check} " not in line or (set_name is not None and fields[1] != set_name):
+            continue
+        match = re.search(r"([+-]\d+\.\d+)%", line)
+        if match:
+            out[fields[0]] = float(match.group(1))
+    return out
+
+
+def test_every_fit_case_lies_inside_its_range_and_within_the_fit_figures() -> None:
+    memory = [line for line in _rows() if " memory (GiB) " in line and line.split()[1] == "fit"]
+    assert len(memory) == 5
     assert all(" holds;" in line for line in memory), memory
+    errors = [abs(e) for e in _errors("memory (GiB)", "fit").values()]
+    assert (round(statistics.median(errors), 2), round(max(errors), 2)) == (0.20, 0.52)
+
+
+def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
+    errors = _errors("memory (GiB)", "held-out")
+    assert errors == {
+        "h100-gpt-oss-20b-llm-d": 0.23,
+        "h100-gpt-oss-120b-llm-d": -115.50,
+        "h100-llama-3.1-8b-llm-d": 0.26,
+        "h100-qwen3-0.6b-llm-d": 0.12,
+        "h100-qwen3-32b-llm-d": 3.71,
+        "2xh100-qwen3-32b-llm-d": 1.35,
+        "h100-llama-3.3-70b-fp8-tp2-llm-d": 1.63,
+        "h100-mistral-small-3.2-24b-llm-d": -9.22,
+        "l40s-gpt-oss-20b-eager-dev-2025-12": -0.26,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": -0.75,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192": 2.03,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192": 2.01,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -2.23,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -2.14,
+        V19 + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": -0.75,
+        V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": -0.67,
+        V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": -0.27,
+        V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": -0.97,
+        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": -0.50,
+        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 7.57,
+        V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 1.49,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 3.77,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 2.80,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192": -0.97,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192": 1.80,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 1.81,
+        V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": -0.97,
+        V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": -1.21,
+        "h100-qwen3-14b-v0.15.0-sweep": 0.34, "h100-qwen3-14b-v0.16.0-sweep": 3.45,
+        "h100-qwen3-14b-v0.17.0-sweep": -4.31, "h100-qwen3-14b-v0.18.0-sweep": -4.07,
+    }
+    inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
+    assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
+    consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
+    # the issue's bar (median 0.5%, worst 3%) is not met held out: the doc says so, with these figures
+    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (31, 1.49, 9.22)
+    assert sum(e > 3 for e in consistent) == 7
+
+
+def test_the_ranges_miss_the_tp_cases_and_the_two_single_gpu_cases_the_doc_names() -> None:
+    memory = [line for line in _rows() if " memory (GiB) " in line]
+    misses = sorted(line.split()[0] for line in memory if " MISSES;" in line)
+    assert misses == sorted([
+        "h100-gpt-oss-120b-llm-d", "h100-mistral-small-3.2-24b-llm-d",
+        *(V19 + name for name in (
+            "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192", "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192",
+            "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192", "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
+            "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192", "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192",
+            "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192", "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192",
+            "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192")),
+    ])
+    assert len(memory) == 40
+
+
+def test_a_hybrid_layout_is_scored_as_vllm_prints_its_pool() -> None:
+    """gpt-oss's full and sliding-window groups share the blocks: vLLM 0.19's line is num_blocks // 2 x 16."""
+    [layout] = [line for line in _rows() if line.startswith(V19 + "openai-gpt-oss-20b") and " layout " in line]
+    assert "2,591,728   2,591,776   -0.00%" in layout, layout
 
 
 def test_every_boot_vllm_refused_is_predicted_as_a_refusal() -> None:
     refusals = [line for line in _rows() if " refusal " in line or "refusal predicted" in line]
     refused = [case for case in load_cases() if case.get("refused_boot") or case["refused"]]
-    assert len(refusals) == len(refused) == 4
+    assert len(refusals) == len(refused) == 5
     assert all(line.rstrip().endswith(("predicted", "predicted: yes")) and "NOT" not in line for line in refusals), refusals
 
 
 def test_the_block_arithmetic_matches_every_log() -> None:
-    errors = {line.split()[0]: float(re.search(r"([+-]\d+\.\d+)%", line).group(1))  # type: ignore[union-attr]
-              for line in _rows() if " layout " in line}
-    multi_worker = {"4xh100-qwen3-235b-a22b-fp8-lmcache", "8xl40s-qwen3-235b-a22b-2507-fp8-v0.10.2"}
-    assert len(errors) == 7
-    assert all(abs(err) <= 0.02 for case, err in errors.items() if case not in multi_worker), errors
-    assert all(abs(err) <= 1.2 for err in errors.values()), errors
+    errors = _errors("layout")
+    assert len(errors) == 32
+    assert all(abs(err) <= 0.07 for case, err in errors.items() if case not in MULTI_WORKER), errors
+    assert all(abs(err) <= 1.4 for err in errors.values()), errors
 
 
 def test_the_real_cpu_boots_are_predicted_exactly() -> None:
     rows = [line for line in _rows() if line.startswith("real-cpu-")]
     assert any(" pool " in line and "16,256      16,256   +0.00%" in line for line in rows), rows
     assert any(" max model len " in line and "1,920       1,920   +0.00%" in line for line in rows), rows
+
+
+def test_every_case_names_its_log_and_its_source() -> None:
+    readme = (DATA / "README.md").read_text(encoding="utf-8")
+    for case in load_cases():
+        assert (DATA / case["log"]).is_file(), case["id"]
+        folder, _, name = case["log"].rpartition("/")
+        pattern = f"`{folder}/*{name[name.rindex('.'):]}`" if folder and not folder.startswith("..") else None
+        assert f"`{case['log']}`" in readme or (pattern and pattern in readme), case["id"]  # its README row

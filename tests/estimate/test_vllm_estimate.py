@@ -137,8 +137,10 @@ def test_plan_names_the_utilization_tp_and_dtype_that_hold_the_window(tmp_path: 
     tp2 = next(o for o in plan["tp_options"] if o["tensor_parallel_size"] == 2)
     fp8 = next(o for o in plan["kv_dtype_options"] if o["kv_cache_dtype"] == "fp8")
     assert tp2["fits"] and fp8["fits"]
-    assert plan["mem_fraction_static"]["min_fitting"] is None  # the report's key; vLLM's flag is the utilization
-    assert plan["mem_fraction_static"]["current_source"] == "vllm default"
+    fraction = plan["memory_fraction"]  # the engine-neutral key, naming vLLM's flag
+    assert (fraction["flag"], fraction["min_fitting"], fraction["current_source"]) == (
+        "gpu-memory-utilization", None, "vllm default")
+    assert plan["mem_fraction_static"] == {k: v for k, v in fraction.items() if k != "flag"}  # the contract's key
     text = run_kvcheck("plan", str(_manifest(tmp_path, 600000)))
     assert "gpu-memory-utilization   0.92 *" in text.stdout
     assert "tensor-parallel-size" in text.stdout

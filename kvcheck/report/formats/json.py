@@ -153,6 +153,10 @@ def plan_dict(plan: RolePlan) -> dict[str, Any]:
         "pool_context_tokens": plan.pool_context_tokens,
         "model_context_tokens": plan.model_context_tokens,
         "uncertain": plan.uncertain,
+        # The engine-neutral name of the memory fraction (SGLang's mem_fraction_static, vLLM's
+        # gpu_memory_utilization), with the flag it is; mem_fraction_static stays, the same figures,
+        # for the readers the contract promised it to (docs/plan.md, The report).
+        "memory_fraction": {"flag": plan.fraction.flag, **fraction_dict(plan.fraction)},
         "mem_fraction_static": fraction_dict(plan.fraction),
         "tp_options": [option_dict(o) for o in plan.tp_options],
         "kv_dtype_options": [option_dict(o) for o in plan.kv_dtype_options],

@@ -38,10 +38,23 @@ def _errors(check: str, set_name: str | None = None) -> dict[str, float]:
 
 def test_every_fit_case_lies_inside_its_range_and_within_the_fit_figures() -> None:
     memory = [line for line in _rows() if " memory (GiB) " in line and line.split()[1] == "fit"]
-    assert len(memory) == 5
+    assert len(memory) == 7
     assert all(" holds;" in line for line in memory), memory
     errors = [abs(e) for e in _errors("memory (GiB)", "fit").values()]
-    assert (round(statistics.median(errors), 2), round(max(errors), 2)) == (0.20, 0.52)
+    assert (round(statistics.median(errors), 2), round(max(errors), 2)) == (0.20, 1.00)
+
+
+def test_the_tp_non_torch_terms_are_fitted_on_one_source_and_one_release_only() -> None:
+    """The split is stated in cases.json: the two boots the NVSwitch TP terms were fitted on, and nothing else."""
+    fitted = {case["id"] for case in load_cases() if case.get("fit_for")}
+    assert fitted == {V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192",
+                      V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192"}
+    assert {case["version"] for case in load_cases() if case["id"] in fitted} == {"0.19.0"}
+    assert all(case["set"] == "fit" for case in load_cases() if case["id"] in fitted)
+    # every other TP >= 2 boot on an NVSwitch GPU is held out
+    others = [case for case in load_cases() if int(case["args"].get("tensor_parallel_size", 1)) > 1
+              and case.get("gpu") == "H100" and case["id"] not in fitted]
+    assert len(others) == 10 and all(case["set"] == "held-out" for case in others)
 
 
 def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
@@ -52,51 +65,49 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         "h100-llama-3.1-8b-llm-d": 0.26,
         "h100-qwen3-0.6b-llm-d": 0.12,
         "h100-qwen3-32b-llm-d": 3.71,
-        "2xh100-qwen3-32b-llm-d": 1.35,
-        "h100-llama-3.3-70b-fp8-tp2-llm-d": 1.63,
+        "2xh100-qwen3-32b-llm-d": 0.25,
+        "h100-llama-3.3-70b-fp8-tp2-llm-d": 0.45,
         "h100-mistral-small-3.2-24b-llm-d": -9.22,
         "l40s-gpt-oss-20b-eager-dev-2025-12": -0.26,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": -0.75,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192": 2.03,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192": 2.01,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -2.23,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -2.14,
-        V19 + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": -0.75,
-        V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": -0.67,
-        V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": -0.27,
-        V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": -0.97,
-        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": -0.50,
-        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 7.57,
-        V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 1.49,
-        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 3.77,
-        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 2.80,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192": -0.97,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192": 1.80,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 1.81,
-        V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": -0.97,
-        V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": -1.21,
-        "h100-qwen3-14b-v0.15.0-sweep": 0.34, "h100-qwen3-14b-v0.16.0-sweep": 3.45,
-        "h100-qwen3-14b-v0.17.0-sweep": -4.31, "h100-qwen3-14b-v0.18.0-sweep": -4.07,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": 0.41,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -1.22,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -1.18,
+        V19 + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.41,
+        V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": 0.37,
+        V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": 1.30,
+        V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": 0.43,
+        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": 4.94,
+        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 0.96,
+        V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 0.19,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 0.36,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 0.45,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192": 0.42,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192": 0.13,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 0.23,
+        V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.42,
+        V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": 1.18,
+        "h100-qwen3-14b-v0.15.0-sweep": 0.34, "h100-qwen3-14b-v0.16.0-sweep": 0.34,
+        "h100-qwen3-14b-v0.17.0-sweep": 0.32, "h100-qwen3-14b-v0.18.0-sweep": 0.56,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
-    # the issue's bar (median 0.5%, worst 3%) is not met held out: the doc says so, with these figures
-    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (31, 1.49, 9.22)
-    assert sum(e > 3 for e in consistent) == 7
+    # held out, the median is within the issue's 0.5%; the worst-case bar (3%) is not met: the doc says so,
+    # with these figures and the three cases beyond it
+    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (29, 0.41, 9.22)
+    assert sorted(case for case, e in errors.items() if case not in inconsistent and abs(e) > 3) == [
+        "h100-mistral-small-3.2-24b-llm-d", "h100-qwen3-32b-llm-d", V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192"]
 
 
-def test_the_ranges_miss_the_tp_cases_and_the_two_single_gpu_cases_the_doc_names() -> None:
+def test_the_ranges_miss_only_the_cases_the_doc_names() -> None:
+    """TP >= 2 on H100 holds now (its non-torch terms are modelled); the misses left are the pipeline-parallel
+    lines (the first stage's, the pool is the last stage's), Mistral-Small on 0.11 and the self-contradicting row."""
     memory = [line for line in _rows() if " memory (GiB) " in line]
     misses = sorted(line.split()[0] for line in memory if " MISSES;" in line)
     assert misses == sorted([
         "h100-gpt-oss-120b-llm-d", "h100-mistral-small-3.2-24b-llm-d",
-        *(V19 + name for name in (
-            "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192", "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192",
-            "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192", "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
-            "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192", "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192",
-            "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192", "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192",
-            "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192")),
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
     ])
     assert len(memory) == 40
 

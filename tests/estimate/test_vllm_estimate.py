@@ -104,9 +104,10 @@ def test_verify_estimate_passes_a_window_the_pool_holds(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.stderr
     [role] = json.loads(done.stdout)["roles"]
     assert role["status"] == "pass"
-    # 0.92 of 79.19 GiB less 14.96 GiB of weights, the sampler's peak over 1,024 dummy requests (2.45 GiB at
-    # 0.32's 20 B per logit), 0.12 GiB non-torch and the CUDA-graph estimate (0.6 GiB, taken from 0.21 on)
-    assert role["pool_tokens"] == 448_336
+    # 0.92 of 79.19 GiB less 14.96 GiB of weights, the sampler's peak over 1,024 dummy requests (1.71 GiB at
+    # the Triton kernel's 14 B per logit, plus the dummy forward's 8,192 x 4,096 bf16 hidden states), 0.12 GiB
+    # non-torch and the CUDA-graph estimate (0.6 GiB, taken from 0.21 on)
+    assert role["pool_tokens"] == 453_840
     assert role["max_input_tokens"] == 131_072
 
 
@@ -229,3 +230,72 @@ def test_mla_rows_are_not_split_by_tp() -> None:
     layout = _layout("deepseek-ai--DeepSeek-V3.json", tp=8)
     assert (layout.kind, layout.block_size) == ("mla", 64)
     assert layout.bytes_per_block == 64 * (512 + 64) * 2 * 61
+
+
+def _tp_target(tp: int, version: str, gpu: str = "H100", **args: object) -> RoleTarget:
+    base: dict[str, object] = {"tensor_parallel_size": tp, "max_model_len": 8192}
+    base.update(args)
+    return RoleTarget(name="server", context_length=8192, min_headroom=1.0, engine_version=version, args=base,
+                      argv_args=(), gpu=gpu, model_config=MODELS / "meta-llama--Meta-Llama-3.1-8B.json",
+                      engine="vllm", estimate=EstimateInputs(weights_gib_per_gpu=7.51))
+
+
+@pytest.mark.parametrize(("tp", "version", "gpu", "args", "non_torch", "workspace"), [
+    # 0.17+ on an NVSwitch Hopper: 0.12 + NCCL's lazily connected buffers 0.48 + FlashInfer's workspace, whose
+    # three buffers (TP 2: 128 MiB, 4 KiB, 384 MiB; TP 4: 8 MiB, 4 KiB, 24 MiB) each take one 512 MiB granule
+    (2, "0.19.0", "H100", {}, 2.1, 1.5),
+    (4, "0.19.0", "H100", {}, 2.1, 1.5),
+    (2, "0.17.0", "H200", {}, 2.1, 1.5),
+    (2, "0.16.0", "H100", {}, 0.6, 0.0),  # before enable_allreduce_rms_fusion: NCCL's buffers only
+    (2, "0.11.0", "H100", {}, 0.6, 0.0),
+    (2, "0.19.0", "H100", {"enforce_eager": True}, 0.6, 0.0),  # no compile pass, no workspace
+    (2, "0.19.0", "H100", {"compilation_config": '{"pass_config": {"fuse_allreduce_rms": false}}'}, 0.6, 0.0),
+    (2, "0.19.0", "H100", {"compilation_config": {"mode": 0}}, 0.6, 0.0),  # not compiled: no fusion pass
+    (2, "0.19.0", "H100", {"pipeline_parallel_size": 2}, 0.6, 0.0),  # fusion off with PP (vllm issue 35426)
+    (1, "0.19.0", "H100", {"pipeline_parallel_size": 2}, 0.22, 0.0),  # PP alone: send/recv, no all-reduce
+    (2, "0.19.0", "L40S", {}, 0.22, 0.0),  # PCIe: neither NVSwitch buffers nor the fusion
+    (2, "0.19.0", "H100-PCIe", {}, 0.22, 0.0),
+    (2, "0.19.0", "A100-80GB", {}, 0.6, 0.0),  # NVSwitch, but SM 8.0: no fusion
+])
+def test_tensor_parallel_non_torch_memory_follows_vllms_code_per_release_and_gpu(
+        tp: int, version: str, gpu: str, args: dict[str, object], non_torch: float, workspace: float) -> None:
+    est = estimate_role(_tp_target(tp, version, gpu, **args), offline=True)
+    assert est.details["non_torch_gib"] == pytest.approx(non_torch, abs=0.002)
+    assert est.details["flashinfer_allreduce_workspace_gib"] == pytest.approx(workspace, abs=0.002)
+
+
+def test_an_unstated_release_keeps_the_workspace_in_the_figure_and_a_release_without_it_in_the_range() -> None:
+    stated = estimate_role(_tp_target(2, "0.19.0"), offline=True)
+    unstated = estimate_role(_tp_target(2, ""), offline=True)
+    assert unstated.details["flashinfer_allreduce_workspace_gib"] == pytest.approx(1.5, abs=0.002)
+    # the high end of an unstated release's range leaves the 1.5 GiB workspace out (a release before 0.17.0)
+    assert unstated.details["available_kv_gib_range"][1] > stated.details["available_kv_gib_range"][1] + 1.4
+    assert any("release is not stated" in a for a in unstated.assumptions)
+
+
+def test_the_fusion_workspace_is_sized_as_flashinfer_rounds_it() -> None:
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    def ws(tp: int, sm: int, version: str, hidden: int = 4096, tokens: int = 8192, gpu: str = "B200") -> int:
+        return mem.fusion_workspace_bytes(mem.release(version), gpu_name=gpu, sm=sm, tp=tp, pp=1, dp=1,
+                                          compiled=True, hidden=hidden, dtype_bytes=2, batched_tokens=tokens)[0]
+
+    granule = 512 << 20
+    assert ws(2, 90, "0.19.0", gpu="H100") == 3 * granule
+    # TP 16 on Blackwell from 0.25.0 (64 MiB): lamport 3 x 1 GiB and a 1 GiB buffer take 7 and 3 granules
+    assert ws(16, 100, "0.25.0") == (3 + 1 + 7) * granule
+    assert ws(16, 100, "0.19.0") == 0  # no TP 16 entry before 0.25.0
+    assert ws(2, 103, "0.18.0") == 0  # 0.17-0.18 test is_device_capability(100): B300 (10.3) is left out
+    assert ws(2, 103, "0.19.0") == 3 * granule
+    assert ws(2, 120, "0.19.0", gpu="RTX-5090") == 0
+
+
+def test_the_sampler_kernel_arrives_in_0_17_as_vllms_wheels_show() -> None:
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    assert mem.sampler_bytes_per_logit(mem.release("0.16.0")) == mem.SAMPLER_BYTES_SORT
+    assert mem.sampler_bytes_per_logit(mem.release("0.16.1")) == mem.SAMPLER_BYTES_SORT
+    assert mem.sampler_bytes_per_logit(mem.release("0.17.0")) == mem.SAMPLER_BYTES_KERNEL
+    assert mem.sampler_bytes_per_logit(None) == mem.SAMPLER_BYTES_UNKNOWN
+    # bf16 logits (2) + their fp32 copy (4) + softmax probabilities (4) + the exponential draw (4)
+    assert mem.SAMPLER_BYTES_KERNEL[0] == 14.0

@@ -32,23 +32,101 @@ TOTAL_RESERVE_MIB = 600.0  # nvidia-smi minus cudaMemGetInfo: 346 (RTX 4090) to 
 TOTAL_BAND_MIB = 300.0
 KNOWN_TOTAL_BAND_GIB = 0.005  # the message rounds to 0.01 GiB
 
-# The non-torch memory vLLM counts (cuBLAS/cuDNN workspaces, NCCL and custom all-reduce buffers), GiB:
-# vLLM's own breakdowns print 0.03-0.23 GiB on one GPU and 0.18-0.30 GiB with TP peers.
+# The non-torch memory vLLM counts (memory_profiling: cudaMemGetInfo's used memory less torch's reserved memory,
+# grown since the worker's init snapshot): cuBLAS/cuDNN handles, loaded kernels, NCCL and IPC buffers, GiB.
+# vLLM's own breakdowns print 0.03-0.27 GiB on one GPU.
 NON_TORCH_GIB = 0.12
-NON_TORCH_TP_GIB = 0.10  # extra with tensor/pipeline parallel peers (NCCL, custom all-reduce IPC buffers)
+NON_TORCH_TP_GIB = 0.10  # extra with tensor/pipeline parallel peers, off NVSwitch (the 8 x L40S fit, PCIe)
 NON_TORCH_BAND_GIB = 0.15
+
+# Tensor parallelism on NVSwitch GPUs (read from the sources of 0.8.0-0.33.0 under /tmp/vllm-src):
+# * from 0.11.0 the init snapshot is taken after init_worker_distributed_environment ("This ensures NCCL buffers
+#   are allocated before we measure"), so NCCL's communicators, the custom all-reduce's IPC buffers (8 MiB
+#   buffer + 8 MiB meta per rank, custom_all_reduce.py max_size) and the symmetric-memory all-reduce buffer are
+#   not counted (they are in the startup free memory: 77.6 of 79.19 GiB free at TP 2-4 on H100, 78.7 at TP 1).
+#   What is counted is what NCCL connects lazily at the profile run's first large all-reduce (the dummy forward's
+#   8,192 x hidden activations exceed the custom all-reduce's 8 MiB and go to pynccl): NCCL's channel and NVLS
+#   buffers, which vLLM's code cannot show (NCCL's version, channel count, NVLS). A range term, its central
+#   figure fitted (below). Before 0.11 the snapshot preceded the distributed init: NCCL's setup was counted too.
+# * from 0.17.0 the FlashInfer all-reduce + RMSNorm fusion is on by default (config/vllm.py
+#   enable_allreduce_rms_fusion: TP > 1, SM 9.0 or 10.x, PP 1, DP 1, flashinfer a hard dependency of the wheel,
+#   compiled mode only). Its pass creates one trtllm IPC workspace during the profile run's compile, after the
+#   snapshot: three buffers (tp x T x hidden x 2, a flag buffer, 3 x tp x T x hidden x 2 lamport) with
+#   T = min(max size / (hidden x dtype), max_num_batched_tokens), each rounded to 2 MiB and then to the
+#   driver's allocation granularity for multicast-capable memory (FlashInfer's SymmDeviceMemory). The
+#   granularity is the driver's, not in any code: fitted.
+# Fitted on two boots only, llm-d-planner's vLLM 0.19.0 Llama-3.1-8B-Instruct at TP 2 and TP 4 on H100
+# (non-torch 2.07 and 2.13 GiB): TP 4's buffers (8, 2 and 24 MiB before rounding) cost as much as TP 2's (128,
+# 2 and 384 MiB), so each rounds to one granule of at least 384 MiB: 512 MiB, the next power of two, and
+# NCCL's lazily connected buffers take the rest (0.48 GiB). Every other case stays held out.
+NVSWITCH_GPUS = frozenset({"H100", "H200", "H800", "H20", "A100-80GB", "A100-40GB", "A800-80GB", "B200", "B300",
+                           "GB200", "GB300"})
+NCCL_LAZY_TP_GIB = (0.48, 0.10, 1.00)  # (central, low, high): central fitted (above), ends not knowable
+NCCL_SETUP_BEFORE_011_GIB = 1.0  # < 0.11: NCCL's setup counted too (the startup free-memory gap): high end only
+SNAPSHOT_AFTER_DIST_FROM = Version("0.11.0")
+FUSION_FROM = Version("0.17.0")
+FUSION_SM100_FAMILY_FROM = Version("0.19.0")  # 0.17-0.18: is_device_capability(100); 0.19+: the 10.x family
+MULTICAST_GRANULARITY_MIB = 512  # fitted (above)
+_FI_MAX_SIZE_MB = {  # FI_ALLREDUCE_FUSION_MAX_SIZE_MB, allreduce_rms_fusion.py: SM -> TP -> MiB
+    90: {2: 64.0, 4: 2.0, 8: 0.5}, 100: {2: 64.0, 4: 32.0, 8: 1.0}, 103: {2: 64.0, 4: 64.0, 8: 2.0}}
+_FI_MAX_SIZE_MB_025 = {100: {16: 64.0}, 103: {16: 64.0}}  # TP 16 from 0.25.0
+_FI_MAX_COMM = 2147483647 & ~((1 << 21) - 1)
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+def fusion_workspace_bytes(version: Version | None, *, gpu_name: str, sm: int | None, tp: int, pp: int, dp: int,
+                           compiled: bool, hidden: int, dtype_bytes: int, batched_tokens: int) -> tuple[int, bool]:
+    """(bytes, whether the release is known) of the FlashInfer all-reduce fusion workspace vLLM allocates per GPU
+    during its profile run; 0 where the fusion is off."""
+    newest = version or NEWEST
+    if (tp < 2 or pp != 1 or dp != 1 or not compiled or sm is None or gpu_name not in NVSWITCH_GPUS
+            or newest.release < FUSION_FROM.release):
+        return 0, version is not None
+    if not (sm == 90 or sm == 100 or (sm // 10 == 10 and newest.release >= FUSION_SM100_FAMILY_FROM.release)):
+        return 0, version is not None
+    table = dict(_FI_MAX_SIZE_MB.get(sm if sm in _FI_MAX_SIZE_MB else 100, {}))
+    if newest.release >= (0, 25, 0):
+        table.update(_FI_MAX_SIZE_MB_025.get(sm, {}))
+    size_mb = table.get(tp)
+    if size_mb is None:
+        return 0, version is not None
+    tokens = min(int(size_mb * MIB) // (hidden * dtype_bytes), batched_tokens)
+    elem = 4 if dtype_bytes == 4 else 2
+    sizes = (tp * tokens * hidden * 2, tp * 256 * 4, min(tp * tokens * hidden * elem, _FI_MAX_COMM) * 3)
+    granule = int(MULTICAST_GRANULARITY_MIB * MIB)
+    return sum(_round_up(_round_up(s, 1 << 21) + 2048, granule) for s in sizes), version is not None
+
+
+def tp_non_torch_gib(version: Version | None, *, gpu_name: str, tp: int, pp: int) -> tuple[float, float, float]:
+    """(central, low, high) GiB of non-torch memory that peers add, the FlashInfer workspace apart."""
+    if tp * pp <= 1:
+        return 0.0, 0.0, 0.0
+    if tp < 2 or gpu_name not in NVSWITCH_GPUS:
+        return NON_TORCH_TP_GIB, NON_TORCH_TP_GIB, NON_TORCH_TP_GIB
+    central, low, high = NCCL_LAZY_TP_GIB
+    if version is None or version.release < SNAPSHOT_AFTER_DIST_FROM.release:
+        high += NCCL_SETUP_BEFORE_011_GIB
+    return central, low, high
+
+
 ACTIVATION_BAND = (0.6, 1.6)  # the activation peak's low and high multipliers
 ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: fused-MoE workspaces are not modelled
 # The dummy sampler's peak per logit element (max_num_seqs rows of the full vocabulary, run twice in
-# profile_run). Read from the wheels: 0.12.0 and 0.15.1 have only PyTorch's sort for top-k/top-p (fp32
-# logits, probabilities, sorted values, int64 indices, a cumulative sum: about 38 B, the 0.9.2 and 0.10.2
-# breakdowns); 0.19.0 and 0.32.0 have the Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py;
-# about 20 B, the 0.19.0 gpt-oss-20b log leaves at most 22). 0.16-0.18 are not read: their band spans both.
+# profile_run). Read from the wheels: up to 0.16.0 only PyTorch's sort for top-k/top-p (fp32 logits,
+# probabilities, sorted values, int64 indices, a cumulative sum: about 38 B, fitted to the 0.9.2 and 0.10.2
+# breakdowns). From 0.17.0 the Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py: in 0.17.0, not in
+# 0.16.0), which works in place on the fp32 logits with a buffer of at most one row per SM; what stays is read
+# from _dummy_sampler_run and Sampler.forward: the bf16 logits (2 B), their fp32 copy (4), the softmax
+# probabilities (4) and random_sample's exponential draw (4): 14 B, plus the dummy forward's hidden states
+# that profile_run keeps alive (activation_peak). 12-22 B in the range; an unknown release spans both.
 SAMPLER_BYTES_SORT = (38.0, 32.0, 44.0)  # (central, low, high)
-SAMPLER_BYTES_KERNEL = (20.0, 14.0, 26.0)
+SAMPLER_BYTES_KERNEL = (14.0, 12.0, 22.0)
 SAMPLER_BYTES_UNKNOWN = (29.0, 14.0, 44.0)
-SAMPLER_SORT_UNTIL = Version("0.15.99")
-SAMPLER_KERNEL_FROM = Version("0.19.0")
+SAMPLER_SORT_UNTIL = Version("0.16.99")
+SAMPLER_KERNEL_FROM = Version("0.17.0")
 
 
 def sampler_bytes_per_logit(version: Version | None) -> tuple[float, float, float]:
@@ -146,12 +224,13 @@ class ActivationPeak:
     forward: float
     sampler_logits: int  # max_num_seqs x vocab elements
     sampler_bytes: tuple[float, float, float]  # per element: central, low, high
+    sampler_fixed: float = 0.0  # bytes alive beside the sampler's logits (the dummy forward's hidden states)
 
     def at(self, end: int, band: tuple[float, float]) -> float:
         """end 0 central, -1 the largest peak (the pool's low end), +1 the smallest."""
         per = self.sampler_bytes[0] if end == 0 else self.sampler_bytes[2] if end < 0 else self.sampler_bytes[1]
         forward = self.forward * (1.0 if end == 0 else band[1] if end < 0 else band[0])
-        return max(forward, self.sampler_logits * per)
+        return max(forward, self.sampler_logits * per + self.sampler_fixed)
 
 
 def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, max_num_seqs: int,
@@ -172,7 +251,12 @@ def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, ma
     inter_rank = max(1, inter // max(1, tp))
     forward = rows * (2 * inter_rank * 2 + inter_rank * 2) + batched_tokens * hidden * 2 * 4
     reqs = min(max_num_seqs, batched_tokens)
-    return ActivationPeak(float(forward), reqs * vocab, sampler_bytes_per_logit(version))
+    per = sampler_bytes_per_logit(version)
+    # profile_run keeps the dummy forward's hidden states (batched tokens x hidden, bf16) alive while the
+    # sampler runs; counted where the per-logit figure is read from the code (the kernel's), not where it was
+    # fitted to logs that already hold it (the sort's)
+    fixed = float(batched_tokens * hidden * 2) if per == SAMPLER_BYTES_KERNEL else 0.0
+    return ActivationPeak(float(forward), reqs * vocab, per, fixed)
 
 
 def cudagraph_bytes(max_num_seqs: int, compilation: Mapping[str, Any] | None) -> float:

@@ -230,7 +230,7 @@ def estimate_role(
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
     else:
         assert total is not None
-        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions)
+        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions, gpu)
     if gpu is None and device != "cpu" and not args.get("block_size"):
         # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
         # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
@@ -252,20 +252,33 @@ def estimate_role(
 
 
 def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
-              version: Any, parts: dict[str, Any], assumptions: list[str]) -> tuple[int, int, int]:
+              version: Any, parts: dict[str, Any], assumptions: list[str],
+              gpu: GpuProfile | None = None) -> tuple[int, int, int]:
     """(central, low, high) available KV bytes of a profiled boot: requested less weights, non-torch memory,
     the activation peak and the CUDA-graph estimate, each at its band's end for the range."""
     text, args = source.text, target.args
     model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
     weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
-    peers = inp.tp * inp.pp > 1
-    non_torch = (mem.NON_TORCH_GIB + (mem.NON_TORCH_TP_GIB if peers else 0.0)) * GIB
+    gpu_name = gpu.name if gpu else ""
+    peer_c, peer_lo, peer_hi = mem.tp_non_torch_gib(version, gpu_name=gpu_name, tp=inp.tp, pp=inp.pp)
+    compilation = _json_arg(args.get("compilation_config"))
+    raw_pass = compilation.get("pass_config")
+    pass_config: Mapping[str, Any] = raw_pass if isinstance(raw_pass, dict) else {}
+    compiled = (not inp.eager and compilation.get("mode", compilation.get("level")) not in (0, "NONE", "0")
+                and pass_config.get("fuse_allreduce_rms", True) is not False)
+    fusion, fusion_known = mem.fusion_workspace_bytes(
+        version, gpu_name=gpu_name, sm=gpu.sm if gpu else None, tp=inp.tp, pp=inp.pp, dp=inp.dp, compiled=compiled,
+        hidden=mem._i(text, "hidden_size", "n_embd", default=4096),
+        dtype_bytes=model_bytes, batched_tokens=inp.batched_tokens)
+    fusion_low = fusion if fusion_known else 0  # an unstated release may predate the fusion (0.17.0)
+    non_torch = (mem.NON_TORCH_GIB + peer_c) * GIB + fusion
+    non_torch_ends = ((mem.NON_TORCH_GIB + mem.NON_TORCH_BAND_GIB + peer_hi) * GIB + fusion,   # end -1
+                      max(0.0, (mem.NON_TORCH_GIB - mem.NON_TORCH_BAND_GIB + peer_lo) * GIB) + fusion_low)  # +1
     peak = mem.activation_peak(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs,
                                version=version)
     moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
     band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
     cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
-    compilation = _json_arg(args.get("compilation_config"))
     graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
     if compilation.get("cudagraph_mode") in ("NONE", 0):
         cg_on = cg_other = False
@@ -278,7 +291,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         tot = total.gib + end * total.band_gib
         requested = mem.ceil_requested(tot, util) * GIB
         w = weights * (1 - end * w_band)
-        nt = non_torch - end * mem.NON_TORCH_BAND_GIB * GIB
+        nt = non_torch if end == 0 else non_torch_ends[0] if end < 0 else non_torch_ends[1]
         a = peak.at(end, band)
         on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
         g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
@@ -290,7 +303,8 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         gpu_memory_utilization=inp.utilization, gpu_memory_utilization_defaulted=inp.utilization_defaulted,
         requested_gib=round(mem.ceil_requested(total.gib, inp.utilization), 3),
         weights_gib_per_gpu=round(weights / GIB, 3), weights_source=weights_src,
-        non_torch_gib=round(non_torch / GIB, 3), activation_peak_gib=round(peak.at(0, band) / GIB, 3),
+        non_torch_gib=round(non_torch / GIB, 3), flashinfer_allreduce_workspace_gib=round(fusion / GIB, 3),
+        activation_peak_gib=round(peak.at(0, band) / GIB, 3),
         cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
         cudagraph_subtracted=cg_on,
     )
@@ -300,6 +314,15 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         f"is a model: the forward pass {band[0]}x-{band[1]}x{' (MoE workspaces are not modelled)' if moe else ''}, the "
         f"sampler {peak.sampler_bytes[1]:g}-{peak.sampler_bytes[2]:g} B per logit by release; non-torch memory "
         f"+-{mem.NON_TORCH_BAND_GIB} GiB")
+    if peer_hi != peer_lo:
+        assumptions.append(
+            f"tensor parallelism on NVSwitch GPUs: NCCL's lazily connected buffers {peer_lo:g}-{peer_hi:g} GiB "
+            f"({peer_c:g} GiB the figure, fitted on one vLLM 0.19.0 source; NCCL's own, not knowable from vLLM)")
+    if fusion:
+        assumptions.append(
+            f"FlashInfer all-reduce fusion workspace {fusion / GIB:.2f} GiB per GPU (default from vLLM 0.17.0 at TP "
+            f"2-8 on SM 9.0/10.x; buffers rounded to a {mem.MULTICAST_GRANULARITY_MIB} MiB granularity, fitted)"
+            + ("" if fusion_known else "; the release is not stated, so the range also covers a release without it"))
     if inp.utilization != inp.utilization_other:
         assumptions.append(f"--gpu-memory-utilization unset and this release's default not read: "
                            f"{inp.utilization:g} is the figure, {inp.utilization_other:g} is in the range")

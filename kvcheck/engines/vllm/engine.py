@@ -156,6 +156,11 @@ class VllmEngine(Engine):
 
         return node_argv(node)
 
+    def worker_argv(self) -> list[str]:
+        from kvcheck.engines.vllm.launch import worker_argv
+
+        return worker_argv()
+
     def launch_nodes(self, args: Mapping[str, Any]) -> int:
         from kvcheck.engines.vllm.launch import launch_nodes
 

@@ -184,3 +184,12 @@ def test_a_vllm_roles_gpus_per_node_come_from_vllms_own_parallel_sizes() -> None
     assert vllm({"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "nnodes": 2}) == 8
     assert vllm({"tensor_parallel_size": 2, "data_parallel_size": 4}) == 8
     assert vllm({"tp_size": 8}) == 1  # SGLang's name is no vLLM flag: one GPU, as vLLM would run it
+
+
+def test_a_cpu_role_asks_slurm_for_no_gpu_unless_the_settings_do() -> None:
+    import dataclasses
+
+    target = dataclasses.replace(make_target(args={}, gpus=()), engine="vllm", engine_version="0.32.0", device="cpu")
+    argv = salloc_argv(target, SlurmSettings(), name="n", minutes=1)
+    assert argv == ("salloc", "--no-shell", "--job-name=n", "--nodes=1", "--ntasks-per-node=1", "--time=1")
+    assert "--gres=gpu:2" in salloc_argv(target, SlurmSettings(gpus_per_node=2), name="n", minutes=1)

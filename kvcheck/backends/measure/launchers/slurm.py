@@ -45,6 +45,7 @@ from kvcheck.backends.measure.launchers.command import (
     build_argv,
     build_env,
     needs_bootstrap_port,
+    on_cpu,
     role_nnodes,
 )
 from kvcheck.backends.measure.launchers.process import EngineProcess
@@ -207,10 +208,11 @@ def salloc_argv(target: RoleTarget, settings: SlurmSettings, *, name: str, minut
     gpus = gpus_per_node(target, settings)
     argv = ["salloc", "--no-shell", f"--job-name={name}", f"--nodes={nnodes}", "--ntasks-per-node=1"]
     kind = f"{settings.gres_type}:" if settings.gres_type else ""
-    if settings.gpus_flag == "gpus-per-node":
-        argv.append(f"--gpus-per-node={kind}{gpus}")
-    else:
-        argv.append(f"--gres=gpu:{kind}{gpus}")
+    if settings.gpus_per_node is not None or not on_cpu(target):  # a CPU role (device: cpu) asks for no GPU
+        if settings.gpus_flag == "gpus-per-node":
+            argv.append(f"--gpus-per-node={kind}{gpus}")
+        else:
+            argv.append(f"--gres=gpu:{kind}{gpus}")
     argv.append(f"--time={minutes}")
     for option, value in (
         ("partition", settings.partition),

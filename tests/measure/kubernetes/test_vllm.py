@@ -142,6 +142,7 @@ def test_verify_of_a_vllm_role_whose_window_shrank_fails_the_gate(cluster, tmp_p
     report = json.loads(result.stdout)
     [role] = report["roles"]
     assert (role["status"], role["pool_tokens"], role["details"]["engine_context_len"]) == ("fail", 4080, 4080)
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV101", "KV102"]
     assert cluster.objects == {} and cluster.pods == {}
 
 

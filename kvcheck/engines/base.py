@@ -541,6 +541,11 @@ class Engine(ABC):
     def node_argv(self, node: NodeLaunch) -> list[str]:
         """The arguments placing one node in a multi-node role (what launch_argv appends for `node`)."""
 
+    def worker_argv(self) -> list[str]:
+        """What a node other than the head adds to the role's command line ([] when every node runs the same one;
+        vLLM's `--headless`: the other nodes run its workers and no API server)."""
+        return []
+
     @abstractmethod
     def launch_nodes(self, args: Mapping[str, Any]) -> int:
         """How many hosts a role with these args spans (1 when they do not say)."""

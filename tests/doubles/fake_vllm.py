@@ -27,7 +27,17 @@ vllm/renderers/params.py, vllm/sampling_params.py; GPU-only lines from vllm/v1/w
   or text prompts, a word a token): prompts of at most max_model_len - 1 tokens are served, max_model_len
   is HTTP 400 `max_tokens must be at least 1, got 0.`, longer is HTTP 400 `This model's maximum context
   length is ...`;
-- SIGTERM: the `[shutdown]` lines of 0.32.0, uvicorn's `Shutting down`, exit 0.
+- SIGTERM: the `[shutdown]` lines of 0.32.0, uvicorn's `Shutting down`, exit 0;
+- several nodes (tensor/pipeline parallel across hosts, vLLM's multiprocessing launch): `--nnodes N
+  --node-rank R --master-addr H --master-port P` on every node, `--headless` on every node but the head
+  (vllm/entrypoints/cli/serve.py run_headless). vLLM's own checks of the launch (`--nnodes` must divide the
+  world size, the rank in range) exit 1 with its words. The head listens at --master-port and waits for the
+  other N-1 nodes' workers before it sizes the pool (torch.distributed's store; a node that never comes is
+  `DistStoreError` after FAKE_VLLM_RENDEZVOUS_S, exit 1); a headless node logs `Launching vLLM (v0.32.0)
+  headless multiproc executor, with head node address H:P ...`, starts its workers, serves no HTTP and ends
+  when the head goes or on SIGTERM (exit 0). A node of rank > 0 without --headless would start an API server
+  of its own: the double refuses it (exit 2), so that a launcher that forgets the flag fails. Data
+  parallelism across nodes is not followed (exit 2).
 
 Behaviour chosen through the environment:
   FAKE_VLLM_MODE       comma-separated: crash (a RuntimeError in the worker while loading weights:
@@ -40,6 +50,7 @@ Behaviour chosen through the environment:
   FAKE_VLLM_MODEL_LEN  the model's derived length (default: config.json max_position_embeddings, else 8192)
   FAKE_VLLM_STEP_S     pause between log lines (default 0.002 s)
   FAKE_VLLM_PIDFILE    every process appends its pid here (no-survivor assertions)
+  FAKE_VLLM_RENDEZVOUS_S  how long the head waits for the other nodes (default 60 s)
   FAKE_VLLM_TOUCH / FAKE_VLLM_WAIT_FOR  a file created at start / waited for before ready (side by side)
 """
 
@@ -52,9 +63,11 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -109,10 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction)
     parser.add_argument("--max-num-seqs", type=int)
     parser.add_argument("--max-num-batched-tokens", type=human_int)
-    parser.add_argument("--nnodes", type=int)
-    parser.add_argument("--node-rank", type=int)
-    parser.add_argument("--master-addr")
-    parser.add_argument("--master-port", type=int)
+    parser.add_argument("--nnodes", "-n", type=int, default=1)
+    parser.add_argument("--node-rank", "-r", type=int, default=0)
+    parser.add_argument("--master-addr", default="127.0.0.1")  # ParallelConfig's defaults
+    parser.add_argument("--master-port", type=int, default=29501)
+    parser.add_argument("--headless", action="store_true")
     return parser
 
 
@@ -266,6 +280,102 @@ def fail_start(proc: str, pid: int, error: str, children: list[int]) -> None:
                      f"{error}\n{API_FAILURE}")
     sys.stderr.flush()
     os._exit(1)
+
+
+# -- several nodes: `--nnodes N --node-rank R --master-addr H --master-port P`, `--headless` off the head ----
+
+
+RENDEZVOUS_S = float(os.environ.get("FAKE_VLLM_RENDEZVOUS_S", "60"))
+
+
+def check_nodes(args: argparse.Namespace) -> None:
+    """vLLM's own checks of a multi-node launch (engine/arg_utils.py, create_engine_config), with its words;
+    they raise in the API server's process (or the headless one): a traceback and exit 1."""
+    world = args.data_parallel_size * args.tensor_parallel_size * args.pipeline_parallel_size
+    error = None
+    if world % args.nnodes != 0:
+        error = (f"`--nnodes {args.nnodes}` must evenly divide the total world size ({world}). Adjust `--nnodes`, "
+                 "`--data-parallel-size`, `--pipeline-parallel-size`, `--tensor-parallel-size`, or "
+                 "`--prefill-context-parallel-size`.")
+    elif not 0 <= args.node_rank < args.nnodes:
+        error = (f"`--node-rank` must be between 0 and {args.nnodes - 1}; got `--node-rank {args.node_rank}`. Set it "
+                 "to this node's zero-based index.")
+    if error is not None:
+        sys.stderr.write("Traceback (most recent call last):\n"
+                         f'  File "{SITE}/engine/arg_utils.py", line 2365, in create_engine_config\n'
+                         f"ValueError: Invalid data-parallel launch options: {error}\n")
+        sys.exit(1)
+    if args.data_parallel_size > 1:
+        sys.stderr.write("fake_vllm: data parallelism across nodes is not followed by this double\n")
+        sys.exit(2)
+    if args.node_rank > 0 and not args.headless:
+        # Real vLLM would start a second API server (and engine core) on this node, which serves nothing the head
+        # can use; the double refuses, so that a launcher that forgets --headless fails its test.
+        sys.stderr.write(f"fake_vllm: node rank {args.node_rank} of {args.nnodes} without --headless starts an API "
+                         "server of its own (vLLM's multi-node launch runs `vllm serve ... --headless` there)\n")
+        sys.exit(2)
+
+
+def rendezvous_head(args: argparse.Namespace, say: Callable[[str], None]) -> list[socket.socket]:
+    """The head: torch.distributed's store at --master-port; every other node's workers join it (each says its rank)."""
+    server = socket.create_server(("", args.master_port), reuse_port=False)
+    say(f"waiting for {args.nnodes - 1} other node(s) at {args.master_addr}:{args.master_port}")
+    peers: dict[int, socket.socket] = {}
+    deadline = time.monotonic() + RENDEZVOUS_S
+    while len(peers) < args.nnodes - 1:
+        server.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            sys.stderr.write(
+                "torch.distributed.DistStoreError: Timed out after "
+                f"{RENDEZVOUS_S:g} seconds waiting for clients. {len(peers) + 1}/{args.nnodes} clients joined.\n")
+            sys.exit(1)
+        rank = int(conn.makefile("r").readline() or -1)
+        peers[rank] = conn
+    server.close()
+    return [peers[r] for r in sorted(peers)]
+
+
+def run_headless(args: argparse.Namespace, model: str) -> None:
+    """A node other than the head (vllm/entrypoints/cli/serve.py run_headless): no API server, only the
+    MultiprocExecutor's workers, which join the head at --master-addr:--master-port and run until it goes."""
+    me = os.getpid()
+    log("APIServer", me, "INFO", "serve.py:224", f"Launching vLLM (v{VERSION}) headless multiproc executor, with head "
+        f"node address {args.master_addr}:{args.master_port} for torch.distributed process group.")
+    deadline = time.monotonic() + RENDEZVOUS_S
+    while True:
+        try:
+            conn = socket.create_connection((args.master_addr, args.master_port), timeout=1.0)
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.stderr.write(f"torch.distributed.DistNetworkError: failed to connect to "
+                                 f"{args.master_addr}:{args.master_port}: {exc}\n")
+                sys.exit(1)
+            time.sleep(0.1)
+    conn.settimeout(None)
+    conn.sendall(f"{args.node_rank}\n".encode())
+    local = args.tensor_parallel_size * args.pipeline_parallel_size // args.nnodes
+    workers = [child("Worker") for _ in range(local)]
+    for pid in workers:
+        log("Worker", pid, "INFO", "cpu_model_runner.py:68" if DEVICE == "cpu" else "gpu_model_runner.py:4480",
+            f"Starting to load model {model}...")
+        log("Worker", pid, "INFO", "default_loader.py:501", "Loading weights took 0.06 seconds")
+
+    def stop(signum: int, frame: object) -> None:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while conn.recv(64):
+        pass
+    stop(0, None)  # the head is gone: the workers' group is broken, the node ends
 
 
 # -- HTTP ---------------------------------------------------------------------------------------------
@@ -446,6 +556,10 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
         sys.exit(2)
     args.model_tag = args.model = model
     record_pid()
+    if args.nnodes > 1:
+        check_nodes(args)
+    if args.headless:
+        run_headless(args, model)
     touch = os.environ.get("FAKE_VLLM_TOUCH")
     if touch:
         open(touch, "w").close()
@@ -480,6 +594,13 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
     def worker(rank: int, level: str, where: str, message: str) -> None:
         log("Worker", workers[rank], level, where, message)
 
+    peers: list[socket.socket] = []
+    if args.nnodes > 1:  # the head's executor: the other nodes' workers join its torch.distributed group
+        world = args.tensor_parallel_size * args.pipeline_parallel_size
+        core(0, "INFO", "multiproc_executor.py:152", f"DP group leader: node_rank=0, node_rank_within_dp=0, "
+             f"master_addr={args.master_addr}, mq_connect_ip={args.master_addr} (local), world_size={world}, "
+             f"local_world_size={world // args.nnodes}")
+        peers = rendezvous_head(args, lambda message: core(0, "INFO", "multiproc_executor.py:170", message))
     block = args.block_size or (128 if DEVICE == "cpu" else 16)
     per_block = token_bytes(config) * block
     memory = kv_bytes(args)
@@ -597,6 +718,8 @@ def main() -> None:  # noqa: C901  (one boot, in vLLM's order)
     uvicorn("Application startup complete.")
 
     def stop(signum: int, frame: object) -> None:
+        for peer in peers:  # the other nodes' workers see their group end
+            peer.close()
         for proc, level, where, message in SHUTDOWN:
             if proc == "api":
                 say(level, where, message)

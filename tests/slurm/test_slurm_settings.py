@@ -157,3 +157,39 @@ def test_the_local_launcher_still_refuses_several_nodes(tmp_path: Path) -> None:
         "role prefill spans 2 nodes (nnodes: 2); measuring across nodes is not supported on one host"
     )
     assert finding["hint"].startswith("measure it where its nodes are (--launcher slurm)")
+
+
+def test_vllms_task_shell_adds_headless_on_every_node_but_the_head() -> None:
+    from kvcheck.engines import get_engine
+
+    script = task_script(2, get_engine("vllm"))
+    assert script == ('trap : TERM INT HUP; [ "$SLURM_NODEID" = 0 ] || set -- "$@" --headless; "$@" --node-rank '
+                      '"$SLURM_NODEID"; status=$?; sleep 1; exit $status')
+    for node, expected in (("0", ["--port", "1", "--node-rank", "0"]),
+                           ("1", ["--port", "1", "--headless", "--node-rank", "1"]),
+                           ("3", ["--port", "1", "--headless", "--node-rank", "3"])):
+        task = subprocess.Popen(["sh", "-c", script, "kvcheck-engine", sys.executable, "-c", ECHO_ARGS, "--port", "1"],
+                                env={**os.environ, "SLURM_NODEID": node}, stdout=subprocess.PIPE, text=True)
+        assert json.loads(task.communicate(timeout=30)[0]) == expected
+    assert task_script(1, get_engine("vllm")) == 'trap : TERM INT HUP; "$@"; status=$?; sleep 1; exit $status'
+
+
+def test_a_vllm_roles_gpus_per_node_come_from_vllms_own_parallel_sizes() -> None:
+    import dataclasses
+
+    def vllm(args: dict[str, object]) -> int:
+        target = dataclasses.replace(make_target(args=args, gpus=()), engine="vllm", engine_version="0.32.0")
+        return gpus_per_node(target, SlurmSettings())
+
+    assert vllm({"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "nnodes": 2}) == 8
+    assert vllm({"tensor_parallel_size": 2, "data_parallel_size": 4}) == 8
+    assert vllm({"tp_size": 8}) == 1  # SGLang's name is no vLLM flag: one GPU, as vLLM would run it
+
+
+def test_a_cpu_role_asks_slurm_for_no_gpu_unless_the_settings_do() -> None:
+    import dataclasses
+
+    target = dataclasses.replace(make_target(args={}, gpus=()), engine="vllm", engine_version="0.32.0", device="cpu")
+    argv = salloc_argv(target, SlurmSettings(), name="n", minutes=1)
+    assert argv == ("salloc", "--no-shell", "--job-name=n", "--nodes=1", "--ntasks-per-node=1", "--time=1")
+    assert "--gres=gpu:2" in salloc_argv(target, SlurmSettings(gpus_per_node=2), name="n", minutes=1)

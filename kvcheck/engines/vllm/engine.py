@@ -156,6 +156,11 @@ class VllmEngine(Engine):
 
         return node_argv(node)
 
+    def worker_argv(self) -> list[str]:
+        from kvcheck.engines.vllm.launch import worker_argv
+
+        return worker_argv()
+
     def launch_nodes(self, args: Mapping[str, Any]) -> int:
         from kvcheck.engines.vllm.launch import launch_nodes
 
@@ -263,13 +268,16 @@ class VllmEngine(Engine):
     # -- rules ------------------------------------------------------------------------------------
 
     def rules(self) -> tuple[Rule, ...]:
-        from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212
+        from kvcheck.engines.vllm.rules import KV109, KV210, KV211, KV212, KV213, KV214
         from kvcheck.engines.vllm.sizing.rules import KV220
 
-        return (KV109, KV220, KV210, KV211, KV212)
+        return (KV109, KV220, KV210, KV211, KV212, KV213, KV214)
 
     def role_findings(self, target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
-        return serving.role_findings(target, args, mode, device=self.device(target))
+        from kvcheck.engines.vllm.rules import version_findings
+
+        return [*serving.role_findings(target, args, mode, device=self.device(target)),
+                *version_findings(target, args, mode)]
 
     def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any], device: str = "cuda") -> float:
         return serving.concurrency(pool_tokens, window, serving.block_size(args, device))

@@ -3,7 +3,14 @@
 Nothing that changes the pool is added or dropped. The host and port come last so they win over
 any in the args (argparse keeps the last value): the measurement must not listen where production
 does. A role on several hosts adds each node's place (`--nnodes --node-rank --master-addr
---master-port`, vLLM's multiprocessing multi-node launch).
+--master-port`, vLLM's multiprocessing multi-node launch), and every node but the head `--headless`:
+in vLLM 0.32.0 `vllm serve --headless` starts no API server (vllm/entrypoints/cli/serve.py,
+run_headless), and a node whose rank within its data-parallel group is above 0 runs only the
+`MultiprocExecutor`'s workers, which join the head's torch.distributed group at
+`--master-addr:--master-port`. Without `--headless` such a node would start an API server and an
+engine core of its own. Data parallelism across nodes needs nothing more: with `--nnodes` vLLM infers
+each node's DP rank from `--node-rank` and uses `--master-addr` as the DP address
+(engine/arg_utils.py, create_engine_config).
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ def node_argv(node: NodeLaunch) -> list[str]:
         if address and port:
             argv += ["--master-port", port]
     return argv
+
+
+def worker_argv() -> list[str]:
+    """What every node but the head adds: no API server there, only the engine's workers."""
+    return ["--headless"]
 
 
 def launch_nodes(args: Mapping[str, Any]) -> int:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from packaging.version import InvalidVersion, Version
+
 from kvcheck.policy.registry import define_rule
+
+if TYPE_CHECKING:
+    from kvcheck.model import Finding, RoleTarget
 
 KV109 = define_rule(
     "KV109",
@@ -54,3 +62,85 @@ KV212 = define_rule(
     share the failed blocks; `fail` (vLLM's default) ends the request with an error instead. Fix: keep
     kv_load_failure_policy at fail, unless the role runs without prefix caching.""",
 )
+
+# -- version rules: known prefill/decode defects of vLLM releases, each with its public issue or PR and the
+# releases it affects, read in each release's own source (vllm/config/kv_transfer.py, vllm/v1/core/sched/
+# scheduler.py, vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py).
+
+KV213 = define_rule(
+    "KV213",
+    "warning",
+    "a vLLM release that recomputes failed KV loads by default runs a KV-transfer role without kv_load_failure_policy",
+    """vLLM 0.11.1 added the recovery from failed KV loads (vllm-project/vllm#19330): the scheduler
+    reschedules a request whose KV blocks failed to arrive and recomputes them (`Recovered from KV load
+    failure: N request(s) rescheduled`). Through 0.12.x it always does; 0.13.0 added
+    `kv_load_failure_policy` with `recompute` as its default, and 0.17.0 made `fail` the default
+    (vllm-project/vllm#34896, after the RFC vllm-project/vllm#32200). On 0.11.1-0.16.x a transfer that
+    fails is therefore hidden: the decode instance redoes the prefill with its decode settings, so a
+    broken pair looks healthy with poor latency, and the recompute has been reported to give wrong
+    output when requests share blocks (KV212; vllm-project/vllm#49250). Affects 0.11.1 to 0.16.x; fixed
+    in 0.17.0. Fix: on 0.13.0-0.16.x set `kv_load_failure_policy: fail` in --kv-transfer-config; on
+    0.11.1-0.12.x, where it cannot be set, deploy 0.17.0 or later.""",
+)
+KV214 = define_rule(
+    "KV214",
+    "warning",
+    "a NixlConnector role with its own --block-size runs vLLM 0.11.1 or 0.11.2 (block_size_ratio defect)",
+    """vLLM 0.11.1 let NIXL pairs use different block sizes (vllm-project/vllm#26759). When a role's
+    logical block size (--block-size) differs from its attention kernel's block size, vLLM logs `User-
+    specified logical block size (N) does not match physical kernel block size (M). Using the latter.`
+    and uses the kernel's, but 0.11.1 and 0.11.2 keep the old size in the table the NIXL handshake
+    reads: the block-size ratio comes out wrong, the handshake raises, and requests between prefill
+    and decode hang (vllm-project/vllm#28925, "currently hangs on main ... with eg block_size=128").
+    Affects 0.11.1 and 0.11.2; fixed in 0.12.0. Fix: deploy vLLM 0.12.0 or later, or leave
+    --block-size at the attention backend's own size on both roles.""",
+)
+
+LOAD_POLICY_SINCE = Version("0.11.1")  # vllm-project/vllm#19330: failed loads are recomputed
+LOAD_POLICY_SETTABLE = Version("0.13.0")  # kv_load_failure_policy, default recompute
+LOAD_POLICY_FAIL_DEFAULT = Version("0.17.0")  # vllm-project/vllm#34896
+RATIO_DEFECT = (Version("0.11.1"), Version("0.12.0"))  # vllm-project/vllm#26759 .. #28925
+
+
+def _release(text: str | None) -> Version | None:
+    try:
+        return Version(str(text)) if text else None
+    except InvalidVersion:
+        return None
+
+
+def version_findings(target: RoleTarget, args: Mapping[str, Any], mode: str | None) -> list[Finding]:
+    """KV213-KV214: the known P/D defects of the role's declared vLLM release (engine.version)."""
+    from kvcheck.engines.vllm.serving import kv_transfer_config
+    from kvcheck.policy.registry import finding
+
+    release = _release(target.engine_version)
+    config = kv_transfer_config(args)
+    if release is None or config is None:
+        return []
+    base = Version(release.base_version)  # 0.12.0rc1 and 0.12.0.post1 are 0.12.0's code
+    found = []
+    where = target.arg_location("kv_transfer_config")
+    if LOAD_POLICY_SINCE <= base < LOAD_POLICY_FAIL_DEFAULT and "kv_load_failure_policy" not in config \
+            and mode is not None:
+        settable = base >= LOAD_POLICY_SETTABLE
+        found.append(finding(
+            "KV213", target.name,
+            f"vLLM {target.engine_version} recomputes a request whose KV blocks failed to load "
+            + ("(kv_load_failure_policy defaults to recompute)" if settable else "(it cannot be turned off)")
+            + ": a failing transfer is hidden, and recompute has given wrong output when requests share blocks",
+            hint="set kv_load_failure_policy: fail in --kv-transfer-config" if settable
+            else "deploy vLLM 0.17.0 or later (0.13.0 to 0.16.x: set kv_load_failure_policy: fail)",
+            location=where,
+        ))
+    connector = str(config.get("kv_connector", ""))
+    if RATIO_DEFECT[0] <= base < RATIO_DEFECT[1] and connector.startswith("Nixl") and args.get("block_size"):
+        found.append(finding(
+            "KV214", target.name,
+            f"NixlConnector with --block-size {args['block_size']} on vLLM {target.engine_version}: where the "
+            "attention kernel's block size differs, the NIXL handshake computes a wrong block-size ratio and "
+            "requests between prefill and decode hang (fixed in 0.12.0)",
+            hint="deploy vLLM 0.12.0 or later, or drop --block-size on both roles",
+            location=target.arg_location("block_size"),
+        ))
+    return found

@@ -9,7 +9,9 @@ For a role kvcheck runs, from the host it runs on (a login node, a CI runner wit
 2. `srun --jobid J --nodes N --ntasks N --ntasks-per-node 1 --kill-on-bad-exit=0 --wait=5 sh -c
    'trap : TERM INT HUP; "$@" --node-rank "$SLURM_NODEID"; status=$?; sleep 1; exit $status'
    kvcheck-engine <engine argv> --nnodes N --dist-init-addr <first node>:<port>` (SGLang's flags,
-   as the role's engine writes them: `Engine.launch_argv`, `Engine.node_argv`): the engine's
+   as the role's engine writes them: `Engine.launch_argv`, `Engine.node_argv`; vLLM's are
+   `--nnodes N --master-addr <first node> --master-port <port> --node-rank`, and its nodes other
+   than the head add `--headless`, `Engine.worker_argv`, in their own shell): the engine's
    exact command line on every node, with the node rank expanded by each task's own shell (never by
    a shell on kvcheck's side: there is none). srun forwards every task's lines to kvcheck, which
    reads them as they arrive. When one node's engine dies, srun ends the others 5 s later
@@ -43,6 +45,7 @@ from kvcheck.backends.measure.launchers.command import (
     build_argv,
     build_env,
     needs_bootstrap_port,
+    on_cpu,
     role_nnodes,
 )
 from kvcheck.backends.measure.launchers.process import EngineProcess
@@ -170,6 +173,9 @@ def gpus_per_node(target: RoleTarget, settings: SlurmSettings) -> int:
         return settings.gpus_per_node
     if target.gpus:
         return len(target.gpus)
+    needed = get_engine(target.engine).gpus_needed(target.args)  # the engine's own count (vLLM's flag names)
+    if needed is not None:
+        return max(1, math.ceil(needed / role_nnodes(target)))
 
     def size(name: str) -> int:
         try:
@@ -202,10 +208,11 @@ def salloc_argv(target: RoleTarget, settings: SlurmSettings, *, name: str, minut
     gpus = gpus_per_node(target, settings)
     argv = ["salloc", "--no-shell", f"--job-name={name}", f"--nodes={nnodes}", "--ntasks-per-node=1"]
     kind = f"{settings.gres_type}:" if settings.gres_type else ""
-    if settings.gpus_flag == "gpus-per-node":
-        argv.append(f"--gpus-per-node={kind}{gpus}")
-    else:
-        argv.append(f"--gres=gpu:{kind}{gpus}")
+    if settings.gpus_per_node is not None or not on_cpu(target):  # a CPU role (device: cpu) asks for no GPU
+        if settings.gpus_flag == "gpus-per-node":
+            argv.append(f"--gpus-per-node={kind}{gpus}")
+        else:
+            argv.append(f"--gres=gpu:{kind}{gpus}")
     argv.append(f"--time={minutes}")
     for option, value in (
         ("partition", settings.partition),
@@ -232,7 +239,9 @@ TASK_EXIT_WAIT_S = 5
 # lines dropped, in about 1 run of 40 on the test cluster. Trapping TERM, INT and HUP defers them
 # until the engine has ended (the engine gets them from Slurm itself, at their defaults).
 TASK_LINGER_S = 1
-TASK_SCRIPT = 'trap : TERM INT HUP; "$@"{rank}; status=$?; sleep {linger}; exit $status'
+TASK_SCRIPT = 'trap : TERM INT HUP; {workers}"$@"{rank}; status=$?; sleep {linger}; exit $status'
+# Nodes other than the head append the engine's worker arguments (vLLM's --headless), in their own shell.
+WORKER_SCRIPT = '[ "{node}" = 0 ] || set -- "$@"{words}; '
 NODE_ID = "$SLURM_NODEID"  # each task's own node index in the allocation, 0 on the head
 
 
@@ -247,8 +256,11 @@ def task_script(nnodes: int, engine: Engine | None = None) -> str:
 
     `engine` writes the rank's flag (None: the registry's default engine).
     """
-    rank = node_rank_words(engine or get_engine()) if nnodes > 1 else ""
-    return TASK_SCRIPT.format(rank=rank, linger=TASK_LINGER_S)
+    engine = engine or get_engine()
+    rank = node_rank_words(engine) if nnodes > 1 else ""
+    extra = engine.worker_argv() if nnodes > 1 else []
+    workers = WORKER_SCRIPT.format(node=NODE_ID, words="".join(f" {shlex.quote(w)}" for w in extra)) if extra else ""
+    return TASK_SCRIPT.format(workers=workers, rank=rank, linger=TASK_LINGER_S)
 
 
 def srun_argv(
@@ -596,6 +608,7 @@ class SlurmLauncher(Launcher):
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     base_env: Mapping[str, str] | None = None
     name = "slurm"
+    runs_cpu_roles = True  # a CPU role asks for no GPU (salloc_argv); the node, not this host, holds its pool
 
     @classmethod
     def from_settings(cls, settings: Any, *, gpu_check: bool) -> SlurmLauncher:

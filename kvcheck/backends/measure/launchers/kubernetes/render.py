@@ -5,7 +5,8 @@ so `kvcheck cleanup` finds what a killed run left. The engine runs the role's ex
 arguments; kvcheck only appends where it listens (all interfaces, the pod's port; last so they win)
 and, on several nodes, each pod's place in the group (the leader's address and the pod's rank from
 the LeaderWorkerSet's own variables, expanded by the kubelet per pod), as the role's engine writes them
-(`Engine.launch_argv`).
+(`Engine.launch_argv`); the workers' pods add what the engine runs on nodes other than the head
+(`Engine.worker_argv`: vLLM's `--headless`).
 
 The cluster bounds every object's life on its own, so that even a kvcheck killed with SIGKILL cannot
 leave engines holding GPUs: a Job has `activeDeadlineSeconds` (kvcheck's timeout plus its grace and a
@@ -32,6 +33,7 @@ from kvcheck.backends.measure.launchers.kubernetes.settings import (
     KubernetesSettings,
     PodTemplates,
 )
+from kvcheck.engines import get_engine
 from kvcheck.engines.base import NodeLaunch
 from kvcheck.errors import InputError
 from kvcheck.model import RoleTarget
@@ -91,14 +93,18 @@ def _int_arg(target: RoleTarget, name: str, default: int = 1) -> int:
 
 
 def gpus_per_node(target: RoleTarget, settings: KubernetesSettings, nnodes: int) -> int:
-    """GPUs one pod asks for: the launcher's setting, the role's GPU list, else SGLang's world size.
+    """GPUs one pod asks for: the launcher's setting, the role's GPU list, else the engine's count over the nodes.
 
-    SGLang's world is tp x pp GPUs; data-parallel replicas without attention DP add dp of them.
+    An engine that counts its own GPUs (vLLM: TP x PP x DP, `Engine.gpus_needed`) gives the instance's
+    total; otherwise SGLang's world: tp x pp GPUs, data-parallel replicas without attention DP add dp.
     """
     if settings.gpus_per_node is not None:
         return settings.gpus_per_node
     if target.gpus:
         return len(target.gpus)
+    needed = get_engine(target.engine).gpus_needed(target.args)  # the engine's own count (vLLM's flag names)
+    if needed is not None:
+        return max(1, math.ceil(needed / max(1, nnodes)))
     world = _int_arg(target, "tp_size") * _int_arg(target, "pp_size")
     if not target.args.get("enable_dp_attention"):
         world *= _int_arg(target, "dp_size")
@@ -352,7 +358,7 @@ def render_role(
         base=worker_base,
         container_name=worker_container,
         source=source,
-        argv=argv,
+        argv=(*argv, *get_engine(target.engine).worker_argv()),  # vLLM: --headless, no API server
         gpus=gpus,
         labels=engine_labels,
         restart_policy="Always",

@@ -68,3 +68,25 @@ def test_max_model_len_32k_is_32000_and_below_a_32768_window(tmp_path: Path) -> 
     assert result.exit_code == 1, result.stderr
     kv102 = _findings(result.stdout)[("KV102", "prefill")]
     assert kv102["message"] == "--max-model-len 32,000 is below the advertised window 32,768"
+
+
+def test_engine_version_states_a_vllm_files_release(tmp_path: Path) -> None:
+    # a KServe LLMInferenceService whose image names no vLLM release: --engine-version states it
+    deploy = REPO_ROOT / "tests" / "data" / "vllm-deploy" / "kserve-llmisvc-qwen2-7b-nvidia.yaml"
+    result = run_kvcheck("import", str(deploy), "--engine-version", "0.9.2", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["engine"] == {"name": "vllm", "version": "0.9.2"}
+    yaml_out = run_kvcheck("import", str(deploy), "--engine-version", "0.9.2")
+    assert '  version: "0.9.2"  # --engine-version' in yaml_out.stdout.splitlines()
+    # the older name is the same option
+    older = run_kvcheck("import", str(deploy), "--sglang-version", "0.9.2", "--format", "json")
+    assert json.loads(older.stdout)["engine"] == {"name": "vllm", "version": "0.9.2"}
+
+
+def test_help_names_both_engines() -> None:
+    for command in ("logs", "audit"):
+        result = run_kvcheck(command, "--help")
+        assert result.exit_code == 0
+        assert "SGLang or vLLM" in result.stdout, command
+    assert "--engine-version" in run_kvcheck("verify", "--help").stdout
+    assert "vllm serve" in run_kvcheck("import", "--help").stdout

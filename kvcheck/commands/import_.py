@@ -1,4 +1,4 @@
-"""`kvcheck import`: the kvcheck manifest that deployment files (or an SGLang command line) describe."""
+"""`kvcheck import`: the kvcheck manifest that deployment files (or an SGLang or vLLM command line) describe."""
 
 from __future__ import annotations
 

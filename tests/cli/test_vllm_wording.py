@@ -90,3 +90,22 @@ def test_help_names_both_engines() -> None:
         assert "SGLang or vLLM" in result.stdout, command
     assert "--engine-version" in run_kvcheck("verify", "--help").stdout
     assert "vllm serve" in run_kvcheck("import", "--help").stdout
+
+
+def test_logs_of_a_vllm_boot_below_the_window_name_max_model_len_at_its_log_line() -> None:
+    log = REPO_ROOT / "tests" / "data" / "vllm" / "0.32.0-cpu-pass.log"  # --max-model-len 4096 on its args line
+    result = run_kvcheck("logs", str(log), "--context-length", "8192", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    kv102 = _findings(result.stdout)[("KV102", log.name)]
+    assert kv102["message"] == "--max-model-len 4,096 is below the advertised window 8,192"
+    assert kv102["hint"] == "set max-model-len: 8192 (or advertise 4,096)"
+    assert kv102["location"]["line"] == 8
+
+
+def test_logs_of_a_vllm_pair_give_vllm_fixes() -> None:
+    data = REPO_ROOT / "tests" / "data" / "vllm"
+    result = run_kvcheck("logs", str(data / "0.32.0-cpu-pd-prefill-4096.log"),
+                         str(data / "0.32.0-cpu-pd-decode-2048.log"), "--context-length", "2048")
+    assert result.exit_code == 1, result.stderr
+    assert "fix: set the same --max-model-len on both roles, at least the advertised window" in result.stdout
+    assert "SGLang" not in result.stdout and "reservation" not in result.stdout

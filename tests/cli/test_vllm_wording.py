@@ -109,3 +109,13 @@ def test_logs_of_a_vllm_pair_give_vllm_fixes() -> None:
     assert result.exit_code == 1, result.stderr
     assert "fix: set the same --max-model-len on both roles, at least the advertised window" in result.stdout
     assert "SGLang" not in result.stdout and "reservation" not in result.stdout
+
+
+def test_an_sglang_prefill_and_a_vllm_decode_get_each_engines_window_flag() -> None:
+    prefill = REPO_ROOT / "tests" / "data" / "logs" / "sglang-llama3-8b-H200-tp1-pd-prefill-issue6753.log"
+    decode = REPO_ROOT / "tests" / "data" / "vllm" / "0.32.0-cpu-pd-decode-2048.log"
+    result = run_kvcheck("logs", str(prefill), str(decode), "--context-length", "2048", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    assert _findings(result.stdout)[("KV110", None)]["hint"] == (
+        "set the same window (--context-length on SGLang, --max-model-len on vLLM) on both roles, at least the "
+        "advertised window")

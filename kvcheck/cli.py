@@ -367,12 +367,16 @@ def _complete(name: str) -> Callable[[click.Context, click.Parameter, str], list
 
 
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--gpu, --context-length, --model-config, --sglang-version: what deployment files may not state."""
-    func = click.option("--sglang-version", help="The SGLang release the files run, when no image tag names it.")(func)
+    """--gpu, --context-length, --model-config, --engine-version: what deployment files may not state."""
+    # --sglang-version is the option's first name (kept: CI files use it); it states any engine's release
+    func = click.option("--engine-version", "--sglang-version", "sglang_version", metavar="VERSION",
+                        help="The engine release the files run (SGLang or vLLM), when no image tag names it; "
+                        "--sglang-version is the same option.")(func)
     func = click.option("--model-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                         help="The model's config.json, for estimates.")(func)
     func = click.option("--context-length", type=Tokens(),
-                        help="The window you advertise, when the files set no common --context-length.")(func)
+                        help="The window you advertise, when the files set no common --context-length "
+                        "(vLLM: --max-model-len).")(func)
     func = click.option("--gpu", shell_complete=_complete("complete_gpu"),
                         help="GPU type (H100, H200, ...), when no node selector or class names it.")(func)
     return func
@@ -506,7 +510,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
     run_guarded(_with_hub_endpoint_checked(lambda: emit(command.verify(options), fmt, output)))
 
 
-@main.command(short_help="Check each rank's pool in SGLang startup logs.")
+@main.command(short_help="Check each rank's pool in SGLang or vLLM startup logs.")
 @click.argument("files", nargs=-1, required=True)
 @click.option(
     "--context-length",
@@ -524,7 +528,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
 @gate_options
 def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float, fmt: str,
     output: Path | None, strict: bool, gate: Any = None) -> None:
-    """Read SGLang startup logs (FILE... or - for stdin) and check each rank's pool."""
+    """Read SGLang or vLLM startup logs (FILE... or - for stdin) and check each rank's pool."""
     from kvcheck.commands import logs as command
 
     options = command.LogsOptions(
@@ -585,7 +589,7 @@ def rules(code: str | None) -> None:
     click.echo(f"{explained.code} ({explained.severity}): {explained.title}\n\n{explained.doc}")
 
 
-@main.command(short_help="Check the pools of running SGLang servers.")
+@main.command(short_help="Check the pools of running SGLang or vLLM servers.")
 @click.argument("urls", nargs=-1)
 @click.option(
     "--fleet",
@@ -626,7 +630,7 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
     manifest: Any, endpoints: tuple[str, ...], timeout_s: float, retries: int, concurrency: int,
     ca_bundle: Path | None, insecure: bool, token_env: str | None, fmt: str, output: Path | None,
     strict: bool, gate: Any = None) -> None:
-    """Ask running SGLang servers (URL... or --fleet) for their pool and check it."""
+    """Ask running SGLang or vLLM servers (URL... or --fleet) for their pool and check it."""
     from kvcheck.commands.audit import AuditOptions
     from kvcheck.commands.audit import audit as run_audit
 
@@ -743,7 +747,8 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
 
 @main.command("import", short_help="Print the manifest that deployment files or --cmd describe.")
 @click.argument("files", nargs=-1)
-@click.option("--cmd", help='An SGLang command line: "python -m sglang.launch_server --model-path M --tp 8".')
+@click.option("--cmd", help='An SGLang or vLLM command line: "python -m sglang.launch_server --model-path M --tp 8", '
+              '"vllm serve M -tp 8".')
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, path_type=Path),

@@ -347,12 +347,15 @@ def _target(
     min_headroom: float,
     manifest_target: RoleTarget | None,
     info: ServerInfo | None,
+    engine: Engine | None = None,
 ) -> RoleTarget:
     if manifest_target is not None:
         return manifest_target
     # An unknown window is 0 tokens here only so that the role can be listed; its KV306 finding
-    # makes the role `error` (exit 3), so the 0 never lets it pass.
+    # makes the role `error` (exit 3), so the 0 never lets it pass. The engine whose client read the
+    # server judges it (a vLLM server's fixes name vLLM's flags); None (unread): the registry's default.
     return RoleTarget(
+        engine=engine.name if engine is not None else get_engine().name,
         name=endpoint.name,
         context_length=window or 0,
         min_headroom=min_headroom,
@@ -402,7 +405,7 @@ def _audited(
     engine: Engine,
 ) -> AuditOutcome:
     window, source = _window(endpoint, context_length, manifest_target, info.served_context_len)
-    target = _target(endpoint, window, min_headroom, manifest_target, info)
+    target = _target(endpoint, window, min_headroom, manifest_target, info, engine)
     findings: list[Finding] = []
     if window is None:
         findings.append(
@@ -448,7 +451,8 @@ def _audited(
         role=target.name,
         source="audit",
         pool_tokens=pool_tokens,
-        max_input_tokens=_admission_bound(info, pool_tokens, engine),
+        max_input_tokens=engine.admission_bound(info.max_req_input_len, info.served_context_len, pool_tokens,
+                                                info.resolved_args, info.version),
         context_len=info.served_context_len,
         engine_version=info.version,
         resolved_args=dict(info.resolved_args),
@@ -511,16 +515,6 @@ def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str
             f"{judged:,} tokens: the smallest rank refuses prompts that figure admits"
         )
     return judged, texts
-
-
-def _admission_bound(info: ServerInfo, pool_tokens: int | None, engine: Engine) -> int | None:
-    """The server's real admission bound: its own max_req_input_len, lowered by the engine's role rule
-    (an SGLang decode role's reservation, read from the server's resolved args) when pool and context are known."""
-    stated = info.max_req_input_len
-    if pool_tokens is None or info.served_context_len is None:
-        return stated
-    bound = engine.max_input_len(info.served_context_len, pool_tokens, info.resolved_args, info.version)
-    return bound if stated is None else min(stated, bound)
 
 
 def _manifest_drift(target: RoleTarget, info: ServerInfo, engine: Engine) -> list[Finding]:

@@ -1,4 +1,4 @@
-"""`kvcheck import`: the kvcheck manifest that deployment files (or an SGLang command line) describe."""
+"""`kvcheck import`: the kvcheck manifest that deployment files (or an SGLang or vLLM command line) describe."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def overrides_from_options(
         gpu=Sourced(gpu, None, "--gpu") if gpu else None,
         context_length=Sourced(context_length, None, "--context-length") if context_length else None,
         model_config=Sourced(model_config, None, "--model-config") if model_config else None,
-        sglang_version=Sourced(sglang_version, None, "--sglang-version") if sglang_version else None,
+        sglang_version=Sourced(sglang_version, None, "--engine-version") if sglang_version else None,
     )
 
 

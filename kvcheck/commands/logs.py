@@ -1,4 +1,4 @@
-"""`kvcheck logs`: read SGLang startup logs and judge every rank's pool as verify judges a role."""
+"""`kvcheck logs`: read SGLang or vLLM startup logs and judge every rank's pool as verify judges a role."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class LogsOptions:
 
 
 def logs(options: LogsOptions) -> Report:
-    """Judge every rank's pool in SGLang startup logs, as verify judges a booted role."""
+    """Judge every rank's pool in SGLang or vLLM startup logs, as verify judges a booted role."""
     from kvcheck.backends.logs import read_logs
 
     targets, measurements = read_logs(

@@ -477,6 +477,29 @@ class Engine(ABC):
         wait forever. Without them the bound is a plain server's.
         """
 
+    # The flag (catalogue spelling, no dashes) of a per-request reservation that lowers a role's admission
+    # bound below its pool (SGLang decode roles: --num-reserved-decode-tokens); None when the engine has
+    # none. KV107's and KV104's fixes name it.
+    reservation_flag: ClassVar[str | None] = None
+
+    def admission_bound(
+        self,
+        stated: int | None,
+        context_len: int | None,
+        pool_tokens: int | None,
+        args: Mapping[str, Any] | None = None,
+        version: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> int | None:
+        """A server's real admission bound (tokens) from what it states and what it holds: `stated` (the
+        figure the server itself gives, SGLang's max_req_input_len; None when it gives none), lowered by
+        the engine's role rule (`max_input_len`: an SGLang decode role's reservation) when the pool and
+        the context length are both known. Measure and audit judge a booted or running server with it."""
+        if pool_tokens is None or context_len is None:
+            return stated
+        bound = self.max_input_len(context_len, pool_tokens, args, version, env)
+        return bound if stated is None else min(stated, bound)
+
     # -- device -----------------------------------------------------------------------------------
 
     def args_device(self, args: Mapping[str, Any]) -> str | None:

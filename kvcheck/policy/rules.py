@@ -8,13 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines import get_engine
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import define_rule, finding
+
+if TYPE_CHECKING:
+    from kvcheck.engines.base import Engine
 
 # The first SGLang release whose disaggregated roles retire over-long prompts at intake instead of
 # transferring a placeholder's KV (docs/sglang-internals.md, Admission bound).
@@ -36,10 +39,11 @@ KV102 = define_rule(
     "KV102",
     "error",
     "the engine's own context length is below the advertised window",
-    """The engine refuses prompts at its own context_len (--context-length, or what it derives
-    from the model's config). Clients promised a longer window get errors. Fix: set
-    --context-length to the advertised window (and make sure the model supports it), or advertise
-    the engine's context length.""",
+    """The engine refuses prompts at its own context length (SGLang's --context-length, vLLM's
+    --max-model-len, or what it derives from the model's config; vLLM's `auto` fits it to the pool).
+    Clients promised a longer window get errors. Fix: set the engine's own flag (the finding names it)
+    to the advertised window (and make sure the model supports it), or advertise the engine's context
+    length.""",
 )
 KV103 = define_rule(
     "KV103",
@@ -214,6 +218,8 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
         return []
     reserved = pool + 1 - bound
     needed = promised - 1 + reserved
+    flag = engine.reservation_flag  # the engine's own flag for the reservation (SGLang's decode roles)
+    field = flag.replace("-", "_") if flag else None
     return [
         finding(
             "KV107",
@@ -221,11 +227,9 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
             f"the pool holds {pool:,} tokens, but the role admits prompts only below {bound:,} tokens: it "
             f"reserves {reserved:,} tokens per request on top of the prompt; prompts of {bound:,} to "
             f"{promised - 1:,} tokens, which the {window:,}-token window promises, wait with no error",
-            hint=f"give the role a pool of at least {needed:,} tokens, or lower its reservation "
-            "(SGLang: --num-reserved-decode-tokens)",
-            location=target.arg_location("num_reserved_decode_tokens")
-            if "num_reserved_decode_tokens" in target.args
-            else target.location,
+            hint=f"give the role a pool of at least {needed:,} tokens, or lower its reservation"
+            + (f" (--{flag})" if flag else ""),
+            location=target.arg_location(field) if field and field in target.args else target.location,
         )
     ]
 
@@ -284,16 +288,20 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurre
             )
         )
 
-    explicit_ctx = target.args.get("context_length")
-    if explicit_ctx is not None and int(explicit_ctx) < target.context_length:
+    # the engine's own window flag (SGLang --context-length, vLLM --max-model-len); vLLM's `auto` (-1)
+    # sets no window of its own: the engine fits one to the pool, and the measured context judges it
+    window_flag = engine.window_flag
+    window_field = window_flag.replace("-", "_")
+    explicit_ctx = target.args.get(window_field)
+    if (isinstance(explicit_ctx, int) and not isinstance(explicit_ctx, bool)
+            and 0 < explicit_ctx < target.context_length):
         found.append(
             finding(
                 "KV102",
                 role,
-                f"--context-length {int(explicit_ctx):,} is below the advertised window "
-                f"{target.context_length:,}",
-                hint=f"set context-length: {target.context_length} (or advertise {int(explicit_ctx):,})",
-                location=target.arg_location("context_length"),
+                f"--{window_flag} {explicit_ctx:,} is below the advertised window {target.context_length:,}",
+                hint=f"set {window_flag}: {target.context_length} (or advertise {explicit_ctx:,})",
+                location=target.arg_location(window_field),
             )
         )
     elif measurement.context_len is not None and measurement.context_len < target.context_length:
@@ -304,7 +312,7 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurre
                 f"the engine's context length is {measurement.context_len:,} tokens, below the "
                 f"advertised window {target.context_length:,}",
                 hint=(
-                    f"set context-length: {target.context_length} in the role's args if the model "
+                    f"set {window_flag}: {target.context_length} in the role's args if the model "
                     f"supports it, or advertise {measurement.context_len:,}"
                 ),
                 location=target.location,
@@ -383,8 +391,9 @@ def evaluate_deployment(
     differ). A role that may do both (vLLM's kv_both) stands on either side."""
     limits: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
     contexts: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
+    engines = {target.name: get_engine(target.engine) for target in targets}
     for target, measurement in zip(targets, measurements, strict=True):
-        mode = get_engine(target.engine).role_mode(effective_args(target, measurement))
+        mode = engines[target.name].role_mode(effective_args(target, measurement))
         sides = ("prefill", "decode") if mode == "kv_both" else (mode,) if mode in limits else ()
         for side in sides:
             if measurement.max_input_tokens is not None:
@@ -407,8 +416,8 @@ def evaluate_deployment(
                     f"{p_name} serves a context length of {p_len:,} tokens but {d_name} {d_len:,}: requests "
                     f"of {min(p_len, d_len):,} to {max(p_len, d_len) - 1:,} tokens are taken by {longer} and "
                     f"refused by {shorter}, failing (or hanging) between the two",
-                    hint="set the same --max-model-len (SGLang: --context-length) on both roles, at least "
-                    "the advertised window",
+                    hint=f"set the same {_window_flags(engines[p_name], engines[d_name])} on both roles, at "
+                    "least the advertised window",
                 )
             )
     seen.clear()
@@ -431,8 +440,9 @@ def evaluate_deployment(
                         None,
                         f"{p_name} admits prompts below {p_limit:,} tokens but {d_name} below "
                         f"{d_limit:,}: {between}",
-                        hint="size both roles' pools and context lengths (and the decode role's reservation) "
-                        "so their admission bounds match",
+                        hint="size both roles' pools and context lengths"
+                        + _reservation_part(engines[d_name])
+                        + " so their admission bounds match",
                     )
                 )
     return found
@@ -449,3 +459,15 @@ KV204 = define_rule(
     a flag added or removed in between may be judged wrongly. Fix: upgrade kvcheck, or generate the
     release's catalogue with tools/gen_flag_catalogue.py.""",
 )
+
+
+def _window_flags(first: Engine, second: Engine) -> str:
+    """The flag that sets the served window on two roles, in their engines' own spelling."""
+    if first.window_flag == second.window_flag:
+        return f"--{first.window_flag}"
+    return f"window (--{first.window_flag} on {first.label}, --{second.window_flag} on {second.label})"
+
+
+def _reservation_part(decode: Engine) -> str:
+    """KV104's mention of the decode role's per-request reservation, where its engine has one."""
+    return f" (and the decode role's --{decode.reservation_flag})" if decode.reservation_flag else ""

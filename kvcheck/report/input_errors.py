@@ -23,7 +23,7 @@ KV001 = define_rule(
     "error",
     "the input is invalid, so nothing was checked",
     """kvcheck stopped before checking anything: a manifest or deployment file failed validation
-    (an unknown key, a wrong type, a flag the declared SGLang release does not have), a file could
+    (an unknown key, a wrong type, a flag the declared SGLang or vLLM release does not have), a file could
     not be read, or an option or its value was wrong. The command exits 2, and every requested
     format carries each problem as a KV001 finding, at the file, line and column it names when it
     names one, so that a pull request shows it where a check result would be. `policy.ignore` and

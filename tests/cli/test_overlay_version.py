@@ -32,7 +32,7 @@ def test_a_release_the_image_contradicts_names_the_overlays_line(tmp_path: Path)
     ])
     done = run_kvcheck("verify", str(tmp_path / "deployment.yaml"), "--mode", "estimate", "--sglang-version", "0.5.22")
     assert done.exit_code == 2
-    assert done.stderr.splitlines()[1].endswith("but 0.5.22 was given by --sglang-version; they must agree")
+    assert done.stderr.splitlines()[1].endswith("but 0.5.22 was given by --engine-version; they must agree")
 
 
 def test_a_release_without_a_catalogue_is_a_kv204_at_the_overlays_line(tmp_path: Path) -> None:

@@ -1151,7 +1151,7 @@ model: {{path: /models/llama}}
 engine: {{name: vllm, version: "{version}"}}
 gpu: H100
 args:
-  max-model-len: 32k
+  max-model-len: 32K
   {flag}
 roles:
   server: {{gpus: [0]}}

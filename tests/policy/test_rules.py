@@ -204,7 +204,7 @@ def test_a_decode_pool_that_holds_the_window_but_not_its_reservation_is_kv107() 
         "1,048,576-token window promises, wait with no error"
     )
     assert found.hint == ("give the role a pool of at least 1,049,081 tokens, or lower its reservation "
-                          "(SGLang: --num-reserved-decode-tokens)")
+                          "(--num-reserved-decode-tokens)")
     # the pool of exactly the window: every prompt from pool - 511 up waits
     [found] = evaluate_role(target(args=decode), measured(WINDOW))
     assert "admits prompts only below 1,048,065 tokens" in found.message

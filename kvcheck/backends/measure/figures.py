@@ -227,24 +227,14 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
     context_len = min(contexts) if contexts else (server.served_context_len if server is not None else None)
     return RoleFigures(
         pool_tokens=pool,
-        max_input_tokens=_admission_bound(target, server, pool, context_len, version),
+        max_input_tokens=get_engine(target.engine).admission_bound(
+            server.max_req_input_len if server is not None else None, context_len, pool, target.args, version,
+            target.env),
         context_len=context_len,
         engine_version=version,
         findings=tuple(found),
         details=details,
     )
-
-
-def _admission_bound(
-    target: RoleTarget, server: ServerInfo | None, pool: int | None, context_len: int | None, version: str | None
-) -> int | None:
-    """The role's real admission bound: the server's own figure, lowered by the engine's role rule
-    (an SGLang decode role's reservation) where the pool and context length are known."""
-    stated = server.max_req_input_len if server is not None else None
-    if pool is None or context_len is None:
-        return stated
-    bound = get_engine(target.engine).max_input_len(context_len, pool, target.args, version, target.env)
-    return bound if stated is None else min(stated, bound)
 
 
 def estimate_gap(measured_tokens: int, estimate_tokens: int) -> float:

@@ -32,6 +32,7 @@ class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     label: ClassVar[str] = "SGLang"
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
+    reservation_flag: ClassVar[str | None] = serving.RESERVED_DECODE_FLAG
 
     # -- arguments --------------------------------------------------------------------------------
 

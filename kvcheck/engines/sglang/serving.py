@@ -61,6 +61,7 @@ def max_input_len(context_len: int, pool_tokens: int | None) -> int:
 # mode came in 0.4.4.post2 with a fixed 512; 0.4.6.post3 and 0.4.7 read the variable below;
 # --num-reserved-decode-tokens (default 512) replaced it in 0.4.7.post1 (docs/sglang-internals.md).
 DEFAULT_RESERVED_DECODE_TOKENS = 512
+RESERVED_DECODE_FLAG = "num-reserved-decode-tokens"  # Engine.reservation_flag: what KV107's fix names
 RESERVED_DECODE_ENV = "SGLANG_NUM_RESERVED_DECODE_TOKENS"
 _RESERVE_ENV_FROM = Version("0.4.6.post3")
 _RESERVE_FLAG_FROM = Version("0.4.7.post1")

@@ -30,7 +30,7 @@ def write(tmp_path: Path, *args: str) -> Path:
 
 
 def test_estimate_without_a_model_config_is_kv305_never_a_guess(tmp_path: Path) -> None:
-    done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 32k")), "--mode", "estimate", "--format", "json")
+    done = run_kvcheck("verify", str(write(tmp_path, "max-model-len: 32K")), "--mode", "estimate", "--format", "json")
     assert done.exit_code == 3, done.stderr
     report = json.loads(done.stdout)
     [role] = report["roles"]

@@ -1,0 +1,44 @@
+"""`kvcheck audit URL` of a vLLM server named by no manifest: the server's engine judges it, so the
+findings and their fixes speak vLLM (its flags, its words), not the registry's default engine."""
+
+from __future__ import annotations
+
+import json
+
+from tests.datapaths import TEST_DATA
+
+from .servers import Reply
+
+FAST = ("--timeout", "2", "--retries", "0")
+VLLM_DATA = TEST_DATA / "vllm"
+# the real answers of a vLLM 0.32.0 server on CPU: 128 blocks of 128 (pool 16,256), max_model_len 4096
+REAL = {
+    "/metrics": Reply(body=(VLLM_DATA / "0.32.0-cpu-pass.metrics.txt").read_bytes(), content_type="text/plain"),
+    "/v1/models": Reply(body=(VLLM_DATA / "0.32.0-cpu-pass.v1_models.json").read_bytes(),
+                        content_type="application/json"),
+    "/version": Reply(body=(VLLM_DATA / "0.32.0-cpu-pass.version.json").read_bytes(),
+                      content_type="application/json"),
+}
+
+
+def test_a_bare_vllm_url_short_of_the_window_gets_vllm_fixes(serve, kvcheck):
+    server = serve(REAL)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "32768", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    role = report["roles"][0]
+    assert (role["pool_tokens"], role["max_input_tokens"]) == (16256, 4096)
+    found = {f["rule"]: f for f in report["findings"]}
+    assert sorted(found) == ["KV101", "KV102"]
+    assert "--gpu-memory-utilization" in found["KV101"]["hint"]
+    assert "mem-fraction-static" not in found["KV101"]["hint"]
+    assert found["KV102"]["hint"] == "set max-model-len: 32768 in the role's args if the model supports it, or advertise 4,096"
+
+
+def test_the_table_of_a_vllm_audit_names_no_sglang_flag(serve, kvcheck):
+    server = serve(REAL)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "32768")
+    assert result.exit_code == 1, result.stderr
+    assert "mem-fraction-static" not in result.stdout
+    assert "context-length:" not in result.stdout
+    assert "SGLang" not in result.stdout

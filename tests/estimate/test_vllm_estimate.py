@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvcheck.engines.modelconfig import load_model_source
 from kvcheck.engines.vllm.sizing.layout import kv_layout
 from kvcheck.engines.vllm.sizing.model import estimate_role
 from kvcheck.errors import EstimateError
 from kvcheck.model import EstimateInputs, RoleTarget
+from tests.conftest import REPO_ROOT as REPO
 from tests.conftest import run_kvcheck
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,3 +301,54 @@ def test_the_sampler_kernel_arrives_in_0_17_as_vllms_wheels_show() -> None:
     assert mem.sampler_bytes_per_logit(None) == mem.SAMPLER_BYTES_UNKNOWN
     # bf16 logits (2) + their fp32 copy (4) + softmax probabilities (4) + the exponential draw (4)
     assert mem.SAMPLER_BYTES_KERNEL[0] == 14.0
+
+
+def _first_hour_manifest(tmp_path: Path, *, args: dict, env: dict | None = None, device: str | None = None) -> Path:
+    doc: dict = {"name": "first-hour", "context_length": 32768,
+                 "model": {"path": "Qwen/Qwen3-8B", "config": str(REPO / "tests/data/models/Qwen--Qwen3-8B.json")},
+                 "engine": {"name": "vllm", "version": "0.32.0", **({"env": env} if env else {})},
+                 "args": {"max-model-len": 32768, **args}, "roles": {"server": {}}}
+    if device == "cpu":
+        doc["device"] = "cpu"
+    else:
+        doc["gpu"] = "H100"
+        doc["roles"] = {"server": {"gpus": [0]}}
+    path = tmp_path / "deploy.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_an_explicit_cache_larger_than_the_gpu_is_a_predicted_failed_start(tmp_path: Path) -> None:
+    """100 GiB of --kv-cache-memory-bytes on an 80 GB H100: vLLM skips its profile and the allocation runs out
+    of memory. It used to pass at 819,184 tokens."""
+    done = run_kvcheck("verify", str(_first_hour_manifest(tmp_path, args={"kv-cache-memory-bytes": "100G"})),
+                       "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stdout
+    report = json.loads(done.stdout)
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"]) == ("fail", 0)
+    [kv220] = [f for f in report["findings"] if f["rule"] == "KV220"]
+    assert "--kv-cache-memory-bytes asks for 100.00 GiB of KV cache, but a H100 holds 79.19 GiB" in kv220["message"]
+    assert kv220["hint"].startswith("lower --kv-cache-memory-bytes")
+
+
+def test_an_explicit_cache_that_fits_beside_the_weights_still_passes(tmp_path: Path) -> None:
+    done = run_kvcheck("verify", str(_first_hour_manifest(tmp_path, args={"kv-cache-memory-bytes": "20G"})),
+                       "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 0, done.stdout
+    assert [f["rule"] for f in json.loads(done.stdout)["findings"]] == ["KV211"]
+
+
+@pytest.mark.parametrize(("args", "env", "device", "words"), [
+    ({"tensor-parallel-size": 0}, None, None, "--tensor-parallel-size, --pipeline-parallel-size and "
+                                              "--data-parallel-size must be at least 1"),
+    ({}, {"VLLM_CPU_KVCACHE_SPACE": "0.5"}, "cpu", "VLLM_CPU_KVCACHE_SPACE='0.5' is not a whole number of GiB"),
+])
+def test_settings_vllm_cannot_start_with_never_pass(tmp_path: Path, args: dict, env: dict | None, device: str | None,
+                                                    words: str) -> None:
+    """TP 0 used to be read as 1 (exit 0) and a fractional CPU KV space was a traceback (exit 4)."""
+    done = run_kvcheck("verify", str(_first_hour_manifest(tmp_path, args=args, env=env, device=device)),
+                       "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 3, done.stdout + done.stderr
+    [kv305] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "KV305"]
+    assert words in kv305["message"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvcheck.backends.measure.figures import EngineReport, RankPool, compare_estimate, judge_figures
 from kvcheck.engines.base import ServerInfo
 from tests.measure.conftest import make_target
@@ -111,3 +113,12 @@ def test_estimate_gap_above_ten_percent_is_kv304() -> None:
         gap.message
         == "the estimate (1,100,001 tokens) is 10.0% away from the measured pool (1,000,000 tokens)"
     )
+
+
+def test_a_vllm_version_mismatch_names_vllm_and_its_package() -> None:
+    """KV303 on a vLLM role used to say "SGLang 0.32.0 booted ... install sglang==0.31.0"."""
+    target = replace(make_target(engine_version="0.31.0"), engine="vllm")
+    figures = judge_figures(target, EngineReport(ranks=(RANK,), server=server(version="0.32.0")))
+    [mismatch] = [f for f in figures.findings if f.rule == "KV303"]
+    assert mismatch.message.startswith("vLLM 0.32.0 booted, but the manifest declares 0.31.0")
+    assert mismatch.hint.startswith("install vllm==0.31.0 on this host")

@@ -198,9 +198,9 @@ def judge_figures(target: RoleTarget, report: EngineReport) -> RoleFigures:
                 finding(
                     "KV303",
                     role,
-                    f"SGLang {version} booted, but the manifest declares {target.engine_version}: the figures "
-                    "are not those of the release you deploy",
-                    hint=f"install sglang=={target.engine_version} on this host, or set engine.version: "
+                    f"{get_engine(target.engine).label} {version} booted, but the manifest declares "
+                    f"{target.engine_version}: the figures are not those of the release you deploy",
+                    hint=f"install {target.engine}=={target.engine_version} on this host, or set engine.version: "
                     f"'{version}' if that is what you deploy",
                     location=target.arg_location("engine_version"),
                 )

@@ -119,10 +119,10 @@ def _gpu(target: RoleTarget, profiles: GpuProfiles) -> GpuProfile:
 def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib: float | None,
             gpu_name: str, version: Any) -> _Inputs:
     args = target.args
-    tp = _int_arg(args, "tensor_parallel_size", 1) or 1
-    pp = _int_arg(args, "pipeline_parallel_size", 1) or 1
-    dp = _int_arg(args, "data_parallel_size", 1) or 1
-    if min(tp, pp, dp) < 1:
+    tp = _int_arg(args, "tensor_parallel_size", 1)
+    pp = _int_arg(args, "pipeline_parallel_size", 1)
+    dp = _int_arg(args, "data_parallel_size", 1)
+    if tp is None or pp is None or dp is None or min(tp, pp, dp) < 1:
         raise EstimateError("--tensor-parallel-size, --pipeline-parallel-size and --data-parallel-size must be at least 1")
     if (_int_arg(args, "decode_context_parallel_size", 1) or 1) > 1 or (_int_arg(args, "prefill_context_parallel_size", 1) or 1) > 1:
         raise EstimateError("context parallelism (--decode-context-parallel-size, --prefill-context-parallel-size) "
@@ -136,6 +136,10 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
     explicit = _int_arg(args, "kv_cache_memory_bytes")
     cpu_space = target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
     if device == "cpu" and cpu_space:
+        if not cpu_space.isdigit():  # vLLM reads it with int(): "0.5" stops its start with a ValueError
+            raise EstimateError(f"VLLM_CPU_KVCACHE_SPACE={cpu_space!r} is not a whole number of GiB: vLLM's CPU "
+                                "backend reads it with int() and does not start",
+                                hint="set VLLM_CPU_KVCACHE_SPACE to a whole number of GiB, or --kv-cache-memory-bytes")
         explicit = int(cpu_space) * (1 << 30)  # platforms/cpu.py: the legacy setting wins
     derived = derived_max_model_len(text)
     raw_len = args.get("max_model_len")
@@ -224,8 +228,11 @@ def estimate_role(
         assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
 
     parts: OrderedDict[str, Any] = OrderedDict()
+    oom: str | None = None
     if inp.explicit_kv_bytes is not None:
         avail = (inp.explicit_kv_bytes,) * 3
+        if total is not None and gpu is not None and device != "cpu":
+            oom = _explicit_cache_oom(target, source, inp, total, gpu, model_dtype)
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
     else:
@@ -248,7 +255,24 @@ def estimate_role(
         details["pool_range"] = [low, high]
         details["assumptions"] = [*best.assumptions, note]
         return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
-    return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype)
+    return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype, oom=oom)
+
+
+def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
+                        gpu: GpuProfile, model_dtype: str) -> str | None:
+    """Why an explicit --kv-cache-memory-bytes cannot be allocated beside the weights, or None when it can.
+
+    vLLM skips its memory profile and allocates the cache as given: a cache larger than the GPU's memory less
+    the weights (at the light end of their band, so the verdict is certain) fails the start with a CUDA out
+    of memory. Checked only where the GPU is named."""
+    weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
+    light = weights * (1 - band)
+    room = (total.gib + total.band_gib) * GIB - light
+    if inp.explicit_kv_bytes is None or inp.explicit_kv_bytes <= room:
+        return None
+    return (f"--kv-cache-memory-bytes asks for {inp.explicit_kv_bytes / GIB:,.2f} GiB of KV cache, but a {gpu.name} "
+            f"holds {total.gib:,.2f} GiB, of which the weights take at least {light / GIB:,.2f} GiB per GPU: the "
+            "cache allocation runs out of GPU memory (torch.OutOfMemoryError) and vLLM does not start")
 
 
 def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
@@ -344,8 +368,10 @@ def _pool(layout: KvLayout, available_bytes: int, inp: _Inputs) -> int:
 
 def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
             parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
-            model_dtype: str) -> PoolEstimate:
+            model_dtype: str, oom: str | None = None) -> PoolEstimate:
     central, low_b, high_b = avail
+    if oom is not None:
+        central = low_b = high_b = 0
     pool = _pool(layout, central, inp)
     low, high = _pool(layout, low_b, inp), _pool(layout, high_b, inp)
     low, high = min(low, pool), max(high, pool)
@@ -354,7 +380,10 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     refusal: str | None = None
     upper = max(inp.derived_len, inp.max_model_len, layout.usable_tokens(layout.num_blocks(max(central, 0))) + layout.block_size)
     largest = layout.largest_model_len(central, inp.batched_tokens, upper)
-    if central <= 0:
+    if oom is not None:
+        refusal = oom
+        pool, context = 0, 0
+    elif central <= 0:
         refusal = "No available memory for the cache blocks"
         pool, context = 0, 0
     elif inp.max_model_len_auto:
@@ -372,9 +401,12 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
         findings.append(finding(
             "KV220", target.name,
             f"vLLM would refuse to start (predicted): {refusal}",
-            hint=f"set --max-model-len to at most {largest:,}, or give the KV cache more memory" if largest else
+            hint="lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
+            "--gpu-memory-utilization (vLLM then profiles)" if oom is not None else
+            f"set --max-model-len to at most {largest:,}, or give the KV cache more memory" if largest else
             "give the KV cache more memory (--gpu-memory-utilization, fewer weights per GPU, a larger TP)",
-            location=target.arg_location("max_model_len", "gpu_memory_utilization"),
+            location=target.arg_location("kv_cache_memory_bytes") if oom is not None else
+            target.arg_location("max_model_len", "gpu_memory_utilization"),
         ))
         assumptions.append(f"vLLM would refuse to start: {refusal}")
     max_input = max(0, serving.max_input_len(context, pool)) if context else 0

@@ -352,8 +352,7 @@ def _role(
                 role,
                 f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is not a serving pool: "
                 + "; ".join(unusable),
-                hint="pass the log of a boot that reached 'The server is fired up and ready to roll!', "
-                "or audit the running server",
+                hint=f"pass the log of a boot that reached '{_engine().ready_line}', or audit the running server",
                 location=location,
             )
         )
@@ -378,7 +377,7 @@ def _role(
                 role,
                 f"the pool figure ({pool_tokens:,} tokens, line {figure_line}) is provisional: "
                 + "; ".join(reasons),
-                hint="pass the complete startup log, up to 'The server is fired up and ready to roll!'",
+                hint=f"pass the complete startup log, up to '{_engine().ready_line}'",
                 location=location,
             )
         )

@@ -398,6 +398,7 @@ class Engine(ABC):
 
     name: ClassVar[str]  # the registry name (`engine.name` in a manifest)
     label: ClassVar[str]  # how messages name it ("SGLang")
+    ready_line: ClassVar[str] = "its ready line"  # the log line that says the server serves (hints quote it)
     default_command: ClassVar[tuple[str, ...]]
 
     # -- arguments --------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ class SglangEngine(Engine):
 
     name: ClassVar[str] = "sglang"
     label: ClassVar[str] = "SGLang"
+    ready_line: ClassVar[str] = "The server is fired up and ready to roll!"
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
     reservation_flag: ClassVar[str | None] = serving.RESERVED_DECODE_FLAG
 

@@ -30,6 +30,7 @@ class VllmEngine(Engine):
 
     name: ClassVar[str] = "vllm"
     label: ClassVar[str] = "vLLM"
+    ready_line: ClassVar[str] = "Application startup complete."
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
     image_repository: ClassVar[str | None] = "vllm/vllm-openai"
     # vllm-project/vllm docker/Dockerfile (dead20b), stage vllm-openai: ENTRYPOINT ["vllm", "serve"]; releases

@@ -328,3 +328,10 @@ def test_cli_on_a_0_8_refusal_without_an_estimate_is_exit_3(tmp_path: Path) -> N
     assert code == 3, report
     [role] = report["roles"]
     assert role["pool_tokens"] is None
+
+
+def test_the_hint_of_a_provisional_vllm_pool_quotes_vllms_ready_line() -> None:
+    """KV312 on a vLLM log used to ask for a log "up to 'The server is fired up and ready to roll!'" (SGLang's)."""
+    done = run_kvcheck("logs", str(TEST_DATA / "vllm" / "0.32.0-cpu-refused.log"), "--format", "json")
+    [kv312] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "KV312"]
+    assert kv312["hint"] == "pass the complete startup log, up to 'Application startup complete.'"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import statistics
 
-from tests.bench.calibrate_vllm_estimator import DATA, load_cases, table
+from kvcheck.engines.vllm.sizing.model import estimate_role
+from tests.bench.calibrate_vllm_estimator import DATA, load_cases, table, target_for
 
 V19 = "h100-v0.19.0-"
 # logs that print one worker's memory while the pool is the minimum over the workers (TP 4 with LMCache,
@@ -60,15 +61,15 @@ def test_the_tp_non_torch_terms_are_fitted_on_one_source_and_one_release_only() 
 def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
     errors = _errors("memory (GiB)", "held-out")
     assert errors == {
-        "h100-gpt-oss-20b-llm-d": 0.23,
-        "h100-gpt-oss-120b-llm-d": -115.50,
-        "h100-llama-3.1-8b-llm-d": 0.26,
-        "h100-qwen3-0.6b-llm-d": 0.12,
-        "h100-qwen3-32b-llm-d": 3.71,
-        "2xh100-qwen3-32b-llm-d": 0.25,
-        "h100-llama-3.3-70b-fp8-tp2-llm-d": 0.45,
-        "h100-mistral-small-3.2-24b-llm-d": -9.22,
-        "l40s-gpt-oss-20b-eager-dev-2025-12": -0.26,
+        "h100-gpt-oss-20b-llm-d": 0.14,
+        "h100-gpt-oss-120b-llm-d": -116.82,
+        "h100-llama-3.1-8b-llm-d": 0.14,
+        "h100-qwen3-0.6b-llm-d": 0.09,
+        "h100-qwen3-32b-llm-d": 1.96,
+        "2xh100-qwen3-32b-llm-d": 0.02,
+        "h100-llama-3.3-70b-fp8-tp2-llm-d": 0.06,
+        "h100-mistral-small-3.2-24b-llm-d": -9.50,
+        "l40s-gpt-oss-20b-eager-dev-2025-12": -0.31,
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": 0.41,
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -1.22,
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -1.18,
@@ -76,8 +77,8 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": 0.37,
         V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": 1.30,
         V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": 0.43,
-        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": 4.94,
-        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 0.96,
+        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": 1.69,
+        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 0.12,
         V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 0.19,
         V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 0.36,
         V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 0.45,
@@ -86,26 +87,38 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 0.23,
         V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.42,
         V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": 1.18,
-        "h100-qwen3-14b-v0.15.0-sweep": 0.34, "h100-qwen3-14b-v0.16.0-sweep": 0.34,
+        "h100-qwen3-14b-v0.15.0-sweep": 0.16, "h100-qwen3-14b-v0.16.0-sweep": 0.16,
         "h100-qwen3-14b-v0.17.0-sweep": 0.32, "h100-qwen3-14b-v0.18.0-sweep": 0.56,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
-    # held out, the median is within the issue's 0.5%; the worst-case bar (3%) is not met: the doc says so,
-    # with these figures and the three cases beyond it
-    assert (len(consistent), round(statistics.median(consistent), 2), max(consistent)) == (29, 0.41, 9.22)
-    assert sorted(case for case, e in errors.items() if case not in inconsistent and abs(e) > 3) == [
-        "h100-mistral-small-3.2-24b-llm-d", "h100-qwen3-32b-llm-d", V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192"]
+    assert (len(consistent), round(statistics.median(consistent), 2)) == (29, 0.37)
+
+
+def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_cannot_settle_it() -> None:
+    """The issue's bar, per case: median within 0.5%, every held-out boot within 3% of its logged memory. A boot
+    whose figure depends on what the deployment's inputs do not state (`central_unknowable` in cases.json, with
+    the reason) is held to its range instead, and the estimate says it cannot know."""
+    errors = _errors("memory (GiB)", "held-out")
+    cases = {case["id"]: case for case in load_cases()}
+    memory = {line.split()[0]: line for line in _rows() if " memory (GiB) " in line}
+    consistent = {case: e for case, e in errors.items() if not cases[case].get("source_inconsistent")}
+    assert statistics.median(abs(e) for e in consistent.values()) <= 0.5
+    beyond = sorted(case for case, e in consistent.items() if abs(e) > 3.0)
+    assert beyond == sorted(case for case in consistent if cases[case].get("central_unknowable")), beyond
+    assert beyond == ["h100-mistral-small-3.2-24b-llm-d"]
+    for case in beyond:
+        assert " holds;" in memory[case], memory[case]
+        target = target_for(cases[case], weights=True)
+        assert any("does not say which" in a for a in estimate_role(target, offline=True).details["assumptions"])
 
 
 def test_the_ranges_miss_only_the_cases_the_doc_names() -> None:
-    """TP >= 2 on H100 holds now (its non-torch terms are modelled); the misses left are the pipeline-parallel
-    lines (the first stage's, the pool is the last stage's), Mistral-Small on 0.11 and the self-contradicting row."""
+    """The misses left are the pipeline-parallel lines (the first stage's, the pool is the last stage's)."""
     memory = [line for line in _rows() if " memory (GiB) " in line]
     misses = sorted(line.split()[0] for line in memory if " MISSES;" in line)
     assert misses == sorted([
-        "h100-gpt-oss-120b-llm-d", "h100-mistral-small-3.2-24b-llm-d",
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
     ])

@@ -303,6 +303,59 @@ def test_the_sampler_kernel_arrives_in_0_17_as_vllms_wheels_show() -> None:
     assert mem.SAMPLER_BYTES_KERNEL[0] == 14.0
 
 
+
+def test_up_to_0_11_0_the_sampler_is_the_sort_or_flashinfers_and_the_env_settles_it() -> None:
+    """topk_topp_sampler.py up to 0.11.0: FlashInfer's sampler whenever it imports (an optional extra of the
+    wheel), unless VLLM_USE_FLASHINFER_SAMPLER=0; opt-in from 0.11.1."""
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    v0110, v0111 = mem.release("0.11.0"), mem.release("0.11.1")
+    assert mem.sampler_bytes_per_logit(v0110) == mem.SAMPLER_BYTES_SORT_OR_FLASHINFER == (38.0, 12.0, 44.0)
+    assert mem.sampler_bytes_per_logit(v0110, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}) == mem.SAMPLER_BYTES_SORT
+    assert mem.sampler_bytes_per_logit(v0110, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}) == mem.SAMPLER_BYTES_KERNEL
+    assert mem.sampler_bytes_per_logit(v0111) == mem.SAMPLER_BYTES_SORT
+    assert mem.sampler_bytes_per_logit(v0111, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}) == mem.SAMPLER_BYTES_KERNEL
+
+    def target(env: dict) -> RoleTarget:
+        return RoleTarget(name="server", context_length=16000, min_headroom=1.0, engine_version="0.11.0",
+                          args={"max_model_len": 16000}, argv_args=(), gpu="H100", engine="vllm", env=env,
+                          model_config=MODELS / "meta-llama--Meta-Llama-3.1-8B.json",
+                          estimate=EstimateInputs(weights_gib_per_gpu=14.99))
+
+    unset, sort = estimate_role(target({}), offline=True), estimate_role(target({"VLLM_USE_FLASHINFER_SAMPLER": "0"}),
+                                                                         offline=True)
+    # the same central figure (the sort), a range that reaches FlashInfer's smaller peak only when unset
+    assert unset.details["available_kv_gib"] == sort.details["available_kv_gib"]
+    assert unset.details["available_kv_gib_range"][1] - sort.details["available_kv_gib_range"][1] > 2.0
+    assert any("FlashInfer is installed" in a for a in unset.details["assumptions"])
+    assert not any("FlashInfer is installed" in a for a in sort.details["assumptions"])
+
+
+def test_the_fused_moe_buffers_follow_the_release_that_allocates_them() -> None:
+    """Qwen3-30B-A3B at 8,192 tokens: topk 8, N = 2 x 768, K = 2048 (fused_moe.py of each release)."""
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    text = {"hidden_size": 2048, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+            "vocab_size": 151936}
+    # 0.19: the WorkspaceManager's workspace13 (M x topk x max(N/2, K)) and workspace2 (M x topk x max(N, K)), kept
+    assert mem.moe_workspace_bytes(text, tp=1, batched_tokens=8192, version=mem.release("0.19.0")) == (
+        8192 * 8 * (2048 + 2048) * 2, True)
+    # 0.11: fused_experts_impl's cache13 (max(N, K)) and cache2 (N/2), per call
+    assert mem.moe_workspace_bytes(text, tp=1, batched_tokens=8192, version=mem.release("0.11.0")) == (
+        8192 * 8 * (2048 + 768) * 2, False)
+    # chunked at VLLM_FUSED_MOE_CHUNK_SIZE: 32768 up to 0.11, 16384 in 0.12-0.17
+    assert mem.moe_workspace_bytes(text, tp=1, batched_tokens=65536, version=mem.release("0.11.0"))[0] == (
+        32768 * 8 * (2048 + 768) * 2)
+    assert mem.moe_workspace_bytes(text, tp=1, batched_tokens=65536, version=mem.release("0.16.0"))[0] == (
+        16384 * 8 * (2048 + 2048) * 2)
+    # MXFP4 experts run other kernels; a dense model has none
+    assert mem.moe_workspace_bytes({**text, "quantization_config": {"quant_method": "mxfp4"}}, tp=1,
+                                   batched_tokens=8192, version=mem.release("0.19.0")) == (0.0, False)
+    assert mem.moe_workspace_bytes({"hidden_size": 4096}, tp=1, batched_tokens=8192, version=None) == (0.0, False)
+    # kept through the dummy sampler: its peak is the sampler's plus the workspace and the hidden states
+    peak = mem.activation_peak(text, tp=1, batched_tokens=8192, max_num_seqs=1024, version=mem.release("0.19.0"))
+    assert peak.at(0, mem.ACTIVATION_BAND_MOE) == 1024 * 151936 * 14.0 + 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2
+
 def _first_hour_manifest(tmp_path: Path, *, args: dict, env: dict | None = None, device: str | None = None) -> Path:
     doc: dict = {"name": "first-hour", "context_length": 32768,
                  "model": {"path": "Qwen/Qwen3-8B", "config": str(REPO / "tests/data/models/Qwen--Qwen3-8B.json")},

@@ -113,31 +113,87 @@ def tp_non_torch_gib(version: Version | None, *, gpu_name: str, tp: int, pp: int
 
 
 ACTIVATION_BAND = (0.6, 1.6)  # the activation peak's low and high multipliers
-ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: fused-MoE workspaces are not modelled
+ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: routing buffers and kernels beside the modelled workspace
 # The dummy sampler's peak per logit element (max_num_seqs rows of the full vocabulary, run twice in
-# profile_run). Read from the wheels: up to 0.16.0 only PyTorch's sort for top-k/top-p (fp32 logits,
+# profile_run). Read from the wheels: up to 0.16.0 PyTorch's sort for top-k/top-p (fp32 logits,
 # probabilities, sorted values, int64 indices, a cumulative sum: about 38 B, fitted to the 0.9.2 and 0.10.2
-# breakdowns). From 0.17.0 the Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py: in 0.17.0, not in
+# breakdowns; the held-out 0.11.0 boots of llm-d give 38.3-38.4 B once the hidden states below are apart).
+# From 0.17.0 the Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py: in 0.17.0, not in
 # 0.16.0), which works in place on the fp32 logits with a buffer of at most one row per SM; what stays is read
 # from _dummy_sampler_run and Sampler.forward: the bf16 logits (2 B), their fp32 copy (4), the softmax
-# probabilities (4) and random_sample's exponential draw (4): 14 B, plus the dummy forward's hidden states
-# that profile_run keeps alive (activation_peak). 12-22 B in the range; an unknown release spans both.
+# probabilities (4) and random_sample's exponential draw (4): 14 B. 12-22 B in the range; an unknown
+# release spans both.
+# Up to 0.11.0 FlashInfer's sampler replaces the sort whenever `flashinfer.sampling` imports and
+# VLLM_USE_FLASHINFER_SAMPLER is unset (topk_topp_sampler.py: "In V1, None means True"), and FlashInfer is
+# an optional extra of those wheels (`Requires-Dist: flashinfer-python; extra == "flashinfer"`): whether the
+# image has it is not in the deployment's inputs. FlashInfer's top_k_top_p_sampling_from_logits masks and
+# softmaxes without sorting: the kernel's figure. Both occur in one public source (llm-d's 0.11.0 boots: the
+# sort for Llama-3.1-8B and Qwen3, not for Mistral-Small-3.2), so such a release's range spans both, the
+# central figure the sort's (the smaller pool). From 0.11.1 FlashInfer is a hard dependency and its sampler
+# opt-in (VLLM_USE_FLASHINFER_SAMPLER=1).
 SAMPLER_BYTES_SORT = (38.0, 32.0, 44.0)  # (central, low, high)
 SAMPLER_BYTES_KERNEL = (14.0, 12.0, 22.0)
 SAMPLER_BYTES_UNKNOWN = (29.0, 14.0, 44.0)
+SAMPLER_BYTES_SORT_OR_FLASHINFER = (38.0, 12.0, 44.0)
 SAMPLER_SORT_UNTIL = Version("0.16.99")
 SAMPLER_KERNEL_FROM = Version("0.17.0")
+FLASHINFER_SAMPLER_DEFAULT_UNTIL = Version("0.11.0")
 
 
-def sampler_bytes_per_logit(version: Version | None) -> tuple[float, float, float]:
-    """(central, low, high) bytes of the dummy sampler's peak per logit element, by release."""
+def sampler_bytes_per_logit(version: Version | None, env: Mapping[str, str] | None = None) -> tuple[float, float, float]:
+    """(central, low, high) bytes of the dummy sampler's peak per logit element, by release (and
+    VLLM_USE_FLASHINFER_SAMPLER where the deployment sets it)."""
+    flag = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER", "").strip()
     if version is None:
         return SAMPLER_BYTES_UNKNOWN
-    if version.release <= SAMPLER_SORT_UNTIL.release:
-        return SAMPLER_BYTES_SORT
     if version.release >= SAMPLER_KERNEL_FROM.release:
         return SAMPLER_BYTES_KERNEL
+    if flag not in ("", "0"):  # bool(int(value)) in envs.py: FlashInfer's sampler, no sort
+        return SAMPLER_BYTES_KERNEL
+    if version.release <= FLASHINFER_SAMPLER_DEFAULT_UNTIL.release and flag == "":
+        return SAMPLER_BYTES_SORT_OR_FLASHINFER
+    if version.release <= SAMPLER_SORT_UNTIL.release:
+        return SAMPLER_BYTES_SORT
     return SAMPLER_BYTES_UNKNOWN
+
+
+# The fused-MoE buffers of the dummy forward (Triton experts, fused_moe/fused_moe.py), bf16 activations:
+# * up to 0.14: fused_experts_impl allocates them per call, M = min(tokens, VLLM_FUSED_MOE_CHUNK_SIZE) (32768
+#   up to 0.11, 16384 from 0.12): cache13 M x topk x max(N, K) (caches 1 and 3 share it) and cache2
+#   M x topk x N/2, freed after each layer: part of the forward's peak only;
+# * from 0.15 the unquantized method runs the modular kernel (oracle: TritonExperts) whose buffers come from
+#   the worker's WorkspaceManager (v1/worker/workspace.py), kept and reused: workspace13 M x topk x
+#   max(N/2, K) (the output M x K shares it) and workspace2 M x topk x max(N, K), alive through the dummy
+#   sampler as well (in 0.13-0.14 the modular kernel exists but the unquantized CUDA path calls
+#   fused_experts directly). No chunking from 0.18 (M = the batched tokens).
+# N = 2 x the expert width per rank (w13), K = hidden. MXFP4 (gpt-oss) runs other kernels: not modelled.
+MOE_CHUNK_032768_UNTIL = Version("0.11.99")
+MOE_CHUNK_UNTIL = Version("0.17.99")
+MOE_PERSISTENT_FROM = Version("0.15.0")
+
+
+def moe_workspace_bytes(text: Mapping[str, Any], *, tp: int, batched_tokens: int,
+                        version: Version | None) -> tuple[float, bool]:
+    """(bytes, whether they persist through the sampler) of the fused-MoE buffers; 0 for a dense model."""
+    experts = _i(text, "n_routed_experts", "num_experts", "num_local_experts")
+    quant = text.get("quantization_config")
+    method = str(quant.get("quant_method") or "").lower() if isinstance(quant, Mapping) else ""
+    if experts <= 1 or method == "mxfp4":
+        return 0.0, False
+    hidden = _i(text, "hidden_size", "n_embd", default=4096)
+    topk = _i(text, "num_experts_per_tok", "moe_topk", "top_k", "experts_per_token", default=2)
+    inter = _i(text, "moe_intermediate_size", "intermediate_size", default=4 * hidden)
+    n = 2 * max(1, inter // max(1, tp))
+    newest = version or NEWEST
+    if newest.release <= MOE_CHUNK_032768_UNTIL.release:
+        m = min(batched_tokens, 32768)
+    elif newest.release <= MOE_CHUNK_UNTIL.release:
+        m = min(batched_tokens, 16384)
+    else:
+        m = batched_tokens
+    if newest.release >= MOE_PERSISTENT_FROM.release and not method:
+        return float(m * topk * (max(n // 2, hidden) + max(n, hidden)) * 2), True
+    return float(m * topk * (max(n, hidden) + n // 2) * 2), False
 
 
 # CUDA-graph pool estimate (profile_cudagraph_memory) at the largest capture size 512: a few hundred MiB
@@ -224,39 +280,52 @@ class ActivationPeak:
     forward: float
     sampler_logits: int  # max_num_seqs x vocab elements
     sampler_bytes: tuple[float, float, float]  # per element: central, low, high
-    sampler_fixed: float = 0.0  # bytes alive beside the sampler's logits (the dummy forward's hidden states)
+    sampler_fixed: float = 0.0  # bytes alive beside the sampler's logits (hidden states, the MoE workspace)
+    moe_workspace: float = 0.0  # the fused-MoE buffers within `forward` (and within sampler_fixed when kept)
+    note: str = ""  # what the inputs cannot settle about this peak, for the estimate's assumptions
 
     def at(self, end: int, band: tuple[float, float]) -> float:
-        """end 0 central, -1 the largest peak (the pool's low end), +1 the smallest."""
+        """end 0 central, -1 the largest peak (the pool's low end), +1 the smallest. The band scales the part
+        of the forward the code does not show; the MoE workspace is read from the release's code."""
         per = self.sampler_bytes[0] if end == 0 else self.sampler_bytes[2] if end < 0 else self.sampler_bytes[1]
-        forward = self.forward * (1.0 if end == 0 else band[1] if end < 0 else band[0])
+        rest = self.forward - self.moe_workspace
+        forward = self.moe_workspace + rest * (1.0 if end == 0 else band[1] if end < 0 else band[0])
         return max(forward, self.sampler_logits * per + self.sampler_fixed)
 
 
 def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, max_num_seqs: int,
-                    version: Version | None) -> ActivationPeak:
+                    version: Version | None, env: Mapping[str, str] | None = None) -> ActivationPeak:
     """The transient peak of vLLM's profiling run: the larger of the dummy forward pass over
-    max_num_batched_tokens (the MLP's gate/up and activation outputs, a few hidden-state buffers) and the
-    dummy sampler over min(max_num_seqs, batched tokens) rows of the full vocabulary (profile_run)."""
+    max_num_batched_tokens (the MLP's gate/up and activation outputs or the fused-MoE buffers, a few
+    hidden-state buffers) and the dummy sampler over min(max_num_seqs, batched tokens) rows of the full
+    vocabulary (profile_run), with what stays alive beside it."""
     hidden = _i(text, "hidden_size", "n_embd", default=4096)
     vocab = _i(text, "vocab_size", default=32000)
     experts = _i(text, "n_routed_experts", "num_experts", "num_local_experts")
-    if experts:
+    moe, kept = moe_workspace_bytes(text, tp=tp, batched_tokens=batched_tokens, version=version)
+    if moe:
+        mlp = moe
+    elif experts:  # MXFP4 experts: the row count of the gate/up and activation outputs, the kernels' own apart
         topk = _i(text, "num_experts_per_tok", "moe_topk", "top_k", "experts_per_token", default=2)
-        inter = _i(text, "moe_intermediate_size", "intermediate_size", default=4 * hidden)
-        rows = batched_tokens * topk
+        inter_rank = max(1, _i(text, "moe_intermediate_size", "intermediate_size", default=4 * hidden) // max(1, tp))
+        mlp = float(batched_tokens * topk * (2 * inter_rank * 2 + inter_rank * 2))
     else:
-        inter = _i(text, "intermediate_size", "ffn_hidden_size", default=4 * hidden)
-        rows = batched_tokens
-    inter_rank = max(1, inter // max(1, tp))
-    forward = rows * (2 * inter_rank * 2 + inter_rank * 2) + batched_tokens * hidden * 2 * 4
+        inter_rank = max(1, _i(text, "intermediate_size", "ffn_hidden_size", default=4 * hidden) // max(1, tp))
+        mlp = float(batched_tokens * (2 * inter_rank * 2 + inter_rank * 2))
+    forward = mlp + batched_tokens * hidden * 2 * 4
     reqs = min(max_num_seqs, batched_tokens)
-    per = sampler_bytes_per_logit(version)
-    # profile_run keeps the dummy forward's hidden states (batched tokens x hidden, bf16) alive while the
-    # sampler runs; counted where the per-logit figure is read from the code (the kernel's), not where it was
-    # fitted to logs that already hold it (the sort's)
-    fixed = float(batched_tokens * hidden * 2) if per == SAMPLER_BYTES_KERNEL else 0.0
-    return ActivationPeak(float(forward), reqs * vocab, per, fixed)
+    per = sampler_bytes_per_logit(version, env)
+    # profile_run keeps the dummy forward's hidden states (`hidden_states`: batched tokens x hidden, bf16)
+    # alive while _dummy_sampler_run runs (`del hidden_states, output` after it), and the MoE workspace where
+    # the WorkspaceManager keeps it
+    fixed = float(batched_tokens * hidden * 2) + (moe if kept else 0.0)
+    note = ""
+    if per == SAMPLER_BYTES_SORT_OR_FLASHINFER:
+        note = ("the dummy sampler of this release sorts the logits (PyTorch, about 38 B per logit) unless FlashInfer "
+                "is installed (an optional extra of the wheel, in vLLM's own image), when its sampler runs without the "
+                "sort (12-22 B): the deployment does not say which; the range spans both (set "
+                "VLLM_USE_FLASHINFER_SAMPLER=0 for the sort, or measure)")
+    return ActivationPeak(float(forward), reqs * vocab, per, fixed, moe, note)
 
 
 def cudagraph_bytes(max_num_seqs: int, compilation: Mapping[str, Any] | None) -> float:

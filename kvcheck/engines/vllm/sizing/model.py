@@ -299,7 +299,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     non_torch_ends = ((mem.NON_TORCH_GIB + mem.NON_TORCH_BAND_GIB + peer_hi) * GIB + fusion,   # end -1
                       max(0.0, (mem.NON_TORCH_GIB - mem.NON_TORCH_BAND_GIB + peer_lo) * GIB) + fusion_low)  # +1
     peak = mem.activation_peak(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs,
-                               version=version)
+                               version=version, env=target.env)
     moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
     band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
     cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
@@ -335,9 +335,11 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     assumptions.append(f"device memory: {total.source}")
     assumptions.append(
         f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
-        f"is a model: the forward pass {band[0]}x-{band[1]}x{' (MoE workspaces are not modelled)' if moe else ''}, the "
+        f"is a model: the forward pass {band[0]}x-{band[1]}x{' beside the fused-MoE buffers' if peak.moe_workspace else ''}, the "
         f"sampler {peak.sampler_bytes[1]:g}-{peak.sampler_bytes[2]:g} B per logit by release; non-torch memory "
         f"+-{mem.NON_TORCH_BAND_GIB} GiB")
+    if peak.note:
+        assumptions.append(peak.note)
     if peer_hi != peer_lo:
         assumptions.append(
             f"tensor parallelism on NVSwitch GPUs: NCCL's lazily connected buffers {peer_lo:g}-{peer_hi:g} GiB "

@@ -44,12 +44,14 @@ def load_cases() -> list[dict]:
     return json.loads((DATA / "cases.json").read_text(encoding="utf-8"))["cases"]
 
 
-def layout_for(case: dict):
+def layout_for(case: dict, block_size: int | None = None):
+    """The KV layout at the log's block size, or at the block size the estimate chose (its blocks are counted in
+    that size: MLA's default is 64 in the estimate, whatever the backend a boot picked)."""
     source = load_model_source(model_config=TEST_DATA / case["model"], model_path=None, offline=True)
     dtype = model_dtype_of(source.config, source.text, case["args"].get("dtype"))
     kv = resolve_kv_dtype(case["args"].get("kv_cache_dtype"), dtype, source.quant)
     return kv_layout(source.text, source.architecture, tp=int(case["args"].get("tensor_parallel_size", 1)),
-                     pp=int(case["args"].get("pipeline_parallel_size", 1)), kv_dtype=kv, block_size=case["block_size"],
+                     pp=int(case["args"].get("pipeline_parallel_size", 1)), kv_dtype=kv, block_size=block_size or case["block_size"],
                      device="cuda")
 
 
@@ -123,7 +125,8 @@ def memory_rows(case: dict) -> list[dict]:
                      ("might refuse (range)" if est.details["vllm_might_refuse"] else "NOT predicted")})
     if case.get("logged_tokens"):
         blocks = est.details["num_gpu_blocks"]
-        rows.append({"check": "pool", "predicted": reported_tokens(layout_for(case), blocks), "logged": case["logged_tokens"],
+        counted_in = layout_for(case, est.details["block_size"])
+        rows.append({"check": "pool", "predicted": reported_tokens(counted_in, blocks), "logged": case["logged_tokens"],
                      "extra": f"range {est.pool_range[0]:,}-{est.pool_range[1]:,} (usable, null block out"
                               + ("; the line is the groups' share, the range the full-attention capacity)"
                                  if layout_for(case).sliding_groups else ")")})

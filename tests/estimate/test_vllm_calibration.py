@@ -42,7 +42,7 @@ def test_every_fit_case_lies_inside_its_range_and_within_the_fit_figures() -> No
     assert len(memory) == 7
     assert all(" holds;" in line for line in memory), memory
     errors = [abs(e) for e in _errors("memory (GiB)", "fit").values()]
-    assert (round(statistics.median(errors), 2), round(max(errors), 2)) == (0.20, 1.00)
+    assert (round(statistics.median(errors), 2), round(max(errors), 2)) == (0.12, 0.85)
 
 
 def test_the_tp_non_torch_terms_are_fitted_on_one_source_and_one_release_only() -> None:
@@ -55,7 +55,7 @@ def test_the_tp_non_torch_terms_are_fitted_on_one_source_and_one_release_only() 
     # every other TP >= 2 boot on an NVSwitch GPU is held out
     others = [case for case in load_cases() if int(case["args"].get("tensor_parallel_size", 1)) > 1
               and case.get("gpu") == "H100" and case["id"] not in fitted]
-    assert len(others) == 10 and all(case["set"] == "held-out" for case in others)
+    assert len(others) == 14 and all(case["set"] == "held-out" for case in others)
 
 
 def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
@@ -70,30 +70,48 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         "h100-llama-3.3-70b-fp8-tp2-llm-d": 0.06,
         "h100-mistral-small-3.2-24b-llm-d": -9.50,
         "l40s-gpt-oss-20b-eager-dev-2025-12": -0.31,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": 0.41,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -1.22,
-        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -1.18,
-        V19 + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.41,
-        V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": 0.37,
-        V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": 1.30,
-        V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": 0.43,
-        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": 1.69,
-        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 0.12,
-        V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 0.19,
-        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 0.36,
-        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 0.45,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192": 0.42,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192": 0.13,
-        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 0.23,
-        V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.42,
-        V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": 1.18,
-        "h100-qwen3-14b-v0.15.0-sweep": 0.16, "h100-qwen3-14b-v0.16.0-sweep": 0.16,
-        "h100-qwen3-14b-v0.17.0-sweep": 0.32, "h100-qwen3-14b-v0.18.0-sweep": 0.56,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192": 0.30,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192": -1.32,
+        V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192": -1.27,
+        V19 + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.30,
+        V19 + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8": 0.27,
+        V19 + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32": 1.15,
+        V19 + "qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192": 0.30,
+        V19 + "qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192": 1.21,
+        V19 + "mistralai-mixtral-8x7b-i--h100-80gb--tp2pp1dp1--8192": 0.07,
+        V19 + "openai-gpt-oss-20b--h100-80gb--tp2pp1dp1--8192": 0.02,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192": 0.19,
+        V19 + "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192": 0.33,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192": 0.29,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192": 0.02,
+        V19 + "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192": 0.12,
+        V19 + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8": 0.29,
+        V19 + "mistralai-mistral-small---h100-80gb--tp1pp1dp1--8192": 0.95,
+        "h100-qwen3-14b-v0.15.0-sweep": 0.16,
+        "h100-qwen3-14b-v0.16.0-sweep": 0.16,
+        "h100-qwen3-14b-v0.17.0-sweep": 0.15,
+        "h100-qwen3-14b-v0.18.0-sweep": 0.40,
+        V19 + "codellama-codellama-7b-h--h100-80gb--tp1pp1dp1--8192": 0.22,
+        V19 + "qwen-qwen2-5-72b-instruc--h100-80gb--tp2pp1dp1--8192": 1.97,
+        V19 + "moonshotai-kimi-dev-72b--h100-80gb--tp2pp1dp1--8192": 1.99,
+        V19 + "moonshotai-kimi-dev-72b--h100-80gb--tp4pp1dp1--8192": 0.46,
+        V19 + "microsoft-phi-4--h100-80gb--tp1pp1dp1--8192": 0.38,
+        V19 + "google-gemma-7b--h100-80gb--tp1pp1dp1--8192": 0.31,
+        V19 + "granite-3-1-2b--h100-80gb--tp1pp1dp1--8192": 0.55,
+        V19 + "granite-3-1-8b--h100-80gb--tp1pp1dp1--8192": 0.62,
+        V19 + "qwen-qwen1-5-moe-a2-7b--h100-80gb--tp1pp1dp1--8192": 0.39,
+        V19 + "deepseek-ai-deepseek-v2---h100-80gb--tp1pp1dp1--8192": 0.40,
+        V19 + "w8a8-mistral-small-24b--h100-80gb--tp1pp1dp1--8192": 0.86,
+        V19 + "w8a8-mistral-small-24b--h100-80gb--tp2pp1dp1--8192": 0.18,
+        V19 + "w8a8-redhatai-llam--h100-80gb--tp1pp1dp1--8192-dtf16": 0.28,
+        V19 + "w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16": 0.27,
+        V19 + "w8a8-redhatai-qwen2-5-7b--h100-80gb--tp1pp1dp1--8192": 0.26,
+        V19 + "fp8dyn-redhatai-qwen2-5---h100-80gb--tp1pp1dp1--8192": 0.26,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
-    assert (len(consistent), round(statistics.median(consistent), 2)) == (29, 0.37)
+    assert (len(consistent), round(statistics.median(consistent), 2)) == (45, 0.30)
 
 
 def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_cannot_settle_it() -> None:
@@ -122,7 +140,7 @@ def test_the_ranges_miss_only_the_cases_the_doc_names() -> None:
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
     ])
-    assert len(memory) == 40
+    assert len(memory) == 56
 
 
 def test_a_hybrid_layout_is_scored_as_vllm_prints_its_pool() -> None:
@@ -140,7 +158,7 @@ def test_every_boot_vllm_refused_is_predicted_as_a_refusal() -> None:
 
 def test_the_block_arithmetic_matches_every_log() -> None:
     errors = _errors("layout")
-    assert len(errors) == 32
+    assert len(errors) == 48
     assert all(abs(err) <= 0.07 for case, err in errors.items() if case not in MULTI_WORKER), errors
     assert all(abs(err) <= 1.4 for err in errors.values()), errors
 

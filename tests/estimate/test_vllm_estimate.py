@@ -107,9 +107,9 @@ def test_verify_estimate_passes_a_window_the_pool_holds(tmp_path: Path) -> None:
     [role] = json.loads(done.stdout)["roles"]
     assert role["status"] == "pass"
     # 0.92 of 79.19 GiB less 14.96 GiB of weights, the sampler's peak over 1,024 dummy requests (1.71 GiB at
-    # the Triton kernel's 14 B per logit, plus the dummy forward's 8,192 x 4,096 bf16 hidden states), 0.12 GiB
-    # non-torch and the CUDA-graph estimate (0.6 GiB, taken from 0.21 on)
-    assert role["pool_tokens"] == 453_840
+    # the Triton kernel's 14 B per logit, plus the dummy forward's 8,192 x 4,096 bf16 hidden states and the
+    # kernel's cached fp32 rows, one per H100 SM: 132 x 128,256), 0.12 GiB non-torch and the CUDA-graph estimate (0.6 GiB, taken from 0.21 on)
+    assert role["pool_tokens"] == 453_312
     assert role["max_input_tokens"] == 131_072
 
 
@@ -354,7 +354,10 @@ def test_the_fused_moe_buffers_follow_the_release_that_allocates_them() -> None:
     assert mem.moe_workspace_bytes({"hidden_size": 4096}, tp=1, batched_tokens=8192, version=None) == (0.0, False)
     # kept through the dummy sampler: its peak is the sampler's plus the workspace and the hidden states
     peak = mem.activation_peak(text, tp=1, batched_tokens=8192, max_num_seqs=1024, version=mem.release("0.19.0"))
-    assert peak.at(0, mem.ACTIVATION_BAND_MOE) == 1024 * 151936 * 14.0 + 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2
+    # and the Triton top-k/top-p kernel's cached rows (132 SMs: an unnamed GPU takes the H100's count)
+    assert peak.at(0, mem.ACTIVATION_BAND_MOE) == (1024 * 151936 * 14.0 + 8192 * 8 * 4096 * 2 + 8192 * 2048 * 2
+                                                   + 132 * 151936 * 4)
+
 
 def _first_hour_manifest(tmp_path: Path, *, args: dict, env: dict | None = None, device: str | None = None) -> Path:
     doc: dict = {"name": "first-hour", "context_length": 32768,
@@ -405,3 +408,17 @@ def test_settings_vllm_cannot_start_with_never_pass(tmp_path: Path, args: dict, 
     assert done.exit_code == 3, done.stdout + done.stderr
     [kv305] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "KV305"]
     assert words in kv305["message"]
+
+
+def test_the_triton_sampler_caches_one_vocabulary_row_per_sm_of_the_gpu() -> None:
+    """apply_top_k_top_p_triton (0.17+): min(next_power_of_2(min(SMs, rows)), SMs) fp32 rows, kept in a cache."""
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    assert mem.triton_sampler_buffer_bytes("H100", 1024, 152064) == 132 * 152064 * 4
+    assert mem.triton_sampler_buffer_bytes("A100-80GB", 1024, 152064) == 108 * 152064 * 4
+    assert mem.triton_sampler_buffer_bytes("H100", 100, 1000) == 128 * 1000 * 4  # the next power of two
+    assert mem.triton_sampler_buffer_bytes("H100", 1, 1000) == 1 * 1000 * 4
+    text = {"hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256}
+    older, newer = (mem.activation_peak(text, tp=1, batched_tokens=8192, max_num_seqs=1024, version=mem.release(v),
+                                        gpu_name="H100") for v in ("0.16.0", "0.17.0"))
+    assert newer.sampler_fixed - older.sampler_fixed == 132 * 128256 * 4  # the sort path keeps no such buffer

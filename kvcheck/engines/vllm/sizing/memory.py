@@ -131,6 +131,13 @@ ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: routing buffers and kernels besi
 # sort for Llama-3.1-8B and Qwen3, not for Mistral-Small-3.2), so such a release's range spans both, the
 # central figure the sort's (the smaller pool). From 0.11.1 FlashInfer is a hard dependency and its sampler
 # opt-in (VLLM_USE_FLASHINFER_SAMPLER=1).
+# Beside them the Triton kernel caches one fp32 row of the vocabulary per program (apply_top_k_top_p_triton's
+# _TRITON_BUFFER_CACHE: min(next_power_of_2(min(SMs, rows)), SMs) rows), alive through the peak: the SM count
+# is the GPU's (num_compute_units), from the vendors' specifications; an unlisted GPU takes the H100's.
+SM_COUNT = {"H100": 132, "H800": 132, "H200": 132, "H100-PCIe": 114, "H20": 78, "A100-80GB": 108, "A100-40GB": 108,
+            "A800-80GB": 108, "A100-80GB-PCIe": 108, "L40S": 142, "L4": 58, "RTX-4090": 128, "RTX-5090": 170,
+            "B200": 148, "GB200": 148}
+SM_COUNT_OTHER = 132
 SAMPLER_BYTES_SORT = (38.0, 32.0, 44.0)  # (central, low, high)
 SAMPLER_BYTES_KERNEL = (14.0, 12.0, 22.0)
 SAMPLER_BYTES_UNKNOWN = (29.0, 14.0, 44.0)
@@ -293,8 +300,16 @@ class ActivationPeak:
         return max(forward, self.sampler_logits * per + self.sampler_fixed)
 
 
+def triton_sampler_buffer_bytes(gpu_name: str, rows: int, vocab: int) -> int:
+    """The Triton top-k/top-p kernel's cached buffer (0.17+): one fp32 vocabulary row per program."""
+    sms = SM_COUNT.get(gpu_name, SM_COUNT_OTHER)
+    programs = min(sms, rows)
+    return min(1 << max(0, programs - 1).bit_length(), sms) * vocab * 4
+
+
 def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, max_num_seqs: int,
-                    version: Version | None, env: Mapping[str, str] | None = None) -> ActivationPeak:
+                    version: Version | None, env: Mapping[str, str] | None = None,
+                    gpu_name: str = "") -> ActivationPeak:
     """The transient peak of vLLM's profiling run: the larger of the dummy forward pass over
     max_num_batched_tokens (the MLP's gate/up and activation outputs or the fused-MoE buffers, a few
     hidden-state buffers) and the dummy sampler over min(max_num_seqs, batched tokens) rows of the full
@@ -319,6 +334,8 @@ def activation_peak(text: Mapping[str, Any], *, tp: int, batched_tokens: int, ma
     # alive while _dummy_sampler_run runs (`del hidden_states, output` after it), and the MoE workspace where
     # the WorkspaceManager keeps it
     fixed = float(batched_tokens * hidden * 2) + (moe if kept else 0.0)
+    if version is not None and version.release >= SAMPLER_KERNEL_FROM.release:
+        fixed += triton_sampler_buffer_bytes(gpu_name, reqs, vocab)
     note = ""
     if per == SAMPLER_BYTES_SORT_OR_FLASHINFER:
         note = ("the dummy sampler of this release sorts the logits (PyTorch, about 38 B per logit) unless FlashInfer "

@@ -299,7 +299,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     non_torch_ends = ((mem.NON_TORCH_GIB + mem.NON_TORCH_BAND_GIB + peer_hi) * GIB + fusion,   # end -1
                       max(0.0, (mem.NON_TORCH_GIB - mem.NON_TORCH_BAND_GIB + peer_lo) * GIB) + fusion_low)  # +1
     peak = mem.activation_peak(text, tp=inp.tp, batched_tokens=inp.batched_tokens, max_num_seqs=inp.max_num_seqs,
-                               version=version, env=target.env)
+                               version=version, env=target.env, gpu_name=gpu_name)
     moe = any(isinstance(text.get(k), int) and text[k] > 1 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
     band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
     cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)

@@ -242,10 +242,14 @@ UNUSABLE: dict[str, str] = {
         "check_env says; only the KV line is quoted"
     ),
     "sglang-glm5-fp8-mi35x-tp8-fp8kv": (
-        "release sizes differently: its 186.77 GiB pool leaves 7.15 GiB of the 193.92 GiB free after "
-        "weights, where the logged fraction 0.908 reserves 26.1 GiB (weights and cell still checked)"
+        "scored as 0.5.8.post1 in tests/estimate/newest_cases.py (that release counts DSA tokens on 708 B/layer and "
+        "allocates 788; this table prices every case as 0.5.23)"
     ),
     "sglang-dsv32-exp-8xB200-dpattn-pr11309": "the memory fraction that release defaulted to is not stated",
+    # the newest families (issue 24): each priced as the release that printed it in newest_cases.py
+    **{dp_id: "scored as its own release in tests/estimate/newest_cases.py (this table prices every case as 0.5.23)"
+       for dp_id in ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "sglang-qwen38-27b-fp8-mi355x-tp1-rocm0517",
+                     "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517", "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059")},
     "sglang-qwen3-36L-rtx32gb-issue7227": "model and GPU not identified",
     "sglang-llama31-8b-hicache-4xH100-96g-tp4-issue7059": (
         "GPU memory variant not identified ('96GB' and '98GB' in the same text): with the explicit fraction 0.4 "

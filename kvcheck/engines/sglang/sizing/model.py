@@ -517,11 +517,23 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
+    dsa_budget_unscaled = (
+        shape.kind == DSA and res.kv_dtype == "fp8_e4m3" and not res.dsa_raw_layout
+        and not rel.rules_for(target.engine_version).has(rel.DSA_BUDGET_SCALED_ROW)
+    )
+    if dsa_budget_unscaled:
+        assumptions.append(
+            f"SGLang {target.engine_version} counts DSA tokens on the unscaled fp8 latent row "
+            f"({shape.kv_lora_rank + shape.qk_rope_head_dim} B per layer) and allocates the block-scaled one "
+            f"({shape.mla_row_bytes('fp8_e4m3', scaled_dsa_layout=True)} B): the pool holds more than its "
+            "budget (0.5.17 counts the allocated row)"
+        )
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
         stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
         dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset)
                     for r in stage_ranges] if shape.kind == DSV4 else [],
+        dsa_budget_unscaled=dsa_budget_unscaled,
     )
     if shape.kind == DSV4:
         assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
@@ -731,6 +743,9 @@ class _PoolSizer:
     draft_layers: int
     draft_bytes: float
     dsv4_plans: list[dsv4.Dsv4Plan]
+    # DSA with fp8 block-scaled rows before 0.5.17: the token count is taken on the unscaled latent
+    # row (kv_lora_rank + rope bytes) while the pool allocates the scaled one (rel.DSA_BUDGET_SCALED_ROW)
+    dsa_budget_unscaled: bool = False
 
     def pool(self, pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
@@ -767,7 +782,12 @@ class _PoolSizer:
         elif cell <= 0:
             tokens = res.max_total_tokens or res.context_len
         else:
-            tokens = _floor_page(int(int(rest * GIB) // cell), res.page_size)
+            budget_cell = cell
+            if self.dsa_budget_unscaled:
+                budget_cell = _cell_bytes(shape, replace(res, dsa_raw_layout=True), layer_range, self.draft_layers,
+                                          self.gpu)[0]
+                stage_info.update(budget_cell=budget_cell)
+            tokens = _floor_page(int(int(rest * GIB) // budget_cell), res.page_size)
         if res.max_total_tokens is not None and cell > 0:
             tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
         return tokens, stage_info

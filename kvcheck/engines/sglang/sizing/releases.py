@@ -76,6 +76,7 @@ DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is 
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
 NOT_ENOUGH_MEMORY_VALUE = "0.5.3"  # "Not enough memory ..." appends "Current value: self.server_args.mem_fraction_static=F"
 NOT_ENOUGH_MEMORY_FIELD = "0.5.10"  # ... as "Current value: mem_fraction_static=F" (pool_configurator)
+DSA_BUDGET_SCALED_ROW = "0.5.17"  # DSA fp8 tokens counted on the allocated block-scaled row (before: 576 B/layer)
 DSV4_REFUSAL_MESSAGE = "0.5.14"  # a budget the weights fill: "Loaded weights leave no GPU memory ..." (before:
 #   "Not enough memory. Please try to increase --mem-fraction-static.", model_executor/pool_configurator.py)
 DSV4_SWA_FLOOR_CHECK = "0.5.16"  # validate_swa_pool_size refuses an SWA pool below sliding_window + page_size

@@ -1,0 +1,79 @@
+"""The newest non-DeepSeek families against real logs they were not fit to (issue 24), each priced as the
+release that printed it: within the per-family figures docs/estimate.md publishes, and the logged pool
+inside the estimate's range."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcheck.engines.sglang.sizing import estimate_role
+from kvcheck.model import RoleTarget
+from tests.datapaths import MODELS, MODELS_ABSENT
+
+from . import calibration_cases as cc
+from . import newest_cases as nc
+
+pytestmark = pytest.mark.skipif(not cc.available(), reason=MODELS_ABSENT)
+
+# docs/estimate.md, "Calibration: the newest families": every case's pool error bound, in percent
+BOUND_PCT = {
+    "sglang-qwen38-27b-fp8-H100-tp1-0.5.18": 1.5,
+    "sglang-qwen38-27b-fp8-mi355x-tp1-rocm0517": 1.0,
+    "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517": 1.0,
+    "sglang-glm5-fp8-mi35x-tp8-fp8kv": 1.0,
+    "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059": 1.0,
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return {o.case.id: o for o in nc.run_all()}
+
+
+def test_every_case_has_a_bound(outcomes):
+    assert set(outcomes) == set(BOUND_PCT)
+
+
+@pytest.mark.parametrize("case_id", sorted(BOUND_PCT))
+def test_pool_within_bound_and_range(outcomes, case_id):
+    o = outcomes[case_id]
+    assert abs(o.error_pct) <= BOUND_PCT[case_id], (o.predicted_tokens, o.logged_tokens)
+    assert o.in_range, (o.pool_range, o.logged_tokens)
+
+
+def test_family_medians_within_one_percent(outcomes):
+    for family, (count, median, worst) in nc.by_family(list(outcomes.values())).items():
+        assert count >= 2, family
+        assert median <= 1.0, (family, median)
+        assert worst <= 3.0, (family, worst)
+
+
+def _glm5(release: str) -> RoleTarget:
+    return RoleTarget(
+        name="glm5", context_length=1, min_headroom=1.0, engine_version=release,
+        args={"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.908, "page_size": 1,
+              "attention_backend": "triton", "dsa_prefill_backend": "flashmla_auto",
+              "dsa_decode_backend": "flashmla_kv"},
+        argv_args=(), gpu="MI355X", model_config=MODELS / "zai-org--GLM-5-FP8.json",
+    )
+
+
+def test_dsa_fp8_tokens_counted_on_the_unscaled_row_before_0_5_17():
+    """0.5.16's pool_configurator budgets (kv_lora_rank + rope) x 1 B + the indexer's 132 B per layer
+    (708 for GLM-5) and allocates the block-scaled 656 + 132; 0.5.17 budgets the allocated row."""
+    old = estimate_role(_glm5("0.5.16"), offline=True)
+    new = estimate_role(_glm5("0.5.17"), offline=True)
+    assert old.kv_bytes_per_token == new.kv_bytes_per_token == 788 * 78
+    assert old.details["budget_gib"] == new.details["budget_gib"]
+    # the same budget buys 788/708 as many tokens, to the page
+    assert abs(old.pool_tokens / new.pool_tokens - 788 / 708) < 1e-4
+    assert any("708 B" in a or "576 B per layer" in a for a in old.details["assumptions"])
+    assert not any("576 B per layer" in a for a in new.details["assumptions"])
+
+
+def test_bf16_dsa_is_not_affected():
+    """With bf16 KV the budgeted and the allocated row are the same 576 x 2 bytes."""
+    args = dict(_glm5("0.5.16").args, kv_cache_dtype="bfloat16")
+    old = estimate_role(RoleTarget(**{**_glm5("0.5.16").__dict__, "args": args}), offline=True)
+    new = estimate_role(RoleTarget(**{**_glm5("0.5.17").__dict__, "args": args}), offline=True)
+    assert old.pool_tokens == new.pool_tokens

@@ -77,3 +77,29 @@ def test_bf16_dsa_is_not_affected():
     old = estimate_role(RoleTarget(**{**_glm5("0.5.16").__dict__, "args": args}), offline=True)
     new = estimate_role(RoleTarget(**{**_glm5("0.5.17").__dict__, "args": args}), offline=True)
     assert old.pool_tokens == new.pool_tokens
+
+
+def _glm5_default(release: str, gpu: str) -> RoleTarget:
+    """GLM-5-FP8 with fp8 KV and no DSA backend or page flags: the release's own defaults."""
+    return RoleTarget(
+        name="glm5", context_length=1, min_headroom=1.0, engine_version=release,
+        args={"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.9,
+              "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang"},
+        argv_args=(), gpu=gpu, model_config=MODELS / "zai-org--GLM-5-FP8.json",
+    )
+
+
+@pytest.mark.parametrize(("release", "gpu", "page", "cell"), [
+    # before 0.5.10 fp8 KV forced flashmla_auto / flashmla_kv over the user's tilelang: scaled rows
+    ("0.5.9", "MI355X", 1, 788 * 78),
+    ("0.5.9", "B200", 64, 788 * 78),
+    # 0.5.10 keeps a user's backends on ROCm (tilelang: raw rows); SM100 fp8 is forced to trtllm (raw)
+    ("0.5.10", "MI355X", 1, 708 * 78),
+    ("0.5.10", "B200", 64, 708 * 78),
+    # ROCm pages of 64 x index_kpool from 0.5.12 (the aiter preshuffle path)
+    ("0.5.11", "MI355X", 1, 708 * 78),
+    ("0.5.12", "MI355X", 64, 708 * 78),
+])
+def test_dsa_defaults_by_release(release, gpu, page, cell):
+    est = estimate_role(_glm5_default(release, gpu), offline=True)
+    assert (est.page_size, est.kv_bytes_per_token) == (page, cell)

@@ -103,3 +103,21 @@ def _glm5_default(release: str, gpu: str) -> RoleTarget:
 def test_dsa_defaults_by_release(release, gpu, page, cell):
     est = estimate_role(_glm5_default(release, gpu), offline=True)
     assert (est.page_size, est.kv_bytes_per_token) == (page, cell)
+
+
+def test_dsa_tokens_counted_without_the_indexer_in_0_5_3():
+    """0.5.3's profile_max_num_token counts (kv_lora_rank + rope) x 1 B per layer, no indexer (576 for
+    GLM-5); 0.5.3.post1 adds the indexer's 132 B (708)."""
+    first = estimate_role(_glm5_default("0.5.3", "H200"), offline=True)
+    post1 = estimate_role(_glm5_default("0.5.3.post1", "H200"), offline=True)
+    assert first.kv_bytes_per_token == post1.kv_bytes_per_token == 788 * 78
+    assert first.details["budget_gib"] == post1.details["budget_gib"]
+    ratio = first.pool_tokens / post1.pool_tokens
+    assert abs(ratio - 708 / 576) < 2e-4, ratio
+
+
+def test_a_dsa_model_on_a_release_without_the_dsa_pool_is_not_estimated():
+    from kvcheck.errors import EstimateError
+
+    with pytest.raises(EstimateError, match=r"SGLang 0\.5\.2 has no DSA .* came in 0\.5\.3"):
+        estimate_role(_glm5_default("0.5.2", "H200"), offline=True)

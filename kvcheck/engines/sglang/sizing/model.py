@@ -517,23 +517,13 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
-    dsa_budget_unscaled = (
-        shape.kind == DSA and res.kv_dtype == "fp8_e4m3" and not res.dsa_raw_layout
-        and not rel.rules_for(target.engine_version).has(rel.DSA_BUDGET_SCALED_ROW)
-    )
-    if dsa_budget_unscaled:
-        assumptions.append(
-            f"SGLang {target.engine_version} counts DSA tokens on the unscaled fp8 latent row "
-            f"({shape.kv_lora_rank + shape.qk_rope_head_dim} B per layer) and allocates the block-scaled one "
-            f"({shape.mla_row_bytes('fp8_e4m3', scaled_dsa_layout=True)} B): the pool holds more than its "
-            "budget (0.5.17 counts the allocated row)"
-        )
+    dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
         stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
         dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset)
                     for r in stage_ranges] if shape.kind == DSV4 else [],
-        dsa_budget_unscaled=dsa_budget_unscaled,
+        dsa_budget_unscaled=dsa_budget_unscaled, dsa_budget_no_indexer=dsa_budget_no_indexer,
     )
     if shape.kind == DSV4:
         assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
@@ -728,6 +718,38 @@ def _budget(
     )
 
 
+def _dsa_budget_by_release(
+    target: RoleTarget, shape: ModelShape, res: Resolved, assumptions: list[str]
+) -> tuple[bool, bool]:
+    """(tokens counted on the unscaled fp8 row, tokens counted without the indexer) for a DSA model as
+    the declared release counts them; EstimateError before the release that has the DSA pool."""
+    if shape.kind != DSA:
+        return False, False
+    rules = rel.rules_for(target.engine_version)
+    if not rules.has(rel.DSA_POOL):
+        raise EstimateError(
+            f"SGLang {target.engine_version} has no DSA (sparse-attention indexer) KV pool: NSATokenToKVPool came in "
+            f"{rel.DSA_POOL}, so {shape.architecture} does not run on it",
+            hint=f"declare the release the role runs (engine.version), {rel.DSA_POOL} or later",
+        )
+    no_indexer = not rules.has(rel.DSA_BUDGET_INDEXER)
+    if no_indexer:
+        assumptions.append(
+            f"SGLang {target.engine_version} counts DSA tokens without the indexer's rows "
+            f"({shape.indexer_row_bytes()} B per layer) and allocates them: the pool holds more than its budget "
+            f"({rel.DSA_BUDGET_INDEXER} counts them)"
+        )
+    unscaled = res.kv_dtype == "fp8_e4m3" and not res.dsa_raw_layout and not rules.has(rel.DSA_BUDGET_SCALED_ROW)
+    if unscaled:
+        assumptions.append(
+            f"SGLang {target.engine_version} counts DSA tokens on the unscaled fp8 latent row "
+            f"({shape.kv_lora_rank + shape.qk_rope_head_dim} B per layer) and allocates the block-scaled one "
+            f"({shape.mla_row_bytes('fp8_e4m3', scaled_dsa_layout=True)} B): the pool holds more than its "
+            "budget (0.5.17 counts the allocated row)"
+        )
+    return unscaled, no_indexer
+
+
 @dataclass(frozen=True)
 class _PoolSizer:
     """The pool for one set of uncertain inputs (baseline, weights, load overhead): min over PP stages."""
@@ -746,6 +768,8 @@ class _PoolSizer:
     # DSA with fp8 block-scaled rows before 0.5.17: the token count is taken on the unscaled latent
     # row (kv_lora_rank + rope bytes) while the pool allocates the scaled one (rel.DSA_BUDGET_SCALED_ROW)
     dsa_budget_unscaled: bool = False
+    # DSA before 0.5.3.post1: the token count leaves the indexer's rows out (rel.DSA_BUDGET_INDEXER)
+    dsa_budget_no_indexer: bool = False
 
     def pool(self, pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
@@ -786,6 +810,9 @@ class _PoolSizer:
             if self.dsa_budget_unscaled:
                 budget_cell = _cell_bytes(shape, replace(res, dsa_raw_layout=True), layer_range, self.draft_layers,
                                           self.gpu)[0]
+            if self.dsa_budget_no_indexer:
+                budget_cell -= parts.get("indexer_bytes_per_layer", 0) * parts.get("indexer_layers", 0) * res.dcp
+            if budget_cell != cell:
                 stage_info.update(budget_cell=budget_cell)
             tokens = _floor_page(int(int(rest * GIB) // budget_cell), res.page_size)
         if res.max_total_tokens is not None and cell > 0:

@@ -68,14 +68,14 @@ def main() -> int:
     print("Newest families, each priced as the release that printed it (tests/estimate/newest_cases.py):")
     print()
     print("| id | family | release | gpu | logged tokens | predicted | range | error % | in range "
-          "| weights logged / predicted GiB |")
-    print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | --- | --- |")
+          "| weights logged / predicted GiB | fit or independent |")
+    print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | --- | --- | --- |")
     newest = nc.run_all()
     for n in newest:
         weights = f"{n.logged_weights_gib:.2f} / {n.predicted_weights_gib:.2f}" if n.logged_weights_gib else "-"
         print(f"| {n.case.id} | {n.case.family} | {n.case.release} | {n.case.gpu} | {n.logged_tokens:,} "
               f"| {n.predicted_tokens:,} | {n.pool_range[0]:,}-{n.pool_range[1]:,} | {n.error_pct:+.2f} "
-              f"| {'yes' if n.in_range else 'NO'} | {weights} |")
+              f"| {'yes' if n.in_range else 'NO'} | {weights} | {'independent' if n.case.independent else 'fit'} |")
     print()
     print("| family | independent cases | median abs error % | worst abs error % |")
     print("| --- | ---: | ---: | ---: |")

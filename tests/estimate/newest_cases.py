@@ -23,9 +23,22 @@ from tests.estimate import calibration_cases as cc
 
 FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
-# derived configs: (base config stem in the models folder, quantization_config added)
-DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
-    "Qwen3.8-27B-FP8": ("Qwen--Qwen3.5-27B", FP8_BLOCK),
+# Qwen3.5-9B's text and vision shapes as a public test fixture records them from the checkpoint itself
+# (revision c2022362, the snapshot the 2x4090 log loads; stored file id 71387934500, repo not resolved);
+# the rest of the config (rope, dtype, token ids) is the family's, taken from Qwen3.5-27B.
+QWEN35_9B_TEXT = {
+    "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32, "num_attention_heads": 16,
+    "num_key_value_heads": 4, "head_dim": 256, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128, "vocab_size": 248320, "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1,
+    "tie_word_embeddings": False,
+}
+
+# derived configs: (base config stem in the models folder, keys replaced at the top level,
+# keys replaced in text_config, keys replaced in vision_config)
+DERIVED: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "Qwen3.8-27B-FP8": ("Qwen--Qwen3.5-27B", {"quantization_config": FP8_BLOCK}, {}, {}),
+    "Qwen3.5-9B": ("Qwen--Qwen3.5-27B", {"tie_word_embeddings": False}, QWEN35_9B_TEXT, {"out_hidden_size": 4096}),
 }
 
 
@@ -39,6 +52,7 @@ class NewCase:
     args: dict[str, Any]
     note: str
     baseline_from_log: bool = False  # memory before weights = logged weights + logged free after them
+    independent: bool = True  # False: a profile figure was read from this log (shown, not in the family figures)
 
 
 CASES: tuple[NewCase, ...] = (
@@ -57,6 +71,13 @@ CASES: tuple[NewCase, ...] = (
         {"mem_fraction_static": 0.85, "max_running_requests": 32, "tp_size": 2},
         "explicit 0.85, TP2; 7.5 GB less free at start than the TP1 run on the same GPUs: logged baseline",
         baseline_from_log=True,
+    ),
+    NewCase(
+        "sglang-qwen35-9b-2x4090-tp2", "Qwen3.5 (hybrid GDN)", "Qwen3.5-9B", "RTX-4090", "0.5.10",
+        {"tp_size": 2, "mem_fraction_static": 0.8, "context_length": 262144},
+        "explicit 0.8, TP2, a 2026-04-14 main build priced as 0.5.10; the RTX-4090 TP2 baseline (1086 MiB) was read "
+        "from this log, so it is a fit point for the baseline (weights, Mamba split and cell are independent)",
+        independent=False,
     ),
     NewCase(
         "sglang-glm5-fp8-mi35x-tp8-fp8kv", "GLM-5 (MLA + DSA)", "zai-org--GLM-5-FP8", "MI355X", "0.5.8.post1",
@@ -95,9 +116,11 @@ class NewOutcome:
 def _config(model: str) -> Path:
     if model not in DERIVED:
         return MODELS / f"{model}.json"
-    base, quant = DERIVED[model]
+    base, top, text, vision = DERIVED[model]
     config = json.loads((MODELS / f"{base}.json").read_text())
-    config["quantization_config"] = quant
+    config.update(top)
+    config["text_config"].update(text)
+    config["vision_config"].update(vision)
     folder = Path(tempfile.gettempdir()) / "kvcheck-newest-configs"
     folder.mkdir(exist_ok=True)
     path = folder / f"{model}.json"
@@ -143,8 +166,10 @@ def run_all() -> list[NewOutcome]:
 
 
 def by_family(outcomes: list[NewOutcome]) -> dict[str, tuple[int, float, float]]:
-    """family -> (cases, median |error| %, worst |error| %)."""
+    """family -> (independent cases, median |error| %, worst |error| %)."""
     families: dict[str, list[float]] = {}
     for o in outcomes:
+        if not o.case.independent:
+            continue
         families.setdefault(o.case.family, []).append(abs(o.error_pct))
     return {f: (len(e), statistics.median(e), max(e)) for f, e in families.items()}

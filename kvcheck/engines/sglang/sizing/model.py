@@ -374,9 +374,31 @@ def _weights(
     if model.shape.is_multimodal:
         vision = vision_tower_bytes(model.source.vision, model.shape.hidden_size)
         if vision:
-            stages[0] += vision
-            notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
+            group = _vision_tp(model, target.args, par)
+            stages[0] += vision / group
+            if group > 1:
+                notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16), sharded over {group} ranks (Qwen3-VL ViT: "
+                             "column/row-parallel linears over the attention TP group; --mm-enable-dp-encoder replicates it)")
+            else:
+                notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
     return stages, "config", notes
+
+
+# Multimodal architectures whose vision tower is SGLang's Qwen3VLMoeVisionModel (models/qwen3_vl.py,
+# qwen3_5.py): its attention and MLP linears are column/row-parallel over the attention TP group unless
+# --mm-enable-dp-encoder (get_mm().mm_enable_dp_encoder) replicates the encoder on every rank. Two logs
+# bear it out: Qwen3.5-9B on 2 RTX 4090s loads 8.85 GiB per rank (8.89 sharded, 9.31 replicated).
+_QWEN3_VL_VISION_ARCHS = frozenset({
+    "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+})
+
+
+def _vision_tp(model: _Model, args: Mapping[str, Any], par: Parallel) -> int:
+    """The ranks the vision tower's weights are sharded over (1: replicated)."""
+    if model.shape.architecture not in _QWEN3_VL_VISION_ARCHS or args.get("mm_enable_dp_encoder"):
+        return 1
+    return max(1, par.tp // max(1, par.attn_dp))
 
 
 def _dsv4_checkpoint_expert_fmt(model: _Model) -> str:
@@ -703,7 +725,7 @@ def _budget(
         pre_band_mib = gpu.pre_baseline.band(ranks)
         assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
     mm_reserve_gib = 0.0
-    if shape.is_multimodal:
+    if shape.is_multimodal and rel.rules_for(target.engine_version).has(rel.MM_RUNTIME_RESERVE):
         mm_reserve_mib = MM_VLM_CACHE_MIB
         if args.get("mm_feature_transport") in ("cuda_ipc", "cuda_vmm"):
             mm_reserve_mib += MM_FEATURE_CACHE_MIB

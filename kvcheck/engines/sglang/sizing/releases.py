@@ -76,6 +76,7 @@ DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is 
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
 NOT_ENOUGH_MEMORY_VALUE = "0.5.3"  # "Not enough memory ..." appends "Current value: self.server_args.mem_fraction_static=F"
 NOT_ENOUGH_MEMORY_FIELD = "0.5.10"  # ... as "Current value: mem_fraction_static=F" (pool_configurator)
+MM_RUNTIME_RESERVE = "0.5.18"  # multimodal models: the VLM embedding cache (+ feature-transport pools) leaves the KV budget
 DSA_POOL = "0.5.3"  # the DSA (NSA) KV pool with its indexer rows: DeepSeek-V3.2-style models run from here
 DSA_BUDGET_INDEXER = "0.5.3.post1"  # DSA tokens counted with the indexer's rows (0.5.3: latent rows only)
 DSA_BACKENDS_BY_PLATFORM = "0.5.10"  # fp8 KV no longer forces flashmla_auto / flashmla_kv on every GPU (ROCm: tilelang)

@@ -65,6 +65,17 @@ def main() -> int:
     for dp_id, predicted, logged in cc.weight_checks():
         print(f"| {dp_id} | {predicted:.2f} | {logged:.2f} | {100 * (predicted - logged) / logged:+.2f} |")
     print()
+    newest = print_newest()
+    print("Setups assumed per case:")
+    for o in outcomes:
+        print(f"- {o.case.id}: {o.case.note}")
+    for n in newest:
+        print(f"- {n.case.id}: {n.case.note}")
+    return 0
+
+
+def print_newest() -> list:
+    """The newest-family tables (tests/estimate/newest_cases.py); returns the outcomes."""
     print("Newest families, each priced as the release that printed it (tests/estimate/newest_cases.py):")
     print()
     print("| id | family | release | gpu | logged tokens | predicted | range | error % | in range "
@@ -82,12 +93,19 @@ def main() -> int:
     for family, (count, median, worst) in nc.by_family(newest).items():
         print(f"| {family} | {count} | {median:.2f} | {worst:.2f} |")
     print()
-    print("Setups assumed per case:")
-    for o in outcomes:
-        print(f"- {o.case.id}: {o.case.note}")
-    for n in newest:
-        print(f"- {n.case.id}: {n.case.note}")
-    return 0
+    print("| id (newest, cell and state) | predicted cell B/token | logged | diff % | predicted state B/slot "
+          "| logged | diff % |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in nc.cell_checks():
+        cell_diff = 100 * (c.predicted_cell - c.logged_cell) / c.logged_cell if c.logged_cell else float("nan")
+        if c.logged_state and c.predicted_state:
+            state = (f"{c.predicted_state:,.0f} | {c.logged_state:,.0f} "
+                     f"| {100 * (c.predicted_state - c.logged_state) / c.logged_state:+.2f}")
+        else:
+            state = "- | - | -"
+        print(f"| {c.id} | {c.predicted_cell:,.0f} | {c.logged_cell:,.0f} | {cell_diff:+.2f} | {state} |")
+    print()
+    return newest
 
 
 if __name__ == "__main__":

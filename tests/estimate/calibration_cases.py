@@ -250,6 +250,9 @@ UNUSABLE: dict[str, str] = {
     **{dp_id: "scored as its own release in tests/estimate/newest_cases.py (this table prices every case as 0.5.23)"
        for dp_id in ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "sglang-qwen38-27b-fp8-mi355x-tp1-rocm0517",
                      "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517", "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059")},
+    "sglang-kimi-k3-8xB300-tp8-fp8kv-skill-excerpt": (
+        "fraction, release and weights not stated: its cell and KDA state are checked in tests/estimate/newest_cases.py"
+    ),
     "sglang-qwen3-36L-rtx32gb-issue7227": "model and GPU not identified",
     "sglang-llama31-8b-hicache-4xH100-96g-tp4-issue7059": (
         "GPU memory variant not identified ('96GB' and '98GB' in the same text): with the explicit fraction 0.4 "

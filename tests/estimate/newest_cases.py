@@ -173,3 +173,50 @@ def by_family(outcomes: list[NewOutcome]) -> dict[str, tuple[int, float, float]]
             continue
         families.setdefault(o.case.family, []).append(abs(o.error_pct))
     return {f: (len(e), statistics.median(e), max(e)) for f, e in families.items()}
+
+
+# Cell and recurrent-state checks for logs whose pool cannot be scored (no fraction or release):
+# (datapoint id, model, gpu, args, release priced)
+CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
+    ("sglang-kimi-k3-8xB300-tp8-fp8kv-skill-excerpt", "moonshotai--Kimi-K3", "B300",
+     {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}, "0.5.23"),
+    ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "Qwen3.8-27B-FP8", "H100",
+     {"mem_fraction_static": 0.85, "max_running_requests": 32}, "0.5.18"),
+    ("sglang-qwen35-9b-2x4090-tp2", "Qwen3.5-9B", "RTX-4090", {"tp_size": 2, "mem_fraction_static": 0.8}, "0.5.10"),
+)
+
+
+@dataclass(frozen=True)
+class CellCheck:
+    id: str
+    predicted_cell: float
+    logged_cell: float
+    predicted_state: float | None  # recurrent-state bytes per slot (Mamba/GDN/KDA)
+    logged_state: float | None
+
+
+def cell_checks() -> list[CellCheck]:
+    points = cc.datapoints()
+    rows = []
+    for dp_id, model, gpu, args, release in CELL_CHECKS:
+        d = points.get(dp_id)
+        if d is None:
+            continue
+        target = RoleTarget(
+            name="newest-cell", context_length=1, min_headroom=1.0, engine_version=release, args=args,
+            argv_args=(), gpu=gpu, model_config=_config(model),
+        )
+        est = estimate_role(target, offline=True)
+        logged_state = None
+        if d.get("mamba_cache_slots"):
+            state_gib = float(d["mamba_ssm_state_gb"]) + float(d["mamba_conv_state_gb"])
+            # the state tensors hold one padding row (index 0) besides the logged slots
+            logged_state = state_gib * cc.GIB / (int(d["mamba_cache_slots"]) + 1)
+        rows.append(CellCheck(
+            id=dp_id,
+            predicted_cell=float(est.kv_bytes_per_token),
+            logged_cell=float(cc.logged_cell_bytes(d) or 0.0),
+            predicted_state=est.details.get("mamba_state_bytes_per_request"),
+            logged_state=logged_state,
+        ))
+    return rows

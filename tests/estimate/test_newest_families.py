@@ -158,3 +158,14 @@ def test_the_multimodal_runtime_reserve_leaves_the_budget_from_0_5_18():
     assert "mm_reserve_gib" not in before
     assert after["mm_reserve_gib"] == pytest.approx(100 / 1024, abs=1e-3)
     assert before["budget_gib"] - after["budget_gib"] == pytest.approx(100 / 1024, abs=2e-3)
+
+
+def test_newest_cells_and_recurrent_states_match_the_logged_sizes():
+    """Kimi-K3 (24 MLA layers x 576 fp8 + KDA state), Qwen3.5 (16 or 8 full-attention layers + GDN state):
+    the logged sizes over tokens (and over slots + the padding row) within the logs' rounding."""
+    checks = {c.id: c for c in nc.cell_checks()}
+    assert set(checks) == {dp_id for dp_id, *_ in nc.CELL_CHECKS}
+    for c in checks.values():
+        assert abs(c.predicted_cell - c.logged_cell) / c.logged_cell < 0.002, c
+        if c.logged_state is not None:
+            assert abs(c.predicted_state - c.logged_state) / c.logged_state < 0.002, c

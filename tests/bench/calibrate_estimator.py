@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.datapaths import MODELS_ABSENT  # noqa: E402
 from tests.estimate import calibration_cases as cc  # noqa: E402
+from tests.estimate import newest_cases as nc  # noqa: E402
 
 
 def main() -> int:
@@ -64,10 +65,47 @@ def main() -> int:
     for dp_id, predicted, logged in cc.weight_checks():
         print(f"| {dp_id} | {predicted:.2f} | {logged:.2f} | {100 * (predicted - logged) / logged:+.2f} |")
     print()
+    newest = print_newest()
     print("Setups assumed per case:")
     for o in outcomes:
         print(f"- {o.case.id}: {o.case.note}")
+    for n in newest:
+        print(f"- {n.case.id}: {n.case.note}")
     return 0
+
+
+def print_newest() -> list:
+    """The newest-family tables (tests/estimate/newest_cases.py); returns the outcomes."""
+    print("Newest families, each priced as the release that printed it (tests/estimate/newest_cases.py):")
+    print()
+    print("| id | family | release | gpu | logged tokens | predicted | range | error % | in range "
+          "| weights logged / predicted GiB | fit or independent |")
+    print("| --- | --- | --- | --- | ---: | ---: | --- | ---: | --- | --- | --- |")
+    newest = nc.run_all()
+    for n in newest:
+        weights = f"{n.logged_weights_gib:.2f} / {n.predicted_weights_gib:.2f}" if n.logged_weights_gib else "-"
+        print(f"| {n.case.id} | {n.case.family} | {n.case.release} | {n.case.gpu} | {n.logged_tokens:,} "
+              f"| {n.predicted_tokens:,} | {n.pool_range[0]:,}-{n.pool_range[1]:,} | {n.error_pct:+.2f} "
+              f"| {'yes' if n.in_range else 'NO'} | {weights} | {'independent' if n.case.independent else 'fit'} |")
+    print()
+    print("| family | independent cases | median abs error % | worst abs error % |")
+    print("| --- | ---: | ---: | ---: |")
+    for family, (count, median, worst) in nc.by_family(newest).items():
+        print(f"| {family} | {count} | {median:.2f} | {worst:.2f} |")
+    print()
+    print("| id (newest, cell and state) | predicted cell B/token | logged | diff % | predicted state B/slot "
+          "| logged | diff % |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in nc.cell_checks():
+        cell_diff = 100 * (c.predicted_cell - c.logged_cell) / c.logged_cell if c.logged_cell else float("nan")
+        if c.logged_state and c.predicted_state:
+            state = (f"{c.predicted_state:,.0f} | {c.logged_state:,.0f} "
+                     f"| {100 * (c.predicted_state - c.logged_state) / c.logged_state:+.2f}")
+        else:
+            state = "- | - | -"
+        print(f"| {c.id} | {c.predicted_cell:,.0f} | {c.logged_cell:,.0f} | {cell_diff:+.2f} | {state} |")
+    print()
+    return newest
 
 
 if __name__ == "__main__":

@@ -256,9 +256,14 @@ def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) 
     return "triton" if shape.has_attention_sinks else "flashinfer"
 
 
-def _page_size(shape: ModelShape, gpu: GpuProfile, backend: str, user: int | None, spec_topk: int | None) -> tuple[int, str]:
+def _page_size(
+    shape: ModelShape, gpu: GpuProfile, backend: str, user: int | None, spec_topk: int | None,
+    rules: rel.SizingRules | None = None,
+) -> tuple[int, str]:
     if shape.kind == DSA:
         if gpu.is_rocm:
+            if rules is not None and not rules.has(rel.DSA_ROCM_PRESHUFFLE_PAGE):
+                return 1, f"DSA on ROCm: 1 (the aiter preshuffle path and its 64-token pages came in {rel.DSA_ROCM_PRESHUFFLE_PAGE})"
             return 64 * shape.index_kpool, "DSA on ROCm: 64 x index_kpool (aiter preshuffle path; 1 on legacy Triton)"
         return 64 * shape.index_kpool, "DSA model override: 64 x index_kpool (takes precedence over --page-size)"
     page = user
@@ -316,7 +321,7 @@ def resolve(
 
     dsa_raw = False
     if shape.kind == DSA:
-        dsa_raw = _dsa_raw_layout(args, gpu, kv_dtype, c.role)
+        dsa_raw = _dsa_raw_layout(args, gpu, kv_dtype, c.role, c.rules)
         if kv_dtype == "fp8_e4m3":
             layout = "raw 576-byte rows" if dsa_raw else "scaled 656-byte rows"
             c.notes.append(f"DSA latent layout: {layout}")
@@ -570,7 +575,8 @@ def _attention(c: _Inputs) -> tuple[str, int]:
     qwen35_sm100 = not user_backend and _qwen3_5_sm100_backend(c, backend)
     if qwen35_sm100:
         backend = qwen35_sm100
-    page_size, page_why = _page_size(shape, gpu, backend, None if user_page is None else int(user_page), c.spec_topk)
+    page_size, page_why = _page_size(shape, gpu, backend, None if user_page is None else int(user_page), c.spec_topk,
+                                     c.rules)
     if qwen35_sm100:
         # The override sets the page size with the backend, over --page-size (model_overrides/qwen3_5.py).
         page_size, page_why = (64 if backend == "trtllm_mha" else 1), f"Qwen3.5 override on SM100 with {backend}"
@@ -744,10 +750,23 @@ def _piecewise_prefill_graph(
     return not reasons, reasons
 
 
-def _dsa_raw_layout(args: Mapping[str, Any], gpu: GpuProfile, kv_dtype: str, role: str | None) -> bool:
-    """Whether the DSA pool keeps raw latent rows (kv_cache_configurator.calculate_mla_kv_cache_dim)."""
+def _dsa_raw_layout(
+    args: Mapping[str, Any], gpu: GpuProfile, kv_dtype: str, role: str | None, rules: rel.SizingRules | None = None
+) -> bool:
+    """Whether the DSA pool keeps raw latent rows (kv_cache_configurator.calculate_mla_kv_cache_dim).
+
+    Before 0.5.10 an fp8 KV cache set the DSA backends to flashmla_auto / flashmla_kv on every GPU,
+    over any --nsa-*-backend (server_args._handle_model_specific_adjustments), so the rows are the
+    scaled ones; 0.5.10 forced trtllm for fp8 on SM100 and left ROCm's tilelang default to unset
+    flags; 0.5.11 on keeps a user's backends.
+    """
     prefill = args.get("dsa_prefill_backend")
     decode = args.get("dsa_decode_backend")
+    if rules is not None and kv_dtype == "fp8_e4m3" and not rules.has(rel.DSA_BACKENDS_BY_PLATFORM):
+        return False
+    forced_trtllm = kv_dtype == "fp8_e4m3" and gpu.is_blackwell and not gpu.is_rocm
+    if rules is not None and forced_trtllm and not rules.has(rel.DSA_BLACKWELL_FP8_USER_BACKENDS):
+        prefill = decode = "trtllm"
     if gpu.is_rocm:
         prefill = prefill or "triton"
         decode = decode or "triton"

@@ -374,9 +374,31 @@ def _weights(
     if model.shape.is_multimodal:
         vision = vision_tower_bytes(model.source.vision, model.shape.hidden_size)
         if vision:
-            stages[0] += vision
-            notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
+            group = _vision_tp(model, target.args, par)
+            stages[0] += vision / group
+            if group > 1:
+                notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16), sharded over {group} ranks (Qwen3-VL ViT: "
+                             "column/row-parallel linears over the attention TP group; --mm-enable-dp-encoder replicates it)")
+            else:
+                notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
     return stages, "config", notes
+
+
+# Multimodal architectures whose vision tower is SGLang's Qwen3VLMoeVisionModel (models/qwen3_vl.py,
+# qwen3_5.py): its attention and MLP linears are column/row-parallel over the attention TP group unless
+# --mm-enable-dp-encoder (get_mm().mm_enable_dp_encoder) replicates the encoder on every rank. Two logs
+# bear it out: Qwen3.5-9B on 2 RTX 4090s loads 8.85 GiB per rank (8.89 sharded, 9.31 replicated).
+_QWEN3_VL_VISION_ARCHS = frozenset({
+    "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+})
+
+
+def _vision_tp(model: _Model, args: Mapping[str, Any], par: Parallel) -> int:
+    """The ranks the vision tower's weights are sharded over (1: replicated)."""
+    if model.shape.architecture not in _QWEN3_VL_VISION_ARCHS or args.get("mm_enable_dp_encoder"):
+        return 1
+    return max(1, par.tp // max(1, par.attn_dp))
 
 
 def _dsv4_checkpoint_expert_fmt(model: _Model) -> str:
@@ -517,11 +539,13 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
+    dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
         stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
         dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset)
                     for r in stage_ranges] if shape.kind == DSV4 else [],
+        dsa_budget_unscaled=dsa_budget_unscaled, dsa_budget_no_indexer=dsa_budget_no_indexer,
     )
     if shape.kind == DSV4:
         assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
@@ -701,7 +725,7 @@ def _budget(
         pre_band_mib = gpu.pre_baseline.band(ranks)
         assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
     mm_reserve_gib = 0.0
-    if shape.is_multimodal:
+    if shape.is_multimodal and rel.rules_for(target.engine_version).has(rel.MM_RUNTIME_RESERVE):
         mm_reserve_mib = MM_VLM_CACHE_MIB
         if args.get("mm_feature_transport") in ("cuda_ipc", "cuda_vmm"):
             mm_reserve_mib += MM_FEATURE_CACHE_MIB
@@ -714,6 +738,38 @@ def _budget(
         mm_reserve_gib=mm_reserve_gib,
         fraction=res.mem_fraction_static,
     )
+
+
+def _dsa_budget_by_release(
+    target: RoleTarget, shape: ModelShape, res: Resolved, assumptions: list[str]
+) -> tuple[bool, bool]:
+    """(tokens counted on the unscaled fp8 row, tokens counted without the indexer) for a DSA model as
+    the declared release counts them; EstimateError before the release that has the DSA pool."""
+    if shape.kind != DSA:
+        return False, False
+    rules = rel.rules_for(target.engine_version)
+    if not rules.has(rel.DSA_POOL):
+        raise EstimateError(
+            f"SGLang {target.engine_version} has no DSA (sparse-attention indexer) KV pool: NSATokenToKVPool came in "
+            f"{rel.DSA_POOL}, so {shape.architecture} does not run on it",
+            hint=f"declare the release the role runs (engine.version), {rel.DSA_POOL} or later",
+        )
+    no_indexer = not rules.has(rel.DSA_BUDGET_INDEXER)
+    if no_indexer:
+        assumptions.append(
+            f"SGLang {target.engine_version} counts DSA tokens without the indexer's rows "
+            f"({shape.indexer_row_bytes()} B per layer) and allocates them: the pool holds more than its budget "
+            f"({rel.DSA_BUDGET_INDEXER} counts them)"
+        )
+    unscaled = res.kv_dtype == "fp8_e4m3" and not res.dsa_raw_layout and not rules.has(rel.DSA_BUDGET_SCALED_ROW)
+    if unscaled:
+        assumptions.append(
+            f"SGLang {target.engine_version} counts DSA tokens on the unscaled fp8 latent row "
+            f"({shape.kv_lora_rank + shape.qk_rope_head_dim} B per layer) and allocates the block-scaled one "
+            f"({shape.mla_row_bytes('fp8_e4m3', scaled_dsa_layout=True)} B): the pool holds more than its "
+            "budget (0.5.17 counts the allocated row)"
+        )
+    return unscaled, no_indexer
 
 
 @dataclass(frozen=True)
@@ -731,6 +787,11 @@ class _PoolSizer:
     draft_layers: int
     draft_bytes: float
     dsv4_plans: list[dsv4.Dsv4Plan]
+    # DSA with fp8 block-scaled rows before 0.5.17: the token count is taken on the unscaled latent
+    # row (kv_lora_rank + rope bytes) while the pool allocates the scaled one (rel.DSA_BUDGET_SCALED_ROW)
+    dsa_budget_unscaled: bool = False
+    # DSA before 0.5.3.post1: the token count leaves the indexer's rows out (rel.DSA_BUDGET_INDEXER)
+    dsa_budget_no_indexer: bool = False
 
     def pool(self, pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
@@ -767,7 +828,15 @@ class _PoolSizer:
         elif cell <= 0:
             tokens = res.max_total_tokens or res.context_len
         else:
-            tokens = _floor_page(int(int(rest * GIB) // cell), res.page_size)
+            budget_cell = cell
+            if self.dsa_budget_unscaled:
+                budget_cell = _cell_bytes(shape, replace(res, dsa_raw_layout=True), layer_range, self.draft_layers,
+                                          self.gpu)[0]
+            if self.dsa_budget_no_indexer:
+                budget_cell -= parts.get("indexer_bytes_per_layer", 0) * parts.get("indexer_layers", 0) * res.dcp
+            if budget_cell != cell:
+                stage_info.update(budget_cell=budget_cell)
+            tokens = _floor_page(int(int(rest * GIB) // budget_cell), res.page_size)
         if res.max_total_tokens is not None and cell > 0:
             tokens = min(tokens, _floor_page(res.max_total_tokens, res.page_size))
         return tokens, stage_info

@@ -76,6 +76,13 @@ DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is 
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept
 NOT_ENOUGH_MEMORY_VALUE = "0.5.3"  # "Not enough memory ..." appends "Current value: self.server_args.mem_fraction_static=F"
 NOT_ENOUGH_MEMORY_FIELD = "0.5.10"  # ... as "Current value: mem_fraction_static=F" (pool_configurator)
+MM_RUNTIME_RESERVE = "0.5.18"  # multimodal models: the VLM embedding cache (+ feature-transport pools) leaves the KV budget
+DSA_POOL = "0.5.3"  # the DSA (NSA) KV pool with its indexer rows: DeepSeek-V3.2-style models run from here
+DSA_BUDGET_INDEXER = "0.5.3.post1"  # DSA tokens counted with the indexer's rows (0.5.3: latent rows only)
+DSA_BACKENDS_BY_PLATFORM = "0.5.10"  # fp8 KV no longer forces flashmla_auto / flashmla_kv on every GPU (ROCm: tilelang)
+DSA_BLACKWELL_FP8_USER_BACKENDS = "0.5.11"  # fp8 on SM100 keeps a user's --nsa-*-backend (0.5.10 forced trtllm)
+DSA_ROCM_PRESHUFFLE_PAGE = "0.5.12"  # DSA on ROCm: 64 x index_kpool pages (aiter preshuffle path; before: page 1)
+DSA_BUDGET_SCALED_ROW = "0.5.17"  # DSA fp8 tokens counted on the allocated block-scaled row (before: 576 B/layer)
 DSV4_REFUSAL_MESSAGE = "0.5.14"  # a budget the weights fill: "Loaded weights leave no GPU memory ..." (before:
 #   "Not enough memory. Please try to increase --mem-fraction-static.", model_executor/pool_configurator.py)
 DSV4_SWA_FLOOR_CHECK = "0.5.16"  # validate_swa_pool_size refuses an SWA pool below sliding_window + page_size

@@ -163,6 +163,16 @@ def scenario(path: Path, tp: int, kv_cache_dtype: str, mode: str, max_model_len:
                          scheduler_config=NS(max_num_batched_tokens=8192, max_num_encoder_input_tokens=0),
                          speculative_config=None)
     tokens, concurrency = kcu.get_kv_cache_capacity(capacity_config, config_out)
+    # the boot check (get_kv_cache_configs): the null block held back, one request against the groups
+    check_config = NS(model_config=model_config, cache_config=NS(**vars(cache_config),
+                      get_resolved_kv_cache_layout=lambda: NS(is_block_outermost=True)),
+                      parallel_config=vllm_config.parallel_config, attention_config=NS(hisparse_config=None),
+                      scheduler_config=capacity_config.scheduler_config, speculative_config=None)
+    needed = kcu._max_memory_usage_bytes_from_groups(check_config, groups)
+    # the length vLLM's refusal names for an eighth of the memory, searched up to 4M tokens
+    model_config.max_model_len = 1 << 22
+    largest = kcu._estimate_max_model_len_from_groups(check_config, groups, available // 8 - per_block)
+    model_config.max_model_len = max_model_len
     return {
         "config": str(path.relative_to(ROOT / "tests" / "data")), "architecture": arch, "tp": tp,
         "kv_cache_dtype": kv_cache_dtype, "mamba_cache_mode": mode, "max_model_len": max_model_len,
@@ -172,7 +182,7 @@ def scenario(path: Path, tp: int, kv_cache_dtype: str, mode: str, max_model_len:
         "page_bytes": attn.page_size_bytes, "mamba_page_padded": mamba.page_size_bytes,
         "groups": len(groups), "layers_per_group": max(len(g.layer_names) for g in groups),
         "bytes_per_block": per_block, "num_blocks": num_blocks, "max_concurrency": concurrency,
-        "reported_tokens": tokens,
+        "reported_tokens": tokens, "needed_bytes_at_max_model_len": needed, "largest_max_model_len_eighth_memory": largest,
     }
 
 

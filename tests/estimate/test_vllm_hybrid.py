@@ -60,6 +60,10 @@ def test_the_layout_is_the_one_real_vllm_0_32_0_computes(scenario: dict) -> None
     assert layout.max_concurrency(blocks, scenario["max_model_len"], 8192) == pytest.approx(scenario["max_concurrency"])
     assert layout.parts["conv_state"] == scenario["state_shapes"][0]  # (kernel - 1, width): the SD layout
     assert layout.parts["ssm_state"] == scenario["state_shapes"][1]
+    # the boot check: one request of max_model_len, and the length a refusal names (an eighth of the memory)
+    assert layout.max_memory_usage(scenario["max_model_len"], 8192) == scenario["needed_bytes_at_max_model_len"]
+    largest = layout.largest_model_len(scenario["available_bytes"] // 8, 8192, 1 << 22)
+    assert largest == scenario["largest_max_model_len_eighth_memory"]
     assert [layout.parts["conv_dtype"], layout.parts["ssm_dtype"]] == scenario["state_dtypes"]
 
 

@@ -74,6 +74,9 @@ class KvLayout:
     mamba_blocks_per_request: int = 0
     mamba_state_bytes: int = 0  # one layer's state before padding
     mamba_cache_mode: str | None = None
+    # from 0.14.0 vLLM checks one request against the groups (_max_memory_usage_bytes_from_groups: bytes per
+    # block x the groups' blocks, padding layers included), not against the sum over layers
+    group_usage: bool = False
 
     @property
     def bytes_per_block(self) -> int:
@@ -143,6 +146,8 @@ class KvLayout:
     def max_memory_usage(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """vLLM's `max_memory_usage_bytes` for one request of max_model_len (FullAttentionSpec:
         cdiv(len, block) pages per layer; SlidingWindowSpec: min(window - 1 + batched, len) tokens + 1 block)."""
+        if self.group_usage:
+            return self.bytes_per_block * self.blocks_per_request(max_model_len, max_num_batched_tokens)
         full = math.ceil(max_model_len / self.block_size) * self.page_bytes * self.full_layers
         # MambaSpec: its padded page per block, (1 + spec) blocks in "none" mode, (2 + spec) in "align"
         full += self.mamba_layers * self.page_bytes * self.mamba_blocks_per_request
@@ -330,6 +335,7 @@ MAMBA_ALL_MODE = {"NemotronHForCausalLM", "GraniteMoeHybridForCausalLM", "Falcon
 TORCH_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1}
 NEWEST_RULES = Version("0.32.0")
+GROUP_USAGE_FROM = Version("0.14.0")  # get_kv_cache_configs checks one request against the groups
 ALIGN_MODE_FROM = Version("0.15.0")  # mamba_cache_mode ("none" | "align" | "all")
 HYBRID_PREFIX_DEFAULT_FROM = Version("0.26.0")  # is_prefix_caching_supported: True for generative hybrids
 ALIGN_FOR_ALL_FROM = Version("0.28.0")  # prefix caching on and mode "none": "align" for every hybrid
@@ -549,4 +555,4 @@ def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: in
                     sliding_window=None, page_bytes=page, group_layers=group, kv_dtype=kv_dtype,
                     kv_heads_per_rank=per_rank, parts=parts, mamba_layers=state_layers,
                     mamba_blocks_per_request=2 if mode == "align" else 1, mamba_state_bytes=state_bytes,
-                    mamba_cache_mode=mode)
+                    mamba_cache_mode=mode, group_usage=rules >= GROUP_USAGE_FROM)

@@ -47,6 +47,7 @@ SCENARIOS = [
     (MODELS / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", 1, "auto", "align", 262144, 40 << 30),
     (MODELS / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json", 4, "fp8", "none", 131072, 30 << 30),
     (MODELS / "nvidia--Nemotron-H-56B-Base-8K.json", 2, "auto", "none", 8192, 25 << 30),
+    (MODELS / "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.json", 8, "fp8", "align", 262144, 30 << 30),
     # shapes written for the arithmetic (configs/README): one Mamba group shared across TP 4 (extra groups)
     (CONFIGS / "granite-4.0-h-shaped.json", 4, "auto", "none", 131072, 20 << 30),
     (CONFIGS / "falcon-h1-shaped.json", 2, "auto", "none", 32768, 20 << 30),

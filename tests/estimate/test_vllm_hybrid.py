@@ -13,6 +13,7 @@ import json
 import math
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,28 @@ def test_a_hybrids_weights_are_not_counted_from_its_config() -> None:
     with pytest.raises(EstimateError, match="recurrent-state .* weights") as caught:
         estimate_role(_target(QWEN35_27B, max_model_len=131072), offline=True)
     assert "weights_gib_per_gpu" in (caught.value.hint or "")
+
+
+def test_a_hybrid_with_its_weights_given_is_profiled_like_any_role() -> None:
+    target = _target(QWEN35_27B, max_model_len=131072)
+    given = replace(target, estimate=EstimateInputs(weights_gib_per_gpu=50.0))
+    est = estimate_role(given, offline=True)
+    details = est.details
+    assert details["weights_source"] == "override" and details["mamba_cache_mode"] == "align"  # 0.32.0: prefix caching on
+    blocks = details["num_gpu_blocks"]
+    per_block = 16 * 784 * 4096  # 16 layers a group, 784-token pages of 2 x 4 heads x 256 x 2 B
+    assert details["bytes_per_block"] == per_block
+    assert 0 <= details["available_kv_gib"] * GIB - blocks * per_block < per_block + 0.001 * GIB
+    assert est.pool_tokens == (blocks - 1 - 3 * 2) * 784
+    assert est.pool_range[0] <= est.pool_tokens <= est.pool_range[1]
+
+
+def test_a_hybrid_role_naming_no_gpu_is_refused_since_the_cpu_build_is_possible() -> None:
+    target = _target(QWEN35_27B, max_model_len=131072, kv_cache_memory_bytes=20 * GIB)
+    unnamed = replace(target, gpu=None)
+    with pytest.raises(EstimateError, match="no GPU named, so vLLM's CPU build is possible") as caught:
+        estimate_role(unnamed, offline=True)
+    assert "name the GPU" in (caught.value.hint or "")
 
 
 def test_the_pool_of_an_explicit_cache_is_the_full_attention_share() -> None:

@@ -518,7 +518,11 @@ def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: in
                                "speculative blocks per request)")
     if kv_dtype not in KV_DTYPE_BYTES:
         raise _unpriced_hybrid(architecture, f"--kv-cache-dtype {kv_dtype}")
-    layers = _need(text, architecture, "num_hidden_layers", "n_layers", "num_layers")
+    block_types = text.get("layers_block_type")
+    if _int(text, "num_hidden_layers", "n_layers", "num_layers") is None and isinstance(block_types, list) and block_types:
+        layers = len(block_types)  # Nemotron-3 Ultra states its layers only as layers_block_type
+    else:
+        layers = _need(text, architecture, "num_hidden_layers", "n_layers", "num_layers")
     attention, state_layers = _state_layer_types(text, architecture, layers)
     if not attention or not state_layers:
         raise _unpriced_hybrid(architecture, f"{attention} attention and {state_layers} state layers: not a hybrid "

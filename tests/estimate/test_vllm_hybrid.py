@@ -154,9 +154,14 @@ def test_a_user_block_size_is_the_alignment_from_0_20_and_a_floor_before() -> No
     assert _layout(QWEN35_27B, block_size=64).block_size == 64 * math.ceil(3_207_168 / (64 * 4096))  # 832
     assert _layout(QWEN35_27B, block_size=64, version="0.19.0").block_size == 784
     assert _layout(QWEN35_27B, block_size=1024, version="0.19.0").block_size == 1024
-    # Blackwell with 256-wide heads: FlashInfer's 32-token kernel blocks in 0.13.0-0.17.x
+    # Blackwell with 256-wide heads: FlashInfer's 32-token kernel blocks, SM 10.0 from 0.11.1, SM 10.x 0.13.0-0.17.x
     assert _layout(QWEN35_27B, version="0.17.0", sm=100).block_size == 800
+    assert _layout(QWEN35_27B, version="0.17.0", sm=103).block_size == 800
     assert _layout(QWEN35_27B, version="0.24.0", sm=100).block_size == 784
+    nxt = LOGS / "configs" / "Qwen3-Next-80B-A3B-Instruct.json"
+    sizes = [_layout(nxt, tp=2, kv="fp8_e5m2", version=v, sm=sm).block_size
+             for v, sm in (("0.11.0", 100), ("0.11.1", 100), ("0.12.0", 103), ("0.13.0", 103))]
+    assert sizes == [1072, 1088, 1072, 1088]  # 16 or 32 x cdiv(548,864 B of state, 512 B of fp8 KV a token)
 
 
 @pytest.mark.parametrize(("config", "kwargs", "reason"), [

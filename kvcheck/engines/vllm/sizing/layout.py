@@ -342,8 +342,10 @@ ALIGN_FOR_ALL_FROM = Version("0.28.0")  # prefix caching on and mode "none": "al
 NEMOTRON_SSM_DEFAULT = ((Version("0.13.0"), "float16"), (Version("0.20.0"), "float32"))
 QWEN35_SSM_DTYPE_FROM = Version("0.17.0")  # Qwen3_5ForConditionalGenerationConfig: config's mamba_ssm_dtype
 GDN_SSM_DTYPE_FROM = Version("0.17.0")  # before, the GDN state is all in the conv dtype (--mamba-ssm-cache-dtype unread)
-# Blackwell (SM 10.x) with 256-wide heads: FlashInfer's kernels need 32-token blocks (0.13.0-0.17.x)
-BLACKWELL_HEAD256_32 = (Version("0.13.0"), Version("0.18.0"))
+# Blackwell with 256-wide heads: FlashInfer's kernels need 32-token blocks, on SM 10.0 from 0.11.1 and on
+# every SM 10.x from 0.13.0, until 0.18.0 (the check moved to the backends, whose smallest block is 16)
+BLACKWELL_HEAD256_32 = (Version("0.11.1"), Version("0.18.0"))
+BLACKWELL_FAMILY_FROM = Version("0.13.0")
 
 
 def _unpriced_hybrid(architecture: str, why: str) -> EstimateError:
@@ -538,8 +540,8 @@ def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: in
     state_bytes = sum(n * b for n, b in zip(sizes, dtypes, strict=True))
     mode = mamba_cache_mode(architecture, args, version)
     # the attention block: the smallest multiple of the kernel alignment whose page holds the state
-    blackwell_32 = (sm is not None and sm // 10 == 10 and head_dim == 256
-                    and BLACKWELL_HEAD256_32[0] <= rules < BLACKWELL_HEAD256_32[1])
+    blackwell = sm is not None and (sm // 10 == 10 if rules >= BLACKWELL_FAMILY_FROM else sm == 100)
+    blackwell_32 = blackwell and head_dim == 256 and BLACKWELL_HEAD256_32[0] <= rules < BLACKWELL_HEAD256_32[1]
     align = 32 if blackwell_32 else 16
     if block_size is not None and rules >= Version("0.20.0"):
         align = max(align, block_size)  # _align_hybrid_block_size: max(kernel block, cache block size)

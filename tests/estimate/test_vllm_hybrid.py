@@ -133,6 +133,9 @@ def test_the_mode_follows_the_release_and_prefix_caching() -> None:
     # Mamba2 hybrids with prefix caching on: "all" up to 0.27.x (refused), "align" from 0.28.0
     nano = MODELS / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
     assert _layout(nano, version="0.28.0").mamba_cache_mode == "align"
+    assert _layout(nano, version="0.11.0", args={"enable_prefix_caching": True}).mamba_cache_mode == "none"
+    with pytest.raises(EstimateError, match="SSD kernel's chunk size"):  # 0.11.1 keeps it for Mamba2 layers
+        _layout(nano, version="0.11.1", args={"enable_prefix_caching": True})
     assert _layout(nano, version="0.26.0", args={"mamba_cache_mode": "align"}).mamba_cache_mode == "align"
     with pytest.raises(EstimateError, match="does not serve Qwen3_5ForConditionalGeneration"):
         _layout(QWEN35_27B, version="0.16.0")

@@ -475,9 +475,9 @@ def mamba_cache_mode(architecture: str, args: Mapping[str, Any], version: Versio
     if asked not in ("none", "align", "all"):
         raise _unpriced_hybrid(architecture, f"--mamba-cache-mode {asked} is not a mode vLLM knows")
     if rules < ALIGN_MODE_FROM:
-        # up to 0.11.x prefix caching is turned off for hybrids; 0.12.0-0.14.x keep it only for models whose
-        # Mamba layers support it (in what became mode "all")
-        if prefix and architecture in MAMBA_ALL_MODE and rules >= Version("0.12.0"):
+        # 0.11.0 turns prefix caching off for hybrids; 0.11.1-0.14.x keep it (off by default) only for models
+        # whose Mamba layers support it, in what became mode "all"
+        if prefix and architecture in MAMBA_ALL_MODE and rules >= Version("0.11.1"):
             raise _unpriced_hybrid(architecture, f"prefix caching on Mamba layers in vLLM {rules} sizes blocks "
                                    "by the SSD kernel's chunk size")
         return "none"

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
 from kvcheck.errors import EstimateError
 
 FULL = "full_attention"
@@ -30,9 +32,12 @@ KV_DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
 }  # fmt: skip
 MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+# "GPU KV cache size" is int(max_concurrency x max_model_len) from 0.20.1 (num_blocks // groups x block before)
+CONCURRENCY_REPORT_FROM = Version("0.20.1")
 
-# Architectures whose layers keep a recurrent state (Mamba, GDN, linear attention): vLLM sizes them with
-# state pages padded to the attention page; the estimate model does not price them yet.
+# Config keys of recurrent-state layers (Mamba, GDN, KDA, linear attention): `hybrid_layout` prices the
+# families it reproduces (HYBRID_FAMILIES); any other architecture with one of them is refused, never priced
+# as attention.
 STATE_MARKERS = ("mamba", "ssm_state_size", "linear_num_value_heads", "linear_conv_kernel_dim", "kda_layers",
                  "linear_attn_config")
 # Config keys that give some layers another KV shape or attention kind than the rest: refused, never priced
@@ -62,6 +67,16 @@ class KvLayout:
     kv_dtype: str
     kv_heads_per_rank: int | None
     parts: Mapping[str, Any]
+    # hybrid attention + recurrent state (Mamba, GDN): the state layers of the most loaded worker, each one
+    # page (padded to the attention page) per block, and the blocks one request holds in each state group
+    # (1 in mamba_cache_mode "none", 2 in "align": MambaSpec.max_memory_usage_bytes)
+    mamba_layers: int = 0
+    mamba_blocks_per_request: int = 0
+    mamba_state_bytes: int = 0  # one layer's state before padding
+    mamba_cache_mode: str | None = None
+    # from 0.14.0 vLLM checks one request against the groups (_max_memory_usage_bytes_from_groups: bytes per
+    # block x the groups' blocks, padding layers included), not against the sum over layers
+    group_usage: bool = False
 
     @property
     def bytes_per_block(self) -> int:
@@ -83,20 +98,59 @@ class KvLayout:
     def sliding_groups(self) -> int:
         return math.ceil(self.sliding_layers / self.group_layers) if self.sliding_layers else 0
 
+    @property
+    def mamba_groups(self) -> int:
+        return math.ceil(self.mamba_layers / self.group_layers) if self.mamba_layers else 0
+
+    @property
+    def groups(self) -> int:
+        return self.full_groups + self.sliding_groups + self.mamba_groups
+
+    def _window_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        assert self.sliding_window is not None
+        tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+        return math.ceil(tokens / self.block_size) + 1
+
     def usable_tokens(self, num_blocks: int, max_num_batched_tokens: int = 0) -> int:
         """Tokens one request can hold: every block but the null block; in a hybrid model the blocks
-        are shared by the groups, and each sliding-window group keeps its window's blocks."""
-        free = max(num_blocks - 1, 0)
-        if not self.sliding_groups or self.sliding_window is None:
-            return free * self.block_size
-        window_blocks = math.ceil((self.sliding_window - 1 + max_num_batched_tokens) / self.block_size) + 1
-        free -= self.sliding_groups * window_blocks
+        are shared by the groups, each sliding-window group keeps its window's blocks and each state
+        group its request's state blocks."""
+        free = max(num_blocks - 1, 0) - self.mamba_groups * self.mamba_blocks_per_request
+        if self.sliding_groups and self.sliding_window is not None:
+            window_blocks = math.ceil((self.sliding_window - 1 + max_num_batched_tokens) / self.block_size) + 1
+            free -= self.sliding_groups * window_blocks
         return max(free, 0) // max(1, self.full_groups) * self.block_size
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """The blocks one request of max_model_len takes from the shared pool, summed over the groups
+        (`get_max_concurrency_for_kv_cache_config`: cdiv(max_memory_usage_bytes, page) per group)."""
+        blocks = self.full_groups * math.ceil(max_model_len / self.block_size)
+        if self.sliding_groups and self.sliding_window is not None:
+            blocks += self.sliding_groups * self._window_blocks(max_model_len, max_num_batched_tokens)
+        return blocks + self.mamba_groups * self.mamba_blocks_per_request
+
+    def max_concurrency(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> float:
+        """vLLM's "Maximum concurrency for N tokens per request" (from 0.10: blocks / blocks per request)."""
+        per_request = self.blocks_per_request(max_model_len, max_num_batched_tokens)
+        return num_blocks / per_request if per_request else 0.0
+
+    def reported_tokens(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int,
+                        version: Version | None) -> int:
+        """The "GPU KV cache size: N tokens" line vLLM prints. Through 0.20.0 it is num_blocks //
+        len(kv_cache_groups) x block_size (a single group: num_blocks x block_size); from 0.20.1 it is
+        int(max_concurrency x max_model_len) (v1/core/kv_cache_utils.py, _report_kv_cache_config)."""
+        if version is not None and version < CONCURRENCY_REPORT_FROM:
+            return num_blocks // max(1, self.groups) * self.block_size
+        return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)
 
     def max_memory_usage(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """vLLM's `max_memory_usage_bytes` for one request of max_model_len (FullAttentionSpec:
         cdiv(len, block) pages per layer; SlidingWindowSpec: min(window - 1 + batched, len) tokens + 1 block)."""
+        if self.group_usage:
+            return self.bytes_per_block * self.blocks_per_request(max_model_len, max_num_batched_tokens)
         full = math.ceil(max_model_len / self.block_size) * self.page_bytes * self.full_layers
+        # MambaSpec: its padded page per block, (1 + spec) blocks in "none" mode, (2 + spec) in "align"
+        full += self.mamba_layers * self.page_bytes * self.mamba_blocks_per_request
         if not self.sliding_layers or self.sliding_window is None:
             return full
         tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
@@ -151,6 +205,11 @@ def model_dtype_of(config: Mapping[str, Any], text: Mapping[str, Any], dtype_arg
     return "bfloat16" if raw in ("float32", "float") else raw if raw in MODEL_DTYPE_BYTES else "bfloat16"
 
 
+def is_hybrid(text: Mapping[str, Any], architecture: str) -> bool:
+    """Whether the model keeps recurrent state (Mamba, GDN, KDA, linear attention) in some layers."""
+    return any(marker in key for key in text for marker in STATE_MARKERS) or "Mamba" in architecture
+
+
 def _layer_types(text: Mapping[str, Any], n: int) -> list[str]:
     types = text.get("layer_types")
     if isinstance(types, list) and len(types) >= n:
@@ -171,14 +230,19 @@ def kv_layout(
     kv_dtype: str,
     block_size: int | None,
     device: str,
+    model_dtype: str | None = None,
+    version: Version | None = None,
+    sm: int | None = None,
+    args: Mapping[str, Any] | None = None,
 ) -> KvLayout:
-    """The KV layout of the most loaded worker (its PP stage holds ceil(layers / pp) layers)."""
-    if any(marker in key for key in text for marker in STATE_MARKERS) or "Mamba" in architecture:
-        raise EstimateError(
-            f"{architecture} keeps recurrent (Mamba/linear-attention) state: vLLM pads its state pages to "
-            "the attention page, which the vLLM estimate model does not price yet",
-            hint="measure the role (kvcheck verify MANIFEST)",
-        )
+    """The KV layout of the most loaded worker (its PP stage holds ceil(layers / pp) layers).
+
+    A model with recurrent-state layers goes to `hybrid_layout` (the release, the GPU's SM and the role's
+    arguments decide its block size and state dtype there); the others need only the shapes."""
+    if is_hybrid(text, architecture):
+        return hybrid_layout(text, architecture, tp=tp, pp=pp, kv_dtype=kv_dtype, block_size=block_size,
+                             device=device, model_dtype=model_dtype or model_dtype_of({}, text, None),
+                             version=version, sm=sm, args=args or {})
     unpriced = next((key for key in UNPRICED_LAYOUT_KEYS if text.get(key)), None)
     if unpriced is not None:
         raise EstimateError(
@@ -240,3 +304,261 @@ def kv_layout(
     return KvLayout(kind="hybrid_swa", block_size=block, full_layers=full, sliding_layers=sliding,
                     sliding_window=window, page_bytes=page, group_layers=group, kv_dtype=kv_dtype,
                     kv_heads_per_rank=per_rank, parts=parts)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hybrid models: attention layers beside recurrent-state layers (vLLM's MambaSpec)
+#
+# vLLM (0.10.0 to 0.32.0) gives every state layer one page per block holding its whole state (conv state and
+# SSM/GDN state, MambaStateShapeCalculator), raises the attention block size until an attention page holds
+# that state (HybridAttentionMambaModelConfig.verify_and_update_config; from 0.20.0
+# Platform._align_hybrid_block_size), pads the state page to the attention page (mamba_page_size_padded), and
+# then groups the layers of one page size as it groups sliding-window models
+# (_get_kv_cache_groups_uniform_page_size). One block of the pool costs group_layers pages.
+
+HYBRID_FAMILIES = {
+    # architecture -> (state kind, the first release that serves it)
+    "Qwen3NextForCausalLM": ("gdn", Version("0.10.2")),
+    "Qwen3_5ForConditionalGeneration": ("gdn", Version("0.17.0")),
+    "Qwen3_5MoeForConditionalGeneration": ("gdn", Version("0.17.0")),
+    "Qwen3_5ForCausalLM": ("gdn", Version("0.17.0")),
+    "Qwen3_5MoeForCausalLM": ("gdn", Version("0.17.0")),
+    # 0.10.0 already served these, but stored the whole state in the KV cache dtype: not reproduced
+    "NemotronHForCausalLM": ("mamba2", Version("0.10.1")),
+    "GraniteMoeHybridForCausalLM": ("mamba2", Version("0.10.1")),
+    "FalconH1ForCausalLM": ("mamba2", Version("0.10.1")),
+}
+# Models whose Mamba layers support prefix caching in mamba_cache_mode "all" (SupportsMambaPrefixCaching):
+# with prefix caching on, 0.15.0-0.27.x pick "all" for them, a mode whose block size follows the SSD
+# kernel's chunk size; the estimate does not price it.
+MAMBA_ALL_MODE = {"NemotronHForCausalLM", "GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM"}
+TORCH_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
+               "fp8_e5m2": 1}
+NEWEST_RULES = Version("0.32.0")
+GROUP_USAGE_FROM = Version("0.14.0")  # get_kv_cache_configs checks one request against the groups
+ALIGN_MODE_FROM = Version("0.15.0")  # mamba_cache_mode ("none" | "align" | "all")
+HYBRID_PREFIX_DEFAULT_FROM = Version("0.26.0")  # is_prefix_caching_supported: True for generative hybrids
+ALIGN_FOR_ALL_FROM = Version("0.28.0")  # prefix caching on and mode "none": "align" for every hybrid
+NEMOTRON_SSM_DEFAULT = ((Version("0.13.0"), "float16"), (Version("0.20.0"), "float32"))
+QWEN35_SSM_DTYPE_FROM = Version("0.17.0")  # Qwen3_5ForConditionalGenerationConfig: config's mamba_ssm_dtype
+GDN_SSM_DTYPE_FROM = Version("0.17.0")  # before, the GDN state is all in the conv dtype (--mamba-ssm-cache-dtype unread)
+# Blackwell with 256-wide heads: FlashInfer's kernels need 32-token blocks, on SM 10.0 from 0.11.1 and on
+# every SM 10.x from 0.13.0, until 0.18.0 (the check moved to the backends, whose smallest block is 16)
+BLACKWELL_HEAD256_32 = (Version("0.11.1"), Version("0.18.0"))
+BLACKWELL_FAMILY_FROM = Version("0.13.0")
+
+
+def _unpriced_hybrid(architecture: str, why: str) -> EstimateError:
+    return EstimateError(f"{architecture}: {why}; the vLLM estimate model does not price it",
+                         hint="measure the role (kvcheck verify MANIFEST)")
+
+
+def _flag(args: Mapping[str, Any], name: str) -> bool | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() not in ("false", "0", "no", "off")
+
+
+def _state_layer_types(text: Mapping[str, Any], architecture: str, n: int) -> tuple[int, int]:
+    """(attention layers, state layers) of the whole model, the way the architecture states them."""
+    if architecture == "FalconH1ForCausalLM":  # every layer runs attention and Mamba2 side by side
+        return n, n
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:  # NemotronH: M Mamba2, * attention, - MLP, E MoE
+        return pattern.count("*"), pattern.count("M")
+    types = text.get("layers_block_type") or text.get("layer_types")
+    if isinstance(types, list) and types:
+        kinds = [str(t).lower() for t in types]
+        attention = sum(1 for t in kinds if t in ("attention", "full_attention"))
+        state = sum(1 for t in kinds if t in ("mamba", "linear_attention"))
+        if attention + state:
+            return attention, state
+    interval = _int(text, "full_attention_interval")
+    if interval:  # Qwen3-Next: layer i is full attention when (i + 1) % interval == 0
+        attention = sum(1 for i in range(n) if (i + 1) % interval == 0)
+        return attention, n - attention
+    raise _unpriced_hybrid(architecture, "its config states no layer pattern (layer_types, "
+                           "hybrid_override_pattern, full_attention_interval)")
+
+
+def _need(text: Mapping[str, Any], architecture: str, *names: str) -> int:
+    value = _int(text, *names)
+    if value is None:
+        raise _unpriced_hybrid(architecture, f"its config states no {names[0]}")
+    return value
+
+
+def _divide(value: int, tp: int, what: str, architecture: str) -> int:
+    if value % tp:
+        raise EstimateError(f"vLLM refuses it: {architecture}'s {what} ({value}) is not divisible by "
+                            f"--tensor-parallel-size {tp}")
+    return value // tp
+
+
+def mamba_state(text: Mapping[str, Any], architecture: str, *, tp: int, model_dtype: str,
+                version: Version | None, args: Mapping[str, Any]) -> tuple[list[int], list[int], dict[str, Any]]:
+    """One state layer's state as vLLM allocates it: (elements per tensor, bytes per element, parts).
+
+    Shapes from MambaStateShapeCalculator (gated_delta_net_state_shape, mamba2_state_shape), dtypes from
+    MambaStateDtypeCalculator: the conv state in --mamba-cache-dtype (auto: the model dtype), the SSM/GDN
+    state in --mamba-ssm-cache-dtype (auto: the conv dtype), which Qwen3.5 (from 0.17.0) and NemotronH
+    (from 0.13.0) set from their config when it is auto. Before 0.17.0 a GDN state is all in the conv dtype."""
+    kind = HYBRID_FAMILIES[architecture][0]
+    conv_arg = str(args.get("mamba_cache_dtype") or "auto")
+    ssm_arg = str(args.get("mamba_ssm_cache_dtype") or "auto")
+    for name, value in (("--mamba-cache-dtype", conv_arg), ("--mamba-ssm-cache-dtype", ssm_arg)):
+        if value != "auto" and value not in TORCH_BYTES:
+            raise _unpriced_hybrid(architecture, f"{name} {value} is not a dtype the estimate knows")
+    conv_dtype = model_dtype if conv_arg == "auto" else conv_arg
+    rules = version or NEWEST_RULES
+    if ssm_arg == "auto" and architecture.startswith("Qwen3_5") and rules >= QWEN35_SSM_DTYPE_FROM:
+        ssm_arg = str(text.get("mamba_ssm_dtype") or "auto")
+    if ssm_arg == "auto" and architecture == "NemotronHForCausalLM":
+        for since, default in NEMOTRON_SSM_DEFAULT:
+            if rules >= since:
+                ssm_arg = str(text.get("mamba_ssm_cache_dtype") or default)
+    ssm_dtype = conv_dtype if ssm_arg == "auto" or (kind == "gdn" and rules < GDN_SSM_DTYPE_FROM) else ssm_arg
+    if ssm_dtype not in TORCH_BYTES:
+        raise _unpriced_hybrid(architecture, f"its SSM state dtype {ssm_dtype} is not one the estimate knows")
+    if kind == "gdn":
+        k_heads = _need(text, architecture, "linear_num_key_heads")
+        v_heads = _need(text, architecture, "linear_num_value_heads")
+        k_dim = _need(text, architecture, "linear_key_head_dim")
+        v_dim = _need(text, architecture, "linear_value_head_dim")
+        kernel = _need(text, architecture, "linear_conv_kernel_dim")
+        conv_dim = _divide(k_dim * k_heads * 2 + v_dim * v_heads, tp, "GDN conv width", architecture)
+        conv = conv_dim * (kernel - 1)
+        ssm = _divide(v_heads, tp, "linear_num_value_heads", architecture) * v_dim * k_dim
+        parts = {"state": "gated delta net", "conv_state": [kernel - 1, conv_dim],
+                 "ssm_state": [v_heads // tp, v_dim, k_dim]}
+    else:
+        if architecture == "NemotronHForCausalLM":
+            heads = _need(text, architecture, "mamba_num_heads")
+            head_dim = _need(text, architecture, "mamba_head_dim")
+            groups = _need(text, architecture, "n_groups")
+            state = _need(text, architecture, "ssm_state_size")
+            kernel = _need(text, architecture, "conv_kernel")
+            inner = heads * head_dim
+        else:  # Granite-4.0-H, Falcon-H1
+            heads = _need(text, architecture, "mamba_n_heads")
+            head_dim = _need(text, architecture, "mamba_d_head")
+            groups = _need(text, architecture, "mamba_n_groups")
+            state = _need(text, architecture, "mamba_d_state")
+            kernel = _need(text, architecture, "mamba_d_conv")
+            expand = text.get("mamba_expand")
+            d_ssm = _int(text, "mamba_d_ssm") if architecture == "FalconH1ForCausalLM" else None
+            hidden = _need(text, architecture, "hidden_size")
+            if d_ssm is not None:
+                inner = d_ssm
+            elif isinstance(expand, int | float) and not isinstance(expand, bool):
+                inner = int(expand * hidden)
+            else:
+                raise _unpriced_hybrid(architecture, "its config states no mamba_expand")
+        groups += 0 if groups % tp == 0 else tp - groups  # extra_groups_for_head_shards
+        conv_dim = _divide(inner + 2 * groups * state, tp, "Mamba2 conv width", architecture)
+        conv = conv_dim * (kernel - 1)
+        ssm = _divide(heads, tp, "Mamba2 head count", architecture) * head_dim * state
+        parts = {"state": "mamba2", "conv_state": [kernel - 1, conv_dim], "ssm_state": [heads // tp, head_dim, state]}
+    dtypes = [TORCH_BYTES[conv_dtype], TORCH_BYTES[ssm_dtype]]
+    parts.update(conv_dtype=conv_dtype, ssm_dtype=ssm_dtype)
+    return [conv, ssm], dtypes, parts
+
+
+def mamba_cache_mode(architecture: str, args: Mapping[str, Any], version: Version | None) -> str:
+    """The mamba_cache_mode vLLM runs the role in (MambaModelConfig.verify_and_update_config)."""
+    rules = version or NEWEST_RULES
+    prefix = _flag(args, "enable_prefix_caching")
+    asked = str(args.get("mamba_cache_mode") or "none")
+    if asked not in ("none", "align", "all"):
+        raise _unpriced_hybrid(architecture, f"--mamba-cache-mode {asked} is not a mode vLLM knows")
+    if rules < ALIGN_MODE_FROM:
+        # 0.11.0 turns prefix caching off for hybrids; 0.11.1-0.14.x keep it (off by default) only for models
+        # whose Mamba layers support it, in what became mode "all"
+        if prefix and architecture in MAMBA_ALL_MODE and rules >= Version("0.11.1"):
+            raise _unpriced_hybrid(architecture, f"prefix caching on Mamba layers in vLLM {rules} sizes blocks "
+                                   "by the SSD kernel's chunk size")
+        return "none"
+    if prefix is None:
+        prefix = rules >= HYBRID_PREFIX_DEFAULT_FROM
+    if not prefix:
+        return "none"
+    mode = asked
+    if mode == "none":
+        mode = "align" if rules >= ALIGN_FOR_ALL_FROM or architecture not in MAMBA_ALL_MODE else "all"
+    if mode == "all" and architecture not in MAMBA_ALL_MODE:
+        mode = "align"
+    if mode == "all":
+        raise _unpriced_hybrid(architecture, "prefix caching in mamba_cache_mode 'all' sizes blocks by the "
+                               "Mamba2 SSD kernel's chunk size (set --mamba-cache-mode align, or measure)")
+    return mode
+
+
+def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: int, kv_dtype: str,
+                  block_size: int | None, device: str, model_dtype: str, version: Version | None,
+                  sm: int | None, args: Mapping[str, Any]) -> KvLayout:
+    """The pool layout of a hybrid model as vLLM builds it, or an EstimateError naming what it does not price."""
+    family = HYBRID_FAMILIES.get(architecture)
+    if family is None:
+        raise _unpriced_hybrid(architecture, "its layers keep recurrent (Mamba, linear-attention or KDA) state "
+                               "of a kind the estimate does not reproduce (it prices Qwen3-Next/Qwen3.5 GDN and "
+                               "the NemotronH, Granite-4.0-H and Falcon-H1 Mamba2 hybrids)")
+    rules = version or NEWEST_RULES
+    if version is not None and version < family[1]:
+        raise EstimateError(f"vLLM {version} does not serve {architecture} the way the estimate prices it "
+                            f"(from {family[1]})", hint="pin a newer vLLM release, or measure the role")
+    if _int(text, "kv_lora_rank") is not None:
+        raise _unpriced_hybrid(architecture, "MLA attention beside state layers aligns blocks to the MLA kernels")
+    if device == "cpu":
+        raise _unpriced_hybrid(architecture, "vLLM's CPU backend lays hybrid state pages out its own way")
+    if pp > 1:
+        raise _unpriced_hybrid(architecture, "pipeline stages split the attention and state layers unevenly")
+    if args.get("speculative_config"):
+        raise _unpriced_hybrid(architecture, "speculative decoding widens the state (conv state and "
+                               "speculative blocks per request)")
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise _unpriced_hybrid(architecture, f"--kv-cache-dtype {kv_dtype}")
+    block_types = text.get("layers_block_type")
+    if _int(text, "num_hidden_layers", "n_layers", "num_layers") is None and isinstance(block_types, list) and block_types:
+        layers = len(block_types)  # Nemotron-3 Ultra states its layers only as layers_block_type
+    else:
+        layers = _need(text, architecture, "num_hidden_layers", "n_layers", "num_layers")
+    attention, state_layers = _state_layer_types(text, architecture, layers)
+    if not attention or not state_layers:
+        raise _unpriced_hybrid(architecture, f"{attention} attention and {state_layers} state layers: not a hybrid "
+                               "of both")
+    heads = _need(text, architecture, "num_attention_heads")
+    hidden = _need(text, architecture, "hidden_size")
+    kv_heads = _int(text, "num_key_value_heads") or heads
+    head_dim = _int(text, "head_dim", "attention_head_dim") or hidden // heads
+    per_rank = max(1, kv_heads // tp)
+    elem = KV_DTYPE_BYTES[kv_dtype]
+    attn_token = 2 * per_rank * head_dim * elem  # FullAttentionSpec page of one token
+    sizes, dtypes, parts = mamba_state(text, architecture, tp=tp, model_dtype=model_dtype, version=version, args=args)
+    state_bytes = sum(n * b for n, b in zip(sizes, dtypes, strict=True))
+    mode = mamba_cache_mode(architecture, args, version)
+    # the attention block: the smallest multiple of the kernel alignment whose page holds the state
+    blackwell = sm is not None and (sm // 10 == 10 if rules >= BLACKWELL_FAMILY_FROM else sm == 100)
+    blackwell_32 = blackwell and head_dim == 256 and BLACKWELL_HEAD256_32[0] <= rules < BLACKWELL_HEAD256_32[1]
+    align = 32 if blackwell_32 else 16
+    if block_size is not None and rules >= Version("0.20.0"):
+        align = max(align, block_size)  # _align_hybrid_block_size: max(kernel block, cache block size)
+    needed = align * math.ceil(state_bytes / (align * attn_token))
+    block = max(block_size or 16, needed)
+    page = block * attn_token
+    # groups: the attention layers and the state layers (one page size after padding), in groups of the
+    # smaller count (the larger when they differ by less than 25%, 50% from 0.18.0)
+    threshold = 1.5 if rules >= Version("0.18.0") else 1.25
+    fewest, most = min(attention, state_layers), max(attention, state_layers)
+    group = most if most < fewest * threshold else fewest
+    parts.update(kv_heads_per_rank=per_rank, head_dim=head_dim, layers=layers, full_layers=attention,
+                 mamba_layers=state_layers, group_layers=group, attention_bytes_per_token_per_layer=attn_token,
+                 mamba_state_bytes=state_bytes, mamba_page_padded_bytes=page, mamba_cache_mode=mode,
+                 kernel_block_alignment=align)
+    return KvLayout(kind="hybrid_mamba", block_size=block, full_layers=attention, sliding_layers=0,
+                    sliding_window=None, page_bytes=page, group_layers=group, kv_dtype=kv_dtype,
+                    kv_heads_per_rank=per_rank, parts=parts, mamba_layers=state_layers,
+                    mamba_blocks_per_request=2 if mode == "align" else 1, mamba_state_bytes=state_bytes,
+                    mamba_cache_mode=mode, group_usage=rules >= GROUP_USAGE_FROM)

@@ -17,6 +17,7 @@ from kvcheck.engines.vllm.sizing import memory as mem
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
     KvLayout,
+    is_hybrid,
     kv_layout,
     model_dtype_of,
     resolve_kv_dtype,
@@ -165,6 +166,12 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     if source.checkpoint_bytes:
         assumptions.append("weights: model.safetensors.index.json total_size / (tp x pp)")
         return source.checkpoint_bytes / (inp.tp * inp.pp), mem.WEIGHTS_INDEX_BAND, "checkpoint-index"
+    if is_hybrid(source.text, source.architecture):
+        raise EstimateError(
+            f"{source.architecture} has recurrent-state (GDN/Mamba) layers, whose weights the vLLM estimate does not "
+            "count from config.json (it counts them as attention layers)",
+            hint="give the checkpoint (model_path with model.safetensors.index.json), estimate.weights_gib_per_gpu, "
+            "or --kv-cache-memory-bytes")
     linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
     tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
     attention = float(model_bytes) if attention_unquantized(source.quant) else None
@@ -223,8 +230,17 @@ def estimate_role(
         raise EstimateError(f"vLLM refuses it: the model's {heads} attention heads are not divisible by "
                             f"--tensor-parallel-size {inp.tp}")
     layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
-                       block_size=_int_arg(args, "block_size"), device=device)
-    if not args.get("block_size"):
+                       block_size=_int_arg(args, "block_size"), device=device, model_dtype=model_dtype,
+                       version=version, sm=gpu.sm if gpu else None, args=args)
+    if layout.mamba_layers:
+        assumptions.append(
+            f"hybrid model: {layout.full_layers} attention and {layout.mamba_layers} state layers; vLLM raises the "
+            f"attention block to {layout.block_size} tokens so one attention page ({layout.page_bytes:,} B) holds "
+            f"a state layer's {layout.mamba_state_bytes:,} B, pads the state page to it, and groups the layers "
+            f"{layout.group_layers} a group ({layout.full_groups} attention + {layout.mamba_groups} state groups); "
+            f"mamba_cache_mode {layout.mamba_cache_mode}: each request also holds "
+            f"{layout.mamba_blocks_per_request} block(s) per state group")
+    elif not args.get("block_size"):
         assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
 
     parts: OrderedDict[str, Any] = OrderedDict()
@@ -232,7 +248,7 @@ def estimate_role(
     if inp.explicit_kv_bytes is not None:
         avail = (inp.explicit_kv_bytes,) * 3
         if total is not None and gpu is not None and device != "cpu":
-            oom = _explicit_cache_oom(target, source, inp, total, gpu, model_dtype)
+            oom = _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions)
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
     else:
@@ -242,8 +258,12 @@ def estimate_role(
         # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
         # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
         # pool (the null block costs a CPU pool more), the range covers both.
-        cpu_layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype, block_size=None,
-                               device="cpu")
+        try:
+            cpu_layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
+                                   block_size=None, device="cpu", model_dtype=model_dtype, version=version, args=args)
+        except EstimateError as exc:  # a hybrid: the CPU build's layout is not priced, so neither build is certain
+            raise EstimateError(f"no GPU named, so vLLM's CPU build is possible: {exc.message}",
+                                hint="name the GPU (gpu: in the manifest) so the CUDA build's layout is priced") from exc
         both = [_finish(target, source, inp, each, avail, parts, list(assumptions), gpu, kv_dtype, model_dtype)
                 for each in (layout, cpu_layout)]
         best = min(both, key=lambda est: est.pool_tokens)
@@ -259,13 +279,18 @@ def estimate_role(
 
 
 def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
-                        gpu: GpuProfile, model_dtype: str) -> str | None:
+                        gpu: GpuProfile, model_dtype: str, assumptions: list[str]) -> str | None:
     """Why an explicit --kv-cache-memory-bytes cannot be allocated beside the weights, or None when it can.
 
     vLLM skips its memory profile and allocates the cache as given: a cache larger than the GPU's memory less
     the weights (at the light end of their band, so the verdict is certain) fails the start with a CUDA out
     of memory. Checked only where the GPU is named."""
-    weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
+    try:
+        weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
+    except EstimateError:  # a hybrid's weights are not counted from config.json
+        assumptions.append("the weights are not known (a hybrid's are not counted from config.json): whether the "
+                           "explicit cache fits beside them is not checked")
+        return None
     light = weights * (1 - band)
     room = (total.gib + total.band_gib) * GIB - light
     if inp.explicit_kv_bytes is None or inp.explicit_kv_bytes <= room:
@@ -440,6 +465,17 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     details["model_config"] = source.origin
     details["assumptions"] = assumptions
     concurrency = pool / context if context else 0.0
+    if layout.mamba_layers:
+        # a hybrid's requests each hold blocks in every group: vLLM's own figures ("GPU KV cache size",
+        # "Maximum concurrency"), from the blocks and the groups, by release
+        blocks = details["num_gpu_blocks"]
+        release = mem.release(target.engine_version)
+        concurrency = layout.max_concurrency(blocks, context, inp.batched_tokens) if context else 0.0
+        details["kv_cache_groups"] = {"attention": layout.full_groups, "state": layout.mamba_groups,
+                                      "layers_per_group": layout.group_layers}
+        details["mamba_cache_mode"] = layout.mamba_cache_mode
+        details["vllm_reported_kv_cache_tokens"] = (
+            layout.reported_tokens(blocks, context, inp.batched_tokens, release) if context else 0)
     details["max_concurrency_at_window"] = round(concurrency, 2)
     return PoolEstimate(
         role=target.name, pool_tokens=pool, pool_range=(low, high), context_len=context,

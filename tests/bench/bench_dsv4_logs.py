@@ -19,7 +19,8 @@ MODELS = HERE / "tests" / "data" / "models"
 # (case, model config, GPU, release, args, logged weights GiB (mem usage), logged outcome)
 CASES = (
     ("V4-Pro FP4 experts, 8xH200 TP8, mfs 0.88 (InferenceX #2128)", "deepseek-ai--DeepSeek-V4-Pro", "H200", "0.5.14",
-     {"tp_size": 8, "mem_fraction_static": 0.88}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
+     {"tp_size": 8, "mem_fraction_static": 0.88, "moe_runner_backend": "marlin", "max_running_requests": 8,
+      "chunked_prefill_size": 4096, "disable_radix_cache": True}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
     ("V4-Flash-Base FP8 experts, 8xH20 TP8, mfs 0.60 (fixture)", "sgl-project--DeepSeek-V4-Flash-FP8", "H20", "0.5.12",
      {"tp_size": 8, "mem_fraction_static": 0.6}, 93.61 - 57.01, "1,317,632 tokens"),
 )

@@ -328,6 +328,8 @@ FMT_BYTES = {
     "fp8": 1.0 + 4 / (128 * 128),
     "mxfp4": 0.5 + 1 / 32,  # packed E2M1 + one E8M0 scale byte per 32
     "mxfp4_fp32_scales": 0.5 + 4 / 32,  # packed E2M1 + a float32 scale per 32 (the FP8 MoE method's staging)
+    # Marlin before 0.5.16: the repacked E2M1 and E8M0 Marlin scales, plus the float32 loader scales it never frees
+    "mxfp4_marlin_fp32_kept": 0.5 + 1 / 32 + 4 / 32,
     "nvfp4": 0.5 + 1 / 16,  # packed E2M1 + one FP8 E4M3 scale per 16 (ModelOpt)
 }
 
@@ -366,6 +368,8 @@ def expert_format(
       128 (0.5.17 on); 0.5.12 had no aiter FP4 path (the FP8 method's float32 scales).
     - SM90 and SM100 from 0.5.19, SM120 from 0.5.16: flashinfer_mxfp4 keeps the E8M0 scales (the SM90
       W4A16 interleave makes same-size copies and frees the old ones), 0.53125 B per weight.
+    - Marlin (explicit, or SM120's default in 0.5.13-0.5.15): E8M0 Marlin scales, plus the float32 loader
+      scales it keeps registered before 0.5.16 (see _marlin_format).
     - Before that (and with an explicit other MoE runner): the FP8 MoE method stages each 32-weight
       block's scale as float32 (0.625 B per weight); only the DeepGEMM path of a DeepEP/Mooncake/NIXL
       all-to-all on SM100 repacks them to UE8M0 (0.53125).
@@ -421,12 +425,44 @@ def _expert_format(
     a2a = (moe_a2a_backend or "none").lower()
     if backend == "flashinfer_mxfp4" or (backend == "auto" and flashinfer_default and a2a == "none"):
         return ExpertFormat("mxfp4", 1, "flashinfer_mxfp4 MoE runner: MXFP4 experts with their E8M0 scales")
+    sm120_marlin = sm in (120, 121) and rules.has(DSV4_FP4_SM120_MARLIN) and not rules.has(rel.DSV4_FP4_SM120_FLASHINFER)
+    if backend == "marlin" or (backend == "auto" and sm120_marlin):
+        return _marlin_format(rules, sm)
     if sm in (100, 103) and a2a in ("deepep", "mooncake", "nixl"):
         return ExpertFormat("mxfp4", 1, "DeepGEMM MoE: MXFP4 experts with scales repacked to UE8M0")
     return ExpertFormat(
         "mxfp4_fp32_scales", 1,
         "FP8 MoE method: MXFP4 experts with a float32 scale per 32 weights (0.625 B per weight)",
     )
+
+
+# Marlin W4A16 for V4's MXFP4 experts (layers/quantization/mxfp4_marlin_moe.py, marlin_utils_fp4.py)
+DSV4_FP4_SM120_MARLIN = "0.5.13"  # SM120 defaults V4's MoE runner to marlin (until 0.5.16's flashinfer_mxfp4)
+DSV4_MARLIN_FREES_LOADER_SCALES = "0.5.16"  # prepare_moe_mxfp4_layer_for_marlin deletes w13/w2_weight_scale_inv
+DSV4_MARLIN_PAD_AT_CREATE = "0.5.13"  # create_weights rounds the per-rank intermediate up to 128 (hidden to 256)
+DSV4_MARLIN_SM90_LOGICAL = "0.5.20"  # on SM90 create_weights keeps the logical width; the repack pads it to 64
+
+
+def _marlin_format(rules: rel.SizingRules, sm: int | None) -> ExpertFormat:
+    """V4's MXFP4 experts under --moe-runner-backend marlin (SM120's default in 0.5.13-0.5.15).
+
+    Mxfp4MarlinMoEMethod.create_weights registers the loader-format experts (int8-packed E2M1) and scales
+    (float32 until 0.5.16, E8M0 after); process_weights_after_loading repacks the weights (gptq_marlin_repack,
+    the same bytes) and sets new E8M0 `w13/w2_weight_scale` (one byte per 32). Before 0.5.16 the float32
+    `w13/w2_weight_scale_inv` stay registered on the layer, so each expert weight costs 0.5 + 1/32 + 4/32 B;
+    0.5.16 deletes them ("release the loader-format parameters"). The per-rank intermediate is padded to 128
+    at create_weights from 0.5.13 (not on SM90 from 0.5.20), and the repack pads it to 64 (V4's hidden sizes
+    are multiples of 128 and of create_weights' 256).
+    """
+    fmt = "mxfp4" if rules.has(DSV4_MARLIN_FREES_LOADER_SCALES) else "mxfp4_marlin_fp32_kept"
+    pad_at_create = rules.has(DSV4_MARLIN_PAD_AT_CREATE) and not (sm == 90 and rules.has(DSV4_MARLIN_SM90_LOGICAL))
+    align = 128 if pad_at_create else 64
+    if fmt == "mxfp4":
+        note = f"Marlin MoE runner: MXFP4 experts repacked with E8M0 scales, intermediate per rank padded to {align}"
+    else:
+        note = (f"Marlin MoE runner: MXFP4 experts repacked with E8M0 scales, and the float32 loader scales kept "
+                f"(0.65625 B per weight), intermediate per rank padded to {align}")
+    return ExpertFormat(fmt, align, note)
 
 
 def weights_bytes(

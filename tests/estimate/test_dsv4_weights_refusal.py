@@ -91,10 +91,11 @@ def test_v4_pro_on_hopper_weighs_what_the_release_loads() -> None:
     # every release: -19 %)
     assert _estimate("0.5.14", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(119.311, abs=0.001)
     assert _estimate("0.5.23", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.423, abs=0.001)
-    # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384 but every
-    # layer holds its own bf16 RoPE cos/sin tables (61 x 128 MiB); the rotary_emb's table is bf16 on ROCm
-    # before 0.5.22 (128 MiB)
-    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(134.198, abs=0.001)
+    # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384; from 0.5.13
+    # every layer also holds its own bf16 RoPE cos/sin tables on ROCm (MQALayer's `if _is_hip`: 61 x 128 MiB);
+    # the rotary_emb's table is bf16 on ROCm before 0.5.22 (128 MiB)
+    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(
+        134.198 + 61 / 8, abs=0.001)
     assert _estimate("0.5.17", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(
         102.173 + 61 / 8 + 0.125, abs=0.001)
 
@@ -122,8 +123,10 @@ def _rope_gib(config: Path, version: str, vendor: str, **override: object) -> fl
     (FLASH, "0.5.13", "nvidia", 1.0),
     (PRO, "0.5.14", "nvidia", 0.5),
     (FLASH, "0.5.23", "nvidia", 1.0),
-    # ROCm: bf16 until 0.5.22 (128 MiB), plus (0.5.16 on) every layer's own bf16 cos/sin (128 MiB a layer)
-    (FLASH, "0.5.13", "amd", 0.75),
+    # ROCm: bf16 until 0.5.22 (128 MiB), plus (0.5.13 on) every layer's own bf16 cos/sin (128 MiB a layer);
+    # 0.5.12 has neither the rotary_emb nor the per-layer copies
+    (FLASH, "0.5.12", "amd", 0.5),
+    (FLASH, "0.5.13", "amd", 0.75 + 43 / 8),
     (FLASH, "0.5.21", "amd", 0.75 + 43 / 8),
     (FLASH, "0.5.22", "amd", 1.0 + 43 / 8),
 ])

@@ -341,7 +341,7 @@ class ExpertFormat:
     fmt: str
     inter_align: int  # the per-rank intermediate width is padded up to a multiple of this (1: none)
     note: str
-    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.16 on)
+    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.13 on)
     rope_cache_entry_bytes: int = 0  # bytes per entry of each rotary_emb's cos_sin_cache (0: no rotary_emb, 0.5.12)
     rope_plain_swa: bool = False  # the uncompressed layers' rotary_emb is plain RoPE over max_position (0.5.18 on)
 
@@ -530,7 +530,7 @@ def weights_bytes(
     # RoPE tables built at model init (models/deepseek_v4.py): each attention layer registers a complex64
     # freqs_cis of max_position_embeddings x rope_dim / 2 (8 B each), shared through precompute_freqs_cis's
     # lru_cache by the layers of one rope setting (uncompressed layers: rope_theta; compressed ones:
-    # compress_rope_theta with the YaRN original length); on ROCm (0.5.16 on) every layer also keeps its
+    # compress_rope_theta with the YaRN original length); on ROCm (0.5.13 on) every layer also keeps its
     # own bf16 cos and sin copies (cos_cache / sin_cache), 4 B per table entry
     positions = int(text.get("max_position_embeddings") or 0)
     rope_half = int(text.get("qk_rope_head_dim") or 64) // 2

@@ -40,11 +40,16 @@ STATE_DTYPE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
 KV_ROW_BYTES = 448 + 64 * 2 + 8  # fp8 nope + bf16 rope + 7 scales + 1 pad (the configurator's kv_bytes before 0.5.21)
 
+LAYOUT_PRE_0_5_12 = "pre-0.5.12"
 LAYOUT_0_5_12 = "0.5.12"
 LAYOUT_0_5_13 = "0.5.13"
 LAYOUT_0_5_15 = "0.5.15"
 LAYOUT_0_5_21 = "0.5.21"
 LAYOUTS = {
+    LAYOUT_PRE_0_5_12: (
+        "a development build before 0.5.12 (the ROCm image of issue 25118): 0.5.12's arithmetic with the speculative "
+        "rings 16/256 always and no V4 override of swa_full_tokens_ratio (0.8)"
+    ),
     LAYOUT_0_5_12: "0.5.12: c4/c128 compress states per SWA slot, every compress_ratios entry on every rank",
     LAYOUT_0_5_13: "0.5.13-0.5.14: c4/c128 compress states per SWA slot, the PP stage's layers",
     LAYOUT_0_5_15: "0.5.15-0.5.20: c4 state per SWA slot, c128 state request-scoped, unpadded rows",
@@ -119,6 +124,8 @@ def plan(
     """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank, in `layout`'s era."""
     if page_size % 128:
         raise EstimateError(f"page size {page_size}: SGLang asserts a multiple of 128 for compressed attention")
+    if layout == LAYOUT_PRE_0_5_12:
+        stage = range(len(compress_ratios))  # like 0.5.12: every compress_ratios entry, on every PP stage
     ratios = [compress_ratios[i] for i in stage if i < len(compress_ratios)]
     if any(r not in (0, 4, 128) for r in ratios):
         raise EstimateError("DeepSeek-V4 compress ratios 1/2 (V4.1 low-ratio pools) are not priced by the estimate model")
@@ -217,19 +224,23 @@ def _swa_slot_plan(
     rings get_compress_state_ring_size(ratio, is_speculative). From 0.5.15 the c128 state is
     _get_c128_state_fixed_bytes(max_running_requests): fixed bytes taken from the budget first.
     """
-    ring4, ring128 = (16, 256) if speculative else (8, 128)
+    # the development build of issue 25118 (2026-05-12) sizes the rings as 0.5.12 does for a draft, with none
+    # running (c4_state_pool_size = swa_size / 8, c128_state_pool_size = 2 x swa_size in its log)
+    ring4, ring128 = (16, 256) if speculative or layout == LAYOUT_PRE_0_5_12 else (8, 128)
     window = max(1, sliding_window)
     l4, l128 = by_ratio.get(4, 0), by_ratio.get(128, 0)
     indexer_bytes = index_head_dim + index_head_dim // 128 * 4
     c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
     c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
     c128_state = 2 * head_dim * STATE_DTYPE_BYTES
-    c128_per_slot = layout in (LAYOUT_0_5_12, LAYOUT_0_5_13)
+    c128_per_slot = layout in (LAYOUT_PRE_0_5_12, LAYOUT_0_5_12, LAYOUT_0_5_13)
     bytes_per_swa = KV_ROW_BYTES * layers + ring4 / window * (c4_state + c4_indexer_state) * l4
     if c128_per_slot:
         bytes_per_swa += ring128 / window * c128_state * l128
     compressed = (KV_ROW_BYTES + indexer_bytes) / 4 * l4 + KV_ROW_BYTES / 128 * l128
-    swa_ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if swa_ratio_arg is None else float(swa_ratio_arg)
+    # before 0.5.12's hook (deepseek_v4_hook.py) the field's own default 0.8 stays
+    default_ratio = 0.8 if layout == LAYOUT_PRE_0_5_12 else DEFAULT_SWA_FULL_TOKENS_RATIO
+    swa_ratio = default_ratio if swa_ratio_arg is None else float(swa_ratio_arg)
     full = swa_ratio * bytes_per_swa + compressed
     spec_infl = (layers + 1) / layers if speculative and layers else 1.0
     full *= spec_infl
@@ -271,7 +282,7 @@ def layout_for(version: str | None) -> tuple[str, str | None]:
     if version is None:
         return LAYOUT_0_5_21, (
             "engine.version is not stated, and DeepSeek-V4's pool layout changed between SGLang releases "
-            "(0.5.12, 0.5.13, 0.5.15, 0.5.21)"
+            "(0.5.12, 0.5.13, 0.5.15, 0.5.21) and the development builds before 0.5.12"
         )
     try:
         parsed = Version(version)
@@ -295,6 +306,23 @@ def layout_for(version: str | None) -> tuple[str, str | None]:
             "code kvcheck has read"
         )
     return _layout_of(base), None
+
+
+def range_layouts(version: str | None) -> tuple[str, ...]:
+    """The layouts the KV108 range spans for a build whose layout kvcheck cannot place (layout_for's second item).
+
+    Every release layout; and the pre-0.5.12 development layout only where the build may predate 0.5.12: no
+    version stated, an unreadable one, or a development / release-candidate build of 0.5.12 or earlier (a
+    0.5.22rc1 is not a May 2026 image).
+    """
+    releases = tuple(k for k in LAYOUTS if k != LAYOUT_PRE_0_5_12)
+    try:
+        parsed = Version(version) if version is not None else None
+    except InvalidVersion:
+        parsed = None
+    if parsed is not None and Version(parsed.base_version) > Version(rel.DSV4_FIRST):
+        return releases
+    return (LAYOUT_PRE_0_5_12, *releases)
 
 
 def _layout_of(base: Version) -> str:

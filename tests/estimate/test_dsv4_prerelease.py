@@ -11,8 +11,7 @@ import pytest
 
 from kvcheck.engines.sglang.sizing import dsv4, estimate_role
 from kvcheck.model import EstimateInputs, RoleTarget
-from tests.datapaths import MODELS
-from tests.estimate.calibration_cases import DATAPOINTS
+from tests.datapaths import DATAPOINTS, MODELS
 
 LOG = DATAPOINTS.parent / "sglang-dsv4-flash-fp8-4xMI300X-tp4-dp4-dpattn-issue25118.log"
 FLASH_FP8 = MODELS / "sgl-project--DeepSeek-V4-Flash-FP8.json"

@@ -19,9 +19,16 @@ MODELS = HERE / "tests" / "data" / "models"
 # (case, model config, GPU, release, args, logged weights GiB (mem usage), logged outcome)
 CASES = (
     ("V4-Pro FP4 experts, 8xH200 TP8, mfs 0.88 (InferenceX #2128)", "deepseek-ai--DeepSeek-V4-Pro", "H200", "0.5.14",
-     {"tp_size": 8, "mem_fraction_static": 0.88}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
+     {"tp_size": 8, "mem_fraction_static": 0.88, "moe_runner_backend": "marlin", "max_running_requests": 8,
+      "chunked_prefill_size": 4096, "disable_radix_cache": True}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
     ("V4-Flash-Base FP8 experts, 8xH20 TP8, mfs 0.60 (fixture)", "sgl-project--DeepSeek-V4-Flash-FP8", "H20", "0.5.12",
      {"tp_size": 8, "mem_fraction_static": 0.6}, 93.61 - 57.01, "1,317,632 tokens"),
+    # a ROCm development build (sglang#25118): no release, so the KV108 range over every layout applies
+    ("V4-Flash-FP8, 4xMI300X TP4 DP4 DP attention, mfs 0.88 (sglang#25118, dev build)", "sgl-project--DeepSeek-V4-Flash-FP8",
+     "MI300X", None,
+     {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True, "mem_fraction_static": 0.88, "max_running_requests": 256,
+      "page_size": 256, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True, "chunked_prefill_size": 8192,
+      "disable_cuda_graph": True, "swa_full_tokens_ratio": 0.8}, 73.43, "529,408 tokens (full_token)"),
 )
 
 
@@ -43,7 +50,7 @@ def main() -> int:
         predicted = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
         refused = [f.message for f in getattr(est, "findings", ()) if f.rule == "KV120"]
         pool = "refused" if refused or est.pool_tokens == 0 else f"{est.pool_tokens:,}"
-        print(f"| {name} | {release} | {logged:.2f} | {predicted:.2f} | {100 * (predicted - logged) / logged:+.1f} "
+        print(f"| {name} | {release or 'not stated'} | {logged:.2f} | {predicted:.2f} | {100 * (predicted - logged) / logged:+.1f} "
               f"| {outcome} | {pool} | {est.pool_range[0]:,}-{est.pool_range[1]:,} |")
     return 0
 

@@ -284,6 +284,14 @@ UNUSABLE: dict[str, str] = {
     "sglang-qwen38-27b-nvfp4-dflash2-2x5090-tp2-club3090-1261": "memory fraction and release not known",
     "sglang-qwen3-32b-4x5090-tp4-cp2-summary": "attention context parallelism: not priced by the estimate model",
     "sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture": "an abridged test fixture (its baseline reading fits H20 TP8)",
+    "sglang-grok2-fp8-8xH100-tp8-k8s-blog": (
+        "Grok-2 (Grok1ForCausalLM) is not a model kvcheck sizes; its baseline reading is the H100 8-rank check: "
+        "2,273 MiB in use on 0.5.2rc2, 717 MiB below the profile's 2,990 (docs/estimate.md)"
+    ),
+    "sglang-dsv4-flash-fp8-4xMI300X-tp4-dp4-dpattn-issue25118": (
+        "a ROCm development build that stops at the pool's allocation (no pool); its weights, baseline and "
+        "bytes_per_full_token are checked in tests/estimate/test_dsv4_prerelease.py"
+    ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
         "a refused start (no pool): its weights are checked (-5.1 %, the FP4 experts' float32 scales of that era), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"

@@ -23,13 +23,47 @@ def _fmt(version: str, vendor: str, sm: int | None, **kw: str) -> dsv4.ExpertFor
                               moe_runner_backend=kw.get("backend"), moe_a2a_backend=kw.get("a2a"))
 
 
+@pytest.mark.parametrize(("version", "sm", "fmt", "align"), [
+    ("0.5.12", 90, "mxfp4_marlin_fp32_kept", 64),  # no pad at create_weights; the repack pads to 64
+    ("0.5.14", 90, "mxfp4_marlin_fp32_kept", 128),  # the float32 w13/w2_weight_scale_inv stay registered
+    ("0.5.15", 120, "mxfp4_marlin_fp32_kept", 128),
+    ("0.5.16", 90, "mxfp4", 128),  # 0.5.16 deletes the loader scales (and loads them as E8M0)
+    ("0.5.20", 90, "mxfp4", 64),  # SM90 keeps the logical width at create_weights from 0.5.20
+    ("0.5.23", 120, "mxfp4", 128),
+])
+def test_marlin_keeps_the_loader_scales_until_0_5_16(version, sm, fmt, align) -> None:
+    got = _fmt(version, "nvidia", sm, backend="marlin")
+    assert (got.fmt, got.inter_align) == (fmt, align)
+    assert dsv4.FMT_BYTES["mxfp4_marlin_fp32_kept"] == 0.5 + 1 / 32 + 4 / 32
+
+
+def test_the_inferencex_launch_on_hopper_is_the_refusal_it_logged() -> None:
+    # InferenceX #2128's dsv4_fp8_h200_sglang.sh passes --moe-runner-backend marlin: 0.5.14's marlin keeps the
+    # float32 loader scales beside its E8M0 ones, 125.07 GiB per H200 against the logged 125.65 (-0.5 %; the
+    # FP8 method's float32 scales alone gave 119.44, -4.9 %), so the 0.88 start is refused as SGLang refused it
+    est = _estimate("0.5.14", "H200", 0.88, moe_runner_backend="marlin", max_running_requests=8)
+    loaded = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
+    assert loaded == pytest.approx(125.07, abs=0.005)
+    assert est.pool_tokens == 0 and est.pool_range == (0, 0)
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message.startswith("the engine would refuse to start: Loaded weights leave no GPU memory for the "
+                                    "KV cache under --mem-fraction-static=0.88.")
+    # 0.5.16 frees the float32 scales: the experts drop from 0.65625 to 0.53125 B per weight (112.59 GiB of
+    # experts at the FP8 method's 0.625 B: 118.22 -> 95.70), and the start fits
+    later = _estimate("0.5.16", "H200", 0.88, moe_runner_backend="marlin", max_running_requests=8)
+    assert est.details["weights_gib_per_gpu"] - later.details["weights_gib_per_gpu"] == pytest.approx(
+        112.588 * (0.65625 - 0.53125) / 0.625, abs=0.005)
+    assert later.pool_tokens > 0
+
+
 @pytest.mark.parametrize(("version", "vendor", "sm", "extra", "fmt", "align"), [
     ("0.5.14", "nvidia", 90, {}, "mxfp4_fp32_scales", 1),  # Hopper before flashinfer_mxfp4: float32 scales
     ("0.5.19", "nvidia", 90, {}, "mxfp4", 1),  # flashinfer_mxfp4 (W4A16 cutlass) keeps E8M0 scales
     ("0.5.18", "nvidia", 100, {}, "mxfp4_fp32_scales", 1),
     ("0.5.18", "nvidia", 100, {"a2a": "deepep"}, "mxfp4", 1),  # DeepGEMM repacks the scales to UE8M0
     ("0.5.23", "nvidia", 100, {}, "mxfp4", 1),
-    ("0.5.15", "nvidia", 120, {}, "mxfp4_fp32_scales", 1),
+    ("0.5.12", "nvidia", 120, {}, "mxfp4_fp32_scales", 1),
+    ("0.5.15", "nvidia", 120, {}, "mxfp4_marlin_fp32_kept", 128),  # SM120's marlin default, 0.5.13-0.5.15
     ("0.5.16", "nvidia", 120, {}, "mxfp4", 1),
     ("0.5.23", "nvidia", 90, {"backend": "triton"}, "mxfp4_fp32_scales", 1),
     ("0.5.12", "amd", None, {}, "mxfp4_fp32_scales", 1),
@@ -57,10 +91,11 @@ def test_v4_pro_on_hopper_weighs_what_the_release_loads() -> None:
     # every release: -19 %)
     assert _estimate("0.5.14", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(119.311, abs=0.001)
     assert _estimate("0.5.23", "H200", 0.95).details["weights_gib_per_gpu"] == pytest.approx(102.423, abs=0.001)
-    # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384 but every
-    # layer holds its own bf16 RoPE cos/sin tables (61 x 128 MiB); the rotary_emb's table is bf16 on ROCm
-    # before 0.5.22 (128 MiB)
-    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(134.198, abs=0.001)
+    # MI355X 0.5.15 pads each rank's 384-wide experts to 512 (aiter CK kernel), 0.5.17 keeps 384; from 0.5.13
+    # every layer also holds its own bf16 RoPE cos/sin tables on ROCm (MQALayer's `if _is_hip`: 61 x 128 MiB);
+    # the rotary_emb's table is bf16 on ROCm before 0.5.22 (128 MiB)
+    assert _estimate("0.5.15", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(
+        134.198 + 61 / 8, abs=0.001)
     assert _estimate("0.5.17", "MI355X", 0.95).details["weights_gib_per_gpu"] == pytest.approx(
         102.173 + 61 / 8 + 0.125, abs=0.001)
 
@@ -88,8 +123,10 @@ def _rope_gib(config: Path, version: str, vendor: str, **override: object) -> fl
     (FLASH, "0.5.13", "nvidia", 1.0),
     (PRO, "0.5.14", "nvidia", 0.5),
     (FLASH, "0.5.23", "nvidia", 1.0),
-    # ROCm: bf16 until 0.5.22 (128 MiB), plus (0.5.16 on) every layer's own bf16 cos/sin (128 MiB a layer)
-    (FLASH, "0.5.13", "amd", 0.75),
+    # ROCm: bf16 until 0.5.22 (128 MiB), plus (0.5.13 on) every layer's own bf16 cos/sin (128 MiB a layer);
+    # 0.5.12 has neither the rotary_emb nor the per-layer copies
+    (FLASH, "0.5.12", "amd", 0.5),
+    (FLASH, "0.5.13", "amd", 0.75 + 43 / 8),
     (FLASH, "0.5.21", "amd", 0.75 + 43 / 8),
     (FLASH, "0.5.22", "amd", 1.0 + 43 / 8),
 ])

@@ -217,7 +217,7 @@ def context_len_of(text: Mapping[str, Any], requested: int | None, env: Mapping[
     return int(requested), notes
 
 
-def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) -> str:  # noqa: C901 - a flat decision table
+def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None, tp: int = 1) -> str:  # noqa: C901 - a flat decision table
     """SGLang's default attention backend for the platform and model: one rule per return, in the
     order SGLang applies them, kept whole so it reads against SGLang's own code rule by rule."""
     arch = shape.architecture
@@ -232,7 +232,9 @@ def _default_backend(shape: ModelShape, gpu: GpuProfile, spec_topk: int | None) 
         if shape.kind == DSA:
             return "dsa"
         if shape.is_mla:
-            heads = shape.num_heads
+            # model_override_base.py: head_num = model_config.get_num_kv_heads(tp_size), the KV heads one rank
+            # holds (DeepSeek-V3's 128 are 32 at TP4: triton, so no aiter x0.85; 16 at TP8: aiter)
+            heads = max(1, shape.num_kv_heads // max(1, tp))
             return "aiter" if heads in (16, 128) else "triton"
         return "aiter"
     if shape.kind == DSA:
@@ -570,7 +572,7 @@ def _attention(c: _Inputs) -> tuple[str, int]:
     ):
         backend = args.get("prefill_attention_backend")
     user_backend = bool(backend)
-    backend = str(backend) if backend else _default_backend(shape, gpu, c.spec_topk)
+    backend = str(backend) if backend else _default_backend(shape, gpu, c.spec_topk, c.tp)
     user_page = args.get("page_size")
     qwen35_sm100 = not user_backend and _qwen3_5_sm100_backend(c, backend)
     if qwen35_sm100:

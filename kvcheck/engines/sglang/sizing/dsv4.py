@@ -40,11 +40,16 @@ STATE_DTYPE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
 KV_ROW_BYTES = 448 + 64 * 2 + 8  # fp8 nope + bf16 rope + 7 scales + 1 pad (the configurator's kv_bytes before 0.5.21)
 
+LAYOUT_PRE_0_5_12 = "pre-0.5.12"
 LAYOUT_0_5_12 = "0.5.12"
 LAYOUT_0_5_13 = "0.5.13"
 LAYOUT_0_5_15 = "0.5.15"
 LAYOUT_0_5_21 = "0.5.21"
 LAYOUTS = {
+    LAYOUT_PRE_0_5_12: (
+        "a development build before 0.5.12 (the ROCm image of issue 25118): 0.5.12's arithmetic with the speculative "
+        "rings 16/256 always and no V4 override of swa_full_tokens_ratio (0.8)"
+    ),
     LAYOUT_0_5_12: "0.5.12: c4/c128 compress states per SWA slot, every compress_ratios entry on every rank",
     LAYOUT_0_5_13: "0.5.13-0.5.14: c4/c128 compress states per SWA slot, the PP stage's layers",
     LAYOUT_0_5_15: "0.5.15-0.5.20: c4 state per SWA slot, c128 state request-scoped, unpadded rows",
@@ -119,6 +124,8 @@ def plan(
     """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank, in `layout`'s era."""
     if page_size % 128:
         raise EstimateError(f"page size {page_size}: SGLang asserts a multiple of 128 for compressed attention")
+    if layout == LAYOUT_PRE_0_5_12:
+        stage = range(len(compress_ratios))  # like 0.5.12: every compress_ratios entry, on every PP stage
     ratios = [compress_ratios[i] for i in stage if i < len(compress_ratios)]
     if any(r not in (0, 4, 128) for r in ratios):
         raise EstimateError("DeepSeek-V4 compress ratios 1/2 (V4.1 low-ratio pools) are not priced by the estimate model")
@@ -217,19 +224,23 @@ def _swa_slot_plan(
     rings get_compress_state_ring_size(ratio, is_speculative). From 0.5.15 the c128 state is
     _get_c128_state_fixed_bytes(max_running_requests): fixed bytes taken from the budget first.
     """
-    ring4, ring128 = (16, 256) if speculative else (8, 128)
+    # the development build of issue 25118 (2026-05-12) sizes the rings as 0.5.12 does for a draft, with none
+    # running (c4_state_pool_size = swa_size / 8, c128_state_pool_size = 2 x swa_size in its log)
+    ring4, ring128 = (16, 256) if speculative or layout == LAYOUT_PRE_0_5_12 else (8, 128)
     window = max(1, sliding_window)
     l4, l128 = by_ratio.get(4, 0), by_ratio.get(128, 0)
     indexer_bytes = index_head_dim + index_head_dim // 128 * 4
     c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
     c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
     c128_state = 2 * head_dim * STATE_DTYPE_BYTES
-    c128_per_slot = layout in (LAYOUT_0_5_12, LAYOUT_0_5_13)
+    c128_per_slot = layout in (LAYOUT_PRE_0_5_12, LAYOUT_0_5_12, LAYOUT_0_5_13)
     bytes_per_swa = KV_ROW_BYTES * layers + ring4 / window * (c4_state + c4_indexer_state) * l4
     if c128_per_slot:
         bytes_per_swa += ring128 / window * c128_state * l128
     compressed = (KV_ROW_BYTES + indexer_bytes) / 4 * l4 + KV_ROW_BYTES / 128 * l128
-    swa_ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if swa_ratio_arg is None else float(swa_ratio_arg)
+    # before 0.5.12's hook (deepseek_v4_hook.py) the field's own default 0.8 stays
+    default_ratio = 0.8 if layout == LAYOUT_PRE_0_5_12 else DEFAULT_SWA_FULL_TOKENS_RATIO
+    swa_ratio = default_ratio if swa_ratio_arg is None else float(swa_ratio_arg)
     full = swa_ratio * bytes_per_swa + compressed
     spec_infl = (layers + 1) / layers if speculative and layers else 1.0
     full *= spec_infl
@@ -271,7 +282,7 @@ def layout_for(version: str | None) -> tuple[str, str | None]:
     if version is None:
         return LAYOUT_0_5_21, (
             "engine.version is not stated, and DeepSeek-V4's pool layout changed between SGLang releases "
-            "(0.5.12, 0.5.13, 0.5.15, 0.5.21)"
+            "(0.5.12, 0.5.13, 0.5.15, 0.5.21) and the development builds before 0.5.12"
         )
     try:
         parsed = Version(version)
@@ -295,6 +306,23 @@ def layout_for(version: str | None) -> tuple[str, str | None]:
             "code kvcheck has read"
         )
     return _layout_of(base), None
+
+
+def range_layouts(version: str | None) -> tuple[str, ...]:
+    """The layouts the KV108 range spans for a build whose layout kvcheck cannot place (layout_for's second item).
+
+    Every release layout; and the pre-0.5.12 development layout only where the build may predate 0.5.12: no
+    version stated, an unreadable one, or a development / release-candidate build of 0.5.12 or earlier (a
+    0.5.22rc1 is not a May 2026 image).
+    """
+    releases = tuple(k for k in LAYOUTS if k != LAYOUT_PRE_0_5_12)
+    try:
+        parsed = Version(version) if version is not None else None
+    except InvalidVersion:
+        parsed = None
+    if parsed is not None and Version(parsed.base_version) > Version(rel.DSV4_FIRST):
+        return releases
+    return (LAYOUT_PRE_0_5_12, *releases)
 
 
 def _layout_of(base: Version) -> str:
@@ -328,6 +356,8 @@ FMT_BYTES = {
     "fp8": 1.0 + 4 / (128 * 128),
     "mxfp4": 0.5 + 1 / 32,  # packed E2M1 + one E8M0 scale byte per 32
     "mxfp4_fp32_scales": 0.5 + 4 / 32,  # packed E2M1 + a float32 scale per 32 (the FP8 MoE method's staging)
+    # Marlin before 0.5.16: the repacked E2M1 and E8M0 Marlin scales, plus the float32 loader scales it never frees
+    "mxfp4_marlin_fp32_kept": 0.5 + 1 / 32 + 4 / 32,
     "nvfp4": 0.5 + 1 / 16,  # packed E2M1 + one FP8 E4M3 scale per 16 (ModelOpt)
 }
 
@@ -339,7 +369,7 @@ class ExpertFormat:
     fmt: str
     inter_align: int  # the per-rank intermediate width is padded up to a multiple of this (1: none)
     note: str
-    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.16 on)
+    hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.13 on)
     rope_cache_entry_bytes: int = 0  # bytes per entry of each rotary_emb's cos_sin_cache (0: no rotary_emb, 0.5.12)
     rope_plain_swa: bool = False  # the uncompressed layers' rotary_emb is plain RoPE over max_position (0.5.18 on)
 
@@ -366,6 +396,8 @@ def expert_format(
       128 (0.5.17 on); 0.5.12 had no aiter FP4 path (the FP8 method's float32 scales).
     - SM90 and SM100 from 0.5.19, SM120 from 0.5.16: flashinfer_mxfp4 keeps the E8M0 scales (the SM90
       W4A16 interleave makes same-size copies and frees the old ones), 0.53125 B per weight.
+    - Marlin (explicit, or SM120's default in 0.5.13-0.5.15): E8M0 Marlin scales, plus the float32 loader
+      scales it keeps registered before 0.5.16 (see _marlin_format).
     - Before that (and with an explicit other MoE runner): the FP8 MoE method stages each 32-weight
       block's scale as float32 (0.625 B per weight); only the DeepGEMM path of a DeepEP/Mooncake/NIXL
       all-to-all on SM100 repacks them to UE8M0 (0.53125).
@@ -421,12 +453,44 @@ def _expert_format(
     a2a = (moe_a2a_backend or "none").lower()
     if backend == "flashinfer_mxfp4" or (backend == "auto" and flashinfer_default and a2a == "none"):
         return ExpertFormat("mxfp4", 1, "flashinfer_mxfp4 MoE runner: MXFP4 experts with their E8M0 scales")
+    sm120_marlin = sm in (120, 121) and rules.has(DSV4_FP4_SM120_MARLIN) and not rules.has(rel.DSV4_FP4_SM120_FLASHINFER)
+    if backend == "marlin" or (backend == "auto" and sm120_marlin):
+        return _marlin_format(rules, sm)
     if sm in (100, 103) and a2a in ("deepep", "mooncake", "nixl"):
         return ExpertFormat("mxfp4", 1, "DeepGEMM MoE: MXFP4 experts with scales repacked to UE8M0")
     return ExpertFormat(
         "mxfp4_fp32_scales", 1,
         "FP8 MoE method: MXFP4 experts with a float32 scale per 32 weights (0.625 B per weight)",
     )
+
+
+# Marlin W4A16 for V4's MXFP4 experts (layers/quantization/mxfp4_marlin_moe.py, marlin_utils_fp4.py)
+DSV4_FP4_SM120_MARLIN = "0.5.13"  # SM120 defaults V4's MoE runner to marlin (until 0.5.16's flashinfer_mxfp4)
+DSV4_MARLIN_FREES_LOADER_SCALES = "0.5.16"  # prepare_moe_mxfp4_layer_for_marlin deletes w13/w2_weight_scale_inv
+DSV4_MARLIN_PAD_AT_CREATE = "0.5.13"  # create_weights rounds the per-rank intermediate up to 128 (hidden to 256)
+DSV4_MARLIN_SM90_LOGICAL = "0.5.20"  # on SM90 create_weights keeps the logical width; the repack pads it to 64
+
+
+def _marlin_format(rules: rel.SizingRules, sm: int | None) -> ExpertFormat:
+    """V4's MXFP4 experts under --moe-runner-backend marlin (SM120's default in 0.5.13-0.5.15).
+
+    Mxfp4MarlinMoEMethod.create_weights registers the loader-format experts (int8-packed E2M1) and scales
+    (float32 until 0.5.16, E8M0 after); process_weights_after_loading repacks the weights (gptq_marlin_repack,
+    the same bytes) and sets new E8M0 `w13/w2_weight_scale` (one byte per 32). Before 0.5.16 the float32
+    `w13/w2_weight_scale_inv` stay registered on the layer, so each expert weight costs 0.5 + 1/32 + 4/32 B;
+    0.5.16 deletes them ("release the loader-format parameters"). The per-rank intermediate is padded to 128
+    at create_weights from 0.5.13 (not on SM90 from 0.5.20), and the repack pads it to 64 (V4's hidden sizes
+    are multiples of 128 and of create_weights' 256).
+    """
+    fmt = "mxfp4" if rules.has(DSV4_MARLIN_FREES_LOADER_SCALES) else "mxfp4_marlin_fp32_kept"
+    pad_at_create = rules.has(DSV4_MARLIN_PAD_AT_CREATE) and not (sm == 90 and rules.has(DSV4_MARLIN_SM90_LOGICAL))
+    align = 128 if pad_at_create else 64
+    if fmt == "mxfp4":
+        note = f"Marlin MoE runner: MXFP4 experts repacked with E8M0 scales, intermediate per rank padded to {align}"
+    else:
+        note = (f"Marlin MoE runner: MXFP4 experts repacked with E8M0 scales, and the float32 loader scales kept "
+                f"(0.65625 B per weight), intermediate per rank padded to {align}")
+    return ExpertFormat(fmt, align, note)
 
 
 def weights_bytes(
@@ -494,7 +558,7 @@ def weights_bytes(
     # RoPE tables built at model init (models/deepseek_v4.py): each attention layer registers a complex64
     # freqs_cis of max_position_embeddings x rope_dim / 2 (8 B each), shared through precompute_freqs_cis's
     # lru_cache by the layers of one rope setting (uncompressed layers: rope_theta; compressed ones:
-    # compress_rope_theta with the YaRN original length); on ROCm (0.5.16 on) every layer also keeps its
+    # compress_rope_theta with the YaRN original length); on ROCm (0.5.13 on) every layer also keeps its
     # own bf16 cos and sin copies (cos_cache / sin_cache), 4 B per table entry
     positions = int(text.get("max_position_embeddings") or 0)
     rope_half = int(text.get("qk_rope_head_dim") or 64) // 2

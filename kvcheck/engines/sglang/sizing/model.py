@@ -564,7 +564,7 @@ def estimate_role(
     if v4_unknown is not None:
         # KV108: the layout of the declared build is not known, so the range spans every layout's pool
         lows, highs = [low_phys], [high_phys]
-        for alt in dsv4.LAYOUTS:
+        for alt in dsv4.range_layouts(target.engine_version):
             if alt == v4_layout:
                 continue
             alt_sizer = replace(sizer, dsv4_plans=[

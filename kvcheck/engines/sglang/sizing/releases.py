@@ -92,7 +92,7 @@ DSV4_FP4_SM120_FLASHINFER = "0.5.16"  # SM120 defaults to flashinfer_mxfp4 (E8M0
 DSV4_FP4_AITER_PAD_128 = "0.5.17"  # the aiter pad drops to 128 (V4-Pro TP8: 384 stays 384, not 512)
 DSV4_FP4_FLASHINFER_DEFAULT = "0.5.19"  # SM90 and SM100 default to flashinfer_mxfp4 (E8M0 scales kept); before, the
 #   FP8 MoE method staged each 32-element block's scale as float32 (0.625 B per expert weight, not 0.53125)
-DSV4_HIP_ROPE_PER_LAYER = "0.5.16"  # on ROCm every V4 attention layer keeps its own bf16 cos/sin RoPE tables
+DSV4_HIP_ROPE_PER_LAYER = "0.5.13"  # on ROCm every V4 attention layer keeps its own bf16 cos/sin RoPE tables (MQALayer, `if _is_hip`)
 DSV4_ROPE_COS_SIN = "0.5.13"  # each V4 attention layer also builds a rotary_emb (get_rope_wrapper): one cos_sin_cache
 #   per rope setting (get_rope's _ROPE_DICT), float32 on CUDA, bf16 on ROCm until 0.5.22 (rotary_embedding/base.py)
 DSV4_ROPE_PLAIN_SWA = "0.5.18"  # the uncompressed (SWA-only) layers' rotary_emb is plain RoPE over max_position

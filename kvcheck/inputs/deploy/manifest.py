@@ -198,6 +198,7 @@ class RoleEntry:
     gpu: Stated | None  # the role's own GPU type, when the roles run on different ones
     args: tuple[tuple[str, Stated], ...]  # canonical flag name -> value
     env: tuple[tuple[str, Stated], ...] = ()  # the container's own variables (secret-named ones left out)
+    nodes: Stated | None = None  # hosts of one instance the engine spans without a flag (vLLM over Ray)
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ class ImportedManifest:
             entry: dict[str, Any] = {}
             if role.gpus is not None:
                 entry["gpus"] = role.gpus.value
+            if role.nodes is not None:
+                entry["nodes"] = role.nodes.value
             if role.gpu is not None:
                 entry["gpu"] = role.gpu.value
             entry["args"] = {name: stated.value for name, stated in role.args}
@@ -262,6 +265,15 @@ def config_relative_to(resolved: Resolved, folder: Path) -> Resolved:
     return replace(resolved, model_config=Sourced(Path(relative), config.location, config.origin))
 
 
+def _group_nodes(role: ImportedRole) -> Sourced | None:
+    """The pods of the role's group as its node count, where its engine spans them without a flag (vLLM over
+    Ray: LeaderWorkerSet `size`) and the args state none: the manifest's `roles.N.nodes` (SGLang states
+    --nnodes, which the args carry)."""
+    if role.nodes is None or "nnodes" in role.args or not get_engine(role.engine).nodes_from_group:
+        return None
+    return role.nodes if int(role.nodes.value) > 1 else None
+
+
 def imported_manifest(resolved: Resolved) -> ImportedManifest:
     """The manifest a resolved deployment describes."""
     model_path = resolved.model_path
@@ -280,6 +292,7 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
             # a secret's value is never written into a file meant to be committed (verify still passes it on)
             env=tuple((name, _stated(Sourced(str(value.value), value.location, value.origin)))
                       for name, value in role.env.items() if not is_secret_name(name)),
+            nodes=_stated(nodes) if (nodes := _group_nodes(role)) is not None else None,
         ))
     return ImportedManifest(
         sources=resolved.deployment.sources,

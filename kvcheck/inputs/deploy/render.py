@@ -41,6 +41,8 @@ def _tree(manifest: ImportedManifest) -> dict[str, _Node]:
         entry: dict[str, Any] = {}
         if role.gpus is not None:
             entry["gpus"] = role.gpus
+        if role.nodes is not None:
+            entry["nodes"] = role.nodes
         if role.gpu is not None:
             entry["gpu"] = role.gpu
         entry["args"] = (dict(role.args), None)

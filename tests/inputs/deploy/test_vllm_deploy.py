@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import run_kvcheck
 
@@ -34,7 +35,8 @@ REAL_FILES: dict[tuple[str, ...], Any] = {
     ("lws-vllm-gpu.yaml",): {  # Ray over the LWS group: tp 8 x pp 2 on 2 pods of 8 GPUs
         "name": "vllm", "model": {"path": "meta-llama/Llama-3.1-405B-Instruct"},
         "engine": {"name": "vllm", "version": "0.8.5"},
-        "roles": {"vllm": {"gpus": EIGHT, "args": {"tensor-parallel-size": 8, "pipeline-parallel-size": 2}}},
+        "roles": {"vllm": {"gpus": EIGHT, "nodes": 2,  # the group's pods form the Ray cluster: LWS size
+                           "args": {"tensor-parallel-size": 8, "pipeline-parallel-size": 2}}},
     },
     ("rbg-v1alpha1-single-node-vllm.yaml",): {
         "name": "vllm-inference", "context_length": 2048, "model": {"path": "/models/Qwen3-32B"},
@@ -295,3 +297,57 @@ def test_two_leaderworkersets_with_kv_roles_are_one_prefill_decode_deployment() 
             "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": kv_role}}}
     result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
     assert "KV501" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("name", "config", "gpus", "pool"), [
+    # one instance over the LWS group's 2 pods (Ray): 8 GPUs x 2 nodes for tp 8 x pp 2, 1 x 2 for tp 2
+    ("lws-vllm-gpu.yaml", "meta-llama--Meta-Llama-3.1-405B.json", EIGHT, 624_864),
+    ("rbg-v1alpha1-multi-nodes-vllm.yaml", "Qwen--Qwen3-32B.json", [0], 283_840),
+])
+def test_an_imported_multi_node_ray_group_verifies_as_its_file_does(
+        tmp_path: Any, name: str, config: str, gpus: list[int], pool: int) -> None:
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "H100", "--context-length", "32768", "--model-config", f"tests/data/models/{config}")
+    result = run_kvcheck("import", f"{REAL}/{name}", *options, "-o", str(manifest))
+    assert result.exit_code == 0, result.stderr
+    (role,) = yaml.safe_load(manifest.read_text())["roles"].values()
+    assert (role["gpus"], role["nodes"], "nnodes" in role["args"]) == (gpus, 2, False)  # 0.8.5/0.10.0: no --nnodes
+    assert f"    nodes: 2  # {REAL}/{name}:8:11 (LeaderWorkerSet size)" in manifest.read_text().splitlines()
+    from_manifest = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    from_file = run_kvcheck("verify", f"{REAL}/{name}", *options, "--mode", "estimate", "--format", "json")
+    for result in (from_manifest, from_file):
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+        assert [r["pool_tokens"] for r in report["roles"]] == [pool]
+
+
+MANIFEST_TEXT = """\
+context_length: 32768
+model: {{path: org/m}}
+engine: {{name: {engine}, version: "{version}"}}
+roles:
+  server:
+    gpus: [0, 1]
+    nodes: {nodes}
+    args: {args}
+"""
+
+
+@pytest.mark.parametrize(("engine", "version", "nodes", "args", "error"), [
+    ("vllm", "0.10.0", 2, "{tensor-parallel-size: 2}",
+     "roles.server.gpus: 2 GPU(s) x 2 node(s) = 4, but the role's parallel settings need 2 (tp-size x pp-size x "
+     "data-parallel replicas)"),
+    ("vllm", "0.32.0", 2, "{tensor-parallel-size: 4, nnodes: 2}",
+     "roles.server.nodes: both nodes and args.nnodes state the role's node count: keep args.nnodes for vLLM's "
+     "multiprocessing launch, or nodes for a Ray cluster its pods form, not both"),
+    ("sglang", "0.5.23", 2, "{tp-size: 4}",
+     "roles.server.nodes: SGLang spans nodes with its own flag: state args.nnodes instead of nodes"),
+    ("vllm", "0.10.0", 0, "{tensor-parallel-size: 2}", "roles.server.nodes: Input should be greater than or equal to 1 (got 0)"),
+])
+def test_a_manifests_nodes_is_for_an_engine_spanning_its_group_once(
+        tmp_path: Any, engine: str, version: str, nodes: int, args: str, error: str) -> None:
+    manifest = tmp_path / "kvcheck.yaml"
+    manifest.write_text(MANIFEST_TEXT.format(engine=engine, version=version, nodes=nodes, args=args))
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert [line.split(": ", 1)[1] for line in result.stderr.splitlines() if line.startswith(str(manifest))] == [error]

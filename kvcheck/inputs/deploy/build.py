@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcheck.engines import get_engine
+from kvcheck.engines import engine_names, get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import expansion_budget
@@ -184,11 +184,18 @@ def _build_roles(role_sources: list[RoleSource], sglang_version: str | None,
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
-_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line"
+_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an engine's command line"
+# The option that names the engine release the files run (--sglang-version is its older spelling).
+RELEASE_OPTION = "--engine-version"
+
+
+def engine_labels() -> str:
+    """The engines kvcheck reads servers of, as messages name them: "SGLang, vLLM"."""
+    return ", ".join(sorted((get_engine(name).label for name in engine_names()), key=str.lower))
 
 
 class DeploymentFileError(InputError):
-    """Deployment files with problems SGLang or Kubernetes would refuse; every one, each at its place."""
+    """Deployment files with problems the engine or Kubernetes would refuse; every one, each at its place."""
 
     def __init__(self, issues: list[InputIssue], *, hint: str | None = None) -> None:
         self.issues = list(issues)
@@ -216,7 +223,7 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
         return f"{names}: no YAML document in the input"
     if kinds:
         shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
-        return f"{names}: no SGLang server in a supported kind; the input holds: {shown}"
+        return f"{names}: no engine server ({engine_labels()}) in a supported kind; the input holds: {shown}"
     for doc in docs:
         explained = FORMATS.explain(doc)
         if explained:
@@ -255,7 +262,7 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         raise _Skip() from exc
     if version.origin == "not in the files":
         tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
-        tag = f" ({unpinned}; pass --sglang-version)" if unpinned else tag
+        tag = f" ({unpinned}; pass {RELEASE_OPTION})" if unpinned else tag
         note = (
             f"{inputs_do(source.location.file if source.location else '').lower()} not name the {engine.label} "
             f"release{tag}; role '{source.name}' "
@@ -296,7 +303,7 @@ def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, 
                 issue.file, issue.line, issue.column, issue.path,
                 f"{issue.message}. {inputs_do(issue.file)} not name the {label} release, so kvcheck read "
                 f"{'it' if issue.file == CMD_NAME else 'them'} with the flags "
-                f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
+                f"of {version}, the newest it knows: if the deployment runs an older release, pass {RELEASE_OPTION}",
             )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from kvcheck.engines import get_engine
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.build import (
+    RELEASE_OPTION,
     DeploymentFileError,
     ImportedDeployment,
     ImportedRole,
@@ -147,12 +148,11 @@ def resolve(
     # each engine's window flag (SGLang's --context-length, vLLM's --max-model-len; vLLM's `auto`, -1, is no
     # window: it fits the window to the pool)
     windows = [(r.name, _window_arg(r)) for r in roles]
-    window = _agree(windows, "--context-length", []) if all(w for _, w in windows) else None
+    window = _agree(windows, "window", []) if all(w for _, w in windows) else None
     if window is not None and len({w.value for _, w in windows if w}) != 1:
         window = None  # roles serve different windows: the advertised one must be given
     if window is not None:
-        flags = sorted({get_engine(r.engine).window_flag for r in roles})
-        window = Sourced(window.value, window.location, f"--{'/--'.join(flags)} of every role")
+        window = Sourced(window.value, window.location, f"{_window_flags(roles)} of every role")
     # The files state the engine's --context-length, not the window advertised to clients: a window
     # given on the command line or in an overlay is that window (KV102 checks the engine against it).
     if overrides.context_length is not None:
@@ -179,6 +179,11 @@ def resolve(
     notes = sorted({r.catalogue_note for r in roles if r.catalogue_note})
     return Resolved(deployment, overrides.name or deployment.name, window, model, overrides.model_config,
                     version, shared_gpu, role_gpus, notes, engines[0])
+
+
+def _window_flags(roles: Sequence[ImportedRole]) -> str:
+    """The window flag of each engine the roles run, as messages name it: "--context-length/--max-model-len"."""
+    return "/".join(f"--{flag}" for flag in sorted({get_engine(r.engine).window_flag for r in roles}))
 
 
 def _window_arg(role: ImportedRole) -> Sourced | None:
@@ -323,7 +328,7 @@ class LoadedDeployment(LoadedManifest):
 
     def notes(self) -> list[Finding]:
         out = [
-            finding("KV204", None, text, hint="state the release: --sglang-version or the overlay's engine.version",
+            finding("KV204", None, text, hint=f"state the release: {RELEASE_OPTION} or the overlay's engine.version",
                     location=self.notes_at)
             for text in self.notes_text
         ]
@@ -374,7 +379,7 @@ def load_deployment(
             raise InputError(
                 f"{', '.join(item.deployment.sources)}: {inputs_do(*item.deployment.sources).lower()} not state the "
                 f"context window to check "
-                f"({item.deployment.name}: the roles set no common --context-length)",
+                f"({item.deployment.name}: the roles set no common {_window_flags(item.deployment.roles)})",
                 hint="pass --context-length N (the window you advertise), or an overlay manifest's context_length",
             )
         window = int(item.context_length.value)

@@ -351,3 +351,60 @@ def test_a_manifests_nodes_is_for_an_engine_spanning_its_group_once(
     result = run_kvcheck("verify", str(manifest), "--mode", "estimate")
     assert result.exit_code == 2, result.stdout + result.stderr
     assert [line.split(": ", 1)[1] for line in result.stderr.splitlines() if line.startswith(str(manifest))] == [error]
+
+
+def test_a_vllm_deployment_without_a_window_names_vllms_window_flag() -> None:
+    result = run_kvcheck("verify", f"{REAL}/rbg-v1alpha1-multi-nodes-vllm.yaml", "--mode", "estimate")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"kvcheck: error: {REAL}/rbg-v1alpha1-multi-nodes-vllm.yaml: the files do not state the context window to "
+        "check (vllm-multi-nodes: the roles set no common --max-model-len)\n"
+        "kvcheck: hint: pass --context-length N (the window you advertise), or an overlay manifest's context_length\n")
+
+
+def test_a_vllm_release_no_file_names_is_stated_with_the_engine_neutral_option() -> None:
+    result = run_kvcheck("verify", f"{REAL}/production-stack-values-02-basic-config.yaml", "--mode", "estimate",
+                         "--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-8B.json",
+                         "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass")
+    assert [(f["rule"], f["message"], f["hint"]) for f in report["findings"]] == [(
+        "KV204", "the files do not name the vLLM release (no vllm/vllm-openai image tag); role 'llama3' was read "
+        "with the flags of 0.33.0, the newest release kvcheck knows",
+        "state the release: --engine-version or the overlay's engine.version")]
+
+
+UNPINNED = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: qwen
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: registry.example.com/vllm:prod
+          command: ["vllm", "serve", "Qwen/Qwen3-8B", "--max-modle-len", "32768"]
+"""
+
+
+def test_a_vllm_flag_refused_by_the_assumed_release_says_so_in_vllms_words(tmp_path: Any) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(UNPINNED)
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:11:55: unknown vLLM flag 'max-modle-len' (vLLM 0.33.0) (did you mean 'max-model-len'?). The files "
+        "do not name the vLLM release, so kvcheck read them with the flags of 0.33.0, the newest it knows: if the "
+        "deployment runs an older release, pass --engine-version")
+    assert "SGLang" not in result.stderr and "--context-length" not in result.stderr
+
+
+def test_a_file_with_no_server_names_every_engine_kvcheck_reads(tmp_path: Any) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: vllm}\n")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"kvcheck: error: {path}: no engine server (SGLang, vLLM) in a supported kind; "
+                                    f"the input holds: Service (v1) at {path}:1\n")

@@ -408,3 +408,64 @@ def test_a_file_with_no_server_names_every_engine_kvcheck_reads(tmp_path: Any) -
     assert result.exit_code == 2
     assert result.stderr.startswith(f"kvcheck: error: {path}: no engine server (SGLang, vLLM) in a supported kind; "
                                     f"the input holds: Service (v1) at {path}:1\n")
+
+
+LLMD = f"{REAL}/llm-d-modelservice"
+LLMD_ENV = {"CUDA_VISIBLE_DEVICES": "0", "UCX_TLS": "cuda_ipc,cuda_copy,tcp", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "VLLM_LOGGING_LEVEL": "DEBUG", "DP_SIZE": "1", "TP_SIZE": "1", "DP_SIZE_LOCAL": "1",
+            "HF_HOME": "/model-cache"}
+LLMD_ARGS = {"served-model-name": ["facebook/opt-125m"], "enforce-eager": True,
+             "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}
+
+
+def test_llm_d_modelservice_values_are_read_as_the_chart_renders_them() -> None:
+    """The chart's own example values and the output it renders from them (examples/output-pd.yaml, read as the
+    Deployments it holds) give the same servers: the chart's command line (vllm serve MODEL --port P
+    --served-model-name NAME ARGS), its parallelism env and HF_HOME, one GPU from parallelism."""
+    values = imported(f"{LLMD}-values-pd.yaml")
+    rendered = imported(f"{LLMD}-output-pd.yaml")
+    expected = {role: {"gpus": [0], "args": LLMD_ARGS, "env": LLMD_ENV} for role in ("decode", "prefill")}
+    assert values == {"name": "llm-d-modelservice-values-pd", "model": {"path": "facebook/opt-125m"},
+                      "engine": NEWEST, "roles": expected}
+    # the rendered names carry the Helm release (pd) and the chart's name, which the values do not
+    assert {name.rsplit("-", 1)[-1]: role for name, role in rendered["roles"].items()} == expected
+    assert (rendered["model"], rendered["engine"]) == (values["model"], values["engine"])
+
+
+def test_llm_d_modelservice_parallelism_sets_the_flags_and_the_gpus_with_their_places() -> None:
+    name = f"{LLMD}-values-heterogeneous-pd.yaml"
+    got = imported(name)
+    assert (got["roles"]["decode"]["gpus"], got["roles"]["decode"]["args"]["tensor-parallel-size"]) == ([0, 1], 2)
+    assert got["roles"]["decode"]["env"]["TP_SIZE"] == "2"
+    assert (got["roles"]["prefill"]["gpus"], "tensor-parallel-size" in got["roles"]["prefill"]["args"]) == ([0], False)
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    # decode asks for its GPUs through DRA: the chart's ResourceClaimTemplate counts dataLocal x tensor
+    assert f"    gpus: [0, 1]  # {name}:43:5 (ResourceClaimTemplate count (DRA) = parallelism dataLocal x tensor)" in lines
+    assert f"      tensor-parallel-size: 2  # {name}:43:13" in lines
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--context-length", "32768",
+                         "--model-config", "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+    assert [(r["name"], r["status"]) for r in report["roles"]] == [("decode", "pass"), ("prefill", "pass")]
+
+
+def test_llm_d_modelservice_values_running_the_simulator_are_refused_plainly() -> None:
+    assert refused(f"{LLMD}-values-cpu.yaml") == [
+        f"{LLMD}-values-cpu.yaml:32:19: the decode container runs llm-d's inference simulator "
+        "(ghcr.io/llm-d/llm-d-inference-sim:latest), not an engine: it has no KV cache to check"]
+
+
+@pytest.mark.parametrize(("values", "error"), [
+    ("modelArtifacts: {uri: 'oci://registry/m'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmServe}\n",
+     "1:23: modelArtifacts.uri oci://: the chart fails on it (\"arguments for oci:// not implemented\")"),
+    ("modelArtifacts: {uri: 'hf://{{ .Values.nope }}'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmServe}\n",
+     "1:23: {{ .Values.nope }}: .Values.nope is not a value the file sets"),
+    ("modelArtifacts: {uri: 'hf://org/m'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmserve}\n",
+     "4:42: modelCommand 'vllmserve': the chart accepts vllmServe, imageDefault, custom"),
+])
+def test_llm_d_modelservice_values_the_chart_would_refuse_are_exit_2(tmp_path: Any, values: str, error: str) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(values)
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == f"{path}:{error}"

@@ -23,6 +23,7 @@ from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
 from kvcheck.inputs.deploy.formats.base import text_doc
 from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
+from kvcheck.inputs.deploy.formats.inference_pool import Pool, pool_notes, pools_in, without_servers
 from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
@@ -80,6 +81,7 @@ class ImportedDeployment:
     name: str
     roles: list[ImportedRole]
     sources: tuple[str, ...]
+    pools: list[str] = field(default_factory=list)  # which InferencePool routes to which role, or cannot be told
 
     @property
     def findings(self) -> list[Finding]:
@@ -123,7 +125,23 @@ def read_deployments(
     if not role_sources:
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
-    return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+    deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+    _tie_pools(pools_in(docs), roles, deployments)
+    return deployments
+
+
+def _tie_pools(pools: list[Pool], pairs: list[tuple[RoleSource, ImportedRole]],
+               deployments: list[ImportedDeployment]) -> None:
+    """Each InferencePool's servers among the roles (by the pods' labels), told on their deployment; a pool
+    whose servers are not among the inputs (or whose selector kvcheck cannot evaluate), on the first."""
+    if not pools:
+        return
+    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs])
+    for i, (_, role) in enumerate(pairs):
+        for deployment in deployments:
+            if any(r is role for r in deployment.roles):
+                deployment.pools.extend(routed.get(i, []))
+    deployments[0].pools.extend(unmatched)
 
 
 def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSource]]:
@@ -223,7 +241,11 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
         return f"{names}: no YAML document in the input"
     if kinds:
         shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
-        return f"{names}: no engine server ({engine_labels()}) in a supported kind; the input holds: {shown}"
+        pools = pools_in(docs)
+        told = "".join(f". {without_servers(p, docs)}" for p in pools[:4])
+        if len(pools) > 4:
+            told += f". {len(pools) - 4} more InferencePool(s) not shown"
+        return f"{names}: no engine server ({engine_labels()}) in a supported kind; the input holds: {shown}{told}"
     for doc in docs:
         explained = FORMATS.explain(doc)
         if explained:

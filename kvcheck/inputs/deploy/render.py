@@ -94,6 +94,8 @@ def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
         if manifest.model_path is None:
             lines.append(f"# model.path: not in {inputs}; add it (required)")
         own = [f for f in findings if f.role in {r.name for r in manifest.roles}]
+        for told in item.deployment.pools:
+            lines.append(f"# {one_line(told)}")
         for f in own:
             where = f.location.render() if f.location else ""
             lines.append(one_line(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}"))

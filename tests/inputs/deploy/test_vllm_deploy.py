@@ -469,3 +469,37 @@ def test_llm_d_modelservice_values_the_chart_would_refuse_are_exit_2(tmp_path: A
     result = run_kvcheck("import", str(path))
     assert result.exit_code == 2
     assert result.stderr.splitlines()[1] == f"{path}:{error}"
+
+
+def test_an_inference_pool_is_tied_to_the_servers_its_selector_picks() -> None:
+    name = f"{FIX}/inferencepool.yaml"
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert lines[1:3] == [
+        f"# InferencePool 'qwen-pool' ({name}:9:5) routes to role 'vllm-qwen': its pods carry app=vllm-qwen",
+        f"# InferencePool 'elsewhere' ({name}:23:5) selects pods labelled app=other-servers; no server among the "
+        "inputs carries those labels, so kvcheck cannot tell which servers it routes to (pass their files in the "
+        "same command)"]
+
+
+def test_an_inference_pool_beside_llm_d_values_routes_to_the_pods_the_chart_labels() -> None:
+    pool = f"{FIX}/inferencepool-llm-d.yaml"
+    result = run_kvcheck("import", f"{LLMD}-values-pd.yaml", pool)
+    assert result.exit_code == 0, result.stderr
+    told = [line for line in result.stdout.splitlines() if line.startswith("# InferencePool")]
+    assert told == [
+        f"# InferencePool 'opt-pool' ({pool}:11:5) routes to role 'decode': its pods carry "
+        "llm-d.ai/inference-serving=true",
+        f"# InferencePool 'opt-pool' ({pool}:11:5) routes to role 'prefill': its pods carry "
+        "llm-d.ai/inference-serving=true",
+        f"# InferencePool 'by-expression' ({pool}:26:5): its selector has matchExpressions, which kvcheck does not "
+        "evaluate, so kvcheck cannot tell which servers it routes to"]
+
+
+def test_inference_pools_whose_pods_run_no_engine_say_so() -> None:
+    name = f"{REAL}/gaie-conformance-resources-base.yaml"
+    result = run_kvcheck("import", name)
+    assert result.exit_code == 2
+    assert (f". InferencePool 'primary-inference-pool' ({name}:205:5) selects pods labelled "
+            f"app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
+            f"({name}:61:1), which starts no engine server. ") in result.stderr
+    assert result.stderr.count("InferencePool '") == 4 and "1 more InferencePool(s) not shown" in result.stderr

@@ -203,7 +203,16 @@ def _role(doc: Doc, inputs: Inputs, role: str, section: Mapping[str, Any], conta
         gpus_per_node=_gpus(doc, container, cpath, accelerator, dpl * tensor, ppath, dra),
         version=image_version(doc, container, cpath, server.engine),
         replicas=_replicas(doc, section, role), model_path=None, standalone=True,
+        labels=_labels(doc, role),
     )
+
+
+def _labels(doc: Doc, role: str) -> dict[str, str]:
+    """The pods' labels as the chart writes them (pdlabels: modelArtifacts.labels, then llm-d.ai/role)."""
+    labels = get(doc.data, "modelArtifacts", "labels")
+    out = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {
+        "llm-d.ai/inference-serving": "true"}
+    return {**out, "llm-d.ai/role": role}
 
 
 def _chart_command(doc: Doc, role: str, section: Mapping[str, Any], container: Mapping[str, Any], cpath: Path_,

@@ -148,10 +148,6 @@ def test_an_ome_vllm_runtime_is_read_without_its_model_and_with_its_image_releas
     (("production-stack-gie-gpu-deployment.yaml",), [
         f"{REAL}/production-stack-gie-gpu-deployment.yaml:30:13: 'compilation-config' must be a JSON object or string, "
         "not 3"]),
-    (("production-stack-values-15-a-raycluster.yaml",), [
-        f"{REAL}/production-stack-values-15-a-raycluster.yaml:22:7: a modelSpec with raySpec runs vLLM on a KubeRay "
-        "cluster (helm/templates/ray-cluster.yaml), which kvcheck does not read; check the rendered RayCluster's head "
-        "command with --cmd, or a manifest"]),
 ])
 def test_what_vllm_would_refuse_is_exit_2_at_its_place(files: tuple[str, ...], errors: list[str]) -> None:
     assert refused(*(f"{REAL}/{name}" for name in files)) == errors
@@ -503,3 +499,38 @@ def test_inference_pools_whose_pods_run_no_engine_say_so() -> None:
             f"app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
             f"({name}:61:1), which starts no engine server. ") in result.stderr
     assert result.stderr.count("InferencePool '") == 4 and "1 more InferencePool(s) not shown" in result.stderr
+
+
+def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_pods(tmp_path: Any) -> None:
+    """raySpec: the chart's RayCluster head runs `vllm serve ... --distributed-executor-backend ray` (its
+    vllm-entrypoint.sh) over the head and replicaCount workers: pp 2 on 1 GPU x 2 pods."""
+    name = f"{REAL}/production-stack-values-15-a-raycluster.yaml"
+    got = imported(name)
+    assert got["roles"] == {"distilgpt2-raycluster": {"gpus": [0], "nodes": 2, "args": {
+        "tensor-parallel-size": 1, "pipeline-parallel-size": 2, "distributed-executor-backend": "ray"}}}
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert f"    gpus: [0]  # {name}:26:21 (raySpec.headNode requestGPU)" in lines
+    assert f"    nodes: 2  # {name}:9:19 (Ray head + replicaCount workers (EXPECTED_NODES))" in lines
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "L4", "--context-length", "1024", "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json")
+    assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
+    pools = []
+    for args in ((str(manifest),), (name, *options)):
+        result = run_kvcheck("verify", *args, "--mode", "estimate", "--format", "json")
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
+        pools.append([r["pool_tokens"] for r in report["roles"]])
+    assert pools[0] == pools[1] and pools[0][0] > 1024
+
+
+def test_a_raycluster_head_and_workers_with_different_gpu_counts_are_refused(tmp_path: Any) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text("servingEngineSpec:\n  modelSpec:\n  - name: m\n    repository: vllm/vllm-openai\n"
+                    "    tag: v0.11.0\n    modelURL: org/m\n    replicaCount: 1\n    requestGPU: 2\n"
+                    "    vllmConfig: {tensorParallelSize: 1, pipelineParallelSize: 2}\n"
+                    "    raySpec:\n      enabled: true\n      headNode: {requestGPU: 1}\n")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:12:30: modelSpec 'm': the Ray head asks for 1 GPU(s) and each worker for 2: kvcheck counts one GPU "
+        "count per node of the instance; give both the same")

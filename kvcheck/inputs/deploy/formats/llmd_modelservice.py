@@ -182,8 +182,8 @@ def _role(doc: Doc, inputs: Inputs, role: str, section: Mapping[str, Any], conta
     ppath: Path_ = (role, "parallelism")
     _, protocol, uri_at, rest = _model(doc)
     chart = "llm-d-modelservice"
-    for name, value in (("DP_SIZE", dp), ("TP_SIZE", tensor), ("DP_SIZE_LOCAL", dpl)):
-        env.values.setdefault(name, Sourced(str(value), _at(doc, ppath, cpath), f"{chart} parallelismEnv"))
+    for name, size in (("DP_SIZE", dp), ("TP_SIZE", tensor), ("DP_SIZE_LOCAL", dpl)):
+        env.values.setdefault(name, Sourced(str(size), _at(doc, ppath, cpath), f"{chart} parallelismEnv"))
     if container.get("mountModelVolume") and protocol in ("hf", "pvc+hf"):
         mount = doc.data["modelArtifacts"].get("mountPath", DEFAULT_MOUNT)
         name, value = ("HF_HOME", str(mount)) if protocol == "hf" else (
@@ -237,11 +237,11 @@ def _chart_command(doc: Doc, role: str, section: Mapping[str, Any], container: M
         tokens += [Token("--model", uri_at), Token(model, uri_at)]
     start = 2 if command == "vllmServe" else len(tokens) - 2
     proxy_on = get(doc.data, "routing", "proxy", "enabled") is not False
-    if role == "prefill" or not proxy_on:
-        port, port_at = get(doc.data, "routing", "servicePort") or DEFAULT_SERVICE_PORT, ("routing", "servicePort")
-    else:
-        port, port_at = get(doc.data, "routing", "proxy", "targetPort") or DEFAULT_TARGET_PORT, (
-            "routing", "proxy", "targetPort")
+    port_at: Path_ = ("routing", "servicePort")
+    port = get(doc.data, *port_at) or DEFAULT_SERVICE_PORT
+    if role != "prefill" and proxy_on:
+        port_at = ("routing", "proxy", "targetPort")
+        port = get(doc.data, *port_at) or DEFAULT_TARGET_PORT
     tokens += [Token("--port", at_command), Token(str(port), _at(doc, port_at, cpath))]
     tensor, dp, dpl = _parallelism(section)
     ppath: Path_ = (role, "parallelism")

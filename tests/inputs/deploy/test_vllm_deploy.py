@@ -534,3 +534,32 @@ def test_a_raycluster_head_and_workers_with_different_gpu_counts_are_refused(tmp
     assert result.stderr.splitlines()[1] == (
         f"{path}:12:30: modelSpec 'm': the Ray head asks for 1 GPU(s) and each worker for 2: kvcheck counts one GPU "
         "count per node of the instance; give both the same")
+
+
+def test_a_kuberay_raycluster_head_running_vllm_is_one_instance_over_its_gpu_pods(tmp_path: Any) -> None:
+    name = f"{FIX}/raycluster.yaml"
+    got = imported(name)
+    assert got["roles"] == {"llama-405b": {"gpus": EIGHT, "nodes": 2, "args": {
+        "tensor-parallel-size": 8, "pipeline-parallel-size": 2, "distributed-executor-backend": "ray",
+        "max-model-len": 32768}}}
+    assert got["engine"] == {"name": "vllm", "version": "0.9.2"}
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert f"    gpus: [0, 1, 2, 3, 4, 5, 6, 7]  # {name}:37:35 (limits[nvidia.com/gpu])" in lines  # the workers'
+    assert f"    nodes: 2  # {name}:27:5 (Ray cluster: the worker replicas, and the head when it holds GPUs)" in lines
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-405B.json")
+    assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
+    pools = []
+    for args in ((str(manifest),), (name, *options)):
+        result = run_kvcheck("verify", *args, "--mode", "estimate", "--format", "json")
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
+        pools.append([r["pool_tokens"] for r in report["roles"]])
+    assert pools[0] == pools[1]
+
+
+def test_a_rayservice_serving_through_ray_serve_llm_is_refused_plainly() -> None:
+    assert refused(f"{REAL}/kuberay-ray-service-llm-serve.yaml") == [
+        f"{REAL}/kuberay-ray-service-llm-serve.yaml:6:18: RayService 'ray-serve-llm' serves through Ray Serve "
+        "applications (serveConfigV2), whose engine arguments kvcheck does not read; state the equivalent `vllm "
+        "serve` line with --cmd, or a manifest"]

@@ -43,7 +43,7 @@ def read_ray(doc: Doc, inputs: Inputs) -> list[RoleSource]:
     cpath: Path_ = ("spec", "rayClusterConfig") if kind == "RayService" else ("spec",)
     cluster = get(doc.data, *cpath)
     if not isinstance(cluster, Mapping):
-        raise _fail(doc, ("spec",), f"{kind} '{name}' states no Ray cluster ({'.'.join(cpath)})")
+        raise _fail(doc, ("spec",), f"{kind} '{name}' states no Ray cluster ({'.'.join(map(str, cpath))})")
     hpath: Path_ = (*cpath, "headGroupSpec", "template")
     pod = pod_server(doc, get(doc.data, *hpath), hpath, inputs, injected={})
     if pod is None:

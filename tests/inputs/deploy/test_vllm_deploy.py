@@ -563,3 +563,25 @@ def test_a_rayservice_serving_through_ray_serve_llm_is_refused_plainly() -> None
         f"{REAL}/kuberay-ray-service-llm-serve.yaml:6:18: RayService 'ray-serve-llm' serves through Ray Serve "
         "applications (serveConfigV2), whose engine arguments kvcheck does not read; state the equivalent `vllm "
         "serve` line with --cmd, or a manifest"]
+
+
+OME_ARGS = {"middleware": "vllm.entrypoints.openai.middleware.log_opc_header", "max-log-len": 0,
+            "served-model-name": ["vllm-model"], "max-model-len": 131072, "gpu-memory-utilization": 0.9,
+            "enable-chunked-prefill": True, "enable-auto-tool-choice": True, "tool-call-parser": "llama3_json"}
+
+
+@pytest.mark.parametrize(("name", "gpus", "own"), [
+    ("ome-vllm-llama-3-1-8b-instruct-rt.yaml", [0], {
+        "tensor-parallel-size": 1, "chat-template": "./examples/tool_chat_template_llama3.1_json.jinja"}),
+    ("ome-vllm-llama-3-1-405b-instruct-fp8-rt.yaml", EIGHT, {
+        "tensor-parallel-size": 8, "chat-template": "examples/tool_chat_template_llama3.1_json.jinja",
+        "cuda-graph-sizes": [256]}),
+])
+def test_each_ome_vllm_runtime_is_read_whole(name: str, gpus: list[int], own: dict[str, Any]) -> None:
+    """Every flag of the runtime's command and the GPUs of its runner (the 8B one's $(SERVED_MODEL_NAME) from its
+    env); the model is $(MODEL_PATH), which the InferenceService that picks the runtime sets (so none here)."""
+    got = imported(f"{REAL}/{name}")
+    (role,) = got["roles"].values()
+    assert (got["model"], got["context_length"], role["gpus"]) == ({}, 131072, gpus)
+    assert role["args"] == {**OME_ARGS, **own}
+    assert role.get("env") == ({"SERVED_MODEL_NAME": "vllm-model"} if "8b" in name else None)

@@ -585,3 +585,24 @@ def test_each_ome_vllm_runtime_is_read_whole(name: str, gpus: list[int], own: di
     assert (got["model"], got["context_length"], role["gpus"]) == ({}, 131072, gpus)
     assert role["args"] == {**OME_ARGS, **own}
     assert role.get("env") == ({"SERVED_MODEL_NAME": "vllm-model"} if "8b" in name else None)
+
+
+def test_llm_d_values_mixing_engines_check_each_role_with_its_own() -> None:
+    """decode runs the chart's `vllm serve`, prefill a custom SGLang command: vLLM's sizing and admission for one,
+    SGLang's for the other (import refuses, since a manifest holds one engine)."""
+    name = f"{FIX}/llm-d-mixed-engines.yaml"
+    (error,) = refused(name)
+    assert error == (f"{name}:19:5: role 'prefill' runs SGLang, role 'decode' vLLM at {name}:12:5; a manifest holds "
+                     "one engine (kvcheck verify checks the files directly, each role with its own engine)")
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--model-config",
+                         "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+    roles = {role["name"]: role for role in report["roles"]}
+    assert (roles["decode"]["details"]["engine"], roles["prefill"]["details"]["engine"]) == (
+        "vllm 0.32.0 sizing model", "sglang 0.5.23 sizing model")
+    assert roles["decode"]["argv"] == ["--served-model-name", "Qwen/Qwen3-8B", "--max-model-len", "32768"]
+    assert roles["prefill"]["argv"] == ["--context-length", "32768"]
+    assert "gpu_memory_utilization" in roles["decode"]["details"]  # vLLM's own sizing
+    assert "gpu_memory_utilization" not in roles["prefill"]["details"]
+    assert (roles["decode"]["max_input_tokens"], roles["prefill"]["max_input_tokens"]) == (32768, 32762)

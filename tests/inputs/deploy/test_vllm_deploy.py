@@ -606,3 +606,12 @@ def test_llm_d_values_mixing_engines_check_each_role_with_its_own() -> None:
     assert "gpu_memory_utilization" in roles["decode"]["details"]  # vLLM's own sizing
     assert "gpu_memory_utilization" not in roles["prefill"]["details"]
     assert (roles["decode"]["max_input_tokens"], roles["prefill"]["max_input_tokens"]) == (32768, 32762)
+
+
+def test_an_llm_d_model_service_object_is_refused_rather_than_left_unchecked() -> None:
+    name = f"{REAL}/llm-d-model-service-facebook-nixl.yaml"
+    assert refused(name) == [
+        f"{name}:9:5: ModelService 'facebook-opt-125m-nixl' (llm-d's model-service operator) has its pods rendered "
+        "from the Go templates of ConfigMap 'universal-base-config-hf' (baseConfigMapRef), which kvcheck does not "
+        "render: pass the Deployments the operator created (kubectl get deployment -o yaml), or move to the "
+        "llm-d-modelservice Helm values, which kvcheck reads"]

@@ -128,6 +128,7 @@ FORMATS = Formats(
     compose.FORMAT,
     production_stack.FORMAT,
     llmd_modelservice.FORMAT,
+    llmd_modelservice.MODEL_SERVICE,
     srt_slurm.FORMAT,
     slurm_script.FORMAT,
     command_line.FORMAT,

@@ -27,7 +27,17 @@ from typing import Any
 import yaml
 
 from kvcheck.errors import InputIssue
-from kvcheck.inputs.deploy.formats.base import Format, Inputs, RoleSource, get, is_kubernetes_object
+from kvcheck.inputs.deploy.formats.base import (
+    Format,
+    Inputs,
+    RoleSource,
+    get,
+    is_kubernetes_object,
+    kubernetes_kind,
+    marks_kubernetes,
+    marks_kubernetes_text,
+    object_name,
+)
 from kvcheck.inputs.deploy.formats.pods import container_server, gpu_limit, image_engine, image_version
 from kvcheck.inputs.deploy.server import ScriptError, ServerCommand, Sourced, Token, container_env
 from kvcheck.inputs.deploy.source import Doc
@@ -302,4 +312,30 @@ FORMAT = Format(
     detect=lambda doc: is_values(doc.data),
     read=read_values,
     marks=marks,
+)
+
+
+# llm-d's earlier operator (llm-d/llm-d-model-service, archived): a ModelService names a ConfigMap of Go templates
+# (baseConfigMapRef: decodeDeployment, prefillDeployment, ...) that the operator renders and merges with the
+# ModelService's own containers. kvcheck does not render those templates, so it refuses the object rather than
+# leave its servers unchecked.
+CRD_KINDS = {"ModelService": ("llm-d.ai/",)}
+
+
+def read_model_service(doc: Doc, inputs: Inputs) -> list[RoleSource]:
+    base = get(doc.data, "spec", "baseConfigMapRef", "name")
+    where = doc.at(("spec", "baseConfigMapRef")) if base is not None else doc.at(())
+    raise _fail(where, f"ModelService '{object_name(doc)}' (llm-d's model-service operator) has its pods rendered "
+                f"from the Go templates of ConfigMap '{base or '?'}' (baseConfigMapRef), which kvcheck does not "
+                "render: pass the Deployments the operator created (kubectl get deployment -o yaml), or move to "
+                "the llm-d-modelservice Helm values, which kvcheck reads")
+
+
+MODEL_SERVICE = Format(
+    name="llm-d ModelService",
+    reads="llm-d ModelService (refused: its templates are not rendered)",
+    detect=lambda doc: kubernetes_kind(doc, CRD_KINDS),
+    read=read_model_service,
+    marks=marks_kubernetes,
+    marks_text=marks_kubernetes_text,
 )

@@ -615,3 +615,19 @@ def test_an_llm_d_model_service_object_is_refused_rather_than_left_unchecked() -
         "from the Go templates of ConfigMap 'universal-base-config-hf' (baseConfigMapRef), which kvcheck does not "
         "render: pass the Deployments the operator created (kubectl get deployment -o yaml), or move to the "
         "llm-d-modelservice Helm values, which kvcheck reads"]
+
+
+def test_llm_d_values_whose_args_override_the_charts_parallelism_are_caught_by_the_gpu_count(tmp_path: Any) -> None:
+    """The chart writes --tensor-parallel-size 2 from parallelism (and asks for 2 GPUs), the container's args say 4
+    after it: vLLM takes the last, 4 ranks on 2 GPUs, which never starts."""
+    path = tmp_path / "values.yaml"
+    path.write_text("modelArtifacts:\n  name: org/m\n  uri: hf://org/m\ndecode:\n  parallelism:\n    tensor: 2\n"
+                    "  containers:\n  - name: vllm\n    image: vllm/vllm-openai:v0.32.0\n    modelCommand: vllmServe\n"
+                    "    args: [\"--tensor-parallel-size\", \"4\"]\n")
+    got = imported(str(path))
+    assert (got["roles"]["decode"]["gpus"], got["roles"]["decode"]["args"]["tensor-parallel-size"]) == ([0, 1], 4)
+    result = run_kvcheck("verify", str(path), "--mode", "estimate", "--context-length", "4096")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:6:5: role 'decode': 2 GPU(s) per node x 1 node(s) = 2, but its parallel settings need 4 (tensor x "
+        "pipeline parallel size x data-parallel replicas)")

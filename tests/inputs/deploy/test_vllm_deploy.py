@@ -631,3 +631,18 @@ def test_llm_d_values_whose_args_override_the_charts_parallelism_are_caught_by_t
     assert result.stderr.splitlines()[1] == (
         f"{path}:6:5: role 'decode': 2 GPU(s) per node x 1 node(s) = 2, but its parallel settings need 4 (tensor x "
         "pipeline parallel size x data-parallel replicas)")
+
+
+def test_llm_d_guides_modelservice_values_are_read_and_estimated() -> None:
+    """llm-d's inference-scheduling guide: decode only (prefill create: false), no routing proxy (the port is
+    routing.servicePort's default), 2 replicas of Qwen3-0.6B on 1 GPU each."""
+    name = f"{REAL}/llm-d-guide-inference-scheduling-values.yaml"
+    assert imported(name) == {
+        "name": "llm-d-guide-inference-scheduling-values", "model": {"path": "Qwen/Qwen3-0.6B"}, "engine": NEWEST,
+        "roles": {"decode": {"gpus": [0], "args": {"served-model-name": ["Qwen/Qwen3-0.6B"],
+                                                   "disable-uvicorn-access-log": True},
+                             "env": {"DP_SIZE": "1", "TP_SIZE": "1", "DP_SIZE_LOCAL": "1", "HF_HOME": "/model-cache"}}}}
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--context-length", "40960",
+                         "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"], [r["name"] for r in report["roles"]]) == (0, "pass", ["decode"])

@@ -43,6 +43,6 @@ def test_a_release_without_a_catalogue_is_a_kv204_at_the_overlays_line(tmp_path:
     lines = [line for line in done.stdout.splitlines() if "KV204" in line]
     assert lines == [
         f"::warning file={overlay},line=3,col=12,title=KV204::no flag catalogue for SGLang 9.9; arguments were "
-        "checked against 0.5.23, the nearest older release%0Afix: state the release: --sglang-version or the "
+        "checked against 0.5.23, the nearest older release%0Afix: state the release: --engine-version or the "
         "overlay's engine.version",
     ]

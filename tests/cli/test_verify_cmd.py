@@ -45,7 +45,7 @@ def test_errors_in_a_command_line_speak_of_the_command_line_not_of_deployment_fi
         assert (done.exit_code, done.stderr) == (2, (
             "kvcheck: error: 1 error in the --cmd command line:\n"
             "--cmd:1:52: 'tp-size' must be an integer, not 'two'\n"
-            "kvcheck: hint: fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line\n"))
+            "kvcheck: hint: fix the command line, or see docs/import.md for how kvcheck reads an engine's command line\n"))
     # no release named: the note and the error say the command line does not name it
     done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100",
                        "--cmd", "python -m sglang.launch_server --model-path m --bogus-flag 3")
@@ -53,7 +53,7 @@ def test_errors_in_a_command_line_speak_of_the_command_line_not_of_deployment_fi
     assert done.stderr.splitlines()[1] == (
         "--cmd:1:47: unknown SGLang flag 'bogus-flag' (SGLang 0.5.23). The command line does not name the SGLang "
         "release, so kvcheck read it with the flags of 0.5.23, the newest it knows: if the deployment runs an older "
-        "release, pass --sglang-version")
+        "release, pass --engine-version")
     done = run_kvcheck("verify", "--mode", "estimate", "--gpu", "H100", "--sglang-version", "0.5.23",
                        "--cmd", "python -m sglang.launch_server --model-path m")
     assert (done.exit_code, done.stderr.splitlines()[0]) == (2, (

@@ -134,7 +134,7 @@ def test_import_of_an_unpinned_dynamo_image_names_the_image(tmp_path: Path, tag:
     newest = catalogue_versions()[-1]
     sep = " " if why.startswith("has") else ""
     assert (f"# note: the files do not name the SGLang release (image {NGC}:{tag}{sep}{why}; pass "
-            f"--sglang-version); role 'worker' was read with the flags of {newest}, the newest release kvcheck "
+            f"--engine-version); role 'worker' was read with the flags of {newest}, the newest release kvcheck "
             "knows\n") in result.stdout
     given = run_kvcheck("import", str(path), "--sglang-version", "0.5.8", "--format", "json")
     assert given.exit_code == 0, given.stderr
@@ -148,7 +148,7 @@ def test_verify_reports_the_unpinned_image(tmp_path: Path) -> None:
     notes = [f for f in json.loads(result.stdout)["findings"] if f["rule"] == "KV204"]
     assert [n["message"] for n in notes] == [
         f"the files do not name the SGLang release (image {NGC}:latest has the floating tag 'latest', which pins no "
-        f"SGLang release; pass --sglang-version); role 'worker' was read with the flags of {catalogue_versions()[-1]}, "
+        f"SGLang release; pass --engine-version); role 'worker' was read with the flags of {catalogue_versions()[-1]}, "
         "the newest release kvcheck knows",
     ]
 
@@ -175,7 +175,7 @@ def test_args_to_a_dynamo_image_entrypoint_are_not_taken_for_sglang_launch_serve
     path.write_text(pod.format(image=f"{NGC}:0.9.0"), encoding="utf-8")
     result = run_kvcheck("import", str(path))
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"kvcheck: error: {path}: no SGLang server in a supported kind")
+    assert result.stderr.startswith(f"kvcheck: error: {path}: no engine server (SGLang, vLLM) in a supported kind")
     path.write_text(pod.format(image="lmsysorg/sglang:v0.5.8"), encoding="utf-8")
     result = run_kvcheck("import", str(path))
     assert result.exit_code == 2

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvcheck.engines import get_engine
+from kvcheck.engines import engine_names, get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
 from kvcheck.inputs.deploy.formats.base import text_doc
 from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
+from kvcheck.inputs.deploy.formats.inference_pool import Pool, pool_notes, pools_in, without_servers
 from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
@@ -80,6 +81,7 @@ class ImportedDeployment:
     name: str
     roles: list[ImportedRole]
     sources: tuple[str, ...]
+    pools: list[str] = field(default_factory=list)  # which InferencePool routes to which role, or cannot be told
 
     @property
     def findings(self) -> list[Finding]:
@@ -123,7 +125,23 @@ def read_deployments(
     if not role_sources:
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
-    return _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+    deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
+    _tie_pools(pools_in(docs), roles, deployments)
+    return deployments
+
+
+def _tie_pools(pools: list[Pool], pairs: list[tuple[RoleSource, ImportedRole]],
+               deployments: list[ImportedDeployment]) -> None:
+    """Each InferencePool's servers among the roles (by the pods' labels), told on their deployment; a pool
+    whose servers are not among the inputs (or whose selector kvcheck cannot evaluate), on the first."""
+    if not pools:
+        return
+    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs])
+    for i, (_, role) in enumerate(pairs):
+        for deployment in deployments:
+            if any(r is role for r in deployment.roles):
+                deployment.pools.extend(routed.get(i, []))
+    deployments[0].pools.extend(unmatched)
 
 
 def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSource]]:
@@ -184,11 +202,18 @@ def _build_roles(role_sources: list[RoleSource], sglang_version: str | None,
 
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
-_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an SGLang command line"
+_CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an engine's command line"
+# The option that names the engine release the files run (--sglang-version is its older spelling).
+RELEASE_OPTION = "--engine-version"
+
+
+def engine_labels() -> str:
+    """The engines kvcheck reads servers of, as messages name them: "SGLang, vLLM"."""
+    return ", ".join(sorted((get_engine(name).label for name in engine_names()), key=str.lower))
 
 
 class DeploymentFileError(InputError):
-    """Deployment files with problems SGLang or Kubernetes would refuse; every one, each at its place."""
+    """Deployment files with problems the engine or Kubernetes would refuse; every one, each at its place."""
 
     def __init__(self, issues: list[InputIssue], *, hint: str | None = None) -> None:
         self.issues = list(issues)
@@ -216,7 +241,11 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
         return f"{names}: no YAML document in the input"
     if kinds:
         shown = "; ".join(kinds[:8]) + ("; ..." if len(kinds) > 8 else "")
-        return f"{names}: no SGLang server in a supported kind; the input holds: {shown}"
+        pools = pools_in(docs)
+        told = "".join(f". {without_servers(p, docs)}" for p in pools[:4])
+        if len(pools) > 4:
+            told += f". {len(pools) - 4} more InferencePool(s) not shown"
+        return f"{names}: no engine server ({engine_labels()}) in a supported kind; the input holds: {shown}{told}"
     for doc in docs:
         explained = FORMATS.explain(doc)
         if explained:
@@ -255,7 +284,7 @@ def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue
         raise _Skip() from exc
     if version.origin == "not in the files":
         tag = f" (no {engine.image_repository} image tag)" if engine.image_repository else ""
-        tag = f" ({unpinned}; pass --sglang-version)" if unpinned else tag
+        tag = f" ({unpinned}; pass {RELEASE_OPTION})" if unpinned else tag
         note = (
             f"{inputs_do(source.location.file if source.location else '').lower()} not name the {engine.label} "
             f"release{tag}; role '{source.name}' "
@@ -296,7 +325,7 @@ def _name_the_assumed_release(issues: list[InputIssue], first: int, label: str, 
                 issue.file, issue.line, issue.column, issue.path,
                 f"{issue.message}. {inputs_do(issue.file)} not name the {label} release, so kvcheck read "
                 f"{'it' if issue.file == CMD_NAME else 'them'} with the flags "
-                f"of {version}, the newest it knows: if the deployment runs an older release, pass --sglang-version",
+                f"of {version}, the newest it knows: if the deployment runs an older release, pass {RELEASE_OPTION}",
             )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from kvcheck.engines import get_engine
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.build import (
+    RELEASE_OPTION,
     DeploymentFileError,
     ImportedDeployment,
     ImportedRole,
@@ -147,12 +148,11 @@ def resolve(
     # each engine's window flag (SGLang's --context-length, vLLM's --max-model-len; vLLM's `auto`, -1, is no
     # window: it fits the window to the pool)
     windows = [(r.name, _window_arg(r)) for r in roles]
-    window = _agree(windows, "--context-length", []) if all(w for _, w in windows) else None
+    window = _agree(windows, "window", []) if all(w for _, w in windows) else None
     if window is not None and len({w.value for _, w in windows if w}) != 1:
         window = None  # roles serve different windows: the advertised one must be given
     if window is not None:
-        flags = sorted({get_engine(r.engine).window_flag for r in roles})
-        window = Sourced(window.value, window.location, f"--{'/--'.join(flags)} of every role")
+        window = Sourced(window.value, window.location, f"{_window_flags(roles)} of every role")
     # The files state the engine's --context-length, not the window advertised to clients: a window
     # given on the command line or in an overlay is that window (KV102 checks the engine against it).
     if overrides.context_length is not None:
@@ -181,6 +181,11 @@ def resolve(
                     version, shared_gpu, role_gpus, notes, engines[0])
 
 
+def _window_flags(roles: Sequence[ImportedRole]) -> str:
+    """The window flag of each engine the roles run, as messages name it: "--context-length/--max-model-len"."""
+    return "/".join(f"--{flag}" for flag in sorted({get_engine(r.engine).window_flag for r in roles}))
+
+
 def _window_arg(role: ImportedRole) -> Sourced | None:
     arg = role.args.get(get_engine(role.engine).window_flag)
     if arg is None or isinstance(arg.value, bool) or not isinstance(arg.value, int) or arg.value <= 0:
@@ -198,6 +203,7 @@ class RoleEntry:
     gpu: Stated | None  # the role's own GPU type, when the roles run on different ones
     args: tuple[tuple[str, Stated], ...]  # canonical flag name -> value
     env: tuple[tuple[str, Stated], ...] = ()  # the container's own variables (secret-named ones left out)
+    nodes: Stated | None = None  # hosts of one instance the engine spans without a flag (vLLM over Ray)
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,8 @@ class ImportedManifest:
             entry: dict[str, Any] = {}
             if role.gpus is not None:
                 entry["gpus"] = role.gpus.value
+            if role.nodes is not None:
+                entry["nodes"] = role.nodes.value
             if role.gpu is not None:
                 entry["gpu"] = role.gpu.value
             entry["args"] = {name: stated.value for name, stated in role.args}
@@ -262,6 +270,15 @@ def config_relative_to(resolved: Resolved, folder: Path) -> Resolved:
     return replace(resolved, model_config=Sourced(Path(relative), config.location, config.origin))
 
 
+def _group_nodes(role: ImportedRole) -> Sourced | None:
+    """The pods of the role's group as its node count, where its engine spans them without a flag (vLLM over
+    Ray: LeaderWorkerSet `size`) and the args state none: the manifest's `roles.N.nodes` (SGLang states
+    --nnodes, which the args carry)."""
+    if role.nodes is None or "nnodes" in role.args or not get_engine(role.engine).nodes_from_group:
+        return None
+    return role.nodes if int(role.nodes.value) > 1 else None
+
+
 def imported_manifest(resolved: Resolved) -> ImportedManifest:
     """The manifest a resolved deployment describes."""
     model_path = resolved.model_path
@@ -280,6 +297,7 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
             # a secret's value is never written into a file meant to be committed (verify still passes it on)
             env=tuple((name, _stated(Sourced(str(value.value), value.location, value.origin)))
                       for name, value in role.env.items() if not is_secret_name(name)),
+            nodes=_stated(nodes) if (nodes := _group_nodes(role)) is not None else None,
         ))
     return ImportedManifest(
         sources=resolved.deployment.sources,
@@ -310,7 +328,7 @@ class LoadedDeployment(LoadedManifest):
 
     def notes(self) -> list[Finding]:
         out = [
-            finding("KV204", None, text, hint="state the release: --sglang-version or the overlay's engine.version",
+            finding("KV204", None, text, hint=f"state the release: {RELEASE_OPTION} or the overlay's engine.version",
                     location=self.notes_at)
             for text in self.notes_text
         ]
@@ -361,7 +379,7 @@ def load_deployment(
             raise InputError(
                 f"{', '.join(item.deployment.sources)}: {inputs_do(*item.deployment.sources).lower()} not state the "
                 f"context window to check "
-                f"({item.deployment.name}: the roles set no common --context-length)",
+                f"({item.deployment.name}: the roles set no common {_window_flags(item.deployment.roles)})",
                 hint="pass --context-length N (the window you advertise), or an overlay manifest's context_length",
             )
         window = int(item.context_length.value)

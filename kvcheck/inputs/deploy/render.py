@@ -41,6 +41,8 @@ def _tree(manifest: ImportedManifest) -> dict[str, _Node]:
         entry: dict[str, Any] = {}
         if role.gpus is not None:
             entry["gpus"] = role.gpus
+        if role.nodes is not None:
+            entry["nodes"] = role.nodes
         if role.gpu is not None:
             entry["gpu"] = role.gpu
         entry["args"] = (dict(role.args), None)
@@ -92,6 +94,8 @@ def render_yaml(resolved: list[Resolved], findings: Sequence[Finding]) -> str:
         if manifest.model_path is None:
             lines.append(f"# model.path: not in {inputs}; add it (required)")
         own = [f for f in findings if f.role in {r.name for r in manifest.roles}]
+        for told in item.deployment.pools:
+            lines.append(f"# {one_line(told)}")
         for f in own:
             where = f.location.render() if f.location else ""
             lines.append(one_line(f"# {f.rule} {f.severity} ({f.role}) {where}: {f.message}"))

@@ -7,7 +7,7 @@ from kvcheck.policy.registry import define_rule
 KV317 = define_rule(
     "KV317",
     "error",
-    "a value the deployment passes to SGLang is not in the files",
+    "a value the deployment passes to the engine is not in the files",
     """A flag's value (or a whole word of the command line) comes from a variable that the files
     read do not set: a `$(VAR)` the container's `env` does not define, a shell `$VAR` or `${VAR}`
     set nowhere kvcheck can see, a command substitution such as `$(hostname)`, or a `valueFrom`
@@ -23,9 +23,10 @@ KV501 = define_rule(
     "KV501",
     "error",
     "the leader and a worker of one instance run different engine arguments",
-    """Every node of a multi-node SGLang instance must start with the same server arguments:
-    the leader and the workers each size their own share of the pool from them, and a
-    different `--mem-fraction-static`, `--dp-size` or `--context-length` on one node either
+    """Every node of a multi-node instance must start with the same server arguments: the
+    leader and the workers each size their own share of the pool from them, and a different
+    `--mem-fraction-static`, `--dp-size` or `--context-length` on one node (SGLang's; vLLM's
+    `--gpu-memory-utilization`, `--max-model-len`, `--data-parallel-size`) either
     fails the start or leaves one rank with a smaller pool than the others. kvcheck reports each
     disagreement once, at the leader's place, and names the worker's. A difference in a flag that does not size the pool (names, credentials,
     ports, parsers, log levels, `--enable-metrics`, the per-node `--disaggregation-ib-device`) is a
@@ -36,10 +37,11 @@ KV501 = define_rule(
 KV502 = define_rule(
     "KV502",
     "warning",
-    "an argument of the launch command is not an SGLang flag",
-    """A wrapper that takes SGLang's flags plus its own (NVIDIA Dynamo's `python -m
-    dynamo.sglang`) was given a flag that the SGLang release's catalogue does not know. kvcheck
-    treats it as the wrapper's own and leaves it out of the check. Fix: if it is meant for SGLang,
+    "an argument of the launch command is not a flag of its engine",
+    """A wrapper that takes the engine's flags plus its own (NVIDIA Dynamo's `python -m
+    dynamo.sglang` and `python -m dynamo.vllm`) was given a flag that the engine release's
+    catalogue does not know. kvcheck treats it as the wrapper's own and leaves it out of the
+    check. Fix: if it is meant for the engine (SGLang, vLLM),
     check its spelling against `kvcheck rules`' flag catalogue for the release
     (docs/flag-catalogues.md).""",
 )

@@ -207,6 +207,28 @@ def _engine_gpus(data: dict[str, Any], args: Mapping[str, Any]) -> int | None:
         return None
 
 
+def _check_nodes(data: dict[str, Any], name: str, merged: _ArgEntries, display: str, positions: Positions,
+                 issues: list[InputIssue]) -> None:
+    """`roles.N.nodes` is for an engine whose instance spans its group's pods without a flag (vLLM over Ray);
+    an engine's own node count (--nnodes) is stated in args, once."""
+    engine = data.get("engine")
+    engine_name = engine.get("name") if isinstance(engine, dict) else None
+    try:
+        found = get_engine(str(engine_name or EngineSpec.model_fields["name"].default))
+    except (InputError, KeyError, ValueError):
+        return  # an unknown engine is reported elsewhere
+    where = positions.of_value(("roles", name, "nodes"))
+    if not found.nodes_from_group:
+        issues.append(InputIssue.at(
+            display, where, f"roles.{name}.nodes",
+            f"{found.label} spans nodes with its own flag: state args.nnodes instead of nodes"))
+    elif "nnodes" in merged:
+        issues.append(InputIssue.at(
+            display, where, f"roles.{name}.nodes",
+            f"both nodes and args.nnodes state the role's node count: keep args.nnodes for {found.label}'s "
+            "multiprocessing launch, or nodes for a Ray cluster its pods form, not both"))
+
+
 def _parallel_gpus(args: Mapping[str, Any]) -> int:
     """GPUs a role's parallel settings need: TP x PP, times DP replicas outside attention DP."""
     tp = int(args.get("tp_size") or 1)
@@ -376,6 +398,20 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     )
 
 
+def _data_engine_name(data: dict[str, Any]) -> str:
+    """The engine a manifest that failed validation names (an unknown name is pydantic's issue: the default)."""
+    engine = data.get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    default = str(EngineSpec.model_fields["name"].default)
+    if not isinstance(name, str):
+        return default
+    try:
+        get_engine(name)
+    except (InputError, KeyError, ValueError):
+        return default
+    return name
+
+
 def _declared_catalogue(
     data: dict[str, Any], manifest: Manifest | None, display: str, positions: Positions, issues: list[InputIssue]
 ) -> tuple[Catalogue | None, str | None]:
@@ -385,7 +421,7 @@ def _declared_catalogue(
         return None, None
     try:
         # the engine the manifest names, also when another key failed validation (manifest None)
-        engine_name = manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default
+        engine_name = manifest.engine.name if manifest is not None else _data_engine_name(data)
         catalogue: Catalogue
         catalogue, note = get_engine(engine_name).catalogue(version)
     except InputError as exc:
@@ -476,11 +512,16 @@ def _check_gpu_counts(
     if not isinstance(data.get("roles"), dict):
         return
     for name, role in data["roles"].items():
+        if isinstance(role, dict) and role.get("nodes") is not None:
+            _check_nodes(data, name, {**shared, **role_args.get(name, {})}, display, positions, issues)
         gpus = role.get("gpus") if isinstance(role, dict) else None
         if not isinstance(gpus, list) or not gpus or name in args_broken:
             continue  # without valid parallel settings the GPU count cannot be judged
         args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
-        nnodes = int(args.get("nnodes") or 1)
+        nodes = role.get("nodes")
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            nodes = None  # another value: pydantic's issue
+        nnodes = int(args.get("nnodes") or nodes or 1)
         needed = _engine_gpus(data, args)  # the engine's own count (vLLM's tensor/pipeline/data parallel sizes)
         need = _parallel_gpus(args) if needed is None else needed
         if len(gpus) * nnodes != need:

@@ -162,6 +162,11 @@ class RoleSpec(_Strict):
     gpus: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list, description="GPU indices on the measuring host (per host when nnodes > 1)."
     )
+    nodes: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Hosts one instance spans when the engine takes no node-count flag (vLLM over Ray: the pods "
+        "of its LeaderWorkerSet group); gpus is then per host. An engine with --nnodes states it there.",
+    )
     gpu: GpuField = None  # this role's GPU type when it differs from the top-level gpu
     device: DeviceField = None  # this role's device when it differs from the top-level device
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments; override the shared args.")

@@ -51,7 +51,7 @@ def test_the_upstream_sample_as_written_runs_no_sglang_server() -> None:
     # nginx containers: a kind kvcheck reads, with nothing to check (exit 2, as for any such input)
     done = run_kvcheck("import", SAMPLE)
     assert done.exit_code == 2
-    assert done.stderr.startswith(f"kvcheck: error: {SAMPLE}: no SGLang server in a supported kind; the input "
+    assert done.stderr.startswith(f"kvcheck: error: {SAMPLE}: no engine server (SGLang, vLLM) in a supported kind; the input "
                                   f"holds: DisaggregatedSet (disaggregatedset.x-k8s.io/v1) at {SAMPLE}:1\n")
 
 

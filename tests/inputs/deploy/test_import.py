@@ -319,7 +319,7 @@ def test_stdin_multi_document_stream() -> None:
          "but got '<stream end>'\n"),
         ("apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: batch/v1\nkind: Job\n"
          "metadata: {name: b}\n",
-         "kvcheck: error: <stdin>: no SGLang server in a supported kind; the input holds: Service (v1) at "
+         "kvcheck: error: <stdin>: no engine server (SGLang, vLLM) in a supported kind; the input holds: Service (v1) at "
          "<stdin>:1; Job (batch/v1) at <stdin>:5\n"),
         ("a: &a [1, 2]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
          "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
@@ -606,7 +606,7 @@ def test_a_flag_refused_by_an_assumed_release_says_the_release_was_assumed() -> 
         "kvcheck: error: 1 error in deployment files:",
         f"{f}:35:15: '--prefill-round-robin-balance' was removed in SGLang 0.5.23 (last in 0.5.19). The files "
         "do not name the SGLang release, so kvcheck read them with the flags of 0.5.23, the newest it knows: "
-        "if the deployment runs an older release, pass --sglang-version",
+        "if the deployment runs an older release, pass --engine-version",
     ]
     result = run_kvcheck("import", f, "--sglang-version", "0.5.6", "--format", "json")
     assert result.exit_code == 0, result.stderr

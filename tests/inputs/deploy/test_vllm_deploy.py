@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import run_kvcheck
 
@@ -34,7 +35,8 @@ REAL_FILES: dict[tuple[str, ...], Any] = {
     ("lws-vllm-gpu.yaml",): {  # Ray over the LWS group: tp 8 x pp 2 on 2 pods of 8 GPUs
         "name": "vllm", "model": {"path": "meta-llama/Llama-3.1-405B-Instruct"},
         "engine": {"name": "vllm", "version": "0.8.5"},
-        "roles": {"vllm": {"gpus": EIGHT, "args": {"tensor-parallel-size": 8, "pipeline-parallel-size": 2}}},
+        "roles": {"vllm": {"gpus": EIGHT, "nodes": 2,  # the group's pods form the Ray cluster: LWS size
+                           "args": {"tensor-parallel-size": 8, "pipeline-parallel-size": 2}}},
     },
     ("rbg-v1alpha1-single-node-vllm.yaml",): {
         "name": "vllm-inference", "context_length": 2048, "model": {"path": "/models/Qwen3-32B"},
@@ -146,10 +148,6 @@ def test_an_ome_vllm_runtime_is_read_without_its_model_and_with_its_image_releas
     (("production-stack-gie-gpu-deployment.yaml",), [
         f"{REAL}/production-stack-gie-gpu-deployment.yaml:30:13: 'compilation-config' must be a JSON object or string, "
         "not 3"]),
-    (("production-stack-values-15-a-raycluster.yaml",), [
-        f"{REAL}/production-stack-values-15-a-raycluster.yaml:22:7: a modelSpec with raySpec runs vLLM on a KubeRay "
-        "cluster (helm/templates/ray-cluster.yaml), which kvcheck does not read; check the rendered RayCluster's head "
-        "command with --cmd, or a manifest"]),
 ])
 def test_what_vllm_would_refuse_is_exit_2_at_its_place(files: tuple[str, ...], errors: list[str]) -> None:
     assert refused(*(f"{REAL}/{name}" for name in files)) == errors
@@ -295,3 +293,356 @@ def test_two_leaderworkersets_with_kv_roles_are_one_prefill_decode_deployment() 
             "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": kv_role}}}
     result = run_kvcheck("import", f"{FIX}/lws-pd.yaml")
     assert "KV501" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("name", "config", "gpus", "pool"), [
+    # one instance over the LWS group's 2 pods (Ray): 8 GPUs x 2 nodes for tp 8 x pp 2, 1 x 2 for tp 2
+    ("lws-vllm-gpu.yaml", "meta-llama--Meta-Llama-3.1-405B.json", EIGHT, 624_864),
+    ("rbg-v1alpha1-multi-nodes-vllm.yaml", "Qwen--Qwen3-32B.json", [0], 283_840),
+])
+def test_an_imported_multi_node_ray_group_verifies_as_its_file_does(
+        tmp_path: Any, name: str, config: str, gpus: list[int], pool: int) -> None:
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "H100", "--context-length", "32768", "--model-config", f"tests/data/models/{config}")
+    result = run_kvcheck("import", f"{REAL}/{name}", *options, "-o", str(manifest))
+    assert result.exit_code == 0, result.stderr
+    (role,) = yaml.safe_load(manifest.read_text())["roles"].values()
+    assert (role["gpus"], role["nodes"], "nnodes" in role["args"]) == (gpus, 2, False)  # 0.8.5/0.10.0: no --nnodes
+    assert f"    nodes: 2  # {REAL}/{name}:8:11 (LeaderWorkerSet size)" in manifest.read_text().splitlines()
+    from_manifest = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    from_file = run_kvcheck("verify", f"{REAL}/{name}", *options, "--mode", "estimate", "--format", "json")
+    for result in (from_manifest, from_file):
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+        assert [r["pool_tokens"] for r in report["roles"]] == [pool]
+
+
+MANIFEST_TEXT = """\
+context_length: 32768
+model: {{path: org/m}}
+engine: {{name: {engine}, version: "{version}"}}
+roles:
+  server:
+    gpus: [0, 1]
+    nodes: {nodes}
+    args: {args}
+"""
+
+
+@pytest.mark.parametrize(("engine", "version", "nodes", "args", "error"), [
+    ("vllm", "0.10.0", 2, "{tensor-parallel-size: 2}",
+     "roles.server.gpus: 2 GPU(s) x 2 node(s) = 4, but the role's parallel settings need 2 (tp-size x pp-size x "
+     "data-parallel replicas)"),
+    ("vllm", "0.32.0", 2, "{tensor-parallel-size: 4, nnodes: 2}",
+     "roles.server.nodes: both nodes and args.nnodes state the role's node count: keep args.nnodes for vLLM's "
+     "multiprocessing launch, or nodes for a Ray cluster its pods form, not both"),
+    ("sglang", "0.5.23", 2, "{tp-size: 4}",
+     "roles.server.nodes: SGLang spans nodes with its own flag: state args.nnodes instead of nodes"),
+    ("vllm", "0.10.0", 0, "{tensor-parallel-size: 2}", "roles.server.nodes: Input should be greater than or equal to 1 (got 0)"),
+])
+def test_a_manifests_nodes_is_for_an_engine_spanning_its_group_once(
+        tmp_path: Any, engine: str, version: str, nodes: int, args: str, error: str) -> None:
+    manifest = tmp_path / "kvcheck.yaml"
+    manifest.write_text(MANIFEST_TEXT.format(engine=engine, version=version, nodes=nodes, args=args))
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert [line.split(": ", 1)[1] for line in result.stderr.splitlines() if line.startswith(str(manifest))] == [error]
+
+
+def test_a_vllm_deployment_without_a_window_names_vllms_window_flag() -> None:
+    result = run_kvcheck("verify", f"{REAL}/rbg-v1alpha1-multi-nodes-vllm.yaml", "--mode", "estimate")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"kvcheck: error: {REAL}/rbg-v1alpha1-multi-nodes-vllm.yaml: the files do not state the context window to "
+        "check (vllm-multi-nodes: the roles set no common --max-model-len)\n"
+        "kvcheck: hint: pass --context-length N (the window you advertise), or an overlay manifest's context_length\n")
+
+
+def test_a_vllm_release_no_file_names_is_stated_with_the_engine_neutral_option() -> None:
+    result = run_kvcheck("verify", f"{REAL}/production-stack-values-02-basic-config.yaml", "--mode", "estimate",
+                         "--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-8B.json",
+                         "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass")
+    assert [(f["rule"], f["message"], f["hint"]) for f in report["findings"]] == [(
+        "KV204", "the files do not name the vLLM release (no vllm/vllm-openai image tag); role 'llama3' was read "
+        "with the flags of 0.33.0, the newest release kvcheck knows",
+        "state the release: --engine-version or the overlay's engine.version")]
+
+
+UNPINNED = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: qwen
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: registry.example.com/vllm:prod
+          command: ["vllm", "serve", "Qwen/Qwen3-8B", "--max-modle-len", "32768"]
+"""
+
+
+def test_a_vllm_flag_refused_by_the_assumed_release_says_so_in_vllms_words(tmp_path: Any) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(UNPINNED)
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:11:55: unknown vLLM flag 'max-modle-len' (vLLM 0.33.0) (did you mean 'max-model-len'?). The files "
+        "do not name the vLLM release, so kvcheck read them with the flags of 0.33.0, the newest it knows: if the "
+        "deployment runs an older release, pass --engine-version")
+    assert "SGLang" not in result.stderr and "--context-length" not in result.stderr
+
+
+def test_a_file_with_no_server_names_every_engine_kvcheck_reads(tmp_path: Any) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: vllm}\n")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"kvcheck: error: {path}: no engine server (SGLang, vLLM) in a supported kind; "
+                                    f"the input holds: Service (v1) at {path}:1\n")
+
+
+LLMD = f"{REAL}/llm-d-modelservice"
+LLMD_ENV = {"CUDA_VISIBLE_DEVICES": "0", "UCX_TLS": "cuda_ipc,cuda_copy,tcp", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+            "VLLM_LOGGING_LEVEL": "DEBUG", "DP_SIZE": "1", "TP_SIZE": "1", "DP_SIZE_LOCAL": "1",
+            "HF_HOME": "/model-cache"}
+LLMD_ARGS = {"served-model-name": ["facebook/opt-125m"], "enforce-eager": True,
+             "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}
+
+
+def test_llm_d_modelservice_values_are_read_as_the_chart_renders_them() -> None:
+    """The chart's own example values and the output it renders from them (examples/output-pd.yaml, read as the
+    Deployments it holds) give the same servers: the chart's command line (vllm serve MODEL --port P
+    --served-model-name NAME ARGS), its parallelism env and HF_HOME, one GPU from parallelism."""
+    values = imported(f"{LLMD}-values-pd.yaml")
+    rendered = imported(f"{LLMD}-output-pd.yaml")
+    expected = {role: {"gpus": [0], "args": LLMD_ARGS, "env": LLMD_ENV} for role in ("decode", "prefill")}
+    assert values == {"name": "llm-d-modelservice-values-pd", "model": {"path": "facebook/opt-125m"},
+                      "engine": NEWEST, "roles": expected}
+    # the rendered names carry the Helm release (pd) and the chart's name, which the values do not
+    assert {name.rsplit("-", 1)[-1]: role for name, role in rendered["roles"].items()} == expected
+    assert (rendered["model"], rendered["engine"]) == (values["model"], values["engine"])
+
+
+def test_llm_d_modelservice_parallelism_sets_the_flags_and_the_gpus_with_their_places() -> None:
+    name = f"{LLMD}-values-heterogeneous-pd.yaml"
+    got = imported(name)
+    assert (got["roles"]["decode"]["gpus"], got["roles"]["decode"]["args"]["tensor-parallel-size"]) == ([0, 1], 2)
+    assert got["roles"]["decode"]["env"]["TP_SIZE"] == "2"
+    assert (got["roles"]["prefill"]["gpus"], "tensor-parallel-size" in got["roles"]["prefill"]["args"]) == ([0], False)
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    # decode asks for its GPUs through DRA: the chart's ResourceClaimTemplate counts dataLocal x tensor
+    assert f"    gpus: [0, 1]  # {name}:43:5 (ResourceClaimTemplate count (DRA) = parallelism dataLocal x tensor)" in lines
+    assert f"      tensor-parallel-size: 2  # {name}:43:13" in lines
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--context-length", "32768",
+                         "--model-config", "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+    assert [(r["name"], r["status"]) for r in report["roles"]] == [("decode", "pass"), ("prefill", "pass")]
+
+
+def test_llm_d_modelservice_values_running_the_simulator_are_refused_plainly() -> None:
+    assert refused(f"{LLMD}-values-cpu.yaml") == [
+        f"{LLMD}-values-cpu.yaml:32:19: the decode container runs llm-d's inference simulator "
+        "(ghcr.io/llm-d/llm-d-inference-sim:latest), not an engine: it has no KV cache to check"]
+
+
+@pytest.mark.parametrize(("values", "error"), [
+    ("modelArtifacts: {uri: 'oci://registry/m'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmServe}\n",
+     "1:23: modelArtifacts.uri oci://: the chart fails on it (\"arguments for oci:// not implemented\")"),
+    ("modelArtifacts: {uri: 'hf://{{ .Values.nope }}'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmServe}\n",
+     "1:23: {{ .Values.nope }}: .Values.nope is not a value the file sets"),
+    ("modelArtifacts: {uri: 'hf://org/m'}\ndecode:\n  containers:\n  - {name: vllm, image: x, modelCommand: vllmserve}\n",
+     "4:42: modelCommand 'vllmserve': the chart accepts vllmServe, imageDefault, custom"),
+])
+def test_llm_d_modelservice_values_the_chart_would_refuse_are_exit_2(tmp_path: Any, values: str, error: str) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(values)
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == f"{path}:{error}"
+
+
+def test_an_inference_pool_is_tied_to_the_servers_its_selector_picks() -> None:
+    name = f"{FIX}/inferencepool.yaml"
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert lines[1:3] == [
+        f"# InferencePool 'qwen-pool' ({name}:9:5) routes to role 'vllm-qwen': its pods carry app=vllm-qwen",
+        f"# InferencePool 'elsewhere' ({name}:23:5) selects pods labelled app=other-servers; no server among the "
+        "inputs carries those labels, so kvcheck cannot tell which servers it routes to (pass their files in the "
+        "same command)"]
+
+
+def test_an_inference_pool_beside_llm_d_values_routes_to_the_pods_the_chart_labels() -> None:
+    pool = f"{FIX}/inferencepool-llm-d.yaml"
+    result = run_kvcheck("import", f"{LLMD}-values-pd.yaml", pool)
+    assert result.exit_code == 0, result.stderr
+    told = [line for line in result.stdout.splitlines() if line.startswith("# InferencePool")]
+    assert told == [
+        f"# InferencePool 'opt-pool' ({pool}:11:5) routes to role 'decode': its pods carry "
+        "llm-d.ai/inference-serving=true",
+        f"# InferencePool 'opt-pool' ({pool}:11:5) routes to role 'prefill': its pods carry "
+        "llm-d.ai/inference-serving=true",
+        f"# InferencePool 'by-expression' ({pool}:26:5): its selector has matchExpressions, which kvcheck does not "
+        "evaluate, so kvcheck cannot tell which servers it routes to"]
+
+
+def test_inference_pools_whose_pods_run_no_engine_say_so() -> None:
+    name = f"{REAL}/gaie-conformance-resources-base.yaml"
+    result = run_kvcheck("import", name)
+    assert result.exit_code == 2
+    assert (f". InferencePool 'primary-inference-pool' ({name}:205:5) selects pods labelled "
+            f"app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
+            f"({name}:61:1), which starts no engine server. ") in result.stderr
+    assert result.stderr.count("InferencePool '") == 4 and "1 more InferencePool(s) not shown" in result.stderr
+
+
+def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_pods(tmp_path: Any) -> None:
+    """raySpec: the chart's RayCluster head runs `vllm serve ... --distributed-executor-backend ray` (its
+    vllm-entrypoint.sh) over the head and replicaCount workers: pp 2 on 1 GPU x 2 pods."""
+    name = f"{REAL}/production-stack-values-15-a-raycluster.yaml"
+    got = imported(name)
+    assert got["roles"] == {"distilgpt2-raycluster": {"gpus": [0], "nodes": 2, "args": {
+        "tensor-parallel-size": 1, "pipeline-parallel-size": 2, "distributed-executor-backend": "ray"}}}
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert f"    gpus: [0]  # {name}:26:21 (raySpec.headNode requestGPU)" in lines
+    assert f"    nodes: 2  # {name}:9:19 (Ray head + replicaCount workers (EXPECTED_NODES))" in lines
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "L4", "--context-length", "1024", "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json")
+    assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
+    pools = []
+    for args in ((str(manifest),), (name, *options)):
+        result = run_kvcheck("verify", *args, "--mode", "estimate", "--format", "json")
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
+        pools.append([r["pool_tokens"] for r in report["roles"]])
+    assert pools[0] == pools[1] and pools[0][0] > 1024
+
+
+def test_a_raycluster_head_and_workers_with_different_gpu_counts_are_refused(tmp_path: Any) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text("servingEngineSpec:\n  modelSpec:\n  - name: m\n    repository: vllm/vllm-openai\n"
+                    "    tag: v0.11.0\n    modelURL: org/m\n    replicaCount: 1\n    requestGPU: 2\n"
+                    "    vllmConfig: {tensorParallelSize: 1, pipelineParallelSize: 2}\n"
+                    "    raySpec:\n      enabled: true\n      headNode: {requestGPU: 1}\n")
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:12:30: modelSpec 'm': the Ray head asks for 1 GPU(s) and each worker for 2: kvcheck counts one GPU "
+        "count per node of the instance; give both the same")
+
+
+def test_a_kuberay_raycluster_head_running_vllm_is_one_instance_over_its_gpu_pods(tmp_path: Any) -> None:
+    name = f"{FIX}/raycluster.yaml"
+    got = imported(name)
+    assert got["roles"] == {"llama-405b": {"gpus": EIGHT, "nodes": 2, "args": {
+        "tensor-parallel-size": 8, "pipeline-parallel-size": 2, "distributed-executor-backend": "ray",
+        "max-model-len": 32768}}}
+    assert got["engine"] == {"name": "vllm", "version": "0.9.2"}
+    lines = run_kvcheck("import", name).stdout.splitlines()
+    assert f"    gpus: [0, 1, 2, 3, 4, 5, 6, 7]  # {name}:37:35 (limits[nvidia.com/gpu])" in lines  # the workers'
+    assert f"    nodes: 2  # {name}:27:5 (Ray cluster: the worker replicas, and the head when it holds GPUs)" in lines
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-405B.json")
+    assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
+    pools = []
+    for args in ((str(manifest),), (name, *options)):
+        result = run_kvcheck("verify", *args, "--mode", "estimate", "--format", "json")
+        report = json.loads(result.stdout)
+        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
+        pools.append([r["pool_tokens"] for r in report["roles"]])
+    assert pools[0] == pools[1]
+
+
+def test_a_rayservice_serving_through_ray_serve_llm_is_refused_plainly() -> None:
+    assert refused(f"{REAL}/kuberay-ray-service-llm-serve.yaml") == [
+        f"{REAL}/kuberay-ray-service-llm-serve.yaml:6:18: RayService 'ray-serve-llm' serves through Ray Serve "
+        "applications (serveConfigV2), whose engine arguments kvcheck does not read; state the equivalent `vllm "
+        "serve` line with --cmd, or a manifest"]
+
+
+OME_ARGS = {"middleware": "vllm.entrypoints.openai.middleware.log_opc_header", "max-log-len": 0,
+            "served-model-name": ["vllm-model"], "max-model-len": 131072, "gpu-memory-utilization": 0.9,
+            "enable-chunked-prefill": True, "enable-auto-tool-choice": True, "tool-call-parser": "llama3_json"}
+
+
+@pytest.mark.parametrize(("name", "gpus", "own"), [
+    ("ome-vllm-llama-3-1-8b-instruct-rt.yaml", [0], {
+        "tensor-parallel-size": 1, "chat-template": "./examples/tool_chat_template_llama3.1_json.jinja"}),
+    ("ome-vllm-llama-3-1-405b-instruct-fp8-rt.yaml", EIGHT, {
+        "tensor-parallel-size": 8, "chat-template": "examples/tool_chat_template_llama3.1_json.jinja",
+        "cuda-graph-sizes": [256]}),
+])
+def test_each_ome_vllm_runtime_is_read_whole(name: str, gpus: list[int], own: dict[str, Any]) -> None:
+    """Every flag of the runtime's command and the GPUs of its runner (the 8B one's $(SERVED_MODEL_NAME) from its
+    env); the model is $(MODEL_PATH), which the InferenceService that picks the runtime sets (so none here)."""
+    got = imported(f"{REAL}/{name}")
+    (role,) = got["roles"].values()
+    assert (got["model"], got["context_length"], role["gpus"]) == ({}, 131072, gpus)
+    assert role["args"] == {**OME_ARGS, **own}
+    assert role.get("env") == ({"SERVED_MODEL_NAME": "vllm-model"} if "8b" in name else None)
+
+
+def test_llm_d_values_mixing_engines_check_each_role_with_its_own() -> None:
+    """decode runs the chart's `vllm serve`, prefill a custom SGLang command: vLLM's sizing and admission for one,
+    SGLang's for the other (import refuses, since a manifest holds one engine)."""
+    name = f"{FIX}/llm-d-mixed-engines.yaml"
+    (error,) = refused(name)
+    assert error == (f"{name}:19:5: role 'prefill' runs SGLang, role 'decode' vLLM at {name}:12:5; a manifest holds "
+                     "one engine (kvcheck verify checks the files directly, each role with its own engine)")
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--model-config",
+                         "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
+    roles = {role["name"]: role for role in report["roles"]}
+    assert (roles["decode"]["details"]["engine"], roles["prefill"]["details"]["engine"]) == (
+        "vllm 0.32.0 sizing model", "sglang 0.5.23 sizing model")
+    assert roles["decode"]["argv"] == ["--served-model-name", "Qwen/Qwen3-8B", "--max-model-len", "32768"]
+    assert roles["prefill"]["argv"] == ["--context-length", "32768"]
+    assert "gpu_memory_utilization" in roles["decode"]["details"]  # vLLM's own sizing
+    assert "gpu_memory_utilization" not in roles["prefill"]["details"]
+    assert (roles["decode"]["max_input_tokens"], roles["prefill"]["max_input_tokens"]) == (32768, 32762)
+
+
+def test_an_llm_d_model_service_object_is_refused_rather_than_left_unchecked() -> None:
+    name = f"{REAL}/llm-d-model-service-facebook-nixl.yaml"
+    assert refused(name) == [
+        f"{name}:9:5: ModelService 'facebook-opt-125m-nixl' (llm-d's model-service operator) has its pods rendered "
+        "from the Go templates of ConfigMap 'universal-base-config-hf' (baseConfigMapRef), which kvcheck does not "
+        "render: pass the Deployments the operator created (kubectl get deployment -o yaml), or move to the "
+        "llm-d-modelservice Helm values, which kvcheck reads"]
+
+
+def test_llm_d_values_whose_args_override_the_charts_parallelism_are_caught_by_the_gpu_count(tmp_path: Any) -> None:
+    """The chart writes --tensor-parallel-size 2 from parallelism (and asks for 2 GPUs), the container's args say 4
+    after it: vLLM takes the last, 4 ranks on 2 GPUs, which never starts."""
+    path = tmp_path / "values.yaml"
+    path.write_text("modelArtifacts:\n  name: org/m\n  uri: hf://org/m\ndecode:\n  parallelism:\n    tensor: 2\n"
+                    "  containers:\n  - name: vllm\n    image: vllm/vllm-openai:v0.32.0\n    modelCommand: vllmServe\n"
+                    "    args: [\"--tensor-parallel-size\", \"4\"]\n")
+    got = imported(str(path))
+    assert (got["roles"]["decode"]["gpus"], got["roles"]["decode"]["args"]["tensor-parallel-size"]) == ([0, 1], 4)
+    result = run_kvcheck("verify", str(path), "--mode", "estimate", "--context-length", "4096")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1] == (
+        f"{path}:6:5: role 'decode': 2 GPU(s) per node x 1 node(s) = 2, but its parallel settings need 4 (tensor x "
+        "pipeline parallel size x data-parallel replicas)")
+
+
+def test_llm_d_guides_modelservice_values_are_read_and_estimated() -> None:
+    """llm-d's inference-scheduling guide: decode only (prefill create: false), no routing proxy (the port is
+    routing.servicePort's default), 2 replicas of Qwen3-0.6B on 1 GPU each."""
+    name = f"{REAL}/llm-d-guide-inference-scheduling-values.yaml"
+    assert imported(name) == {
+        "name": "llm-d-guide-inference-scheduling-values", "model": {"path": "Qwen/Qwen3-0.6B"}, "engine": NEWEST,
+        "roles": {"decode": {"gpus": [0], "args": {"served-model-name": ["Qwen/Qwen3-0.6B"],
+                                                   "disable-uvicorn-access-log": True},
+                             "env": {"DP_SIZE": "1", "TP_SIZE": "1", "DP_SIZE_LOCAL": "1", "HF_HOME": "/model-cache"}}}}
+    result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--context-length", "40960",
+                         "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"], [r["name"] for r in report["roles"]]) == (0, "pass", ["decode"])

@@ -42,6 +42,7 @@ class RoleSource:
     workers: list[tuple[str, ServerCommand]] = field(default_factory=list)  # other nodes' commands
     config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's engine flags as a YAML mapping
     standalone: bool = False  # a format whose object is a whole deployment (DGD, RBG, compose...)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pods' labels (an InferencePool selects by them)
 
 
 @dataclass

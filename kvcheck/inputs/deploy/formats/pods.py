@@ -6,7 +6,7 @@ Every Kubernetes format (workloads, LeaderWorkerSet, RBG, Dynamo, OME) finds its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvcheck.errors import InputIssue
@@ -105,6 +105,12 @@ class PodServer:
     gpu: Sourced | None
     version: Sourced | None
     config_source: Callable[[Token], tuple[Doc, Path_, str] | None]
+    labels: dict[str, str] = field(default_factory=dict)  # the pod template's metadata.labels
+
+
+def pod_labels(template: Any) -> dict[str, str]:
+    labels = get(template, "metadata", "labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
 
 
 def pod_server(
@@ -137,6 +143,7 @@ def pod_server(
             gpu=gpu_type(doc, spec, spec_path),
             version=image_version(doc, container, cpath, server.engine),
             config_source=config_source(doc, container, spec, cpath, spec_path, inputs),
+            labels=pod_labels(template),
         )
     for i, container in enumerate(spec.get("containers") or []):
         args = container.get("args") if isinstance(container, Mapping) else None
@@ -157,6 +164,7 @@ def pod_server(
                     gpus_per_node=gpu_limit(doc, container.get("resources"), (*cpath, "resources")),
                     gpu=gpu_type(doc, spec, spec_path), version=image_version(doc, container, cpath, server.engine),
                     config_source=config_source(doc, container, spec, cpath, spec_path, inputs),
+                    labels=pod_labels(template),
                 )
         # the engine's own image (lmsysorg/sglang:v...), not a wrapper's that pins a release (Dynamo's sglang-runtime)
         engine = next((e for e in registered_engines() if e.image_repository and e.image_repository in image
@@ -258,5 +266,6 @@ def pod_role(name: str, kind: str, group: str, doc: Doc, pod: PodServer, **extra
         gpus_per_node=pod.gpus_per_node,
         gpu=pod.gpu,
         version=pod.version,
+        labels=pod.labels,
         **extra,
     )

@@ -65,24 +65,24 @@ def read_values(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         path: Path_ = ("servingEngineSpec", "modelSpec", i)
         if not isinstance(model, Mapping) or model.get("enabled") is False:
             continue
-        if get(model, "raySpec", "enabled"):
-            where = doc.at((*path, "raySpec"))
-            raise ScriptError(InputIssue(
-                where.file, where.line, where.column, "",
-                "a modelSpec with raySpec runs vLLM on a KubeRay cluster (helm/templates/ray-cluster.yaml), "
-                "which kvcheck does not read; check the rendered RayCluster's head command with --cmd, or a manifest"))
-        out.append(_role(doc, model, path, shared_env))
+        out.append(_ray_role(doc, model, path) if get(model, "raySpec", "enabled") else
+                   _role(doc, model, path, shared_env))
     return out
 
 
-def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]) -> RoleSource:
+def _serve(doc: Doc, model: Mapping[str, Any], path: Path_) -> tuple[str, list[Token]]:
+    """The spec's name and `vllm serve MODEL_URL`, which both templates start with."""
     name = str(model.get("name") or f"modelSpec[{path[-1]}]")
     where = doc.at(path)
-    tokens = [Token("vllm", where), Token("serve", where)]
     if "modelURL" not in model:
         raise ScriptError(InputIssue(where.file, where.line, where.column, "",
                                      f"modelSpec '{name}' has no modelURL (the chart requires one)"))
-    tokens.append(Token(str(model["modelURL"]), doc.at((*path, "modelURL"))))
+    return name, [Token("vllm", where), Token("serve", where), Token(str(model["modelURL"]), doc.at((*path, "modelURL")))]
+
+
+def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]) -> RoleSource:
+    name, tokens = _serve(doc, model, path)
+    where = doc.at(path)
     for key, flag in (("enableLoRA", "--enable-lora"), ("enableTool", "--enable-auto-tool-choice")):
         if model.get(key):
             tokens.append(Token(flag, doc.at((*path, key))))
@@ -123,6 +123,119 @@ def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]
     return RoleSource(name=name, kind=KIND, group=group, doc=doc, location=where, server=server, env=env,
                       gpus_per_node=_gpus(doc, model, path), version=version,
                       replicas=_int(doc, model, "replicaCount", path), standalone=True)
+
+
+# vllmConfig key -> the flag the RayCluster head's entrypoint script writes for it (ray-cluster.yaml), in its order.
+_RAY_VALUE_FLAGS = (
+    ("maxModelLen", "--max-model-len"),
+    ("dtype", "--dtype"),
+    ("tensorParallelSize", "--tensor-parallel-size"),
+    ("pipelineParallelSize", "--pipeline-parallel-size"),
+    ("maxNumSeqs", "--max-num-seqs"),
+    ("gpuMemoryUtilization", "--gpu-memory-utilization"),
+    ("maxLoras", "--max-loras"),
+)
+RAY_CONFIG_KEYS = tuple(key for key, _ in _RAY_VALUE_FLAGS) + (
+    "enableChunkedPrefill", "enablePrefixCaching", "extraArgs", "v1")
+
+
+def _ray_role(doc: Doc, model: Mapping[str, Any], path: Path_) -> RoleSource:
+    """A modelSpec with raySpec: the chart renders a KubeRay RayCluster (helm/templates/ray-cluster.yaml) whose
+    head runs `vllm serve ... --distributed-executor-backend ray` (its vllm-entrypoint.sh ConfigMap) once the
+    head and `replicaCount` workers have joined: one vLLM instance over replicaCount + 1 pods."""
+    name, tokens = _serve(doc, model, path)
+    where = doc.at(path)
+    tokens += _ray_flags(doc, model, path)
+    own: list[Any] = model["env"] if isinstance(model.get("env"), list) else []
+    env = _env(doc, [(item, (*path, "env", j)) for j, item in enumerate(own)])
+    server = ServerCommand(tokens, 2, "vllm", where, "vllm")
+    image = {"image": f"{model.get('repository')}:{model.get('tag')}"} if model.get("repository") else {}
+    version = image_version(doc, image, path, "vllm") if image else None
+    if version is not None:
+        version = Sourced(version.value, doc.at((*path, "tag")) if "tag" in model else where, version.origin)
+    gpus, nodes = _ray_placement(doc, model, path, name)
+    return RoleSource(name=name, kind=f"{KIND} (RayCluster)", group=name, doc=doc, location=where, server=server,
+                      env=env, gpus_per_node=gpus, version=version, nodes=nodes, standalone=True)
+
+
+def _ray_flags(doc: Doc, model: Mapping[str, Any], path: Path_) -> list[Token]:
+    """The flags the head's vllm-entrypoint.sh adds after the model, in its order."""
+    rpath = (*path, "raySpec")
+    tokens = [Token("--distributed-executor-backend", doc.at(rpath, key=True)), Token("ray", doc.at(rpath, key=True))]
+    for key, flag in (("enableLoRA", "--enable-lora"), ("enableTool", "--enable-auto-tool-choice")):
+        if model.get(key):
+            tokens.append(Token(flag, doc.at((*path, key))))
+    if model.get("toolCallParser"):
+        tokens += _pair(doc, "--tool-call-parser", model["toolCallParser"], (*path, "toolCallParser"))
+    config = model.get("vllmConfig")
+    if isinstance(config, Mapping):
+        tokens += _ray_config_flags(doc, config, (*path, "vllmConfig"))
+    if model.get("modelRevision"):
+        tokens += _pair(doc, "--revision", model["modelRevision"], (*path, "modelRevision"))
+    lmcache = model.get("lmcacheConfig")
+    if isinstance(lmcache, Mapping) and lmcache.get("enabled"):
+        connector = ("LMCacheConnectorV1" if isinstance(config, Mapping) and str(config.get("v1")) == "1"
+                     else "LMCacheConnector")
+        at = doc.at((*path, "lmcacheConfig", "enabled"))
+        tokens += [Token("--kv-transfer-config", at),
+                   Token(json.dumps({"kv_connector": connector, "kv_role": "kv_both"}), at)]
+    if model.get("chatTemplate"):
+        tokens += _pair(doc, "--chat-template", model["chatTemplate"], (*path, "chatTemplate"))
+    return tokens
+
+
+def _ray_config_flags(doc: Doc, config: Mapping[str, Any], cpath: Path_) -> list[Token]:
+    """vllmConfig as the head's vllm-entrypoint.sh writes it (--enable-prefix-caching only when true)."""
+    _known_keys(doc, config, cpath, RAY_CONFIG_KEYS, "the production-stack chart's RayCluster")
+    tokens: list[Token] = []
+    if "enableChunkedPrefill" in config:
+        on = bool(config["enableChunkedPrefill"])
+        tokens.append(Token("--enable-chunked-prefill" if on else "--no-enable-chunked-prefill",
+                            doc.at((*cpath, "enableChunkedPrefill"))))
+    if config.get("enablePrefixCaching"):
+        tokens.append(Token("--enable-prefix-caching", doc.at((*cpath, "enablePrefixCaching"))))
+    for key, flag in _RAY_VALUE_FLAGS:
+        if key in config:
+            tokens += _pair(doc, flag, config[key], (*cpath, key))
+    extra = config.get("extraArgs")
+    if isinstance(extra, list):
+        for j, item in enumerate(extra):
+            tokens.append(Token(_helm_text(item), doc.at((*cpath, "extraArgs", j))))
+    return tokens
+
+
+def _ray_placement(doc: Doc, model: Mapping[str, Any], path: Path_, name: str) -> tuple[Sourced | None, Sourced]:
+    """GPUs per pod (the head's, which each worker must match) and the pods of the instance."""
+    where = doc.at(path)
+    rpath = (*path, "raySpec")
+    head = get(model, "raySpec", "headNode")
+    head_gpus = _gpus(doc, head, (*rpath, "headNode"), "raySpec.headNode") if isinstance(head, Mapping) else None
+    worker_gpus = _gpus(doc, model, path)
+    workers = model.get("replicaCount", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ScriptError(InputIssue(where.file, where.line, where.column, "",
+                                     f"modelSpec '{name}': replicaCount {workers!r} is not a count of Ray workers"))
+    if head_gpus is not None and worker_gpus is not None and head_gpus.value != worker_gpus.value and workers:
+        at = head_gpus.location or where
+        raise ScriptError(InputIssue(
+            at.file, at.line, at.column, "",
+            f"modelSpec '{name}': the Ray head asks for {head_gpus.value} GPU(s) and each worker for "
+            f"{worker_gpus.value}: kvcheck counts one GPU count per node of the instance; give both the same"))
+    nodes_at = doc.at((*path, "replicaCount")) if "replicaCount" in model else doc.at(rpath)
+    return head_gpus or worker_gpus, Sourced(workers + 1, nodes_at, "Ray head + replicaCount workers (EXPECTED_NODES)")
+
+
+def _known_keys(doc: Doc, config: Mapping[str, Any], path: Path_, keys: tuple[str, ...], reader: str) -> None:
+    unknown = [key for key in config if key not in keys]
+    if unknown:
+        key = unknown[0]
+        where = doc.at((*path, key), key=True)
+        close = difflib.get_close_matches(str(key), keys, n=1)
+        raise ScriptError(InputIssue(
+            where.file, where.line, where.column, str(key),
+            f"vllmConfig.{key} is not a key {reader} reads, so it would be ignored"
+            + (f" (did you mean '{close[0]}'?)" if close else "")
+            + f"; it reads {', '.join(keys)} (pass other flags in extraArgs)"))
 
 
 def _pair(doc: Doc, flag: str, value: Any, path: Path_) -> list[Token]:
@@ -182,7 +295,7 @@ def _env(doc: Doc, items: list[tuple[Any, Path_]]) -> Env:
     return env
 
 
-def _gpus(doc: Doc, model: Mapping[str, Any], path: Path_) -> Sourced | None:
+def _gpus(doc: Doc, model: Mapping[str, Any], path: Path_, what: str = "modelSpec") -> Sourced | None:
     resources = model.get("resources")
     if isinstance(resources, Mapping):
         from kvcheck.inputs.deploy.formats.pods import gpu_limit
@@ -191,7 +304,7 @@ def _gpus(doc: Doc, model: Mapping[str, Any], path: Path_) -> Sourced | None:
     value = model.get("requestGPU")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
-    return Sourced(value, doc.at((*path, "requestGPU")), "modelSpec requestGPU")
+    return Sourced(value, doc.at((*path, "requestGPU")), f"{what} requestGPU")
 
 
 def _int(doc: Doc, data: Mapping[str, Any], key: str, path: Path_) -> Sourced | None:

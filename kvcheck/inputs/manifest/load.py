@@ -376,16 +376,32 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     )
 
 
+def _declared_engine(data: dict[str, Any], manifest: Manifest | None) -> str | None:
+    """The engine the manifest names, also when another key failed validation (manifest None): the raw
+    `engine.name` when it is a known engine, the default when the key is left out, None when it names no
+    engine kvcheck knows (pydantic reports that; judging the args by another engine's flags would only
+    add that engine's errors)."""
+    from kvcheck.engines import engine_names
+
+    if manifest is not None:
+        return manifest.engine.name
+    default = str(EngineSpec.model_fields["name"].default)
+    engine = data.get("engine")
+    if not isinstance(engine, dict) or "name" not in engine:
+        return default
+    name = engine["name"]
+    return name if isinstance(name, str) and name in engine_names() else None
+
+
 def _declared_catalogue(
     data: dict[str, Any], manifest: Manifest | None, display: str, positions: Positions, issues: list[InputIssue]
 ) -> tuple[Catalogue | None, str | None]:
     """The flag catalogue of the release the manifest declares (and the note when another stood in)."""
     version = data.get("engine", {}).get("version") if isinstance(data.get("engine"), dict) else None
-    if not isinstance(version, str):
+    engine_name = _declared_engine(data, manifest)
+    if not isinstance(version, str) or engine_name is None:
         return None, None
     try:
-        # the engine the manifest names, also when another key failed validation (manifest None)
-        engine_name = manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default
         catalogue: Catalogue
         catalogue, note = get_engine(engine_name).catalogue(version)
     except InputError as exc:
@@ -436,7 +452,7 @@ def _check_devices(
     roles = data.get("roles")
     if not isinstance(roles, dict):
         return set()
-    engine = get_engine(manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default)
+    engine = get_engine(_declared_engine(data, manifest) or str(EngineSpec.model_fields["name"].default))
     top = data.get("device") if data.get("device") in DEVICES else None  # another value: pydantic's issue
     cpu_roles: set[str] = set()
     for name, role in roles.items():

@@ -501,13 +501,19 @@ def _check_gpu_counts(
         need = _parallel_gpus(args) if needed is None else needed
         if len(gpus) * nnodes != need:
             where = positions.of_value(("roles", name, "gpus"))
+            if needed is None:
+                how = "tp-size x pp-size x data-parallel replicas"
+            else:  # the engine's own flags, as the role sets them (vLLM: tensor-parallel-size 2)
+                sizes = [f"{key.replace('_', '-')} {value}" for key, value in args.items()
+                         if key.endswith(("parallel_size", "parallel_size_local"))]
+                how = "the product of its parallel sizes: " + (", ".join(sizes) or "all 1")
             issues.append(
                 InputIssue.at(
                     display,
                     where,
                     f"roles.{name}.gpus",
                     f"{len(gpus)} GPU(s) x {nnodes} node(s) = {len(gpus) * nnodes}, but the role's "
-                    f"parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
+                    f"parallel settings need {need} ({how})",
                 )
             )
 

@@ -118,3 +118,13 @@ def test_an_unknown_engine_name_does_not_judge_the_args_by_sglangs_catalogue(tmp
         "kvcheck: error: 1 error in manifest:",
         f"{path}:4:16: engine.name: unknown engine 'vlm' (did you mean 'vllm'?); kvcheck knows: sglang, vllm "
         "(got 'vlm')"]
+
+
+def test_a_gpu_list_that_does_not_match_vllms_parallel_sizes_names_vllms_flags(tmp_path: Path) -> None:
+    """The count is vLLM's (TP x PP x DP); the message used to name SGLang's tp-size and pp-size."""
+    done = run_kvcheck("verify", str(write(tmp_path, "tensor-parallel-size: 2", "pipeline-parallel-size: 2")),
+                       "--mode", "estimate")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[1] == (
+        f"{tmp_path / 'vllm.yaml'}:10:18: roles.server.gpus: 1 GPU(s) x 1 node(s) = 1, but the role's parallel "
+        "settings need 4 (the product of its parallel sizes: tensor-parallel-size 2, pipeline-parallel-size 2)")

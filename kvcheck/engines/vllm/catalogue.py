@@ -207,7 +207,7 @@ class VllmCatalogue(Catalogue):
 
     def _object_or_text(self, flag: Flag, value: Any) -> Any:
         """vLLM's union_dict_and_str (--hf-overrides): text that looks like a JSON object (`{...}`) must be one
-        (vLLM's parser exits 2 otherwise); other text is kept as text."""
+        (vLLM's parser exits 2 otherwise); the value is kept as written."""
         if isinstance(value, dict):
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -216,11 +216,11 @@ class VllmCatalogue(Catalogue):
         if not re.match(r"(?s)^\s*{.*}\s*$", text):
             return text
         try:
-            parsed = json.loads(text)
+            json.loads(text)
         except json.JSONDecodeError as exc:
             raise FlagError(f"'{flag.name[2:]}' looks like a JSON object but is not valid JSON ({exc.msg}); vLLM "
                             f"{self.version}'s parser exits 2 on it") from exc
-        return parsed
+        return text  # checked, and kept as written (vLLM parses the same text)
 
     def config_file_value(self, flag: Flag, value: Any) -> Any:
         """vLLM's load_config_file (vllm/utils/argparse_utils.py, 0.32.0) turns `KEY: false` into `--no-KEY` only

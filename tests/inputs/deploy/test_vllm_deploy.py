@@ -144,8 +144,10 @@ def test_an_ome_vllm_runtime_is_read_without_its_model_and_with_its_image_releas
 @pytest.mark.parametrize(("files", "errors"), [
     # refused by the release the file pins (or, with no pin, the newest catalogue)
     (("production-stack-gie-gpu-deployment.yaml",), [
-        f"{REAL}/production-stack-gie-gpu-deployment.yaml:30:13: 'compilation-config' must be a JSON object or string, "
-        "not 3"]),
+        f"{REAL}/production-stack-gie-gpu-deployment.yaml:30:13: 'compilation-config' takes a JSON object in vLLM "
+        "0.33.0 (its parser refuses --compilation-config 3, exit 2); the optimization level -O3 is written "
+        "`optimization-level: 3`. The files do not name the vLLM release, so kvcheck read them with the flags of "
+        "0.33.0, the newest it knows: if the deployment runs an older release, pass --sglang-version"]),
     (("production-stack-values-15-a-raycluster.yaml",), [
         f"{REAL}/production-stack-values-15-a-raycluster.yaml:22:7: a modelSpec with raySpec runs vLLM on a KubeRay "
         "cluster (helm/templates/ray-cluster.yaml), which kvcheck does not read; check the rendered RayCluster's head "

@@ -63,7 +63,34 @@ def _type_name(action: argparse.Action) -> str:
             inner = next((c.cell_contents for c in (inner.__closure__ or ()) if callable(c.cell_contents)), inner)
         inner_name = getattr(inner, "__qualname__", getattr(inner, "__name__", ""))
         return _TYPES.get(inner_name, "json" if _json_converter(inner_name) else "str")
+    if name.endswith(".from_cli"):
+        return _level_or_config(kind)
+    if name == "get_kwargs.<locals>.<lambda>":  # 0.9.0: `lambda x, f=from_cli: f(x)` / `lambda x, f=cls: f(**json.loads(x))`
+        default = next(iter(kind.__defaults__ or ()), None)
+        if getattr(default, "__name__", "") == "from_cli":
+            return _level_or_config(default)
+        if isinstance(default, type):
+            return "json"
+    if "parse_dataclass" in name:  # parse_dataclass(val, cls=CompilationConfig) calls cls.from_cli where it has one
+        config = next((d for d in (kind.__defaults__ or ()) if isinstance(d, type)), None)
+        if config is not None and hasattr(config, "from_cli") and "from_cli" in kind.__code__.co_names:
+            return _level_or_config(config.from_cli)
     return _TYPES.get(name, "json" if _json_converter(name) else "str")
+
+
+def _level_or_config(converter: Any) -> str:
+    """CompilationConfig.from_cli of 0.8.0-0.9.1 takes a bare level ("0"-"3") besides the config, as JSON
+    (0.9.0-0.9.1) or as a Python literal (ast.literal_eval, 0.8.x: `true` is refused there, `True` taken);
+    the other from_cli converters take JSON only."""
+    import inspect
+
+    try:
+        source = inspect.getsource(converter)
+    except (OSError, TypeError):
+        return "json"
+    if '"0", "1", "2", "3"' not in source:
+        return "json"
+    return "vllm_level_or_literal" if "literal_eval" in source else "vllm_level_or_json"
 
 
 def _json_converter(name: str) -> bool:
@@ -77,6 +104,7 @@ _TYPES = {
     "float": "float",
     "str": "str",
     "loads": "json",
+    "union_dict_and_str": "vllm_json_object_or_str",
     "human_readable_int": "vllm_human_readable_int",
     "human_readable_int_or_auto": "vllm_human_readable_int_or_auto",
 }
@@ -102,9 +130,104 @@ def serve_parser() -> argparse.ArgumentParser:
     return ServeSubcommand().subparser_init(root.add_subparsers())  # type: ignore[no-any-return]
 
 
+_BOUNDS = ("gt", "ge", "lt", "le", "multiple_of")
+_KWARGS_RE = re.compile(r"(\w+)\s*=\s*get_kwargs\((\w+)\)")
+# add_argument("--flag", "-f", dest="x", **X_kwargs["field"]) and add_argument("--flag", **{**X_kwargs["field"], ...})
+_ADD_ARGUMENT_RE = re.compile(r"add_argument\(\s*((?:\"[^\"]+\"\s*,\s*)+)(?:\w+\s*=\s*[^,()]+,\s*)*"
+                              r"\*\*(?:\{\s*\*\*)?(\w+)\[\s*\"(\w+)\"\s*\]")
+
+
+def config_bounds() -> dict[str, dict[str, Any]]:
+    """Option string -> the bounds vLLM's config dataclass puts on the field the flag sets (pydantic's
+    Field(gt=0, le=1) and the like), with the field they come from: `{"config": "CacheConfig.
+    gpu_memory_utilization", "gt": 0, "le": 1}`. argparse does not check them; the config class does when
+    `vllm serve` builds its engine config, before any model is loaded, and the start fails. Read from
+    EngineArgs.add_cli_args: each `--flag` added with `**X_kwargs["field"]` where `X_kwargs = get_kwargs(Cls)`.
+    Releases whose configs are not pydantic dataclasses (before 0.10.1) give none."""
+    import inspect
+
+    from vllm.engine import arg_utils
+
+    source = inspect.getsource(arg_utils.EngineArgs.add_cli_args)
+    classes = {var: getattr(arg_utils, name, None) for var, name in _KWARGS_RE.findall(source)}
+    found: dict[str, dict[str, Any]] = {}
+    for options, var, name in _ADD_ARGUMENT_RE.findall(source):
+        options = options.split(",")
+        cls = classes.get(var)
+        info = (getattr(cls, "__pydantic_fields__", None) or {}).get(name)
+        if info is None:
+            continue
+        bounds: dict[str, Any] = {}
+        for item in info.metadata:
+            for attr in _BOUNDS:
+                value = getattr(item, attr, None)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    bounds[attr] = value
+        values = None if _rewritten_before(cls, name) else _enum_values(info.annotation)
+        if values is not None:
+            bounds["values"] = values
+        if bounds:
+            for option in (o.strip().strip('"') for o in options if o.strip()):
+                found[option] = {"config": f"{cls.__name__}.{name}", **bounds}  # type: ignore[union-attr]
+    return found
+
+
+def _rewritten_before(cls: Any, name: str) -> bool:
+    """Whether a validator of `cls` sees the field's value before pydantic's own type check (mode before,
+    wrap or plain: MambaConfig.backend reads `"TRITON"` by name), so its enum's values are not all it takes."""
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    for validator in getattr(decorators, "field_validators", {}).values():
+        if name in validator.info.fields and validator.info.mode in ("before", "wrap", "plain"):
+            return True
+    return False
+
+
+def _config_keys(kind: Any) -> dict[str, Any] | None:
+    """{"config": "CompilationConfig", "keys": [...]} for a flag whose JSON value becomes one of vLLM's config
+    dataclasses that forbid extra fields (vllm/config/utils.py's @config: ConfigDict(extra="forbid")): the
+    fields it takes at init. None for other flags (plain JSON, or a dataclass that takes any key)."""
+    import dataclasses
+
+    seen = 0
+    while kind is not None and seen < 4:  # optional_type(parse_type(parse_dataclass)): unwrap the closures
+        seen += 1
+        defaults = [getattr(d, "__self__", d) for d in (getattr(kind, "__defaults__", None) or ())]  # f=cls.from_cli
+        config = next((d for d in defaults if isinstance(d, type)), None)
+        if config is not None and dataclasses.is_dataclass(config):
+            pydantic_config = getattr(config, "__pydantic_config__", None) or {}
+            decorators = getattr(config, "__pydantic_decorators__", None)
+            rewrites = any(v.info.mode in ("before", "wrap") for v in
+                           getattr(decorators, "model_validators", {}).values())
+            if pydantic_config.get("extra") != "forbid" or rewrites:  # a before-validator may take other keys
+                return None
+            return {"config": config.__name__,
+                    "keys": sorted(f.name for f in dataclasses.fields(config) if f.init)}
+        kind = next((c.cell_contents for c in (getattr(kind, "__closure__", None) or ())
+                     if callable(c.cell_contents)), None)
+    return None
+
+
+def _enum_values(annotation: Any) -> list[Any] | None:
+    """The member values of an Enum field (vLLM's OptimizationLevel: 0-3), also inside Optional[...]; argparse
+    takes the flag as text and the config's validator refuses any other value."""
+    import enum
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [m.value for m in annotation if isinstance(m.value, int | str)]
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _enum_values(typing.get_args(annotation)[0])
+    members = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType) or not members:
+        return None
+    found = [_enum_values(a) for a in members]  # Optional[Enum]; `str | Enum` takes any text
+    return None if any(f is None for f in found) else [v for f in found for v in f]  # type: ignore[union-attr]
+
+
 def catalogue(parser: argparse.ArgumentParser, *, release: dict[str, Any] | None = None) -> dict[str, Any]:
     """The catalogue of `parser`; `release` (version, source, generation) when it is not the installed release's."""
     flags = []
+    bounds = config_bounds()
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
@@ -128,6 +251,12 @@ def catalogue(parser: argparse.ArgumentParser, *, release: dict[str, Any] | None
             "choices": [str(c) for c in action.choices] if action.choices else None,
             "deprecated": bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ()),
         })
+        keys = _config_keys(action.type)
+        if keys is not None:  # the JSON config's own fields: vLLM's parser exits 2 on any other key
+            flags[-1]["config_keys"] = keys
+        bound = next((bounds[o] for o in action.option_strings if o in bounds), None)
+        if bound is not None:  # only where the config bounds it, so the other flags' lines stay as they were
+            flags[-1]["bounds"] = bound
     if release is None:
         release = installed_release()
     return {

@@ -43,6 +43,13 @@ class Flag:
     default: Any
     choices: tuple[Any, ...] | None
     deprecated: bool
+    # what the engine's config class takes beyond argparse's type (vLLM: pydantic's gt/ge/lt/le and enum values of
+    # the field the flag sets, with that field's name in "config"); None when it takes every value of the type
+    # (a tuple of (key, value) pairs, so a Flag stays hashable)
+    bounds: tuple[tuple[str, Any], ...] | None = None
+    # a JSON flag whose value becomes a config class that takes only its own fields (vLLM's @config dataclasses):
+    # (the class's name, its field names); None when any key is taken
+    config_keys: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def key(self) -> str:
@@ -287,6 +294,10 @@ def flag_from_json(item: Mapping[str, Any]) -> Flag:
         default=item.get("default"),
         choices=tuple(choices) if choices is not None else None,
         deprecated=bool(item.get("deprecated")),
+        bounds=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in item["bounds"].items())
+        if isinstance(item.get("bounds"), Mapping) else None,
+        config_keys=(str(item["config_keys"]["config"]), tuple(item["config_keys"]["keys"]))
+        if isinstance(item.get("config_keys"), Mapping) else None,
     )
 
 

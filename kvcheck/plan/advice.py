@@ -18,6 +18,32 @@ def fraction(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+# Memory settings that are not a fraction of a GPU: vLLM's CPU backend sizes its pool from host memory.
+KV_SPACE_GIB = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB, an environment variable (engine.env)
+KV_BYTES = "kv-cache-memory-bytes"
+
+
+def setting_value(f: FractionPlan, value: float | None) -> str:
+    """A memory setting's value as the role writes it: 0.9 (a fraction), 2 GiB (VLLM_CPU_KVCACHE_SPACE),
+    2147483648 (--kv-cache-memory-bytes, with its GiB)."""
+    if value is None:
+        return "-"
+    if f.flag == KV_SPACE_GIB:
+        return f"{value:g} GiB"
+    if f.flag == KV_BYTES:
+        return f"{int(value)} ({value / 2**30:.2f} GiB)"
+    return fraction(value)
+
+
+def set_hint(f: FractionPlan, value: float) -> str:
+    """How to apply a memory setting: `set gpu-memory-utilization: 0.9`, or the environment variable."""
+    if f.flag == KV_SPACE_GIB:
+        return f'set {KV_SPACE_GIB}: "{value:g}" in engine.env (GiB of host memory)'
+    if f.flag == KV_BYTES:
+        return f"set {KV_BYTES}: {int(value)}"
+    return f"set {f.flag}: {fraction(value)}"
+
+
 def setting_flag(option: PlanOption) -> str:
     """The flag an option sets, as the engine spells it: tp-size, tensor-parallel-size, kv-cache-dtype."""
     return "tp-size" if option.setting == "tp_size" else option.setting.replace("_", "-")
@@ -98,7 +124,7 @@ def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     f = plan.fraction
     sglang = f.engine_label == "SGLang"
     where = "the manifest's" if f.current_source == "manifest" else f"{f.engine_label}'s default"
-    current = f"{where} {fraction(f.current)} gives {f.current_pool_tokens:,} tokens"
+    current = f"{where} {setting_value(f, f.current)} gives {f.current_pool_tokens:,} tokens"
     ceiling = ""
     if f.max_safe is not None:
         ceiling = (f"{fraction(f.max_safe)}, SGLang's own default for this role" if sglang else
@@ -118,14 +144,17 @@ def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
         )
     if f.note:
         message += f" ({f.note})"
-    return finding(KV106.code, target.name, message, hint=hint, location=target.arg_location("mem_fraction_static", "gpu_memory_utilization"))
+    return finding(KV106.code, target.name, message, hint=hint,
+                   location=target.arg_location("mem_fraction_static", "gpu_memory_utilization", "kv_cache_memory_bytes"))
 
 
 def _no_fraction_fits(
     target: RoleTarget, f: FractionPlan, required: int, current: str, ceiling: str
 ) -> tuple[str, str]:
     """No fraction up to the ceiling (or 0.999) holds the window: what caps the pool instead."""
-    if f.max_safe is None:
+    if f.flag in (KV_SPACE_GIB, KV_BYTES):
+        message = f"{f.flag}: no KV space kvcheck tries (up to 64 TiB) holds {required:,} tokens; {current}"
+    elif f.max_safe is None:
         message = f"{f.flag}: no value up to 0.999 holds {required:,} tokens; {current}"
     else:
         message = (
@@ -144,7 +173,7 @@ def _fraction_fits(
     f: FractionPlan, min_fitting: float, required: int, current: str, ceiling: str
 ) -> tuple[str, str | None]:
     """Some fraction holds the window: the smallest, the safe ceiling, and the low end of the range."""
-    holds = f"{fraction(min_fitting)} is the smallest value that holds {required:,} tokens " \
+    holds = f"{setting_value(f, min_fitting)} is the smallest value that holds {required:,} tokens " \
             f"({f.min_fitting_pool_tokens:,} predicted)"
     if f.max_safe is not None:
         holds += f"; safe up to {ceiling}"
@@ -152,8 +181,8 @@ def _fraction_fits(
     if f.current_pool_tokens >= required:
         message = f"{f.flag}: {current}, enough; {holds}"
     else:
-        message = f"{f.flag} {fraction(min_fitting)} would hold the window: {holds}; {current}"
-        hint = f"set {f.flag}: {fraction(min_fitting)}"
+        message = f"{f.flag} {setting_value(f, min_fitting)} would hold the window: {holds}; {current}"
+        hint = set_hint(f, min_fitting)
         if f.max_safe is not None:
             hint += f" (any value up to {fraction(f.max_safe)} holds the window)"
     if f.min_fitting_worst_case is None:
@@ -162,7 +191,7 @@ def _fraction_fits(
         )
     elif f.min_fitting_worst_case > min_fitting:
         message += (
-            f"; {fraction(f.min_fitting_worst_case)} holds it even at the low end of the estimate's range"
+            f"; {setting_value(f, f.min_fitting_worst_case)} holds it even at the low end of the estimate's range"
         )
     return message, hint
 
@@ -176,7 +205,8 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
         message = f"{setting_flag(current)} {current.value} holds the window ({option_pool_text(current)})"
         if smaller:
             best = smaller[0]
-            message += f"; {tp_label(best)} would too, on {best.gpus} GPUs: {option_pool_text(best)}"
+            on = f"on {best.gpus} GPUs" if best.gpus is not None else f"on {best.note}" if best.note else "too"
+            message += f"; {tp_label(best)} would too, {on}: {option_pool_text(best)}"
         elif any(int(o.value) < int(current.value) for o in plan.tp_options):
             message += "; no smaller TP degree does"
     elif fitting:
@@ -186,6 +216,8 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
             f"({setting_flag(current)} {current.value} gives {option_pool_text(current)})"
         )
         hint = f"set {setting_flag(best)}: {best.value}"
+        if best.gpus is None and best.note:
+            hint += f" ({best.note})"
         if best.nnodes and best.nnodes > 1 and best.gpus is not None:
             hint += f" and nnodes: {best.nnodes}, with {best.gpus // best.nnodes} GPUs per node"
     else:
@@ -253,12 +285,13 @@ def hint_sentences(plan: RolePlan) -> list[str]:
     if f.min_fitting is not None and f.min_fitting > f.current:
         if f.min_fitting_worst_case is not None:
             out.append(
-                f"{f.flag} {fraction(f.min_fitting_worst_case)} would hold the window even at the "
-                f"low end of the estimate ({fraction(f.min_fitting)} at its centre: {f.min_fitting_pool_tokens:,} tokens)"
+                f"{f.flag} {setting_value(f, f.min_fitting_worst_case)} would hold the window even at the "
+                f"low end of the estimate ({setting_value(f, f.min_fitting)} at its centre: "
+                f"{f.min_fitting_pool_tokens:,} tokens)"
             )
         else:
             out.append(
-                f"{f.flag} {fraction(f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
+                f"{f.flag} {setting_value(f, f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens "
                 + _estimate_tag(True)
             )
     elif f.min_fitting is None and f.max_safe is not None:

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvcheck.model import PlanOption, Report, RolePlan, RoleResult
+from kvcheck.plan.advice import setting_value
 
 _BINDING = {
     "pool": "bound by the predicted pool",
@@ -54,13 +55,13 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
     f = plan.fraction
     source = "manifest" if f.current_source == "manifest" else f"{f.engine_label} default"
     current_range = role.pool_range
-    rows.append((f.flag, f"{_frac(f.current)} *", _tok(f.current_pool_tokens),
+    rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
                  _range(current_range), _verdict(f.current_pool_tokens, current_range, required), source))
     if f.min_fitting is not None:
-        rows.append(("", _frac(f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
+        rows.append(("", setting_value(f, f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
                      "smallest"))
         if f.min_fitting_worst_case is not None and f.min_fitting_worst_case != f.min_fitting:
-            rows.append(("", _frac(f.min_fitting_worst_case), "-", "-", "holds",
+            rows.append(("", setting_value(f, f.min_fitting_worst_case), "-", "-", "holds",
                          "smallest, low end"))
     else:
         rows.append(("", "none", "-", "-", "short", "no safe value"))
@@ -85,6 +86,8 @@ def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str
         verdict, note = "no room", "weights fill GPUs"
     elif option.pool_tokens is None or (option.note and option.note.startswith("vLLM would refuse")):
         note = option.note or ""
+    elif option.setting == "tensor_parallel_size" and option.gpus is None and option.note:
+        note = option.note  # a CPU role's ranks and the host memory they take
     pool_range = option.pool_range if option.pool_tokens else None
     return (label, value, _tok(option.pool_tokens), _range(pool_range), verdict, note)
 

@@ -89,7 +89,7 @@ _PLAN = {
         "model_context_tokens": _TOKENS,
         "uncertain": {"type": "boolean"},
         "memory_fraction": {"type": "object", "required": ["flag"],
-                            "properties": {"flag": {"enum": ["mem-fraction-static", "gpu-memory-utilization"]}}},
+                            "properties": {"flag": {"enum": ["mem-fraction-static", "gpu-memory-utilization", "VLLM_CPU_KVCACHE_SPACE", "kv-cache-memory-bytes"]}}},
         "mem_fraction_static": {"type": "object"},
         "tp_options": {"type": "array", "items": _OPTION},
         "kv_dtype_options": {"type": "array", "items": _OPTION},

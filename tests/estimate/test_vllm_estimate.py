@@ -396,8 +396,7 @@ def test_an_explicit_cache_that_fits_beside_the_weights_still_passes(tmp_path: P
 
 
 @pytest.mark.parametrize(("args", "env", "device", "words"), [
-    ({"tensor-parallel-size": 0}, None, None, "--tensor-parallel-size, --pipeline-parallel-size and "
-                                              "--data-parallel-size must be at least 1"),
+    # TP 0 is refused by the manifest on 0.32.0 (ParallelConfig's ge=1, exit 2: tests/engines/vllm/test_values.py)
     ({}, {"VLLM_CPU_KVCACHE_SPACE": "0.5"}, "cpu", "VLLM_CPU_KVCACHE_SPACE='0.5' is not a whole number of GiB"),
 ])
 def test_settings_vllm_cannot_start_with_never_pass(tmp_path: Path, args: dict, env: dict | None, device: str | None,

@@ -22,9 +22,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from packaging.version import Version
+
 from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv
 from kvcheck.engines.flags import Catalogue, Flag
-from kvcheck.engines.vllm.catalogue import human_readable_int
+from kvcheck.engines.vllm.catalogue import LEVEL_OR_JSON, LEVEL_OR_LITERAL, human_readable_int, o_flag_key
 
 # `python -m vllm.entrypoints.openai.api_server` (the pre-`vllm serve` entry point, still shipped)
 _MODULE_RE = re.compile(r"^vllm\.entrypoints\.(?:openai\.)?api_server$")
@@ -99,14 +101,22 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
         if i in skip:
             continue
         token = argv[i]
-        if token.startswith("-O") and token != "-O" and not token.startswith("--"):
-            out.add("--optimization-level", i)
-            out.add(token[3:] if token[2:3] == "=" else token[2:], i)
-            continue
-        if token == "-O" and i + 1 < len(argv) and argv[i + 1] in {"0", "1", "2", "3"}:
-            out.add("--optimization-level", i)
-            continue
+        if token.startswith("-O") and not token.startswith("-O.") and (token != "-O" or (
+                i + 1 < len(argv) and argv[i + 1] in {"0", "1", "2", "3"})):
+            token = _o_flag(token, catalogue)
+            if token.startswith("--"):  # --optimization-level / --compilation-config, then the level
+                out.add(token, i)
+                if argv[i] != "-O":
+                    out.add(argv[i][3:] if argv[i][2:3] == "=" else argv[i][2:], i)
+                continue
         if token.startswith("-") and "." in token.split("=", 1)[0] and is_option(token.split("=", 1)[0]):
+            if not _dotted_keys(catalogue):
+                out.problems.append(ArgvProblem(i, "value", f"'{token.split('=', 1)[0]}': vLLM {catalogue.version} "
+                                                "has no dotted keys (they came in 0.9.0): argparse exits 2 on it; "
+                                                "pass the whole JSON value"))
+                if "=" not in token and i + 1 < len(argv) and not is_option(argv[i + 1]):
+                    skip.add(i + 1)  # its value: argparse lists both as unrecognized, one problem here
+                continue
             key, eq, value = _dashes(token).partition("=") if token.startswith("--") else token.partition("=")
             value_at = i
             if not eq:
@@ -139,6 +149,26 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
     return out
 
 
+def _dotted_keys(catalogue: Catalogue) -> bool:
+    """Whether the release merges dotted keys of JSON flags (FlexibleArgumentParser, from 0.9.0)."""
+    return Version(catalogue.version) >= Version("0.9.0")
+
+
+def _o_flag(token: str, catalogue: Catalogue) -> str:
+    """What the release's FlexibleArgumentParser makes of `-O3`, `-O=3` or `-O` (followed by the level):
+    `--optimization-level` (0.12.0 on); `-O.level=3` / `-O.mode=3`, a dotted key of --compilation-config
+    (0.9.2-0.11.x, returned as that dotted token); before 0.9.2 argparse's `-O` alias of --compilation-config,
+    whose from_cli reads the bare level."""
+    if any(flag.name == "--optimization-level" for flag in catalogue.flags):
+        return "--optimization-level"
+    if Version(catalogue.version) < Version("0.9.2"):
+        return "--compilation-config"
+    key = o_flag_key(catalogue.version)
+    if token == "-O":
+        return f"-O.{key}"
+    return f"-O.{key}=" + (token[3:] if token[2:3] == "=" else token[2:])
+
+
 def _config_problems(argv: Sequence[str], start: int) -> list[ArgvProblem]:
     """vLLM loads `--config FILE` before argparse runs, and only in that spelling (`"--config" in args`,
     vllm/utils/argparse_utils.py): `--config=FILE` parses and the file is never read; a second --config
@@ -161,7 +191,7 @@ def _unknown_dotted(catalogue: Catalogue, name: str, spelled: str) -> str:
     """vLLM refuses a dotted key of a flag it does not have (exit 2): say so, with the JSON flag meant."""
     import difflib
 
-    json_flags = [flag.name for flag in catalogue.flags if flag.type == "json"]
+    json_flags = [flag.name for flag in catalogue.flags if flag.type in ("json", LEVEL_OR_JSON, LEVEL_OR_LITERAL)]
     close = difflib.get_close_matches(name, json_flags, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0][2:]}'?)" if close else ""
     return f"unknown vLLM flag '{name.lstrip('-')}' in '{spelled}' ({catalogue.label} {catalogue.version}){hint}"
@@ -201,7 +231,7 @@ def parse_vllm_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0
         if flag is None:
             problems.append(ArgvProblem(index, "unknown", _unknown_dotted(catalogue, name, spelled)))
             continue
-        if flag.type != "json":
+        if flag.type not in ("json", LEVEL_OR_JSON, LEVEL_OR_LITERAL):
             problems.append(ArgvProblem(index, "value", f"'{spelled}': '{flag.name[2:]}' is not a JSON config flag, "
                                         "so it takes no dotted keys (vLLM exits with status 2)"))
             continue

@@ -8,6 +8,7 @@ human_readable_int (`32k` = 32,000, `32K` = 32,768, decimals only with lower-cas
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from kvcheck.profiles import profile_path
 CATALOGUE_SCHEMA = "kvcheck/vllm-flags/v1"
 HUMAN_INT = "vllm_human_readable_int"
 HUMAN_INT_OR_AUTO = "vllm_human_readable_int_or_auto"
+LEVEL_OR_JSON = "vllm_level_or_json"  # CompilationConfig.from_cli, 0.9.0-0.9.1: "0"-"3" or JSON
+LEVEL_OR_LITERAL = "vllm_level_or_literal"  # CompilationConfig.from_cli, 0.8.x: "0"-"3" or a Python literal
+JSON_OBJECT_OR_TEXT = "vllm_json_object_or_str"  # union_dict_and_str (--hf-overrides): `{...}` is JSON, else text
 AUTO = -1  # what vLLM stores for `--max-model-len auto`
 
 # Flags a manifest must not carry: kvcheck sets them itself or they hide arguments from the check.
@@ -80,18 +84,143 @@ def human_readable_int(name: str, value: Any, *, auto: bool = False) -> int:
     return parsed
 
 
+_BOUND_TEXT = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_BOUND_TEST = {"gt": lambda v, b: v > b, "ge": lambda v, b: v >= b, "lt": lambda v, b: v < b,
+               "le": lambda v, b: v <= b}
+MAX_LITERAL_CHARS = 64 * 1024  # a --compilation-config literal; ast.literal_eval is not run on more
+
+
+def _python_literal(value: Any) -> str:
+    """A value as a Python literal (`True`, `None`, `{'level': 3}`), what ast.literal_eval reads back."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_python_literal(k)}: {_python_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_python_literal(v) for v in value) + "]"
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class VllmCatalogue(Catalogue):
-    """A vLLM release's flags: the shared argparse rules plus vLLM's value types."""
+    """A vLLM release's flags: the shared argparse rules plus vLLM's value types, and the bounds its config
+    classes put on the fields the flags set (checked when `vllm serve` builds its config, before any model
+    loads: a value outside them stops the start)."""
 
     def _coerce_one(self, flag: Flag, value: Any) -> Any:
         if flag.type in (HUMAN_INT, HUMAN_INT_OR_AUTO):
             if value is None:
                 raise FlagError(f"'{flag.name[2:]}' needs a value (remove the key to use vLLM's default)")
-            return human_readable_int(flag.name[2:], value, auto=flag.type == HUMAN_INT_OR_AUTO)
-        if flag.type == "json" and isinstance(value, str) and value in ("", "None"):
+            out = human_readable_int(flag.name[2:], value, auto=flag.type == HUMAN_INT_OR_AUTO)
+        elif flag.type == "json" and isinstance(value, str) and value in ("", "None"):
             return None  # vLLM's optional_type: an empty or "None" value unsets a config
-        return super()._coerce_one(flag, value)
+        elif flag.type in (LEVEL_OR_JSON, LEVEL_OR_LITERAL):
+            config = self._level_or_config(flag, value)
+            self._check_keys(flag, config)
+            return config
+        elif flag.type == JSON_OBJECT_OR_TEXT:
+            out = self._object_or_text(flag, value)
+        elif flag.type == "json" and flag.name == "--compilation-config" and (
+                isinstance(value, int | float) or (isinstance(value, str) and value.strip().isdigit())):
+            raise FlagError(self._no_bare_level(value))
+        else:
+            out = super()._coerce_one(flag, value)
+        self._check_bounds(flag, out)
+        self._check_keys(flag, out)
+        return out
+
+    def _check_keys(self, flag: Flag, value: Any) -> None:
+        """A JSON config's keys against its class's fields: vLLM's configs forbid other keys (extra="forbid"),
+        so its parser exits 2 on `{"cudagraph_mod": ...}`."""
+        if flag.config_keys is None or not isinstance(value, dict):
+            return
+        config, keys = flag.config_keys
+        for key in value:
+            if key in keys:
+                continue
+            close = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise FlagError(f"'{flag.name[2:]}': unknown key '{key}' for vLLM {self.version}'s {config}{hint}; "
+                            "its parser exits 2 on it")
+
+    def _check_bounds(self, flag: Flag, value: Any) -> None:
+        """The bounds of the config field behind `flag` (pydantic's Field(gt=0, le=1), an enum's values)."""
+        if not flag.bounds or value is None:
+            return
+        bounds = dict(flag.bounds)
+        name, where = flag.name[2:], f"vLLM {self.version}'s {bounds.get('config', 'config')}"
+        values = bounds.get("values")
+        if values is not None:
+            allowed = [str(v) for v in values]
+            typed = value
+            if all(isinstance(v, int) for v in values) and isinstance(value, str):
+                try:
+                    typed = int(value.strip())  # pydantic's lax mode reads "3" (and " 3") as the int 3
+                except ValueError:
+                    typed = value
+            if typed not in values:
+                raise FlagError(f"'{name}' must be one of {', '.join(allowed)} ({where}; vLLM refuses to start "
+                                f"otherwise); got {value!r}")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return
+        failed = [f"{_BOUND_TEXT[k]} {bounds[k]}" for k in _BOUND_TEXT if k in bounds
+                  and not _BOUND_TEST[k](value, bounds[k])]
+        if failed:
+            wanted = " and ".join(f"{_BOUND_TEXT[k]} {bounds[k]}" for k in _BOUND_TEXT if k in bounds)
+            raise FlagError(f"'{name}' must be {wanted} ({where}; vLLM refuses to start otherwise); got {value!r}")
+
+    def _o_form(self) -> str:
+        """How `-O3` is written in a manifest for this release (what its FlexibleArgumentParser makes of it)."""
+        if any(flag.name == "--optimization-level" for flag in self.flags):
+            return "optimization-level: 3"
+        return f"compilation-config: {{{o_flag_key(self.version)}: 3}}"
+
+    def _no_bare_level(self, value: Any) -> str:
+        return (f"'compilation-config' takes a JSON object in vLLM {self.version} (its parser refuses "
+                f"--compilation-config {value}, exit 2); the optimization level -O{value} is written "
+                f"`{self._o_form().replace('3', str(value))}`")
+
+    def _level_or_config(self, flag: Flag, value: Any) -> dict[str, Any]:
+        """CompilationConfig.from_cli of 0.8.0-0.9.1: a level "0"-"3", else the config as JSON (0.9.0-0.9.1)
+        or as a Python literal (0.8.x). A level is kept as {"level": N}, what from_cli builds from it."""
+        name = flag.name[2:]
+        if isinstance(value, bool) or value is None:
+            raise FlagError(f"'{name}' takes a level 0, 1, 2 or 3 or a config mapping, not {value!r}")
+        if isinstance(value, int) or (isinstance(value, str) and value in ("0", "1", "2", "3")):
+            if int(value) not in (0, 1, 2, 3):
+                raise FlagError(f"'{name}': vLLM {self.version} takes a level 0, 1, 2 or 3 (or a config mapping), "
+                                f"not {value!r}")
+            return {"level": int(value)}
+        if isinstance(value, dict):
+            return value
+        if not isinstance(value, str):
+            raise FlagError(f"'{name}' takes a level 0, 1, 2 or 3 or a config mapping, not {value!r}")
+        if flag.type == LEVEL_OR_JSON:
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise FlagError(f"'{name}' must be a level 0-3 or JSON (vLLM {self.version}): {exc.msg}") from exc
+        else:
+            parsed = _literal(name, self.version, value)
+        if not isinstance(parsed, dict):
+            raise FlagError(f"'{name}' must be a level 0, 1, 2 or 3 or a mapping (vLLM {self.version}), "
+                            f"not {value!r}")
+        return parsed
+
+    def _object_or_text(self, flag: Flag, value: Any) -> Any:
+        """vLLM's union_dict_and_str (--hf-overrides): text that looks like a JSON object (`{...}`) must be one
+        (vLLM's parser exits 2 otherwise); the value is kept as written."""
+        if isinstance(value, dict):
+            return value
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise FlagError(f"'{flag.name[2:]}' takes a mapping or text, not {value!r}")
+        text = str(value)
+        if not re.match(r"(?s)^\s*{.*}\s*$", text):
+            return text
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"'{flag.name[2:]}' looks like a JSON object but is not valid JSON ({exc.msg}); vLLM "
+                            f"{self.version}'s parser exits 2 on it") from exc
+        return text  # checked, and kept as written (vLLM parses the same text)
 
     def config_file_value(self, flag: Flag, value: Any) -> Any:
         """vLLM's load_config_file (vllm/utils/argparse_utils.py, 0.32.0) turns `KEY: false` into `--no-KEY` only
@@ -109,7 +238,37 @@ class VllmCatalogue(Catalogue):
     def argv(self, flag: Flag, value: Any) -> list[str]:
         if flag.type == HUMAN_INT_OR_AUTO and value == AUTO:
             return [flag.name, "auto"]
+        if flag.type in (LEVEL_OR_JSON, LEVEL_OR_LITERAL) and isinstance(value, dict):
+            if list(value) == ["level"] and value["level"] in (0, 1, 2, 3):
+                return [flag.name, str(value["level"])]
+            if flag.type == LEVEL_OR_LITERAL:  # ast.literal_eval: True/None, not JSON's true/null
+                return [flag.name, _python_literal(value)]
+            return [flag.name, json.dumps(value, separators=(",", ":"))]
+        if flag.type == JSON_OBJECT_OR_TEXT and isinstance(value, dict):
+            return [flag.name, json.dumps(value, separators=(",", ":"))]
         return super().argv(flag, value)
+
+
+def _literal(name: str, version: str, text: str) -> Any:
+    """ast.literal_eval, as CompilationConfig.from_cli of 0.8.x reads its value (bounded)."""
+    import ast
+
+    if len(text) > MAX_LITERAL_CHARS:
+        raise FlagError(f"'{name}': {len(text):,} characters is longer than kvcheck reads ({MAX_LITERAL_CHARS:,})")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise FlagError(f"'{name}' must be a level 0-3 or a Python literal mapping (vLLM {version} reads it with "
+                        f"ast.literal_eval, so JSON's true/false/null are refused; write True/False/None): "
+                        f"{type(exc).__name__}") from None
+
+
+def o_flag_key(version: str) -> str:
+    """The compilation-config key `-O3` sets in releases without --optimization-level (their
+    FlexibleArgumentParser, vllm/utils.py and vllm/utils/argparse_utils.py): `-O.level=N` from 0.9.2,
+    `-O.mode=N` from 0.11.1 (0.12.0 added --optimization-level); before 0.9.2 argparse's own `-O` alias passes
+    N to CompilationConfig.from_cli, which reads it as the level."""
+    return "mode" if Version(version) >= Version("0.11.1") else "level"
 
 
 def catalogue_versions() -> list[str]:

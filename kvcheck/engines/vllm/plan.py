@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
-from kvcheck.engines.vllm.sizing.model import estimate_role
+from kvcheck.engines.vllm.cpu import GIB, KV_SPACE_ENV
+from kvcheck.engines.vllm.sizing.model import _device, estimate_role
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
 from kvcheck.model import FractionPlan, PlanOption, RolePlan, RoleTarget
@@ -27,6 +28,10 @@ TP_CANDIDATES = (1, 2, 4, 8)
 KV_DTYPE_CANDIDATES = ("auto", "fp8")  # the model's own dtype first, then fp8 (e4m3)
 SCALE = 1000  # utilization in thousandths
 FLAG = "gpu-memory-utilization"
+CPU_BYTES_FLAG = "kv-cache-memory-bytes"
+MIB = 2**20
+CPU_WORKERS = "CPU worker"  # how a CPU role's TP options name its ranks (no GPUs)
+CPU_MAX_SPACE_BYTES = 64 * 2**40  # the CPU sweep's upper end: 64 TiB of host memory
 _FAILURES = (EstimateError, InputError)
 
 
@@ -74,8 +79,9 @@ def _option(setting: str, value: int | str, est: PoolEstimate | None, required: 
             gpus: int | None = None, note: str | None = None) -> PlanOption:
     if est is None:
         return PlanOption(setting, value, None, None, False, False, current, 1 if gpus else None, gpus, note)
-    if est.details.get("vllm_would_refuse") and note is None:
-        note = f"vLLM would refuse to start (max model len > {est.details.get('largest_max_model_len', 0):,})"
+    if est.details.get("vllm_would_refuse") and (note is None or CPU_WORKERS in note):
+        refused = f"vLLM would refuse to start (max model len > {est.details.get('largest_max_model_len', 0):,})"
+        note = refused if note is None else f"{refused}; {note}"
     return PlanOption(setting, value, est.pool_tokens, est.pool_range, _holds(est, required),
                       _uncertain(est, required), current, 1 if gpus else None, gpus, note)
 
@@ -150,14 +156,71 @@ def _fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: i
     )
 
 
+def _cpu_space(target: RoleTarget) -> tuple[str, int] | None:
+    """A CPU role's explicit KV space, the lever its pool moves with: (flag, value) where flag is
+    VLLM_CPU_KVCACHE_SPACE (whole GiB, the legacy setting, which wins) or kv-cache-memory-bytes (bytes)."""
+    space = target.env.get(KV_SPACE_ENV, "").strip()
+    if space.isdigit():
+        return KV_SPACE_ENV, int(space)
+    explicit = target.args.get("kv_cache_memory_bytes")
+    if isinstance(explicit, int) and not isinstance(explicit, bool):
+        return CPU_BYTES_FLAG, explicit
+    return None
+
+
+def _cpu_fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: int) -> FractionPlan:
+    """On vLLM's CPU backend the pool is the explicit KV space (host memory), not a share of a GPU: the
+    smallest space that holds the window, in the unit the role sets it in (whole GiB for VLLM_CPU_KVCACHE_SPACE,
+    MiB steps for --kv-cache-memory-bytes). The host's free memory is not known when planning; verify
+    checks it before boot (KV324)."""
+    lever = _cpu_space(target)
+    if lever is None:  # the estimate already refused such a role (KV305); kept for the type
+        raise EstimateError("a vLLM CPU role sizes its KV cache from VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes")
+    flag, current = lever
+    unit = GIB if flag == KV_SPACE_ENV else MIB
+    targets: dict[int, RoleTarget] = {}  # kept alive: the sweep's memo is keyed by the target's id
+
+    def at(steps: int) -> PoolEstimate:
+        if flag == CPU_BYTES_FLAG:
+            return sweep({"kv_cache_memory_bytes": steps * unit})
+        if steps not in targets:
+            targets[steps] = replace(target, env={**target.env, KV_SPACE_ENV: str(steps)})
+        return sweep({}, targets[steps])
+
+    def fits(steps: int, low: bool = False) -> bool:
+        try:
+            return _holds(at(steps), required, low=low)
+        except _FAILURES:
+            return False
+
+    hi = max(CPU_MAX_SPACE_BYTES // unit, current // unit + 1)
+    lowest = _lowest(fits, 1, hi)
+    worst = _lowest(lambda steps: fits(steps, low=True), lowest or 1, hi) if lowest is not None else None
+    ranks = base.tp_size * base.pp_size
+    note = ("host memory" + (f", per rank ({ranks} ranks each allocate it)" if ranks > 1 else "")
+            + "; whether this host has it free is checked by `kvcheck verify` before boot (KV324)")
+    return FractionPlan(
+        current=current if flag == CPU_BYTES_FLAG else float(current), current_source="manifest",
+        current_pool_tokens=base.pool_tokens,
+        min_fitting=None if lowest is None else (float(lowest) if flag == KV_SPACE_ENV else lowest * unit),
+        min_fitting_pool_tokens=None if lowest is None else at(lowest).pool_tokens,
+        min_fitting_worst_case=None if worst is None else (float(worst) if flag == KV_SPACE_ENV else worst * unit),
+        max_safe=None, max_safe_pool_tokens=None, safe_reserve_mib=None,
+        note=note, flag=flag, engine_label="vLLM",
+    )
+
+
 def _tp_options(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: int) -> tuple[PlanOption, ...]:
+    cpu = _device(target) == "cpu"
     options = []
     for tp in sorted(set(TP_CANDIDATES) | {base.tp_size}):
-        gpus = tp * base.pp_size
+        gpus = None if cpu else tp * base.pp_size
+        cpu_note = _cpu_ranks_note(target, tp * base.pp_size) if cpu else None
         if tp == base.tp_size:
-            options.append(_option("tensor_parallel_size", tp, base, required, current=True, gpus=gpus))
+            options.append(_option("tensor_parallel_size", tp, base, required, current=True, gpus=gpus,
+                                   note=cpu_note))
             continue
-        runner_target, note = target, None
+        runner_target, note = target, cpu_note
         pinned = target.estimate.weights_gib_per_gpu
         if pinned is not None:
             runner_target = replace(target, estimate=replace(target.estimate,
@@ -195,13 +258,25 @@ def _kv_options(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required:
     return tuple(options)
 
 
+def _cpu_ranks_note(target: RoleTarget, ranks: int) -> str:
+    """What `ranks` CPU workers take: each allocates the role's KV space in host memory."""
+    lever = _cpu_space(target)
+    if lever is None:
+        return f"{ranks} {CPU_WORKERS}" + ("s" if ranks > 1 else "")
+    flag, value = lever
+    each = f"{value} GiB" if flag == KV_SPACE_ENV else f"{value / GIB:.2f} GiB"
+    total = f"{value * ranks} GiB" if flag == KV_SPACE_ENV else f"{value * ranks / GIB:.2f} GiB"
+    return f"{ranks} {CPU_WORKERS}{'s' if ranks > 1 else ''} x {each} of host memory = {total}"
+
+
 def plan_role(
     target: RoleTarget,
     *,
     profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None = None,
     offline: bool | None = None,
 ) -> RolePlan:
-    """Sweep --gpu-memory-utilization, TP and the KV dtype for one vLLM role."""
+    """Sweep --gpu-memory-utilization (on vLLM's CPU backend: the explicit KV space), TP and the KV dtype for one
+    vLLM role."""
     gpu_profiles = as_profiles(profiles)
     sweep = _Sweep(target, gpu_profiles, offline)
     base = sweep({})
@@ -212,8 +287,11 @@ def plan_role(
     one_request = int(base.details.get("largest_max_model_len") or 0)
     pool_ctx = min(pool_ctx, one_request) if one_request else pool_ctx
     largest, binding = (model_ctx, "model_context_length") if model_ctx <= pool_ctx else (pool_ctx, "pool")
-    ceiling, reserve = _ceiling_steps(target, gpu_profiles, base)
-    fraction = _fraction(sweep, target, base, required, ceiling, reserve)
+    if _device(target) == "cpu":
+        fraction = _cpu_fraction(sweep, target, base, required)
+    else:
+        ceiling, reserve = _ceiling_steps(target, gpu_profiles, base)
+        fraction = _fraction(sweep, target, base, required, ceiling, reserve)
     return RolePlan(
         role=target.name, context_length=target.context_length, min_headroom=target.min_headroom,
         required_tokens=required, pool_tokens=base.pool_tokens, pool_range=base.pool_range,

@@ -398,18 +398,21 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     )
 
 
-def _data_engine_name(data: dict[str, Any]) -> str:
-    """The engine a manifest that failed validation names (an unknown name is pydantic's issue: the default)."""
-    engine = data.get("engine")
-    name = engine.get("name") if isinstance(engine, dict) else None
+def _declared_engine(data: dict[str, Any], manifest: Manifest | None) -> str | None:
+    """The engine the manifest names, also when another key failed validation (manifest None): the raw
+    `engine.name` when it is a known engine, the default when the key is left out, None when it names no
+    engine kvcheck knows (pydantic reports that; judging the args by another engine's flags would only
+    add that engine's errors)."""
+    from kvcheck.engines import engine_names
+
+    if manifest is not None:
+        return manifest.engine.name
     default = str(EngineSpec.model_fields["name"].default)
-    if not isinstance(name, str):
+    engine = data.get("engine")
+    if not isinstance(engine, dict) or "name" not in engine:
         return default
-    try:
-        get_engine(name)
-    except (InputError, KeyError, ValueError):
-        return default
-    return name
+    name = engine["name"]
+    return name if isinstance(name, str) and name in engine_names() else None
 
 
 def _declared_catalogue(
@@ -417,11 +420,10 @@ def _declared_catalogue(
 ) -> tuple[Catalogue | None, str | None]:
     """The flag catalogue of the release the manifest declares (and the note when another stood in)."""
     version = data.get("engine", {}).get("version") if isinstance(data.get("engine"), dict) else None
-    if not isinstance(version, str):
+    engine_name = _declared_engine(data, manifest)
+    if not isinstance(version, str) or engine_name is None:
         return None, None
     try:
-        # the engine the manifest names, also when another key failed validation (manifest None)
-        engine_name = manifest.engine.name if manifest is not None else _data_engine_name(data)
         catalogue: Catalogue
         catalogue, note = get_engine(engine_name).catalogue(version)
     except InputError as exc:
@@ -472,7 +474,7 @@ def _check_devices(
     roles = data.get("roles")
     if not isinstance(roles, dict):
         return set()
-    engine = get_engine(manifest.engine.name if manifest is not None else EngineSpec.model_fields["name"].default)
+    engine = get_engine(_declared_engine(data, manifest) or str(EngineSpec.model_fields["name"].default))
     top = data.get("device") if data.get("device") in DEVICES else None  # another value: pydantic's issue
     cpu_roles: set[str] = set()
     for name, role in roles.items():
@@ -526,13 +528,19 @@ def _check_gpu_counts(
         need = _parallel_gpus(args) if needed is None else needed
         if len(gpus) * nnodes != need:
             where = positions.of_value(("roles", name, "gpus"))
+            if needed is None:
+                how = "tp-size x pp-size x data-parallel replicas"
+            else:  # the engine's own flags, as the role sets them (vLLM: tensor-parallel-size 2)
+                sizes = [f"{key.replace('_', '-')} {value}" for key, value in args.items()
+                         if key.endswith(("parallel_size", "parallel_size_local"))]
+                how = "the product of its parallel sizes: " + (", ".join(sizes) or "all 1")
             issues.append(
                 InputIssue.at(
                     display,
                     where,
                     f"roles.{name}.gpus",
                     f"{len(gpus)} GPU(s) x {nnodes} node(s) = {len(gpus) * nnodes}, but the role's "
-                    f"parallel settings need {need} (tp-size x pp-size x data-parallel replicas)",
+                    f"parallel settings need {need} ({how})",
                 )
             )
 

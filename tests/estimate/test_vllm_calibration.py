@@ -107,11 +107,19 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         V19 + "w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16": 0.27,
         V19 + "w8a8-redhatai-qwen2-5-7b--h100-80gb--tp1pp1dp1--8192": 0.26,
         V19 + "fp8dyn-redhatai-qwen2-5---h100-80gb--tp1pp1dp1--8192": 0.26,
+        # dennislee22/vLLM-benchmarking (A100 80GB, 0.10.1.1), tim-roethig/ai-platform (2 x L40S, 0.10.2), an OpenShift AI guide (L40S)
+        "a100-80gb-qwen2-7b-util025-v0.10.1.1": -19.62,
+        "a100-80gb-qwen2-7b-util05-v0.10.1.1": -4.09,
+        "2xa100-80gb-qwen2-7b-util025-v0.10.1.1": -11.20,
+        "2xa100-80gb-qwen2-7b-util05-v0.10.1.1": -4.30,
+        "4xa100-80gb-gpt-oss-120b-2nodes-v0.10.1.1": -3.65,
+        "2xl40s-qwen3-30b-a3b-2507-fp8-v0.10.2": 0.66,
+        "l40s-qwen3-0.6b-v0.11.1-rhoai": -0.14,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
-    assert (len(consistent), round(statistics.median(consistent), 2)) == (45, 0.30)
+    assert (len(consistent), round(statistics.median(consistent), 2)) == (52, 0.30)
 
 
 def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_cannot_settle_it() -> None:
@@ -125,7 +133,11 @@ def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_c
     assert statistics.median(abs(e) for e in consistent.values()) <= 0.5
     beyond = sorted(case for case, e in consistent.items() if abs(e) > 3.0)
     assert beyond == sorted(case for case in consistent if cases[case].get("central_unknowable")), beyond
-    assert beyond == ["h100-mistral-small-3.2-24b-llm-d"]
+    # the FlashInfer-or-sort sampler of 0.8-0.11.0: Mistral-Small on 0.11.0, and the 0.10.1.1 A100 boots whose logs
+    # print FlashInfer's sampler (cases.json gives each the figure VLLM_USE_FLASHINFER_SAMPLER=1 yields)
+    assert beyond == sorted(["h100-mistral-small-3.2-24b-llm-d", "a100-80gb-qwen2-7b-util025-v0.10.1.1",
+                             "a100-80gb-qwen2-7b-util05-v0.10.1.1", "2xa100-80gb-qwen2-7b-util025-v0.10.1.1",
+                             "2xa100-80gb-qwen2-7b-util05-v0.10.1.1", "4xa100-80gb-gpt-oss-120b-2nodes-v0.10.1.1"])
     for case in beyond:
         assert " holds;" in memory[case], memory[case]
         target = target_for(cases[case], weights=True)
@@ -140,7 +152,7 @@ def test_the_ranges_miss_only_the_cases_the_doc_names() -> None:
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
     ])
-    assert len(memory) == 56
+    assert len(memory) == 63
 
 
 def test_a_hybrid_layout_is_scored_as_vllm_prints_its_pool() -> None:
@@ -158,7 +170,7 @@ def test_every_boot_vllm_refused_is_predicted_as_a_refusal() -> None:
 
 def test_the_block_arithmetic_matches_every_log() -> None:
     errors = _errors("layout")
-    assert len(errors) == 48
+    assert len(errors) == 55
     assert all(abs(err) <= 0.07 for case, err in errors.items() if case not in MULTI_WORKER), errors
     assert all(abs(err) <= 1.4 for err in errors.values()), errors
 

@@ -299,8 +299,8 @@ def test_two_leaderworkersets_with_kv_roles_are_one_prefill_decode_deployment() 
 
 @pytest.mark.parametrize(("name", "config", "gpus", "pool"), [
     # one instance over the LWS group's 2 pods (Ray): 8 GPUs x 2 nodes for tp 8 x pp 2, 1 x 2 for tp 2
-    ("lws-vllm-gpu.yaml", "meta-llama--Meta-Llama-3.1-405B.json", EIGHT, 624_864),
-    ("rbg-v1alpha1-multi-nodes-vllm.yaml", "Qwen--Qwen3-32B.json", [0], 283_840),
+    ("lws-vllm-gpu.yaml", "meta-llama--Meta-Llama-3.1-405B.json", EIGHT, 616_544),
+    ("rbg-v1alpha1-multi-nodes-vllm.yaml", "Qwen--Qwen3-32B.json", [0], 283_200),
 ])
 def test_an_imported_multi_node_ray_group_verifies_as_its_file_does(
         tmp_path: Any, name: str, config: str, gpus: list[int], pool: int) -> None:

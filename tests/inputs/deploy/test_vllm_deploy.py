@@ -333,8 +333,8 @@ roles:
 
 @pytest.mark.parametrize(("engine", "version", "nodes", "args", "error"), [
     ("vllm", "0.10.0", 2, "{tensor-parallel-size: 2}",
-     "roles.server.gpus: 2 GPU(s) x 2 node(s) = 4, but the role's parallel settings need 2 (tp-size x pp-size x "
-     "data-parallel replicas)"),
+     "roles.server.gpus: 2 GPU(s) x 2 node(s) = 4, but the role's parallel settings need 2 (the product of its "
+     "parallel sizes: tensor-parallel-size 2)"),
     ("vllm", "0.32.0", 2, "{tensor-parallel-size: 4, nnodes: 2}",
      "roles.server.nodes: both nodes and args.nnodes state the role's node count: keep args.nnodes for vLLM's "
      "multiprocessing launch, or nodes for a Ray cluster its pods form, not both"),

@@ -196,6 +196,8 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
     ("sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335", "nvidia--GLM-5.2-NVFP4", "RTX-PRO-6000",
      {"tp_size": 8, "mem_fraction_static": 0.85, "attention_backend": "triton", "quantization": "modelopt_fp4",
       "disable_shared_experts_fusion": True}, "0.5.15.post1"),
+    ("sglang-minimax-m21-fp8-RTXPRO6000-tp1-kt1757", "MiniMaxAI--MiniMax-M2.5", "RTX-PRO-6000",
+     {"dtype": "float16"}, "0.5.6"),
 )
 
 

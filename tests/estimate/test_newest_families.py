@@ -186,7 +186,7 @@ def test_the_multimodal_runtime_reserve_leaves_the_budget_from_0_5_18():
 
 def test_newest_cells_and_recurrent_states_match_the_logged_sizes():
     """Kimi-K3 (24 MLA layers x 576 fp8 + KDA state), Qwen3.5 (16 or 8 full-attention layers + GDN state),
-    GLM-5.2 in 0.5.15.post1 (78 x (576 + 132)):
+    GLM-5.2 in 0.5.15.post1 (78 x (576 + 132)), MiniMax-M2.1 (62 x 8 heads x 128 x K+V x 2 B):
     the logged sizes over tokens (and over slots + the padding row) within the logs' rounding."""
     checks = {c.id: c for c in nc.cell_checks()}
     assert set(checks) == {dp_id for dp_id, *_ in nc.CELL_CHECKS}

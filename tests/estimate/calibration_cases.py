@@ -250,6 +250,14 @@ UNUSABLE: dict[str, str] = {
     **{dp_id: "scored as its own release in tests/estimate/newest_cases.py (this table prices every case as 0.5.23)"
        for dp_id in ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "sglang-qwen38-27b-fp8-mi355x-tp1-rocm0517",
                      "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517", "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059")},
+    "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": (
+        "scored as 0.5.15.post1 in tests/estimate/newest_cases.py (that release keeps GLM-5.2's indexer row on all 78 "
+        "layers; this table prices every case as 0.5.23)"
+    ),
+    "sglang-minimax-m21-fp8-RTXPRO6000-tp1-kt1757": (
+        "KT-Kernel keeps most experts on the CPU (GPU weights are the fork's choice), fraction and release not logged: "
+        "its MiniMax-M2 attention cell is checked in tests/estimate/newest_cases.py"
+    ),
     "sglang-minimax-m25-nvfp4-2xRTXPRO6000-tp2-jreb": (
         "a third-party NVFP4 checkpoint whose config is not in the models folder, no weights or KV line, a nightly build: "
         "with bf16 KV the pool implies ~59.7 GiB of weights per GPU (the author states ~120 GB in all)"

@@ -1,4 +1,4 @@
-"""Independent logged pools of the newest non-DeepSeek families (issue 24): GLM-5 (DSA), Qwen3.5 (hybrid GDN).
+"""Independent logged pools of the newest non-DeepSeek families (issue 24): GLM-5/5.2 (DSA), Qwen3.5 (hybrid GDN).
 
 Kept apart from calibration_cases.CASES because each case is priced as the release that printed it
 (calibration_cases prices every case as 0.5.23) and some take the memory before weights from the log
@@ -92,6 +92,16 @@ CASES: tuple[NewCase, ...] = (
         "as the 0.5.8.post1 run; distributed init took 7.81 GB (3.81 in 0.5.8.post1): logged baseline",
         baseline_from_log=True,
     ),
+    NewCase(
+        "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335", "GLM-5 (MLA + DSA)", "nvidia--GLM-5.2-NVFP4",
+        "RTX-PRO-6000", "0.5.15.post1",
+        {"tp_size": 8, "mem_fraction_static": 0.85, "attention_backend": "triton", "quantization": "modelopt_fp4",
+         "disable_shared_experts_fusion": True, "context_length": 262144, "chunked_prefill_size": 8192,
+         "max_running_requests": 8, "cuda_graph_max_bs": 8},
+        "stated figures (InferenceX #2335): explicit 0.85, TP8, --attention-backend triton on SM120, the pinned "
+        "v0.5.15.post1 image; fp8 KV by the release's Blackwell DSA default; the run's CONC (1, 2 or 4) is not stated "
+        "and does not move the estimate; GLM-5.2's shared-top-k layers still carry an indexer row in this release",
+    ),
 )
 
 
@@ -183,6 +193,11 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
     ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "Qwen3.8-27B-FP8", "H100",
      {"mem_fraction_static": 0.85, "max_running_requests": 32}, "0.5.18"),
     ("sglang-qwen35-9b-2x4090-tp2", "Qwen3.5-9B", "RTX-4090", {"tp_size": 2, "mem_fraction_static": 0.8}, "0.5.10"),
+    ("sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335", "nvidia--GLM-5.2-NVFP4", "RTX-PRO-6000",
+     {"tp_size": 8, "mem_fraction_static": 0.85, "attention_backend": "triton", "quantization": "modelopt_fp4",
+      "disable_shared_experts_fusion": True}, "0.5.15.post1"),
+    ("sglang-minimax-m21-fp8-RTXPRO6000-tp1-kt1757", "MiniMaxAI--MiniMax-M2.5", "RTX-PRO-6000",
+     {"dtype": "float16"}, "0.5.6"),
 )
 
 

@@ -23,6 +23,8 @@ BOUND_PCT = {
     "sglang-qwen35-9b-2x4090-tp2": 1.0,
     "sglang-glm5-fp8-mi35x-tp8-fp8kv": 1.0,
     "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059": 1.0,
+    # stated figures (no avail-mem lines): the cell matches to 0.01 %, the budget is 0.6 GiB (2.5 %) high
+    "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": 3.0,
 }
 
 
@@ -115,6 +117,28 @@ def test_dsa_defaults_by_release(release, gpu, page, cell):
     assert (est.page_size, est.kv_bytes_per_token) == (page, cell)
 
 
+def _glm52_bf16(release: str) -> RoleTarget:
+    return RoleTarget(
+        name="glm52", context_length=1, min_headroom=1.0, engine_version=release,
+        args={"tp_size": 8, "kv_cache_dtype": "bfloat16", "mem_fraction_static": 0.85},
+        argv_args=(), gpu="H200", model_config=MODELS / "zai-org--GLM-5.2-FP8.json",
+    )
+
+
+def test_glm52_shared_topk_layers_keep_an_indexer_row_before_0_5_18():
+    """0.5.17's pool_configurator counts (and its pool allocates) the indexer's 132 B on all 78 layers;
+    0.5.18 elides the index-K row of the 57 layers that reuse the previous layer's top-k (21 keep one)."""
+    old = estimate_role(_glm52_bf16("0.5.17"), offline=True)
+    new = estimate_role(_glm52_bf16("0.5.18"), offline=True)
+    assert old.kv_bytes_per_token == (576 * 2 + 132) * 78
+    assert new.kv_bytes_per_token == 576 * 2 * 78 + 132 * 21
+    assert any("57 shared-top-k ones included" in a for a in old.details["assumptions"])
+    assert not any("shared-top-k" in a for a in new.details["assumptions"])
+    # GLM-5 has no shared layers: the same cell in both releases
+    assert estimate_role(_glm5_default("0.5.17", "H200"), offline=True).kv_bytes_per_token == \
+        estimate_role(_glm5_default("0.5.18", "H200"), offline=True).kv_bytes_per_token
+
+
 def test_dsa_tokens_counted_without_the_indexer_in_0_5_3():
     """0.5.3's profile_max_num_token counts (kv_lora_rank + rope) x 1 B per layer, no indexer (576 for
     GLM-5); 0.5.3.post1 adds the indexer's 132 B (708)."""
@@ -161,7 +185,8 @@ def test_the_multimodal_runtime_reserve_leaves_the_budget_from_0_5_18():
 
 
 def test_newest_cells_and_recurrent_states_match_the_logged_sizes():
-    """Kimi-K3 (24 MLA layers x 576 fp8 + KDA state), Qwen3.5 (16 or 8 full-attention layers + GDN state):
+    """Kimi-K3 (24 MLA layers x 576 fp8 + KDA state), Qwen3.5 (16 or 8 full-attention layers + GDN state),
+    GLM-5.2 in 0.5.15.post1 (78 x (576 + 132)), MiniMax-M2.1 (62 x 8 heads x 128 x K+V x 2 B):
     the logged sizes over tokens (and over slots + the padding row) within the logs' rounding."""
     checks = {c.id: c for c in nc.cell_checks()}
     assert set(checks) == {dp_id for dp_id, *_ in nc.CELL_CHECKS}

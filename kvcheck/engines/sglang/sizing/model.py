@@ -539,6 +539,7 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
+    shape = _dsa_indexer_layers_by_release(target, shape, assumptions)
     dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
@@ -738,6 +739,24 @@ def _budget(
         mm_reserve_gib=mm_reserve_gib,
         fraction=res.mem_fraction_static,
     )
+
+
+def _dsa_indexer_layers_by_release(target: RoleTarget, shape: ModelShape, assumptions: list[str]) -> ModelShape:
+    """The DSA layers that carry an index-K row as the declared release sizes them.
+
+    Before 0.5.18 SGLang counts (pool_configurator._compute_cell_size) and allocates the indexer's row on every
+    layer; from 0.5.18 a layer that reuses the previous layer's top-k (GLM-5.2's 'shared' layers) has none
+    (kv_cache_configurator._should_elide_dsa_index_k, dsa_layer_skips_topk)."""
+    if shape.kind != DSA or shape.indexer_layer_ids == shape.full_layer_ids:
+        return shape
+    if rel.rules_for(target.engine_version).has(rel.DSA_SHARED_INDEXER_ELIDED):
+        return shape
+    assumptions.append(
+        f"SGLang {target.engine_version} keeps an indexer row on every DSA layer, the "
+        f"{len(shape.full_layer_ids) - len(shape.indexer_layer_ids)} shared-top-k ones included "
+        f"({rel.DSA_SHARED_INDEXER_ELIDED} drops them)"
+    )
+    return replace(shape, indexer_layer_ids=shape.full_layer_ids)
 
 
 def _dsa_budget_by_release(

@@ -83,6 +83,7 @@ DSA_BACKENDS_BY_PLATFORM = "0.5.10"  # fp8 KV no longer forces flashmla_auto / f
 DSA_BLACKWELL_FP8_USER_BACKENDS = "0.5.11"  # fp8 on SM100 keeps a user's --nsa-*-backend (0.5.10 forced trtllm)
 DSA_ROCM_PRESHUFFLE_PAGE = "0.5.12"  # DSA on ROCm: 64 x index_kpool pages (aiter preshuffle path; before: page 1)
 DSA_BUDGET_SCALED_ROW = "0.5.17"  # DSA fp8 tokens counted on the allocated block-scaled row (before: 576 B/layer)
+DSA_SHARED_INDEXER_ELIDED = "0.5.18"  # shared-top-k DSA layers (GLM-5.2) keep no index-K row (before: every layer)
 DSV4_REFUSAL_MESSAGE = "0.5.14"  # a budget the weights fill: "Loaded weights leave no GPU memory ..." (before:
 #   "Not enough memory. Please try to increase --mem-fraction-static.", model_executor/pool_configurator.py)
 DSV4_SWA_FLOOR_CHECK = "0.5.16"  # validate_swa_pool_size refuses an SWA pool below sliding_window + page_size

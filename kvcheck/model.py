@@ -199,6 +199,9 @@ class RoleTarget:
     engine_command: tuple[str, ...] = ()  # empty: the engine's own default launch command
     engine: str = "sglang"  # the registry name of the serving engine (kvcheck.engines.ENGINES)
     device: str | None = None  # the manifest's `device` ("cuda" or "cpu"); None: not stated (Engine.device)
+    # hosts one instance spans without an engine flag (`roles.N.nodes`: vLLM over a Ray cluster of its
+    # group's pods); 1 when the args state the node count (--nnodes) or the role runs on one host
+    nodes: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     estimate: EstimateInputs = field(default_factory=EstimateInputs)
     location: Location | None = None  # where the role is declared

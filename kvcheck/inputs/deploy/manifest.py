@@ -478,6 +478,7 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         model_path=model_path,
         model_config=model_config,
         engine=role.engine,
+        nodes=int(role.nodes.value) if "nnodes" not in args and role.nodes is not None else 1,
         # the pod's own environment is part of its production arguments (SGLANG_* switches change sizing)
         env={name: str(value.value) for name, value in role.env.items()},
         location=role.location,

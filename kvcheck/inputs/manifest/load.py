@@ -594,6 +594,7 @@ def _role_target(
         engine_command=tuple(command),
         engine=manifest.engine.name,
         device=device_name(role.device or manifest.device),
+        nodes=role.nodes or 1,
         env={**manifest.engine.env, **role.env},
         estimate=_merge_estimate(manifest.estimate, role.estimate),
         location=role_location,

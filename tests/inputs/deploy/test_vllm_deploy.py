@@ -648,3 +648,20 @@ def test_llm_d_guides_modelservice_values_are_read_and_estimated() -> None:
                          "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json", "--format", "json")
     report = json.loads(result.stdout)
     assert (result.exit_code, report["verdict"], [r["name"] for r in report["roles"]]) == (0, "pass", ["decode"])
+
+
+def test_an_imported_ray_group_is_not_booted_as_one_host_in_measure_mode(tmp_path: Any) -> None:
+    # the group's pods form one vLLM instance over Ray; booting it on one host would start another deployment
+    manifest = tmp_path / "kvcheck.yaml"
+    options = ("--gpu", "H100", "--context-length", "32768", "--model-config",
+               "tests/data/models/meta-llama--Meta-Llama-3.1-405B.json")
+    assert run_kvcheck("import", f"{REAL}/lws-vllm-gpu.yaml", *options, "-o", str(manifest)).exit_code == 0
+    result = run_kvcheck("verify", str(manifest), "--no-gpu-check", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, report["verdict"]) == (3, "error"), result.stderr
+    (role,) = report["roles"]
+    assert [f["rule"] for f in report["findings"]] == ["KV301"]
+    assert report["findings"][0]["message"] == (
+        f"role {role['name']} spans 2 nodes as one Ray cluster (roles.{role['name']}.nodes), and the local "
+        "launcher does not build Ray clusters")
+    assert role["pool_tokens"] is None

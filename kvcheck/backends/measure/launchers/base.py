@@ -191,6 +191,15 @@ class Launcher(ABC):
         """(message, hint) when this launcher cannot run the role's shape at all (nnodes, a CPU role)."""
         from kvcheck.backends.measure.launchers.command import on_cpu
 
+        if target.nodes > 1:
+            # the instance is a Ray cluster the group's pods form; kvcheck launches multi-node engines
+            # with their own flags (--nnodes), so booting this shape would start a different deployment
+            return (
+                f"role {target.name} spans {target.nodes} nodes as one Ray cluster (roles.{target.name}.nodes), "
+                f"and the {self.name} launcher does not build Ray clusters",
+                "state the node count as args.nnodes (vLLM 0.11.1 and later launch across nodes without Ray) "
+                "to measure the role, measure a single-node variant, or use --mode estimate for this role",
+            )
         if on_cpu(target) and not self.runs_cpu_roles:
             return (
                 f"role {target.name} runs on the CPU (device: cpu), and the {self.name} launcher requests GPUs "

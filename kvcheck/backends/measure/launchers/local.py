@@ -218,6 +218,8 @@ class LocalLauncher(Launcher):
     runs_cpu_roles: ClassVar[bool] = True
 
     def refuse(self, target: RoleTarget) -> tuple[str, str] | None:
+        if (refusal := super().refuse(target)) is not None:
+            return refusal
         nnodes = role_nnodes(target)
         if nnodes <= 1:
             return None

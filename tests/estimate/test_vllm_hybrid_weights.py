@@ -140,6 +140,22 @@ def test_the_mixed_precision_checkpoint_prices_each_listed_layer_by_its_own_sche
     assert _count(MODELS / "nvidia--Qwen3.6-27B-NVFP4.json") == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("pattern", ["re:.*linear_attn.*", "model.layers.*.linear_attn*", "linear_attn"])
+def test_each_spelling_of_an_exclusion_keeps_those_layers_in_bf16(pattern: str) -> None:
+    """The shrunk Qwen3-Next (hidden 256, 3 GDN layers: 2 x 32 keys, 4 x 32 values) in FP8 with its GDN
+    projections left out: in_proj_qkvz 256 x 384, in_proj_ba 256 x 8, out_proj 128 x 256 each at 2 B, not 1."""
+    text = json.loads((TINY / "qwen3-next-tiny.json").read_text(encoding="utf-8"))
+
+    def count(quant: dict) -> float:
+        return hybrid_weights_bytes(text, "Qwen3NextForCausalLM", vision=None, tp=1, pp=1, model_bytes=2, linear=1.0,
+                                    quant=quant, tied=False)
+
+    assert count({"ignore": [pattern]}) - count({}) == 3 * (256 * 384 + 256 * 8 + 128 * 256) * (2 - 1)
+    # layer 3's gated attention (4 heads x 64 doubled, 2 KV heads, o_proj): a whole dotted name, not a prefix of one
+    assert count({"ignore": ["model.layers.3.self_attn"]}) - count({}) == 256 * (8 * 64 + 2 * 2 * 64) + 4 * 64 * 256
+    assert count({"ignore": ["model.layers.3.self_at"]}) == count({})
+
+
 def _reference() -> list[dict]:
     return json.loads((TINY / "reference_vllm_0.32.0.json").read_text(encoding="utf-8"))["cases"]
 

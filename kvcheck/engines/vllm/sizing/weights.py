@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -163,13 +164,23 @@ class _LinearBytes:
                 return _ALGO_BYTES.get(str(entry.get("quant_algo") or "").upper(), self.linear)
         if self.mixed:  # a mixed-precision checkpoint leaves the layers it does not list unquantized
             return self.model_bytes
-        for name in names:
-            for pattern in self.excluded:
-                if fnmatch.fnmatchcase(name, pattern) or name == pattern or name.startswith(pattern + "."):
-                    return self.model_bytes
-                if pattern.endswith(".") and name.startswith(pattern):
-                    return self.model_bytes
+        if any(_excluded(name, pattern) for name in names for pattern in self.excluded):
+            return self.model_bytes
         return self.linear
+
+
+def _excluded(name: str, pattern: str) -> bool:
+    """A quantization config's exclusion: `re:` a regex (compressed-tensors), a glob (ModelOpt), else a
+    module name or a dotted part of one (modules_to_not_convert)."""
+    if pattern.startswith("re:"):
+        try:
+            return re.match(pattern[3:], name) is not None
+        except re.error:
+            return False
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    part = pattern.strip(".")
+    return name == part or name.startswith(part + ".") or name.endswith("." + part) or f".{part}." in name
 
 
 def _kv_rank(kv_heads: int, tp: int) -> float:

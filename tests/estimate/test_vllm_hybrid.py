@@ -187,9 +187,10 @@ def _target(config: Path, **args: object) -> RoleTarget:
                       engine="vllm", env={}, estimate=EstimateInputs())
 
 
-def test_a_hybrids_weights_are_not_counted_from_its_config() -> None:
+def test_an_uncounted_hybrids_weights_are_not_counted_from_its_config() -> None:
+    granite = LOGS / "configs" / "granite-4.0-h-shaped.json"  # Qwen3.5/NemotronH: test_vllm_hybrid_weights.py
     with pytest.raises(EstimateError, match="recurrent-state .* weights") as caught:
-        estimate_role(_target(QWEN35_27B, max_model_len=131072), offline=True)
+        estimate_role(_target(granite, max_model_len=131072), offline=True)
     assert "weights_gib_per_gpu" in (caught.value.hint or "")
 
 

@@ -23,12 +23,15 @@ from kvcheck.engines.vllm.sizing.layout import (
     resolve_kv_dtype,
 )
 from kvcheck.engines.vllm.sizing.weights import (
+    HYBRID_COUNTED,
     MXFP4_EXPERT_PAD,
     MXFP4_WEIGHTS_BAND,
     attention_unquantized,
     config_weights_bytes,
+    hybrid_weights_bytes,
     linear_bytes,
     vision_tower_bytes,
+    vision_tower_loaded,
 )
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
@@ -166,13 +169,27 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     if source.checkpoint_bytes:
         assumptions.append("weights: model.safetensors.index.json total_size / (tp x pp)")
         return source.checkpoint_bytes / (inp.tp * inp.pp), mem.WEIGHTS_INDEX_BAND, "checkpoint-index"
-    if is_hybrid(source.text, source.architecture):
+    hybrid = is_hybrid(source.text, source.architecture)
+    if hybrid and source.architecture not in HYBRID_COUNTED:
         raise EstimateError(
             f"{source.architecture} has recurrent-state (GDN/Mamba) layers, whose weights the vLLM estimate does not "
-            "count from config.json (it counts them as attention layers)",
+            "count from config.json (counted: Qwen3-Next, Qwen3.5/3.6, NemotronH)",
             hint="give the checkpoint (model_path with model.safetensors.index.json), estimate.weights_gib_per_gpu, "
             "or --kv-cache-memory-bytes")
     linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
+    if hybrid:
+        tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
+        tower = source.vision if vision_tower_loaded(target.args) else None
+        data_vit = str(target.args.get("mm_encoder_tp_mode") or "weights") == "data"
+        release = mem.release(target.engine_version)
+        total = hybrid_weights_bytes(source.text, source.architecture, vision=tower, tp=inp.tp, pp=inp.pp,
+                                     model_bytes=model_bytes, linear=linear, quant=source.quant, tied=tied,
+                                     vision_tp=1 if data_vit else inp.tp, scheme=scheme,
+                                     release=release.release if release is not None else None)
+        assumptions.append(f"weights counted from config.json as vLLM's {source.architecture} allocates them "
+                           f"(state mixers, attention, MLP/MoE{', vision tower' if tower else ''}; MTP "
+                           f"layers not loaded; linear layers {scheme}, +-{mem.WEIGHTS_BAND:.0%})")
+        return total, mem.WEIGHTS_BAND, "config"
     tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
     attention = float(model_bytes) if attention_unquantized(source.quant) else None
     mxfp4 = scheme == "mxfp4"
@@ -287,8 +304,8 @@ def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, t
     of memory. Checked only where the GPU is named."""
     try:
         weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
-    except EstimateError:  # a hybrid's weights are not counted from config.json
-        assumptions.append("the weights are not known (a hybrid's are not counted from config.json): whether the "
+    except EstimateError:  # an uncounted hybrid's weights are not counted from config.json
+        assumptions.append("the weights are not known (this hybrid's are not counted from config.json): whether the "
                            "explicit cache fits beside them is not checked")
         return None
     light = weights * (1 - band)

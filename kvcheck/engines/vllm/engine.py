@@ -77,12 +77,23 @@ class VllmEngine(Engine):
         return per_rank * size("data_parallel_size")
 
     def release_from_image(self, image: str) -> str | None:
-        """`vllm/vllm-openai:v0.32.0` -> 0.32.0 (the tags vLLM publishes); other images name no release."""
-        repository, _, tag = image.rpartition(":")
-        if "/" in tag or not repository.endswith("vllm/vllm-openai"):
+        """`vllm/vllm-openai:v0.32.0` -> 0.32.0 (the tags vLLM publishes, a digest after the tag allowed);
+        other images name no release."""
+        repository, tag, _ = _split_image(image)
+        if tag is None or not _is_vllm_image(repository):
             return None
         version = tag.removeprefix("v")
         return version if version[:1].isdigit() and version.count(".") >= 1 else None
+
+    def unpinned_reason(self, image: str) -> str | None:
+        repository, tag, digest = _split_image(image)
+        if not _is_vllm_image(repository) or self.release_from_image(image) is not None:
+            return None
+        if tag is None and digest is not None:
+            return f"image {image} is pinned by digest, which names no vLLM release kvcheck can read"
+        if tag is None or tag in {"latest", "nightly"} or tag.startswith(("latest-", "nightly-")):
+            return f"image {image} has the floating tag '{tag or 'latest'}', which pins no vLLM release"
+        return f"image {image}: the tag '{tag}' names no vLLM release"
 
     def enumerated_fields(self, args: Mapping[str, Any], version: str | None) -> frozenset[str]:
         from kvcheck.engines.flags import FlagError
@@ -282,3 +293,16 @@ class VllmEngine(Engine):
 
     def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any], device: str = "cuda") -> float:
         return serving.concurrency(pool_tokens, window, serving.block_size(args, device))
+
+
+def _split_image(image: str) -> tuple[str, str | None, str | None]:
+    """An image reference's repository, tag and digest (vllm/vllm-openai:v0.32.0@sha256:.. -> the three)."""
+    name, _, digest = image.strip().partition("@")
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        return name[:colon], name[colon + 1 :], digest or None
+    return name, None, digest or None
+
+
+def _is_vllm_image(repository: str) -> bool:
+    return repository == "vllm/vllm-openai" or repository.endswith("/vllm/vllm-openai")

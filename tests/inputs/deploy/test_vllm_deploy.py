@@ -665,3 +665,44 @@ def test_an_imported_ray_group_is_not_booted_as_one_host_in_measure_mode(tmp_pat
         f"role {role['name']} spans 2 nodes as one Ray cluster (roles.{role['name']}.nodes), and the local "
         "launcher does not build Ray clusters")
     assert role["pool_tokens"] is None
+
+
+VLLM_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: llama}}
+spec:
+  template:
+    spec:
+      containers:
+      - name: vllm
+        image: {image}
+        command: ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "32768"]
+        resources: {{limits: {{nvidia.com/gpu: "1"}}}}
+"""
+
+
+@pytest.mark.parametrize(("image", "why"), [
+    ("vllm/vllm-openai:latest", "has the floating tag 'latest', which pins no vLLM release"),
+    ("vllm/vllm-openai", "has the floating tag 'latest', which pins no vLLM release"),
+    ("docker.io/vllm/vllm-openai:nightly", "has the floating tag 'nightly', which pins no vLLM release"),
+    ("vllm/vllm-openai@sha256:" + "a" * 64, "is pinned by digest, which names no vLLM release kvcheck can read"),
+    ("vllm/vllm-openai:my-build", ": the tag 'my-build' names no vLLM release"),
+])
+def test_an_unpinned_vllm_image_is_named_in_the_import_note(tmp_path: Any, image: str, why: str) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(VLLM_DEPLOYMENT.format(image=image), encoding="utf-8")
+    result = run_kvcheck("import", str(path))
+    assert (result.exit_code, result.stderr) == (0, "")
+    sep = "" if why.startswith(":") else " "
+    assert (f"# note: the files do not name the vLLM release (image {image}{sep}{why}; pass --engine-version); "
+            f"role 'llama' was read with the flags of {NEWEST['version']}, the newest release kvcheck knows\n"
+            ) in result.stdout
+
+
+def test_a_pinned_vllm_image_with_a_digest_names_its_release(tmp_path: Any) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(VLLM_DEPLOYMENT.format(image="vllm/vllm-openai:v0.11.0@sha256:" + "b" * 64), encoding="utf-8")
+    result = run_kvcheck("import", str(path), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["engine"] == {"name": "vllm", "version": "0.11.0"}

@@ -101,7 +101,7 @@ def load_inputs(
         if one.manifest:
             if any((given.gpu, given.context_length, given.model_config, given.sglang_version)):
                 raise InputError(
-                    f"{names[0]} is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version "
+                    f"{names[0]} is a kvcheck manifest: --gpu, --context-length, --model-config and --engine-version "
                     "apply to deployment files (the manifest states these itself)"
                 )
             if one.error is not None:

@@ -129,7 +129,7 @@ def test_the_window_must_come_from_somewhere() -> None:
 def test_deployment_options_do_not_apply_to_a_kvcheck_manifest() -> None:
     result = run_kvcheck("verify", "docs/examples/single-server/manifest.yaml", "--mode", "estimate", "--gpu", "H200")
     assert result.exit_code == 2
-    assert "is a kvcheck manifest: --gpu, --context-length, --model-config and --sglang-version apply to " \
+    assert "is a kvcheck manifest: --gpu, --context-length, --model-config and --engine-version apply to " \
         "deployment files" in result.stderr
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import InvalidVersion, Version
 
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.profiles import profile_path
@@ -26,6 +27,57 @@ class GpuNameError(InputError):
     """A `gpu:` name that matches several profiles (A100: 40 GB or 80 GB): exit 2 listing them."""
 
 
+TERM_SCALES = ("launch", "peer", "custom_ar_group")
+_TERM_KEYS = {"name", "since", "min_ranks", "per", "above", "below", "source"}
+
+
+@dataclass(frozen=True)
+class PreBaselineTerm:
+    """Memory before the baseline that the fitted figure does not hold, for the settings it names.
+
+    A term widens the band on one side instead of moving the figure: `above` MiB more may be in use
+    (the pool's low end drops), `below` MiB less (its high end rises). It applies from SGLang release
+    `since` on (an undeclared or unreadable release gets it too: the estimate cannot know), at
+    `min_ranks` or more ranks on the host, once (`per: launch`), per peer (`per: peer`, x ranks - 1),
+    or per custom all-reduce group on a rank (`per: custom_ar_group`, the count the engine gives).
+    """
+
+    name: str
+    source: str
+    since: str | None = None
+    min_ranks: int = 2
+    per: str = "launch"
+    above_mib: float = 0.0
+    below_mib: float = 0.0
+
+    def applies(self, ranks: int, release: str | None) -> bool:
+        if ranks < self.min_ranks:
+            return False
+        if self.since is None or release is None:
+            return True
+        try:
+            return Version(release) >= Version(self.since)
+        except InvalidVersion:
+            return True  # a development build or an image tag: its release is not known, so widen
+
+    def count(self, ranks: int, custom_ar_groups: int) -> int:
+        if self.per == "peer":
+            return max(0, ranks - 1)
+        if self.per == "custom_ar_group":
+            return max(0, custom_ar_groups)
+        return 1
+
+
+@dataclass(frozen=True)
+class PreBaselineFigure:
+    """The memory in use before the baseline for one launch, with its band and what widened it."""
+
+    mib: float
+    below_mib: float  # up to this much less may be in use (the pool's high end)
+    above_mib: float  # up to this much more may be in use (the pool's low end)
+    notes: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class PreBaseline:
     """Device MiB in use before SGLang's baseline reading, by the number of ranks on one host.
@@ -34,7 +86,8 @@ class PreBaseline:
     between is interpolated linearly, one beyond the table adds `per_peer` for each further rank.
     Without a table it is `base + per_peer x (ranks - 1)`. The uncertainty grows with the peers
     too: `band + per_peer_band x (ranks - 1)`, since the collective-library buffers (NCCL, NVLS,
-    custom all-reduce) are the least known part.
+    custom all-reduce) are the least known part. `terms` widen that band on one side for the
+    releases and settings whose memory the fitted figure does not hold (`figure`).
     """
 
     base_mib: float
@@ -43,6 +96,7 @@ class PreBaseline:
     source: str
     per_peer_band_mib: float = 0.0
     by_ranks: tuple[tuple[int, float], ...] = ()
+    terms: tuple[PreBaselineTerm, ...] = ()
 
     def mib(self, ranks: int) -> float:
         """Memory taken before the baseline on the most loaded of `ranks` ranks sharing one host."""
@@ -57,8 +111,51 @@ class PreBaseline:
         return last_m + self.per_peer_mib * (ranks - last_r)
 
     def band(self, ranks: int) -> float:
-        """The +/- MiB band around `mib(ranks)`."""
+        """The +/- MiB band around `mib(ranks)` (without the terms)."""
         return self.band_mib + self.per_peer_band_mib * max(0, ranks - 1)
+
+    def figure(self, ranks: int, *, release: str | None = None, custom_ar_groups: int = 0) -> PreBaselineFigure:
+        """`mib(ranks)` with its band, widened by every term that applies to `release` and the launch."""
+        ranks = max(1, ranks)
+        below = above = self.band(ranks)
+        notes = []
+        for term in self.terms:
+            if not term.applies(ranks, release):
+                continue
+            n = term.count(ranks, custom_ar_groups)
+            if n == 0 or (term.above_mib == 0 and term.below_mib == 0):
+                continue
+            above += term.above_mib * n
+            below += term.below_mib * n
+            side = ", ".join(part for part in (
+                f"{term.above_mib * n:,.0f} MiB above" if term.above_mib else "",
+                f"{term.below_mib * n:,.0f} MiB below" if term.below_mib else "") if part)
+            notes.append(f"memory before the baseline not determined by the inputs ({term.name}): band widened by "
+                         f"{side} ({term.source})")
+        return PreBaselineFigure(self.mib(ranks), below, above, tuple(notes))
+
+
+def _term(raw: Any) -> PreBaselineTerm:
+    if not isinstance(raw, Mapping):
+        raise TypeError("pre_baseline_mib.terms entries must be mappings")
+    unknown = sorted(set(raw) - _TERM_KEYS)
+    if unknown:
+        raise ValueError(f"pre_baseline_mib.terms: unknown key(s) {', '.join(map(str, unknown))} "
+                         f"(known: {', '.join(sorted(_TERM_KEYS))})")
+    per = str(raw.get("per", "launch"))
+    if per not in TERM_SCALES:
+        raise ValueError(f"pre_baseline_mib.terms: per {per!r} is not one of {', '.join(TERM_SCALES)}")
+    since = raw.get("since")
+    if since is not None:
+        Version(str(since))  # InvalidVersion is a ValueError: a malformed profile fails at load time
+    term = PreBaselineTerm(
+        name=str(raw["name"]), source=str(raw["source"]), since=None if since is None else str(since),
+        min_ranks=int(raw.get("min_ranks", 2)), per=per,
+        above_mib=float(raw.get("above", 0.0)), below_mib=float(raw.get("below", 0.0)),
+    )
+    if term.above_mib < 0 or term.below_mib < 0:
+        raise ValueError("pre_baseline_mib.terms: above and below are widths, not negative")
+    return term
 
 
 @dataclass(frozen=True)
@@ -150,6 +247,7 @@ def _pre_baseline(pre: Mapping[str, Any]) -> PreBaseline:
         per_peer_band_mib=float(pre.get("per_peer_band", 0.0)),
         source=str(pre.get("source", "")),
         by_ranks=tuple(sorted((int(k), float(v)) for k, v in table.items())),
+        terms=tuple(_term(t) for t in (pre.get("terms") or ())),
     )
 
 
@@ -342,7 +440,11 @@ _GENERIC_PRE = {
                                   "(between the PCIe and NVSwitch fits), band +/-500 MiB + 60 MiB per peer",
                                   60.0, ((8, 3000.0),))),
     "amd": ("gfx942", PreBaseline(700, 0.0, 800, "generic AMD card (no profile): as MI300X/MI308X", 100.0,
-                                  ((8, 6810.0),))),
+                                  ((8, 6810.0),), terms=(
+                                      PreBaselineTerm("aiter custom all-reduce", "as the MI300X profile", "0.5.10",
+                                                      per="custom_ar_group", above_mib=2944.0),
+                                      PreBaselineTerm("RCCL and image", "as the MI300X profile", "0.5.8",
+                                                      above_mib=4000.0)))),
     "huawei": ("ascend910b", PreBaseline(3000, 100.0, 1000, "generic Ascend NPU (no profile): as Ascend-910B",
                                          100.0, ((2, 3470.0),))),
 }

@@ -77,9 +77,9 @@ def test_every_log_is_either_a_case_or_says_why_not():
 
 
 # Logs whose pool is off for a reason the range does not model (stated in docs/estimate.md).
-OUTSIDE_RANGE = {
-    "sglang-deepseek-r1-8xMI308-tp8-issue6001": "0.4.6 on ROCm: 0.9 GiB less pool than its own logged figures give",
-}
+# (the 0.4.6 ROCm MI308X case, 0.9 GiB less pool than its own logged figures give, lay outside until the
+# ROCm image terms of the memory before the baseline widened the low end of ROCm multi-rank ranges)
+OUTSIDE_RANGE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case_id", sorted(BOUND_PCT))

@@ -96,10 +96,10 @@ def test_json_plan_structure_is_exact(tmp_path) -> None:
         },
         "tp_options": [
             _option("tp_size", 1, 1, 1, 412_695, 410_703, 414_687, True, True),
-            _option("tp_size", 2, 1, 2, 938_907, 934_403, 943_411, True, False, _sharded(2)),
-            _option("tp_size", 4, 1, 4, 1_950_775, 1_939_768, 1_961_782, True, False, _sharded(4)),
-            _option("tp_size", 8, 1, 8, 3_960_193, 3_930_052, 3_990_335, True, False, _sharded(8)),
-            _option("tp_size", 16, 2, 16, 3_961_292, 3_931_596, 3_990_988, True, False, _sharded(16)),
+            _option("tp_size", 2, 1, 2, 938_907, 934_403, 944_206, True, False, _sharded(2)),
+            _option("tp_size", 4, 1, 4, 1_950_775, 1_939_768, 1_966_500, True, False, _sharded(4)),
+            _option("tp_size", 8, 1, 8, 3_960_193, 3_930_052, 4_012_161, True, False, _sharded(8)),
+            _option("tp_size", 16, 2, 16, 3_961_292, 3_931_596, 4_012_492, True, False, _sharded(16)),
         ],
         "kv_dtype_options": [
             _option("kv_cache_dtype", "bf16", None, None, 412_695, 410_703, 414_687, True, True),
@@ -162,10 +162,10 @@ mem-fraction-static   0.83 *         412,695       410,703-414,687   short    SG
                       none                 -                     -   short    no safe value
                       0.83           412,695                     -   short    safe maximum
 tp-size               1 *            412,695       410,703-414,687   short
-                      2              938,907       934,403-943,411   holds
-                      4            1,950,775   1,939,768-1,961,782   holds
-                      8            3,960,193   3,930,052-3,990,335   holds
-                      16           3,961,292   3,931,596-3,990,988   holds    2 nodes
+                      2              938,907       934,403-944,206   holds
+                      4            1,950,775   1,939,768-1,966,500   holds
+                      8            3,960,193   3,930,052-4,012,161   holds
+                      16           3,961,292   3,931,596-4,012,492   holds    2 nodes
 kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
                       fp8_e4m3       825,391       821,407-829,375   holds
 * = the manifest's setting; figures are predictions (estimate mode)
@@ -174,7 +174,7 @@ kv-cache-dtype        bf16 *         412,695       410,703-414,687   short
     assert table.startswith("kvcheck plan: FAIL (exit 1)")
     markdown = plan_markdown(report)
     assert "| tp-size | 1 * | 412,695 | 410,703-414,687 | short |  |" in markdown
-    assert "|  | 2 | 938,907 | 934,403-943,411 | holds |  |" in markdown
+    assert "|  | 2 | 938,907 | 934,403-944,206 | holds |  |" in markdown
 
 
 def test_role_that_cannot_be_estimated_is_an_error_with_no_plan(tmp_path) -> None:

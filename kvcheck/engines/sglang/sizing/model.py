@@ -552,6 +552,7 @@ def estimate_role(
         assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
 
     pre_gib, overhead_gib, pre_band_gib = budget.pre_gib, budget.overhead_gib, budget.pre_band_mib / 1024
+    pre_band_above_gib = budget.pre_band_above_mib / 1024
     tokens_physical, info = sizer.pool(pre_gib, 1.0, overhead_gib)
     known_weights = weights_method == "override"
     weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
@@ -559,7 +560,7 @@ def estimate_role(
     # DeepSeek-V4: three logs load 3-6 % more than the config's parameters in the release's formats
     # (docs/estimate.md, DeepSeek-V4 weights); the low end of the range carries that much more
     weights_band_up = DSV4_WEIGHTS_UNEXPLAINED if shape.kind == DSV4 and not known_weights else weights_band
-    low_phys, _ = sizer.pool(pre_gib - pre_band_gib, 1 + weights_band_up, overhead_gib + overhead_band)
+    low_phys, _ = sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)
     high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
     findings = []
     if v4_unknown is not None:
@@ -570,7 +571,7 @@ def estimate_role(
                 continue
             alt_sizer = replace(sizer, dsv4_plans=[
                 _dsv4_plan(shape, res, r, args, target.env, alt, alt != dsv4.LAYOUT_0_5_21) for r in stage_ranges])
-            lows.append(alt_sizer.pool(pre_gib - pre_band_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
+            lows.append(alt_sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
             highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
                                         max(0.0, overhead_gib - overhead_band))[0])
         low_phys, high_phys = min(lows), max(highs)
@@ -689,7 +690,8 @@ class _Budget:
 
     gpu_mib: int
     pre_used_mib: float  # in use before the baseline (CUDA context, NCCL) on the most loaded rank
-    pre_band_mib: float  # the profile's uncertainty on pre_used_mib
+    pre_band_mib: float  # the profile's uncertainty on pre_used_mib: less may be in use (the pool's high end)
+    pre_band_above_mib: float  # ... and more may be in use (the pool's low end), wider where terms apply
     overhead_gib: float  # weight-loading overhead
     mm_reserve_gib: float  # multimodal caches
     fraction: float  # mem_fraction_static
@@ -719,12 +721,14 @@ def _budget(
     ranks = _ranks_on_node(res, nnodes)
     if target.estimate.pre_baseline_mib is not None:
         pre_used_mib = float(target.estimate.pre_baseline_mib)
-        pre_band_mib = 0.0
+        pre_band_mib = pre_band_above_mib = 0.0
         assumptions.append("memory in use before the baseline from estimate.pre_baseline_mib")
     else:
-        pre_used_mib = gpu.pre_baseline.mib(ranks)
-        pre_band_mib = gpu.pre_baseline.band(ranks)
+        figure = gpu.pre_baseline.figure(
+            ranks, release=target.engine_version, custom_ar_groups=_custom_ar_groups(res, args, nnodes, target))
+        pre_used_mib, pre_band_mib, pre_band_above_mib = figure.mib, figure.below_mib, figure.above_mib
         assumptions.append(f"memory in use before the baseline: {gpu.name} profile ({gpu.pre_baseline.source})")
+        assumptions.extend(figure.notes)
     mm_reserve_gib = 0.0
     if shape.is_multimodal and rel.rules_for(target.engine_version).has(rel.MM_RUNTIME_RESERVE):
         mm_reserve_mib = MM_VLM_CACHE_MIB
@@ -735,6 +739,7 @@ def _budget(
         gpu_mib=gpu_mib,
         pre_used_mib=pre_used_mib,
         pre_band_mib=pre_band_mib,
+        pre_band_above_mib=pre_band_above_mib,
         overhead_gib=0.0 if weights_method == "override" else LOAD_OVERHEAD_GIB,
         mm_reserve_gib=mm_reserve_gib,
         fraction=res.mem_fraction_static,
@@ -757,6 +762,23 @@ def _dsa_indexer_layers_by_release(target: RoleTarget, shape: ModelShape, assump
         f"({rel.DSA_SHARED_INDEXER_ELIDED} drops them)"
     )
     return replace(shape, indexer_layer_ids=shape.full_layer_ids)
+
+
+# 0.5.22 builds the attention-TP group (DP attention, 1 < attn_tp < tp) with the global custom
+# all-reduce policy (parallel_state.initialize_model_parallel: use_custom_allreduce=None); before, with
+# use_custom_allreduce=False. A rank then holds a second custom all-reduce communicator.
+ATTN_TP_CUSTOM_AR = "0.5.22"
+
+
+def _custom_ar_groups(res: Resolved, args: Mapping[str, Any], nnodes: int, target: RoleTarget) -> int:
+    """Custom all-reduce communicators one rank builds before the baseline (GroupCoordinator: one per
+    group of two or more ranks on one host, unless --disable-custom-all-reduce)."""
+    if args.get("disable_custom_all_reduce"):
+        return 0
+    groups = 1 if res.tp > 1 and nnodes == 1 else 0
+    if 1 < res.attn_tp < res.tp and rel.rules_for(target.engine_version).has(ATTN_TP_CUSTOM_AR):
+        groups += 1  # the attention-TP groups are contiguous ranks inside one TP group, so on one host
+    return groups
 
 
 def _dsa_budget_by_release(

@@ -250,13 +250,14 @@ class VllmCatalogue(Catalogue):
 
 
 def _literal(name: str, version: str, text: str) -> Any:
-    """ast.literal_eval, as CompilationConfig.from_cli of 0.8.x reads its value (bounded)."""
-    import ast
+    """ast.literal_eval, as CompilationConfig.from_cli of 0.8.x reads its value (bounded; through the
+    AST lock, kvcheck/io/pyast.py)."""
+    from kvcheck.io.pyast import literal_eval
 
     if len(text) > MAX_LITERAL_CHARS:
         raise FlagError(f"'{name}': {len(text):,} characters is longer than kvcheck reads ({MAX_LITERAL_CHARS:,})")
     try:
-        return ast.literal_eval(text)
+        return literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise FlagError(f"'{name}' must be a level 0-3 or a Python literal mapping (vLLM {version} reads it with "
                         f"ast.literal_eval, so JSON's true/false/null are refused; write True/False/None): "

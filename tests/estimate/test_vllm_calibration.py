@@ -115,11 +115,16 @@ def test_the_held_out_memory_figures_are_the_ones_the_doc_states() -> None:
         "4xa100-80gb-gpt-oss-120b-2nodes-v0.10.1.1": -3.65,
         "2xl40s-qwen3-30b-a3b-2507-fp8-v0.10.2": 0.66,
         "l40s-qwen3-0.6b-v0.11.1-rhoai": -0.14,
+        # kubesimplify/website@08b151e (4 x RTX PRO 6000, PCIe only, 0.27.1): +4.93 / +4.52 scored before the 0.27
+        # accounting was modelled (outside the range then); the runner's buffers (0.07 GiB) are counted now, the
+        # allocator's fragmentation only in the range (central_unknowable)
+        "4xrtx-pro-6000-qwen3-235b-a22b-2507-fp8-tp4-v0.27.1": 4.71,
+        "4xrtx-pro-6000-qwen3-235b-a22b-2507-fp8-tp4-ep-v0.27.1": 4.30,
     }
     inconsistent = {case["id"] for case in load_cases() if case.get("source_inconsistent")}
     assert inconsistent == {"h100-gpt-oss-120b-llm-d"}
     consistent = [abs(e) for case, e in errors.items() if case not in inconsistent]
-    assert (len(consistent), round(statistics.median(consistent), 2)) == (52, 0.30)
+    assert (len(consistent), round(statistics.median(consistent), 2)) == (54, 0.31)
 
 
 def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_cannot_settle_it() -> None:
@@ -137,7 +142,10 @@ def test_every_held_out_boot_meets_the_bar_or_its_range_holds_where_the_inputs_c
     # print FlashInfer's sampler (cases.json gives each the figure VLLM_USE_FLASHINFER_SAMPLER=1 yields)
     assert beyond == sorted(["h100-mistral-small-3.2-24b-llm-d", "a100-80gb-qwen2-7b-util025-v0.10.1.1",
                              "a100-80gb-qwen2-7b-util05-v0.10.1.1", "2xa100-80gb-qwen2-7b-util025-v0.10.1.1",
-                             "2xa100-80gb-qwen2-7b-util05-v0.10.1.1", "4xa100-80gb-gpt-oss-120b-2nodes-v0.10.1.1"])
+                             "2xa100-80gb-qwen2-7b-util05-v0.10.1.1", "4xa100-80gb-gpt-oss-120b-2nodes-v0.10.1.1",
+                             # 0.27+'s total_consumed: the allocator's fragmentation (RTX PRO 6000, 0.27.1)
+                             "4xrtx-pro-6000-qwen3-235b-a22b-2507-fp8-tp4-v0.27.1",
+                             "4xrtx-pro-6000-qwen3-235b-a22b-2507-fp8-tp4-ep-v0.27.1"])
     for case in beyond:
         assert " holds;" in memory[case], memory[case]
         target = target_for(cases[case], weights=True)
@@ -152,7 +160,7 @@ def test_the_ranges_miss_only_the_cases_the_doc_names() -> None:
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192",
         V19 + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192",
     ])
-    assert len(memory) == 63
+    assert len(memory) == 65
 
 
 def test_a_hybrid_layout_is_scored_as_vllm_prints_its_pool() -> None:
@@ -170,7 +178,7 @@ def test_every_boot_vllm_refused_is_predicted_as_a_refusal() -> None:
 
 def test_the_block_arithmetic_matches_every_log() -> None:
     errors = _errors("layout")
-    assert len(errors) == 55
+    assert len(errors) == 57
     assert all(abs(err) <= 0.07 for case, err in errors.items() if case not in MULTI_WORKER), errors
     assert all(abs(err) <= 1.4 for err in errors.values()), errors
 

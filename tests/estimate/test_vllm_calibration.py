@@ -196,3 +196,59 @@ def test_every_case_names_its_log_and_its_source() -> None:
         folder, _, name = case["log"].rpartition("/")
         pattern = f"`{folder}/*{name[name.rindex('.'):]}`" if folder and not folder.startswith("..") else None
         assert f"`{case['log']}`" in readme or (pattern and pattern in readme), case["id"]  # its README row
+
+
+def test_the_0_27_accounting_counts_the_runners_buffers_and_allows_for_fragmentation_from_0_27_0_only() -> None:
+    """utils/mem_utils.py's total_consumed (0.27.0 on): the runner's buffers in the central figure, the
+    allocator's fragmentation at the pool's low end; nothing of it up to 0.26."""
+    from packaging.version import Version
+
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    runner = mem.runner_buffer_bytes(batched_tokens=8192, hidden=4096, dtype_bytes=2, max_num_seqs=32,
+                                     max_model_len=32768)
+    assert runner == 8192 * (4096 * 2 + 29) + 32 * 2048 * 4
+    weights = 55.19 * (1 << 30)
+    assert mem.total_consumed_extra_bytes(Version("0.26.0"), weights, runner) == (0.0, 0.0, 0.0)
+    central, low, high = mem.total_consumed_extra_bytes(Version("0.27.0"), weights, runner)
+    assert (central, low) == (runner, runner)
+    assert round((high - runner) / (1 << 30), 3) == round(0.20 + 0.03 * 55.19, 3)
+    assert mem.total_consumed_extra_bytes(None, weights, runner)[:2] == (runner, 0.0)  # either accounting
+
+
+def test_the_v2_runner_of_0_22_to_0_28_subtracts_no_graph_estimate_for_a_dense_model() -> None:
+    from packaging.version import Version
+
+    from kvcheck.engines.vllm.sizing import memory as mem
+
+    dense = {"hidden_size": 896, "num_hidden_layers": 24}
+    moe = {"hidden_size": 4096, "num_experts": 128}
+    skips = mem.v2_runner_skips_graph_estimate
+    assert [skips(Version(v), dense, {}) for v in ("0.21.0", "0.22.0", "0.27.1", "0.28.0", "0.29.0")] == [
+        False, True, True, True, False]
+    assert not skips(Version("0.27.1"), moe, {})  # MoE: V1 by default, the estimate is subtracted
+    assert skips(Version("0.27.1"), moe, {"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    assert not skips(Version("0.27.1"), dense, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    assert not skips(None, dense, {})
+    # the pool's low end keeps the estimate (a V1 fallback), the central figure and the high end do not
+    assert mem.graph_bytes_at(0, 100.0, on=True, other=True, v2_zero=True) == 0.0
+    assert mem.graph_bytes_at(1, 100.0, on=True, other=True, v2_zero=True) == 0.0
+    assert mem.graph_bytes_at(-1, 100.0, on=True, other=True, v2_zero=True) == 300.0
+
+
+def test_the_rtx_4090_boot_of_0_27_1_is_within_3_percent_with_its_device_total() -> None:
+    """The WSL2 boot (tests/data/vllm_logs/rtx4090-wsl2-qwen2.5-0.5b-v0.27.1.log, not a case: no input states
+    WSL2's 23.99 GiB total): with that total given, the V2 runner's 0 GiB graph estimate puts it at -0.53%."""
+    import dataclasses
+
+    from kvcheck.model import EstimateInputs
+
+    case = {"id": "rtx4090-wsl2", "model": "vllm_logs/configs/Qwen2.5-0.5B.json", "gpu": "RTX-4090",
+            "version": "0.27.1", "args": {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 8192,
+                                          "dtype": "float16"}, "weights_gib": 0.93}
+    target = target_for(case, weights=True)
+    target = dataclasses.replace(target, estimate=EstimateInputs(weights_gib_per_gpu=0.93,
+                                                                 gpu_memory_mib=round(23.99 * 1024) + 600))
+    details = estimate_role(target, offline=True).details
+    assert details["cudagraph_estimate_gib"] == 0.0
+    assert round((details["available_kv_gib"] - 20.52) / 20.52 * 100, 2) == -0.53

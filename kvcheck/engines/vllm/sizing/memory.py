@@ -302,6 +302,43 @@ def cudagraph_subtracted(version: Version | None, env: Mapping[str, str], eager:
     return on, on
 
 
+# The V2 model runner (v1/worker/gpu/model_runner.py) returns 0 from profile_cudagraph_memory up to 0.28.x
+# ("It is TBD whether we keep this API or not"), and from 0.22.0 to 0.28.x config/vllm.py's
+# use_v2_model_runner makes it the default for a generate model that is not MoE (and not hybrid, unless its
+# architecture is on V2's default list): so a dense model's boot subtracts no CUDA-graph estimate there (the
+# 0.27.1 RTX 4090 Qwen2.5-0.5B boot prints 0.0 GiB for it). An unsupported feature (speculative methods, stock
+# torch.compile, sequence parallelism, ...) falls back to V1: the pool's low end keeps the estimate. From 0.29.0
+# V2 profiles its graphs (_profile_cudagraph_memory). VLLM_USE_V2_MODEL_RUNNER decides where it is set.
+V2_DEFAULT_DENSE_FROM = Version("0.22.0")
+V2_GRAPH_ESTIMATE_ZERO_UNTIL = Version("0.28.99")
+_HYBRID_KEYS = ("layers_block_type", "hybrid_override_pattern", "layer_types", "mamba_d_state", "ssm_state_size",
+                "linear_num_value_heads", "full_attention_interval", "attn_type_list")
+
+
+def v2_runner_skips_graph_estimate(version: Version | None, text: Mapping[str, Any],
+                                   env: Mapping[str, str]) -> bool:
+    """Whether the release's default runner for this model subtracts no CUDA-graph estimate (the V2 runner of
+    0.22-0.28 for a dense model, or VLLM_USE_V2_MODEL_RUNNER=1 up to 0.28)."""
+    if version is None or version.release > V2_GRAPH_ESTIMATE_ZERO_UNTIL.release:
+        return False
+    flag = (env.get("VLLM_USE_V2_MODEL_RUNNER") or "").strip()
+    if flag:
+        return flag not in ("0", "false", "False")
+    if version.release < V2_DEFAULT_DENSE_FROM.release:
+        return False
+    moe = _i(text, "n_routed_experts", "num_experts", "num_local_experts") > 1
+    return not moe and not any(text.get(key) for key in _HYBRID_KEYS)
+
+
+def graph_bytes_at(end: int, graph: float, *, on: bool, other: bool, v2_zero: bool) -> float:
+    """The CUDA-graph estimate a boot subtracts at one end of the range (0 central, -1 the pool's low end, +1 its
+    high end): `on` the central behaviour, `other` the other one an unknown release may have."""
+    subtracted = on if end == 0 else (on or other) if end < 0 else (on and other)
+    if not subtracted or (v2_zero and end >= 0):
+        return 0.0
+    return graph * (CUDAGRAPH_BAND[0] if end > 0 else CUDAGRAPH_BAND[1] if end < 0 else 1.0)
+
+
 @dataclass(frozen=True)
 class DeviceTotal:
     gib: float

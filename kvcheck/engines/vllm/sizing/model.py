@@ -331,6 +331,11 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
     if compilation.get("cudagraph_mode") in ("NONE", 0):
         cg_on = cg_other = False
+    v2_zero = cg_on and mem.v2_runner_skips_graph_estimate(version, text, target.env)
+    if v2_zero:
+        assumptions.append("vLLM's V2 model runner, this release's default for a dense model, subtracts no CUDA-graph "
+                           "estimate (profile_cudagraph_memory returns 0 up to 0.28); a feature it does not support "
+                           "falls back to V1, which does: the pool's low end keeps the estimate")
 
     runner = mem.runner_buffer_bytes(batched_tokens=inp.batched_tokens, hidden=mem._i(text, "hidden_size", "n_embd",
                                      default=4096), dtype_bytes=model_bytes, max_num_seqs=inp.max_num_seqs,
@@ -353,8 +358,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         nt = non_torch if end == 0 else non_torch_ends[0] if end < 0 else non_torch_ends[1]
         nt += consumed[0] if end == 0 else consumed[2] if end < 0 else consumed[1]
         a = peak.at(end, band)
-        on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
-        g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
+        g = mem.graph_bytes_at(end, graph, on=cg_on, other=cg_other, v2_zero=v2_zero)
         return int(requested - w - max(nt, 0.0) - a - g)
 
     avail = (available(0), available(-1), available(1))
@@ -366,7 +370,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         non_torch_gib=round(non_torch / GIB, 3), total_consumed_extra_gib=round(consumed[0] / GIB, 3),
         flashinfer_allreduce_workspace_gib=round(fusion / GIB, 3),
         activation_peak_gib=round(peak.at(0, band) / GIB, 3),
-        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
+        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on and not v2_zero else 0.0,
         cudagraph_subtracted=cg_on,
     )
     assumptions.append(f"device memory: {total.source}")

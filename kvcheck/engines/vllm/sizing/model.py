@@ -348,7 +348,22 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
     if compilation.get("cudagraph_mode") in ("NONE", 0):
         cg_on = cg_other = False
+    v2_zero = cg_on and mem.v2_runner_skips_graph_estimate(version, text, target.env)
+    if v2_zero:
+        assumptions.append("vLLM's V2 model runner, this release's default for a dense model, subtracts no CUDA-graph "
+                           "estimate (profile_cudagraph_memory returns 0 up to 0.28); a feature it does not support "
+                           "falls back to V1, which does: the pool's low end keeps the estimate")
 
+    runner = mem.runner_buffer_bytes(batched_tokens=inp.batched_tokens, hidden=mem._i(text, "hidden_size", "n_embd",
+                                     default=4096), dtype_bytes=model_bytes, max_num_seqs=inp.max_num_seqs,
+                                     max_model_len=inp.max_model_len)
+    consumed = mem.total_consumed_extra_bytes(version, weights, runner)
+    if consumed[2]:
+        assumptions.append(
+            "from vLLM 0.27.0 the profiler counts every byte of free memory lost since its first snapshot: the "
+            f"runner's buffers ({consumed[0] / GIB:.2f} GiB, counted) and the allocator's fragmentation after the "
+            f"profile run, which the deployment does not say which size: the range allows up to "
+            f"{(consumed[2] - consumed[0]) / GIB:.2f} GiB for it")
     def available(end: int) -> int:
         """end 0 central, -1 low (everything at its largest), +1 high."""
         util = inp.utilization if end >= 0 else min(inp.utilization, inp.utilization_other)
@@ -358,9 +373,9 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         requested = mem.ceil_requested(tot, util) * GIB
         w = weights * (1 - end * w_band)
         nt = non_torch if end == 0 else non_torch_ends[0] if end < 0 else non_torch_ends[1]
+        nt += consumed[0] if end == 0 else consumed[2] if end < 0 else consumed[1]
         a = peak.at(end, band)
-        on = cg_on if end == 0 else (cg_on or cg_other) if end < 0 else (cg_on and cg_other)
-        g = graph * (mem.CUDAGRAPH_BAND[0] if end > 0 else mem.CUDAGRAPH_BAND[1] if end < 0 else 1.0) if on else 0.0
+        g = mem.graph_bytes_at(end, graph, on=cg_on, other=cg_other, v2_zero=v2_zero)
         return int(requested - w - max(nt, 0.0) - a - g)
 
     avail = (available(0), available(-1), available(1))
@@ -369,9 +384,10 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         gpu_memory_utilization=inp.utilization, gpu_memory_utilization_defaulted=inp.utilization_defaulted,
         requested_gib=round(mem.ceil_requested(total.gib, inp.utilization), 3),
         weights_gib_per_gpu=round(weights / GIB, 3), weights_source=weights_src,
-        non_torch_gib=round(non_torch / GIB, 3), flashinfer_allreduce_workspace_gib=round(fusion / GIB, 3),
+        non_torch_gib=round(non_torch / GIB, 3), total_consumed_extra_gib=round(consumed[0] / GIB, 3),
+        flashinfer_allreduce_workspace_gib=round(fusion / GIB, 3),
         activation_peak_gib=round(peak.at(0, band) / GIB, 3),
-        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on else 0.0,
+        cudagraph_estimate_gib=round(graph / GIB, 3) if cg_on and not v2_zero else 0.0,
         cudagraph_subtracted=cg_on,
     )
     assumptions.append(f"device memory: {total.source}")

@@ -367,8 +367,9 @@ def test_a_vllm_release_no_file_names_is_stated_with_the_engine_neutral_option()
     report = json.loads(result.stdout)
     assert (result.exit_code, report["verdict"]) == (0, "pass")
     assert [(f["rule"], f["message"], f["hint"]) for f in report["findings"]] == [(
-        "KV204", "the files do not name the vLLM release (no vllm/vllm-openai image tag); role 'llama3' was read "
-        "with the flags of 0.33.0, the newest release kvcheck knows",
+        "KV204", "the files do not name the vLLM release (image vllm/vllm-openai:latest has the floating tag 'latest', "
+        "which pins no vLLM release; pass --engine-version); role 'llama3' was read with the flags of 0.33.0, the "
+        "newest release kvcheck knows",
         "state the release: --engine-version or the overlay's engine.version")]
 
 

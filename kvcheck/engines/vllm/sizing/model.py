@@ -440,12 +440,14 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     refusal: str | None = None
     upper = max(inp.derived_len, inp.max_model_len, layout.usable_tokens(layout.num_blocks(max(central, 0))) + layout.block_size)
     largest = layout.largest_model_len(central, inp.batched_tokens, upper)
+    # A refused start serves no pool; its context length stays the --max-model-len it was given (the model's
+    # own when unset): a refusal is KV220's to report, never an engine context of 0 (KV102 reads context_len).
     if oom is not None:
         refusal = oom
-        pool, context = 0, 0
+        pool = 0
     elif central <= 0:
         refusal = "No available memory for the cache blocks"
-        pool, context = 0, 0
+        pool = 0
     elif inp.max_model_len_auto:
         context = min(inp.derived_len, largest)  # --max-model-len auto fits the window to the pool
         assumptions.append(f"--max-model-len auto: vLLM fits the window to the pool ({context:,} tokens)")

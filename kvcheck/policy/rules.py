@@ -311,7 +311,13 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurre
                 role,
                 f"the engine's context length is {measurement.context_len:,} tokens, below the "
                 f"advertised window {target.context_length:,}",
+                # a role kvcheck starts or sizes itself, the flag unset: the engine's context length is the
+                # model's own maximum, and raising the flag past it is refused at start (vLLM's ValueError,
+                # SGLang's context_len check). An audited or logged server's flags are not known.
                 hint=(
+                    f"advertise at most {measurement.context_len:,}: the engine derives it from the model's "
+                    f"config, and refuses a longer {window_flag} unless its long-context override is set"
+                    if explicit_ctx is None and measurement.source in ("estimate", "measure") else
                     f"set {window_flag}: {target.context_length} in the role's args if the model "
                     f"supports it, or advertise {measurement.context_len:,}"
                 ),

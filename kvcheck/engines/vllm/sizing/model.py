@@ -13,6 +13,7 @@ from typing import Any
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
 from kvcheck.engines.vllm import serving
+from kvcheck.engines.vllm.sizing import maxlen
 from kvcheck.engines.vllm.sizing import memory as mem
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
@@ -39,8 +40,6 @@ from kvcheck.model import RoleTarget
 from kvcheck.policy.registry import finding
 
 GIB = mem.GIB
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                "max_sequence_length", "max_seq_length", "seq_len")
 
 
 def _json_arg(value: Any) -> dict[str, Any]:
@@ -65,22 +64,6 @@ def _int_arg(args: Mapping[str, Any], name: str, default: int | None = None) -> 
         raise EstimateError(f"--{name.replace('_', '-')} {value!r} is not a whole number") from exc
 
 
-def derived_max_model_len(text: Mapping[str, Any]) -> int:
-    """vLLM's `_get_and_verify_max_len`: the smallest length key the config states, scaled by rope
-    scaling (yarn, dynamic, linear; llama3/longrope/su already state the scaled length)."""
-    found = [int(text[k]) for k in CONTEXT_KEYS if isinstance(text.get(k), int) and text[k] > 0]
-    length = min(found) if found else 2048
-    rope = text.get("rope_scaling") or text.get("rope_parameters")
-    if isinstance(rope, Mapping):
-        kind = str(rope.get("rope_type") or rope.get("type") or "")
-        factor = rope.get("factor")
-        if kind not in ("su", "longrope", "llama3", "default", "mrope", "") and isinstance(factor, int | float):
-            if isinstance(rope.get("original_max_position_embeddings"), int):
-                length = int(rope["original_max_position_embeddings"])
-            length = int(length * float(factor))
-    return length
-
-
 @dataclass(frozen=True)
 class _Inputs:
     """A role's settings as vLLM resolves them."""
@@ -96,6 +79,7 @@ class _Inputs:
     max_model_len: int
     max_model_len_auto: bool
     derived_len: int
+    length_refusal: str | None  # vLLM's ValueError for a --max-model-len above the model's derived length
     batched_tokens: int
     max_num_seqs: int
     eager: bool
@@ -145,10 +129,16 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
                                 "backend reads it with int() and does not start",
                                 hint="set VLLM_CPU_KVCACHE_SPACE to a whole number of GiB, or --kv-cache-memory-bytes")
         explicit = int(cpu_space) * (1 << 30)  # platforms/cpu.py: the legacy setting wins
-    derived = derived_max_model_len(text)
+    release = version.release if version is not None else None
+    derived_len = maxlen.derive(text, release, disable_sliding_window=bool(args.get("disable_sliding_window")))
+    derived = derived_len.length
     raw_len = args.get("max_model_len")
     auto = raw_len in (-1, "-1", "auto")
-    max_len = derived if raw_len is None or auto else int(raw_len)
+    # unset or auto: the derived length (LongRoPE: its original_max_position_embeddings); auto then fits it
+    # to the pool
+    default_len = derived_len.longrope_default or derived
+    max_len = default_len if raw_len is None or auto else int(raw_len)
+    refused = None if raw_len is None or auto else maxlen.refusal(max_len, derived_len, release, target.env)
     big = device_gib is not None and device_gib * GIB >= 160 * GIB
     large = device_gib is not None and device_gib >= 70 and "a100" not in gpu_name.lower()
     default_batched, default_seqs = (16384, 1024) if big else (8192, 1024) if large else (2048, 256)
@@ -156,7 +146,7 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
     seqs = _int_arg(args, "max_num_seqs") or default_seqs
     return _Inputs(tp=tp, pp=pp, dp=dp, device=device, utilization=central, utilization_other=other,
                    utilization_defaulted=util_arg is None, explicit_kv_bytes=explicit, max_model_len=max_len,
-                   max_model_len_auto=auto, derived_len=derived, batched_tokens=batched, max_num_seqs=seqs,
+                   max_model_len_auto=auto, derived_len=derived, length_refusal=refused, batched_tokens=batched, max_num_seqs=seqs,
                    eager=bool(args.get("enforce_eager")), num_blocks_override=_int_arg(args, "num_gpu_blocks_override"))
 
 
@@ -442,14 +432,16 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     largest = layout.largest_model_len(central, inp.batched_tokens, upper)
     # A refused start serves no pool; its context length stays the --max-model-len it was given (the model's
     # own when unset): a refusal is KV220's to report, never an engine context of 0 (KV102 reads context_len).
-    if oom is not None:
+    if inp.length_refusal is not None:
+        refusal = inp.length_refusal  # vLLM's config check, before any memory is sized
+    elif oom is not None:
         refusal = oom
         pool = 0
     elif central <= 0:
         refusal = "No available memory for the cache blocks"
         pool = 0
     elif inp.max_model_len_auto:
-        context = min(inp.derived_len, largest)  # --max-model-len auto fits the window to the pool
+        context = min(inp.max_model_len, largest)  # --max-model-len auto fits the window to the pool
         assumptions.append(f"--max-model-len auto: vLLM fits the window to the pool ({context:,} tokens)")
     elif layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > central - layout.bytes_per_block:
         refusal = (f"To serve at least one request with the model's max seq len ({inp.max_model_len}) ... "
@@ -463,11 +455,15 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
         findings.append(finding(
             "KV220", target.name,
             f"vLLM would refuse to start (predicted): {refusal}",
-            hint="lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
+            hint=f"set --max-model-len to at most {inp.derived_len:,} (the model's own length), or set "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the role's env where the model is known to serve longer"
+            if inp.length_refusal is not None else
+            "lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
             "--gpu-memory-utilization (vLLM then profiles)" if oom is not None else
             f"set --max-model-len to at most {largest:,}, or give the KV cache more memory" if largest else
             "give the KV cache more memory (--gpu-memory-utilization, fewer weights per GPU, a larger TP)",
-            location=target.arg_location("kv_cache_memory_bytes") if oom is not None else
+            location=target.arg_location("max_model_len") if inp.length_refusal is not None else
+            target.arg_location("kv_cache_memory_bytes") if oom is not None else
             target.arg_location("max_model_len", "gpu_memory_utilization"),
         ))
         assumptions.append(f"vLLM would refuse to start: {refusal}")
@@ -492,6 +488,7 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     details["max_num_seqs"] = inp.max_num_seqs
     details["max_model_len"] = context
     details["largest_max_model_len"] = largest
+    details["derived_max_model_len"] = inp.derived_len
     details["vllm_would_refuse"] = refusal is not None
     details["vllm_might_refuse"] = refusal is not None or might_refuse or low_b <= 0
     if inp.dp > 1:

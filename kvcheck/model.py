@@ -273,6 +273,9 @@ class FractionPlan:
     note: str | None = None
     flag: str = "mem-fraction-static"  # the engine's flag for the fraction (vLLM: gpu-memory-utilization)
     engine_label: str = "SGLang"  # how advice names the engine whose default or ceiling it quotes
+    # (message, fix) when no value can help because the engine refuses the role for another reason first
+    # (vLLM: a --max-model-len above the model's own length); the advice says that instead of a sweep result
+    blocked: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

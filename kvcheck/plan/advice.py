@@ -133,7 +133,9 @@ def _fraction_finding(target: RoleTarget, plan: RolePlan) -> Finding:
             ceiling += (f" (it keeps {f.safe_reserve_mib:,.0f} MiB for activations and CUDA graphs)" if sglang else
                         f" (the CUDA context and peers' buffers take {f.safe_reserve_mib:,.0f} MiB before it starts)")
     hint: str | None
-    if f.min_fitting is None:
+    if f.blocked is not None:
+        message, hint = f"{f.flag}: {f.blocked[0]}", f.blocked[1]
+    elif f.min_fitting is None:
         message, hint = _no_fraction_fits(target, f, plan.required_tokens, current, ceiling)
     else:
         message, hint = _fraction_fits(f, f.min_fitting, plan.required_tokens, current, ceiling)

@@ -141,6 +141,14 @@ def _fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: i
     lowest = _lowest(fits, 1, hi)
     worst = _lowest(fits_low, lowest or 1, hi) if lowest is not None else None
     note = None
+    blocked = None
+    length, derived = base.details.get("max_model_len"), base.details.get("derived_max_model_len")
+    if isinstance(length, int) and isinstance(derived, int) and length > derived and lowest is None:
+        # vLLM's config check refuses the length before any memory is sized: no utilization helps
+        blocked = (f"no value helps: vLLM refuses --max-model-len {length:,}, above the model's own length "
+                   f"{derived:,} (KV220), before it sizes any memory",
+                   f"lower --max-model-len to {derived:,}, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the role's "
+                   "env where the model is known to serve longer")
     if ceiling is not None and current * SCALE > ceiling:
         note = (f"the manifest's {current:g} is above {ceiling / SCALE:g}, the most vLLM can request on an idle "
                 "GPU (it refuses to start when free memory is below total x utilization)")
@@ -152,7 +160,7 @@ def _fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: i
         max_safe=None if ceiling is None else ceiling / SCALE,
         max_safe_pool_tokens=None if ceiling is None else at(ceiling).pool_tokens,
         safe_reserve_mib=None if reserve_mib is None else round(reserve_mib, 1),
-        note=note, flag=FLAG, engine_label="vLLM",
+        note=note, flag=FLAG, engine_label="vLLM", blocked=blocked,
     )
 
 

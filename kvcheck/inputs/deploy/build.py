@@ -126,17 +126,17 @@ def read_deployments(
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
-    _tie_pools(pools_in(docs), roles, deployments)
+    _tie_pools(pools_in(docs), roles, deployments, docs)
     return deployments
 
 
 def _tie_pools(pools: list[Pool], pairs: list[tuple[RoleSource, ImportedRole]],
-               deployments: list[ImportedDeployment]) -> None:
+               deployments: list[ImportedDeployment], docs: list[Doc]) -> None:
     """Each InferencePool's servers among the roles (by the pods' labels), told on their deployment; a pool
     whose servers are not among the inputs (or whose selector kvcheck cannot evaluate), on the first."""
     if not pools:
         return
-    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs])
+    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs], docs)
     for i, (_, role) in enumerate(pairs):
         for deployment in deployments:
             if any(r is role for r in deployment.roles):

@@ -504,6 +504,20 @@ def test_inference_pools_whose_pods_run_no_engine_say_so() -> None:
     assert result.stderr.count("InferencePool '") == 4 and "1 more InferencePool(s) not shown" in result.stderr
 
 
+def test_inference_pools_whose_pods_run_no_engine_say_so_beside_another_server() -> None:
+    """The echo servers' Deployment is among the inputs: that is said whatever other files come with it."""
+    name = f"{REAL}/gaie-conformance-resources-base.yaml"
+    result = run_kvcheck("import", name, f"{REAL}/production-stack-prefill-deploy.yaml")
+    assert result.exit_code == 0, result.stderr
+    told = [line for line in result.stdout.splitlines() if line.startswith("# InferencePool")]
+    assert len(told) == 5
+    assert told[0] == (
+        f"# InferencePool 'primary-inference-pool' ({name}:205:5) selects pods labelled "
+        "app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
+        f"({name}:61:1), which starts no engine server, so no role among the inputs serves it")
+    assert not any("pass their files" in line for line in told)
+
+
 def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_pods(tmp_path: Any) -> None:
     """raySpec: the chart's RayCluster head runs `vllm serve ... --distributed-executor-backend ray` (its
     vllm-entrypoint.sh) over the head and replicaCount workers: pp 2 on 1 GPU x 2 pods."""

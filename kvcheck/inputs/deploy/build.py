@@ -72,6 +72,8 @@ class ImportedRole:
     findings: list[Finding] = field(default_factory=list)
     catalogue_note: str | None = None
     env: dict[str, Sourced] = field(default_factory=dict)  # the container's own environment (env, envFrom)
+    no_gpus: Location | None = None  # the container whose pod asks for no GPU (RoleSource.no_gpus)
+    image: Sourced | None = None  # the server container's image
 
 
 @dataclass
@@ -379,6 +381,8 @@ def _build_role_args(
         gpu=source.gpu,
         findings=findings,
         catalogue_note=note,
+        no_gpus=source.no_gpus,
+        image=source.image,
         env={
             **source.env.own(),
             # `export VAR=1` / `VAR=1 exec python -m ...` in the container's script reach the engine too

@@ -319,6 +319,26 @@ def test_an_imported_multi_node_ray_group_verifies_as_its_file_does(
         assert [r["pool_tokens"] for r in report["roles"]] == [pool]
 
 
+def test_the_import_md_multi_node_line_runs_as_written(tmp_path: Any) -> None:
+    """docs/import.md's `kvcheck import ... -o kvcheck.yaml && kvcheck verify kvcheck.yaml ...`, word for word
+    (the manifest written under tmp_path instead of the checkout)."""
+    from tests.conftest import REPO_ROOT
+
+    text = " ".join((REPO_ROOT / "docs" / "import.md").read_text().split())
+    start = text.index("`kvcheck import tests/data/vllm-deploy/lws-vllm-gpu.yaml")
+    line = text[start + 1 : text.index("`", start + 1)]
+    steps = [step.split() for step in line.split(" && ")]
+    assert [step[:2] for step in steps] == [["kvcheck", "import"], ["kvcheck", "verify"]]
+    manifest = str(tmp_path / "kvcheck.yaml")
+    imported_ = run_kvcheck(*[manifest if word == "kvcheck.yaml" else word for word in steps[0][1:]])
+    assert imported_.exit_code == 0, imported_.stderr
+    verified = run_kvcheck(*[manifest if word == "kvcheck.yaml" else word for word in steps[1][1:]], "--format", "json")
+    report = json.loads(verified.stdout)
+    assert (verified.exit_code, report["verdict"]) == (0, "pass"), verified.stderr
+    assert [r["pool_tokens"] for r in report["roles"]] == [616_544]
+    assert "gives the file's own pool, 616,544 tokens" in text
+
+
 MANIFEST_TEXT = """\
 context_length: 32768
 model: {{path: org/m}}

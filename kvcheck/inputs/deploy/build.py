@@ -72,6 +72,8 @@ class ImportedRole:
     findings: list[Finding] = field(default_factory=list)
     catalogue_note: str | None = None
     env: dict[str, Sourced] = field(default_factory=dict)  # the container's own environment (env, envFrom)
+    no_gpus: Location | None = None  # the container whose pod asks for no GPU (RoleSource.no_gpus)
+    image: Sourced | None = None  # the server container's image
 
 
 @dataclass
@@ -126,17 +128,17 @@ def read_deployments(
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
-    _tie_pools(pools_in(docs), roles, deployments)
+    _tie_pools(pools_in(docs), roles, deployments, docs)
     return deployments
 
 
 def _tie_pools(pools: list[Pool], pairs: list[tuple[RoleSource, ImportedRole]],
-               deployments: list[ImportedDeployment]) -> None:
+               deployments: list[ImportedDeployment], docs: list[Doc]) -> None:
     """Each InferencePool's servers among the roles (by the pods' labels), told on their deployment; a pool
     whose servers are not among the inputs (or whose selector kvcheck cannot evaluate), on the first."""
     if not pools:
         return
-    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs])
+    routed, unmatched = pool_notes(pools, [s for s, _ in pairs], [r.name for _, r in pairs], docs)
     for i, (_, role) in enumerate(pairs):
         for deployment in deployments:
             if any(r is role for r in deployment.roles):
@@ -379,6 +381,8 @@ def _build_role_args(
         gpu=source.gpu,
         findings=findings,
         catalogue_note=note,
+        no_gpus=source.no_gpus,
+        image=source.image,
         env={
             **source.env.own(),
             # `export VAR=1` / `VAR=1 exec python -m ...` in the container's script reach the engine too

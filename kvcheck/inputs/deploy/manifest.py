@@ -13,6 +13,7 @@ from typing import Any
 
 from kvcheck.engines import get_engine
 from kvcheck.errors import InputError, InputIssue
+from kvcheck.inputs.deploy.accelerator import image_accelerator, vendor_name, visible_devices
 from kvcheck.inputs.deploy.build import (
     RELEASE_OPTION,
     DeploymentFileError,
@@ -386,7 +387,7 @@ def load_deployment(
         if not 0 < window <= MAX_TOKENS:
             raise InputError(f"the context window {window} is out of range (1..{MAX_TOKENS})")
         for role in item.deployment.roles:
-            targets.append(_target(item, role, window, overrides, several, issues))
+            targets.append(_target(item, role, window, overrides, several, issues, findings))
     if issues:
         raise DeploymentFileError(issues, hint="fix the deployment file")
     first = resolved[0]
@@ -429,9 +430,31 @@ def _check_gpu_name(gpu: Sourced, role: ImportedRole, issues: list[InputIssue]) 
         issues.append(issue)
 
 
+def _accelerator_findings(role: ImportedRole, gpu: Sourced, name: str) -> list[Finding]:
+    """KV318: the container's image is clearly built for another accelerator than the GPU the role is sized on."""
+    from kvcheck.gpus import default_profiles
+
+    if role.image is None:
+        return []
+    built = image_accelerator(str(role.image.value))
+    profile = default_profiles().find(str(gpu.value))
+    if built is None or profile is None or built[0] == profile.vendor:
+        return []
+    stated = f" ({gpu.origin} at {gpu.location.render()})" if gpu.location else f" ({gpu.origin})" if gpu.origin else ""
+    return [finding(
+        "KV318", name,
+        f"image {role.image.value!r} is built for {built[1]}, but the role is sized for {gpu.value}"
+        f"{stated}, {vendor_name(profile.vendor)} GPU: the predicted pool is for a card this image does not run on",
+        hint="state the GPU this role runs on (a node selector, or --gpu for its file alone), or run the "
+        "engine's image for that GPU",
+        location=role.image.location,
+    )]
+
+
 def _target(item: Resolved, role: ImportedRole, window: int, overrides: Overrides, several: bool,
-            issues: list[InputIssue]) -> RoleTarget:
+            issues: list[InputIssue], findings: list[Finding]) -> RoleTarget:
     catalogue = role.catalogue
+    name = f"{item.name}/{role.name}" if several else role.name
     args: dict[str, Any] = {}
     argv: list[str] = []
     locations: dict[str, Location] = {}
@@ -441,17 +464,17 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         argv.extend(catalogue.argv(flag, arg.value))
         locations[flag.key] = arg.location
     gpus: tuple[int, ...] = ()
+    engine = get_engine(role.engine)
+    needed = engine.gpus_needed(args)
+    need = _parallel_gpus(args) if needed is None else needed
+    # a sizing value the files leave unknown (KV317: the role is not checked, exit 3) would make the
+    # count wrong for a reason the count cannot name: `--nnodes $(NODES)` from a Secret is not 1 node
+    unknown = any(f.rule == "KV317" and f.blocks for f in role.findings)
+    nnodes = int(args.get("nnodes") or 1)
+    if "nnodes" not in args and engine.nodes_from_group and role.nodes is not None:
+        nnodes = int(role.nodes.value)  # the pods of the group form the instance (vLLM over Ray)
     if role.gpus_per_node is not None:
         gpus = tuple(range(int(role.gpus_per_node.value)))
-        engine = get_engine(role.engine)
-        nnodes = int(args.get("nnodes") or 1)
-        if "nnodes" not in args and engine.nodes_from_group and role.nodes is not None:
-            nnodes = int(role.nodes.value)  # the pods of the group form the instance (vLLM over Ray)
-        needed = engine.gpus_needed(args)
-        need = _parallel_gpus(args) if needed is None else needed
-        # a sizing value the files leave unknown (KV317: the role is not checked, exit 3) would make the
-        # count wrong for a reason the count cannot name: `--nnodes $(NODES)` from a Secret is not 1 node
-        unknown = any(f.rule == "KV317" and f.blocks for f in role.findings)
         if gpus and len(gpus) * nnodes != need and not unknown:
             where = role.gpus_per_node.location or role.location
             issues.append(
@@ -460,12 +483,34 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
                            f"but its parallel settings need {need} (tensor x pipeline parallel size x "
                            "data-parallel replicas)")
             )
+    elif role.no_gpus is not None and need > 1 and not unknown:
+        # the scheduler gives the pod no GPU: the engine cannot start its tensor-parallel ranks anywhere
+        where = role.no_gpus
+        issues.append(
+            InputIssue(where.file, where.line, where.column, "",
+                       f"role '{role.name}': the container asks for no GPU (no nvidia.com/gpu or amd.com/gpu in "
+                       f"resources.limits or requests), but its parallel settings need {need} (tensor x pipeline "
+                       "parallel size x data-parallel replicas)"
+                       + (f"; state resources.limits nvidia.com/gpu: {need // nnodes}" if need % nnodes == 0 else ""))
+        )
+    visible = role.env.get("CUDA_VISIBLE_DEVICES")
+    per_node = len(gpus) if gpus else -(-need // nnodes)
+    if visible is not None and not unknown and visible_devices(str(visible.value)) < per_node:
+        # the engine sees only the devices listed: its ranks on this node outnumber them, it does not start
+        where = visible.location or role.location
+        issues.append(
+            InputIssue(where.file, where.line, where.column, "",
+                       f"role '{role.name}': CUDA_VISIBLE_DEVICES={str(visible.value)!r} shows the engine "
+                       f"{visible_devices(str(visible.value))} GPU(s), but its parallel settings need {per_node} on "
+                       "each node (tensor x pipeline parallel size x data-parallel replicas); list that many "
+                       "devices, or drop the variable and let the GPU limit choose them")
+        )
     gpu = item.role_gpus.get(role.name) or item.gpu
     if gpu is not None:
         _check_gpu_name(gpu, role, issues)
+        findings.extend(_accelerator_findings(role, gpu, name))
     model_config = Path(str(item.model_config.value)).resolve() if item.model_config is not None else None
     model_path = item.model_path.value if item.model_path is not None else None
-    name = f"{item.name}/{role.name}" if several else role.name
     return RoleTarget(
         name=name,
         context_length=window,

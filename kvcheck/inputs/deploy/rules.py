@@ -45,3 +45,17 @@ KV502 = define_rule(
     check its spelling against `kvcheck rules`' flag catalogue for the release
     (docs/flag-catalogues.md).""",
 )
+
+KV318 = define_rule(
+    "KV318",
+    "warning",
+    "the server's image is built for another accelerator than the GPU the role is sized for",
+    """The container's image is clearly one for another kind of accelerator than the GPU type
+    kvcheck sizes the role on (`--gpu`, a node selector, the overlay's `gpu`): an Intel Gaudi image
+    (`vault.habana.ai/...gaudi...`, `-hpu`), a ROCm image (`rocm/...`, a `-rocm` tag) or an Intel
+    XPU one on an NVIDIA GPU, or a CUDA image (`-cu129`, `cuda`) on an AMD or Ascend card. The
+    engine in that image does not start on that card, or starts with another memory layout, so the
+    predicted pool is for a deployment that does not exist. kvcheck reads the image's name only;
+    an image that names no accelerator is not judged. Fix: state the GPU the role really runs on
+    (a node selector, or --gpu for that file alone), or run the engine's image for the GPU.""",
+)

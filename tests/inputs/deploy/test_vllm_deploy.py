@@ -319,6 +319,26 @@ def test_an_imported_multi_node_ray_group_verifies_as_its_file_does(
         assert [r["pool_tokens"] for r in report["roles"]] == [pool]
 
 
+def test_the_import_md_multi_node_line_runs_as_written(tmp_path: Any) -> None:
+    """docs/import.md's `kvcheck import ... -o kvcheck.yaml && kvcheck verify kvcheck.yaml ...`, word for word
+    (the manifest written under tmp_path instead of the checkout)."""
+    from tests.conftest import REPO_ROOT
+
+    text = " ".join((REPO_ROOT / "docs" / "import.md").read_text().split())
+    start = text.index("`kvcheck import tests/data/vllm-deploy/lws-vllm-gpu.yaml")
+    line = text[start + 1 : text.index("`", start + 1)]
+    steps = [step.split() for step in line.split(" && ")]
+    assert [step[:2] for step in steps] == [["kvcheck", "import"], ["kvcheck", "verify"]]
+    manifest = str(tmp_path / "kvcheck.yaml")
+    imported_ = run_kvcheck(*[manifest if word == "kvcheck.yaml" else word for word in steps[0][1:]])
+    assert imported_.exit_code == 0, imported_.stderr
+    verified = run_kvcheck(*[manifest if word == "kvcheck.yaml" else word for word in steps[1][1:]], "--format", "json")
+    report = json.loads(verified.stdout)
+    assert (verified.exit_code, report["verdict"]) == (0, "pass"), verified.stderr
+    assert [r["pool_tokens"] for r in report["roles"]] == [616_544]
+    assert "gives the file's own pool, 616,544 tokens" in text
+
+
 MANIFEST_TEXT = """\
 context_length: 32768
 model: {{path: org/m}}
@@ -441,11 +461,11 @@ def test_llm_d_modelservice_parallelism_sets_the_flags_and_the_gpus_with_their_p
     # decode asks for its GPUs through DRA: the chart's ResourceClaimTemplate counts dataLocal x tensor
     assert f"    gpus: [0, 1]  # {name}:43:5 (ResourceClaimTemplate count (DRA) = parallelism dataLocal x tensor)" in lines
     assert f"      tensor-parallel-size: 2  # {name}:43:13" in lines
+    # decode's CUDA_VISIBLE_DEVICES "0" shows vLLM one of its two GPUs: tests/inputs/deploy/test_pod_gpus.py
     result = run_kvcheck("verify", name, "--mode", "estimate", "--gpu", "H100", "--context-length", "32768",
-                         "--model-config", "tests/data/models/Qwen--Qwen3-8B.json", "--format", "json")
-    report = json.loads(result.stdout)
-    assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stderr
-    assert [(r["name"], r["status"]) for r in report["roles"]] == [("decode", "pass"), ("prefill", "pass")]
+                         "--model-config", "tests/data/models/Qwen--Qwen3-8B.json")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1].startswith(f"{name}:58:16: role 'decode': CUDA_VISIBLE_DEVICES='0' ")
 
 
 def test_llm_d_modelservice_values_running_the_simulator_are_refused_plainly() -> None:
@@ -502,6 +522,20 @@ def test_inference_pools_whose_pods_run_no_engine_say_so() -> None:
             f"app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
             f"({name}:61:1), which starts no engine server. ") in result.stderr
     assert result.stderr.count("InferencePool '") == 4 and "1 more InferencePool(s) not shown" in result.stderr
+
+
+def test_inference_pools_whose_pods_run_no_engine_say_so_beside_another_server() -> None:
+    """The echo servers' Deployment is among the inputs: that is said whatever other files come with it."""
+    name = f"{REAL}/gaie-conformance-resources-base.yaml"
+    result = run_kvcheck("import", name, f"{REAL}/production-stack-prefill-deploy.yaml")
+    assert result.exit_code == 0, result.stderr
+    told = [line for line in result.stdout.splitlines() if line.startswith("# InferencePool")]
+    assert len(told) == 5
+    assert told[0] == (
+        f"# InferencePool 'primary-inference-pool' ({name}:205:5) selects pods labelled "
+        "app=primary-inference-model-server: those of Deployment 'primary-inference-model-server-deployment' "
+        f"({name}:61:1), which starts no engine server, so no role among the inputs serves it")
+    assert not any("pass their files" in line for line in told)
 
 
 def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_pods(tmp_path: Any) -> None:

@@ -43,6 +43,10 @@ class RoleSource:
     config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's engine flags as a YAML mapping
     standalone: bool = False  # a format whose object is a whole deployment (DGD, RBG, compose...)
     labels: Mapping[str, str] = field(default_factory=dict)  # the pods' labels (an InferencePool selects by them)
+    # the server container, when its Kubernetes pod asks for no GPU (pods.no_gpu_request); None when GPUs are
+    # stated, or the format does not say (a command line, a batch script without --gres)
+    no_gpus: Location | None = None
+    image: Sourced | None = None  # the server container's image (what accelerator it is built for: KV318)
 
 
 @dataclass

@@ -63,11 +63,9 @@ _TEMPLATES = (("spec", "template"), ("spec", "leaderWorkerTemplate", "leaderTemp
               ("spec", "leaderWorkerTemplate", "workerTemplate"))
 
 
-def without_servers(pool: Pool, docs: Sequence[Doc]) -> str:
-    """What a pool selects when no server was found in the inputs: the workloads whose pods carry its labels
-    (they start no engine server kvcheck knows), or none."""
-    if pool.labels is None:
-        return f"InferencePool '{pool.name}' ({pool.location.render()}): {pool.why}"
+def _workloads(pool: Pool, docs: Sequence[Doc]) -> list[str]:
+    """The workloads among the inputs whose pod templates carry every label of the pool's selector."""
+    assert pool.labels is not None
     hits = []
     for doc in docs:
         for path in _TEMPLATES:
@@ -75,16 +73,29 @@ def without_servers(pool: Pool, docs: Sequence[Doc]) -> str:
             if isinstance(labels, Mapping) and all(str(labels.get(k)) == v for k, v in pool.labels.items()):
                 hits.append(f"{doc.data.get('kind')} '{get(doc.data, 'metadata', 'name')}' ({doc.at(()).render()})")
                 break
+    return hits
+
+
+def _no_engine(hits: Sequence[str]) -> str:
+    return f"those of {', '.join(hits)}, which start{'s' if len(hits) == 1 else ''} no engine server"
+
+
+def without_servers(pool: Pool, docs: Sequence[Doc]) -> str:
+    """What a pool selects when no server was found in the inputs: the workloads whose pods carry its labels
+    (they start no engine server kvcheck knows), or none."""
+    if pool.labels is None:
+        return f"InferencePool '{pool.name}' ({pool.location.render()}): {pool.why}"
+    hits = _workloads(pool, docs)
     head = f"InferencePool '{pool.name}' ({pool.location.render()}) selects pods labelled {pool.shown()}"
     if hits:
-        return f"{head}: those of {', '.join(hits)}, which start{'s' if len(hits) == 1 else ''} no engine server"
+        return f"{head}: {_no_engine(hits)}"
     return f"{head}: no workload among the inputs carries those labels (pass the servers' files)"
 
 
-def pool_notes(pools: Sequence[Pool], sources: Sequence[RoleSource],
-               names: Sequence[str]) -> tuple[dict[int, list[str]], list[str]]:
+def pool_notes(pools: Sequence[Pool], sources: Sequence[RoleSource], names: Sequence[str],
+               docs: Sequence[Doc]) -> tuple[dict[int, list[str]], list[str]]:
     """Per role source (by index; `names` the roles' names): the pools that route to it; and what each pool
-    that selects none is."""
+    that selects none is: the workloads among `docs` it selects, which start no engine, when there are."""
     routed: dict[int, list[str]] = {}
     unmatched: list[str] = []
     for pool in pools:
@@ -97,7 +108,11 @@ def pool_notes(pools: Sequence[Pool], sources: Sequence[RoleSource],
         for i in hits:
             routed.setdefault(i, []).append(f"InferencePool '{pool.name}' ({at}) routes to role "
                                             f"'{names[i]}': its pods carry {pool.shown()}")
-        if not hits:
+        workloads = _workloads(pool, docs) if not hits else []
+        if workloads:  # its pods are among the inputs, but they run no engine (an echo server, a proxy)
+            unmatched.append(f"InferencePool '{pool.name}' ({at}) selects pods labelled {pool.shown()}: "
+                             f"{_no_engine(workloads)}, so no role among the inputs serves it")
+        elif not hits:
             unmatched.append(f"InferencePool '{pool.name}' ({at}) selects pods labelled {pool.shown()}; no server "
                              "among the inputs carries those labels, so kvcheck cannot tell which servers it "
                              "routes to (pass their files in the same command)")

@@ -38,7 +38,13 @@ from kvcheck.inputs.deploy.formats.base import (
     marks_kubernetes_text,
     object_name,
 )
-from kvcheck.inputs.deploy.formats.pods import container_server, gpu_limit, image_engine, image_version
+from kvcheck.inputs.deploy.formats.pods import (
+    container_image,
+    container_server,
+    gpu_limit,
+    image_engine,
+    image_version,
+)
 from kvcheck.inputs.deploy.server import ScriptError, ServerCommand, Sourced, Token, container_env
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_
@@ -213,7 +219,7 @@ def _role(doc: Doc, inputs: Inputs, role: str, section: Mapping[str, Any], conta
         gpus_per_node=_gpus(doc, container, cpath, accelerator, dpl * tensor, ppath, dra),
         version=image_version(doc, container, cpath, server.engine),
         replicas=_replicas(doc, section, role), model_path=None, standalone=True,
-        labels=_labels(doc, role),
+        labels=_labels(doc, role), image=container_image(doc, container, cpath),
     )
 
 

@@ -106,6 +106,29 @@ class PodServer:
     version: Sourced | None
     config_source: Callable[[Token], tuple[Doc, Path_, str] | None]
     labels: dict[str, str] = field(default_factory=dict)  # the pod template's metadata.labels
+    no_gpus: Location | None = None  # the container, when the pod asks the scheduler for no GPU (no_gpu_request)
+    image: Sourced | None = None  # the server container's image, as written
+
+
+def no_gpu_request(doc: Doc, container: Mapping[str, Any], spec: Mapping[str, Any], cpath: Path_) -> Location | None:
+    """The container's place when its pod gets no GPU from the scheduler: no accelerator in its resources, no
+    dynamic resource claim (DRA), and no NVIDIA_VISIBLE_DEVICES handing the runtime's devices over without one.
+    None when the container states GPUs, or may get them in one of those ways."""
+    resources = container.get("resources")
+    if gpu_limit(doc, resources, (*cpath, "resources")) is not None:
+        return None
+    if isinstance(resources, Mapping) and resources.get("claims") or spec.get("resourceClaims"):
+        return None
+    env = container.get("env")
+    if any(isinstance(item, Mapping) and item.get("name") == "NVIDIA_VISIBLE_DEVICES"
+           for item in (env if isinstance(env, list) else [])):
+        return None
+    return doc.at(cpath)
+
+
+def container_image(doc: Doc, container: Mapping[str, Any], cpath: Path_) -> Sourced | None:
+    image = container.get("image")
+    return Sourced(image, doc.at((*cpath, "image")), "image") if isinstance(image, str) and image else None
 
 
 def pod_labels(template: Any) -> dict[str, str]:
@@ -144,6 +167,8 @@ def pod_server(
             version=image_version(doc, container, cpath, server.engine),
             config_source=config_source(doc, container, spec, cpath, spec_path, inputs),
             labels=pod_labels(template),
+            no_gpus=no_gpu_request(doc, container, spec, cpath),
+            image=container_image(doc, container, cpath),
         )
     for i, container in enumerate(spec.get("containers") or []):
         args = container.get("args") if isinstance(container, Mapping) else None
@@ -165,6 +190,8 @@ def pod_server(
                     gpu=gpu_type(doc, spec, spec_path), version=image_version(doc, container, cpath, server.engine),
                     config_source=config_source(doc, container, spec, cpath, spec_path, inputs),
                     labels=pod_labels(template),
+                    no_gpus=no_gpu_request(doc, container, spec, cpath),
+                    image=container_image(doc, container, cpath),
                 )
         # the engine's own image (lmsysorg/sglang:v...), not a wrapper's that pins a release (Dynamo's sglang-runtime)
         engine = next((e for e in registered_engines() if e.image_repository and e.image_repository in image
@@ -267,5 +294,7 @@ def pod_role(name: str, kind: str, group: str, doc: Doc, pod: PodServer, **extra
         gpu=pod.gpu,
         version=pod.version,
         labels=pod.labels,
+        no_gpus=pod.no_gpus,
+        image=pod.image,
         **extra,
     )

@@ -301,10 +301,19 @@ def _gpus(doc: Doc, model: Mapping[str, Any], path: Path_, what: str = "modelSpe
         from kvcheck.inputs.deploy.formats.pods import gpu_limit
 
         return gpu_limit(doc, resources, (*path, "resources"))
-    value = model.get("requestGPU")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if "requestGPU" not in model:
         return None
-    return Sourced(value, doc.at((*path, "requestGPU")), f"{what} requestGPU")
+    value = model["requestGPU"]
+    count = int(value) if isinstance(value, str) and value.strip().isdigit() else value  # the chart renders it bare
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        # the chart writes the value as the pod's nvidia.com/gpu limit: "two" is no quantity Kubernetes takes,
+        # 0 (or a negative) asks for no GPU at all; either way no engine starts on the GPUs kvcheck would size
+        where = doc.at((*path, "requestGPU"))
+        raise ScriptError(InputIssue(
+            where.file, where.line, where.column, "",
+            f"{what} requestGPU {value!r} is not a positive whole number of GPUs (the chart writes it as the "
+            "pod's nvidia.com/gpu limit); state the GPUs each pod gets, e.g. requestGPU: 1"))
+    return Sourced(count, doc.at((*path, "requestGPU")), f"{what} requestGPU")
 
 
 def _int(doc: Doc, data: Mapping[str, Any], key: str, path: Path_) -> Sourced | None:

@@ -229,6 +229,24 @@ def _check_nodes(data: dict[str, Any], name: str, merged: _ArgEntries, display: 
             "multiprocessing launch, or nodes for a Ray cluster its pods form, not both"))
 
 
+def _on_gpu(data: dict[str, Any], role: dict[str, Any]) -> bool:
+    return str(role.get("device") or data.get("device") or "gpu").lower() != "cpu"
+
+
+def _check_visible_devices(path: tuple[str, ...], env: Any, name: str, display: str, positions: Positions,
+                           issues: list[InputIssue]) -> None:
+    """A CUDA_VISIBLE_DEVICES in the manifest's env would win over the GPUs kvcheck gives a GPU role
+    (roles.N.gpus, which the pre-flight inspects), so the engine would run on other devices than the ones
+    checked: the manifest names the GPUs once, in gpus."""
+    if not isinstance(env, dict) or "CUDA_VISIBLE_DEVICES" not in env:
+        return
+    issues.append(InputIssue.at(
+        display, positions.of_value((*path, "CUDA_VISIBLE_DEVICES")), ".".join((*path, "CUDA_VISIBLE_DEVICES")),
+        f"CUDA_VISIBLE_DEVICES={str(env['CUDA_VISIBLE_DEVICES'])!r} would override the GPUs kvcheck gives "
+        f"role {name} (roles.{name}.gpus, the ones its pre-flight inspects): list the GPUs in "
+        f"roles.{name}.gpus instead"))
+
+
 def _parallel_gpus(args: Mapping[str, Any]) -> int:
     """GPUs a role's parallel settings need: TP x PP, times DP replicas outside attention DP."""
     tp = int(args.get("tp_size") or 1)
@@ -513,9 +531,15 @@ def _check_gpu_counts(
     """Each role's GPU list x nnodes must be what its parallel settings use."""
     if not isinstance(data.get("roles"), dict):
         return
+    engine = data.get("engine")
+    gpu_roles = [name for name, role in data["roles"].items() if isinstance(role, dict) and _on_gpu(data, role)]
+    if gpu_roles and isinstance(engine, dict):
+        _check_visible_devices(("engine", "env"), engine.get("env"), gpu_roles[0], display, positions, issues)
     for name, role in data["roles"].items():
         if isinstance(role, dict) and role.get("nodes") is not None:
             _check_nodes(data, name, {**shared, **role_args.get(name, {})}, display, positions, issues)
+        if isinstance(role, dict) and _on_gpu(data, role):
+            _check_visible_devices(("roles", name, "env"), role.get("env"), name, display, positions, issues)
         gpus = role.get("gpus") if isinstance(role, dict) else None
         if not isinstance(gpus, list) or not gpus or name in args_broken:
             continue  # without valid parallel settings the GPU count cannot be judged

@@ -72,6 +72,7 @@ class ImportedRole:
     findings: list[Finding] = field(default_factory=list)
     catalogue_note: str | None = None
     env: dict[str, Sourced] = field(default_factory=dict)  # the container's own environment (env, envFrom)
+    image: str | None = None  # the container image the files name (the Kubernetes launcher boots it)
 
 
 @dataclass
@@ -379,6 +380,7 @@ def _build_role_args(
         gpu=source.gpu,
         findings=findings,
         catalogue_note=note,
+        image=source.image,
         env={
             **source.env.own(),
             # `export VAR=1` / `VAR=1 exec python -m ...` in the container's script reach the engine too

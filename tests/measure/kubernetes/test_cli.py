@@ -245,3 +245,48 @@ def test_a_refused_dry_run_with_a_markdown_report_says_no_engine_was_booted(tmp_
     assert result.exit_code == 3
     assert "- mode: measure mode: no engine was booted, no pool was measured\n" in result.stdout
     assert "engine booted)" not in result.stdout
+
+
+VLLM_MANIFEST = """\
+context_length: 131072
+model: {path: Qwen/Qwen3-8B}
+engine: {name: vllm, version: "0.32.0"}
+launcher: {kind: kubernetes}
+roles:
+  main: {args: {max-model-len: 131072}}
+"""
+
+
+def test_no_image_for_a_vllm_role_hints_at_a_vllm_image_of_its_release(tmp_path):
+    # before: "e.g. lmsysorg/sglang:v0.5.23", an SGLang image, for a vLLM role
+    path = tmp_path / "vllm.yaml"
+    path.write_text(VLLM_MANIFEST)
+    result = run_kvcheck("verify", str(path), "--dry-run")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "kvcheck: error: role main: the Kubernetes launcher needs the engine's image\n"
+        "kvcheck: hint: set launcher.kubernetes.image in the manifest, e.g. vllm/vllm-openai:v0.32.0\n")
+
+
+def test_a_values_files_own_image_is_the_one_the_launcher_runs():
+    # before: exit 2 "needs the engine's image" although the values file names vllm/vllm-openai:latest
+    result = run_kvcheck("verify", "tests/data/vllm-deploy/production-stack-values-02-basic-config.yaml",
+                         "--launcher", "kubernetes", "--dry-run", "--context-length", "4096")
+    assert result.exit_code == 0, result.stderr
+    (job,) = yaml.safe_load_all(result.stdout)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "vllm/vllm-openai:latest"
+    assert container["command"][:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert validation_errors(job) == []
+
+
+def test_the_launchers_image_wins_over_the_values_files(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "context_length: 4096\n"
+        f"deployment: {Path('tests/data/vllm-deploy/production-stack-values-02-basic-config.yaml').resolve()}\n"
+        "launcher: {kind: kubernetes, kubernetes: {image: 'registry.local/vllm:v0.32.0'}}\n")
+    result = run_kvcheck("verify", str(overlay), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    (job,) = yaml.safe_load_all(result.stdout)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/vllm:v0.32.0"

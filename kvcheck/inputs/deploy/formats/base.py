@@ -43,6 +43,7 @@ class RoleSource:
     config_map: tuple[Doc, Path_] | None = None  # srt-slurm: the role's engine flags as a YAML mapping
     standalone: bool = False  # a format whose object is a whole deployment (DGD, RBG, compose...)
     labels: Mapping[str, str] = field(default_factory=dict)  # the pods' labels (an InferencePool selects by them)
+    image: str | None = None  # the container image the format names (a values file's repository:tag)
 
 
 @dataclass

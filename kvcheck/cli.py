@@ -502,7 +502,10 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
         from kvcheck.commands.dry_run import dry_run as render_dry_run
 
         def show_dry_run() -> int:
-            echo_report(render_dry_run(options))
+            shown = render_dry_run(options)
+            if isinstance(shown, Report):  # a role the launcher refuses: the run's report (KV301)
+                return emit(shown, fmt, output)
+            echo_report(shown)
             return 0
 
         run_guarded(show_dry_run)

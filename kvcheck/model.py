@@ -206,6 +206,7 @@ class RoleTarget:
     estimate: EstimateInputs = field(default_factory=EstimateInputs)
     location: Location | None = None  # where the role is declared
     arg_locations: Mapping[str, Location] = field(default_factory=dict)  # field name -> where set
+    image: str | None = None  # the container image the role's deployment file names (None: a manifest's role)
 
     @property
     def required_tokens(self) -> int:

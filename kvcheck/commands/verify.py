@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.backends.base import Backend
 from kvcheck.errors import InputError
@@ -14,6 +14,10 @@ from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 from kvcheck.policy.judge import judge
 from kvcheck.policy.suppress import Gate, GateOptions
+
+if TYPE_CHECKING:
+    from kvcheck.backends.measure import MeasureBackend
+    from kvcheck.inputs.load import LoadedManifest
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,11 @@ class VerifyOptions:
 
 
 def _build_measure(options: VerifyOptions, launcher_spec: Any = None) -> Backend:
+    return measure_backend(options, launcher_spec)
+
+
+def measure_backend(options: VerifyOptions, launcher_spec: Any = None) -> MeasureBackend:
+    """The measure backend a run of these options uses (its launcher from --launcher or the manifest)."""
     from kvcheck.backends.estimate import EstimateBackend
     from kvcheck.backends.measure import MeasureBackend
     from kvcheck.backends.measure.launchers import build_launcher
@@ -83,7 +92,6 @@ def _with_fit_hints(
 def verify(options: VerifyOptions) -> Report:
     """The gate: load the manifest, obtain every selected role's pool, judge it."""
     from kvcheck.inputs.load import load_inputs
-    from kvcheck.plan import with_safe_fraction
 
     if options.mode not in BACKENDS:
         raise InputError(f"unknown mode '{options.mode}' (choose from {', '.join(sorted(BACKENDS))})")
@@ -95,17 +103,33 @@ def verify(options: VerifyOptions) -> Report:
     gate = Gate.open(options.gate, targets)  # a malformed suppression is exit 2 before any engine boots
     backend = BACKENDS[options.mode](options, getattr(loaded.manifest, "launcher", None))
     backend.check_targets(targets, loaded.display_path)
-    measurements = [
+    measurements = backend.measure(targets)
+    return judge_measurements(options, loaded, targets, measurements, backend=backend, gate=gate)
+
+
+def judge_measurements(
+    options: VerifyOptions,
+    loaded: LoadedManifest,
+    targets: Sequence[RoleTarget],
+    measurements: Sequence[PoolMeasurement],
+    *,
+    backend: Backend,
+    gate: Gate,
+) -> Report:
+    """The report of these roles' measurements, as `verify` judges them (also `verify --dry-run`'s refusals)."""
+    from kvcheck.plan import with_safe_fraction
+
+    judged = [
         with_safe_fraction(t, _with_fit_hints(t, m, offline=backend.offline_hints), offline=backend.offline_hints)
-        for t, m in zip(targets, backend.measure(targets), strict=True)
+        for t, m in zip(targets, measurements, strict=True)
     ]
     extra: list[Finding] = loaded.notes()
     return judge(
         command="verify",
         mode=backend.mode,
         source=loaded.display_path,
-        targets=targets,
-        measurements=measurements,
+        targets=list(targets),
+        measurements=judged,
         policy=loaded.policy,
         strict=options.strict,
         extra_findings=extra,

@@ -173,3 +173,21 @@ def test_progress_comes_as_plain_lines_on_stderr_when_it_is_not_a_terminal(manif
         assert f"kvcheck: [{role}] starting" in mine
         assert mine[-1].startswith(f"kvcheck: [{role}] ✓ pool ") and mine[-1].endswith(" s)")
     assert not any("[/" in line or "[green]" in line for line in lines)  # no rich markup in a CI log
+
+
+def test_the_heading_says_no_engine_was_booted_only_when_every_role_was_refused_before_boot(
+    manifest: Path, pidfile: PidFile
+) -> None:
+    # the local launcher refuses a role over 2 nodes before its engine starts; before, the report still said
+    # "measured pools (engine booted)"
+    refused = manifest.read_text().replace(
+        "gpus: [0, 1]\n    args: {disaggregation-mode: prefill,", "gpus: [0]\n    args: {nnodes: 2, disaggregation-mode: prefill,")
+    assert refused != manifest.read_text()
+    manifest.write_text(refused)
+    done = kvcheck("verify", str(manifest), "--no-gpu-check", "--role", "prefill", env={"COLUMNS": "100"})
+    assert done.returncode == 3, done.stderr
+    assert "\nmeasure mode: no engine was booted, no pool was measured\n" in done.stdout
+    done = kvcheck("verify", str(manifest), "--no-gpu-check", env={"COLUMNS": "100"})  # decode boots
+    assert done.returncode == 3, done.stderr
+    assert "\nmeasured pools (engine booted)\n" in done.stdout and "no engine was booted" not in done.stdout
+    assert "ERROR KV301 [prefill] role prefill spans 2 nodes (nnodes: 2)" in done.stdout

@@ -22,7 +22,7 @@ from typing import Any
 
 from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import rules as _rules  # noqa: F401  (registers KV3xx)
-from kvcheck.backends.measure.boot import BootSettings, RoleBoot, log_file_name
+from kvcheck.backends.measure.boot import BootSettings, RoleBoot, log_file_name, refusal_measurement
 from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.launchers.base import Launcher
 from kvcheck.backends.measure.launchers.local import GPU_SETTLE_S, LocalLauncher
@@ -215,6 +215,18 @@ class MeasureBackend(Backend):
             if signals["terminated"]:
                 self._reraise_sigterm(signals["signal"] or signal.SIGTERM)
         return self._assemble(run, estimates)
+
+    def refused(self, targets: Sequence[RoleTarget]) -> list[PoolMeasurement | None]:
+        """Per role, the measurement a run would report for it when the launcher refuses its shape before
+        anything starts (KV301, with its estimate beside it as in a run), else None; starts nothing.
+
+        `verify --dry-run` reports these instead of rendering objects that could not start.
+        """
+        out: list[PoolMeasurement | None] = []
+        for target in targets:
+            refused = refusal_measurement(self.launcher, target)
+            out.append(None if refused is None else self._with_estimate(refused, self._estimate(target)))
+        return out
 
     def _run_role(self, run: _RoleThreads, i: int, progress: BootProgress) -> None:
         """One role's thread: wait for the roles it shares GPUs with, then measure it (unless cancelled)."""

@@ -92,6 +92,30 @@ def log_file_name(role: str) -> str:
     return f"{_safe_name(role)}.log"
 
 
+def not_measured(target: RoleTarget, message: str, *, hint: str | None = None, **details: Any) -> PoolMeasurement:
+    """The role's measurement when its engine gave no pool: one KV301 with the reason."""
+    return PoolMeasurement(
+        role=target.name,
+        source="measure",
+        pool_tokens=None,
+        gpus=target.gpus or None,
+        details=details,
+        findings=(finding("KV301", target.name, message, hint=hint, location=target.location),),
+    )
+
+
+def refusal_measurement(launcher: Launcher, target: RoleTarget) -> PoolMeasurement | None:
+    """The KV301 measurement of a role the launcher cannot run at all (`Launcher.refuse`), else None.
+
+    A real run and `verify --dry-run` both ask this before anything starts, so they refuse alike.
+    """
+    refusal = launcher.refuse(target)
+    if refusal is None:
+        return None
+    message, hint = refusal
+    return not_measured(target, message, hint=hint)
+
+
 class RoleBoot:
     """One role's measurement; `run()` returns its PoolMeasurement and leaves no process behind."""
 
@@ -162,21 +186,13 @@ class RoleBoot:
     # -- one boot --------------------------------------------------------------------------------
 
     def _fail(self, message: str, *, hint: str | None = None, **details: Any) -> PoolMeasurement:
-        return PoolMeasurement(
-            role=self.target.name,
-            source="measure",
-            pool_tokens=None,
-            gpus=self.target.gpus or None,
-            details=details,
-            findings=(finding("KV301", self.target.name, message, hint=hint, location=self.target.location),),
-        )
+        return not_measured(self.target, message, hint=hint, **details)
 
     def run(self) -> PoolMeasurement:
         target = self.target
-        refusal = self.launcher.refuse(target)
-        if refusal is not None:
-            message, hint = refusal
-            return self._fail(message, hint=hint)
+        refused = refusal_measurement(self.launcher, target)
+        if refused is not None:
+            return refused
         log_path, keep_log = self._log_path()
         request = LaunchRequest(
             target=target,

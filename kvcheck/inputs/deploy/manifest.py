@@ -528,4 +528,5 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         env={name: str(value.value) for name, value in role.env.items()},
         location=role.location,
         arg_locations=locations,
+        image=str(role.image.value) if role.image is not None else None,
     )

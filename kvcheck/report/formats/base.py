@@ -22,6 +22,16 @@ MODE_TITLES = {
     "probe": "live probe of the deployment's front door",
     "input": "invalid input: nothing was checked (exit 2)",
 }
+# measure mode where every role was refused before its engine started (a launcher's refusal, the GPUs)
+NOTHING_BOOTED_TITLE = "measure mode: no engine was booted, no pool was measured"
+
+
+def mode_title(report: Report) -> str:
+    """The line saying where the report's figures come from. A measure report claims a booted engine only
+    when one started: a started role carries its command line (`argv`), a role refused before that none."""
+    if report.mode == "measure" and not any(role.argv for role in report.roles):
+        return NOTHING_BOOTED_TITLE
+    return MODE_TITLES.get(report.mode, report.mode)
 
 
 class Format(ABC):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from kvcheck.model import Report
 from kvcheck.report.formats.base import (
-    MODE_TITLES,
     Format,
     fmt_tokens,
     margin,
     markdown_code,
     markdown_text,
+    mode_title,
     printable_report,
     role_notes,
     suppressed_text,
@@ -29,7 +29,7 @@ class MarkdownFormat(Format):
     def render(self, report: Report) -> str:
         report = printable_report(report)  # escape sequences shown, not run, wherever the summary is viewed
         out = [f"## kvcheck {report.command}: {self._ICON[report.verdict]} (exit {report.exit_code})", ""]
-        meta = [f"mode: {MODE_TITLES.get(report.mode, report.mode)}"]
+        meta = [f"mode: {mode_title(report)}"]
         if report.source:
             meta.append(f"source: {markdown_code(report.source)}")
         if report.context_length is not None:

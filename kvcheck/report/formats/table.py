@@ -12,10 +12,10 @@ from rich.text import Text
 
 from kvcheck.model import Report, RoleResult
 from kvcheck.report.formats.base import (
-    MODE_TITLES,
     Format,
     fmt_tokens,
     margin,
+    mode_title,
     one_line,
     printable_report,
     role_notes,
@@ -69,7 +69,7 @@ class TableFormat(Format):
         if report.source:
             head.append(f"  {report.source}")
         console.print(head)
-        console.print(Text(MODE_TITLES.get(report.mode, report.mode), style="italic"))
+        console.print(Text(mode_title(report), style="italic"))
         if report.context_length is not None:
             console.print(f"advertised context window: {report.context_length:,} tokens")
         table, dropped = self._roles_table(report, console)

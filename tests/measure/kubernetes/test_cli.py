@@ -180,3 +180,113 @@ def test_the_documented_role_allows_every_request_a_run_and_a_cleanup_make(clust
     needed = {_rbac_rule(method, p) for method, p in cluster.requests} - {None}
     assert needed - allowed == set()
     assert needed == allowed  # and the Role asks for nothing kvcheck does not use
+
+
+RBG_RAY = "tests/data/vllm-deploy/rbg-v1alpha1-multi-nodes-vllm.yaml"  # one vLLM instance over 2 pods (Ray)
+
+RBG_RAY_REPORT = """\
+kvcheck verify: ERROR (exit 3)  {source}
+measure mode: no engine was booted, no pool was measured
+advertised context window: 32,768 tokens
+role               status   pool tokens   required   pool/req   max input   source
+━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
+vllm-multi-nodes   ERROR              -     32,768          -           -   measure
+findings
+ERROR KV301 [vllm-multi-nodes] role vllm-multi-nodes spans 2 nodes as one Ray cluster
+            (roles.vllm-multi-nodes.nodes), and the kubernetes launcher does not build Ray clusters
+            at {at}:27:13
+            fix: state the node count as args.nnodes (vLLM 0.11.1 and later launch across nodes
+            without Ray) to measure the role, measure a single-node variant, or use --mode estimate
+            for this role
+"""
+
+
+def test_dry_run_of_a_role_the_launcher_refuses_is_the_runs_kv301_report_not_objects(cluster, tmp_path):
+    # before: a 1-GPU Job for the 16-GPU Ray role, exit 0, though a run refuses the role before creating anything
+    dry = run_kvcheck("verify", RBG_RAY, "--launcher", "kubernetes", "--dry-run", "--context-length", "32768",
+                      env={"COLUMNS": "100"})
+    assert (dry.exit_code, dry.stderr, dry.stdout) == (3, "", RBG_RAY_REPORT.format(source=RBG_RAY, at=RBG_RAY))
+    # the run against a cluster refuses the role with the same report, word for word, and creates nothing
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(f"context_length: 32768\ndeployment: {Path(RBG_RAY).resolve()}\n"
+                       f"launcher: {{kind: kubernetes, kubernetes: {{kubeconfig: {cluster.kubeconfig}}}}}\n")
+    dry = run_kvcheck("verify", str(overlay), "--dry-run", "--format", "json")
+    real = run_kvcheck("verify", str(overlay), "--format", "json")
+    assert (real.exit_code, dry.exit_code) == (3, 3), real.stderr
+    dry_report, real_report = json.loads(dry.stdout), json.loads(real.stdout)
+    assert dry_report["findings"] == real_report["findings"]
+    assert [f["message"] for f in dry_report["findings"]] == [
+        "role vllm-multi-nodes spans 2 nodes as one Ray cluster (roles.vllm-multi-nodes.nodes), and the kubernetes "
+        "launcher does not build Ray clusters"]
+    assert [(r["name"], r["status"], r["pool_tokens"]) for r in dry_report["roles"]] == [
+        (r["name"], r["status"], r["pool_tokens"]) for r in real_report["roles"]] == [("vllm-multi-nodes", "error", None)]
+    assert [call for call in cluster.requests if call[0] != "GET"] == []
+    as_json = run_kvcheck("verify", RBG_RAY, "--launcher", "kubernetes", "--dry-run", "--context-length", "32768",
+                          "--format", "json")
+    report = json.loads(as_json.stdout)
+    assert (as_json.exit_code, report["mode"], [(f["rule"], f["role"]) for f in report["findings"]]) == (
+        3, "measure", [("KV301", "vllm-multi-nodes")])
+
+
+def test_dry_run_of_a_cpu_role_is_kv301_exit_3_as_a_run_would_be(tmp_path):
+    path = manifest(tmp_path, None, kubernetes="    image: lmsysorg/sglang:v0.5.23\n",
+                    roles="  decode: {device: cpu, args: {tp_size: 1}}\n")
+    result = run_kvcheck("verify", str(path), "--dry-run", "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert (finding["rule"], finding["message"]) == (
+        "KV301", "role decode runs on the CPU (device: cpu), and the kubernetes launcher requests GPUs for every "
+        "role it runs")
+
+
+def test_a_refused_dry_run_with_a_markdown_report_says_no_engine_was_booted(tmp_path):
+    result = run_kvcheck("verify", RBG_RAY, "--launcher", "kubernetes", "--dry-run", "--context-length", "32768",
+                         "--format", "markdown")
+    assert result.exit_code == 3
+    assert "- mode: measure mode: no engine was booted, no pool was measured\n" in result.stdout
+    assert "engine booted)" not in result.stdout
+
+
+VLLM_MANIFEST = """\
+context_length: 131072
+model: {path: Qwen/Qwen3-8B}
+engine: {name: vllm, version: "0.32.0"}
+launcher: {kind: kubernetes}
+roles:
+  main: {args: {max-model-len: 131072}}
+"""
+
+
+def test_no_image_for_a_vllm_role_hints_at_a_vllm_image_of_its_release(tmp_path):
+    # before: "e.g. lmsysorg/sglang:v0.5.23", an SGLang image, for a vLLM role
+    path = tmp_path / "vllm.yaml"
+    path.write_text(VLLM_MANIFEST)
+    result = run_kvcheck("verify", str(path), "--dry-run")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "kvcheck: error: role main: the Kubernetes launcher needs the engine's image\n"
+        "kvcheck: hint: set launcher.kubernetes.image in the manifest, e.g. vllm/vllm-openai:v0.32.0\n")
+
+
+def test_a_values_files_own_image_is_the_one_the_launcher_runs():
+    # before: exit 2 "needs the engine's image" although the values file names vllm/vllm-openai:latest
+    result = run_kvcheck("verify", "tests/data/vllm-deploy/production-stack-values-02-basic-config.yaml",
+                         "--launcher", "kubernetes", "--dry-run", "--context-length", "4096")
+    assert result.exit_code == 0, result.stderr
+    (job,) = yaml.safe_load_all(result.stdout)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "vllm/vllm-openai:latest"
+    assert container["command"][:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert validation_errors(job) == []
+
+
+def test_the_launchers_image_wins_over_the_values_files(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "context_length: 4096\n"
+        f"deployment: {Path('tests/data/vllm-deploy/production-stack-values-02-basic-config.yaml').resolve()}\n"
+        "launcher: {kind: kubernetes, kubernetes: {image: 'registry.local/vllm:v0.32.0'}}\n")
+    result = run_kvcheck("verify", str(overlay), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    (job,) = yaml.safe_load_all(result.stdout)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/vllm:v0.32.0"

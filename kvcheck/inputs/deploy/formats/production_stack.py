@@ -122,7 +122,8 @@ def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]
     group = Path(doc.source.name).stem if kv_role in _PD_ROLES else name
     return RoleSource(name=name, kind=KIND, group=group, doc=doc, location=where, server=server, env=env,
                       gpus_per_node=_gpus(doc, model, path), version=version,
-                      replicas=_int(doc, model, "replicaCount", path), standalone=True)
+                      replicas=_int(doc, model, "replicaCount", path), standalone=True,
+                      image=_image(doc, image, path))
 
 
 # vllmConfig key -> the flag the RayCluster head's entrypoint script writes for it (ray-cluster.yaml), in its order.
@@ -155,7 +156,8 @@ def _ray_role(doc: Doc, model: Mapping[str, Any], path: Path_) -> RoleSource:
         version = Sourced(version.value, doc.at((*path, "tag")) if "tag" in model else where, version.origin)
     gpus, nodes = _ray_placement(doc, model, path, name)
     return RoleSource(name=name, kind=f"{KIND} (RayCluster)", group=name, doc=doc, location=where, server=server,
-                      env=env, gpus_per_node=gpus, version=version, nodes=nodes, standalone=True)
+                      env=env, gpus_per_node=gpus, version=version, nodes=nodes, standalone=True,
+                      image=_image(doc, image, path))
 
 
 def _ray_flags(doc: Doc, model: Mapping[str, Any], path: Path_) -> list[Token]:
@@ -330,3 +332,10 @@ FORMAT = Format(
     read=read_values,
     marks=marks,
 )
+
+
+def _image(doc: Doc, image: Mapping[str, str], path: Path_) -> Sourced | None:
+    """The model spec's `repository:tag`, at its `repository` line (the Kubernetes launcher boots it; KV318)."""
+    if "image" not in image:
+        return None
+    return Sourced(image["image"], doc.at((*path, "repository")), "repository and tag")

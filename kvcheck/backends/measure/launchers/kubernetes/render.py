@@ -203,6 +203,16 @@ def _env(existing: Sequence[Mapping[str, Any]], extra: Mapping[str, str]) -> lis
     return out
 
 
+def _image_hint(target: RoleTarget) -> str:
+    """Where the engine's image is set, with an image of the role's own engine and release as the example
+    (vllm/vllm-openai:v0.32.0 for a vLLM 0.32.0 role, lmsysorg/sglang:v0.5.23 for SGLang 0.5.23)."""
+    repository = get_engine(target.engine).image_repository
+    if repository is None:
+        return "set launcher.kubernetes.image in the manifest"
+    tag = f":v{target.engine_version}" if target.engine_version else ""
+    return f"set launcher.kubernetes.image in the manifest, e.g. {repository}{tag}"
+
+
 def _pod_template(
     target: RoleTarget,
     settings: KubernetesSettings,
@@ -230,17 +240,19 @@ def _pod_template(
             container["image"] = settings.image
         elif not container.get("image"):
             raise InputError(
-                f"{source}: the engine's container names no image", hint="set launcher.kubernetes.image"
+                f"{source}: the engine's container names no image", hint=_image_hint(target)
             )
     else:
-        if settings.image is None:
+        # the launcher's image, else the one the role's deployment file names (a Helm values file's
+        # repository:tag, an operator's container: formats with no pod template kvcheck can reuse)
+        image = settings.image or target.image
+        if image is None:
             raise InputError(
-                f"role {target.name}: the Kubernetes launcher needs the engine's image",
-                hint="set launcher.kubernetes.image in the manifest, e.g. lmsysorg/sglang:v0.5.23",
+                f"role {target.name}: the Kubernetes launcher needs the engine's image", hint=_image_hint(target)
             )
         spec = {}
         annotations = {}
-        container = {"name": ENGINE_CONTAINER, "image": settings.image}
+        container = {"name": ENGINE_CONTAINER, "image": image}
         spec["containers"] = [container]
     container["command"] = list(argv)
     container.pop("args", None)

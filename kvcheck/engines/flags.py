@@ -29,6 +29,27 @@ class FlagError(ValueError):
     """A manifest argument that the engine's argparse would reject (or that kvcheck cannot check)."""
 
 
+# The other engine's name for a flag, as a manifest of one engine may carry it (docs/import.md names both
+# engines' canonical flags): engine label -> {the other engine's name: (this engine's flag, how they differ)}.
+# Only settings that mean the same, or nearly, in both; string similarity cannot find these (`tp-size` is
+# closest to vLLM's `ubatch-size`). SGLang takes `tensor-parallel-size` itself (an alias of --tp-size).
+_FRACTIONS_DIFFER = ("the meanings differ: SGLang's mem-fraction-static is the share of the whole GPU for the weights "
+                     "and the KV pool, with activations and CUDA graphs outside it, while vLLM's "
+                     "gpu-memory-utilization budget holds all of them, so the same number gives another pool")
+OTHER_ENGINE_NAMES: dict[str, dict[str, tuple[str, str]]] = {
+    "vLLM": {
+        "tp-size": ("tensor-parallel-size", ""),
+        "mem-fraction-static": ("gpu-memory-utilization", _FRACTIONS_DIFFER),
+        "context-length": ("max-model-len", ""),
+    },
+    "SGLang": {
+        "gpu-memory-utilization": ("mem-fraction-static", _FRACTIONS_DIFFER),
+        "max-model-len": ("context-length", ""),
+    },
+}
+OTHER_ENGINES = {"vLLM": "SGLang", "SGLang": "vLLM"}
+
+
 @dataclass(frozen=True)
 class Flag:
     """One engine server flag as argparse declares it."""
@@ -123,8 +144,13 @@ class Catalogue:
                 f"'{norm}' is an ambiguous abbreviation in {self.label} {self.version} (matches {shown}); "
                 "argparse exits 2"
             )
-        close = difflib.get_close_matches(norm, list(names), n=1, cutoff=0.6)
         text = f"unknown {self.label} flag '{bare}' ({self.label} {self.version})"
+        other = OTHER_ENGINE_NAMES.get(self.label, {}).get(bare)
+        if other is not None and "--" + other[0] in names:
+            engine, note = OTHER_ENGINES[self.label], other[1]
+            raise FlagError(f"{text} (did you mean '{other[0]}'? '{bare}' is {engine}'s name for it"
+                            + (f"; {note}" if note else "") + ")")
+        close = difflib.get_close_matches(norm, list(names), n=1, cutoff=0.6)
         if close:
             text += f" (did you mean '{close[0][2:]}'?)"
         raise FlagError(text)

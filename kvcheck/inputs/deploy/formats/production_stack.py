@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +83,8 @@ def _serve(doc: Doc, model: Mapping[str, Any], path: Path_) -> tuple[str, list[T
 def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]) -> RoleSource:
     name, tokens = _serve(doc, model, path)
     where = doc.at(path)
-    for key, flag in (("enableLoRA", "--enable-lora"), ("enableTool", "--enable-auto-tool-choice")):
-        if model.get(key):
-            tokens.append(Token(flag, doc.at((*path, key))))
-    if model.get("toolCallParser"):
-        tokens += _pair(doc, "--tool-call-parser", model["toolCallParser"], (*path, "toolCallParser"))
+    tokens += _model_flags(doc, model, path, _vllm_config)
     config = model.get("vllmConfig")
-    if isinstance(config, Mapping):
-        tokens += _vllm_config(doc, config, (*path, "vllmConfig"))
-    if model.get("modelRevision"):
-        tokens += _pair(doc, "--revision", model["modelRevision"], (*path, "modelRevision"))
     lmcache = model.get("lmcacheConfig")
     kv_role = "kv_both"
     if isinstance(lmcache, Mapping) and lmcache.get("kvRole"):
@@ -114,16 +106,13 @@ def _role(doc: Doc, model: Mapping[str, Any], path: Path_, shared_env: list[Any]
     items += [(item, (*path, "env", j)) for j, item in enumerate(own)]
     env = _env(doc, items)
     server = ServerCommand(tokens, 2, "vllm", where, "vllm")
-    image = {"image": f"{model.get('repository')}:{model.get('tag')}"} if model.get("repository") else {}
-    version = image_version(doc, image, path, "vllm") if image else None
-    if version is not None:
-        version = Sourced(version.value, doc.at((*path, "tag")) if "tag" in model else where, version.origin)
+    image, version = _image_release(doc, model, path)
     # the deployment's name: the values file's for a prefill/decode pair, else the model spec's own
     group = Path(doc.source.name).stem if kv_role in _PD_ROLES else name
     return RoleSource(name=name, kind=KIND, group=group, doc=doc, location=where, server=server, env=env,
                       gpus_per_node=_gpus(doc, model, path), version=version,
                       replicas=_int(doc, model, "replicaCount", path), standalone=True,
-                      image=_image(doc, image, path))
+                      image=image)
 
 
 # vllmConfig key -> the flag the RayCluster head's entrypoint script writes for it (ray-cluster.yaml), in its order.
@@ -150,30 +139,19 @@ def _ray_role(doc: Doc, model: Mapping[str, Any], path: Path_) -> RoleSource:
     own: list[Any] = model["env"] if isinstance(model.get("env"), list) else []
     env = _env(doc, [(item, (*path, "env", j)) for j, item in enumerate(own)])
     server = ServerCommand(tokens, 2, "vllm", where, "vllm")
-    image = {"image": f"{model.get('repository')}:{model.get('tag')}"} if model.get("repository") else {}
-    version = image_version(doc, image, path, "vllm") if image else None
-    if version is not None:
-        version = Sourced(version.value, doc.at((*path, "tag")) if "tag" in model else where, version.origin)
+    image, version = _image_release(doc, model, path)
     gpus, nodes = _ray_placement(doc, model, path, name)
     return RoleSource(name=name, kind=f"{KIND} (RayCluster)", group=name, doc=doc, location=where, server=server,
                       env=env, gpus_per_node=gpus, version=version, nodes=nodes, standalone=True,
-                      image=_image(doc, image, path))
+                      image=image)
 
 
 def _ray_flags(doc: Doc, model: Mapping[str, Any], path: Path_) -> list[Token]:
     """The flags the head's vllm-entrypoint.sh adds after the model, in its order."""
     rpath = (*path, "raySpec")
     tokens = [Token("--distributed-executor-backend", doc.at(rpath, key=True)), Token("ray", doc.at(rpath, key=True))]
-    for key, flag in (("enableLoRA", "--enable-lora"), ("enableTool", "--enable-auto-tool-choice")):
-        if model.get(key):
-            tokens.append(Token(flag, doc.at((*path, key))))
-    if model.get("toolCallParser"):
-        tokens += _pair(doc, "--tool-call-parser", model["toolCallParser"], (*path, "toolCallParser"))
+    tokens += _model_flags(doc, model, path, _ray_config_flags)
     config = model.get("vllmConfig")
-    if isinstance(config, Mapping):
-        tokens += _ray_config_flags(doc, config, (*path, "vllmConfig"))
-    if model.get("modelRevision"):
-        tokens += _pair(doc, "--revision", model["modelRevision"], (*path, "modelRevision"))
     lmcache = model.get("lmcacheConfig")
     if isinstance(lmcache, Mapping) and lmcache.get("enabled"):
         connector = ("LMCacheConnectorV1" if isinstance(config, Mapping) and str(config.get("v1")) == "1"
@@ -334,8 +312,31 @@ FORMAT = Format(
 )
 
 
-def _image(doc: Doc, image: Mapping[str, str], path: Path_) -> Sourced | None:
-    """The model spec's `repository:tag`, at its `repository` line (the Kubernetes launcher boots it; KV318)."""
-    if "image" not in image:
-        return None
-    return Sourced(image["image"], doc.at((*path, "repository")), "repository and tag")
+def _image_release(doc: Doc, model: Mapping[str, Any], path: Path_) -> tuple[Sourced | None, Sourced | None]:
+    """The model spec's `repository:tag` at its `repository` line (the Kubernetes launcher boots it; KV318),
+    and the vLLM release its tag names, at the `tag` line."""
+    if not model.get("repository"):
+        return None, None
+    name = f"{model.get('repository')}:{model.get('tag')}"
+    version = image_version(doc, {"image": name}, path, "vllm")
+    if version is not None:
+        version = Sourced(version.value, doc.at((*path, "tag")) if "tag" in model else doc.at(path), version.origin)
+    return Sourced(name, doc.at((*path, "repository")), "repository and tag"), version
+
+
+def _model_flags(doc: Doc, model: Mapping[str, Any], path: Path_,
+                 config_flags: Callable[[Doc, Mapping[str, Any], Path_], list[Token]]) -> list[Token]:
+    """The flags both charts' entrypoints write after the model, in their order: LoRA, tool calling, the
+    vllmConfig (each template its own way), the revision."""
+    tokens: list[Token] = []
+    for key, flag in (("enableLoRA", "--enable-lora"), ("enableTool", "--enable-auto-tool-choice")):
+        if model.get(key):
+            tokens.append(Token(flag, doc.at((*path, key))))
+    if model.get("toolCallParser"):
+        tokens += _pair(doc, "--tool-call-parser", model["toolCallParser"], (*path, "toolCallParser"))
+    config = model.get("vllmConfig")
+    if isinstance(config, Mapping):
+        tokens += config_flags(doc, config, (*path, "vllmConfig"))
+    if model.get("modelRevision"):
+        tokens += _pair(doc, "--revision", model["modelRevision"], (*path, "modelRevision"))
+    return tokens

@@ -548,8 +548,14 @@ def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_po
     lines = run_kvcheck("import", name).stdout.splitlines()
     assert f"    gpus: [0]  # {name}:26:21 (raySpec.headNode requestGPU)" in lines
     assert f"    nodes: 2  # {name}:9:19 (Ray head + replicaCount workers (EXPECTED_NODES))" in lines
+    pools = _pools_imported_and_direct(tmp_path, name, "--gpu", "L4", "--context-length", "1024", "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json")
+    assert pools[0] == pools[1] and pools[0][0] > 1024
+
+
+def _pools_imported_and_direct(tmp_path: Any, name: str, *options: str) -> list[list[int]]:
+    """The pools `verify --mode estimate` gives for the file's imported manifest and for the file itself
+    (each a pass): a file verifies as its import does."""
     manifest = tmp_path / "kvcheck.yaml"
-    options = ("--gpu", "L4", "--context-length", "1024", "--model-config", "tests/data/models/Qwen--Qwen3-0.6B.json")
     assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
     pools = []
     for args in ((str(manifest),), (name, *options)):
@@ -557,7 +563,7 @@ def test_a_production_stack_raycluster_spec_is_one_vllm_instance_over_the_ray_po
         report = json.loads(result.stdout)
         assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
         pools.append([r["pool_tokens"] for r in report["roles"]])
-    assert pools[0] == pools[1] and pools[0][0] > 1024
+    return pools
 
 
 def test_a_raycluster_head_and_workers_with_different_gpu_counts_are_refused(tmp_path: Any) -> None:
@@ -583,15 +589,7 @@ def test_a_kuberay_raycluster_head_running_vllm_is_one_instance_over_its_gpu_pod
     lines = run_kvcheck("import", name).stdout.splitlines()
     assert f"    gpus: [0, 1, 2, 3, 4, 5, 6, 7]  # {name}:37:35 (limits[nvidia.com/gpu])" in lines  # the workers'
     assert f"    nodes: 2  # {name}:27:5 (Ray cluster: the worker replicas, and the head when it holds GPUs)" in lines
-    manifest = tmp_path / "kvcheck.yaml"
-    options = ("--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-405B.json")
-    assert run_kvcheck("import", name, *options, "-o", str(manifest)).exit_code == 0
-    pools = []
-    for args in ((str(manifest),), (name, *options)):
-        result = run_kvcheck("verify", *args, "--mode", "estimate", "--format", "json")
-        report = json.loads(result.stdout)
-        assert (result.exit_code, report["verdict"]) == (0, "pass"), result.stdout + result.stderr
-        pools.append([r["pool_tokens"] for r in report["roles"]])
+    pools = _pools_imported_and_direct(tmp_path, name, "--gpu", "H100", "--model-config", "tests/data/models/meta-llama--Meta-Llama-3.1-405B.json")
     assert pools[0] == pools[1]
 
 

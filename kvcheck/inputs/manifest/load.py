@@ -211,12 +211,10 @@ def _check_nodes(data: dict[str, Any], name: str, merged: _ArgEntries, display: 
                  issues: list[InputIssue]) -> None:
     """`roles.N.nodes` is for an engine whose instance spans its group's pods without a flag (vLLM over Ray);
     an engine's own node count (--nnodes) is stated in args, once."""
-    engine = data.get("engine")
-    engine_name = engine.get("name") if isinstance(engine, dict) else None
-    try:
-        found = get_engine(str(engine_name or EngineSpec.model_fields["name"].default))
-    except (InputError, KeyError, ValueError):
+    engine_name = _declared_engine(data, None)
+    if engine_name is None:
         return  # an unknown engine is reported elsewhere
+    found = get_engine(engine_name)
     where = positions.of_value(("roles", name, "nodes"))
     if not found.nodes_from_group:
         issues.append(InputIssue.at(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from kvcheck.engines.imageref import is_repository, split_image
 from kvcheck.engines.sglang.dynamo_releases import dynamo_release
 
 # lmsysorg/sglang:v0.5.23-cu129 names the SGLang release
@@ -16,25 +17,11 @@ LMSYS_REPOSITORY = "lmsysorg/sglang"
 FLOATING_TAGS = frozenset({"latest"})
 
 
-def _split(image: str) -> tuple[str, str | None, str | None]:
-    """An image reference's name, tag and digest (nvcr.io/a/b:1.0@sha256:.. -> nvcr.io/a/b, 1.0, sha256:..)."""
-    name, _, digest = image.strip().partition("@")
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > slash:
-        return name[:colon], name[colon + 1 :], digest or None
-    return name, None, digest or None
-
-
-def _is(name: str, repository: str) -> bool:
-    return name == repository or name.endswith("/" + repository)
-
-
 def release_from_image(image: str) -> str | None:
     """The SGLang release an image names, else None: lmsysorg/sglang:v0.5.23-cu129 -> 0.5.23, and
     nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.8.1 -> 0.5.6.post2 (the release Dynamo 0.8.1 pins)."""
-    name, tag, _ = _split(image)
-    if _is(name, DYNAMO_REPOSITORY):
+    name, tag, _ = split_image(image)
+    if is_repository(name, DYNAMO_REPOSITORY):
         row = dynamo_release(tag) if tag is not None else None
         return row.sglang if row is not None else None
     match = _IMAGE_VERSION_RE.search(image)
@@ -44,9 +31,9 @@ def release_from_image(image: str) -> str | None:
 def unpinned_reason(image: str) -> str | None:
     """Why an SGLang image (lmsysorg/sglang, Dynamo's sglang-runtime) names no SGLang release, for the note that
     says which release kvcheck read the files with; None when it names one or is no image kvcheck reads."""
-    name, tag, digest = _split(image)
-    dynamo = _is(name, DYNAMO_REPOSITORY)
-    if not (dynamo or _is(name, LMSYS_REPOSITORY)) or release_from_image(image) is not None:
+    name, tag, digest = split_image(image)
+    dynamo = is_repository(name, DYNAMO_REPOSITORY)
+    if not (dynamo or is_repository(name, LMSYS_REPOSITORY)) or release_from_image(image) is not None:
         return None
     if tag is None and digest is not None:
         return f"image {image} is pinned by digest, which names no SGLang release kvcheck can read"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvcheck.engines.base import Engine
+from kvcheck.engines.imageref import is_repository, split_image
 from kvcheck.engines.vllm import serving
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from kvcheck.model import Finding, RolePlan, RoleTarget
     from kvcheck.policy.registry import Rule
 
+VLLM_IMAGE = "vllm/vllm-openai"  # the image vLLM publishes its releases as (tags v0.32.0, latest, nightly)
+
 class VllmEngine(Engine):
     """vLLM (vllm-project/vllm): its `vllm serve` flags per release, its log lines, its endpoints."""
 
@@ -32,7 +35,7 @@ class VllmEngine(Engine):
     label: ClassVar[str] = "vLLM"
     ready_line: ClassVar[str] = "Application startup complete."
     default_command: ClassVar[tuple[str, ...]] = serving.DEFAULT_ENGINE_COMMAND
-    image_repository: ClassVar[str | None] = "vllm/vllm-openai"
+    image_repository: ClassVar[str | None] = VLLM_IMAGE
     # vllm-project/vllm docker/Dockerfile (dead20b), stage vllm-openai: ENTRYPOINT ["vllm", "serve"]; releases
     # before it started `python3 -m vllm.entrypoints.openai.api_server`, which takes the same flags (--model)
     image_entrypoint: ClassVar[tuple[str, ...] | None] = ("vllm", "serve")
@@ -79,15 +82,15 @@ class VllmEngine(Engine):
     def release_from_image(self, image: str) -> str | None:
         """`vllm/vllm-openai:v0.32.0` -> 0.32.0 (the tags vLLM publishes, a digest after the tag allowed);
         other images name no release."""
-        repository, tag, _ = _split_image(image)
-        if tag is None or not _is_vllm_image(repository):
+        repository, tag, _ = split_image(image)
+        if tag is None or not is_repository(repository, VLLM_IMAGE):
             return None
         version = tag.removeprefix("v")
         return version if version[:1].isdigit() and version.count(".") >= 1 else None
 
     def unpinned_reason(self, image: str) -> str | None:
-        repository, tag, digest = _split_image(image)
-        if not _is_vllm_image(repository) or self.release_from_image(image) is not None:
+        repository, tag, digest = split_image(image)
+        if not is_repository(repository, VLLM_IMAGE) or self.release_from_image(image) is not None:
             return None
         if tag is None and digest is not None:
             return f"image {image} is pinned by digest, which names no vLLM release kvcheck can read"
@@ -293,16 +296,3 @@ class VllmEngine(Engine):
 
     def concurrency(self, pool_tokens: int, window: int, args: Mapping[str, Any], device: str = "cuda") -> float:
         return serving.concurrency(pool_tokens, window, serving.block_size(args, device))
-
-
-def _split_image(image: str) -> tuple[str, str | None, str | None]:
-    """An image reference's repository, tag and digest (vllm/vllm-openai:v0.32.0@sha256:.. -> the three)."""
-    name, _, digest = image.strip().partition("@")
-    slash, colon = name.rfind("/"), name.rfind(":")
-    if colon > slash:
-        return name[:colon], name[colon + 1 :], digest or None
-    return name, None, digest or None
-
-
-def _is_vllm_image(repository: str) -> bool:
-    return repository == "vllm/vllm-openai" or repository.endswith("/vllm/vllm-openai")

@@ -25,13 +25,15 @@ KV_BYTES = "kv-cache-memory-bytes"
 
 def setting_value(f: FractionPlan, value: float | None) -> str:
     """A memory setting's value as the role writes it: 0.9 (a fraction), 2 GiB (VLLM_CPU_KVCACHE_SPACE),
-    2147483648 (--kv-cache-memory-bytes, with its GiB)."""
+    2147483648 (--kv-cache-memory-bytes, with its GiB, or MiB below one GiB)."""
     if value is None:
         return "-"
     if f.flag == KV_SPACE_GIB:
         return f"{value:g} GiB"
     if f.flag == KV_BYTES:
-        return f"{int(value)} ({value / 2**30:.2f} GiB)"
+        if value >= 2**30:
+            return f"{int(value)} ({value / 2**30:.2f} GiB)"
+        return f"{int(value)} ({value / 2**20:.1f} MiB)"  # a CPU test pool: 0.00 GiB would say nothing
     return fraction(value)
 
 
@@ -285,7 +287,12 @@ def hint_sentences(plan: RolePlan) -> list[str]:
     out = []
     f = plan.fraction
     if f.min_fitting is not None and f.min_fitting > f.current:
-        if f.min_fitting_worst_case is not None:
+        if f.min_fitting_worst_case is not None and f.min_fitting_worst_case == f.min_fitting:
+            out.append(
+                f"{f.flag} {setting_value(f, f.min_fitting)} would hold {f.min_fitting_pool_tokens:,} tokens, "
+                "the window even at the low end of the estimate"
+            )
+        elif f.min_fitting_worst_case is not None:
             out.append(
                 f"{f.flag} {setting_value(f, f.min_fitting_worst_case)} would hold the window even at the "
                 f"low end of the estimate ({setting_value(f, f.min_fitting)} at its centre: "

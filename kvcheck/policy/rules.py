@@ -175,11 +175,15 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         # the cap, not the memory, sized this pool: raising it is the fix, if the memory holds it
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
+    capped = len(parts) > 1
     parts.extend(measurement.fit_hints or ())
-    if len(parts) == 1 and get_engine(target.engine).device(target) == "cpu":
-        parts.append(f"or give the pool more host memory: {get_engine(target.engine).cpu_memory_hint()}")
+    engine = get_engine(target.engine)
+    if engine.device(target) == "cpu" and not capped:
+        # a CPU pool is sized from host memory: the planner's setting (an estimate) is one way, the
+        # host's memory the other, so the engine's host-memory settings close the hint either way
+        parts.append(f"or give the pool more host memory: {engine.cpu_memory_hint()}")
     elif len(parts) == 1:  # nothing more precise is known: the engine's own settings that give room
-        parts.append(get_engine(target.engine).fit_hint(args, target.env))
+        parts.append(engine.fit_hint(args, target.env))
     return "; ".join(parts)
 
 

@@ -74,3 +74,22 @@ def test_plan_on_a_cpu_role_sized_in_bytes_names_the_bytes(tmp_path: Path) -> No
     hints = [f["hint"] for f in report["findings"] if f["rule"] == "KV106"]
     assert f"set kv-cache-memory-bytes: {2016 * 2**20}" in hints
     assert "gpu-memory-utilization" not in run_kvcheck("plan", str(path)).stdout
+
+
+def test_verify_on_a_small_cpu_pool_names_the_size_in_mib_and_ends_with_host_memory(tmp_path: Path) -> None:
+    # 64 MiB: 4 blocks of 128 x 128 KiB, one of them the null block, so 384 tokens; 2,000 tokens take 16 blocks
+    # plus the null block: 17 x 16 MiB = 272 MiB (2,048 usable tokens), which prints in MiB (0.27 GiB would read as nothing)
+    path = _manifest(tmp_path, args="  kv-cache-memory-bytes: 67108864\n")
+    text = path.read_text(encoding="utf-8").replace("16000", "2000")
+    path.write_text(text, encoding="utf-8")
+    done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    report = json.loads(done.stdout)
+    [kv101] = [f for f in report["findings"] if f["rule"] == "KV101"]
+    assert kv101["hint"].startswith(
+        f"the largest context that fits this pool is 384 tokens; kv-cache-memory-bytes {272 * 2**20} (272.0 MiB) "
+        "would hold 2,048 tokens, the window even at the low end of the estimate; ")
+    # the planner's settings are estimates: the host's own memory settings close the hint either way
+    assert kv101["hint"].endswith(
+        "or give the pool more host memory: raise VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes, "
+        "or serve on a host with more RAM per NUMA node")

@@ -290,3 +290,35 @@ def test_the_launchers_image_wins_over_the_values_files(tmp_path):
     assert result.exit_code == 0, result.stderr
     (job,) = yaml.safe_load_all(result.stdout)
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/vllm:v0.32.0"
+
+
+OME_OVERLAY = """\
+context_length: 4096
+deployment: {runtime}
+model: {{path: /models/llama}}
+"""
+
+
+@pytest.mark.parametrize(("files", "image"), [
+    # before: each of these was exit 2 "the Kubernetes launcher needs the engine's image", the file's own unread
+    (["dynamo-vllm-disagg.yaml"], "nvcr.io/nvidia/ai-dynamo/vllm-runtime:my-tag"),
+    (["kserve-llmisvc-pd-disaggregation.yaml", "kserve-llmisvc-config-pd-disagg.yaml"],
+     "ghcr.io/llm-d/llm-d-cuda:v0.9.0"),  # the baseRef config's main container, under the service
+    (["OME"], "docker.io/vllm/vllm-openai:v0.9.0.1"),
+])
+def test_dynamo_kserve_and_ome_files_boot_their_own_image(tmp_path, files, image):
+    if files == ["OME"]:  # the runtime names no model path: the manifest gives it, as measure mode needs one
+        overlay = tmp_path / "ome.yaml"
+        runtime = Path("tests/data/vllm-deploy/ome-vllm-llama-3-1-8b-instruct-rt.yaml").resolve()
+        overlay.write_text(OME_OVERLAY.format(runtime=runtime))
+        args = [str(overlay)]
+    else:
+        args = [f"tests/data/vllm-deploy/{name}" for name in files] + ["--context-length", "4096"]
+    result = run_kvcheck("verify", *args, "--launcher", "kubernetes", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    jobs = [doc for doc in yaml.safe_load_all(result.stdout) if doc and doc.get("kind") == "Job"]
+    assert jobs
+    for job in jobs:
+        containers = job["spec"]["template"]["spec"]["containers"]
+        assert [c["image"] for c in containers] == [image] * len(containers)
+        assert validation_errors(job) == []

@@ -23,6 +23,7 @@ from kvcheck.inputs.deploy.formats.base import (
 from kvcheck.inputs.deploy.formats.pods import (
     PodServer,
     config_source,
+    container_image,
     container_server,
     gpu_limit,
     gpu_type,
@@ -55,6 +56,7 @@ def _dynamo_pod(doc: Doc, service: Mapping[str, Any], path: Path_, inputs: Input
                 gpu_type(doc, pod_spec, extra_path),
                 image_version(doc, main, cpath, server.engine),
                 config_source(doc, main, pod_spec, cpath, extra_path, inputs),
+                image=container_image(doc, main, cpath),
             )
     else:
         for key in ("podTemplate", "template"):

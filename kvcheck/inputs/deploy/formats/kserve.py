@@ -36,7 +36,13 @@ from kvcheck.inputs.deploy.formats.base import (
     marks_kubernetes_text,
     object_name,
 )
-from kvcheck.inputs.deploy.formats.pods import container_server, gpu_limit, gpu_type, image_version
+from kvcheck.inputs.deploy.formats.pods import (
+    container_image,
+    container_server,
+    gpu_limit,
+    gpu_type,
+    image_version,
+)
 from kvcheck.inputs.deploy.server import Env, ScriptError, ServerCommand, Token, container_env
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_
@@ -208,11 +214,13 @@ def _role(doc: Doc, layers: list[Doc], role: str, service: str, pool: Path_, ser
     gpus = gpu_limit(resources[0], resources[2], resources[1]) if resources is not None else None
     image = _last(layers, pool, "image")
     version = image_version(image[0], {"image": image[2]}, image[1][:-1], "vllm") if image is not None else None
+    written = container_image(image[0], {"image": image[2]}, image[1][:-1]) if image is not None else None
     template = _spec_value(layers, *pool, "template")
     gpu = gpu_type(template[0], template[2], template[1]) if template is not None else None
     replicas = int_at(doc, get(doc.data, *pool) or {}, "replicas", pool, "LLMInferenceService replicas")
     return RoleSource(name=role, kind="LLMInferenceService", group=service, doc=doc, location=where, server=server,
-                      env=env, gpus_per_node=gpus, gpu=gpu, version=version, replicas=replicas, standalone=True)
+                      env=env, gpus_per_node=gpus, gpu=gpu, version=version, replicas=replicas, standalone=True,
+                      image=written)
 
 
 FORMAT = Format(

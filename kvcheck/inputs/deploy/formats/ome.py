@@ -22,6 +22,7 @@ from kvcheck.inputs.deploy.formats.lws import lws_vars
 from kvcheck.inputs.deploy.formats.pods import (
     PodServer,
     config_source,
+    container_image,
     container_server,
     gpu_limit,
     gpu_type,
@@ -94,7 +95,7 @@ def _ome_pod(
     server, cenv = found
     return PodServer(
         server, cenv, doc.at(rpath), gpus, gpu_type(doc, part, path), image_version(doc, runner, rpath, server.engine),
-        config_source(doc, runner, part, rpath, path, inputs),
+        config_source(doc, runner, part, rpath, path, inputs), image=container_image(doc, runner, rpath),
     )
 
 

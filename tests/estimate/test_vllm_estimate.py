@@ -255,6 +255,8 @@ def _tp_target(tp: int, version: str, gpu: str = "H100", **args: object) -> Role
     (2, "0.19.0", "H100", {"enforce_eager": True}, 0.6, 0.0),  # no compile pass, no workspace
     (2, "0.19.0", "H100", {"compilation_config": '{"pass_config": {"fuse_allreduce_rms": false}}'}, 0.6, 0.0),
     (2, "0.19.0", "H100", {"compilation_config": {"mode": 0}}, 0.6, 0.0),  # not compiled: no fusion pass
+    (2, "0.19.0", "H100", {"compilation_config": {"mode": "none"}}, 0.6, 0.0),  # vLLM upper-cases the name
+    (2, "0.19.0", "H100", {"compilation_config": {"mode": "vllm_compile"}}, 2.1, 1.5),
     (2, "0.19.0", "H100", {"pipeline_parallel_size": 2}, 0.6, 0.0),  # fusion off with PP (vllm issue 35426)
     (1, "0.19.0", "H100", {"pipeline_parallel_size": 2}, 0.22, 0.0),  # PP alone: send/recv, no all-reduce
     (2, "0.19.0", "L40S", {}, 0.22, 0.0),  # PCIe: neither NVSwitch buffers nor the fusion
@@ -266,6 +268,15 @@ def test_tensor_parallel_non_torch_memory_follows_vllms_code_per_release_and_gpu
     est = estimate_role(_tp_target(tp, version, gpu, **args), offline=True)
     assert est.details["non_torch_gib"] == pytest.approx(non_torch, abs=0.002)
     assert est.details["flashinfer_allreduce_workspace_gib"] == pytest.approx(workspace, abs=0.002)
+
+
+@pytest.mark.parametrize("off", ["NONE", "none", 0])
+def test_cuda_graphs_off_in_any_spelling_vllm_takes_subtract_no_graph_estimate(off: object) -> None:
+    # vLLM reads cudagraph_mode as CUDAGraphMode[value.upper()] or by the enum's value: "none" was read as graphs on
+    on = estimate_role(_tp_target(1, "0.21.0"), offline=True)  # the estimate is subtracted from 0.21.0
+    est = estimate_role(_tp_target(1, "0.21.0", compilation_config={"cudagraph_mode": off}), offline=True)
+    assert on.details["cudagraph_subtracted"] is True
+    assert (est.details["cudagraph_subtracted"], est.details["cudagraph_estimate_gib"]) == (False, 0.0)
 
 
 def test_an_unstated_release_keeps_the_workspace_in_the_figure_and_a_release_without_it_in_the_range() -> None:

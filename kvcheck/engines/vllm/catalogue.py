@@ -26,6 +26,7 @@ from kvcheck.engines.flags import (
     pick_catalogue,
     removed_from_json,
 )
+from kvcheck.engines.vllm import compilation
 from kvcheck.errors import InputError
 from kvcheck.profiles import profile_path
 
@@ -140,6 +141,11 @@ class VllmCatalogue(Catalogue):
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise FlagError(f"'{flag.name[2:]}': unknown key '{key}' for vLLM {self.version}'s {config}{hint}; "
                             "its parser exits 2 on it")
+        if flag.name == "--compilation-config":
+            problem = compilation.value_problem(value, keys)
+            if problem is not None:
+                raise FlagError(f"'{flag.name[2:]}': {problem} (vLLM {self.version}'s {config} refuses it before "
+                                "any model loads)")
 
     def _check_bounds(self, flag: Flag, value: Any) -> None:
         """The bounds of the config field behind `flag` (pydantic's Field(gt=0, le=1), an enum's values)."""

@@ -78,6 +78,36 @@ def test_a_value_vllm_0_32_refuses_is_exit_2_with_what_it_takes(tmp_path: Path, 
     assert _refused(tmp_path, arg) == message
 
 
+@pytest.mark.parametrize(("arg", "message"), [
+    # vllm/config/compilation.py (the same in 0.13.0, 0.18.0, 0.32.0 and 0.33.0): a key check alone passed these,
+    # and an estimate sized a server that vLLM refuses to build
+    ("compilation-config: {cudagraph_mode: FULLL}", "'cudagraph_mode' must be one of NONE, PIECEWISE, FULL, "
+     "FULL_DECODE_ONLY, FULL_AND_PIECEWISE (any case), or 0, 1 or 2; got 'FULLL' (did you mean FULL?)"),
+    ("compilation-config: {cudagraph_mode: 3}", "'cudagraph_mode' must be one of NONE, PIECEWISE, FULL, "
+     "FULL_DECODE_ONLY, FULL_AND_PIECEWISE (any case), or 0, 1 or 2; got 3"),
+    ("compilation-config: {mode: vllm_compil}", "'mode' must be one of NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, "
+     "VLLM_COMPILE (any case), or 0 to 3; got 'vllm_compil' (did you mean VLLM_COMPILE?) (\"Invalid compilation "
+     "mode\")"),
+    ("compilation-config: {mode: '3'}", "'mode' must be one of NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, "
+     "VLLM_COMPILE (any case), or 0 to 3; got '3' (\"Invalid compilation mode\")"),
+    ("compilation-config: {max_cudagraph_capture_size: lots}", "'max_cudagraph_capture_size' must be an integer; got "
+     "'lots'"),
+    ("compilation-config: {cudagraph_capture_sizes: [1, two, 4]}", "'cudagraph_capture_sizes' must be a list of "
+     "integers; got [1, 'two', 4]"),
+])
+def test_a_compilation_config_value_vllm_refuses_is_exit_2(tmp_path: Path, arg: str, message: str) -> None:
+    assert _refused(tmp_path, arg) == (f"args.compilation-config: 'compilation-config': {message} (vLLM 0.32.0's "
+                                       "CompilationConfig refuses it before any model loads)")
+
+
+@pytest.mark.parametrize("value", ["none", "None", 0, "full_and_piecewise", 2])
+def test_a_compilation_config_value_vllm_takes_is_taken_as_written(tmp_path: Path, value: object) -> None:
+    """vLLM looks CUDAGraphMode up by `value.upper()` and takes the enum's plain values: no refusal, and the
+    args reach the engine unchanged."""
+    [target] = load_manifest(_write(tmp_path, f"compilation-config: {{cudagraph_mode: {value}, mode: none}}")).targets
+    assert target.args["compilation_config"] == {"cudagraph_mode": value, "mode": "none"}
+
+
 def test_the_choices_of_an_older_release_are_its_own(tmp_path: Path) -> None:
     """Before 0.18.0 --block-size had argparse choices (vllm/config/cache.py BlockSize); 0.8.x had no 1."""
     assert _refused(tmp_path, "block-size: 7", "0.11.0") == (

@@ -18,6 +18,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from kvcheck.engines.vllm.compilation import lax_int
+
 GIB = float(1 << 30)
 MIB = float(1 << 20)
 
@@ -433,10 +435,12 @@ def cudagraph_bytes(max_num_seqs: int, compilation: Mapping[str, Any] | None) ->
     largest = min(512, 2 * max_num_seqs)
     if compilation:
         sizes = compilation.get("cudagraph_capture_sizes")
-        if isinstance(sizes, list) and sizes:
-            largest = max(int(s) for s in sizes)
-        elif isinstance(compilation.get("max_cudagraph_capture_size"), int):
-            largest = int(compilation["max_cudagraph_capture_size"])
+        read = [n for n in map(lax_int, sizes) if n is not None] if isinstance(sizes, list) else []
+        cap = lax_int(compilation.get("max_cudagraph_capture_size"))
+        if read:
+            largest = max(read)
+        elif cap is not None:
+            largest = cap
     return CUDAGRAPH_GIB_AT_512 * GIB * max(0.05, min(2.0, largest / 512))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
+from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
 from kvcheck.engines.vllm.sizing import maxlen
 from kvcheck.engines.vllm.sizing import memory as mem
@@ -320,7 +321,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     compilation = _json_arg(args.get("compilation_config"))
     raw_pass = compilation.get("pass_config")
     pass_config: Mapping[str, Any] = raw_pass if isinstance(raw_pass, dict) else {}
-    compiled = (not inp.eager and compilation.get("mode", compilation.get("level")) not in (0, "NONE", "0")
+    compiled = (not inp.eager and compilation_settings.compiled(compilation)
                 and pass_config.get("fuse_allreduce_rms", True) is not False)
     fusion, fusion_known = mem.fusion_workspace_bytes(
         version, gpu_name=gpu_name, sm=gpu.sm if gpu else None, tp=inp.tp, pp=inp.pp, dp=inp.dp, compiled=compiled,
@@ -336,7 +337,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     band = mem.ACTIVATION_BAND_MOE if moe else mem.ACTIVATION_BAND
     cg_on, cg_other = mem.cudagraph_subtracted(version, target.env, inp.eager)
     graph = mem.cudagraph_bytes(inp.max_num_seqs, compilation)
-    if compilation.get("cudagraph_mode") in ("NONE", 0):
+    if compilation_settings.graphs_off(compilation):
         cg_on = cg_other = False
     v2_zero = cg_on and mem.v2_runner_skips_graph_estimate(version, text, target.env)
     if v2_zero:

@@ -24,8 +24,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv
-from kvcheck.engines.flags import Catalogue, Flag
+from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv, typed_value
+from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.engines.vllm.catalogue import LEVEL_OR_JSON, LEVEL_OR_LITERAL, human_readable_int, o_flag_key
 
 # `python -m vllm.entrypoints.openai.api_server` (the pre-`vllm serve` entry point, still shipped)
@@ -235,9 +235,15 @@ def parse_vllm_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0
             problems.append(ArgvProblem(index, "value", f"'{spelled}': '{flag.name[2:]}' is not a JSON config flag, "
                                         "so it takes no dotted keys (vLLM exits with status 2)"))
             continue
-        # vLLM appends the merged dict after every other argument: it replaces a JSON value given whole.
+        # vLLM appends the merged dict after every other argument: it replaces a JSON value given whole,
+        # and its config class judges it as it judges that value (keys, and the values kvcheck sizes from)
+        text = json.dumps(merged)
+        try:
+            typed = typed_value(catalogue, flag, (text,))
+        except FlagError as exc:
+            problems.append(ArgvProblem(index, "value", f"'{spelled}': {exc}"))
+            typed = merged
         # every key's value token, so a value left unresolved in any of them is seen (KV317)
-        occurrences.append(ParsedFlag(flag.name[2:], flag.key, spelled, index, (json.dumps(merged),),
-                                      tuple(value_at), merged, flag))
+        occurrences.append(ParsedFlag(flag.name[2:], flag.key, spelled, index, (text,), tuple(value_at), typed, flag))
     problems.sort(key=lambda p: p.index)
     return ParsedArgv(tuple(occurrences), tuple(problems))

@@ -157,6 +157,27 @@ def test_a_dotted_key_of_an_unknown_flag_names_the_json_flag_meant() -> None:
                                        "(vLLM 0.32.0) (did you mean 'kv-transfer-config'?)")]
 
 
+@pytest.mark.parametrize(("words", "message"), [
+    # the merged dict is judged as the same JSON given whole: before, a dotted key skipped both checks
+    (("-cc.cudagraph_mod=FULL",), "'-cc.cudagraph_mod': 'compilation-config': unknown key 'cudagraph_mod' for vLLM "
+     "0.32.0's CompilationConfig (did you mean 'cudagraph_mode'?); its parser exits 2 on it"),
+    (("--compilation-config.cudagraph_mode", "FULLL"), "'--compilation-config.cudagraph_mode': 'compilation-config': "
+     "'cudagraph_mode' must be one of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE (any case), or 0, "
+     "1 or 2; got 'FULLL' (did you mean FULL?) (vLLM 0.32.0's CompilationConfig refuses it before any model loads)"),
+    (("--kv-transfer-config.kv_rol=kv_both",), "'--kv-transfer-config.kv_rol': 'kv-transfer-config': unknown key "
+     "'kv_rol' for vLLM 0.32.0's KVTransferConfig (did you mean 'kv_role'?); its parser exits 2 on it"),
+])
+def test_a_dotted_key_is_judged_as_its_config_class_judges_it(words: tuple[str, ...], message: str) -> None:
+    _, problems = parse("m", *words)
+    assert problems == [(3, "value", message)]
+
+
+def test_dotted_compilation_keys_vllm_takes_give_the_merged_config() -> None:
+    args, problems = parse("m", "-cc.cudagraph_mode=full", "-cc.cudagraph_capture_sizes+=1,2,4")
+    assert problems == []
+    assert args["compilation_config"] == {"cudagraph_mode": "full", "cudagraph_capture_sizes": ["1", "2", "4"]}
+
+
 def test_a_dotted_key_without_its_value_is_refused() -> None:
     _, problems = parse("m", "--kv-transfer-config.kv_role")
     assert problems == [(3, "value", "'--kv-transfer-config.kv_role' expects a value")]

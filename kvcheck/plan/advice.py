@@ -200,8 +200,19 @@ def _fraction_fits(
     return message, hint
 
 
+def _blocked(target: RoleTarget, plan: RolePlan, flag: str, *names: str) -> Finding | None:
+    """The engine refuses the role before it sizes memory (vLLM's length check): no setting of `flag` helps."""
+    if plan.fraction.blocked is None:
+        return None
+    message, hint = plan.fraction.blocked
+    return finding(KV106.code, target.name, f"{flag}: {message}", hint=hint, location=target.arg_location(*names))
+
+
 def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     current = next(o for o in plan.tp_options if o.current)
+    blocked = _blocked(target, plan, setting_flag(current), "tp_size", "tensor_parallel_size")
+    if blocked is not None:
+        return blocked
     fitting = _fitting(plan.tp_options)
     hint = None
     if current.fits:
@@ -235,6 +246,9 @@ def _tp_finding(target: RoleTarget, plan: RolePlan) -> Finding:
 
 def _kv_dtype_finding(target: RoleTarget, plan: RolePlan) -> Finding:
     current = next(o for o in plan.kv_dtype_options if o.current)
+    blocked = _blocked(target, plan, "kv-cache-dtype", "kv_cache_dtype")
+    if blocked is not None:
+        return blocked
     fitting = _fitting(plan.kv_dtype_options)  # highest precision first
     hint = None
     fp4_note = ""

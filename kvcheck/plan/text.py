@@ -23,7 +23,7 @@ _BINDING = {
     "model_context_length": "bound by the model's own context length",
     "num_reserved_decode_tokens": "bound by the decode role's per-request reservation (--num-reserved-decode-tokens)",
 }
-_VERDICT_STYLE = {"holds": "green", "short": "red", "measure": "yellow", "no room": "red"}
+_VERDICT_STYLE = {"holds": "green", "short": "red", "measure": "yellow", "no room": "red", "refused": "red"}
 
 
 def _tok(value: int | None) -> str:
@@ -55,9 +55,20 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
     f = plan.fraction
     source = "manifest" if f.current_source == "manifest" else f"{f.engine_label} default"
     current_range = role.pool_range
-    rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
-                 _range(current_range), _verdict(f.current_pool_tokens, current_range, required), source))
-    if f.min_fitting is not None:
+    if f.blocked is not None:  # the engine refuses the role before it sizes memory: no value helps
+        rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
+                     _range(current_range), "refused", source))
+        rows.append(("", "any", "-", "-", "refused", "the length is refused first (KV220)"))
+    else:
+        current_tp = next((o for o in plan.tp_options if o.current), None)
+        verdict = _verdict(f.current_pool_tokens, current_range, required)
+        if current_tp is not None and _option_row("", current_tp, required)[4] == "refused":
+            verdict = "refused"  # the manifest's settings are the current TP option's: the engine would not start
+        rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
+                     _range(current_range), verdict, source))
+    if f.blocked is not None:
+        pass
+    elif f.min_fitting is not None:
         rows.append(("", setting_value(f, f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
                      "smallest"))
         if f.min_fitting_worst_case is not None and f.min_fitting_worst_case != f.min_fitting:
@@ -65,7 +76,7 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
                          "smallest, low end"))
     else:
         rows.append(("", "none", "-", "-", "short", "no safe value"))
-    if f.max_safe is not None:
+    if f.max_safe is not None and f.blocked is None:
         rows.append(("", _frac(f.max_safe), _tok(f.max_safe_pool_tokens), "-",
                      "holds" if (f.max_safe_pool_tokens or 0) >= required else "short",
                      "safe maximum"))
@@ -84,7 +95,9 @@ def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str
     verdict = _verdict(option.pool_tokens, option.pool_range, required)
     if option.pool_tokens == 0:
         verdict, note = "no room", "weights fill GPUs"
-    elif option.pool_tokens is None or (option.note and option.note.startswith("vLLM would refuse")):
+    elif option.note and option.note.startswith(("vLLM would refuse", "vLLM refuses")):
+        verdict, note = "refused", option.note  # the engine would not start with it: its pool is never allocated
+    elif option.pool_tokens is None:
         note = option.note or ""
     elif option.setting == "tensor_parallel_size" and option.gpus is None and option.note:
         note = option.note  # a CPU role's ranks and the host memory they take

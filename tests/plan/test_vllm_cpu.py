@@ -57,7 +57,8 @@ def test_plan_on_a_cpu_role_words_its_answer_in_host_memory(tmp_path: Path) -> N
 
     text = run_kvcheck("plan", str(path)).stdout
     assert "VLLM_CPU_KVCACHE_SPACE   1 GiB *         8,064" in text
-    assert "2 GiB          16,256               -   holds    smallest" in text
+    assert "VLLM_CPU_KVCACHE_SPACE   1 GiB *         8,064     8,064-8,064   refused   manifest" in text
+    assert "2 GiB          16,256               -   holds     smallest" in text
     for gpu_word in ("gpu-memory-utilization", "GPU", "idle"):
         assert gpu_word not in text, gpu_word
 

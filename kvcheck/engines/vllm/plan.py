@@ -65,6 +65,11 @@ def largest_window(pool_tokens: int, min_headroom: float) -> int:
     return max(window, 0)
 
 
+def length_refused(est: PoolEstimate) -> str:
+    """An option's note when vLLM refuses the role's --max-model-len whatever the memory (KV220)."""
+    return f"vLLM refuses --max-model-len {est.details.get('max_model_len') or 0:,} (KV220)"
+
+
 def _holds(est: PoolEstimate, required: int, low: bool = False) -> bool:
     """The pool holds the window and vLLM would start (its one-request check passes)."""
     pool = est.pool_range[0] if low else est.pool_tokens
@@ -79,7 +84,11 @@ def _option(setting: str, value: int | str, est: PoolEstimate | None, required: 
             gpus: int | None = None, note: str | None = None) -> PlanOption:
     if est is None:
         return PlanOption(setting, value, None, None, False, False, current, 1 if gpus else None, gpus, note)
-    if est.details.get("vllm_would_refuse") and (note is None or CPU_WORKERS in note):
+    if est.details.get("vllm_refuses_length"):
+        # the length is refused before memory is sized: the pool this setting would give is never allocated
+        refused = length_refused(est)
+        note = refused if note is None else f"{refused}; {note}"
+    elif est.details.get("vllm_would_refuse") and (note is None or CPU_WORKERS in note):
         refused = f"vLLM would refuse to start (max model len > {est.details.get('largest_max_model_len', 0):,})"
         note = refused if note is None else f"{refused}; {note}"
     return PlanOption(setting, value, est.pool_tokens, est.pool_range, _holds(est, required),
@@ -143,7 +152,7 @@ def _fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: i
     note = None
     blocked = None
     length, derived = base.details.get("max_model_len"), base.details.get("derived_max_model_len")
-    if isinstance(length, int) and isinstance(derived, int) and length > derived and lowest is None:
+    if isinstance(length, int) and isinstance(derived, int) and base.details.get("vllm_refuses_length"):
         # vLLM's config check refuses the length before any memory is sized: no utilization helps
         blocked = (f"no value helps: vLLM refuses --max-model-len {length:,}, above the model's own length "
                    f"{derived:,} (KV220), before it sizes any memory",

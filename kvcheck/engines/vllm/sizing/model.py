@@ -491,6 +491,7 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     details["largest_max_model_len"] = largest
     details["derived_max_model_len"] = inp.derived_len
     details["vllm_would_refuse"] = refusal is not None
+    details["vllm_refuses_length"] = inp.length_refusal is not None  # the length, before any memory is sized
     details["vllm_might_refuse"] = refusal is not None or might_refuse or low_b <= 0
     if inp.dp > 1:
         details["data_parallel_pools"] = f"{inp.dp} engines, each its own pool of this size"

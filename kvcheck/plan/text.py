@@ -14,7 +14,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvcheck.model import PlanOption, Report, RolePlan, RoleResult
+from kvcheck.model import FractionPlan, PlanOption, Report, RolePlan, RoleResult
 from kvcheck.plan.advice import setting_value
 
 _BINDING = {
@@ -54,37 +54,38 @@ def plan_rows(role: RoleResult) -> list[tuple[str, str, str, str, str, str]]:
     rows: list[tuple[str, str, str, str, str, str]] = []
     f = plan.fraction
     source = "manifest" if f.current_source == "manifest" else f"{f.engine_label} default"
-    current_range = role.pool_range
-    if f.blocked is not None:  # the engine refuses the role before it sizes memory: no value helps
-        rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
-                     _range(current_range), "refused", source))
-        rows.append(("", "any", "-", "-", "refused", "the length is refused first (KV220)"))
-    else:
-        current_tp = next((o for o in plan.tp_options if o.current), None)
-        verdict = _verdict(f.current_pool_tokens, current_range, required)
-        if current_tp is not None and _option_row("", current_tp, required)[4] == "refused":
-            verdict = "refused"  # the manifest's settings are the current TP option's: the engine would not start
-        rows.append((f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens),
-                     _range(current_range), verdict, source))
-    if f.blocked is not None:
-        pass
-    elif f.min_fitting is not None:
-        rows.append(("", setting_value(f, f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds",
-                     "smallest"))
-        if f.min_fitting_worst_case is not None and f.min_fitting_worst_case != f.min_fitting:
-            rows.append(("", setting_value(f, f.min_fitting_worst_case), "-", "-", "holds",
-                         "smallest, low end"))
-    else:
-        rows.append(("", "none", "-", "-", "short", "no safe value"))
-    if f.max_safe is not None and f.blocked is None:
-        rows.append(("", _frac(f.max_safe), _tok(f.max_safe_pool_tokens), "-",
-                     "holds" if (f.max_safe_pool_tokens or 0) >= required else "short",
-                     "safe maximum"))
+    rows.extend(_fraction_rows(f, source, role.pool_range, required,
+                               refused=any(o.current and o.pool_tokens != 0 and _refused(o) for o in plan.tp_options)))
     for options in (plan.tp_options, plan.kv_dtype_options):
         for index, option in enumerate(options):
             label = "tp-size" if option.setting == "tp_size" else option.setting.replace("_", "-")
             rows.append(_option_row(label if index == 0 else "", option, required))
     return rows
+
+
+def _fraction_rows(f: FractionPlan, source: str, current_range: tuple[int, int] | None, required: int, *,
+                   refused: bool) -> list[tuple[str, str, str, str, str, str]]:
+    """The memory setting's rows: the manifest's value, the smallest that holds, the safe maximum. `refused`:
+    the engine would not start with the manifest's settings (the current TP option's verdict)."""
+    current = (f.flag, f"{setting_value(f, f.current)} *", _tok(f.current_pool_tokens), _range(current_range))
+    if f.blocked is not None:  # the engine refuses the role before it sizes memory: no value helps
+        return [(*current, "refused", source), ("", "any", "-", "-", "refused", "the length is refused first (KV220)")]
+    rows = [(*current, "refused" if refused else _verdict(f.current_pool_tokens, current_range, required), source)]
+    if f.min_fitting is not None:
+        rows.append(("", setting_value(f, f.min_fitting), _tok(f.min_fitting_pool_tokens), "-", "holds", "smallest"))
+        if f.min_fitting_worst_case is not None and f.min_fitting_worst_case != f.min_fitting:
+            rows.append(("", setting_value(f, f.min_fitting_worst_case), "-", "-", "holds", "smallest, low end"))
+    else:
+        rows.append(("", "none", "-", "-", "short", "no safe value"))
+    if f.max_safe is not None:
+        rows.append(("", _frac(f.max_safe), _tok(f.max_safe_pool_tokens), "-",
+                     "holds" if (f.max_safe_pool_tokens or 0) >= required else "short", "safe maximum"))
+    return rows
+
+
+def _refused(option: PlanOption) -> bool:
+    """The engine would not start with this option (its planner says so in the note): its pool is never allocated."""
+    return bool(option.note and option.note.startswith(("vLLM would refuse", "vLLM refuses")))
 
 
 def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str, str, str, str, str]:
@@ -95,8 +96,8 @@ def _option_row(label: str, option: PlanOption, required: int) -> tuple[str, str
     verdict = _verdict(option.pool_tokens, option.pool_range, required)
     if option.pool_tokens == 0:
         verdict, note = "no room", "weights fill GPUs"
-    elif option.note and option.note.startswith(("vLLM would refuse", "vLLM refuses")):
-        verdict, note = "refused", option.note  # the engine would not start with it: its pool is never allocated
+    elif _refused(option):
+        verdict, note = "refused", str(option.note)
     elif option.pool_tokens is None:
         note = option.note or ""
     elif option.setting == "tensor_parallel_size" and option.gpus is None and option.note:

@@ -171,11 +171,11 @@ def shortfall_hint(target: RoleTarget, measurement: PoolMeasurement) -> str:
         parts = ["the weights must leave room for a pool first"]
     args = effective_args(target, measurement)
     cap = args.get("max_total_tokens")
-    if isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= pool:
+    capped = isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap <= pool
+    if capped:
         # the cap, not the memory, sized this pool: raising it is the fix, if the memory holds it
         parts.append(f"the pool is capped by --max-total-tokens {cap:,}: raise it to at least "
                      f"{target.required_tokens:,} if the memory holds that many")
-    capped = len(parts) > 1
     parts.extend(measurement.fit_hints or ())
     engine = get_engine(target.engine)
     if engine.device(target) == "cpu" and not capped:

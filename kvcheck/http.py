@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ipaddress
-import json
 import re
 import ssl
 import time
@@ -41,11 +40,6 @@ from kvcheck.errors import InputError
 
 MAX_REDIRECTS = 5
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a server_info for hundreds of DP ranks stays far below this
-MAX_JSON_DEPTH = 64  # SGLang's answers nest 4 or 5 levels deep
-# JSON values one document may hold: a server info for a thousand DP ranks holds ~100,000. Counted before
-# parsing (commas and brackets, C speed), since Python builds ~64 bytes per value: 30 MiB of `{},{},...`
-# would otherwise take 1.6 GiB before any check could look at it.
-MAX_JSON_VALUES = 1 << 18
 MAX_ENCODING_LAYERS = 3
 MAX_DEADLINE_S = 7 * 24 * 3600.0  # beyond this a socket timeout no longer fits the C timeval
 ACCEPT_ENCODING = "gzip, deflate"  # what _Layer decodes; a server may not send anything else
@@ -60,10 +54,6 @@ class HttpLimitError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-
-class JsonRejected(ValueError):
-    """A JSON document kvcheck will not interpret: not JSON, nested too deep, a duplicate key, a huge number."""
 
 
 # -- URLs and TLS ------------------------------------------------------------------------------------
@@ -528,66 +518,3 @@ def _absolute(client: httpx.Client, url: httpx.URL | str) -> httpx.URL:
         return parsed
     base = client.base_url
     return base.copy_with(raw_path=base.raw_path.rstrip(b"/") + b"/" + parsed.raw_path.lstrip(b"/"))
-
-
-# -- JSON -----------------------------------------------------------------------------------------------
-
-
-def parse_json(body: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES) -> Any:
-    """JSON with a nesting limit, a bound on its values and without duplicate keys; JsonRejected says why not.
-
-    The values are bounded before parsing: every value but the first follows a comma or opens an array
-    or object, so commas plus brackets (in strings too: an over-count, never an under-count) bound
-    them, and memory and every later pass over the result with them. The C decoder raises
-    RecursionError near Python's recursion limit, before it could exhaust the stack; a shallower
-    document is then walked iteratively against `max_depth`, so that readers of the result may recurse
-    freely.
-    """
-    if isinstance(body, str):
-        marks = body.count(",") + body.count("[") + body.count("{")
-    else:
-        marks = body.count(b",") + body.count(b"[") + body.count(b"{")
-    if marks >= max_values:
-        raise JsonRejected(f"more than {max_values:,} values in one document ({marks:,} commas and brackets)")
-    try:
-        value = json.loads(body, object_pairs_hook=_no_duplicates)
-    except RecursionError as exc:
-        raise JsonRejected(f"nested deeper than {max_depth} levels") from exc
-    except json.JSONDecodeError as exc:
-        raise JsonRejected(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
-    except UnicodeDecodeError as exc:
-        raise JsonRejected(f"not JSON (not UTF-8 text: byte {exc.start})") from exc
-    except ValueError as exc:  # Python's limit on integer digits, or a hook's refusal
-        if isinstance(exc, JsonRejected):
-            raise
-        raise JsonRejected(f"a number too long to be a figure ({exc})") from exc
-    _check_depth(value, max_depth)
-    return value
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                values = [repr(v)[:40] for k, v in pairs if k == key]
-                raise JsonRejected(f"the key {key[:80]!r} is given {len(values)} times in one object "
-                                   f"({', then '.join(values)}): ambiguous")
-            seen.add(key)
-    return out
-
-
-def _check_depth(value: Any, max_depth: int) -> None:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > max_depth:
-            raise JsonRejected(f"nested deeper than {max_depth} levels")
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))

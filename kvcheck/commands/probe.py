@@ -380,8 +380,9 @@ def rules_hint(code: str, hints: Mapping[str, str] | None = None) -> str | None:
 
 def _model_name(client: httpx.Client, timeout_s: float) -> tuple[str | None, str | None]:
     """The model name /v1/completions wants, from /v1/models; (None, reason) when the API is absent."""
-    from kvcheck.http import HttpLimitError, JsonRejected, parse_json
+    from kvcheck.http import HttpLimitError
     from kvcheck.http import request as http_request
+    from kvcheck.io.jsontext import JsonRejected, parse_json
 
     try:  # kvcheck.http: one deadline, a capped body, no redirect followed
         response = http_request(client, "GET", "/v1/models", timeout_s=timeout_s, max_redirects=0)

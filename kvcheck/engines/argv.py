@@ -11,13 +11,12 @@ index of the token it came from, so callers can point at the exact place in thei
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvcheck.engines.flags import Catalogue, Flag, FlagError, parse_human_readable_int
+from kvcheck.engines.flags import Catalogue, Flag, FlagError, json_text, parse_human_readable_int
 
 ProblemKind = Literal["unknown", "removed", "ambiguous", "value", "stray", "repeated", "switch"]
 
@@ -161,10 +160,7 @@ def typed_value(catalogue: Catalogue, flag: Flag, texts: Sequence[str]) -> Any:
                 return False
             raise FlagError(f"'{name}' must be true or false, not {text!r}")
         if kind in ("json", "json_list_type"):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
+            return json_text(name, text)
         return text
 
     if flag.nargs in ("+", "*") or isinstance(flag.nargs, int):

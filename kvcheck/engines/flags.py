@@ -19,6 +19,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.errors import InputError
+from kvcheck.io.jsontext import JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.profiles import profile_path
 
 # Flag types whose single command-line token is JSON text (SGLang parses it with json/orjson).
@@ -270,6 +272,8 @@ def _text_value(flag: Flag, name: str, value: Any) -> Any:
         return value  # rendered as JSON text, which SGLang parses itself
     if isinstance(value, dict | list) or isinstance(value, bool):
         raise FlagError(f"'{name}' takes a single text value, not {value!r}")
+    if isinstance(value, str) and flag.default == "{}" and _takes_json_text(flag):
+        json_text(name, value)  # SGLang json.loads it at startup (--json-model-override-args): checked, kept as written
     return str(value) if not isinstance(value, str) else value
 
 
@@ -280,11 +284,19 @@ def _json_value(name: str, kind: str, value: Any) -> Any:
     if isinstance(value, dict | list):
         return value
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise FlagError(f"'{name}' must be JSON: {exc.msg}") from exc
+        return json_text(name, value)
     raise FlagError(f"'{name}' must be a JSON object or string, not {value!r}")
+
+
+def json_text(name: str, text: str, refusal: str = "must be JSON") -> Any:
+    """A flag's JSON text parsed within kvcheck's JSON bounds; FlagError naming the flag when it is not
+    JSON (`refusal`: the decoder's message) or is JSON kvcheck will not read (5,000 nested brackets)."""
+    try:
+        return json_loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlagError(f"'{name}' {refusal}: {exc.msg}") from exc
+    except JsonRejected as exc:
+        raise FlagError(f"'{name}' cannot be read safely: {exc}") from exc
 
 
 def _check_choice(name: str, choices: Sequence[Any], value: Any) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.errors import EstimateError, InputError
+from kvcheck.io.jsontext import JsonRejected, parse_json
+from kvcheck.io.jsontext import loads as json_loads
 
 HF_ENDPOINT = "https://huggingface.co"
 HUB_TIMEOUT_S = 20.0  # the whole download of one file, redirects and headers included
@@ -133,7 +135,6 @@ def check_counts(config: Mapping[str, Any], origin: str) -> None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     from kvcheck.errors import InputError
-    from kvcheck.http import JsonRejected, parse_json
     from kvcheck.io.textfile import read_bounded
 
     try:  # a regular file, size checked before reading, JSON bounded in depth (a config is hostile input too)
@@ -197,7 +198,7 @@ def _fetch_hub(repo: str, offline: bool | None) -> tuple[dict, dict | None]:
         raise EstimateError(f"model config for {repo!r} is not local and {why}", hint=hint)
     import httpx
 
-    from kvcheck.http import HttpLimitError, JsonRejected, make_client, parse_json, validate_base_url
+    from kvcheck.http import HttpLimitError, make_client, validate_base_url
     from kvcheck.http import request as http_request
 
     headers = {"User-Agent": "kvcheck-estimate"}
@@ -264,9 +265,11 @@ def parse_override_args(value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping):
         return dict(value)
     try:
-        parsed = json.loads(str(value))
+        parsed = json_loads(str(value))
     except json.JSONDecodeError as exc:
         raise EstimateError(f"--json-model-override-args is not valid JSON: {exc}") from exc
+    except JsonRejected as exc:
+        raise EstimateError(f"--json-model-override-args cannot be read safely: {exc}") from exc
     if not isinstance(parsed, dict):
         raise EstimateError("--json-model-override-args must be a JSON object")
     return parsed

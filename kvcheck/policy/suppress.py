@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcheck.errors import InputError
+from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.model import Finding, Location, RoleTarget, Suppressed
 from kvcheck.policy.registry import define_rule, finding
 
@@ -329,9 +330,11 @@ def load_baseline(path: Path, shown: dict[tuple[str, str | None, str | None, str
     display = str(path)
     text = read_text_file(path, display, kind="baseline", max_bytes=MAX_FILE_BYTES)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{display}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+        data = json_loads(text)
+    except ValueError as exc:  # not JSON (the decoder's place and message), or JSON past kvcheck's bounds
+        where = f"{display}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError) \
+            else f"{display}: cannot be read safely: {exc}"
+        raise InputError(where) from None
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA or not isinstance(data.get("findings"), list):
         raise InputError(f"{display}: not a kvcheck baseline (an object with \"schema\": \"{BASELINE_SCHEMA}\" and "
                          "a \"findings\" list); write one with --write-baseline")

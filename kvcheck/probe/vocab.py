@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from kvcheck.errors import CheckError
-from kvcheck.http import HttpLimitError, JsonRejected, parse_json
+from kvcheck.http import HttpLimitError
 from kvcheck.http import request as http_request
+from kvcheck.io.jsontext import JsonRejected, parse_json
+from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.probe.options import DEFAULT_TOKEN_ID, PATTERN_SPAN, ProbeOptions
 from kvcheck.probe.transport import ProbeGuardError
 
@@ -260,7 +262,7 @@ def _read_vocab_size(path: str, notes: list[str]) -> int | None:
         if config.stat().st_size > MAX_MODEL_CONFIG_BYTES:
             notes.append(f"{config} is larger than {MAX_MODEL_CONFIG_BYTES // 2**20} MiB; not read")
             return None
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json_loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         notes.append(f"{config}: {exc}")
         return None

@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 import httpx
 
-from kvcheck.http import HttpLimitError, JsonRejected, parse_json
+from kvcheck.http import HttpLimitError
 from kvcheck.http import request as http_request
+from kvcheck.io.jsontext import JsonRejected, parse_json
 from kvcheck.probe.plan import COMPLETIONS, PlannedRequest
 from kvcheck.probe.transport import ProbeGuardError
 from kvcheck.redact import REDACTED

@@ -26,12 +26,11 @@ from kvcheck.http import (
     MAX_BODY_BYTES,
     MAX_REDIRECTS,
     Answer,
-    JsonRejected,
     display_url,
     make_ssl_context,
-    parse_json,
     validate_base_url,
 )
+from kvcheck.io.jsontext import JsonRejected, parse_json
 from kvcheck.redact import REDACTED, redact_args, redact_command
 
 # The URL and TLS helpers moved to kvcheck.http; these names stay importable from here.

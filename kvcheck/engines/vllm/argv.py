@@ -27,6 +27,8 @@ from packaging.version import Version
 from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv, typed_value
 from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.engines.vllm.catalogue import LEVEL_OR_JSON, LEVEL_OR_LITERAL, human_readable_int, o_flag_key
+from kvcheck.io.jsontext import MAX_JSON_DEPTH, JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 
 # `python -m vllm.entrypoints.openai.api_server` (the pre-`vllm serve` entry point, still shipped)
 _MODULE_RE = re.compile(r"^vllm\.entrypoints\.(?:openai\.)?api_server$")
@@ -56,9 +58,11 @@ def _dashes(token: str) -> str:
 def _dotted_value(text: str) -> Any:
     """A dotted key's value as vLLM reads it: JSON, else a human-readable integer, else the text."""
     try:
-        return json.loads(text)
+        return json_loads(text)
     except json.JSONDecodeError:
         pass
+    except JsonRejected as exc:
+        raise ValueError(f"cannot be read safely: {exc}") from exc
     try:
         return human_readable_int("", text)
     except ValueError:
@@ -130,6 +134,10 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             base, *keys = key.removesuffix("+").split(".")
             if not keys or not all(keys):
                 out.problems.append(ArgvProblem(i, "value", f"'{token}': a dotted key needs a name after each '.'"))
+                continue
+            if len(keys) >= MAX_JSON_DEPTH:  # the mapping it builds would be JSON past kvcheck's bounds
+                out.problems.append(ArgvProblem(i, "value", f"'{token[:80]}...': {len(keys)} nested keys; "
+                                                f"kvcheck reads at most {MAX_JSON_DEPTH - 1}"))
                 continue
             parsed = json.dumps(value.split(",")) if as_list else None
             item = json.loads(parsed) if parsed is not None else _dotted_value(value)

@@ -23,11 +23,14 @@ from kvcheck.engines.flags import (
     FlagError,
     catalogued_versions,
     flag_from_json,
+    json_text,
     pick_catalogue,
     removed_from_json,
 )
 from kvcheck.engines.vllm import compilation
 from kvcheck.errors import InputError
+from kvcheck.io.jsontext import JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.profiles import profile_path
 
 CATALOGUE_SCHEMA = "kvcheck/vllm-flags/v1"
@@ -200,10 +203,7 @@ class VllmCatalogue(Catalogue):
         if not isinstance(value, str):
             raise FlagError(f"'{name}' takes a level 0, 1, 2 or 3 or a config mapping, not {value!r}")
         if flag.type == LEVEL_OR_JSON:
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise FlagError(f"'{name}' must be a level 0-3 or JSON (vLLM {self.version}): {exc.msg}") from exc
+            parsed = json_text(name, value, f"must be a level 0-3 or JSON (vLLM {self.version})")
         else:
             parsed = _literal(name, self.version, value)
         if not isinstance(parsed, dict):
@@ -222,10 +222,12 @@ class VllmCatalogue(Catalogue):
         if not re.match(r"(?s)^\s*{.*}\s*$", text):
             return text
         try:
-            json.loads(text)
+            json_loads(text)
         except json.JSONDecodeError as exc:
             raise FlagError(f"'{flag.name[2:]}' looks like a JSON object but is not valid JSON ({exc.msg}); vLLM "
                             f"{self.version}'s parser exits 2 on it") from exc
+        except JsonRejected as exc:
+            raise FlagError(f"'{flag.name[2:]}' cannot be read safely: {exc}") from exc
         return text  # checked, and kept as written (vLLM parses the same text)
 
     def config_file_value(self, flag: Flag, value: Any) -> Any:

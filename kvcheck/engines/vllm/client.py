@@ -22,10 +22,9 @@ from kvcheck.engines.vllm.serving import MAX_TOKEN_FIGURE, usable_tokens
 from kvcheck.errors import EndpointError, ServerUnusable
 from kvcheck.http import (
     Answer,
-    JsonRejected,
     display_url,
-    parse_json,
 )
+from kvcheck.io.jsontext import JsonRejected, parse_json
 
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"

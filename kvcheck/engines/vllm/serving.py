@@ -8,9 +8,10 @@ pool is vLLM's null block, so a request can use at most (num_gpu_blocks - 1) x b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from kvcheck.io.jsontext import loads as json_loads
 
 if TYPE_CHECKING:
     from kvcheck.model import Finding, RoleTarget
@@ -36,8 +37,8 @@ def kv_transfer_config(args: Mapping[str, Any]) -> dict[str, Any] | None:
     value = args.get("kv_transfer_config")
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = json_loads(value)
+        except ValueError:  # not JSON, or JSON past the bounds: unreadable either way
             return None
     return value if isinstance(value, dict) else None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.engines.sglang.client import MAX_INFO_KEYS
-from kvcheck.http import MAX_JSON_VALUES
+from kvcheck.io.jsontext import MAX_JSON_VALUES
 from tests.conftest import REPO_ROOT, run_kvcheck
 from tests.engines.real.conftest import (
     TAG_VAR,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Iterator
 from typing import IO
 
@@ -16,12 +15,13 @@ from kvcheck.engines.sglang.logs.patterns import (
     RFC3339_RE,
 )
 from kvcheck.engines.sglang.logs.values import MAX_LINE_CHARS
+from kvcheck.io.jsontext import loads as json_loads
 
 
 def _unwrap_json(line: str) -> str:
     """Docker's json-file driver: {"log": "...\\n", "stream": "stderr", "time": "..."}."""
     try:
-        record = json.loads(line)
+        record = json_loads(line)
     except ValueError:
         return line
     if isinstance(record, dict) and isinstance(record.get("log"), str):

@@ -37,6 +37,8 @@ from kvcheck.engines.vllm.sizing.weights import (
 )
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
+from kvcheck.io.jsontext import JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.model import RoleTarget
 from kvcheck.policy.registry import finding
 
@@ -49,9 +51,11 @@ def _json_arg(value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping):
         return dict(value)
     try:
-        parsed = json.loads(str(value))
+        parsed = json_loads(str(value))
     except json.JSONDecodeError as exc:
         raise EstimateError(f"a JSON argument is not valid JSON: {exc}") from exc
+    except JsonRejected as exc:
+        raise EstimateError(f"a JSON argument cannot be read safely: {exc}") from exc
     return parsed if isinstance(parsed, dict) else {}
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.errors import EstimateError
+from kvcheck.io.jsontext import JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 
 # Bytes per weight of a quantized linear layer, scales included (per-group scales of 4-bit formats).
 QUANT_LINEAR_BYTES = {
@@ -375,9 +377,11 @@ def vision_tower_loaded(args: Mapping[str, Any]) -> bool:
     limits = args.get("limit_mm_per_prompt")
     if isinstance(limits, str):
         try:
-            limits = json.loads(limits)
+            limits = json_loads(limits)
         except json.JSONDecodeError as exc:
             raise EstimateError(f"--limit-mm-per-prompt {limits!r} is not valid JSON: {exc}") from exc
+        except JsonRejected as exc:
+            raise EstimateError(f"--limit-mm-per-prompt cannot be read safely: {exc}") from exc
     if isinstance(limits, Mapping):
         def count(modality: str) -> Any:
             value = limits.get(modality, 999)

@@ -50,6 +50,12 @@ CASES = [
      "leave no GPU memory for the KV cache under --mem-fraction-static=0.0' (kv_cache_configurator._profile_available_bytes)"),
     ("tp-size: 4, attn-dp-size: 3", 9, 20, "--tp-size 4 is not divisible by attention DP x CP (3 x 1): SGLang asserts "
      "'tp_size must be divisible by attn_dp_size * attn_cp_size' (arg_groups/parallel_hook.py:163)"),
+    ("max-running-requests: 0", 9, 8, "--max-running-requests 0 is below 1: no request could run (SGLang 0.5.23 and "
+     "later start and run 1 per DP rank, not the limit given)"),
+    ("max-running-requests: -4", 9, 8, "--max-running-requests -4 is below 1: no request could run (SGLang 0.5.23 and "
+     "later start and run 1 per DP rank, not the limit given)"),
+    ("max-queued-requests: 0", 9, 8, "--max-queued-requests 0 is below 1: SGLang aborts every request with 'The "
+     "request queue is full.' (scheduler._abort_on_queued_limit admits a request only while the queue holds fewer)"),
     ("chunked-prefill-size: 100, page-size: 64", 9, 8, "--chunked-prefill-size 100 is not divisible by the page size "
      "64: SGLang asserts 'chunked_prefill_size must be divisible by page_size' (arg_groups/validation_hook.py:245)"),
 ]
@@ -63,6 +69,28 @@ def test_refused_settings_are_exit_2_with_sglangs_reason(tmp_path, kvcheck, comm
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
     assert result.stderr.splitlines()[0] == f"kvcheck: error: {manifest}:{line}:{column}: role server: {message}"
+
+
+@pytest.mark.parametrize(("version", "exit_code"), [("0.5.22", 2), ("0.5.18", 2), ("0.5.23", 0)])
+def test_one_running_request_over_two_dp_ranks_is_zero_per_rank_before_0_5_23(tmp_path, kvcheck, version, exit_code):
+    # Up to 0.5.22 each rank gets 1 // 2 = 0 and tp_worker asserts "max_running_request is zero"; 0.5.23
+    # raises it to max(1, 1 // 2) = 1 (kv_cache_configurator.resolve_max_num_reqs).
+    manifest = _manifest(tmp_path, "tp-size: 2, dp-size: 2, enable-dp-attention: true, max-running-requests: 1")
+    manifest.write_text(manifest.read_text().replace('"0.5.23"', f'"{version}"'))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == exit_code, (result.stdout, result.stderr)
+    if exit_code == 2:
+        assert result.stderr.splitlines()[0] == (
+            f"kvcheck: error: {manifest}:9:59: role server: --max-running-requests 1 over 2 attention DP ranks is 0 "
+            "per rank: SGLang asserts 'max_running_request is zero' at startup (tp_worker.py; from 0.5.23 each rank "
+            "runs at least 1)")
+
+
+def test_a_queue_limit_is_ignored_on_disaggregated_roles(tmp_path, kvcheck):
+    # "This option is ignored when using disaggregation-mode" (SGLang's help): not a refusal there.
+    manifest = _manifest(tmp_path, "max-queued-requests: 0, disaggregation-mode: prefill")
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
 
 
 def test_tp_16_on_8_kv_heads_is_fine_replication():

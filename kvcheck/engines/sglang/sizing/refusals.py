@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
@@ -81,12 +82,53 @@ def check_args(target: RoleTarget, args: Mapping[str, Any]) -> None:
             f"--tp-size {tp} is not divisible by attention DP x CP ({attn_dp} x {attn_cp}): SGLang asserts "
             "'tp_size must be divisible by attn_dp_size * attn_cp_size' (arg_groups/parallel_hook.py:163)",
         )
+    _check_request_limits(target, args, attn_dp)
     nnodes = int(args.get("nnodes") or 1)
     if nnodes > 1 and (tp * pp) % nnodes:
         raise _refuse(
             target, ("tp_size", "nnodes"),
             f"--tp-size {tp} x --pp-size {pp} is not divisible by --nnodes {nnodes}: SGLang asserts "
             "'tp_size must be divisible by number of nodes' (arg_groups/validation_hook.py:180)",
+        )
+
+
+def _check_request_limits(target: RoleTarget, args: Mapping[str, Any], attn_dp: int) -> None:
+    """--max-running-requests and --max-queued-requests that leave no request able to run.
+
+    Up to 0.5.22 each DP rank runs `given // attention DP` requests and `tp_worker` asserts "max_running_request
+    is zero" when that is below 1; from 0.5.23 `resolve_max_num_reqs` raises it to 1, so 0 or -4 start, serving
+    one request per rank where the operator asked for none (refused here all the same: the value says no
+    request may run). A queue limit below 1 aborts every request ("The request queue is full.",
+    `_abort_on_queued_limit`: `len(waiting_queue) + 1 <= max_queued_requests` never holds); prefill and decode
+    roles ignore the flag.
+    """
+    running = args.get("max_running_requests")
+    if isinstance(running, int) and not isinstance(running, bool):
+        floor_one = rel.rules_for(target.engine_version).has(rel.RUNNING_FLOOR_ONE)
+        if running < 1:
+            raise _refuse(
+                target, ("max_running_requests",),
+                f"--max-running-requests {running} is below 1: no request could run ("
+                + ("SGLang 0.5.23 and later start and run 1 per DP rank, not the limit given)" if floor_one
+                   else "SGLang asserts 'max_running_request is zero' at startup, tp_worker.py)"),
+                hint="leave it unset for SGLang's own limit, or give the running requests the server may hold",
+            )
+        if attn_dp > 1 and running // attn_dp < 1 and not floor_one:
+            raise _refuse(
+                target, ("max_running_requests", "dp_size", "attn_dp_size"),
+                f"--max-running-requests {running} over {attn_dp} attention DP ranks is {running // attn_dp} per "
+                "rank: SGLang asserts 'max_running_request is zero' at startup (tp_worker.py; from 0.5.23 each "
+                "rank runs at least 1)",
+                hint=f"give at least {attn_dp} (one running request per attention DP rank)",
+            )
+    queued = args.get("max_queued_requests")
+    disaggregated = str(args.get("disaggregation_mode") or "null") in ("prefill", "decode")
+    if isinstance(queued, int) and not isinstance(queued, bool) and queued < 1 and not disaggregated:
+        raise _refuse(
+            target, ("max_queued_requests",),
+            f"--max-queued-requests {queued} is below 1: SGLang aborts every request with 'The request queue is "
+            "full.' (scheduler._abort_on_queued_limit admits a request only while the queue holds fewer)",
+            hint="leave it unset for no queue limit, or give the requests that may wait",
         )
 
 

@@ -61,6 +61,7 @@ CAPACITY_TABLE = "0.5.3"  # one table for chunked prefill and max_bs by GPU size
 CAPACITY_SMALL_24 = "0.5.4.post1"  # < 35 GiB, TP < 4: max_bs 24
 CAPACITY_SMALL_48 = "0.5.20"  # < 35 GiB: chunked prefill 4096, max_bs 48 (TP < 4) or 160
 MAX_BS_CAPPED_BY_RUNNING = "0.5.22"  # a defaulted decode max_bs is capped at --max-running-requests
+RUNNING_FLOOR_ONE = "0.5.23"  # --max-running-requests per DP rank is max(1, given // attn DP) (before: given // attn DP)
 
 # --- the pool
 PAGE_ALIGNED = "0.4.4"  # --page-size appears; the token count is rounded down to a page multiple

@@ -27,7 +27,7 @@ from kvcheck.engines.flags import (
     pick_catalogue,
     removed_from_json,
 )
-from kvcheck.engines.vllm import compilation
+from kvcheck.engines.vllm import compilation, transfer
 from kvcheck.errors import InputError
 from kvcheck.io.jsontext import JsonRejected
 from kvcheck.io.jsontext import loads as json_loads
@@ -132,10 +132,20 @@ class VllmCatalogue(Catalogue):
         return out
 
     def _check_keys(self, flag: Flag, value: Any) -> None:
-        """A JSON config's keys against its class's fields: vLLM's configs forbid other keys (extra="forbid"),
-        so its parser exits 2 on `{"cudagraph_mod": ...}`."""
-        if flag.config_keys is None or not isinstance(value, dict):
+        """A JSON config's keys against its class's fields (vLLM's configs forbid other keys, extra="forbid", so
+        its parser exits 2 on `{"cudagraph_mod": ...}`), then the values vLLM's validators refuse."""
+        if not isinstance(value, dict):
             return
+        if flag.config_keys is not None:
+            self._check_known_keys(flag, value)
+        if flag.name == "--kv-transfer-config":  # its values are checked in every release, listed keys or not
+            problem = transfer.value_problem(value, flag.config_keys[1] if flag.config_keys else None)
+            if problem is not None:
+                raise FlagError(f"'{flag.name[2:]}': {problem}; vLLM {self.version} refuses it before any model "
+                                "loads")
+
+    def _check_known_keys(self, flag: Flag, value: dict[str, Any]) -> None:
+        assert flag.config_keys is not None
         config, keys = flag.config_keys
         for key in value:
             if key in keys:

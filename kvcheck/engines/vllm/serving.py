@@ -44,9 +44,10 @@ def kv_transfer_config(args: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def role_mode(args: Mapping[str, Any]) -> str | None:
-    """prefill (kv_producer), decode (kv_consumer), kv_both, or None for a server without KV transfer."""
+    """prefill (kv_producer), decode (kv_consumer), kv_both, or None for a server without KV transfer (a role
+    without a `kv_connector` transfers nothing: vLLM's is_kv_transfer_instance needs both)."""
     config = kv_transfer_config(args)
-    if config is None:
+    if config is None or config.get("kv_connector") is None:
         return None
     role = config.get("kv_role")
     return KV_ROLES.get(str(role)) if role is not None else None

@@ -48,12 +48,21 @@ def test_dotted_keys_merge_into_the_json_config_and_give_the_role() -> None:
     ('{"kv_connector":"ExampleConnector","kv_role":"kv_producer"}', "prefill"),
     ('{"kv_connector":"ExampleConnector","kv_role":"kv_consumer"}', "decode"),
     ('{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}', "kv_both"),
-    ('{"kv_connector":"LMCacheConnectorV1"}', None),
+    ('{"kv_role":"kv_producer"}', None),  # a role without a connector: no transfer instance (is_kv_transfer_instance)
 ])
 def test_role_mode_comes_from_kv_role(config: str, mode: str | None) -> None:
     args, problems = parse("m", "--kv-transfer-config", config)
     assert problems == []
     assert ENGINE.role_mode(args) == mode
+
+
+def test_a_connector_without_a_role_is_a_problem_not_a_unified_server() -> None:
+    # KVTransferConfig.__post_init__: "Please specify kv_role when kv_connector is set"
+    _, problems = parse("m", "--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1"}')
+    assert [message for _, _, message in problems] == [
+        "'kv-transfer-config': 'kv_connector' 'LMCacheConnectorV1' is set without a 'kv_role' (one of kv_producer, "
+        "kv_consumer, kv_both): \"Please specify kv_role when kv_connector is set\"; vLLM 0.32.0 refuses it before "
+        "any model loads"]
 
 
 def test_no_transfer_config_is_a_unified_server() -> None:

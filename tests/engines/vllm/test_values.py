@@ -100,6 +100,50 @@ def test_a_compilation_config_value_vllm_refuses_is_exit_2(tmp_path: Path, arg: 
                                        "CompilationConfig refuses it before any model loads)")
 
 
+@pytest.mark.parametrize(("version", "arg", "message"), [
+    # KVTransferConfig (vllm/config.py of 0.8.5, vllm/config/kv_transfer.py of 0.11.0-0.33.0): a key check
+    # alone passed these, and the prefill/decode pair rules then had no role to read
+    ("0.32.0", "kv-transfer-config: {kv_connector: NixlConnector, kv_role: kv_consumr}",
+     "'kv_role' must be one of kv_producer, kv_consumer, kv_both; got 'kv_consumr' (did you mean 'kv_consumer'?) "
+     "(\"Unsupported kv_role\")"),
+    ("0.32.0", "kv-transfer-config: {kv_connector: NixlConnector}",
+     "'kv_connector' 'NixlConnector' is set without a 'kv_role' (one of kv_producer, kv_consumer, kv_both): "
+     "\"Please specify kv_role when kv_connector is set\""),
+    ("0.32.0", "kv-transfer-config: '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"producer\"}'",
+     "'kv_role' must be one of kv_producer, kv_consumer, kv_both; got 'producer' (did you mean 'kv_producer'?) "
+     "(\"Unsupported kv_role\")"),
+    ("0.32.0", "kv-transfer-config: {kv_connector: NixlConnector, kv_role: kv_both, kv_load_failure_policy: retry}",
+     "'kv_load_failure_policy' must be recompute or fail; got 'retry'"),
+    # before 0.16.0 the catalogue lists no KVTransferConfig keys; the role rules were there all along
+    ("0.10.0", "kv-transfer-config: {kv_connector: NixlConnector, kv_role: consumer}",
+     "'kv_role' must be one of kv_producer, kv_consumer, kv_both; got 'consumer' (did you mean 'kv_consumer'?) "
+     "(\"Unsupported kv_role\")"),
+])
+def test_a_kv_transfer_config_vllm_refuses_is_exit_2(tmp_path: Path, version: str, arg: str, message: str) -> None:
+    assert _refused(tmp_path, arg, version) == (f"args.kv-transfer-config: 'kv-transfer-config': {message}; vLLM "
+                                                f"{version} refuses it before any model loads")
+
+
+def test_a_misspelt_kv_role_on_a_pair_is_exit_2_not_a_pass(tmp_path: Path) -> None:
+    """The newcomer's case: with the role misspelt the pair rules (KV104, KV110) found no pair and exit was 0."""
+    path = tmp_path / "pair.yaml"
+    path.write_text(MANIFEST.format(version="0.32.0", arg="{}").replace("args:\n  {}\nroles:\n  server: {}\n", (
+        "roles:\n"
+        "  prefill: {args: {kv-transfer-config: {kv_connector: NixlConnector, kv_role: kv_consumr}}}\n"
+        "  decode: {args: {kv-transfer-config: {kv_connector: NixlConnector, kv_role: kv_consumer}}}\n")))
+    done = run_kvcheck("verify", str(path), "--mode", "estimate")
+    assert done.exit_code == 2, done.stdout + done.stderr
+    assert f"{path}:7:" in done.stderr and "got 'kv_consumr' (did you mean 'kv_consumer'?)" in done.stderr
+
+
+def test_a_dotted_kv_role_is_checked_like_the_whole_json() -> None:
+    done = run_kvcheck("import", "--cmd", "vllm serve m --kv-transfer-config.kv_connector=NixlConnector "
+                       "--kv-transfer-config.kv_role=kv_consumr", "--engine-version", "0.32.0")
+    assert done.exit_code == 2, done.stdout + done.stderr
+    assert ("--cmd:1:14: '--kv-transfer-config.kv_connector': 'kv-transfer-config': 'kv_role' must be one of "
+            "kv_producer, kv_consumer, kv_both; got 'kv_consumr'") in done.stderr
+
+
 @pytest.mark.parametrize("value", ["none", "None", 0, "full_and_piecewise", 2])
 def test_a_compilation_config_value_vllm_takes_is_taken_as_written(tmp_path: Path, value: object) -> None:
     """vLLM looks CUDAGraphMode up by `value.upper()` and takes the enum's plain values: no refusal, and the

@@ -1,0 +1,72 @@
+"""The vLLM estimate fails closed, end to end on a manifest file: an override vLLM cannot allocate is a
+refused start (KV220), never a pool of the size it names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT, run_kvcheck
+
+LLAMA = json.loads((REPO_ROOT / "docs/examples/vllm/config.json").read_text(encoding="utf-8"))
+
+MANIFEST = """\
+name: t
+context_length: {context}
+model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: config.json}}
+engine: {{name: vllm, version: "0.32.0"}}
+gpu: H100
+args: {args}
+roles:
+  server: {{gpus: [0]}}
+"""
+
+
+def verify(tmp_path: Path, args: dict[str, Any], *, config: dict[str, Any] | None = None,
+           context: int = 100000) -> tuple[int, dict[str, Any]]:
+    (tmp_path / "config.json").write_text(json.dumps(config or LLAMA), encoding="utf-8")
+    path = tmp_path / "t.yaml"
+    path.write_text(MANIFEST.format(context=context, args=json.dumps(args)), encoding="utf-8")
+    done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    return done.exit_code, json.loads(done.stdout)
+
+
+def rules(report: dict[str, Any]) -> list[str]:
+    return [f["rule"] for f in report["findings"]]
+
+
+def message(report: dict[str, Any], rule: str) -> str:
+    return next(f["message"] for f in report["findings"] if f["rule"] == rule)
+
+
+# 1. --num-gpu-blocks-override: vLLM allocates the blocks it names whatever the memory holds
+
+
+def test_a_block_override_larger_than_the_gpu_is_a_refused_start(tmp_path: Path) -> None:
+    code, report = verify(tmp_path, {"num-gpu-blocks-override": 10_000_000})
+    assert code == 1
+    assert "KV220" in rules(report)
+    text = message(report, "KV220")
+    # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 128 KiB a token, 2 MiB a 16-token block
+    assert "--num-gpu-blocks-override 10,000,000" in text
+    assert f"{10_000_000 * 2 * 1024 * 1024:,} B" in text
+    assert "H100" in text and "torch.OutOfMemoryError" in text
+    [role] = report["roles"]
+    assert role["pool_tokens"] == 0
+
+
+def test_a_block_override_that_fits_sizes_the_pool_it_names(tmp_path: Path) -> None:
+    code, report = verify(tmp_path, {"num-gpu-blocks-override": 1000, "max-model-len": 8192}, context=8192)
+    assert code == 0, report["findings"]
+    [role] = report["roles"]
+    assert role["pool_tokens"] == 999 * 16  # every block but the null block
+
+
+def test_vllm_checks_one_request_against_the_overridden_blocks_not_the_profiled_memory(tmp_path: Path) -> None:
+    # get_kv_cache_configs plans against override x bytes per block: 1,000 blocks hold 15,984 tokens, not
+    # one request of the model's 131,072, whatever the H100 would have profiled
+    code, report = verify(tmp_path, {"num-gpu-blocks-override": 1000}, context=8192)
+    assert code == 1
+    assert "KV220" in rules(report)
+    assert "the estimated maximum model length is 15984" in message(report, "KV220")

@@ -1,11 +1,14 @@
 """The vLLM estimate fails closed, end to end on a manifest file: an override vLLM cannot allocate is a
-refused start (KV220), never a pool of the size it names."""
+refused start (KV220), a draft it does not price is KV305 (exit 3), never a pool sized as if it were not
+there."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import REPO_ROOT, run_kvcheck
 
@@ -70,3 +73,43 @@ def test_vllm_checks_one_request_against_the_overridden_blocks_not_the_profiled_
     assert code == 1
     assert "KV220" in rules(report)
     assert "the estimated maximum model length is 15984" in message(report, "KV220")
+
+
+# 2. --speculative-config: a draft's weights and KV layers share the target's GPUs and pool
+
+
+@pytest.mark.parametrize("spec", [
+    {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
+    {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4},
+    {"model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4},  # vLLM: a draft model
+    {"method": "deepseek_mtp", "num_speculative_tokens": 1},
+    {"method": "mtp", "num_speculative_tokens": 1},
+])
+def test_a_speculative_draft_is_kv305_never_the_target_alone(tmp_path: Path, spec: dict[str, Any]) -> None:
+    code, report = verify(tmp_path, {"speculative-config": json.dumps(spec)}, context=8192)
+    assert code == 3
+    assert rules(report) == ["KV305"]
+    text = message(report, "KV305")
+    assert "--speculative-config method" in text
+    assert repr(spec.get("method", "draft_model")) in text
+    assert (repr(spec["model"]) if "model" in spec else "own MTP/draft layers") in text
+    [role] = report["roles"]
+    assert role["pool_tokens"] is None
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+                                  {"method": "suffix"}])
+def test_a_method_with_no_draft_model_sizes_as_the_target_alone(tmp_path: Path, spec: dict[str, Any]) -> None:
+    code, plain = verify(tmp_path, {}, context=8192)
+    code_spec, report = verify(tmp_path, {"speculative-config": json.dumps(spec)}, context=8192)
+    assert (code, code_spec) == (0, 0)
+    assert report["roles"][0]["pool_tokens"] == plain["roles"][0]["pool_tokens"] > 0
+
+
+def test_ngram_on_the_gpu_is_kv305_for_its_token_buffers(tmp_path: Path) -> None:
+    # gpu_model_runner keeps a [max_num_seqs, max_model_len] int32 token tensor on the GPU for it
+    spec = {"method": "ngram_gpu", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    code, report = verify(tmp_path, {"speculative-config": json.dumps(spec)}, context=8192)
+    assert code == 3
+    assert "--speculative-config method 'ngram_gpu' keeps the requests' tokens in GPU buffers" in (
+        message(report, "KV305"))

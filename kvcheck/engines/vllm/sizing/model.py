@@ -14,7 +14,7 @@ from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
 from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
-from kvcheck.engines.vllm.sizing import maxlen
+from kvcheck.engines.vllm.sizing import maxlen, scope
 from kvcheck.engines.vllm.sizing import memory as mem
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
@@ -212,6 +212,7 @@ def estimate_role(
     source = load_model_source(model_config=target.model_config, model_path=target.model_path,
                                override_args=_json_arg(args.get("hf_overrides")), offline=offline)
     text = source.text
+    scope.check_speculative(args)
     device = _device(target)
     explicit_any = args.get("kv_cache_memory_bytes") is not None or (
         device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())

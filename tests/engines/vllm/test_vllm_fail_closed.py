@@ -1,6 +1,6 @@
 """The vLLM estimate fails closed, end to end on a manifest file: an override vLLM cannot allocate is a
-refused start (KV220), a draft it does not price is KV305 (exit 3), never a pool sized as if it were not
-there."""
+refused start (KV220), a draft it does not price and an architecture it does not model are KV305 (exit 3),
+never a pool sized as if they were not there."""
 
 from __future__ import annotations
 
@@ -113,3 +113,22 @@ def test_ngram_on_the_gpu_is_kv305_for_its_token_buffers(tmp_path: Path) -> None
     assert code == 3
     assert "--speculative-config method 'ngram_gpu' keeps the requests' tokens in GPU buffers" in (
         message(report, "KV305"))
+
+
+# 3. architectures: only those whose KV layout the estimate reproduces
+
+
+@pytest.mark.parametrize("architecture", ["MysteryForCausalLM", "BertModel", "MiniMaxText01ForCausalLM"])
+def test_an_architecture_the_estimate_does_not_model_is_kv305(tmp_path: Path, architecture: str) -> None:
+    code, report = verify(tmp_path, {}, config={**LLAMA, "architectures": [architecture]}, context=8192)
+    assert code == 3
+    assert rules(report) == ["KV305"]
+    assert f"architecture {architecture} is not one the vLLM estimate model sizes" in message(report, "KV305")
+    assert report["roles"][0]["pool_tokens"] is None
+
+
+def test_a_config_naming_no_architecture_is_kv305(tmp_path: Path) -> None:
+    config = {k: v for k, v in LLAMA.items() if k != "architectures"}
+    code, report = verify(tmp_path, {}, config=config, context=8192)
+    assert code == 3
+    assert "names no architectures" in message(report, "KV305")

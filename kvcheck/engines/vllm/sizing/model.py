@@ -241,6 +241,8 @@ def estimate_role(
     layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
                        block_size=_int_arg(args, "block_size"), device=device, model_dtype=model_dtype,
                        version=version, sm=gpu.sm if gpu else None, args=args)
+    # after the layout, so a config it refuses keeps its specific reason; before any figure is made
+    scope.check_architecture(source.architecture)
     if layout.mamba_layers:
         assumptions.append(
             f"hybrid model: {layout.full_layers} attention and {layout.mamba_layers} state layers; vLLM raises the "

@@ -130,6 +130,10 @@ def _fraction(sweep: _Sweep, target: RoleTarget, base: PoolEstimate, required: i
         return FractionPlan(current, source, base.pool_tokens, None, None, None, None, None, None,
                             note="--kv-cache-memory-bytes sets the pool: vLLM ignores the utilization",
                             flag=FLAG, engine_label="vLLM")
+    if base.details.get("num_gpu_blocks_override") is not None:
+        return FractionPlan(current, source, base.pool_tokens, None, None, None, None, None, None,
+                            note="--num-gpu-blocks-override sets the pool's blocks: no utilization changes it",
+                            flag=FLAG, engine_label="vLLM")
     hi = ceiling or SCALE
 
     def at(steps: int) -> PoolEstimate:

@@ -71,6 +71,9 @@ def fit_hint(args: Mapping[str, Any], device: str, env: Mapping[str, str]) -> st
     if device == "cpu" or space:
         now = f" (now {space} GiB)" if space else ""
         return f"or give the pool more host memory: raise {CPU_KV_SPACE}{now} or --kv-cache-memory-bytes"
+    if args.get("num_gpu_blocks_override") is not None:  # vLLM allocates its blocks whatever the memory
+        return ("or set the pool's blocks: --num-gpu-blocks-override fixes them whatever the memory (set it to "
+                "the blocks the window needs where the GPU holds them, or drop it so vLLM sizes the pool)")
     if args.get("kv_cache_memory_bytes") is not None:  # it replaces --gpu-memory-utilization's profiling
         parts = ["raise --kv-cache-memory-bytes (it is set, so --gpu-memory-utilization does not size the pool)"]
     else:

@@ -14,7 +14,7 @@ from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
 from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
-from kvcheck.engines.vllm.sizing import maxlen
+from kvcheck.engines.vllm.sizing import maxlen, scope
 from kvcheck.engines.vllm.sizing import memory as mem
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
@@ -216,6 +216,7 @@ def estimate_role(
     source = load_model_source(model_config=target.model_config, model_path=target.model_path,
                                override_args=_json_arg(args.get("hf_overrides")), offline=offline)
     text = source.text
+    scope.check_speculative(args)
     device = _device(target)
     explicit_any = args.get("kv_cache_memory_bytes") is not None or (
         device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())
@@ -244,6 +245,8 @@ def estimate_role(
     layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
                        block_size=_int_arg(args, "block_size"), device=device, model_dtype=model_dtype,
                        version=version, sm=gpu.sm if gpu else None, args=args)
+    # after the layout, so a config it refuses keeps its specific reason; before any figure is made
+    scope.check_architecture(source.architecture)
     if layout.mamba_layers:
         assumptions.append(
             f"hybrid model: {layout.full_layers} attention and {layout.mamba_layers} state layers; vLLM raises the "
@@ -256,11 +259,8 @@ def estimate_role(
         assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
 
     parts: OrderedDict[str, Any] = OrderedDict()
-    oom: str | None = None
     if inp.explicit_kv_bytes is not None:
         avail = (inp.explicit_kv_bytes,) * 3
-        if total is not None and gpu is not None and device != "cpu":
-            oom = _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions)
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
     else:
@@ -287,29 +287,95 @@ def estimate_role(
         details["pool_range"] = [low, high]
         details["assumptions"] = [*best.assumptions, note]
         return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
+    oom = _allocation_oom(target, source, inp, layout, total, gpu, model_dtype, avail[2], assumptions)
     return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype, oom=oom)
 
 
+@dataclass(frozen=True)
+class _Oom:
+    """A KV cache vLLM would allocate without sizing it to the memory, and cannot: a refused start (KV220)."""
+
+    reason: str
+    hint: str
+    arg: str  # the args key the finding points at
+
+
+def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout,
+                    total: mem.DeviceTotal | None, gpu: GpuProfile | None, model_dtype: str, high: int,
+                    assumptions: list[str]) -> _Oom | None:
+    """A cache vLLM allocates as it is told rather than as the memory allows, when the named GPU cannot hold
+    it. --num-gpu-blocks-override replaces the blocks --kv-cache-memory-bytes would buy, so it is the one
+    checked when both are set."""
+    if total is None or gpu is None or inp.device == "cpu":
+        return None
+    if inp.num_blocks_override is not None:
+        return _override_oom(target, source, inp, layout, total, gpu, model_dtype, high, assumptions)
+    if inp.explicit_kv_bytes is not None:
+        return _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions)
+    return None
+
+
+def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
+                         model_dtype: str, assumptions: list[str], what: str) -> tuple[float, float]:
+    """(the most bytes a cache can take beside the weights, the weights at the light end of their band), so a
+    cache above it fails for certain; where the weights are not counted (a hybrid's, from config.json), the
+    whole GPU."""
+    try:
+        weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
+    except EstimateError:
+        assumptions.append(f"the weights are not known (this hybrid's are not counted from config.json): "
+                           f"{what} is checked against the whole GPU only")
+        weights, band = 0.0, 0.0
+    light = weights * (1 - band)
+    return (total.gib + total.band_gib) * GIB - light, light
+
+
 def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
-                        gpu: GpuProfile, model_dtype: str, assumptions: list[str]) -> str | None:
+                        gpu: GpuProfile, model_dtype: str, assumptions: list[str]) -> _Oom | None:
     """Why an explicit --kv-cache-memory-bytes cannot be allocated beside the weights, or None when it can.
 
     vLLM skips its memory profile and allocates the cache as given: a cache larger than the GPU's memory less
     the weights (at the light end of their band, so the verdict is certain) fails the start with a CUDA out
     of memory. Checked only where the GPU is named."""
-    try:
-        weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
-    except EstimateError:  # an uncounted hybrid's weights are not counted from config.json
-        assumptions.append("the weights are not known (this hybrid's are not counted from config.json): whether the "
-                           "explicit cache fits beside them is not checked")
+    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "the explicit cache")
+    if inp.explicit_kv_bytes is None or inp.explicit_kv_bytes <= room[0]:
         return None
-    light = weights * (1 - band)
-    room = (total.gib + total.band_gib) * GIB - light
-    if inp.explicit_kv_bytes is None or inp.explicit_kv_bytes <= room:
+    return _Oom(
+        f"--kv-cache-memory-bytes asks for {inp.explicit_kv_bytes / GIB:,.2f} GiB of KV cache, but a {gpu.name} "
+        f"holds {total.gib:,.2f} GiB, of which the weights take at least {room[1] / GIB:,.2f} GiB per GPU: the "
+        "cache allocation runs out of GPU memory (torch.OutOfMemoryError) and vLLM does not start",
+        "lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
+        "--gpu-memory-utilization (vLLM then profiles)", "kv_cache_memory_bytes")
+
+
+def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, total: mem.DeviceTotal,
+                  gpu: GpuProfile, model_dtype: str, high: int, assumptions: list[str]) -> _Oom | None:
+    """Why --num-gpu-blocks-override cannot be allocated, or None when it can.
+
+    vLLM (v1/core/kv_cache_utils.py, may_override_num_blocks and get_kv_cache_configs) replaces the blocks it
+    profiled with the override and allocates override x bytes per block whatever the memory holds: more than
+    the GPU has beside the weights (their light end, so the verdict is certain) is a CUDA out of memory at
+    start, never a pool of that size."""
+    n = inp.num_blocks_override
+    if n is None:
         return None
-    return (f"--kv-cache-memory-bytes asks for {inp.explicit_kv_bytes / GIB:,.2f} GiB of KV cache, but a {gpu.name} "
-            f"holds {total.gib:,.2f} GiB, of which the weights take at least {light / GIB:,.2f} GiB per GPU: the "
-            "cache allocation runs out of GPU memory (torch.OutOfMemoryError) and vLLM does not start")
+    need = n * layout.bytes_per_block
+    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "--num-gpu-blocks-override")
+    if need <= room[0]:
+        if need > high:
+            assumptions.append(
+                f"--num-gpu-blocks-override {n:,} takes {need / GIB:,.2f} GiB, more than the "
+                f"{high / GIB:,.2f} GiB --gpu-memory-utilization leaves for KV at best: vLLM allocates it beyond "
+                "its budget and might run out of memory capturing CUDA graphs; measure")
+        return None
+    return _Oom(
+        f"--num-gpu-blocks-override {n:,} makes vLLM allocate {n:,} blocks of {layout.bytes_per_block:,} B "
+        f"({need:,} B, {need / GIB:,.2f} GiB) of KV cache whatever the memory holds, but a {gpu.name} holds "
+        f"{total.gib:,.2f} GiB, of which the weights take at least {room[1] / GIB:,.2f} GiB per GPU, leaving at "
+        f"most {max(room[0], 0) / GIB:,.2f} GiB: the cache allocation runs out of GPU memory "
+        "(torch.OutOfMemoryError) and vLLM does not start",
+        f"lower --num-gpu-blocks-override to at most {max(int(room[0]), 0) // layout.bytes_per_block:,} blocks, or "
+        "drop it and let vLLM size the pool from --gpu-memory-utilization", "num_gpu_blocks_override")
 
 
 def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
@@ -415,18 +481,25 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
 
 
 def _pool(layout: KvLayout, available_bytes: int, inp: _Inputs) -> int:
-    blocks = layout.num_blocks(available_bytes)
+    return layout.usable_tokens(layout.num_blocks(available_bytes), inp.batched_tokens)
+
+
+def _planned(avail: tuple[int, int, int], layout: KvLayout, inp: _Inputs, oom: _Oom | None) -> tuple[int, int, int]:
+    """The KV bytes vLLM plans the pool with: none for a start that fails allocating it; override x bytes per
+    block under --num-gpu-blocks-override (get_kv_cache_configs plans the pool, the one-request check and
+    --max-model-len auto against it, not against the profiled memory); else the memory available."""
+    if oom is not None:
+        return 0, 0, 0
     if inp.num_blocks_override is not None:
-        blocks = inp.num_blocks_override
-    return layout.usable_tokens(blocks, inp.batched_tokens)
+        planned = inp.num_blocks_override * layout.bytes_per_block
+        return planned, planned, planned
+    return avail
 
 
 def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
             parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
-            model_dtype: str, oom: str | None = None) -> PoolEstimate:
-    central, low_b, high_b = avail
-    if oom is not None:
-        central = low_b = high_b = 0
+            model_dtype: str, oom: _Oom | None = None) -> PoolEstimate:
+    central, low_b, high_b = _planned(avail, layout, inp, oom)
     pool = _pool(layout, central, inp)
     low, high = _pool(layout, low_b, inp), _pool(layout, high_b, inp)
     low, high = min(low, pool), max(high, pool)
@@ -440,7 +513,7 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     if inp.length_refusal is not None:
         refusal = inp.length_refusal  # vLLM's config check, before any memory is sized
     elif oom is not None:
-        refusal = oom
+        refusal = oom.reason
         pool = 0
     elif central <= 0:
         refusal = "No available memory for the cache blocks"
@@ -463,12 +536,11 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
             hint=f"set --max-model-len to at most {inp.derived_len:,} (the model's own length), or set "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the role's env where the model is known to serve longer"
             if inp.length_refusal is not None else
-            "lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
-            "--gpu-memory-utilization (vLLM then profiles)" if oom is not None else
+            oom.hint if oom is not None else
             f"set --max-model-len to at most {largest:,}, or give the KV cache more memory" if largest else
             "give the KV cache more memory (--gpu-memory-utilization, fewer weights per GPU, a larger TP)",
             location=target.arg_location("max_model_len") if inp.length_refusal is not None else
-            target.arg_location("kv_cache_memory_bytes") if oom is not None else
+            target.arg_location(oom.arg) if oom is not None else
             target.arg_location("max_model_len", "gpu_memory_utilization"),
         ))
         assumptions.append(f"vLLM would refuse to start: {refusal}")
@@ -481,7 +553,9 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     details["available_kv_gib_range"] = [round(low_b / GIB, 3), round(high_b / GIB, 3)]
     details["block_size"] = layout.block_size
     details["bytes_per_block"] = layout.bytes_per_block
-    details["num_gpu_blocks"] = layout.num_blocks(central) if inp.num_blocks_override is None else inp.num_blocks_override
+    details["num_gpu_blocks"] = layout.num_blocks(central)
+    if inp.num_blocks_override is not None:
+        details["num_gpu_blocks_override"] = inp.num_blocks_override
     details["kv_bytes_per_token"] = round(layout.bytes_per_token, 2)
     details["kv_cell_parts"] = dict(layout.parts)
     details["kv_dtype"] = kv_dtype

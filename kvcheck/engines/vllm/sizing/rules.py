@@ -14,7 +14,10 @@ KV220 = define_rule(
     when unset) fits the KV cache it sized, and exits otherwise (`To serve at least one request
     with the model's max seq len ...`, or `No available memory for the cache blocks`). The estimate
     predicts either check fails, even when the advertised window is smaller than max_model_len:
-    the role would not start. Fix: set `--max-model-len` to at most the length the finding names,
+    the role would not start. A cache vLLM allocates as it is told, not as the memory allows
+    (`--kv-cache-memory-bytes`, `--num-gpu-blocks-override` blocks x bytes per block), that is larger
+    than the GPU's memory less the weights runs out of GPU memory at start: the same verdict.
+    Fix: set `--max-model-len` to at most the length the finding names,
     give the cache more memory (`--gpu-memory-utilization`, `--kv-cache-memory-bytes`, an fp8 KV
-    cache, a larger `--tensor-parallel-size`), or measure the role.""",
+    cache, a larger `--tensor-parallel-size`), lower the cache the finding names, or measure the role.""",
 )

@@ -10,6 +10,8 @@ from typing import Any
 
 from kvcheck.engines.vllm.sizing.layout import HYBRID_FAMILIES
 from kvcheck.errors import EstimateError
+from kvcheck.io.jsontext import JsonRejected
+from kvcheck.io.jsontext import loads as json_loads
 
 # Architectures from vLLM 0.32.0's registry (vllm/model_executor/models/registry.py, _TEXT_GENERATION_MODELS
 # and _MULTIMODAL_MODELS) whose KV cache layout.py computes as vLLM builds it: decoder-only models of
@@ -62,9 +64,11 @@ def _speculative(value: Any) -> dict[str, Any] | None:
     if isinstance(value, Mapping):
         return dict(value)
     try:
-        parsed = json.loads(str(value))
+        parsed = json_loads(str(value))
     except json.JSONDecodeError as exc:
         raise EstimateError(f"--speculative-config is not valid JSON: {exc}") from exc
+    except JsonRejected as exc:
+        raise EstimateError(f"--speculative-config cannot be read safely: {exc}") from exc
     return dict(parsed) if isinstance(parsed, Mapping) else None
 
 

@@ -9,7 +9,6 @@ the library's models. Every API failure becomes a `KubeError` carrying the serve
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.errors import CheckError, MissingExtraError
+from kvcheck.io.jsontext import loads as json_loads
 
 INSTALL_HINT = "pip install 'kvcheck[k8s]'"
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
@@ -56,7 +56,7 @@ def _status_message(exc: Any) -> tuple[int, str, str]:
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
     try:
-        data = json.loads(body) if body else {}
+        data = json_loads(body) if body else {}
     except (TypeError, ValueError):
         data = {}
     if isinstance(data, dict) and data.get("message"):
@@ -122,7 +122,7 @@ class KubeApi:
     def _json(self, what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         response = self._call(what, method, *args, **kwargs)
         try:
-            decoded: dict[str, Any] = json.loads(response.data or b"{}")
+            decoded: dict[str, Any] = json_loads(response.data or b"{}")
             return decoded
         except ValueError as exc:
             raise KubeError(f"{what}: the API server's answer is not JSON") from exc

@@ -3,7 +3,8 @@ the sizing model was fit to them).
 
 Usage: python tests/bench/bench_dsv4_logs.py [--repo DIR]   (DIR: another checkout to score, e.g. the
 commit before a change; default this one). Prints one row per logged figure: the weights per GPU
-('Load weight end' mem usage), and for the refused start whether the estimate predicts the refusal.
+('Load weight end' mem usage, where the log has it), the pool against the logged one, and for the
+refused start whether the estimate predicts the refusal.
 The configs and logs are read from this checkout's tests/data.
 """
 
@@ -16,19 +17,27 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[2]
 MODELS = HERE / "tests" / "data" / "models"
 
-# (case, model config, GPU, release, args, logged weights GiB (mem usage), logged outcome)
+# (case, model config, GPU, release, args, env, logged weights GiB (mem usage), logged pool, logged outcome)
 CASES = (
     ("V4-Pro FP4 experts, 8xH200 TP8, mfs 0.88 (InferenceX #2128)", "deepseek-ai--DeepSeek-V4-Pro", "H200", "0.5.14",
      {"tp_size": 8, "mem_fraction_static": 0.88, "moe_runner_backend": "marlin", "max_running_requests": 8,
-      "chunked_prefill_size": 4096, "disable_radix_cache": True}, 125.65, "refused (ValueError: Loaded weights leave no GPU memory)"),
+      "chunked_prefill_size": 4096, "disable_radix_cache": True}, {}, 125.65, None,
+     "refused (ValueError: Loaded weights leave no GPU memory)"),
     ("V4-Flash-Base FP8 experts, 8xH20 TP8, mfs 0.60 (fixture)", "sgl-project--DeepSeek-V4-Flash-FP8", "H20", "0.5.12",
-     {"tp_size": 8, "mem_fraction_static": 0.6}, 93.61 - 57.01, "1,317,632 tokens"),
+     {"tp_size": 8, "mem_fraction_static": 0.6}, {}, 93.61 - 57.01, 1_317_632, "1,317,632 tokens"),
     # a ROCm development build (sglang#25118): no release, so the KV108 range over every layout applies
     ("V4-Flash-FP8, 4xMI300X TP4 DP4 DP attention, mfs 0.88 (sglang#25118, dev build)", "sgl-project--DeepSeek-V4-Flash-FP8",
      "MI300X", None,
      {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True, "mem_fraction_static": 0.88, "max_running_requests": 256,
       "page_size": 256, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True, "chunked_prefill_size": 8192,
-      "disable_cuda_graph": True, "swa_full_tokens_ratio": 0.8}, 73.43, "529,408 tokens (full_token)"),
+      "disable_cuda_graph": True, "swa_full_tokens_ratio": 0.8}, {}, 73.43, 529_408, "529,408 tokens (full_token)"),
+    # a source build of 2026-09-03, the day before the 0.5.19 wheel; GPU not printed (80 GB Hopper inferred), no
+    # weight lines: the pool is scored on an assumed H100
+    ("V4-Flash FP4 experts, 8xH100 (inferred) TP8, mfs 0.85, bf16 compress state (Pqlet, build a1fe4e30)",
+     "deepseek-ai--DeepSeek-V4-Flash", "H100", "0.5.19",
+     {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85, "context_length": 1_048_576,
+      "chunked_prefill_size": 8192, "max_running_requests": 64}, {"SGLANG_DSV4_COMPRESS_STATE_DTYPE": "bf16"},
+     None, 6_859_008, "6,859,008 tokens"),
 )
 
 
@@ -41,17 +50,22 @@ def main() -> int:
     from kvcheck.model import EstimateInputs, RoleTarget
 
     print(f"kvcheck from {repo}")
-    print("| case | release | logged weights GiB | predicted GiB | error % | logged pool | predicted pool | range |")
-    print("| --- | --- | ---: | ---: | ---: | --- | ---: | --- |")
-    for name, model, gpu, release, args, logged, outcome in CASES:
+    print("| case | release | logged weights GiB | predicted GiB | weights error % | logged pool | predicted pool "
+          "| pool error % | range |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+    for name, model, gpu, release, args, env, logged, logged_pool, outcome in CASES:
         target = RoleTarget(name="server", context_length=1, min_headroom=1.0, engine_version=release, args=args,
-                            argv_args=(), gpu=gpu, model_config=MODELS / f"{model}.json", estimate=EstimateInputs())
+                            argv_args=(), gpu=gpu, model_config=MODELS / f"{model}.json", env=env,
+                            estimate=EstimateInputs())
         est = estimate_role(target, offline=True)
         predicted = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
         refused = [f.message for f in getattr(est, "findings", ()) if f.rule == "KV120"]
         pool = "refused" if refused or est.pool_tokens == 0 else f"{est.pool_tokens:,}"
-        print(f"| {name} | {release or 'not stated'} | {logged:.2f} | {predicted:.2f} | {100 * (predicted - logged) / logged:+.1f} "
-              f"| {outcome} | {pool} | {est.pool_range[0]:,}-{est.pool_range[1]:,} |")
+        weights = (f"not logged | {predicted:.2f} | -" if logged is None else
+                   f"{logged:.2f} | {predicted:.2f} | {100 * (predicted - logged) / logged:+.1f}")
+        pool_error = "-" if logged_pool is None else f"{100 * (est.pool_tokens - logged_pool) / logged_pool:+.2f}"
+        print(f"| {name} | {release or 'not stated'} | {weights} | {outcome} | {pool} | {pool_error} "
+              f"| {est.pool_range[0]:,}-{est.pool_range[1]:,} |")
     return 0
 
 

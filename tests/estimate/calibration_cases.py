@@ -300,6 +300,11 @@ UNUSABLE: dict[str, str] = {
         "a ROCm development build that stops at the pool's allocation (no pool); its weights, baseline and "
         "bytes_per_full_token are checked in tests/estimate/test_dsv4_prerelease.py"
     ),
+    "sglang-dsv4-flash-8xH100-tp8-bf16state-pqlet": (
+        "GPU not printed (an 80 GB Hopper inferred) and no weight lines: its bytes_per_full_token, c128 fixed "
+        "bytes and pool from the logged available bytes are checked in tests/estimate/test_dsv4_state_dtype.py, "
+        "its pool on an assumed H100 in tests/bench/bench_dsv4_logs.py"
+    ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
         "a refused start (no pool): its weights are checked (-5.1 %, the FP4 experts' float32 scales of that era), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"

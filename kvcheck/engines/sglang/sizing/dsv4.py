@@ -5,7 +5,8 @@ layers of compress ratio 4 add a compressed KV pool at 1/4 of the tokens plus an
 layers of ratio 128 a compressed pool at 1/128, and the c4/c128 compress states are request-scoped.
 `bytes_per_full_token` prices one full-context token across those pools; the request-scoped c128
 state is a fixed cost taken from the budget first. Reproduced here for the default CUDA path:
-FlashMLA V4 layout (SGLANG_DSV4_KV_LAYOUT=v4, the default), fp32 compress state, no online c128,
+FlashMLA V4 layout (SGLANG_DSV4_KV_LAYOUT=v4, the default), fp32 or (0.5.14 on) bf16 compress state
+(SGLANG_DSV4_COMPRESS_STATE_DTYPE, _get_dsv4_compress_state_dtype_sizes), no online c128,
 no unified-KV (a ROCm-only switch), no HiSparse, no encoder replay. Other switches are refused.
 
 The layout changed between releases (read from each release's wheel; docs/estimate.md, DeepSeek-V4 by
@@ -36,7 +37,9 @@ from kvcheck.errors import EstimateError
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
 V4_ROW_BYTES = 576 + 8  # KVLayout.V4: 576 data bytes + 8 scale bytes per token
 V4_PAGE_ALIGN = 576  # KVLayout.V4.page_align: page stride padded to the TMA row
-STATE_DTYPE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32
+FP32_STATE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE=float32, the default (and the only choice before 0.5.14)
+STATE_DTYPE_ENV = "SGLANG_DSV4_COMPRESS_STATE_DTYPE"
+STATE_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2}  # _get_dsv4_compress_state_dtype_sizes
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
 KV_ROW_BYTES = 448 + 64 * 2 + 8  # fp8 nope + bf16 rope + 7 scales + 1 pad (the configurator's kv_bytes before 0.5.21)
 
@@ -57,7 +60,6 @@ LAYOUTS = {
 }
 UNSUPPORTED_ENV = {
     "SGLANG_DSV4_KV_LAYOUT": ("v4",),
-    "SGLANG_DSV4_COMPRESS_STATE_DTYPE": ("float32", "fp32"),
     "SGLANG_OPT_USE_ONLINE_COMPRESS": ("0", "false"),
     "SGLANG_HACK_FLASHMLA_BACKEND": (),
 }
@@ -83,8 +85,23 @@ def check_env(env: Mapping[str, str]) -> None:
         if value is not None and str(value).lower() not in allowed:
             raise EstimateError(
                 f"{name}={value} selects a DeepSeek-V4 pool layout the estimate model does not price "
-                "(it reproduces the default FlashMLA V4 layout with fp32 compress state)"
+                "(it reproduces the default FlashMLA V4 layout)"
             )
+
+
+def compress_state_bytes(env: Mapping[str, str], *, reads_env: bool) -> int:
+    """Bytes per element of the c4/c128 compress states: SGLANG_DSV4_COMPRESS_STATE_DTYPE as the release reads it.
+
+    `reads_env`: the release has the variable (0.5.14 on); before, the states are float32 whatever it says.
+    A value SGLang rejects is refused before this (refusals.check_dsv4_state_dtype); here it is not priced.
+    """
+    value = env.get(STATE_DTYPE_ENV)
+    if not reads_env or value is None:
+        return FP32_STATE_BYTES
+    size = STATE_DTYPE_BYTES.get(str(value).strip().lower())
+    if size is None:
+        raise EstimateError(f"{STATE_DTYPE_ENV}={value} is not a compress-state dtype SGLang accepts")
+    return size
 
 
 def _paged_bytes(page_size: int, ratio: int = 0) -> float:
@@ -120,6 +137,7 @@ def plan(
     radix_cache: bool,
     decode_extra_slots: int,
     layout: str = LAYOUT_0_5_21,
+    state_bytes: int = FP32_STATE_BYTES,
 ) -> Dsv4Plan:
     """DSV4PoolConfigurator.__init__ / _get_bytes_per_* for one PP stage of one rank, in `layout`'s era."""
     if page_size % 128:
@@ -136,12 +154,13 @@ def plan(
             layout=layout, by_ratio=by_ratio, layers=layers, head_dim=head_dim, index_head_dim=index_head_dim,
             sliding_window=sliding_window, max_running_requests=max_running_requests, attn_dp=attn_dp, role=role,
             swa_ratio_arg=swa_ratio_arg, speculative=speculative, decode_extra_slots=decode_extra_slots,
+            state_bytes=state_bytes,
         )
     rings = {r: _ring(r, draft_tokens) for r in by_ratio}
     indexer_bytes = index_head_dim + index_head_dim // 128 * 4  # get_dsv4_indexer_bytes_per_token, fp8
 
-    c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
-    c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
+    c4_state = 2 * 2 * head_dim * state_bytes
+    c4_indexer_state = 2 * 2 * index_head_dim * state_bytes
     bytes_per_swa = _paged_bytes(page_size) * layers + (
         rings.get(4, 0) / page_size * (c4_state + c4_indexer_state) * by_ratio.get(4, 0)
     )
@@ -175,7 +194,7 @@ def plan(
     if 128 in by_ratio:
         rows = slots * rings[128] + rings[128] + 1
         rows = math.ceil(rows / 128) * 128
-        c128 = rows * 2 * head_dim * STATE_DTYPE_BYTES * by_ratio[128]
+        c128 = rows * 2 * head_dim * state_bytes * by_ratio[128]
     fixed = c128 + (cap_tokens * bytes_per_swa if cap_tokens is not None else 0.0)
     return Dsv4Plan(
         bytes_per_full_token=full,
@@ -193,6 +212,7 @@ def plan(
             "swa_full_tokens_ratio": None if cap_tokens is not None else swa_ratio,
             "swa_cap_tokens": cap_tokens,
             "c128_state_fixed_bytes": int(c128),
+            "compress_state_bytes_per_element": state_bytes,
             "fixed_bytes": int(fixed),
             "layout": LAYOUTS[layout],
         },
@@ -213,6 +233,7 @@ def _swa_slot_plan(
     swa_ratio_arg: float | None,
     speculative: bool,
     decode_extra_slots: int,
+    state_bytes: int,
 ) -> Dsv4Plan:
     """DSV4PoolConfigurator._get_bytes_per_full_token of 0.5.12-0.5.20 (pool_configurator.py):
 
@@ -230,9 +251,9 @@ def _swa_slot_plan(
     window = max(1, sliding_window)
     l4, l128 = by_ratio.get(4, 0), by_ratio.get(128, 0)
     indexer_bytes = index_head_dim + index_head_dim // 128 * 4
-    c4_state = 2 * 2 * head_dim * STATE_DTYPE_BYTES
-    c4_indexer_state = 2 * 2 * index_head_dim * STATE_DTYPE_BYTES
-    c128_state = 2 * head_dim * STATE_DTYPE_BYTES
+    c4_state = 2 * 2 * head_dim * state_bytes
+    c4_indexer_state = 2 * 2 * index_head_dim * state_bytes
+    c128_state = 2 * head_dim * state_bytes
     c128_per_slot = layout in (LAYOUT_PRE_0_5_12, LAYOUT_0_5_12, LAYOUT_0_5_13)
     bytes_per_swa = KV_ROW_BYTES * layers + ring4 / window * (c4_state + c4_indexer_state) * l4
     if c128_per_slot:
@@ -265,6 +286,7 @@ def _swa_slot_plan(
             "swa_full_tokens_ratio": swa_ratio,
             "swa_cap_tokens": None,
             "c128_state_fixed_bytes": int(c128),
+            "compress_state_bytes_per_element": state_bytes,
             "fixed_bytes": int(c128),
             "layout": LAYOUTS[layout],
         },

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
     check_args,
     check_dsv4_kv_dtype,
+    check_dsv4_state_dtype,
     check_parallel,
 )
 from kvcheck.engines.sglang.sizing.shape import (
@@ -230,10 +232,11 @@ def _msa_cell(
 
 def _dsv4_plan(
     shape: ModelShape, res: Resolved, stage: range, args: Mapping[str, Any], env: Mapping[str, str],
-    layout: str = dsv4.LAYOUT_0_5_21, ratio_08_unset: bool = False,
+    layout: str = dsv4.LAYOUT_0_5_21, ratio_08_unset: bool = False, state_bytes: int = dsv4.FP32_STATE_BYTES,
 ) -> dsv4.Dsv4Plan:
     """One PP stage's V4 pools in `layout`'s era. `ratio_08_unset`: before 0.5.20 the V4 hook replaced
-    --swa-full-tokens-ratio by 0.1 whenever it equalled the field's default 0.8, so a given 0.8 is unset."""
+    --swa-full-tokens-ratio by 0.1 whenever it equalled the field's default 0.8, so a given 0.8 is unset.
+    `state_bytes`: the compress states' element size (dsv4.compress_state_bytes)."""
     dsv4.check_env(env)
     if args.get("enable_hisparse") or args.get("enable_encoder_swa_bounded_replay"):
         raise EstimateError("DeepSeek-V4 with HiSparse or encoder SWA replay is not priced by the estimate model")
@@ -257,7 +260,7 @@ def _dsv4_plan(
         cap_mode_default=shape.model_type == "deepseek_v41",
         draft_tokens=int(res.spec_draft_tokens or 0) if res.speculative else 0,
         speculative=res.speculative is not None, radix_cache=radix, decode_extra_slots=int(extra),
-        layout=layout,
+        layout=layout, state_bytes=state_bytes,
     )
 
 
@@ -539,17 +542,24 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
+    v4_state = dsv4.compress_state_bytes(
+        target.env, reads_env=rel.rules_for(target.engine_version).has(rel.DSV4_STATE_DTYPE_ENV))
     shape = _dsa_indexer_layers_by_release(target, shape, assumptions)
     dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
         stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
-        dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset)
+        dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset, v4_state)
                     for r in stage_ranges] if shape.kind == DSV4 else [],
         dsa_budget_unscaled=dsa_budget_unscaled, dsa_budget_no_indexer=dsa_budget_no_indexer,
     )
     if shape.kind == DSV4:
         assumptions.append(f"DeepSeek-V4 pool layout of SGLang {dsv4.LAYOUTS[v4_layout]}")
+        if dsv4.STATE_DTYPE_ENV in target.env:
+            assumptions.append(
+                f"DeepSeek-V4 compress states at {v4_state} bytes per element ({dsv4.STATE_DTYPE_ENV}="
+                f"{target.env[dsv4.STATE_DTYPE_ENV]}" + ("" if rel.rules_for(target.engine_version).has(
+                    rel.DSV4_STATE_DTYPE_ENV) else ", which this release does not read: float32") + ")")
 
     pre_gib, overhead_gib, pre_band_gib = budget.pre_gib, budget.overhead_gib, budget.pre_band_mib / 1024
     pre_band_above_gib = budget.pre_band_above_mib / 1024
@@ -566,11 +576,14 @@ def estimate_role(
     if v4_unknown is not None:
         # KV108: the layout of the declared build is not known, so the range spans every layout's pool
         lows, highs = [low_phys], [high_phys]
-        for alt in dsv4.range_layouts(target.engine_version):
-            if alt == v4_layout:
+        # a build kvcheck cannot place may also predate the compress-state variable (0.5.14): float32 then
+        for alt, alt_state in itertools.product(dsv4.range_layouts(target.engine_version),
+                                                sorted({v4_state, dsv4.FP32_STATE_BYTES})):
+            if alt == v4_layout and alt_state == v4_state:
                 continue
             alt_sizer = replace(sizer, dsv4_plans=[
-                _dsv4_plan(shape, res, r, args, target.env, alt, alt != dsv4.LAYOUT_0_5_21) for r in stage_ranges])
+                _dsv4_plan(shape, res, r, args, target.env, alt, alt != dsv4.LAYOUT_0_5_21, alt_state)
+                for r in stage_ranges])
             lows.append(alt_sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
             highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
                                         max(0.0, overhead_gib - overhead_band))[0])
@@ -641,8 +654,10 @@ def _checked_resolve(
     try:
         check_args(target, args)
         if shape.kind == DSV4:
-            check_dsv4_kv_dtype(target, args, npu=gpu.is_npu,
-                                bf16_hook=rel.rules_for(target.engine_version).has(rel.DSV4_BF16_HOOK))
+            rules = rel.rules_for(target.engine_version)
+            check_dsv4_kv_dtype(target, args, npu=gpu.is_npu, bf16_hook=rules.has(rel.DSV4_BF16_HOOK))
+            check_dsv4_state_dtype(target, reads_env=rules.has(rel.DSV4_STATE_DTYPE_ENV),
+                                   bf16_with_online=rules.has(rel.DSV4_STATE_BF16_ONLINE))
     except EngineRefusal as exc:
         if planning:
             raise EstimateError(exc.message) from exc

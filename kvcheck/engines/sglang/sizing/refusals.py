@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.dsv4 import STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
@@ -220,3 +221,33 @@ def check_dsv4_kv_dtype(target: RoleTarget, args: Mapping[str, Any], *, npu: boo
         f"--kv-cache-dtype {raw} cannot serve DeepseekV4ForCausalLM on a GPU: {why}",
         hint="leave --kv-cache-dtype unset (auto) or set fp8_e4m3: V4's pools store fp8 rows",
     )
+
+
+def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_online: bool) -> None:
+    """SGLANG_DSV4_COMPRESS_STATE_DTYPE values SGLang stops on (_get_dsv4_compress_state_dtype_sizes, 0.5.14 on).
+
+    The pool configurator raises ValueError for a name other than float32, fp32, bfloat16 or bf16 (after
+    strip().lower()); 0.5.14-0.5.15 also refuse bf16 with SGLANG_OPT_USE_ONLINE_COMPRESS on.
+    `reads_env`: the release has the variable; `bf16_with_online`: it accepts bf16 with online compress (0.5.16 on).
+    """
+    value = target.env.get(STATE_DTYPE_ENV)
+    if not reads_env or value is None:
+        return
+    name = str(value).strip().lower()
+    if name not in STATE_DTYPE_BYTES:
+        raise _refuse(
+            target, (),
+            f"{STATE_DTYPE_ENV}={value} stops SGLang while it sizes the DeepSeek-V4 pools: "
+            f"'Unsupported {STATE_DTYPE_ENV}={name!r}. Expected one of: float32, fp32, bfloat16, bf16.' "
+            "(_get_dsv4_compress_state_dtype_sizes)",
+            hint="set float32 (the default) or bf16, or leave the variable unset",
+        )
+    online = str(target.env.get("SGLANG_OPT_USE_ONLINE_COMPRESS", "")).strip().lower() in ("true", "1", "yes", "y")
+    if STATE_DTYPE_BYTES[name] == 2 and online and not bf16_with_online:
+        raise _refuse(
+            target, (),
+            f"{STATE_DTYPE_ENV}={value} with SGLANG_OPT_USE_ONLINE_COMPRESS on stops SGLang: "
+            f"'{STATE_DTYPE_ENV}=bf16 is not supported when SGLANG_OPT_USE_ONLINE_COMPRESS=1; online c128 state "
+            "must stay float32.' (_get_dsv4_compress_state_dtype_sizes)",
+            hint="drop one of the two variables, or run SGLang 0.5.16 or later",
+        )

@@ -72,6 +72,9 @@ DSV4_FIRST = "0.5.12"  # DeepseekV4ForCausalLM served; c4 and c128 compress stat
 #                        compress_ratios priced on every rank (the MTP layer's entry too, no PP slice)
 DSV4_PP_SLICE = "0.5.13"  # the pool prices its PP stage's layers only (compress_ratios[start_layer:end_layer])
 DSV4_BF16_HOOK = "0.5.14"  # the V4 hook accepts --kv-cache-dtype bfloat16 (before: fp8_e4m3 only)
+DSV4_STATE_DTYPE_ENV = "0.5.14"  # SGLANG_DSV4_COMPRESS_STATE_DTYPE (float32/fp32, bfloat16/bf16) sizes the c4/c128
+#   compress states (before: float32, the variable unread); 0.5.14-0.5.15 refuse bf16 with SGLANG_OPT_USE_ONLINE_COMPRESS=1
+DSV4_STATE_BF16_ONLINE = "0.5.16"  # bf16 compress state no longer refused with online compress
 DSV4_C128_REQUEST_SCOPED = "0.5.15"  # the c128 compress state is request-scoped: fixed bytes, not per SWA slot
 DSV4_SWA_RATIO_NONE = "0.5.20"  # the V4 SWA ratio 0.1 applies when the flag is unset (before: when it equals 0.8)
 DSV4_PAGED_RING = "0.5.21"  # page-padded V4 rows, SWA page = page size, cap mode, the operator's ratio kept

@@ -306,7 +306,7 @@ UNUSABLE: dict[str, str] = {
         "its pool on an assumed H100 in tests/bench/bench_dsv4_logs.py"
     ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
-        "a refused start (no pool): its weights are checked (-5.1 %, the FP4 experts' float32 scales of that era), "
+        "a refused start (no pool): its weights are checked (-0.5 % under the launch's Marlin experts), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"
     ),
 }
@@ -334,10 +334,11 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 WEIGHT_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
     ("sglang-glm5-fp8-mi35x-tp8-fp8kv", "zai-org--GLM-5-FP8", "MI355X", {"tp_size": 8}, "0.5.23"),
     ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "H100", {"tp_size": 2}, "0.5.23"),
-    # DeepSeek-V4 (docs/estimate.md, DeepSeek-V4 weights): FP4 experts on Hopper in the 0.5.14-0.5.15 era
-    # (float32 block scales), and the FP8-expert Flash-Base fixture priced with the FP8 Flash config
+    # DeepSeek-V4 (docs/estimate.md, DeepSeek-V4 weights): FP4 experts on Hopper in 0.5.14 under the launch's
+    # own --moe-runner-backend marlin (E8M0 Marlin scales beside the float32 loader scales it keeps), and the
+    # FP8-expert Flash-Base fixture priced with the FP8 Flash config
     ("sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128", "deepseek-ai--DeepSeek-V4-Pro", "H200",
-     {"tp_size": 8, "mem_fraction_static": 0.88}, "0.5.14"),
+     {"tp_size": 8, "mem_fraction_static": 0.88, "moe_runner_backend": "marlin"}, "0.5.14"),
     ("sglang-dsv4-flash-base-8xH20-tp8-mfs060-fixture", "sgl-project--DeepSeek-V4-Flash-FP8", "H20",
      {"tp_size": 8, "mem_fraction_static": 0.6}, "0.5.12"),
 )

@@ -59,7 +59,7 @@ MIB = float(1 << 20)
 LOAD_OVERHEAD_GIB = 0.125
 LOAD_OVERHEAD_BAND_GIB = 0.125
 WEIGHTS_BAND_FRACTION = 0.01  # layouts/padding the config cannot show (vocab padding, swizzled scales)
-DSV4_WEIGHTS_UNEXPLAINED = 0.06  # DeepSeek-V4 loads 4.7-5.2 % above its priced weights in the two logs that print them (unexplained): the range's low end
+DSV4_WEIGHTS_UNEXPLAINED = 0.06  # the V4-Flash-Base fixture loads 4.5 % above its priced weights (unexplained): the range's low end
 MM_VLM_CACHE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default
 MM_FEATURE_CACHE_MIB = 1024  # SGLANG_MM_FEATURE_CACHE_MB, with cuda_ipc / cuda_vmm transport
 MAMBA_FULL_MEMORY_RATIO = 0.9
@@ -567,7 +567,7 @@ def estimate_role(
     known_weights = weights_method == "override"
     weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
     overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
-    # DeepSeek-V4: three logs load 3-6 % more than the config's parameters in the release's formats
+    # DeepSeek-V4: the Flash-Base fixture loads 4.5 % more than the config's parameters in its release's formats
     # (docs/estimate.md, DeepSeek-V4 weights); the low end of the range carries that much more
     weights_band_up = DSV4_WEIGHTS_UNEXPLAINED if shape.kind == DSV4 and not known_weights else weights_band
     low_phys, _ = sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)

@@ -125,6 +125,63 @@ def test_bf16_with_online_compress_stops_0_5_15_and_is_not_priced_later():
         estimate_role(_pqlet("0.5.16", env=env), offline=True)
 
 
+# --- the environment as SGLang reads it (sglang/srt/environ.py) -----------------------------------------------
+
+LEGACY = "SGL_DSV4_COMPRESS_STATE_DTYPE"
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.19", "0.5.23"])
+def test_a_legacy_sgl_name_is_read_as_sglang_reads_it(version):
+    # environ.py copies every SGL_X to SGLANG_X at import (0.5.3 on): SGL_ names are refused and priced the same
+    with pytest.raises(EngineRefusal, match="SGLANG_DSV4_COMPRESS_STATE_DTYPE=fp16 stops SGLang"):
+        estimate_role(_pqlet(version, env={LEGACY: "fp16"}), offline=True)
+    legacy = estimate_role(_pqlet(version, env={LEGACY: "bf16"}), offline=True)
+    assert legacy.details["kv_cell_parts"]["compress_state_bytes_per_element"] == 2
+    assert legacy.pool_tokens == estimate_role(_pqlet(version), offline=True).pool_tokens
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.19"])
+def test_the_legacy_name_overrides_the_new_one_as_sglang_copies_it(version):
+    # SGLANG_...=bf16 with SGL_...=fp32: SGLang overwrites the bf16 with fp32, so the pool is the float32 one
+    both = estimate_role(_pqlet(version, env={**BF16, LEGACY: "fp32"}), offline=True)
+    fp32 = estimate_role(_pqlet(version, env={}), offline=True)
+    assert both.details["kv_cell_parts"]["compress_state_bytes_per_element"] == 4
+    assert both.pool_tokens == fp32.pool_tokens
+    assert both.pool_tokens < estimate_role(_pqlet(version), offline=True).pool_tokens
+
+
+def test_a_legacy_online_compress_switch_is_read_too():
+    with pytest.raises(EngineRefusal, match="online c128 state must stay float32"):
+        estimate_role(_pqlet("0.5.14", env={**BF16, "SGL_OPT_USE_ONLINE_COMPRESS": "1"}), offline=True)
+
+
+def test_no_rename_before_0_5_3():
+    from kvcheck.engines.sglang.sizing.environ import effective_env
+
+    env = {"SGL_X": "1", "SGLANG_X": "0"}
+    assert effective_env(env, "0.5.2") == env
+    assert effective_env(env, "0.5.3") == {"SGL_X": "1", "SGLANG_X": "1"}
+    assert effective_env(env, None)["SGLANG_X"] == "1"
+
+
+@pytest.mark.parametrize("value", [" 1", "off", "no", "n", "0", "FALSE", "maybe"])
+def test_online_compress_off_as_envbool_reads_it(value):
+    # EnvBool lower-cases only: " 1" is invalid (the default, off), as are "off" and "maybe"; "no" and "n" are off.
+    # 0.5.14 starts with bf16 states then, so they are priced, never refused and never KV305
+    est = estimate_role(_pqlet("0.5.14", env={**BF16, "SGLANG_OPT_USE_ONLINE_COMPRESS": value}), offline=True)
+    assert est.details["kv_cell_parts"]["compress_state_bytes_per_element"] == 2
+
+
+@pytest.mark.parametrize("value", ["fp16", ""])
+def test_other_models_do_not_read_the_v4_variable(value):
+    # only DeepSeek-V4's pool configurator reads it: a Qwen3 role with any value is priced as without it
+    qwen = role("Qwen--Qwen3-32B", gpu="H100", window=32768, env={dsv4.STATE_DTYPE_ENV: value}, tp_size=1)
+    plain = role("Qwen--Qwen3-32B", gpu="H100", window=32768, tp_size=1)
+    for version in ("0.5.19", "0.5.23"):
+        assert (estimate_role(replace(qwen, engine_version=version), offline=True).pool_tokens
+                == estimate_role(replace(plain, engine_version=version), offline=True).pool_tokens > 0)
+
+
 def test_a_build_kvcheck_cannot_place_spans_float32_states_too():
     # a release candidate may predate the variable's reading (KV108): the range carries both element sizes
     bf16 = estimate_role(_pqlet("0.5.22rc1"), offline=True)
@@ -138,7 +195,7 @@ def test_a_build_kvcheck_cannot_place_spans_float32_states_too():
 # --- end to end -----------------------------------------------------------------------------------------------
 
 
-def _manifest(tmp_path: Path, state: str) -> Path:
+def _manifest(tmp_path: Path, state: str, name: str = dsv4.STATE_DTYPE_ENV) -> Path:
     (tmp_path / "config.json").write_text(model_config(FLASH).read_text())
     path = tmp_path / "manifest.yaml"
     path.write_text(textwrap.dedent(f"""\
@@ -151,7 +208,7 @@ def _manifest(tmp_path: Path, state: str) -> Path:
         engine:
           version: "0.5.19"
           env:
-            SGLANG_DSV4_COMPRESS_STATE_DTYPE: {state}
+            {name}: {state}
         args: {{tp-size: 8, kv-cache-dtype: fp8_e4m3, mem-fraction-static: 0.85, context-length: 1048576,
                chunked-prefill-size: 8192, max-running-requests: 64}}
         roles:
@@ -176,3 +233,11 @@ def test_cli_a_rejected_name_is_exit_2(tmp_path, kvcheck):
     first = result.stderr.splitlines()[0]
     assert first.startswith(f"kvcheck: error: {manifest}:")
     assert "role server: SGLANG_DSV4_COMPRESS_STATE_DTYPE=fp16 stops SGLang" in first
+
+
+def test_cli_a_rejected_legacy_name_is_exit_2(tmp_path, kvcheck):
+    # the SGL_ spelling reaches the server as SGLANG_DSV4_COMPRESS_STATE_DTYPE (environ.py): the same refusal
+    manifest = _manifest(tmp_path, "fp16", name=LEGACY)
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "SGLANG_DSV4_COMPRESS_STATE_DTYPE=fp16 stops SGLang" in result.stderr.splitlines()[0]

@@ -221,6 +221,23 @@ def test_a_host_that_holds_the_role_goes_ahead_without_nvml() -> None:
     assert preflight(launcher, cpu_target(args={"tp_size": 2, "dp_size": 2})) is not None
 
 
+def test_the_bind_variable_is_read_as_sglang_reads_it(monkeypatch) -> None:
+    # environ.py copies SGL_CPU_OMP_THREADS_BIND over SGLANG_CPU_OMP_THREADS_BIND (0.5.3 on): one group, two ranks
+    monkeypatch.delenv("SGLANG_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("SGL_CPU_OMP_THREADS_BIND", raising=False)
+    launcher = LocalLauncher(host_reader=lambda: host(8 * 2**30, nodes=1))
+    two = cpu_target(args={"tp_size": 2})
+    legacy = replace(two, env={"SGLANG_CPU_OMP_THREADS_BIND": "0-3|4-7", "SGL_CPU_OMP_THREADS_BIND": "0-7"})
+    refusal = preflight(launcher, legacy)
+    assert refusal is not None
+    assert refusal.findings[0].message.startswith(
+        "role server runs 2 SGLang CPU ranks, and SGLANG_CPU_OMP_THREADS_BIND=0-7 names 1 CPU group(s)")
+    assert preflight(launcher, replace(two, env={"SGL_CPU_OMP_THREADS_BIND": "0-3|4-7"})) is None
+    # the server inherits kvcheck's own environment under the role's
+    monkeypatch.setenv("SGL_CPU_OMP_THREADS_BIND", "0-3|4-7")
+    assert preflight(launcher, two) is None
+
+
 def test_no_gpu_check_skips_the_host_check_too() -> None:
     # the engine runs where this host's inventory does not apply (a container, a wrapper)
     assert preflight(LocalLauncher(gpu_check=False, host_reader=lambda: host(None)), cpu_target()) is None

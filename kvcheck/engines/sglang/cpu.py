@@ -36,8 +36,11 @@ def cpu_ranks(target: RoleTarget) -> int:
 
 def check_host(target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
     """(message, hint) when SGLang would refuse to bind the role's ranks on this host; None otherwise."""
+    from kvcheck.engines.sglang.sizing.environ import effective_env
+
     ranks = cpu_ranks(target)
-    bind = target.env.get(BIND_ENV, os.environ.get(BIND_ENV, "all"))
+    # the server inherits this process's environment under the role's, and renames legacy SGL_ names itself
+    bind = effective_env({**os.environ, **target.env}, target.engine_version).get(BIND_ENV, "all")
     if bind in ("", "all"):
         if ranks > host.cpu_nodes:
             return (

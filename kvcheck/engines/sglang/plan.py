@@ -17,6 +17,7 @@ from kvcheck.engines.base import PoolEstimate, SafeFraction
 from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.sizing.config import load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
+from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.model import estimate_role
 from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
@@ -387,6 +388,7 @@ def plan_role(
     offline: bool | None = None,
 ) -> RolePlan:
     """Sweep mem_fraction_static, TP and KV dtype for one role; EstimateError when it cannot be estimated."""
+    target = replace(target, env=effective_env(target.env, target.engine_version))
     gpu_profiles = as_profiles(profiles)
     sweep = _Sweep(target, gpu_profiles, offline)
     base = sweep({})

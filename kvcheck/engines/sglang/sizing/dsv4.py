@@ -32,6 +32,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import EstimateError
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
@@ -60,7 +61,6 @@ LAYOUTS = {
 }
 UNSUPPORTED_ENV = {
     "SGLANG_DSV4_KV_LAYOUT": ("v4",),
-    "SGLANG_OPT_USE_ONLINE_COMPRESS": ("0", "false"),
     "SGLANG_HACK_FLASHMLA_BACKEND": (),
 }
 
@@ -79,6 +79,9 @@ class Dsv4Plan:
     parts: Mapping[str, Any]
 
 
+ONLINE_COMPRESS_ENV = "SGLANG_OPT_USE_ONLINE_COMPRESS"  # an EnvBool, off by default in every release
+
+
 def check_env(env: Mapping[str, str]) -> None:
     for name, allowed in UNSUPPORTED_ENV.items():
         value = env.get(name)
@@ -87,6 +90,12 @@ def check_env(env: Mapping[str, str]) -> None:
                 f"{name}={value} selects a DeepSeek-V4 pool layout the estimate model does not price "
                 "(it reproduces the default FlashMLA V4 layout)"
             )
+    # online compression is on only for a value EnvBool reads as true; "no", "off" or " 1" leave it off
+    if env_bool(env.get(ONLINE_COMPRESS_ENV)):
+        raise EstimateError(
+            f"{ONLINE_COMPRESS_ENV}={env[ONLINE_COMPRESS_ENV]} selects a DeepSeek-V4 pool layout the estimate model "
+            "does not price (it reproduces the default FlashMLA V4 layout)"
+        )
 
 
 def compress_state_bytes(env: Mapping[str, str], *, reads_env: bool) -> int:

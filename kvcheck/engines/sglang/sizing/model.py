@@ -18,6 +18,7 @@ from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
+from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
@@ -500,6 +501,8 @@ def estimate_role(
     `overrides` replaces merged engine args by SGLang field name (the planner sweeps this);
     `offline` True never asks the Hugging Face Hub (None: follow HF_HUB_OFFLINE).
     """
+    # the variables as SGLang reads them (a legacy SGL_X overrides SGLANG_X)
+    target = replace(target, env=effective_env(target.env, target.engine_version))
     args = dict(target.args)
     if overrides:
         args.update(overrides)
@@ -542,8 +545,10 @@ def estimate_role(
                             "by the estimate model")
     v4_layout, v4_unknown = dsv4.layout_for(target.engine_version) if shape.kind == DSV4 else (dsv4.LAYOUT_0_5_21, None)
     v4_ratio_08_unset = shape.kind == DSV4 and not rel.rules_for(target.engine_version).has(rel.DSV4_SWA_RATIO_NONE)
+    # only DeepSeek-V4's pool configurator reads the compress-state variable
     v4_state = dsv4.compress_state_bytes(
-        target.env, reads_env=rel.rules_for(target.engine_version).has(rel.DSV4_STATE_DTYPE_ENV))
+        target.env, reads_env=rel.rules_for(target.engine_version).has(rel.DSV4_STATE_DTYPE_ENV),
+    ) if shape.kind == DSV4 else dsv4.FP32_STATE_BYTES
     shape = _dsa_indexer_layers_by_release(target, shape, assumptions)
     dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(

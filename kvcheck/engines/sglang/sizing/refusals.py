@@ -12,6 +12,7 @@ from typing import Any
 
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.dsv4 import STATE_DTYPE_BYTES, STATE_DTYPE_ENV
+from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
@@ -242,7 +243,7 @@ def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_onl
             "(_get_dsv4_compress_state_dtype_sizes)",
             hint="set float32 (the default) or bf16, or leave the variable unset",
         )
-    online = str(target.env.get("SGLANG_OPT_USE_ONLINE_COMPRESS", "")).strip().lower() in ("true", "1", "yes", "y")
+    online = env_bool(target.env.get("SGLANG_OPT_USE_ONLINE_COMPRESS"))
     if STATE_DTYPE_BYTES[name] == 2 and online and not bf16_with_online:
         raise _refuse(
             target, (),

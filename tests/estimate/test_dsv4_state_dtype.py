@@ -182,6 +182,13 @@ def test_other_models_do_not_read_the_v4_variable(value):
                 == estimate_role(replace(plain, engine_version=version), offline=True).pool_tokens > 0)
 
 
+@pytest.mark.parametrize("version", ["0.5.14rc1", "0.5.14.dev0", "0.5.16rc0", "0.5.24", None])
+def test_a_build_kvcheck_cannot_place_refuses_a_name_sglang_rejects(version):
+    # 0.5.14rc1 sorts before 0.5.14, but such a build may read the variable: fp16 is its refusal, not float32
+    with pytest.raises(EngineRefusal, match="SGLANG_DSV4_COMPRESS_STATE_DTYPE=fp16 stops SGLang"):
+        estimate_role(_pqlet(version, env={dsv4.STATE_DTYPE_ENV: "fp16"}), offline=True)
+
+
 def test_a_build_kvcheck_cannot_place_spans_float32_states_too():
     # a release candidate may predate the variable's reading (KV108): the range carries both element sizes
     bf16 = estimate_role(_pqlet("0.5.22rc1"), offline=True)

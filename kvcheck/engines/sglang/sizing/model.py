@@ -647,6 +647,14 @@ def estimate_role(
     )
 
 
+def _v4_unplaced(target: RoleTarget) -> bool:
+    """Whether the declared build is one whose DeepSeek-V4 layout kvcheck cannot place (KV108)."""
+    try:
+        return dsv4.layout_for(target.engine_version)[1] is not None
+    except EstimateError:
+        return False  # a release before V4: refused as such further on
+
+
 def _checked_resolve(
     target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile, gpu_mib: int, *, planning: bool
 ) -> Resolved:
@@ -661,7 +669,9 @@ def _checked_resolve(
         if shape.kind == DSV4:
             rules = rel.rules_for(target.engine_version)
             check_dsv4_kv_dtype(target, args, npu=gpu.is_npu, bf16_hook=rules.has(rel.DSV4_BF16_HOOK))
-            check_dsv4_state_dtype(target, reads_env=rules.has(rel.DSV4_STATE_DTYPE_ENV),
+            # a build kvcheck cannot place (KV108; 0.5.14rc1 sorts before 0.5.14) may read the variable: a name
+            # SGLang stops on is refused there too, never priced as the float32 of a release that ignores it
+            check_dsv4_state_dtype(target, reads_env=rules.has(rel.DSV4_STATE_DTYPE_ENV) or _v4_unplaced(target),
                                    bf16_with_online=rules.has(rel.DSV4_STATE_BF16_ONLINE))
     except EngineRefusal as exc:
         if planning:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from kvcheck.engines.sglang.sizing import dsv4, estimate_role
+from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.refusals import EngineRefusal
 from kvcheck.errors import EstimateError
 
@@ -156,8 +157,6 @@ def test_a_legacy_online_compress_switch_is_read_too():
 
 
 def test_no_rename_before_0_5_3():
-    from kvcheck.engines.sglang.sizing.environ import effective_env
-
     env = {"SGL_X": "1", "SGLANG_X": "0"}
     assert effective_env(env, "0.5.2") == env
     assert effective_env(env, "0.5.3") == {"SGL_X": "1", "SGLANG_X": "1"}

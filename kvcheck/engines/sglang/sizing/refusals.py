@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.engines.sglang.sizing import releases as rel
-from kvcheck.engines.sglang.sizing.dsv4 import STATE_DTYPE_BYTES, STATE_DTYPE_ENV
+from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
@@ -243,7 +243,7 @@ def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_onl
             "(_get_dsv4_compress_state_dtype_sizes)",
             hint="set float32 (the default) or bf16, or leave the variable unset",
         )
-    online = env_bool(target.env.get("SGLANG_OPT_USE_ONLINE_COMPRESS"))
+    online = env_bool(target.env.get(ONLINE_COMPRESS_ENV))
     if STATE_DTYPE_BYTES[name] == 2 and online and not bf16_with_online:
         raise _refuse(
             target, (),

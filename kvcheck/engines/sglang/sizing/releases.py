@@ -103,9 +103,10 @@ DSV4_ROPE_COS_SIN = "0.5.13"  # each V4 attention layer also builds a rotary_emb
 DSV4_ROPE_PLAIN_SWA = "0.5.18"  # the uncompressed (SWA-only) layers' rotary_emb is plain RoPE over max_position
 #   (before: deepseek_yarn over original_max_position x factor, like the compressed layers)
 ROPE_CACHE_FP32_HIP = "0.5.22"  # RotaryEmbedding keeps its cos_sin_cache in float32 on HIP too
+DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
+
 # --- the environment (sglang/srt/environ.py)
 SGL_PREFIX_RENAMED = "0.5.3"  # importing environ.py copies each legacy SGL_X to SGLANG_X, over a value already set
-DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
 
 OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full
 OLDEST_TABLE = Version("0.2.15")  # the oldest release whose default-fraction table was read

@@ -9,6 +9,7 @@ from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.placement import resolved_ep
 from kvcheck.engines.sglang.sizing.shape import DSA, DSV4, ModelShape
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile
@@ -402,7 +403,7 @@ def _inputs(
         attn_dp = int(_arg(args, "dp_size", 1))  # deprecated spelling: --dp-size N --enable-dp-attention
     attn_cp = int(_arg(args, "attn_cp_size", 1))
     dcp = int(_arg(args, "dcp_size", 1))
-    ep = int(_arg(args, "ep_size", 1))
+    ep = resolved_ep(args, tp)
     if tp % (attn_dp * attn_cp) != 0:
         raise EstimateError(f"tp_size {tp} is not divisible by attn_dp_size x attn_cp_size ({attn_dp} x {attn_cp})")
     role = disaggregation_mode(args)

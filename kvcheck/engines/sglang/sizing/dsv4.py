@@ -539,8 +539,14 @@ def weights_bytes(
     hip_rope_per_layer: bool = False,
     rope_cache_entry_bytes: int = 0,
     rope_plain_swa: bool = False,
+    shared_tp: int | None = None,
+    embed_tp: int | None = None,
+    lm_head_tp: int | None = None,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
+
+    `shared_tp`, `embed_tp`, `lm_head_tp`: the ranks the shared experts, the input embedding and the
+    lm_head shard over where SGLang keeps them off the TP group (sizing/placement.py; None: tp).
 
     Main projections exactly; the compressor, indexer and hyper-connection weights from their
     shapes in the reference implementation (small: under 3 % of the model); experts in the
@@ -582,7 +588,7 @@ def weights_bytes(
             add("dsa_indexer", d * q_lora * idx_heads * idx_dim + 2 * h * idx_heads)  # wq_b, weights_proj
             add("dsa_indexer", 2 * (2 * h * idx_dim * 2) + 4 * 4 * idx_dim * 2)  # indexer compressor
         add("moe_experts", e * experts * 3 * h * inter_rank)
-        add("shared_experts", d * shared * 3 * h * inter / tp)
+        add("shared_experts", d * shared * 3 * h * inter / (shared_tp or tp))
         add("router", 2 * experts * h + 4 * experts)
         mix = (2 + hc) * hc
         add("hyper_connections", 4 * 2 * (mix * hc * h + mix + 1))  # attn + ffn hc_fn/base/scale (fp32)
@@ -614,8 +620,8 @@ def weights_bytes(
         for _, yarn in caches:
             add("rope_tables", rope_cache_entry_bytes * (yarn_positions if yarn else positions) * 2 * rope_half)
     if first_stage:
-        add("embedding", 2 * vocab * h / tp)
+        add("embedding", 2 * vocab * h / (embed_tp or tp))
     if last_stage:
-        add("lm_head", 2 * vocab * h / tp)
+        add("lm_head", 2 * vocab * h / (lm_head_tp or tp))
         add("hyper_connections", 4 * (hc * hc * h + hc + 1))
     return out

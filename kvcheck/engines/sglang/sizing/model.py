@@ -20,6 +20,7 @@ from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source,
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
+from kvcheck.engines.sglang.sizing.placement import placement
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
@@ -42,6 +43,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     Parallel,
     WeightsEstimate,
     config_weights,
+    has_shared_experts,
     mtp_draft_bytes,
     pp_layer_split,
     routed_experts,
@@ -350,6 +352,21 @@ def _builtin_mtp_draft(
     return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
 
 
+def _placed(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, assumptions: list[str]
+) -> Parallel:
+    """`par` with the shared experts, embedding and lm_head where SGLang puts them (sizing/placement.py)."""
+    dense_tp = int(par.moe_dense_tp or par.tp)
+    where = placement(
+        model.shape.architecture, args, target.env, target.engine_version,
+        tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=dense_tp,
+        has_shared_experts=has_shared_experts(model.shape, model.source.text),
+        nvfp4=model.scheme.method.startswith("modelopt") and model.scheme.default_fmt == "nvfp4",
+    )
+    assumptions.extend(where.notes)
+    return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
+
+
 def _tied(source: ModelSource) -> bool:
     return bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
 
@@ -442,6 +459,7 @@ def _dsv4_weights(
             expert_fmt=expert_fmt, first_stage=s == 0, last_stage=s == len(ranges) - 1,
             inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
             rope_cache_entry_bytes=experts.rope_cache_entry_bytes, rope_plain_swa=experts.rope_plain_swa,
+            shared_tp=par.shared_tp, embed_tp=par.embed_tp, lm_head_tp=par.lm_head_tp,
         )
         stages.append(sum(parts.values()))
     note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "
@@ -532,6 +550,7 @@ def estimate_role(
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
     )
+    par = _placed(target, args, model, par, assumptions)
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None
     stage_weights, weights_method, weight_notes = _weights(target, model, par, experts)
     assumptions.extend(weight_notes)

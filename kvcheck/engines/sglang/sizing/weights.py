@@ -26,6 +26,11 @@ class Parallel:
     moe_dense_tp: int | None = None
     redundant_experts: int = 0
     hip: bool = False  # ROCm keeps MLA kv_b copies in fp8 (fnuz) instead of bf16
+    # ranks the shared experts, the input embedding and the lm_head shard over where SGLang keeps them off
+    # the TP group (sizing/placement.py; None: the MoE dense TP size, tp, tp)
+    shared_tp: int | None = None
+    embed_tp: int | None = None
+    lm_head_tp: int | None = None
 
     @property
     def attn_tp(self) -> int:
@@ -137,6 +142,13 @@ def _moe_layout(shape: ModelShape, text: Mapping[str, Any]) -> _Moe:
         if not inter:
             raise EstimateError(f"architecture {arch}: MoE config without moe_intermediate_size")
     return _Moe(experts, inter or 0, shared, gated, frozenset(layers), dense, bias=arch == "GptOssForCausalLM")
+
+
+def has_shared_experts(shape: ModelShape, text: Mapping[str, Any]) -> bool:
+    """Whether the model's MoE layers carry shared experts (a separate MLP beside the routed ones)."""
+    if shape.architecture == "DeepseekV4ForCausalLM":
+        return bool(text.get("n_shared_experts"))
+    return _moe_layout(shape, dict(text)).shared_inter > 0
 
 
 def _shared_width(text: Mapping[str, Any], inter: int | None) -> int:
@@ -267,7 +279,8 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
             acc.plain("moe_experts", experts * (mats - 1) * moe.inter / par.tp + experts * h / par.ep)
         if moe.shared_inter:
             shared = "shared_expert" if "shared_expert_intermediate_size" in text else "shared_experts"
-            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / dense_tp)
+            shared_tp = par.shared_tp or dense_tp
+            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / shared_tp)
             if "shared_expert_intermediate_size" in text:
                 acc.plain("router", h)  # shared_expert_gate
         acc.plain("router", moe.experts * h)  # replicated gate
@@ -325,13 +338,13 @@ def _config_weights(shape: ModelShape, text_items: tuple, scheme: QuantScheme, p
     for s, layer_range in enumerate(pp_layer_split(shape.num_layers, par.pp)):
         acc = _Acc(scheme)
         if s == 0:
-            acc.plain("embedding", v * h / par.tp)
+            acc.plain("embedding", v * h / (par.embed_tp or par.tp))
         for i in layer_range:
             _layer(acc, shape, moe, text, i, par)
         if s == par.pp - 1:
             acc.plain("norms", h)
             if not tied or par.pp > 1:
-                acc.linear("lm_head", "lm_head", v * h / par.tp)
+                acc.linear("lm_head", "lm_head", v * h / (par.lm_head_tp or par.tp))
         stages.append(StageWeights(tuple(layer_range), dict(acc.bytes)))
     return WeightsEstimate(tuple(stages), "config")
 

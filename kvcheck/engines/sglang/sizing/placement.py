@@ -1,0 +1,215 @@
+"""Which weights SGLang keeps off the full TP group: the expert-parallel size an all-to-all MoE backend
+forces, the shared experts it replicates, and the input embedding under DP attention.
+
+Read in each release's wheel (`pip download sglang==X --no-deps`): `server_args.py` (from 0.5.19
+`arg_groups/overrides.py` `_A2A_EP_SPANNING_BACKENDS`, `_a2a_ep_size`), and per model file the
+shared-expert MLP's `parallel_group` / `tp_size=1` condition and the `VocabParallelEmbedding` arguments
+(`enable_tp=not is_dp_attention_enabled()`: the whole table on every rank; `use_attn_tp_group=...` or
+`get_embedding_tp_kwargs()`: sharded over the attention-TP group). Every release kvcheck reads puts
+these the same way where the table below has no release; where it changed, the first release of the
+new rule is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kvcheck.engines.sglang.sizing.environ import env_bool
+from kvcheck.errors import EstimateError
+
+# The all-to-all MoE backends after which SGLang sets ep_size = tp_size ("The expert parallel size is
+# adjusted to be the same as the tensor parallel size"): server_args.py's per-backend branches, 0.5.19 on
+# arg_groups/overrides.py `_A2A_EP_SPANNING_BACKENDS`. A name a release lacks is refused by its flag check.
+A2A_EP_SPANNING = frozenset({
+    "deepep", "deepep_v2", "megamoe", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "flashinfer_megamoe",
+    "mori", "pplx",
+})
+
+# models/deepseek_v2.py DeepseekV2MoE `_shared_expert_use_tp1` (0.5.23; deepep alone in 0.5.2, the others
+# as each backend arrived): the MoE block of DeepSeek-V2/V3/R1/V3.2, Kimi-K2/K2.5 (DeepseekV3ForCausalLM
+# inside), GLM-5 (GlmMoeDsaForCausalLM subclasses DeepseekV2ForCausalLM) and DeepSeek-V4 (deepseek_v4.py
+# builds deepseek_v2.DeepseekV2MoE).
+_DSV2_A2A = frozenset({
+    "deepep", "pplx", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe", "flashinfer_megamoe",
+    "deepep_v2",
+})
+DSV2_FAMILY = frozenset({
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
+    "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM",
+})
+_QWEN2_MOE_A2A = frozenset({  # models/qwen2_moe.py Qwen2MoeSparseMoeBlock (Qwen3-Next and Qwen3.5 build it too)
+    "deepep", "mori", "deepep_v2", "flashinfer", "flashinfer_megamoe", "megamoe", "ascend_fuseep",
+})
+KIMI_K3 = frozenset({"KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM"})  # models/kimi_k3.py
+# The backends under which each architecture's shared experts are one unsharded MLP on every rank. An
+# architecture with shared experts that is not here has not been read: under an all-to-all backend its
+# estimate is refused (KV305) rather than priced as if they sharded.
+SHARED_EXPERTS_REPLICATED: Mapping[str, frozenset[str]] = {
+    **{arch: _DSV2_A2A for arch in DSV2_FAMILY},
+    # models/glm4_moe.py Glm4MoeMoE
+    "Glm4MoeForCausalLM": frozenset({
+        "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "flashinfer_megamoe",
+    }),
+    **{arch: _QWEN2_MOE_A2A for arch in (
+        "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+    )},
+    # models/minimax_m3.py: "DeepEP all-gathers (not all-reduces) the layer output ... replicate (tp_size=1)"
+    "MiniMaxM3SparseForCausalLM": frozenset({"deepep", "megamoe"}),
+    "MiniMaxM3SparseForConditionalGeneration": frozenset({"deepep", "megamoe"}),  # minimax_m3_vl.py: the same MoE
+    # models/glm4_moe_lite.py
+    "Glm4MoeLiteForCausalLM": frozenset({"deepep", "mooncake"}),
+    # models/step3p5.py (Step-3.7's step3p7.py builds Step3p5ForCausalLM)
+    **{arch: frozenset({"deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "flashinfer_megamoe"})
+       for arch in ("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration")},
+    # models/nemotron_h.py NemotronHMoE
+    "NemotronHForCausalLM": frozenset({"deepep", "flashinfer", "flashinfer_megamoe"}),
+    # models/kimi_k3.py KimiK3MoE: replicated under an EP all-to-all (`_uses_ep_a2a`) unless
+    # --shared-experts-tp-size / --enable-shared-experts-attn-tp shard them
+    **{arch: frozenset({"megamoe", "flashinfer_megamoe", "deepep", "mooncake", "ascend_fuseep", "mori"})
+       for arch in KIMI_K3},
+    # models/llama4.py: the shared expert is a LlamaMLP over the TP group whatever the backend
+    "Llama4ForConditionalGeneration": frozenset(),
+}
+# deepseek_v2.py, glm4_moe.py, glm4_moe_lite.py and step3p5.py also replicate them on the FP4 all-gather path
+# (should_use_flashinfer_cutlass_moe_fp4_allgather: no all-to-all backend, the flashinfer_cutlass MoE runner,
+# DP attention, a modelopt_fp4 checkpoint and ep_size == attention DP size)
+_FP4_ALLGATHER = DSV2_FAMILY | {
+    "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
+}
+
+# The input embedding under DP attention: replicated (`enable_tp=not is_dp_attention_enabled()`) before
+# the named release, sharded over the attention-TP group from it on.
+_EMBED_ATTN_TP_FROM: Mapping[str, str] = {
+    **{arch: "0.5.8" for arch in DSV2_FAMILY - {"DeepseekV4ForCausalLM"}},  # deepseek_v2.py DeepseekV2Model
+    **{arch: "0.5.9" for arch in (
+        "Qwen2ForCausalLM", "Qwen3ForCausalLM",  # qwen2.py Qwen2Model (qwen3.py builds it)
+        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",  # qwen2_moe.py Qwen2MoeModel (qwen3_moe.py builds it)
+        "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM", "Qwen3NextForCausalLM",
+        "Llama4ForConditionalGeneration", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    )},
+    "MiniMaxM2ForCausalLM": "0.5.11",  # minimax_m2.py: sharded over the full TP group before 0.5.11
+    "NemotronHForCausalLM": "0.5.14",  # nemotron_h.py: sharded over the full TP group before 0.5.14
+    # their first release already shards it so: kimi_k3.py (get_embedding_tp_kwargs), mimo_v2.py, minimax_m3.py
+    **{arch: "0" for arch in (
+        *KIMI_K3, "MiMoV2FlashForCausalLM", "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration",
+    )},
+}
+# models/deepseek_v4.py, qwen3_5.py and step3p5.py keep `enable_tp=not is_dp_attention_enabled()` in every release
+_EMBED_REPLICATED = frozenset({
+    "DeepseekV4ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
+})
+# A plain VocabParallelEmbedding over the full TP group whatever the attention layout (llama.py, mixtral.py,
+# mimo.py, nemotron_nas.py, gemma4_causal.py), and before the release named for those that later shard it otherwise
+_EMBED_FULL_TP = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "MiMoForCausalLM", "DeciLMForCausalLM", "Gemma4ForCausalLM",
+    "Gemma4ForConditionalGeneration",
+})
+_EMBED_FULL_TP_BEFORE: Mapping[str, str] = {"MiniMaxM2ForCausalLM": "0.5.11", "NemotronHForCausalLM": "0.5.14"}
+# get_embedding_tp_kwargs (0.5.13 on) replicates the table on every rank under SGLANG_ENABLE_EMBED_REPLICATION
+_EMBED_ENV_FROM: Mapping[str, str] = {
+    **{arch: "0.5.13" for arch in DSV2_FAMILY - {"DeepseekV4ForCausalLM"}},
+    **{arch: "0" for arch in KIMI_K3},
+}
+
+
+def resolved_ep(args: Mapping[str, Any], tp: int) -> int:
+    """ep_size as SGLang resolves it: tp_size under an all-to-all backend that spans the EP group."""
+    if str(args.get("moe_a2a_backend") or "none") in A2A_EP_SPANNING:
+        return tp
+    return int(args.get("ep_size") or 1)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Ranks each of these shards over (1: a whole copy on every rank); notes say why, for the report."""
+
+    shared_tp: int
+    embed_tp: int
+    lm_head_tp: int
+    notes: tuple[str, ...]
+
+
+def placement(
+    arch: str, args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
+    tp: int, attn_tp: int, attn_dp: int, ep: int, dense_tp: int, has_shared_experts: bool, nvfp4: bool,
+) -> Placement:
+    """Where the shared experts, the input embedding and the lm_head of `arch` live; EstimateError where
+    the shared experts' placement under the role's all-to-all backend has not been read."""
+    notes: list[str] = []
+    a2a = str(args.get("moe_a2a_backend") or "none")
+    shared_tp = dense_tp
+    if has_shared_experts:
+        shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep, dense_tp=dense_tp,
+                               nvfp4=nvfp4)
+        if shared_tp != dense_tp:
+            how = "replicated on every rank" if shared_tp == 1 else f"sharded over {shared_tp} ranks"
+            notes.append(f"shared experts {how} (moe-a2a-backend {a2a}, as SGLang's {arch} places them)")
+    embed_tp = _embed_tp(arch, env, version, tp=tp, attn_tp=attn_tp, attn_dp=attn_dp)
+    if embed_tp != tp:
+        how = "replicated on every rank" if embed_tp == 1 else f"sharded over the {embed_tp}-rank attention-TP group"
+        why = "SGLANG_ENABLE_EMBED_REPLICATION" if attn_dp == 1 else "DP attention"
+        notes.append(f"input embedding {how} ({why})")
+    lm_head_tp = attn_tp if args.get("enable_dp_lm_head") and attn_dp > 1 else tp
+    if lm_head_tp != tp:
+        notes.append(f"lm_head sharded over the {attn_tp}-rank attention-TP group (--enable-dp-lm-head)")
+    return Placement(shared_tp, embed_tp, lm_head_tp, tuple(notes))
+
+
+def _shared_tp(
+    arch: str, a2a: str, args: Mapping[str, Any], env: Mapping[str, str], *,
+    attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool,
+) -> int:
+    if arch in DSV2_FAMILY and env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")):
+        return 1
+    if (arch in _FP4_ALLGATHER and a2a == "none" and nvfp4 and attn_dp > 1 and ep == attn_dp
+            and str(args.get("moe_runner_backend") or "auto") == "flashinfer_cutlass"):
+        return 1
+    if a2a == "none":
+        return dense_tp
+    backends = SHARED_EXPERTS_REPLICATED.get(arch)
+    if backends is None:
+        raise EstimateError(
+            f"{arch}: where SGLang places the shared experts under --moe-a2a-backend {a2a} has not been read "
+            "(replicated on every rank or sharded), so the weights cannot be priced"
+        )
+    if a2a not in backends:
+        return dense_tp
+    if arch in KIMI_K3:
+        if args.get("shared_experts_tp_size") is not None:
+            return int(args["shared_experts_tp_size"])
+        if args.get("enable_shared_experts_attn_tp"):
+            return attn_tp
+    return 1
+
+
+def _embed_tp(arch: str, env: Mapping[str, str], version: str | None, *, tp: int, attn_tp: int, attn_dp: int) -> int:
+    env_from = _EMBED_ENV_FROM.get(arch)
+    if env_from is not None and _at_least(version, env_from) and env_bool(env.get("SGLANG_ENABLE_EMBED_REPLICATION")):
+        return 1
+    if arch in _EMBED_FULL_TP or (arch in _EMBED_FULL_TP_BEFORE and not _at_least(version, _EMBED_FULL_TP_BEFORE[arch])):
+        return tp
+    if attn_dp == 1:
+        return tp
+    if arch in _EMBED_REPLICATED:
+        return 1
+    first = _EMBED_ATTN_TP_FROM.get(arch)
+    if first is not None and _at_least(version, first):
+        return attn_tp
+    # before the release that shards it, or an architecture whose embedding kvcheck has not read: the
+    # whole table (the larger of the two layouts SGLang uses, and equal to the other at full DP attention)
+    return 1
+
+
+def _at_least(version: str | None, first: str) -> bool:
+    """Whether the declared release is `first` or newer (no release stated: the newest rules)."""
+    if version is None:
+        return True
+    try:
+        return Version(Version(version).base_version) >= Version(first)
+    except InvalidVersion:
+        return True

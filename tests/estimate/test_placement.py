@@ -1,0 +1,285 @@
+"""Weights SGLang keeps off the full TP group (kvcheck/engines/sglang/sizing/placement.py).
+
+Read in each release's wheel: an all-to-all MoE backend (DeepEP and the others) sets ep_size = tp_size and
+makes the shared experts one unsharded MLP on every rank (models/deepseek_v2.py `_shared_expert_use_tp1`,
+qwen2_moe.py, glm4_moe.py, ...); under DP attention the input embedding is the whole table on every rank
+(`enable_tp=not is_dp_attention_enabled()`: DeepSeek-V2/V3 before 0.5.8, Qwen before 0.5.9, DeepSeek-V4 and
+Qwen3.5 in every release) or sharded over the attention-TP group (`use_attn_tp_group`, later). Before this the
+estimate divided both by tp: a DeepSeek-V3 with DeepEP on 8 H200s was priced 2.08 GiB a GPU light, a pool
+76k tokens (13 %) larger than SGLang's.
+
+The DeepSeek-V4 log checked here (sglang#24650) is a V4-Flash-FP8 on 4 H200s with DeepEP and EAGLE, from the
+`deepseek-v4-hopper` image of 2026-05-08 (before the 0.5.12 wheel of 2026-05-16); it prints the pool only.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.sglang.sizing import estimate_role
+from kvcheck.engines.sglang.sizing.placement import A2A_EP_SPANNING, placement, resolved_ep
+from kvcheck.errors import EstimateError
+
+from .helpers import model_config, role
+
+V3 = "deepseek-ai--DeepSeek-V3"
+GIB = 2**30
+FP8_BLOCK = 1 + 4 / (128 * 128)  # a block-quantized FP8 weight and its float32 scale per 128 x 128
+
+
+def _est(config: str | Path, version: str = "0.5.23", gpu: str = "H200", env: dict[str, str] | None = None, **args):
+    return estimate_role(replace(role(config, gpu=gpu, env=env, **args), engine_version=version), offline=True)
+
+
+def _cfg(name: str) -> dict:
+    return json.loads(model_config(name).read_text())
+
+
+def _v3_shared_bytes() -> float:
+    c = _cfg(V3)
+    moe_layers = c["num_hidden_layers"] - c["first_k_dense_replace"]
+    return moe_layers * 3 * c["hidden_size"] * c["moe_intermediate_size"] * c["n_shared_experts"] * FP8_BLOCK
+
+
+def _v3_embedding_bytes() -> float:
+    c = _cfg(V3)
+    return 2 * c["vocab_size"] * c["hidden_size"]
+
+
+# --- expert parallelism --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", sorted(A2A_EP_SPANNING))
+def test_an_all_to_all_backend_spans_the_tp_group(backend):
+    assert resolved_ep({"moe_a2a_backend": backend, "ep_size": 2}, 8) == 8
+
+
+def test_without_one_ep_size_is_as_given():
+    assert resolved_ep({"ep_size": 2}, 8) == 2
+    assert resolved_ep({"moe_a2a_backend": "none"}, 8) == 1
+
+
+def test_deepep_reports_the_ep_size_sglang_sets():
+    assert _est(V3, tp_size=8, moe_a2a_backend="deepep").ep_size == 8
+    assert _est(V3, tp_size=8).ep_size == 1
+
+
+# --- shared experts ------------------------------------------------------------------------------------------
+
+
+def test_deepep_replicates_deepseek_v3s_shared_experts():
+    sharded = _est(V3, tp_size=8)
+    replicated = _est(V3, tp_size=8, moe_a2a_backend="deepep")
+    added = (replicated.details["weights_gib_per_gpu"] - sharded.details["weights_gib_per_gpu"]) * GIB
+    assert added == pytest.approx(_v3_shared_bytes() * (1 - 1 / 8), abs=0.002 * GIB)  # 2.08 GiB a GPU
+    assert (sharded.pool_tokens, replicated.pool_tokens) == (642_162, 566_280)
+    assert "shared experts replicated on every rank (moe-a2a-backend deepep" in " ".join(replicated.assumptions)
+
+
+@pytest.mark.parametrize("backend", ["mooncake", "nixl", "mori", "flashinfer", "megamoe", "pplx", "deepep_v2"])
+def test_every_backend_deepseek_v2_names_replicates_them(backend):
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    where = placement("DeepseekV3ForCausalLM", {"moe_a2a_backend": backend}, {}, "0.5.23", **shape)
+    assert where.shared_tp == 1
+
+
+def test_the_tp1_variable_replicates_them_without_a_backend():
+    on = _est(V3, tp_size=8, env={"SGLANG_SHARED_EXPERT_TP1": "1"})
+    off = _est(V3, tp_size=8, env={"SGLANG_SHARED_EXPERT_TP1": "no"})  # EnvBool: "no" is off
+    assert on.details["weights_gib_per_gpu"] - off.details["weights_gib_per_gpu"] == pytest.approx(
+        _v3_shared_bytes() * (7 / 8) / GIB, abs=0.002)
+
+
+def test_the_fp4_all_gather_path_replicates_them():
+    # flashinfer_cutlass MoE, DP attention, a modelopt_fp4 checkpoint, ep_size == attention DP size
+    shape = dict(tp=8, attn_tp=1, attn_dp=8, dense_tp=8, has_shared_experts=True)
+    args = {"moe_runner_backend": "flashinfer_cutlass"}
+    assert placement("DeepseekV3ForCausalLM", args, {}, "0.5.23", ep=8, nvfp4=True, **shape).shared_tp == 1
+    assert placement("DeepseekV3ForCausalLM", args, {}, "0.5.23", ep=1, nvfp4=True, **shape).shared_tp == 8
+    assert placement("DeepseekV3ForCausalLM", args, {}, "0.5.23", ep=8, nvfp4=False, **shape).shared_tp == 8
+
+
+def test_llama4s_shared_expert_stays_sharded_under_deepep():
+    scout = "meta-llama--Llama-4-Scout-17B-16E-Instruct"
+    assert (_est(scout, tp_size=8, moe_a2a_backend="deepep").details["weights_gib_per_gpu"]
+            == _est(scout, tp_size=8).details["weights_gib_per_gpu"])
+
+
+def test_kimi_k3_keeps_them_sharded_when_told():
+    k3 = "moonshotai--Kimi-K3"
+    plain = _est(k3, tp_size=8).details["weights_gib_per_gpu"]
+    told = _est(k3, tp_size=8, moe_a2a_backend="deepep", shared_experts_tp_size=8).details["weights_gib_per_gpu"]
+    replicated = _est(k3, tp_size=8, moe_a2a_backend="deepep").details["weights_gib_per_gpu"]
+    assert told == plain < replicated
+
+
+def test_a_backend_qwen2_moe_does_not_name_leaves_them_sharded():
+    shape = dict(tp=4, attn_tp=4, attn_dp=1, ep=4, dense_tp=4, has_shared_experts=True, nvfp4=False)
+    assert placement("Qwen2MoeForCausalLM", {"moe_a2a_backend": "deepep"}, {}, "0.5.23", **shape).shared_tp == 1
+    assert placement("Qwen2MoeForCausalLM", {"moe_a2a_backend": "mooncake"}, {}, "0.5.23", **shape).shared_tp == 4
+
+
+def test_an_architecture_not_read_is_refused_not_priced_as_sharded():
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8, nvfp4=False)
+    with pytest.raises(EstimateError, match="BailingMoeV2ForCausalLM: where SGLang places the shared experts under "
+                                            "--moe-a2a-backend deepep has not been read"):
+        placement("BailingMoeV2ForCausalLM", {"moe_a2a_backend": "deepep"}, {}, "0.5.23", has_shared_experts=True,
+                  **shape)
+    # no shared experts, or no all-to-all backend: nothing to place
+    placement("BailingMoeV2ForCausalLM", {"moe_a2a_backend": "deepep"}, {}, "0.5.23", has_shared_experts=False,
+              **shape)
+    placement("BailingMoeV2ForCausalLM", {}, {}, "0.5.23", has_shared_experts=True, **shape)
+
+
+# --- the input embedding under DP attention ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("version", "embed_tp"), [("0.5.7", 1), ("0.5.8", 4), ("0.5.23", 4)])
+def test_deepseek_v3s_embedding_by_release_at_partial_dp_attention(version, embed_tp):
+    # TP8 with 2 attention-DP ranks: a 4-rank attention-TP group
+    est = _est(V3, version, tp_size=8, dp_size=2, enable_dp_attention=True)
+    base = _est(V3, version, tp_size=8, dp_size=2, enable_dp_attention=True,
+                env={"SGLANG_ENABLE_EMBED_REPLICATION": "0"})
+    assert est.details["weights_gib_per_gpu"] == base.details["weights_gib_per_gpu"]
+    shape = dict(tp=8, attn_tp=4, attn_dp=2, ep=1, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    assert placement("DeepseekV3ForCausalLM", {}, {}, version, **shape).embed_tp == embed_tp
+
+
+def test_the_0_5_7_table_is_the_whole_embedding_heavier():
+    old = _est(V3, "0.5.7", tp_size=8, dp_size=2, enable_dp_attention=True)
+    new = _est(V3, "0.5.8", tp_size=8, dp_size=2, enable_dp_attention=True)
+    assert (old.details["weights_gib_per_gpu"] - new.details["weights_gib_per_gpu"]) * GIB == pytest.approx(
+        _v3_embedding_bytes() * (1 - 1 / 4), abs=0.002 * GIB)
+
+
+def test_full_dp_attention_holds_the_whole_table_in_every_release():
+    shape = dict(tp=8, attn_tp=1, attn_dp=8, ep=1, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    for version in ("0.5.5", "0.5.8", "0.5.23"):
+        assert placement("DeepseekV3ForCausalLM", {}, {}, version, **shape).embed_tp == 1
+    est = _est(V3, tp_size=8, dp_size=8, enable_dp_attention=True)
+    assert "input embedding replicated on every rank (DP attention)" in est.assumptions
+
+
+def test_the_replication_variable_from_0_5_13():
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=1, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    env = {"SGLANG_ENABLE_EMBED_REPLICATION": "1"}
+    assert placement("DeepseekV3ForCausalLM", {}, env, "0.5.13", **shape).embed_tp == 1
+    assert placement("DeepseekV3ForCausalLM", {}, env, "0.5.12", **shape).embed_tp == 8  # no such variable yet
+    assert placement("Qwen3MoeForCausalLM", {}, env, "0.5.23", **shape).embed_tp == 8  # qwen2_moe.py ignores it
+
+
+@pytest.mark.parametrize(("arch", "version", "embed_tp"), [
+    ("DeepseekV4ForCausalLM", "0.5.23", 1),  # deepseek_v4.py: enable_tp=not is_dp_attention_enabled()
+    ("Qwen3_5MoeForConditionalGeneration", "0.5.23", 1),
+    ("Qwen3MoeForCausalLM", "0.5.8", 1),
+    ("Qwen3MoeForCausalLM", "0.5.9", 4),
+    ("LlamaForCausalLM", "0.5.23", 8),  # llama.py: a plain VocabParallelEmbedding over the TP group
+    ("NemotronHForCausalLM", "0.5.12", 8),
+    ("NemotronHForCausalLM", "0.5.14", 4),
+    ("SomeNewForCausalLM", "0.5.23", 1),  # not read: the whole table (the heavier layout)
+])
+def test_the_embedding_of_each_file_read(arch, version, embed_tp):
+    shape = dict(tp=8, attn_tp=4, attn_dp=2, ep=1, dense_tp=8, has_shared_experts=False, nvfp4=False)
+    assert placement(arch, {}, {}, version, **shape).embed_tp == embed_tp
+
+
+def test_dp_size_one_is_no_dp_attention():
+    # SGLang turns DP attention off at dp_size 1 (_handle_data_parallelism): nothing moves
+    assert (_est(V3, tp_size=8, dp_size=1, enable_dp_attention=True).details["weights_gib_per_gpu"]
+            == _est(V3, tp_size=8).details["weights_gib_per_gpu"])
+
+
+def test_the_dp_lm_head_shards_over_the_attention_tp_group():
+    shape = dict(tp=8, attn_tp=2, attn_dp=4, ep=1, dense_tp=8, has_shared_experts=False, nvfp4=False)
+    assert placement("DeepseekV3ForCausalLM", {"enable_dp_lm_head": True}, {}, "0.5.23", **shape).lm_head_tp == 2
+    assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", **shape).lm_head_tp == 8
+
+
+# --- DeepSeek-V4 ---------------------------------------------------------------------------------------------
+
+V4_FLASH_FP8 = "sgl-project--DeepSeek-V4-Flash-FP8"
+LOGGED_24650 = 1_066_240  # max_total_num_tokens, sglang#24650
+
+
+def _issue_24650(version: str | None, **kw):
+    args = dict(tp_size=4, dp_size=1, enable_dp_attention=True, moe_a2a_backend="deepep", cuda_graph_max_bs=32,
+                max_running_requests=128, mem_fraction_static=0.7, speculative_algorithm="EAGLE",
+                speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=2, context_length=1_048_576)
+    args.update(kw)
+    return estimate_role(replace(role(V4_FLASH_FP8, gpu="H200", window=1_048_576, env={"SGLANG_DSV4_FP4_EXPERTS": "0"},
+                                      **args), engine_version=version), offline=True)
+
+
+def test_v4_shared_experts_under_deepep():
+    c = _cfg(V4_FLASH_FP8)
+    shared = c["num_hidden_layers"] * 3 * c["hidden_size"] * c["moe_intermediate_size"] * c["n_shared_experts"]
+    deepep = _issue_24650("0.5.12", speculative_algorithm=None)
+    plain = _issue_24650("0.5.12", moe_a2a_backend="none", speculative_algorithm=None)
+    added = (deepep.details["weights_gib_per_gpu"] - plain.details["weights_gib_per_gpu"]) * GIB
+    assert added == pytest.approx(shared * FP8_BLOCK * (1 - 1 / 4), abs=0.002 * GIB)
+    # the EAGLE draft's MTP layer runs the same backend (speculative_moe_a2a_backend defaults to it): its
+    # shared expert is replicated too, one layer's worth more
+    with_draft = _issue_24650("0.5.12")
+    draft_plain = _issue_24650("0.5.12", moe_a2a_backend="none")
+    added_draft = (with_draft.details["weights_gib_per_gpu"] - draft_plain.details["weights_gib_per_gpu"]) * GIB
+    assert added_draft == pytest.approx(added * (c["num_hidden_layers"] + 1) / c["num_hidden_layers"], abs=0.003 * GIB)
+
+
+def test_the_issue_24650_pool():
+    # a build before 0.5.12: no release to place it (KV108), and the range holds what it logged
+    undeclared = _issue_24650(None)
+    assert [f.rule for f in undeclared.findings] == ["KV108"]
+    assert undeclared.pool_range[0] <= LOGGED_24650 <= undeclared.pool_range[1]
+    # priced as 0.5.12, its first release: +1.82 % (+4.80 % with the shared experts sharded)
+    assert _issue_24650("0.5.12").pool_tokens == 1_085_696
+    assert _issue_24650("0.5.12", moe_a2a_backend="none").pool_tokens == 1_117_440
+
+
+def test_v4_embedding_is_replicated_under_dp_attention():
+    c = _cfg(V4_FLASH_FP8)
+    dp = _issue_24650("0.5.23", dp_size=4, moe_a2a_backend="none", speculative_algorithm=None)
+    tp = _issue_24650("0.5.23", dp_size=1, enable_dp_attention=False, moe_a2a_backend="none", speculative_algorithm=None)
+    assert "input embedding replicated on every rank (DP attention)" in dp.assumptions
+    embedding = 2 * c["vocab_size"] * c["hidden_size"]
+    attention_moved = dp.details["weights_gib_per_gpu"] - tp.details["weights_gib_per_gpu"]
+    assert attention_moved * GIB > embedding * (1 - 1 / 4)  # the embedding's 0.74 GiB, and the attention's
+
+
+# --- end to end ----------------------------------------------------------------------------------------------
+
+
+def _manifest(tmp_path: Path, backend: str) -> Path:
+    (tmp_path / "config.json").write_text(model_config(V3).read_text())
+    path = tmp_path / "manifest.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: deepseek-v3 deepep
+        context_length: 150000
+        model:
+          path: deepseek-ai/DeepSeek-V3
+          config: config.json
+        gpu: H200
+        engine:
+          version: "0.5.23"
+        args: {{tp-size: 8, dp-size: 8, enable-dp-attention: true, moe-a2a-backend: {backend}}}
+        roles:
+          server: {{}}
+        """))
+    return path
+
+
+def test_cli_the_deepep_deployment_fails_the_window_its_sharded_twin_passes(tmp_path, kvcheck):
+    sharded = kvcheck("verify", str(_manifest(tmp_path, "none")), "--mode", "estimate", "--format", "json")
+    assert sharded.exit_code == 0, sharded.stderr
+    assert json.loads(sharded.stdout)["roles"][0]["pool_tokens"] == 194_338
+    deepep = kvcheck("verify", str(_manifest(tmp_path, "deepep")), "--mode", "estimate", "--format", "json")
+    assert deepep.exit_code == 1, deepep.stderr
+    role_ = json.loads(deepep.stdout)["roles"][0]
+    assert role_["pool_tokens"] == 116_358  # each attention-DP rank's pool, under the 150,000 window
+    assert role_["details"]["parallel"]["ep"] == 8
+    assert ("shared experts replicated on every rank (moe-a2a-backend deepep, as SGLang's DeepseekV3ForCausalLM "
+            "places them)") in role_["details"]["assumptions"]

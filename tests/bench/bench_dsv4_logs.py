@@ -31,6 +31,19 @@ CASES = (
      {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True, "mem_fraction_static": 0.88, "max_running_requests": 256,
       "page_size": 256, "kv_cache_dtype": "fp8_e4m3", "disable_radix_cache": True, "chunked_prefill_size": 8192,
       "disable_cuda_graph": True, "swa_full_tokens_ratio": 0.8}, {}, 73.43, 529_408, "529,408 tokens (full_token)"),
+    # the deepseek-v4-hopper image of 2026-05-08, before the 0.5.12 wheel (2026-05-16): no release, so the KV108
+    # range applies; DeepEP replicates the shared experts; pool only (no weight lines)
+    ("V4-Flash-FP8, 4xH200 TP4 DeepEP EAGLE, mfs 0.7 (sglang#24650, dev build)", "sgl-project--DeepSeek-V4-Flash-FP8",
+     "H200", None,
+     {"tp_size": 4, "dp_size": 1, "enable_dp_attention": True, "moe_a2a_backend": "deepep", "cuda_graph_max_bs": 32,
+      "max_running_requests": 128, "mem_fraction_static": 0.7, "speculative_algorithm": "EAGLE",
+      "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2},
+     {"SGLANG_DSV4_FP4_EXPERTS": "0"}, None, 1_066_240, "1,066,240 tokens"),
+    ("the same, priced as 0.5.12 (its first release)", "sgl-project--DeepSeek-V4-Flash-FP8", "H200", "0.5.12",
+     {"tp_size": 4, "dp_size": 1, "enable_dp_attention": True, "moe_a2a_backend": "deepep", "cuda_graph_max_bs": 32,
+      "max_running_requests": 128, "mem_fraction_static": 0.7, "speculative_algorithm": "EAGLE",
+      "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2},
+     {"SGLANG_DSV4_FP4_EXPERTS": "0"}, None, 1_066_240, "1,066,240 tokens"),
     # a source build of 2026-09-03, the day before the 0.5.19 wheel; GPU not printed (80 GB Hopper inferred), no
     # weight lines: the pool is scored on an assumed H100
     ("V4-Flash FP4 experts, 8xH100 (inferred) TP8, mfs 0.85, bf16 compress state (Pqlet, build a1fe4e30)",

@@ -305,6 +305,10 @@ UNUSABLE: dict[str, str] = {
         "bytes and pool from the logged available bytes are checked in tests/estimate/test_dsv4_state_dtype.py, "
         "its pool on an assumed H100 in tests/bench/bench_dsv4_logs.py"
     ),
+    "sglang-dsv4-flash-fp8-4xH200-tp4-dpattn-eagle-issue24650": (
+        "a development build before 0.5.12 that prints its pool only (no weights): the KV108 range and the pool as "
+        "0.5.12 are checked in tests/estimate/test_placement.py and tests/bench/bench_dsv4_logs.py"
+    ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
         "a refused start (no pool): its weights are checked (-0.5 % under the launch's Marlin experts), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"

@@ -5,8 +5,8 @@ makes the shared experts one unsharded MLP on every rank (models/deepseek_v2.py 
 qwen2_moe.py, glm4_moe.py, ...); under DP attention the input embedding is the whole table on every rank
 (`enable_tp=not is_dp_attention_enabled()`: DeepSeek-V2/V3 before 0.5.8, Qwen before 0.5.9, DeepSeek-V4 and
 Qwen3.5 in every release) or sharded over the attention-TP group (`use_attn_tp_group`, later). Before this the
-estimate divided both by tp: a DeepSeek-V3 with DeepEP on 8 H200s was priced 2.08 GiB a GPU light, a pool
-76k tokens (13 %) larger than SGLang's.
+estimate divided both by tp: a DeepSeek-V3 with DeepEP on 8 H200s was priced 2.08 GiB a GPU light (598,093
+tokens, now 566,280), and with DP attention as well (TP8 DP8) 3.59 GiB light (171,248 tokens a DP rank, now 116,358).
 
 The DeepSeek-V4 log checked here (sglang#24650) is a V4-Flash-FP8 on 4 H200s with DeepEP and EAGLE, from the
 `deepseek-v4-hopper` image of 2026-05-08 (before the 0.5.12 wheel of 2026-05-16); it prints the pool only.
@@ -57,6 +57,17 @@ def _v3_embedding_bytes() -> float:
 @pytest.mark.parametrize("backend", sorted(A2A_EP_SPANNING))
 def test_an_all_to_all_backend_spans_the_tp_group(backend):
     assert resolved_ep({"moe_a2a_backend": backend, "ep_size": 2}, 8) == 8
+
+
+def test_the_deprecated_flags_resolve_as_sglang_resolves_them():
+    # server_args.py 0.4.10-0.5.x: --enable-deepep-moe sets moe_a2a_backend = "deepep", --enable-ep-moe ep_size = tp_size
+    deepep = _est(V3, "0.4.10.post2", tp_size=8, enable_deepep_moe=True)
+    ep_only = _est(V3, "0.4.10.post2", tp_size=8, enable_ep_moe=True)
+    plain = _est(V3, "0.4.10.post2", tp_size=8)
+    assert (deepep.ep_size, ep_only.ep_size, plain.ep_size) == (8, 8, 1)
+    assert ep_only.details["weights_gib_per_gpu"] == plain.details["weights_gib_per_gpu"]  # EP alone moves no bytes
+    assert (deepep.details["weights_gib_per_gpu"] - plain.details["weights_gib_per_gpu"]) * GIB == pytest.approx(
+        _v3_shared_bytes() * (1 - 1 / 8), abs=0.002 * GIB)
 
 
 def test_without_one_ep_size_is_as_given():

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvcheck.engines.sglang.serving import disaggregation_mode
 from kvcheck.engines.sglang.sizing import releases as rel
-from kvcheck.engines.sglang.sizing.placement import resolved_ep
+from kvcheck.engines.sglang.sizing.placement import a2a_backend, resolved_ep
 from kvcheck.engines.sglang.sizing.shape import DSA, DSV4, ModelShape
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile
@@ -422,7 +422,7 @@ def _inputs(
         spec_topk=args.get("speculative_eagle_topk"),
         draft_tokens=args.get("speculative_num_draft_tokens"),
         max_running_requests=args.get("max_running_requests"),
-        a2a=str(_arg(args, "moe_a2a_backend", "none")),
+        a2a=a2a_backend(args),
     )
 
 

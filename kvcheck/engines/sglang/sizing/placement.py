@@ -117,9 +117,20 @@ _EMBED_ENV_FROM: Mapping[str, str] = {
 }
 
 
+def a2a_backend(args: Mapping[str, Any]) -> str:
+    """The MoE all-to-all backend: --moe-a2a-backend, or deepep under the deprecated --enable-deepep-moe
+    (0.4.x-0.5.x; server_args.py sets moe_a2a_backend = "deepep" for it, and before --moe-a2a-backend
+    existed the flag itself replicated the shared experts and spanned the EP group)."""
+    backend = args.get("moe_a2a_backend")
+    if backend not in (None, "none"):
+        return str(backend)
+    return "deepep" if args.get("enable_deepep_moe") else "none"
+
+
 def resolved_ep(args: Mapping[str, Any], tp: int) -> int:
-    """ep_size as SGLang resolves it: tp_size under an all-to-all backend that spans the EP group."""
-    if str(args.get("moe_a2a_backend") or "none") in A2A_EP_SPANNING:
+    """ep_size as SGLang resolves it: tp_size under an all-to-all backend that spans the EP group, and
+    under the deprecated --enable-ep-moe."""
+    if a2a_backend(args) in A2A_EP_SPANNING or args.get("enable_ep_moe"):
         return tp
     return int(args.get("ep_size") or 1)
 
@@ -141,7 +152,7 @@ def placement(
     """Where the shared experts, the input embedding and the lm_head of `arch` live; EstimateError where
     the shared experts' placement under the role's all-to-all backend has not been read."""
     notes: list[str] = []
-    a2a = str(args.get("moe_a2a_backend") or "none")
+    a2a = a2a_backend(args)
     shared_tp = dense_tp
     if has_shared_experts:
         shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep, dense_tp=dense_tp,

@@ -1,7 +1,7 @@
 """Which weights SGLang keeps off the full TP group: the expert-parallel size an all-to-all MoE backend
 forces, the shared experts it replicates, and the input embedding under DP attention.
 
-Read in each release's wheel (`pip download sglang==X --no-deps`): `server_args.py` (from 0.5.19
+Read in each release's wheel (`pip download sglang==X --no-deps`): `server_args.py` (from 0.5.15
 `arg_groups/overrides.py` `_A2A_EP_SPANNING_BACKENDS`, `_a2a_ep_size`), and per model file the
 shared-expert MLP's `parallel_group` / `tp_size=1` condition and the `VocabParallelEmbedding` arguments
 (`enable_tp=not is_dp_attention_enabled()`: the whole table on every rank; `use_attn_tp_group=...` or
@@ -22,7 +22,7 @@ from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import EstimateError
 
 # The all-to-all MoE backends after which SGLang sets ep_size = tp_size ("The expert parallel size is
-# adjusted to be the same as the tensor parallel size"): server_args.py's per-backend branches, 0.5.19 on
+# adjusted to be the same as the tensor parallel size"): server_args.py's per-backend branches, 0.5.15 on
 # arg_groups/overrides.py `_A2A_EP_SPANNING_BACKENDS`. A name a release lacks is refused by its flag check.
 A2A_EP_SPANNING = frozenset({
     "deepep", "deepep_v2", "megamoe", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "flashinfer_megamoe",

@@ -193,10 +193,20 @@ def test_the_replication_variable_from_0_5_13():
     ("NemotronHForCausalLM", "0.5.12", 8),
     ("NemotronHForCausalLM", "0.5.14", 4),
     ("SomeNewForCausalLM", "0.5.23", 1),  # not read: the whole table (the heavier layout)
+    ("MiMoV2FlashForCausalLM", "0.5.8", 1),  # mimo_v2_flash.py replicates it until 0.5.8
+    ("MiMoV2FlashForCausalLM", "0.5.9", 4),
+    ("MiMoForCausalLM", "0.5.9", 4),  # mimo.py builds Qwen2Model
 ])
 def test_the_embedding_of_each_file_read(arch, version, embed_tp):
     shape = dict(tp=8, attn_tp=4, attn_dp=2, ep=1, dense_tp=8, has_shared_experts=False, nvfp4=False)
     assert placement(arch, {}, {}, version, **shape).embed_tp == embed_tp
+
+
+def test_gemma4s_embedding_is_whole_on_every_rank_without_dp_attention_too():
+    # gemma4_causal.py: Gemma3TextScaledWordEmbedding is a plain nn.Embedding
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=1, dense_tp=8, has_shared_experts=False, nvfp4=False)
+    assert placement("Gemma4ForCausalLM", {}, {}, "0.5.23", **shape).embed_tp == 1
+    assert placement("Qwen3ForCausalLM", {}, {}, "0.5.23", **shape).embed_tp == 8
 
 
 def test_dp_size_one_is_no_dp_attention():

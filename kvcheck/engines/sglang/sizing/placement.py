@@ -86,17 +86,16 @@ _FP4_ALLGATHER = DSV2_FAMILY | {
 _EMBED_ATTN_TP_FROM: Mapping[str, str] = {
     **{arch: "0.5.8" for arch in DSV2_FAMILY - {"DeepseekV4ForCausalLM"}},  # deepseek_v2.py DeepseekV2Model
     **{arch: "0.5.9" for arch in (
-        "Qwen2ForCausalLM", "Qwen3ForCausalLM",  # qwen2.py Qwen2Model (qwen3.py builds it)
+        "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MiMoForCausalLM",  # qwen2.py Qwen2Model (qwen3.py, mimo.py build it)
+        "MiMoV2FlashForCausalLM",  # mimo_v2_flash.py: enable_tp=not is_dp_attention_enabled() until 0.5.8
         "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",  # qwen2_moe.py Qwen2MoeModel (qwen3_moe.py builds it)
         "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM", "Qwen3NextForCausalLM",
         "Llama4ForConditionalGeneration", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
     )},
     "MiniMaxM2ForCausalLM": "0.5.11",  # minimax_m2.py: sharded over the full TP group before 0.5.11
     "NemotronHForCausalLM": "0.5.14",  # nemotron_h.py: sharded over the full TP group before 0.5.14
-    # their first release already shards it so: kimi_k3.py (get_embedding_tp_kwargs), mimo_v2.py, minimax_m3.py
-    **{arch: "0" for arch in (
-        *KIMI_K3, "MiMoV2FlashForCausalLM", "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration",
-    )},
+    # their first release already shards it so: kimi_k3.py (get_embedding_tp_kwargs), minimax_m3.py
+    **{arch: "0" for arch in (*KIMI_K3, "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")},
 }
 # models/deepseek_v4.py, qwen3_5.py and step3p5.py keep `enable_tp=not is_dp_attention_enabled()` in every release
 _EMBED_REPLICATED = frozenset({
@@ -104,11 +103,11 @@ _EMBED_REPLICATED = frozenset({
     "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
 })
 # A plain VocabParallelEmbedding over the full TP group whatever the attention layout (llama.py, mixtral.py,
-# mimo.py, nemotron_nas.py, gemma4_causal.py), and before the release named for those that later shard it otherwise
-_EMBED_FULL_TP = frozenset({
-    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "MiMoForCausalLM", "DeciLMForCausalLM", "Gemma4ForCausalLM",
-    "Gemma4ForConditionalGeneration",
-})
+# nemotron_nas.py), and before the release named for those that later shard it otherwise
+_EMBED_FULL_TP = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "DeciLMForCausalLM"})
+# Gemma 4's embedding is Gemma3TextScaledWordEmbedding, a plain nn.Embedding: the whole table on every rank
+# whatever the parallel layout (gemma4_causal.py, gemma3_causal.py)
+_EMBED_WHOLE = frozenset({"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
 _EMBED_FULL_TP_BEFORE: Mapping[str, str] = {"MiniMaxM2ForCausalLM": "0.5.11", "NemotronHForCausalLM": "0.5.14"}
 # get_embedding_tp_kwargs (0.5.13 on) replicates the table on every rank under SGLANG_ENABLE_EMBED_REPLICATION
 _EMBED_ENV_FROM: Mapping[str, str] = {
@@ -201,6 +200,8 @@ def _shared_tp(
 def _embed_tp(arch: str, env: Mapping[str, str], version: str | None, *, tp: int, attn_tp: int, attn_dp: int) -> int:
     env_from = _EMBED_ENV_FROM.get(arch)
     if env_from is not None and _at_least(version, env_from) and env_bool(env.get("SGLANG_ENABLE_EMBED_REPLICATION")):
+        return 1
+    if arch in _EMBED_WHOLE:
         return 1
     if arch in _EMBED_FULL_TP or (arch in _EMBED_FULL_TP_BEFORE and not _at_least(version, _EMBED_FULL_TP_BEFORE[arch])):
         return tp

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
+from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import EstimateError
 
@@ -199,29 +198,24 @@ def _shared_tp(
 
 def _embed_tp(arch: str, env: Mapping[str, str], version: str | None, *, tp: int, attn_tp: int, attn_dp: int) -> int:
     env_from = _EMBED_ENV_FROM.get(arch)
-    if env_from is not None and _at_least(version, env_from) and env_bool(env.get("SGLANG_ENABLE_EMBED_REPLICATION")):
+    if env_from is not None and _has(version, env_from) and env_bool(env.get("SGLANG_ENABLE_EMBED_REPLICATION")):
         return 1
     if arch in _EMBED_WHOLE:
         return 1
-    if arch in _EMBED_FULL_TP or (arch in _EMBED_FULL_TP_BEFORE and not _at_least(version, _EMBED_FULL_TP_BEFORE[arch])):
+    if arch in _EMBED_FULL_TP or (arch in _EMBED_FULL_TP_BEFORE and not _has(version, _EMBED_FULL_TP_BEFORE[arch])):
         return tp
     if attn_dp == 1:
         return tp
     if arch in _EMBED_REPLICATED:
         return 1
     first = _EMBED_ATTN_TP_FROM.get(arch)
-    if first is not None and _at_least(version, first):
+    if first is not None and _has(version, first):
         return attn_tp
     # before the release that shards it, or an architecture whose embedding kvcheck has not read: the
     # whole table (the larger of the two layouts SGLang uses, and equal to the other at full DP attention)
     return 1
 
 
-def _at_least(version: str | None, first: str) -> bool:
-    """Whether the declared release is `first` or newer (no release stated: the newest rules)."""
-    if version is None:
-        return True
-    try:
-        return Version(Version(version).base_version) >= Version(first)
-    except InvalidVersion:
-        return True
+def _has(version: str | None, first: str) -> bool:
+    """Whether the declared release has the rule that came in `first` (no release stated: the newest rules)."""
+    return rel.rules_for(version).has(first)

@@ -50,17 +50,21 @@ def test_a_signal_deletes_every_object_and_pod_then_kvcheck_dies_of_it(cluster, 
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # three engine pods running, and their logs followed
+    # three engine pods running, their logs followed, and every object created: prefill's deadline Job and
+    # LeaderWorkerSet, decode's Job (kvcheck may create a deadline Job after its pods start, so the objects are
+    # waited for, not asserted the moment the pods run)
+    while time.monotonic() < deadline:
         with cluster.lock:
             running = [p for p in cluster.pods.values() if p.process is not None and p.log]
             followed = {path for method, path in cluster.requests if path.endswith("/log")}
-        if len(running) == 3 and len(followed) == 3:
+            kinds = sorted(kind for kind, _, _ in cluster.objects)
+        if len(running) == 3 and len(followed) == 3 and len(kinds) == 3:
             break
         time.sleep(0.05)
     else:
         proc.kill()
         pytest.fail(f"the engines did not start: {proc.communicate()[1][-2000:]}")
-    assert len(cluster.objects) == 3  # prefill's deadline Job and LeaderWorkerSet, decode's Job
+    assert kinds == ["Job", "Job", "LeaderWorkerSet"]
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert "measure returned" not in out

@@ -24,6 +24,7 @@ from kvcheck.engines.vllm.sizing.layout import (
     model_dtype_of,
     resolve_kv_dtype,
 )
+from kvcheck.engines.vllm.sizing.moe import MoeSplit, moe_split
 from kvcheck.engines.vllm.sizing.weights import (
     HYBRID_COUNTED,
     MXFP4_EXPERT_PAD,
@@ -161,6 +162,15 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     if target.estimate.weights_gib_per_gpu is not None:
         assumptions.append("weights per GPU from estimate.weights_gib_per_gpu")
         return float(target.estimate.weights_gib_per_gpu) * GIB, 0.0, "override"
+    split, experts = _moe_split(target, source, inp)
+    if split is not None and split.differs_from_tp(experts):
+        if source.checkpoint_bytes:  # the index states the checkpoint's total only, not the experts' share
+            raise EstimateError(
+                f"{split.describe(experts)}: the routed experts are not split by tp x pp as the rest is, and "
+                "model.safetensors.index.json gives only the checkpoint's total size, not the routed experts' "
+                "share", hint="set estimate.weights_gib_per_gpu (the `Model loading took` figure of a boot), or "
+                "estimate from config.json alone (model.config without the checkpoint folder)")
+        assumptions.append(split.describe(experts))
     if source.checkpoint_bytes:
         assumptions.append("weights: model.safetensors.index.json total_size / (tp x pp)")
         return source.checkpoint_bytes / (inp.tp * inp.pp), mem.WEIGHTS_INDEX_BAND, "checkpoint-index"
@@ -180,7 +190,7 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
         total = hybrid_weights_bytes(source.text, source.architecture, vision=tower, tp=inp.tp, pp=inp.pp,
                                      model_bytes=model_bytes, linear=linear, quant=source.quant, tied=tied,
                                      vision_tp=1 if data_vit else inp.tp, scheme=scheme,
-                                     release=release.release if release is not None else None)
+                                     release=release.release if release is not None else None, moe_split=split)
         assumptions.append(f"weights counted from config.json as vLLM's {source.architecture} allocates them "
                            f"(state mixers, attention, MLP/MoE{', vision tower' if tower else ''}; MTP "
                            f"layers not loaded; linear layers {scheme}, +-{mem.WEIGHTS_BAND:.0%})")
@@ -189,7 +199,8 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     attention = float(model_bytes) if attention_unquantized(source.quant) else None
     mxfp4 = scheme == "mxfp4"
     total = config_weights_bytes(source.text, tp=inp.tp, pp=inp.pp, model_bytes=model_bytes, linear=linear, tied=tied,
-                                 attention_bytes=attention, moe_pad=MXFP4_EXPERT_PAD if mxfp4 else None)
+                                 attention_bytes=attention, moe_pad=MXFP4_EXPERT_PAD if mxfp4 else None,
+                                 moe_split=split)
     vision = vision_tower_bytes(source.vision, tp=inp.tp, model_bytes=model_bytes,
                                 text_hidden=int(source.text.get("hidden_size") or 0))
     if vision:
@@ -198,6 +209,18 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     band = MXFP4_WEIGHTS_BAND if mxfp4 else mem.WEIGHTS_BAND
     assumptions.append(f"weights counted from config.json (linear layers {scheme}, +-{band:.0%})")
     return total, band, "config"
+
+
+def _moe_split(target: RoleTarget, source: ModelSource, inp: _Inputs) -> tuple[MoeSplit | None, int]:
+    """(how vLLM places the routed experts, their count), None for a dense model (sizing/moe.py)."""
+    text = source.text
+    experts = next((text[k] for k in ("n_routed_experts", "num_experts", "num_local_experts")
+                    if isinstance(text.get(k), int) and not isinstance(text.get(k), bool) and text[k] > 0), 0)
+    if experts <= 1:
+        return None, 0
+    version = mem.release(target.engine_version)
+    return moe_split(target.args, target.env, version.release if version is not None else None, tp=inp.tp,
+                     dp=inp.dp, architecture=source.architecture), experts
 
 
 def estimate_role(

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kvcheck.engines.vllm.sizing.moe import MoeSplit
 from kvcheck.errors import EstimateError
 from kvcheck.io.jsontext import JsonRejected
 from kvcheck.io.jsontext import loads as json_loads
@@ -69,9 +70,10 @@ def attention_unquantized(quant: Mapping[str, Any] | None) -> bool:
 
 def config_weights_bytes(
     text: Mapping[str, Any], *, tp: int, pp: int, model_bytes: int, linear: float, tied: bool,
-    attention_bytes: float | None = None, moe_pad: int | None = None,
+    attention_bytes: float | None = None, moe_pad: int | None = None, moe_split: MoeSplit | None = None,
 ) -> float:
-    """Weights of the most loaded worker, bytes (the first PP stage: its layers plus the embedding)."""
+    """Weights of the most loaded worker, bytes (the first PP stage: its layers plus the embedding). The routed
+    experts as `moe_split` places them (sizing/moe.py: over dp x tp, whole under EP); default: split by TP."""
     hidden = _i(text, "hidden_size", "n_embd")
     layers = _i(text, "num_hidden_layers", "n_layers", "num_layers")
     vocab = _i(text, "vocab_size")
@@ -96,10 +98,13 @@ def config_weights_bytes(
     moe = 0.0
     if experts:
         moe_inter = _i(text, "moe_intermediate_size", default=inter)
+        split = moe_split or MoeSplit(tp=tp)
+        split.check_split(experts, moe_inter)  # on the unpadded width, as FusedMoE asserts it
         if moe_pad:  # MXFP4 kernels pad the expert width (fused_moe/oracle/mxfp4.py round-ups)
             moe_inter = -(-moe_inter // moe_pad) * moe_pad
         shared = _i(text, "n_shared_experts") * moe_inter + _i(text, "shared_expert_intermediate_size")
-        moe = (experts * 3 * hidden * moe_inter + 3 * hidden * shared) / tp + hidden * experts
+        # routed experts over FusedMoE's dp x tp group (sizing/moe.py); shared experts and router per DP rank
+        moe = split.routed(experts, 3 * hidden * moe_inter) + 3 * hidden * shared / split.shared_tp() + hidden * experts
         first_dense = _i(text, "first_k_dense_replace")
         dense_layers = first_dense
     stage_layers = math.ceil(layers / max(1, pp))
@@ -207,7 +212,7 @@ def _gdn_layer_kinds(text: Mapping[str, Any], layers: int) -> list[str]:
 
 
 def _gdn_weights(text: Mapping[str, Any], architecture: str, tp: int, model_bytes: int, lb: _LinearBytes,
-                 prefix: str, *, ba_tp: int) -> float:
+                 prefix: str, *, ba_tp: int, moe: MoeSplit) -> float:
     """Qwen3-Next / Qwen3.5 / Qwen3.6 text model per worker (models/qwen3_next.py, qwen3_5.py and
     layers/mamba/gdn/qwen_gdn_linear_attn.py): GatedDeltaNet mixers, gated full attention, dense or MoE MLPs."""
     h = _i(text, "hidden_size")
@@ -255,7 +260,7 @@ def _gdn_weights(text: Mapping[str, Any], architecture: str, tp: int, model_byte
             total += 2 * hd * model_bytes  # q_norm, k_norm
         m = f"{p}.mlp"
         if experts and i not in mlp_only and (i + 1) % max(1, step) == 0:
-            total += experts * 3 * h * moe_inter / tp * lb(f"{m}.experts", f"{m}.experts.0.gate_proj")
+            total += moe.routed(experts, 3 * h * moe_inter) * lb(f"{m}.experts", f"{m}.experts.0.gate_proj")
             total += (h * experts + h) * model_bytes  # router (GateLinear) and shared_expert_gate, replicated
             if shared:
                 total += 3 * h * shared / tp * lb(f"{m}.shared_expert.gate_proj", f"{m}.shared_expert")
@@ -285,7 +290,7 @@ def _nemotron_kinds(text: Mapping[str, Any]) -> list[str]:
     raise EstimateError("NemotronH config states neither hybrid_override_pattern nor layers_block_type")
 
 
-def _nemotron_weights(text: Mapping[str, Any], tp: int, model_bytes: int, lb: _LinearBytes) -> float:
+def _nemotron_weights(text: Mapping[str, Any], tp: int, model_bytes: int, lb: _LinearBytes, split: MoeSplit) -> float:
     """NemotronH / Nemotron-3 per worker (models/nemotron_h.py, layers/mamba/mamba_mixer2.py): Mamba2 mixers,
     attention, squared-ReLU MLPs (up/down, no gate) and MoE layers, latent MoE where moe_latent_size is set."""
     h = _i(text, "hidden_size")
@@ -334,12 +339,13 @@ def _nemotron_weights(text: Mapping[str, Any], tp: int, model_bytes: int, lb: _L
             if not (experts and moe_inter):
                 raise EstimateError("NemotronH config has MoE layers but no n_routed_experts / moe_intermediate_size")
             width = latent or h
-            total += experts * mats * width * moe_inter / tp * lb(f"{x}.experts", f"{x}.experts.0.up_proj")
+            total += split.routed(experts, mats * width * moe_inter) * lb(f"{x}.experts", f"{x}.experts.0.up_proj")
             # router (replicated): GateLinear(force_fp32_compute) keeps it in fp32 unless a Hopper/Blackwell
             # kernel takes the model dtype (0.32.0), 0.05% of the weights; e_score_correction_bias fp32
             total += h * experts * FP32 + experts * FP32
             if shared:
-                total += mats * h * shared / tp * lb(f"{x}.shared_experts.up_proj", f"{x}.shared_experts")
+                total += (mats * h * shared / split.shared_tp()  # replicated under sequence-parallel MoE
+                          * lb(f"{x}.shared_experts.up_proj", f"{x}.shared_experts"))
             if latent:  # fc1/fc2 latent projections, replicated
                 total += h * latent * (lb(f"{x}.fc1_latent_proj") + lb(f"{x}.fc2_latent_proj"))
         total += h * model_bytes  # the layer's norm
@@ -399,7 +405,7 @@ _BA_REPLICATED_SCHEMES = ("awq", "gptq", "inc", "auto-round")
 def hybrid_weights_bytes(
     text: Mapping[str, Any], architecture: str, *, vision: Mapping[str, Any] | None, tp: int, pp: int,
     model_bytes: int, linear: float, quant: Mapping[str, Any] | None, tied: bool, vision_tp: int | None = None,
-    scheme: str = "none", release: tuple[int, ...] | None = None,
+    scheme: str = "none", release: tuple[int, ...] | None = None, moe_split: MoeSplit | None = None,
 ) -> float:
     """Weights one worker of a hybrid (GDN or Mamba2) model loads, counted from config.json the way vLLM's
     model class allocates them; MTP layers are not counted (vLLM loads them only as a speculative draft).
@@ -410,13 +416,15 @@ def hybrid_weights_bytes(
         raise EstimateError("pipeline stages split a hybrid's layers unevenly: its weights are not counted per stage")
     lb = _LinearBytes(quant, linear, model_bytes)
     h, vocab = _i(text, "hidden_size"), _i(text, "vocab_size")
+    split = moe_split or MoeSplit(tp=tp)
+    split.check_split(_i(text, "num_experts", "n_routed_experts"), _i(text, "moe_intermediate_size"))
     if architecture in GDN_ARCHITECTURES:
         prefix = "model.language_model." if "ConditionalGeneration" in architecture else "model."
         ba_tp = 1 if (architecture.startswith("Qwen3_5") and any(k in scheme for k in _BA_REPLICATED_SCHEMES)
                       and (release is None or release >= BA_REPLICATED_FROM)) else tp
-        body = _gdn_weights(text, architecture, tp, model_bytes, lb, prefix, ba_tp=ba_tp)
+        body = _gdn_weights(text, architecture, tp, model_bytes, lb, prefix, ba_tp=ba_tp, moe=split)
     else:
-        body = _nemotron_weights(text, tp, model_bytes, lb)
+        body = _nemotron_weights(text, tp, model_bytes, lb, split)
     embed = vocab * h / tp * model_bytes
     head = 0.0 if tied else vocab * h / tp * model_bytes
     body += embed + head + h * model_bytes  # embeddings, lm_head (ParallelLMHead, model dtype), final norm

@@ -221,6 +221,94 @@ def test_the_dp_lm_head_shards_over_the_attention_tp_group():
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", **shape).lm_head_tp == 8
 
 
+# --- what SGLang overrides the layout to ----------------------------------------------------------------
+
+
+def test_waterfill_runs_deepep_whatever_backend_is_given():
+    # overrides.py _a2a_backend_overrides (0.5.16 on): --enable-waterfill with a backend other than deepep or
+    # megamoe is deepep, so ep_size = tp_size and the shared experts are whole on every rank
+    waterfill = _est(V3, tp_size=8, enable_waterfill=True)
+    assert (waterfill.ep_size, waterfill.pool_tokens) == (8, 566_280)
+    assert waterfill.pool_tokens == _est(V3, tp_size=8, moe_a2a_backend="deepep").pool_tokens
+    assert _est(V3, tp_size=8, enable_waterfill=True, moe_a2a_backend="megamoe").details["weights_gib_per_gpu"] == (
+        _est(V3, tp_size=8, moe_a2a_backend="megamoe").details["weights_gib_per_gpu"])
+    # server_args.py _handle_a2a_moe (0.5.12-0.5.15): --enable-deepep-waterfill
+    old = _est(V3, "0.5.13", tp_size=8, enable_deepep_waterfill=True)
+    assert (old.ep_size, old.pool_tokens, _est(V3, "0.5.13", tp_size=8).pool_tokens) == (8, 633_432, 642_162)
+
+
+@pytest.mark.parametrize(("version", "pool"), [("0.5.12", 633_432), ("0.5.17", 633_432), ("0.5.18", 642_162)])
+def test_the_mega_moe_variable_is_the_megamoe_backend_in_0_5_12_to_0_5_17(version, pool):
+    env = {"SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE": "1"}
+    assert _est(V3, version, tp_size=8, env=env).pool_tokens == pool
+    megamoe = version != "0.5.18"
+    assert _est(V3, version, tp_size=8, env=env).ep_size == (8 if megamoe else 1)
+    assert pool == _est(V3, version, tp_size=8, **({"moe_a2a_backend": "megamoe"} if megamoe else {})).pool_tokens
+    assert placement("DeepseekV3ForCausalLM", {}, env, version, tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8,
+                     has_shared_experts=True, nvfp4=False).shared_tp == (1 if megamoe else 8)
+
+
+def test_a_fused_shared_expert_is_an_expert_slot_under_plain_ep():
+    # --enforce-shared-experts-fusion under --ep-size: one more expert on every EP rank at the MoE-TP width
+    # (tp / ep): whole at ep == tp, half at ep 4 of tp 8
+    plain = _est(V3, tp_size=8, ep_size=8)
+    fused = _est(V3, tp_size=8, ep_size=8, enforce_shared_experts_fusion=True)
+    half = _est(V3, tp_size=8, ep_size=4, enforce_shared_experts_fusion=True)
+    assert (plain.pool_tokens, fused.pool_tokens, half.pool_tokens) == (642_162, 610_349, 628_528)
+    assert (fused.details["weights_gib_per_gpu"] - plain.details["weights_gib_per_gpu"]) * GIB == pytest.approx(
+        _v3_shared_bytes() * (1 - 1 / 8), abs=0.002 * GIB)
+    assert "shared experts replicated on every rank (fused as an expert slot under --ep-size 8" in " ".join(
+        fused.assumptions)
+    # a runner that turns fusion off, --disable-shared-experts-fusion, and no EP keep them sharded
+    for kw in ({"moe_runner_backend": "flashinfer_trtllm"}, {"disable_shared_experts_fusion": True}):
+        assert _est(V3, tp_size=8, ep_size=8, enforce_shared_experts_fusion=True, **kw).pool_tokens == 642_162
+    assert _est(V3, tp_size=8, enforce_shared_experts_fusion=True).pool_tokens == _est(V3, tp_size=8).pool_tokens
+
+
+def test_rocm_fuses_deepseek_v3s_shared_expert_under_ep_by_default():
+    # deepseek_v2.py shared_experts_fusion_disable_reason: under EP only HIP gfx942 and newer fuse it
+    assert _est(V3, gpu="MI300X", tp_size=8, ep_size=8).pool_tokens == 827_784
+    assert _est(V3, gpu="MI300X", tp_size=8, ep_size=8, disable_shared_experts_fusion=True).pool_tokens == 859_597
+    assert _est(V3, gpu="MI355X", tp_size=8, ep_size=8).pool_tokens == 2_097_178
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    text = {"n_shared_experts": 1, "n_routed_experts": 256}
+    assert placement("Glm4MoeForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx942", text=text, **shape).shared_tp == 1
+    assert placement("Glm4MoeForCausalLM", {}, {}, "0.5.23", gpu_arch="9.0", text=text, **shape).shared_tp == 8
+    # MiniMax-M3 never fuses under EP; two-batch overlap turns DeepSeek's fusion off
+    assert placement("MiniMaxM3SparseForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx950", text=text,
+                     **shape).shared_tp == 8
+    assert placement("DeepseekV3ForCausalLM", {"enable_two_batch_overlap": True}, {}, "0.5.23", gpu_arch="gfx942",
+                     text=text, **shape).shared_tp == 8
+    assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx90a", text=text, **shape).shared_tp == 8
+
+
+def test_the_auto_runner_on_sm120_takes_the_fp4_all_gather_path():
+    # overrides.py: --moe-runner-backend auto with --quantization modelopt_fp4 on SM110/SM120 is flashinfer_cutlass
+    nvfp4 = "nvidia--DeepSeek-V3.1-NVFP4"
+    layout = dict(tp_size=8, dp_size=8, enable_dp_attention=True, ep_size=8)
+    auto = _est(nvfp4, gpu="RTX-PRO-6000", quantization="modelopt_fp4", **layout)
+    written = _est(nvfp4, gpu="RTX-PRO-6000", quantization="modelopt_fp4", moe_runner_backend="flashinfer_cutlass",
+                   **layout)
+    assert auto.pool_tokens == written.pool_tokens == 22_282
+    assert "the FP4 all-gather path" in " ".join(auto.assumptions)
+    # without --quantization the server argument stays unset on SM120 and the runner auto: sharded
+    assert _est(nvfp4, gpu="RTX-PRO-6000", **layout).pool_tokens == 58_063
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.1"])
+def test_dp_attention_at_dp_size_one_does_not_start_before_0_5_2(version):
+    with pytest.raises(EstimateError, match=f"SGLang {version} refuses --enable-dp-attention with --dp-size 1"):
+        _est(V3, version, tp_size=8, dp_size=1, enable_dp_attention=True)
+    assert _est(V3, "0.5.2", tp_size=8, dp_size=1, enable_dp_attention=True).pool_tokens == (
+        _est(V3, "0.5.2", tp_size=8).pool_tokens)
+
+
+def test_dwdp_is_refused_not_priced_as_plain_tp():
+    with pytest.raises(EstimateError, match=r"--dwdp-size 8: DWDP .* weight buffers \(layers/moe/dwdp\) whose size"):
+        _est(V3, tp_size=8, dwdp_size=8, disaggregation_mode="prefill")
+    assert _est(V3, tp_size=8, dwdp_size=1).pool_tokens == 642_162
+
+
 # --- DeepSeek-V4 ---------------------------------------------------------------------------------------------
 
 V4_FLASH_FP8 = "sgl-project--DeepSeek-V4-Flash-FP8"
@@ -304,3 +392,21 @@ def test_cli_the_deepep_deployment_fails_the_window_its_sharded_twin_passes(tmp_
     assert role_["details"]["parallel"]["ep"] == 8
     assert ("shared experts replicated on every rank (moe-a2a-backend deepep, as SGLang's DeepseekV3ForCausalLM "
             "places them)") in role_["details"]["assumptions"]
+
+
+def test_cli_waterfill_without_a_backend_fails_as_deepep_does(tmp_path, kvcheck):
+    path = _manifest(tmp_path, "none")
+    path.write_text(path.read_text().replace("moe-a2a-backend: none", "enable-waterfill: true"))
+    result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    role_ = json.loads(result.stdout)["roles"][0]
+    assert (role_["pool_tokens"], role_["details"]["parallel"]["ep"]) == (116_358, 8)
+
+
+def test_cli_dwdp_is_an_estimate_error_exit_3(tmp_path, kvcheck):
+    path = _manifest(tmp_path, "none")
+    path.write_text(path.read_text().replace("dp-size: 8, enable-dp-attention: true, moe-a2a-backend: none",
+                                             "dwdp-size: 8, disaggregation-mode: prefill"))
+    result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    assert "--dwdp-size 8: DWDP" in result.stdout

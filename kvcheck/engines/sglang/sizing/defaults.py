@@ -389,6 +389,10 @@ class _Inputs:
     notes: list[str] = field(default_factory=list)
 
 
+# 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
+DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF = "0.5.2"
+
+
 def _inputs(
     args: Mapping[str, Any], shape: ModelShape, gpu: GpuProfile, *, env: Mapping[str, str], gpu_mib: int,
     version: str | None,
@@ -401,9 +405,23 @@ def _inputs(
     attn_dp = int(_arg(args, "attn_dp_size", 1))
     if args.get("enable_dp_attention") and attn_dp == 1:
         attn_dp = int(_arg(args, "dp_size", 1))  # deprecated spelling: --dp-size N --enable-dp-attention
+        if attn_dp == 1 and not rules.has(DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF):
+            raise EstimateError(
+                f"SGLang {version} refuses --enable-dp-attention with --dp-size 1 (server_args.py asserts "
+                "'Please set a dp-size > 1'): the server does not start",
+                hint="set --dp-size above 1 (it divides --tp-size), or drop --enable-dp-attention",
+            )
+    dwdp = int(_arg(args, "dwdp_size", 1))
+    if dwdp > 1:
+        raise EstimateError(
+            f"--dwdp-size {dwdp}: DWDP (arg_groups/parallel_hook.py handle_dwdp) forces attention DP {dwdp}, "
+            f"--enable-dp-lm-head, --moe-dense-tp-size 1 and ep_size {dwdp}, and prefetches other ranks' experts "
+            "into weight buffers (layers/moe/dwdp) whose size the estimate does not price",
+            hint="measure the role (kvcheck verify --mode measure) or audit the running server",
+        )
     attn_cp = int(_arg(args, "attn_cp_size", 1))
     dcp = int(_arg(args, "dcp_size", 1))
-    ep = resolved_ep(args, tp)
+    ep = resolved_ep(args, tp, env, version)
     if tp % (attn_dp * attn_cp) != 0:
         raise EstimateError(f"tp_size {tp} is not divisible by attn_dp_size x attn_cp_size ({attn_dp} x {attn_cp})")
     role = disaggregation_mode(args)
@@ -422,7 +440,7 @@ def _inputs(
         spec_topk=args.get("speculative_eagle_topk"),
         draft_tokens=args.get("speculative_num_draft_tokens"),
         max_running_requests=args.get("max_running_requests"),
-        a2a=a2a_backend(args),
+        a2a=a2a_backend(args, env, version),
     )
 
 

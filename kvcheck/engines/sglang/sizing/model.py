@@ -20,7 +20,7 @@ from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source,
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
-from kvcheck.engines.sglang.sizing.placement import placement
+from kvcheck.engines.sglang.sizing.placement import a2a_backend, placement
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
@@ -353,7 +353,8 @@ def _builtin_mtp_draft(
 
 
 def _placed(
-    target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, assumptions: list[str]
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, gpu: GpuProfile,
+    assumptions: list[str],
 ) -> Parallel:
     """`par` with the shared experts, embedding and lm_head where SGLang puts them (sizing/placement.py)."""
     dense_tp = int(par.moe_dense_tp or par.tp)
@@ -362,6 +363,7 @@ def _placed(
         tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=dense_tp,
         has_shared_experts=has_shared_experts(model.shape, model.source.text),
         nvfp4=model.scheme.method.startswith("modelopt") and model.scheme.default_fmt == "nvfp4",
+        gpu_arch=gpu.compute_capability, sm=gpu.sm, text=model.source.text,
     )
     assumptions.extend(where.notes)
     return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
@@ -435,7 +437,8 @@ def _dsv4_checkpoint_expert_fmt(model: _Model) -> str:
 def _dsv4_expert_format(target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile) -> dsv4.ExpertFormat:
     return dsv4.expert_format(
         _dsv4_checkpoint_expert_fmt(model), version=target.engine_version, vendor=gpu.vendor, sm=gpu.sm,
-        env=target.env, moe_runner_backend=args.get("moe_runner_backend"), moe_a2a_backend=args.get("moe_a2a_backend"),
+        env=target.env, moe_runner_backend=args.get("moe_runner_backend"),
+        moe_a2a_backend=a2a_backend(args, target.env, target.engine_version),
     )
 
 
@@ -550,7 +553,7 @@ def estimate_role(
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
     )
-    par = _placed(target, args, model, par, assumptions)
+    par = _placed(target, args, model, par, gpu, assumptions)
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None
     stage_weights, weights_method, weight_notes = _weights(target, model, par, experts)
     assumptions.extend(weight_notes)

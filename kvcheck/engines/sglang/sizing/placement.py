@@ -12,6 +12,7 @@ new rule is named.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,11 @@ A2A_EP_SPANNING = frozenset({
     "deepep", "deepep_v2", "megamoe", "mooncake", "nixl", "ascend_fuseep", "flashinfer", "flashinfer_megamoe",
     "mori", "pplx",
 })
+
+# SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE=1 turns the backend into megamoe in these releases (server_args.py
+# `_handle_a2a_moe` 0.5.12-0.5.14, overrides.py `_a2a_backend_overrides` 0.5.15-0.5.17; gone in 0.5.18)
+MEGA_MOE_ENV_FROM = "0.5.12"
+MEGA_MOE_ENV_UNTIL = "0.5.18"
 
 # models/deepseek_v2.py DeepseekV2MoE `_shared_expert_use_tp1` (0.5.23; deepep alone in 0.5.2, the others
 # as each backend arrived): the MoE block of DeepSeek-V2/V3/R1/V3.2, Kimi-K2/K2.5 (DeepseekV3ForCausalLM
@@ -80,6 +86,25 @@ _FP4_ALLGATHER = DSV2_FAMILY | {
     "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
 }
 
+# Shared-expert fusion under plain expert parallelism (no all-to-all backend, ep_size > 1): the fused shared
+# expert is one more expert slot on every EP rank, at moe_intermediate_size // (tp / ep)
+# (layers/moe/fused_moe_triton/layer.py: num_local_routed + num_fused_shared experts at the MoE-TP width), so
+# at ep == tp each rank holds it whole. The models' `shared_experts_fusion_disable_reason` (0.5.23; the same
+# conditions in earlier releases' `determine_num_fused_shared_experts`) allow it under EP where
+# --enforce-shared-experts-fusion is set (deepseek_v2.py's gate returns before its EP check; Kimi-K2.5 and
+# GLM-5 take that gate), and by default on ROCm gfx942 and newer (DeepSeek-V3/R1, Kimi-K2.5 and GLM-5
+# configs with one shared expert and 256 or 384 routed ones, without TBO/SBO; GLM-4.5's glm4_moe.py).
+_FUSED_UNDER_EP_ENFORCED = frozenset({
+    "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM",
+})
+_FUSED_UNDER_EP_ROCM = _FUSED_UNDER_EP_ENFORCED | {"Glm4MoeForCausalLM"}
+# MoE runners after which SGLang sets --disable-shared-experts-fusion (overrides.py _moe_runner_fusion_disable)
+_FUSION_OFF_RUNNERS = frozenset({
+    "lora_triton", "lora_cutedsl", "lora_marlin", "flashinfer_cutedsl", "flashinfer_trtllm",
+    "experimental_sgl_trtllm", "flashinfer_trtllm_routed",
+})
+_GFX = re.compile(r"gfx(\d+)([0-9a-f])[0-9a-f]")
+
 # The input embedding under DP attention: replicated (`enable_tp=not is_dp_attention_enabled()`) before
 # the named release, sharded over the attention-TP group from it on.
 _EMBED_ATTN_TP_FROM: Mapping[str, str] = {
@@ -115,20 +140,35 @@ _EMBED_ENV_FROM: Mapping[str, str] = {
 }
 
 
-def a2a_backend(args: Mapping[str, Any]) -> str:
-    """The MoE all-to-all backend: --moe-a2a-backend, or deepep under the deprecated --enable-deepep-moe
-    (0.4.x-0.5.x; server_args.py sets moe_a2a_backend = "deepep" for it, and before --moe-a2a-backend
-    existed the flag itself replicated the shared experts and spanned the EP group)."""
+def a2a_backend(args: Mapping[str, Any], env: Mapping[str, str] | None = None, version: str | None = None) -> str:
+    """The MoE all-to-all backend SGLang runs: --moe-a2a-backend, or what it is overridden to.
+
+    deepep under the deprecated --enable-deepep-moe (0.4.x-0.5.x; server_args.py sets moe_a2a_backend =
+    "deepep" for it, and before --moe-a2a-backend existed the flag itself replicated the shared experts and
+    spanned the EP group); deepep under --enable-deepep-waterfill (0.5.12-0.5.15, a backend other than
+    deepep) and --enable-waterfill (0.5.16 on, a backend other than deepep or megamoe); megamoe under
+    SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE=1 (0.5.12-0.5.17, after the waterfill override, as
+    `_handle_a2a_moe` / overrides.py `_a2a_backend_overrides` apply them).
+    """
     backend = args.get("moe_a2a_backend")
-    if backend not in (None, "none"):
-        return str(backend)
-    return "deepep" if args.get("enable_deepep_moe") else "none"
+    if backend in (None, "none"):
+        backend = "deepep" if args.get("enable_deepep_moe") else "none"
+    backend = str(backend)
+    if args.get("enable_deepep_waterfill") and backend != "deepep":
+        backend = "deepep"
+    if args.get("enable_waterfill") and backend not in ("deepep", "megamoe"):
+        backend = "deepep"
+    if (env is not None and env_bool(env.get("SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE"))
+            and _has(version, MEGA_MOE_ENV_FROM) and not _has(version, MEGA_MOE_ENV_UNTIL)):
+        backend = "megamoe"
+    return backend
 
 
-def resolved_ep(args: Mapping[str, Any], tp: int) -> int:
+def resolved_ep(args: Mapping[str, Any], tp: int, env: Mapping[str, str] | None = None,
+                version: str | None = None) -> int:
     """ep_size as SGLang resolves it: tp_size under an all-to-all backend that spans the EP group, and
     under the deprecated --enable-ep-moe."""
-    if a2a_backend(args) in A2A_EP_SPANNING or args.get("enable_ep_moe"):
+    if a2a_backend(args, env, version) in A2A_EP_SPANNING or args.get("enable_ep_moe"):
         return tp
     return int(args.get("ep_size") or 1)
 
@@ -146,18 +186,31 @@ class Placement:
 def placement(
     arch: str, args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
     tp: int, attn_tp: int, attn_dp: int, ep: int, dense_tp: int, has_shared_experts: bool, nvfp4: bool,
+    gpu_arch: str = "", sm: int | None = None, text: Mapping[str, Any] | None = None,
 ) -> Placement:
     """Where the shared experts, the input embedding and the lm_head of `arch` live; EstimateError where
     the shared experts' placement under the role's all-to-all backend has not been read."""
     notes: list[str] = []
-    a2a = a2a_backend(args)
+    a2a = a2a_backend(args, env, version)
     shared_tp = dense_tp
     if has_shared_experts:
-        shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep, dense_tp=dense_tp,
-                               nvfp4=nvfp4)
+        fused = a2a == "none" and _fused_under_ep(arch, args, text or {}, gpu_arch, ep=ep)
+        if fused:
+            shared_tp = max(1, tp // ep)
+        else:
+            shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
+                                   dense_tp=dense_tp, nvfp4=nvfp4, sm=sm)
         if shared_tp != dense_tp:
             how = "replicated on every rank" if shared_tp == 1 else f"sharded over {shared_tp} ranks"
-            notes.append(f"shared experts {how} (moe-a2a-backend {a2a}, as SGLang's {arch} places them)")
+            if fused:
+                why = f"fused as an expert slot under --ep-size {ep}"
+            elif arch in DSV2_FAMILY and env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")):
+                why = "SGLANG_SHARED_EXPERT_TP1"
+            elif a2a == "none":
+                why = "the FP4 all-gather path: flashinfer_cutlass MoE under DP attention"
+            else:
+                why = f"moe-a2a-backend {a2a}"
+            notes.append(f"shared experts {how} ({why}, as SGLang's {arch} places them)")
     embed_tp = _embed_tp(arch, env, version, tp=tp, attn_tp=attn_tp, attn_dp=attn_dp)
     if embed_tp != tp:
         how = "replicated on every rank" if embed_tp == 1 else f"sharded over the {embed_tp}-rank attention-TP group"
@@ -171,12 +224,12 @@ def placement(
 
 def _shared_tp(
     arch: str, a2a: str, args: Mapping[str, Any], env: Mapping[str, str], *,
-    attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool,
+    attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool, sm: int | None,
 ) -> int:
     if arch in DSV2_FAMILY and env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")):
         return 1
     if (arch in _FP4_ALLGATHER and a2a == "none" and nvfp4 and attn_dp > 1 and ep == attn_dp
-            and str(args.get("moe_runner_backend") or "auto") == "flashinfer_cutlass"):
+            and moe_runner(args, sm) == "flashinfer_cutlass"):
         return 1
     if a2a == "none":
         return dense_tp
@@ -194,6 +247,33 @@ def _shared_tp(
         if args.get("enable_shared_experts_attn_tp"):
             return attn_tp
     return 1
+
+
+def moe_runner(args: Mapping[str, Any], sm: int | None) -> str:
+    """--moe-runner-backend as resolved: `auto` with --quantization modelopt_fp4 on SM110/SM120 is
+    flashinfer_cutlass (trtllm-gen MoE kernels are SM100-only: server_args.py 0.5.13, overrides.py 0.5.15 on)."""
+    runner = str(args.get("moe_runner_backend") or "auto")
+    if runner == "auto" and args.get("quantization") == "modelopt_fp4" and sm in (110, 120):
+        return "flashinfer_cutlass"
+    return runner
+
+
+def _fused_under_ep(arch: str, args: Mapping[str, Any], text: Mapping[str, Any], gpu_arch: str, *, ep: int) -> bool:
+    """Whether SGLang fuses `arch`'s shared expert into the routed experts under plain EP (see above)."""
+    if ep <= 1 or args.get("disable_shared_experts_fusion"):
+        return False
+    if str(args.get("moe_runner_backend") or "auto") in _FUSION_OFF_RUNNERS:
+        return False
+    if arch in _FUSED_UNDER_EP_ENFORCED and args.get("enforce_shared_experts_fusion"):
+        return True
+    match = _GFX.fullmatch(gpu_arch)
+    if arch not in _FUSED_UNDER_EP_ROCM or match is None or (int(match[1]), int(match[2], 16)) < (9, 4):
+        return False
+    if arch == "Glm4MoeForCausalLM":
+        return True
+    if args.get("enable_two_batch_overlap") or args.get("enable_single_batch_overlap"):
+        return False
+    return text.get("n_shared_experts") == 1 and text.get("n_routed_experts") in (256, 384)
 
 
 def _embed_tp(arch: str, env: Mapping[str, str], version: str | None, *, tp: int, attn_tp: int, attn_dp: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -300,8 +301,8 @@ def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:
 def _decilm_layer(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, par: Parallel) -> None:
     """Nemotron-NAS block i: attention unless no-op, an MLP of its own width (models/nemotron_nas.py:53-63)."""
     h = shape.hidden_size
-    block = dict(text["block_configs"][i])  # frozen by config_weights: ((key, value), ...) pairs
-    attention, ffn = dict(block.get("attention", ())), dict(block.get("ffn", ()))
+    block = dict(text["block_configs"][i])
+    attention, ffn = dict(block.get("attention") or {}), dict(block.get("ffn") or {})
     if attention.get("replace_with_linear"):
         acc.linear("attention", f"model.layers.{i}.self_attn.linear_attn", h * h)
     elif not attention.get("no_op"):
@@ -330,8 +331,8 @@ def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: 
 
 
 @functools.lru_cache(maxsize=1024)
-def _config_weights(shape: ModelShape, text_items: tuple, scheme: QuantScheme, par: Parallel, tied: bool) -> WeightsEstimate:
-    text = dict(text_items)
+def _config_weights(shape: ModelShape, text_json: str, scheme: QuantScheme, par: Parallel, tied: bool) -> WeightsEstimate:
+    text = json.loads(text_json)  # the config keys as config.json has them: lists stay lists
     moe = _moe_layout(shape, text)
     h, v = shape.hidden_size, shape.vocab_size
     stages = []
@@ -349,14 +350,6 @@ def _config_weights(shape: ModelShape, text_items: tuple, scheme: QuantScheme, p
     return WeightsEstimate(tuple(stages), "config")
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
 def config_weights(
     shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, *, tied: bool
 ) -> WeightsEstimate:
@@ -372,8 +365,11 @@ def config_weights(
         "num_shared_experts",
         "shared_intermediate_size",
     )
-    items = tuple((k, _freeze(text[k])) for k in keys if k in text)
-    return _config_weights(shape, items, scheme, par, tied)
+    # the cache key is the keys' JSON text, which loads back as the same lists and mappings: a frozen
+    # tuple would fail every isinstance(..., list) check the layer readers make (Nemotron-H's
+    # layers_block_type, mlp_layer_types, moe_layer_freq), silently dropping those layers' weights
+    text_json = json.dumps({k: text[k] for k in keys if k in text}, sort_keys=True)
+    return _config_weights(shape, text_json, scheme, par, tied)
 
 
 def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int) -> float:

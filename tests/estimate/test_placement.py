@@ -309,6 +309,21 @@ def test_dwdp_is_refused_not_priced_as_plain_tp():
     assert _est(V3, tp_size=8, dwdp_size=1).pool_tokens == 642_162
 
 
+def test_the_built_in_draft_places_its_shared_expert_for_the_speculative_backend():
+    # layers/moe/utils.py speculative_moe_a2a_backend_context: the MTP layer is built under
+    # --speculative-moe-a2a-backend (unset: the target's backend), so its one shared expert follows that backend
+    eagle = dict(tp_size=8, speculative_algorithm="EAGLE", speculative_num_steps=1, speculative_eagle_topk=1,
+                 speculative_num_draft_tokens=2)
+    one_layer = _v3_shared_bytes() / (61 - 3) * (1 - 1 / 8)  # V3: 58 MoE layers; the MTP layer is one more
+    weights = {
+        (target, draft): _est(V3, **eagle, **({"moe_a2a_backend": target} if target else {}),
+                              **({"speculative_moe_a2a_backend": draft} if draft else {})).details["weights_gib_per_gpu"]
+        for target, draft in ((None, None), (None, "deepep"), ("deepep", None), ("deepep", "none"))
+    }
+    assert (weights[(None, "deepep")] - weights[(None, None)]) * GIB == pytest.approx(one_layer, rel=0.01)
+    assert (weights[("deepep", None)] - weights[("deepep", "none")]) * GIB == pytest.approx(one_layer, rel=0.01)
+
+
 # --- DeepSeek-V4 ---------------------------------------------------------------------------------------------
 
 V4_FLASH_FP8 = "sgl-project--DeepSeek-V4-Flash-FP8"

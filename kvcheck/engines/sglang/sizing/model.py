@@ -352,6 +352,29 @@ def _builtin_mtp_draft(
     return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
 
 
+def _draft_placed(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, gpu: GpuProfile
+) -> Parallel:
+    """`par` for a built-in MTP draft: SGLang builds it under `speculative_moe_a2a_backend_context`
+    (layers/moe/utils.py), with --speculative-moe-a2a-backend (unset: the target's backend, none for
+    flashinfer_megamoe) and the FP4 all-gather path off, so its shared expert is placed for that backend."""
+    target_backend = a2a_backend(args, target.env, target.engine_version)
+    spec = args.get("speculative_moe_a2a_backend")
+    backend = str(spec) if spec is not None else ("none" if target_backend == "flashinfer_megamoe" else target_backend)
+    draft_args = {k: v for k, v in args.items() if k not in ("enable_waterfill", "enable_deepep_waterfill",
+                                                             "enable_deepep_moe")}
+    draft_args["moe_a2a_backend"] = backend
+    env = {k: v for k, v in target.env.items() if k != "SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE"}
+    dense_tp = int(par.moe_dense_tp or par.tp)
+    where = placement(
+        model.shape.architecture, draft_args, env, target.engine_version,
+        tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=dense_tp,
+        has_shared_experts=has_shared_experts(model.shape, model.source.text), nvfp4=False,
+        gpu_arch=gpu.compute_capability, sm=gpu.sm, text=model.source.text,
+    )
+    return replace(par, shared_tp=where.shared_tp)
+
+
 def _placed(
     target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, gpu: GpuProfile,
     assumptions: list[str],
@@ -557,7 +580,9 @@ def estimate_role(
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None
     stage_weights, weights_method, weight_notes = _weights(target, model, par, experts)
     assumptions.extend(weight_notes)
-    draft_layers, draft_bytes, draft_notes = _draft(target, args, model, res, par, offline, experts)
+    draft_layers, draft_bytes, draft_notes = _draft(
+        target, args, model, res, _draft_placed(target, args, model, par, gpu), offline, experts
+    )
     assumptions.extend(draft_notes)
     budget = _budget(target, gpu, res, args, shape, gpu_mib, weights_method, assumptions)
     stage_ranges = pp_layer_split(shape.num_layers, res.pp)

@@ -129,6 +129,16 @@ def test_kimi_k3_keeps_them_sharded_when_told():
     assert told == plain < replicated
 
 
+def test_moe_dense_tp_moves_only_the_dense_layers_not_the_shared_experts():
+    # deepseek_v2.py: the shared experts are DeepseekV2MLP(parallel_group="tp"), the full TP group, while
+    # --moe-dense-tp-size 1 replicates the first_k_dense_replace dense MLPs alone
+    c = _cfg(V3)
+    dense = c["first_k_dense_replace"] * 3 * c["hidden_size"] * c["intermediate_size"] * FP8_BLOCK
+    moved = (_est(V3, tp_size=8, moe_dense_tp_size=1).details["weights_gib_per_gpu"]
+             - _est(V3, tp_size=8).details["weights_gib_per_gpu"]) * GIB
+    assert moved == pytest.approx(dense * (1 - 1 / 8), abs=0.002 * GIB)  # 0.97 GiB, not 3.05 with the shared experts
+
+
 def test_a_backend_qwen2_moe_does_not_name_leaves_them_sharded():
     shape = dict(tp=4, attn_tp=4, attn_dp=1, ep=4, dense_tp=4, has_shared_experts=True, nvfp4=False)
     assert placement("Qwen2MoeForCausalLM", {"moe_a2a_backend": "deepep"}, {}, "0.5.23", **shape).shared_tp == 1

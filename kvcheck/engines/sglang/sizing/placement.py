@@ -192,15 +192,19 @@ def placement(
     the shared experts' placement under the role's all-to-all backend has not been read."""
     notes: list[str] = []
     a2a = a2a_backend(args, env, version)
-    shared_tp = dense_tp
+    # sharded, the shared experts take the full TP group in deepseek_v2.py (DeepseekV2MLP with no tp_size,
+    # parallel_group="tp": --moe-dense-tp-size moves only the dense layers) and kimi_k3.py; elsewhere they
+    # are priced with the dense layers' TP (the heavier reading where the two differ, not read per file)
+    sharded = tp if arch in DSV2_FAMILY | KIMI_K3 else dense_tp
+    shared_tp = sharded
     if has_shared_experts:
         fused = a2a == "none" and _fused_under_ep(arch, args, text or {}, gpu_arch, ep=ep)
         if fused:
             shared_tp = max(1, tp // ep)
         else:
             shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
-                                   dense_tp=dense_tp, nvfp4=nvfp4, sm=sm)
-        if shared_tp != dense_tp:
+                                   dense_tp=sharded, nvfp4=nvfp4, sm=sm)
+        if shared_tp != sharded:
             how = "replicated on every rank" if shared_tp == 1 else f"sharded over {shared_tp} ranks"
             if fused:
                 why = f"fused as an expert slot under --ep-size {ep}"

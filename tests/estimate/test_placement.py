@@ -145,6 +145,34 @@ def test_a_backend_qwen2_moe_does_not_name_leaves_them_sharded():
     assert placement("Qwen2MoeForCausalLM", {"moe_a2a_backend": "mooncake"}, {}, "0.5.23", **shape).shared_tp == 4
 
 
+@pytest.mark.parametrize(("arch", "backend", "first", "before"), [
+    ("Qwen2MoeForCausalLM", "deepep", "0.5.3", "0.5.2"),
+    ("Qwen3NextForCausalLM", "flashinfer", "0.5.13", "0.5.12"),
+    ("Qwen3_5MoeForConditionalGeneration", "mori", "0.5.18", "0.5.17"),
+    ("Qwen2MoeForCausalLM", "megamoe", "0.5.20", "0.5.19"),
+    ("Qwen2MoeForCausalLM", "ascend_fuseep", "0.5.22", "0.5.21"),
+    ("NemotronHForCausalLM", "deepep", "0.5.16", "0.5.15"),
+    ("Step3p5ForCausalLM", "deepep", "0.5.22", "0.5.21"),
+    ("MiniMaxM3SparseForCausalLM", "megamoe", "0.5.22", "0.5.21"),
+    ("Glm4MoeForCausalLM", "flashinfer", "0.5.9", "0.5.8"),
+    ("Glm4MoeForCausalLM", "mori", "0.5.10", "0.5.9"),
+    ("KimiK3ForConditionalGeneration", "mooncake", "0.5.19", "0.5.18"),
+])
+def test_each_file_replicates_them_from_the_release_that_names_the_backend(arch, backend, first, before):
+    # the lists grew per release (the model files' `_shared_expert_use_tp1` / `tp_size=1` conditions)
+    shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8, has_shared_experts=True, nvfp4=False)
+    args = {"moe_a2a_backend": backend}
+    assert placement(arch, args, {}, first, **shape).shared_tp == 1
+    assert placement(arch, args, {}, before, **shape).shared_tp == 8
+    assert placement(arch, args, {}, None, **shape).shared_tp == 1  # no release stated: the newest rules
+
+
+def test_the_tp1_variable_is_read_from_0_5_12():
+    env = {"SGLANG_SHARED_EXPERT_TP1": "1"}
+    assert _est(V3, "0.5.11", tp_size=8, env=env).pool_tokens == _est(V3, "0.5.11", tp_size=8).pool_tokens
+    assert _est(V3, "0.5.12", tp_size=8, env=env).pool_tokens < _est(V3, "0.5.12", tp_size=8).pool_tokens
+
+
 def test_an_architecture_not_read_is_refused_not_priced_as_sharded():
     shape = dict(tp=8, attn_tp=8, attn_dp=1, ep=8, dense_tp=8, nvfp4=False)
     with pytest.raises(EstimateError, match="BailingMoeV2ForCausalLM: where SGLang places the shared experts under "

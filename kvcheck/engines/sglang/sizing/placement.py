@@ -46,39 +46,58 @@ DSV2_FAMILY = frozenset({
     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
     "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM",
 })
-_QWEN2_MOE_A2A = frozenset({  # models/qwen2_moe.py Qwen2MoeSparseMoeBlock (Qwen3-Next and Qwen3.5 build it too)
-    "deepep", "mori", "deepep_v2", "flashinfer", "flashinfer_megamoe", "megamoe", "ascend_fuseep",
-})
+# Each file's list grew release by release: (the first release of the backends, the backends). Only a
+# backend that already was a --moe-a2a-backend choice and that the file did not yet name needs its release
+# (any other is refused by the release's flag catalogue). A release is the one after the last wheel read
+# without the name (0.5.20 and 0.5.22 were not read, so a name first seen in 0.5.21 or 0.5.23 is keyed from
+# them: the heavier reading for the release not read).
+ByRelease = tuple[tuple[str, frozenset[str]], ...]
+_QWEN2_MOE_A2A: ByRelease = (  # models/qwen2_moe.py Qwen2MoeSparseMoeBlock (Qwen3-Next and Qwen3.5 build it too)
+    ("0.5.3", frozenset({"deepep"})),  # 0.5.1-0.5.2: sharded under every backend
+    ("0.5.13", frozenset({"flashinfer"})),
+    ("0.5.18", frozenset({"mori"})),
+    ("0.5.19", frozenset({"deepep_v2"})),
+    ("0.5.20", frozenset({"megamoe", "flashinfer_megamoe"})),
+    ("0.5.22", frozenset({"ascend_fuseep"})),
+)
 KIMI_K3 = frozenset({"KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM"})  # models/kimi_k3.py
 # The backends under which each architecture's shared experts are one unsharded MLP on every rank. An
 # architecture with shared experts that is not here has not been read: under an all-to-all backend its
 # estimate is refused (KV305) rather than priced as if they sharded.
-SHARED_EXPERTS_REPLICATED: Mapping[str, frozenset[str]] = {
-    **{arch: _DSV2_A2A for arch in DSV2_FAMILY},
+SHARED_EXPERTS_REPLICATED: Mapping[str, ByRelease] = {
+    **{arch: (("0", _DSV2_A2A),) for arch in DSV2_FAMILY},  # each backend replicated from its first release
     # models/glm4_moe.py Glm4MoeMoE
-    "Glm4MoeForCausalLM": frozenset({
-        "deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "flashinfer_megamoe",
-    }),
+    "Glm4MoeForCausalLM": (
+        ("0", frozenset({"deepep", "mooncake"})),
+        ("0.5.9", frozenset({"flashinfer"})),
+        ("0.5.10", frozenset({"nixl", "mori", "ascend_fuseep"})),
+        ("0.5.20", frozenset({"flashinfer_megamoe"})),
+    ),
     **{arch: _QWEN2_MOE_A2A for arch in (
         "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
     )},
     # models/minimax_m3.py: "DeepEP all-gathers (not all-reduces) the layer output ... replicate (tp_size=1)"
-    "MiniMaxM3SparseForCausalLM": frozenset({"deepep", "megamoe"}),
-    "MiniMaxM3SparseForConditionalGeneration": frozenset({"deepep", "megamoe"}),  # minimax_m3_vl.py: the same MoE
+    **{arch: (("0", frozenset({"deepep"})), ("0.5.22", frozenset({"megamoe"})))
+       for arch in ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")},  # minimax_m3_vl.py too
     # models/glm4_moe_lite.py
-    "Glm4MoeLiteForCausalLM": frozenset({"deepep", "mooncake"}),
-    # models/step3p5.py (Step-3.7's step3p7.py builds Step3p5ForCausalLM)
-    **{arch: frozenset({"deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "flashinfer_megamoe"})
+    "Glm4MoeLiteForCausalLM": (("0", frozenset({"deepep", "mooncake"})),),
+    # models/step3p5.py (Step-3.7's step3p7.py builds Step3p5ForCausalLM): sharded in every release to 0.5.21
+    **{arch: (("0.5.22", frozenset({"deepep", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer",
+                                    "flashinfer_megamoe"})),)
        for arch in ("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration")},
-    # models/nemotron_h.py NemotronHMoE
-    "NemotronHForCausalLM": frozenset({"deepep", "flashinfer", "flashinfer_megamoe"}),
-    # models/kimi_k3.py KimiK3MoE: replicated under an EP all-to-all (`_uses_ep_a2a`) unless
+    # models/nemotron_h.py NemotronHMoE: sharded under every backend to 0.5.15
+    "NemotronHForCausalLM": (("0.5.16", frozenset({"deepep", "flashinfer"})),
+                             ("0.5.20", frozenset({"flashinfer_megamoe"}))),
+    # models/kimi_k3.py KimiK3MoE: replicated under an EP all-to-all (`_ep_a2a` / `_uses_ep_a2a`) unless
     # --shared-experts-tp-size / --enable-shared-experts-attn-tp shard them
-    **{arch: frozenset({"megamoe", "flashinfer_megamoe", "deepep", "mooncake", "ascend_fuseep", "mori"})
+    **{arch: (("0", frozenset({"megamoe", "deepep"})), ("0.5.18", frozenset({"ascend_fuseep"})),
+              ("0.5.19", frozenset({"mooncake", "mori"})), ("0.5.22", frozenset({"flashinfer_megamoe"})))
        for arch in KIMI_K3},
     # models/llama4.py: the shared expert is a LlamaMLP over the TP group whatever the backend
-    "Llama4ForConditionalGeneration": frozenset(),
+    "Llama4ForConditionalGeneration": (),
 }
+# SGLANG_SHARED_EXPERT_TP1 (environ.py, deepseek_v2.py) is read from 0.5.12
+SHARED_EXPERT_TP1_FROM = "0.5.12"
 # deepseek_v2.py, glm4_moe.py, glm4_moe_lite.py and step3p5.py also replicate them on the FP4 all-gather path
 # (should_use_flashinfer_cutlass_moe_fp4_allgather: no all-to-all backend, the flashinfer_cutlass MoE runner,
 # DP attention, a modelopt_fp4 checkpoint and ep_size == attention DP size)
@@ -202,13 +221,13 @@ def placement(
         if fused:
             shared_tp = max(1, tp // ep)
         else:
-            shared_tp = _shared_tp(arch, a2a, args, env, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
+            shared_tp = _shared_tp(arch, a2a, args, env, version, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
                                    dense_tp=sharded, nvfp4=nvfp4, sm=sm)
         if shared_tp != sharded:
             how = "replicated on every rank" if shared_tp == 1 else f"sharded over {shared_tp} ranks"
             if fused:
                 why = f"fused as an expert slot under --ep-size {ep}"
-            elif arch in DSV2_FAMILY and env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")):
+            elif arch in DSV2_FAMILY and _tp1_env(env, version):
                 why = "SGLANG_SHARED_EXPERT_TP1"
             elif a2a == "none":
                 why = "the FP4 all-gather path: flashinfer_cutlass MoE under DP attention"
@@ -226,18 +245,26 @@ def placement(
     return Placement(shared_tp, embed_tp, lm_head_tp, tuple(notes))
 
 
+def replicating_backends(arch: str, version: str | None) -> frozenset[str] | None:
+    """The all-to-all backends under which `version` replicates `arch`'s shared experts; None: not read."""
+    table = SHARED_EXPERTS_REPLICATED.get(arch)
+    if table is None:
+        return None
+    return frozenset().union(*(names for first, names in table if _has(version, first)))
+
+
 def _shared_tp(
-    arch: str, a2a: str, args: Mapping[str, Any], env: Mapping[str, str], *,
+    arch: str, a2a: str, args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
     attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool, sm: int | None,
 ) -> int:
-    if arch in DSV2_FAMILY and env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")):
+    if arch in DSV2_FAMILY and _tp1_env(env, version):
         return 1
     if (arch in _FP4_ALLGATHER and a2a == "none" and nvfp4 and attn_dp > 1 and ep == attn_dp
             and moe_runner(args, sm) == "flashinfer_cutlass"):
         return 1
     if a2a == "none":
         return dense_tp
-    backends = SHARED_EXPERTS_REPLICATED.get(arch)
+    backends = replicating_backends(arch, version)
     if backends is None:
         raise EstimateError(
             f"{arch}: where SGLang places the shared experts under --moe-a2a-backend {a2a} has not been read "
@@ -251,6 +278,10 @@ def _shared_tp(
         if args.get("enable_shared_experts_attn_tp"):
             return attn_tp
     return 1
+
+
+def _tp1_env(env: Mapping[str, str], version: str | None) -> bool:
+    return env_bool(env.get("SGLANG_SHARED_EXPERT_TP1")) and _has(version, SHARED_EXPERT_TP1_FROM)
 
 
 def moe_runner(args: Mapping[str, Any], sm: int | None) -> str:

@@ -23,6 +23,7 @@ import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.engines.sglang.sizing.placement import A2A_EP_SPANNING, placement, resolved_ep
+from kvcheck.engines.sglang.sizing.refusals import EngineRefusal
 from kvcheck.errors import EstimateError
 
 from .helpers import model_config, role
@@ -335,7 +336,7 @@ def test_the_auto_runner_on_sm120_takes_the_fp4_all_gather_path():
 
 @pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.1"])
 def test_dp_attention_at_dp_size_one_does_not_start_before_0_5_2(version):
-    with pytest.raises(EstimateError, match=f"SGLang {version} refuses --enable-dp-attention with --dp-size 1"):
+    with pytest.raises(EngineRefusal, match=f"SGLang {version} refuses --enable-dp-attention with --dp-size 1"):
         _est(V3, version, tp_size=8, dp_size=1, enable_dp_attention=True)
     assert _est(V3, "0.5.2", tp_size=8, dp_size=1, enable_dp_attention=True).pool_tokens == (
         _est(V3, "0.5.2", tp_size=8).pool_tokens)
@@ -463,3 +464,14 @@ def test_cli_dwdp_is_an_estimate_error_exit_3(tmp_path, kvcheck):
     result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     assert result.exit_code == 3, result.stderr
     assert "--dwdp-size 8: DWDP" in result.stdout
+
+
+def test_cli_0_5_1_refuses_dp_attention_at_dp_size_one_with_exit_2_at_its_line(tmp_path, kvcheck):
+    path = _manifest(tmp_path, "none")
+    path.write_text(path.read_text().replace('version: "0.5.23"', 'version: "0.5.1"')
+                    .replace("dp-size: 8, enable-dp-attention: true, moe-a2a-backend: none",
+                             "dp-size: 1, enable-dp-attention: true"))
+    result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 2, result.stdout
+    assert f"{path}:9:" in result.stderr  # the args line
+    assert "SGLang 0.5.1 refuses --enable-dp-attention with --dp-size 1" in result.stderr

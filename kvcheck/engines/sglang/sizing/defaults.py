@@ -389,10 +389,6 @@ class _Inputs:
     notes: list[str] = field(default_factory=list)
 
 
-# 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
-DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF = "0.5.2"
-
-
 def _inputs(
     args: Mapping[str, Any], shape: ModelShape, gpu: GpuProfile, *, env: Mapping[str, str], gpu_mib: int,
     version: str | None,
@@ -405,12 +401,6 @@ def _inputs(
     attn_dp = int(_arg(args, "attn_dp_size", 1))
     if args.get("enable_dp_attention") and attn_dp == 1:
         attn_dp = int(_arg(args, "dp_size", 1))  # deprecated spelling: --dp-size N --enable-dp-attention
-        if attn_dp == 1 and not rules.has(DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF):
-            raise EstimateError(
-                f"SGLang {version} refuses --enable-dp-attention with --dp-size 1 (server_args.py asserts "
-                "'Please set a dp-size > 1'): the server does not start",
-                hint="set --dp-size above 1 (it divides --tp-size), or drop --enable-dp-attention",
-            )
     dwdp = int(_arg(args, "dwdp_size", 1))
     if dwdp > 1:
         raise EstimateError(

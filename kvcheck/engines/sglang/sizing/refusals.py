@@ -16,6 +16,9 @@ from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
+# 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
+DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF = "0.5.2"
+
 # Engine arguments that count ranks or tokens and must be at least 1 when given.
 POSITIVE_INTS = {
     "tp_size": "--tp-size",
@@ -77,6 +80,13 @@ def check_args(target: RoleTarget, args: Mapping[str, Any]) -> None:
     attn_dp = int(args.get("attn_dp_size") or 1)
     if args.get("enable_dp_attention") and attn_dp == 1:
         attn_dp = int(args.get("dp_size") or 1)  # deprecated spelling, as defaults.resolve reads it
+        if attn_dp == 1 and not rel.rules_for(target.engine_version).has(DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF):
+            raise _refuse(
+                target, ("enable_dp_attention", "dp_size"),
+                f"SGLang {target.engine_version} refuses --enable-dp-attention with --dp-size 1: server_args.py "
+                "asserts 'Please set a dp-size > 1' (0.5.2 on turns DP attention off instead)",
+                hint="set --dp-size above 1 (it divides --tp-size), or drop --enable-dp-attention",
+            )
     attn_cp = int(args.get("attn_cp_size") or 1)
     if tp % (attn_dp * attn_cp):
         raise _refuse(

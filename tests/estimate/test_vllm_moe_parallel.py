@@ -146,10 +146,53 @@ def test_sequence_parallel_moe_replicates_deepseeks_shared_experts() -> None:
     expert, layers, _ = _expert_bytes(DSV3, 1)  # the shared expert is as wide as a routed one here
     args = {"tensor_parallel_size": 8, "data_parallel_size": 2, "enable_expert_parallel": True}
     sp = _weights(DSV3, "0.32.0", **args)
-    pplx = _weights(DSV3, "0.32.0", all2all_backend="pplx", **args)  # not a sequence-parallel backend
-    _close(sp - pplx, expert * layers * (1 - 1 / 8))
+    # not a sequence-parallel backend in 0.32.0's use_sequence_parallel_moe list
+    two_sided = _weights(DSV3, "0.32.0", all2all_backend="flashinfer_nvlink_two_sided", **args)
+    _close(sp - two_sided, expert * layers * (1 - 1 / 8))
     # the routed experts: 256 over 16 GPUs, against TP 8's 1/8
-    _close(_weights(DSV3, "0.32.0", tensor_parallel_size=8) - pplx, expert * layers * (256 / 8 - 256 / 16))
+    _close(_weights(DSV3, "0.32.0", tensor_parallel_size=8) - two_sided, expert * layers * (256 / 8 - 256 / 16))
+
+
+@pytest.mark.parametrize("removed", ["pplx", "naive"])
+def test_the_removed_backends_fall_back_to_allgather_reducescatter_from_0_19(removed: str) -> None:
+    """ParallelConfig.__post_init__ (0.19.0 on) rewrites pplx and naive to allgather_reducescatter, a
+    sequence-parallel backend: the shared experts are whole on every GPU, as with the default."""
+    args = {"tensor_parallel_size": 8, "data_parallel_size": 2, "enable_expert_parallel": True}
+    for version in ("0.19.0", "0.32.0"):
+        assert _weights(DSV3, version, all2all_backend=removed, **args) == _weights(DSV3, version, **args)
+    # 0.18.0 still runs pplx as itself, not in its sequence-parallel list: sharded
+    expert, layers, _ = _expert_bytes(DSV3, 1)
+    _close(_weights(DSV3, "0.18.0", **args) - _weights(DSV3, "0.18.0", all2all_backend="pplx", **args),
+           expert * layers * (1 - 1 / 8))
+
+
+QWEN35_397B = MODELS / "Qwen--Qwen3.5-397B-A17B.json"
+
+
+def test_qwen3_next_blocks_replicate_their_shared_expert_under_sequence_parallel_moe_from_0_20() -> None:
+    """qwen3_next.py Qwen3NextSparseMoeBlock (Qwen3.5-MoE builds it) passes is_sequence_parallel to its shared
+    expert from 0.20.0: Qwen2MoeMLP(disable_tp=True), whole on every GPU (bf16 here)."""
+    c = _config(QWEN35_397B)
+    text = c.get("text_config", c)
+    shared = text["num_hidden_layers"] * 3 * text["hidden_size"] * text["shared_expert_intermediate_size"] * 2
+    args = {"tensor_parallel_size": 8, "data_parallel_size": 2, "enable_expert_parallel": True}
+    plain = {**args, "all2all_backend": "flashinfer_nvlink_two_sided"}
+    _close(_weights(QWEN35_397B, "0.32.0", **args) - _weights(QWEN35_397B, "0.32.0", **plain), shared * (1 - 1 / 8))
+    # 0.19.0's block keeps it split over TP whether the backend is sequence parallel or not
+    assert _weights(QWEN35_397B, "0.19.0", **args) == _weights(QWEN35_397B, "0.19.0", **plain)
+
+
+def test_eplb_with_an_uneven_deal_or_without_ep_is_refused() -> None:
+    """fused_moe/layer.py (0.10.2 on): 'EPLB currently only supports even distribution of experts across ranks';
+    ParallelConfig (0.11.0 on) refuses --enable-eplb without --enable-expert-parallel."""
+    uneven = {"data_parallel_size": 8, "enable_expert_parallel": True, "enable_eplb": True,
+              "eplb_config": '{"num_redundant_experts": 30}'}
+    with pytest.raises(EstimateError, match="EPLB over 8 expert-parallel GPUs with 256 experts \\+ 30 redundant"):
+        _weights(DSV3, "0.32.0", **uneven)
+    even = {**uneven, "eplb_config": '{"num_redundant_experts": 32}'}
+    assert _weights(DSV3, "0.32.0", **even) > 0
+    with pytest.raises(EstimateError, match="--enable-eplb without --enable-expert-parallel"):
+        _weights(DSV3, "0.32.0", data_parallel_size=8, enable_eplb=True)
 
 
 def test_0_10_2_replicates_them_only_on_a_deepep_backend() -> None:

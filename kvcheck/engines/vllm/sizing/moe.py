@@ -43,6 +43,19 @@ DEEPSEEK_SHARED_ARCHITECTURES = frozenset({
     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration",
 })  # fmt: skip
 NEMOTRON_SHARED_ARCHITECTURES = frozenset({"NemotronHForCausalLM"})
+# qwen3_next.py Qwen3NextSparseMoeBlock passes is_sequence_parallel to its shared expert from 0.20.0
+# (Qwen2MoeMLP disable_tp); Qwen3.5-MoE builds that block (qwen3_5.py). Qwen2-MoE's own block does not.
+QWEN_NEXT_SP_SHARED_FROM: Release = (0, 20, 0)
+QWEN_NEXT_SHARED_ARCHITECTURES = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+})  # fmt: skip
+# ParallelConfig.__post_init__ from 0.19.0: "The 'pplx'/'naive' all2all backend has been removed. Falling
+# back to 'allgather_reducescatter'."
+REMOVED_BACKENDS_FALL_BACK_FROM: Release = (0, 19, 0)
+# fused_moe/layer.py (0.10.2 on): "EPLB currently only supports even distribution of experts across ranks"
+EPLB_EVEN_FROM: Release = (0, 10, 2)
+# ParallelConfig (0.11.0 on) refuses --enable-eplb without --enable-expert-parallel
+EPLB_NEEDS_EP_FROM: Release = (0, 11, 0)
 _DEEPEP = ("deepep_high_throughput", "deepep_low_latency")
 # ParallelConfig.use_sequence_parallel_moe's all2all backends (vllm/config/parallel.py), by the release that
 # changed the list
@@ -78,6 +91,7 @@ class MoeSplit:
     last_takes_remainder: bool = False
     replicate_shared: bool = False
     all2all: str | None = None
+    eplb_even: bool = False  # EPLB on a release that refuses an uneven deal of the experts
 
     @property
     def group(self) -> int:
@@ -102,6 +116,13 @@ class MoeSplit:
     def check_split(self, experts: int, intermediate: int) -> None:
         """FusedMoE asserts `intermediate_size % tp_size == 0` on its flattened TP (fused_moe/layer.py
         FusedMoE.__init__; FusedMoEConfig in config.py from 0.32.0): vLLM does not start otherwise."""
+        if experts and self.ep and self.eplb_even and (experts + self.redundant) % self.group:
+            raise EstimateError(
+                f"EPLB over {self.group} expert-parallel GPUs with {experts} experts + {self.redundant} redundant: "
+                "vLLM refuses it ('EPLB currently only supports even distribution of experts across ranks', "
+                "fused_moe/layer.py)",
+                hint="pick --num-redundant-experts / eplb_config.num_redundant_experts so that the experts divide "
+                "evenly over data x tensor parallel")
         if experts and intermediate and not self.ep and intermediate % self.group:
             raise EstimateError(
                 f"vLLM's fused MoE splits each expert over data x tensor parallel = {self.dp} x {self.tp} = "
@@ -176,8 +197,12 @@ def _all2all(args: Mapping[str, Any], env: Mapping[str, str], release: Release) 
     env_value = (env.get("VLLM_ALL2ALL_BACKEND") or "").strip() if release <= ENV_ALL2ALL_UNTIL else ""
     default = DEFAULT_ALL2ALL if release >= SEQUENCE_PARALLEL_FROM else "naive"
     if release >= ENV_OVERRIDES_FROM:
-        return env_value or str(flag or default)
-    return str(flag or env_value or default)  # flag None -> env -> default
+        backend = env_value or str(flag or default)
+    else:
+        backend = str(flag or env_value or default)  # flag None -> env -> default
+    if release >= REMOVED_BACKENDS_FALL_BACK_FROM and backend in ("pplx", "naive"):
+        return "allgather_reducescatter"
+    return backend
 
 
 def _sequence_parallel(args: Mapping[str, Any], env: Mapping[str, str], release: Release, *, tp: int, dp: int,
@@ -205,6 +230,10 @@ def moe_split(args: Mapping[str, Any], env: Mapping[str, str], release: Release 
     if redundant and not eplb:
         raise EstimateError(f"--num-redundant-experts {redundant} without --enable-eplb: vLLM refuses it "
                             "(ParallelConfig: num_redundant_experts should be used with EPLB)")
+    if eplb and not ep and rel >= EPLB_NEEDS_EP_FROM:
+        raise EstimateError("--enable-eplb without --enable-expert-parallel: vLLM refuses it (ParallelConfig: "
+                            "EPLB places experts on expert-parallel ranks)",
+                            hint="add --enable-expert-parallel, or drop --enable-eplb")
     if redundant and not ep:
         raise EstimateError(f"{redundant} redundant experts without expert parallelism over more than one GPU: "
                             "EPLB places them on EP ranks (vLLM from 0.11 refuses EPLB without "
@@ -219,5 +248,8 @@ def moe_split(args: Mapping[str, Any], env: Mapping[str, str], release: Release 
             replicate = sp
     elif architecture in NEMOTRON_SHARED_ARCHITECTURES and rel >= NEMOTRON_SP_SHARED_FROM:
         replicate = sp
+    elif architecture in QWEN_NEXT_SHARED_ARCHITECTURES and rel >= QWEN_NEXT_SP_SHARED_FROM:
+        replicate = sp
     return MoeSplit(tp=tp, dp=dp, ep=ep, redundant=redundant, last_takes_remainder=rel < EVEN_REMAINDER_FROM,
-                    replicate_shared=replicate, all2all=backend if replicate else None)
+                    replicate_shared=replicate, all2all=backend if replicate else None,
+                    eplb_even=eplb and rel >= EPLB_EVEN_FROM)

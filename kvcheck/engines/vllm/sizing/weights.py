@@ -263,7 +263,8 @@ def _gdn_weights(text: Mapping[str, Any], architecture: str, tp: int, model_byte
             total += moe.routed(experts, 3 * h * moe_inter) * lb(f"{m}.experts", f"{m}.experts.0.gate_proj")
             total += (h * experts + h) * model_bytes  # router (GateLinear) and shared_expert_gate, replicated
             if shared:
-                total += 3 * h * shared / tp * lb(f"{m}.shared_expert.gate_proj", f"{m}.shared_expert")
+                total += (3 * h * shared / moe.shared_tp()  # replicated under sequence-parallel MoE (0.20 on)
+                          * lb(f"{m}.shared_expert.gate_proj", f"{m}.shared_expert"))
         else:
             total += 3 * h * inter / tp * lb(f"{m}.gate_proj")
         total += 2 * h * model_bytes  # input / post-attention layernorms

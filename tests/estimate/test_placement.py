@@ -298,6 +298,11 @@ def test_a_fused_shared_expert_is_an_expert_slot_under_plain_ep():
         _v3_shared_bytes() * (1 - 1 / 8), abs=0.002 * GIB)
     assert "shared experts replicated on every rank (fused as an expert slot under --ep-size 8" in " ".join(
         fused.assumptions)
+    # every class that takes deepseek_v2.py's gate fuses when told: DeepSeek-V3.2 too (2.08 GiB a GPU)
+    v32 = "deepseek-ai--DeepSeek-V3.2"
+    v32_fused = _est(v32, tp_size=8, ep_size=8, enforce_shared_experts_fusion=True).details["weights_gib_per_gpu"]
+    assert (v32_fused - _est(v32, tp_size=8, ep_size=8).details["weights_gib_per_gpu"]) * GIB == pytest.approx(
+        _v3_shared_bytes() * (1 - 1 / 8), abs=0.002 * GIB)
     # a runner that turns fusion off, --disable-shared-experts-fusion, and no EP keep them sharded
     for kw in ({"moe_runner_backend": "flashinfer_trtllm"}, {"disable_shared_experts_fusion": True}):
         assert _est(V3, tp_size=8, ep_size=8, enforce_shared_experts_fusion=True, **kw).pool_tokens == 642_162
@@ -313,11 +318,17 @@ def test_rocm_fuses_deepseek_v3s_shared_expert_under_ep_by_default():
     text = {"n_shared_experts": 1, "n_routed_experts": 256}
     assert placement("Glm4MoeForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx942", text=text, **shape).shared_tp == 1
     assert placement("Glm4MoeForCausalLM", {}, {}, "0.5.23", gpu_arch="9.0", text=text, **shape).shared_tp == 8
-    # MiniMax-M3 never fuses under EP; two-batch overlap turns DeepSeek's fusion off
-    assert placement("MiniMaxM3SparseForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx950", text=text,
-                     **shape).shared_tp == 8
-    assert placement("DeepseekV3ForCausalLM", {"enable_two_batch_overlap": True}, {}, "0.5.23", gpu_arch="gfx942",
-                     text=text, **shape).shared_tp == 8
+    # two-batch or single-batch overlap turns DeepSeek's fusion off from 0.5.11 (the gate's check); before
+    # 0.5.6 ROCm did not fuse under EP
+    for overlap in ("enable_two_batch_overlap", "enable_single_batch_overlap"):
+        assert placement("DeepseekV3ForCausalLM", {overlap: True}, {}, "0.5.23", gpu_arch="gfx942", text=text,
+                         **shape).shared_tp == 8
+    assert placement("DeepseekV3ForCausalLM", {"enable_single_batch_overlap": True}, {}, "0.5.10.post1",
+                     gpu_arch="gfx942", text=text, **shape).shared_tp == 1
+    assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.6", gpu_arch="gfx942", text=text, **shape).shared_tp == 1
+    assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.5", gpu_arch="gfx942", text=text, **shape).shared_tp == 8
+    # a V3.2 or V2 config is not the V2 class's fused_shared_experts_architecture: no default fusion
+    assert placement("DeepseekV32ForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx942", text=text, **shape).shared_tp == 8
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx90a", text=text, **shape).shared_tp == 8
 
 
@@ -361,6 +372,18 @@ def test_the_built_in_draft_places_its_shared_expert_for_the_speculative_backend
     }
     assert (weights[(None, "deepep")] - weights[(None, None)]) * GIB == pytest.approx(one_layer, rel=0.01)
     assert (weights[("deepep", None)] - weights[("deepep", "none")]) * GIB == pytest.approx(one_layer, rel=0.01)
+
+
+def test_a_deepep_v2_draft_is_refused_as_sglang_refuses_it():
+    # arg_groups/moe_hook.py validate_deepep_v2_speculative_draft: given, or inherited from the target
+    eagle = dict(tp_size=8, speculative_algorithm="EAGLE", speculative_num_steps=1, speculative_eagle_topk=1,
+                 speculative_num_draft_tokens=2)
+    with pytest.raises(EngineRefusal, match="SGLang refuses a speculative draft on --moe-a2a-backend deepep_v2"):
+        _est(V3, moe_a2a_backend="deepep_v2", **eagle)
+    with pytest.raises(EngineRefusal, match="deepep_v2"):
+        _est(V3, speculative_moe_a2a_backend="deepep_v2", **eagle)
+    assert _est(V3, moe_a2a_backend="deepep_v2", speculative_moe_a2a_backend="deepep", **eagle).pool_tokens > 0
+    assert _est(V3, tp_size=8, moe_a2a_backend="deepep_v2").pool_tokens > 0  # no draft: nothing refused
 
 
 # --- DeepSeek-V4 ---------------------------------------------------------------------------------------------

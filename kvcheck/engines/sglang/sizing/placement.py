@@ -113,10 +113,17 @@ _FP4_ALLGATHER = DSV2_FAMILY | {
 # --enforce-shared-experts-fusion is set (deepseek_v2.py's gate returns before its EP check; Kimi-K2.5 and
 # GLM-5 take that gate), and by default on ROCm gfx942 and newer (DeepSeek-V3/R1, Kimi-K2.5 and GLM-5
 # configs with one shared expert and 256 or 384 routed ones, without TBO/SBO; GLM-4.5's glm4_moe.py).
-_FUSED_UNDER_EP_ENFORCED = frozenset({
-    "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM",
+# The gate of every class that takes deepseek_v2.py's (DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-5; not V4, whose
+# own gate fuses only into per-rank all-to-all slots) returns on --enforce-shared-experts-fusion before its
+# EP check from 0.5.12 (0.5.11 fused it under DeepEP only: the heavier reading there). ROCm's default fusion
+# under EP comes in 0.5.6, and needs the config's own architecture to be the class's
+# `fused_shared_experts_architecture` (DeepseekV3ForCausalLM's for the V2 class, GLM-5's own).
+_FUSED_UNDER_EP_ENFORCED = DSV2_FAMILY - {"DeepseekV4ForCausalLM"}
+_FUSED_UNDER_EP_ROCM = frozenset({
+    "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM",
 })
-_FUSED_UNDER_EP_ROCM = _FUSED_UNDER_EP_ENFORCED | {"Glm4MoeForCausalLM"}
+FUSED_UNDER_EP_ROCM_FROM = "0.5.6"
+FUSION_OFF_UNDER_OVERLAP_FROM = "0.5.11"  # the gate's SBO/TBO check
 # MoE runners after which SGLang sets --disable-shared-experts-fusion (overrides.py _moe_runner_fusion_disable)
 _FUSION_OFF_RUNNERS = frozenset({
     "lora_triton", "lora_cutedsl", "lora_marlin", "flashinfer_cutedsl", "flashinfer_trtllm",
@@ -217,7 +224,7 @@ def placement(
     sharded = tp if arch in DSV2_FAMILY | KIMI_K3 else dense_tp
     shared_tp = sharded
     if has_shared_experts:
-        fused = a2a == "none" and _fused_under_ep(arch, args, text or {}, gpu_arch, ep=ep)
+        fused = a2a == "none" and _fused_under_ep(arch, args, text or {}, gpu_arch, version, ep=ep)
         if fused:
             shared_tp = max(1, tp // ep)
         else:
@@ -293,7 +300,8 @@ def moe_runner(args: Mapping[str, Any], sm: int | None) -> str:
     return runner
 
 
-def _fused_under_ep(arch: str, args: Mapping[str, Any], text: Mapping[str, Any], gpu_arch: str, *, ep: int) -> bool:
+def _fused_under_ep(arch: str, args: Mapping[str, Any], text: Mapping[str, Any], gpu_arch: str, version: str | None,
+                    *, ep: int) -> bool:
     """Whether SGLang fuses `arch`'s shared expert into the routed experts under plain EP (see above)."""
     if ep <= 1 or args.get("disable_shared_experts_fusion"):
         return False
@@ -304,9 +312,12 @@ def _fused_under_ep(arch: str, args: Mapping[str, Any], text: Mapping[str, Any],
     match = _GFX.fullmatch(gpu_arch)
     if arch not in _FUSED_UNDER_EP_ROCM or match is None or (int(match[1]), int(match[2], 16)) < (9, 4):
         return False
+    if not _has(version, FUSED_UNDER_EP_ROCM_FROM):
+        return False
     if arch == "Glm4MoeForCausalLM":
         return True
-    if args.get("enable_two_batch_overlap") or args.get("enable_single_batch_overlap"):
+    overlap = args.get("enable_two_batch_overlap") or args.get("enable_single_batch_overlap")
+    if overlap and _has(version, FUSION_OFF_UNDER_OVERLAP_FROM):
         return False
     return text.get("n_shared_experts") == 1 and text.get("n_routed_experts") in (256, 384)
 

@@ -88,6 +88,7 @@ def check_args(target: RoleTarget, args: Mapping[str, Any]) -> None:
                 hint="set --dp-size above 1 (it divides --tp-size), or drop --enable-dp-attention",
             )
     attn_cp = int(args.get("attn_cp_size") or 1)
+    _check_deepep_v2_draft(target, args)
     if tp % (attn_dp * attn_cp):
         raise _refuse(
             target, ("attn_dp_size", "dp_size", "attn_cp_size", "tp_size"),
@@ -101,6 +102,25 @@ def check_args(target: RoleTarget, args: Mapping[str, Any]) -> None:
             target, ("tp_size", "nnodes"),
             f"--tp-size {tp} x --pp-size {pp} is not divisible by --nnodes {nnodes}: SGLang asserts "
             "'tp_size must be divisible by number of nodes' (arg_groups/validation_hook.py:180)",
+        )
+
+
+def _check_deepep_v2_draft(target: RoleTarget, args: Mapping[str, Any]) -> None:
+    """moe_hook.py validate_deepep_v2_speculative_draft (0.5.19 on, every launch): a speculative draft whose
+    all-to-all backend, given or inherited from the target's, is deepep_v2."""
+    algorithm = str(args.get("speculative_algorithm") or "").upper()
+    if not algorithm or algorithm == "NGRAM":
+        return
+    draft = args.get("speculative_moe_a2a_backend")
+    fields: tuple[str, ...] = ("speculative_moe_a2a_backend",)
+    if draft is None:
+        draft, fields = args.get("moe_a2a_backend"), ("moe_a2a_backend", "speculative_algorithm")
+    if draft == "deepep_v2":
+        raise _refuse(
+            target, fields,
+            "SGLang refuses a speculative draft on --moe-a2a-backend deepep_v2 ('DeepEP v2 MoE is not validated "
+            "as a speculative draft backend', arg_groups/moe_hook.py)",
+            hint="set --speculative-moe-a2a-backend to another backend (none, deepep)",
         )
 
 

@@ -258,6 +258,8 @@ def test_the_dp_lm_head_shards_over_the_attention_tp_group():
     shape = dict(tp=8, attn_tp=2, attn_dp=4, ep=1, dense_tp=8, has_shared_experts=False, nvfp4=False)
     assert placement("DeepseekV3ForCausalLM", {"enable_dp_lm_head": True}, {}, "0.5.23", **shape).lm_head_tp == 2
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", **shape).lm_head_tp == 8
+    # qwen2.py's lm_head does not read the flag: the full TP group
+    assert placement("Qwen2ForCausalLM", {"enable_dp_lm_head": True}, {}, "0.5.23", **shape).lm_head_tp == 8
 
 
 # --- what SGLang overrides the layout to ----------------------------------------------------------------

@@ -159,6 +159,10 @@ _EMBED_FULL_TP = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "MixtralFo
 # whatever the parallel layout (gemma4_causal.py, gemma3_causal.py)
 _EMBED_WHOLE = frozenset({"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
 _EMBED_FULL_TP_BEFORE: Mapping[str, str] = {"MiniMaxM2ForCausalLM": "0.5.11", "NemotronHForCausalLM": "0.5.14"}
+# Files whose ParallelLMHead does not read --enable-dp-lm-head (0.5.23: qwen2.py, mixtral.py, minimax_m2.py):
+# their lm_head stays on the full TP group. Any other file is priced on the attention-TP group under the flag
+# (the heavier reading where a file was not read).
+_DP_LM_HEAD_IGNORED = frozenset({"Qwen2ForCausalLM", "MixtralForCausalLM", "MiniMaxM2ForCausalLM"})
 # get_embedding_tp_kwargs (0.5.13 on) replicates the table on every rank under SGLANG_ENABLE_EMBED_REPLICATION
 _EMBED_ENV_FROM: Mapping[str, str] = {
     **{arch: "0.5.13" for arch in DSV2_FAMILY - {"DeepseekV4ForCausalLM"}},
@@ -246,7 +250,7 @@ def placement(
         how = "replicated on every rank" if embed_tp == 1 else f"sharded over the {embed_tp}-rank attention-TP group"
         why = "SGLANG_ENABLE_EMBED_REPLICATION" if attn_dp == 1 else "DP attention"
         notes.append(f"input embedding {how} ({why})")
-    lm_head_tp = attn_tp if args.get("enable_dp_lm_head") and attn_dp > 1 else tp
+    lm_head_tp = attn_tp if args.get("enable_dp_lm_head") and attn_dp > 1 and arch not in _DP_LM_HEAD_IGNORED else tp
     if lm_head_tp != tp:
         notes.append(f"lm_head sharded over the {attn_tp}-rank attention-TP group (--enable-dp-lm-head)")
     return Placement(shared_tp, embed_tp, lm_head_tp, tuple(notes))

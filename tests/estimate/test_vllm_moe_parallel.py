@@ -257,3 +257,12 @@ def test_cli_a_data_parallel_moe_role_prices_one_eighth_of_the_experts(tmp_path:
     assert details["parallel"] == {"tp": 1, "pp": 1, "dp": 8}
     assert any("dp x tp = 8 GPUs" in a for a in details["assumptions"])
     assert details["vllm_would_refuse"] is False
+
+
+@pytest.mark.parametrize(("flag", "field"), [("--eplb-config", "eplb_config"),
+                                             ("--compilation-config", "compilation_config"),
+                                             ("--speculative-config", "speculative_config")])
+def test_a_json_flag_that_is_not_json_is_an_estimate_error_naming_the_flag(flag: str, field: str) -> None:
+    args = {"data_parallel_size": 8, "enable_expert_parallel": True, "enable_eplb": True, field: "{not json"}
+    with pytest.raises(EstimateError, match=f"^{flag} '{{not json' is not valid JSON"):
+        _weights(DSV3, "0.32.0", **args)

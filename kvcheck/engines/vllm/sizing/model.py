@@ -3,7 +3,6 @@ memory (sizing/memory.py), the blocks it buys (sizing/layout.py), the null block
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +15,7 @@ from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
 from kvcheck.engines.vllm.sizing import maxlen, scope
 from kvcheck.engines.vllm.sizing import memory as mem
+from kvcheck.engines.vllm.sizing.jsonargs import json_arg
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
     KvLayout,
@@ -38,26 +38,10 @@ from kvcheck.engines.vllm.sizing.weights import (
 )
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.io.jsontext import JsonRejected
-from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.model import RoleTarget
 from kvcheck.policy.registry import finding
 
 GIB = mem.GIB
-
-
-def _json_arg(value: Any) -> dict[str, Any]:
-    if value in (None, "", "{}"):
-        return {}
-    if isinstance(value, Mapping):
-        return dict(value)
-    try:
-        parsed = json_loads(str(value))
-    except json.JSONDecodeError as exc:
-        raise EstimateError(f"a JSON argument is not valid JSON: {exc}") from exc
-    except JsonRejected as exc:
-        raise EstimateError(f"a JSON argument cannot be read safely: {exc}") from exc
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _int_arg(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
@@ -237,7 +221,7 @@ def estimate_role(
     args = target.args
     assumptions: list[str] = []
     source = load_model_source(model_config=target.model_config, model_path=target.model_path,
-                               override_args=_json_arg(args.get("hf_overrides")), offline=offline)
+                               override_args=json_arg(args.get("hf_overrides"), "--hf-overrides"), offline=offline)
     text = source.text
     scope.check_speculative(args)
     device = _device(target)
@@ -411,7 +395,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
     weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
     gpu_name = gpu.name if gpu else ""
     peer_c, peer_lo, peer_hi = mem.tp_non_torch_gib(version, gpu_name=gpu_name, tp=inp.tp, pp=inp.pp)
-    compilation = _json_arg(args.get("compilation_config"))
+    compilation = json_arg(args.get("compilation_config"), "--compilation-config")
     raw_pass = compilation.get("pass_config")
     pass_config: Mapping[str, Any] = raw_pass if isinstance(raw_pass, dict) else {}
     compiled = (not inp.eager and compilation_settings.compiled(compilation)

@@ -12,14 +12,12 @@ NemotronH shared experts under sequence-parallel MoE, which are replicated on ev
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvcheck.engines.vllm.sizing.jsonargs import json_arg
 from kvcheck.errors import EstimateError
-from kvcheck.io.jsontext import JsonRejected
-from kvcheck.io.jsontext import loads as json_loads
 
 Release = tuple[int, ...]
 
@@ -159,20 +157,6 @@ def _on(value: Any) -> bool:
     return str(value).strip().lower() not in ("", "false", "0", "no", "off", "none")
 
 
-def _json(value: Any, flag: str) -> Mapping[str, Any]:
-    if value in (None, "", "{}"):
-        return {}
-    if isinstance(value, Mapping):
-        return value
-    try:
-        parsed = json_loads(str(value))
-    except json.JSONDecodeError as exc:
-        raise EstimateError(f"{flag} {value!r} is not valid JSON: {exc}") from exc
-    except JsonRejected as exc:
-        raise EstimateError(f"{flag} cannot be read safely: {exc}") from exc
-    return parsed if isinstance(parsed, Mapping) else {}
-
-
 def _count(value: Any, flag: str) -> int:
     try:
         count = int(value)
@@ -187,7 +171,7 @@ def redundant_experts(args: Mapping[str, Any]) -> int:
     """--num-redundant-experts (0.9.2-0.11.x; it wins, forwarded into eplb_config) or --eplb-config's."""
     if args.get("num_redundant_experts") is not None:
         return _count(args["num_redundant_experts"], "--num-redundant-experts")
-    value = _json(args.get("eplb_config"), "--eplb-config").get("num_redundant_experts")
+    value = json_arg(args.get("eplb_config"), "--eplb-config").get("num_redundant_experts")
     return 0 if value is None else _count(value, "--eplb-config num_redundant_experts")
 
 

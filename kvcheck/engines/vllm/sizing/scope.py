@@ -4,14 +4,12 @@ speculative methods that leave the pool as the target model alone sizes it. Anyt
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from kvcheck.engines.vllm.sizing.jsonargs import json_arg
 from kvcheck.engines.vllm.sizing.layout import HYBRID_FAMILIES
 from kvcheck.errors import EstimateError
-from kvcheck.io.jsontext import JsonRejected
-from kvcheck.io.jsontext import loads as json_loads
 
 # Architectures from vLLM 0.32.0's registry (vllm/model_executor/models/registry.py, _TEXT_GENERATION_MODELS
 # and _MULTIMODAL_MODELS) whose KV cache layout.py computes as vLLM builds it: decoder-only models of
@@ -58,25 +56,11 @@ def check_architecture(architecture: str) -> None:
         hint="measure the role (kvcheck verify MANIFEST without --mode estimate)")
 
 
-def _speculative(value: Any) -> dict[str, Any] | None:
-    if value in (None, "", "{}", "None"):
-        return None
-    if isinstance(value, Mapping):
-        return dict(value)
-    try:
-        parsed = json_loads(str(value))
-    except json.JSONDecodeError as exc:
-        raise EstimateError(f"--speculative-config is not valid JSON: {exc}") from exc
-    except JsonRejected as exc:
-        raise EstimateError(f"--speculative-config cannot be read safely: {exc}") from exc
-    return dict(parsed) if isinstance(parsed, Mapping) else None
-
-
 def check_speculative(args: Mapping[str, Any]) -> None:
     """KV305 for a speculative method that loads a draft: vLLM puts its weights on the same GPUs and gives
     its attention layers KV cache from the same pool, which the estimate does not price; a pool sized for
     the target alone would pass a deployment too big for it."""
-    config = _speculative(args.get("speculative_config"))
+    config = json_arg(args.get("speculative_config"), "--speculative-config")
     if not config:
         return
     model = config.get("model")

@@ -1,5 +1,9 @@
 """Ctrl-C and SIGTERM to kvcheck while a role runs in the cluster: its objects and pods are deleted
-first, then kvcheck dies of the signal (the backend's own contract, with the Kubernetes launcher)."""
+first, then kvcheck dies of the signal (the backend's own contract, with the Kubernetes launcher).
+
+The two-node prefill role is TP 2 (one rank a node): at TP 1 the engine double, like SGLang, stops at once
+("tp_size must be divisible by number of nodes"), and on a loaded runner kvcheck had already ended that role
+and deleted its objects by the time the test looked for them."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSet
 
 settings = KubernetesSettings(namespace="ml-gate", image="i", kubeconfig=sys.argv[1], http_port=int(sys.argv[2]),
                               dist_init_port=int(sys.argv[3]))
-targets = [make_target("prefill", args={"nnodes": 2}, env={"FAKE_SGLANG_MODE": "hang"}),
+targets = [make_target("prefill", args={"tp_size": 2, "nnodes": 2}, gpus=(), env={"FAKE_SGLANG_MODE": "hang"}),
            make_target("decode", env={"FAKE_SGLANG_MODE": "hang"})]
 launcher = KubernetesLauncher(settings, poll_s=0.05)
 MeasureBackend(progress=False, grace_s=1, timeout_s=300, launcher=launcher).measure(targets)
@@ -63,7 +67,10 @@ def test_a_signal_deletes_every_object_and_pod_then_kvcheck_dies_of_it(cluster, 
         time.sleep(0.05)
     else:
         proc.kill()
-        pytest.fail(f"the engines did not start: {proc.communicate()[1][-2000:]}")
+        with cluster.lock:
+            seen = (sorted(cluster.objects), sorted(cluster.pods), len(running), sorted(followed))
+        pytest.fail(f"the engines did not start (objects, pods, running, logs followed: {seen}): "
+                    f"{proc.communicate()[1][-2000:]}")
     assert kinds == ["Job", "Job", "LeaderWorkerSet"]
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
@@ -82,7 +89,7 @@ from kvcheck.backends.measure.launchers.kubernetes.settings import KubernetesSet
 
 settings = KubernetesSettings(namespace="ml-gate", image="i", kubeconfig=sys.argv[1], http_port=int(sys.argv[2]),
                               dist_init_port=int(sys.argv[3]), ttl_s=1, deadline_margin_s=0)
-targets = [make_target("prefill", args={"nnodes": 2}, env={"FAKE_SGLANG_MODE": "hang"}),
+targets = [make_target("prefill", args={"tp_size": 2, "nnodes": 2}, gpus=(), env={"FAKE_SGLANG_MODE": "hang"}),
            make_target("decode", env={"FAKE_SGLANG_MODE": "hang"})]
 MeasureBackend(progress=False, grace_s=0, timeout_s=8, launcher=KubernetesLauncher(settings, poll_s=0.05)).measure(targets)
 """

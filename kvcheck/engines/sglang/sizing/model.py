@@ -20,7 +20,7 @@ from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source,
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
-from kvcheck.engines.sglang.sizing.placement import a2a_backend, placement
+from kvcheck.engines.sglang.sizing.placement import Placement, a2a_backend, draft_a2a_backend, placement
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
@@ -352,27 +352,25 @@ def _builtin_mtp_draft(
     return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
 
 
+def _placement(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, gpu: GpuProfile, *, nvfp4: bool,
+    a2a: str | None = None,
+) -> Placement:
+    return placement(
+        model.shape.architecture, args, target.env, target.engine_version,
+        tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=int(par.moe_dense_tp or par.tp),
+        has_shared_experts=has_shared_experts(model.shape, model.source.text), nvfp4=nvfp4,
+        gpu_arch=gpu.compute_capability, sm=gpu.sm, text=model.source.text, a2a=a2a,
+    )
+
+
 def _draft_placed(
     target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel, gpu: GpuProfile
 ) -> Parallel:
-    """`par` for a built-in MTP draft: SGLang builds it under `speculative_moe_a2a_backend_context`
-    (layers/moe/utils.py), with --speculative-moe-a2a-backend (unset: the target's backend, none for
-    flashinfer_megamoe) and the FP4 all-gather path off, so its shared expert is placed for that backend."""
-    target_backend = a2a_backend(args, target.env, target.engine_version)
-    spec = args.get("speculative_moe_a2a_backend")
-    backend = str(spec) if spec is not None else ("none" if target_backend == "flashinfer_megamoe" else target_backend)
-    draft_args = {k: v for k, v in args.items() if k not in ("enable_waterfill", "enable_deepep_waterfill",
-                                                             "enable_deepep_moe")}
-    draft_args["moe_a2a_backend"] = backend
-    env = {k: v for k, v in target.env.items() if k != "SGLANG_OPT_USE_DEEPGEMM_MEGA_MOE"}
-    dense_tp = int(par.moe_dense_tp or par.tp)
-    where = placement(
-        model.shape.architecture, draft_args, env, target.engine_version,
-        tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=dense_tp,
-        has_shared_experts=has_shared_experts(model.shape, model.source.text), nvfp4=False,
-        gpu_arch=gpu.compute_capability, sm=gpu.sm, text=model.source.text,
-    )
-    return replace(par, shared_tp=where.shared_tp)
+    """`par` for a built-in MTP draft: SGLang builds it under its own all-to-all backend (draft_a2a_backend)
+    with the FP4 all-gather path off, so its shared expert is placed for that backend."""
+    backend = draft_a2a_backend(args, target.env, target.engine_version)
+    return replace(par, shared_tp=_placement(target, args, model, par, gpu, nvfp4=False, a2a=backend).shared_tp)
 
 
 def _placed(
@@ -380,14 +378,8 @@ def _placed(
     assumptions: list[str],
 ) -> Parallel:
     """`par` with the shared experts, embedding and lm_head where SGLang puts them (sizing/placement.py)."""
-    dense_tp = int(par.moe_dense_tp or par.tp)
-    where = placement(
-        model.shape.architecture, args, target.env, target.engine_version,
-        tp=par.tp, attn_tp=par.attn_tp, attn_dp=par.attn_dp, ep=par.ep, dense_tp=dense_tp,
-        has_shared_experts=has_shared_experts(model.shape, model.source.text),
-        nvfp4=model.scheme.method.startswith("modelopt") and model.scheme.default_fmt == "nvfp4",
-        gpu_arch=gpu.compute_capability, sm=gpu.sm, text=model.source.text,
-    )
+    nvfp4 = model.scheme.method.startswith("modelopt") and model.scheme.default_fmt == "nvfp4"
+    where = _placement(target, args, model, par, gpu, nvfp4=nvfp4)
     assumptions.extend(where.notes)
     return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
 

@@ -96,6 +96,7 @@ SHARED_EXPERTS_REPLICATED: Mapping[str, ByRelease] = {
     # models/llama4.py: the shared expert is a LlamaMLP over the TP group whatever the backend
     "Llama4ForConditionalGeneration": (),
 }
+_SHARED_ON_FULL_TP = DSV2_FAMILY | KIMI_K3
 # SGLANG_SHARED_EXPERT_TP1 (environ.py, deepseek_v2.py) is read from 0.5.12
 SHARED_EXPERT_TP1_FROM = "0.5.12"
 # deepseek_v2.py, glm4_moe.py, glm4_moe_lite.py and step3p5.py also replicate them on the FP4 all-gather path
@@ -216,35 +217,21 @@ class Placement:
 def placement(
     arch: str, args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
     tp: int, attn_tp: int, attn_dp: int, ep: int, dense_tp: int, has_shared_experts: bool, nvfp4: bool,
-    gpu_arch: str = "", sm: int | None = None, text: Mapping[str, Any] | None = None,
+    gpu_arch: str = "", sm: int | None = None, text: Mapping[str, Any] | None = None, a2a: str | None = None,
 ) -> Placement:
     """Where the shared experts, the input embedding and the lm_head of `arch` live; EstimateError where
-    the shared experts' placement under the role's all-to-all backend has not been read."""
+    the shared experts' placement under the role's all-to-all backend has not been read. `a2a`: the
+    all-to-all backend the layers are built under, when it is not the role's (a draft's, draft_a2a_backend)."""
     notes: list[str] = []
-    a2a = a2a_backend(args, env, version)
-    # sharded, the shared experts take the full TP group in deepseek_v2.py (DeepseekV2MLP with no tp_size,
-    # parallel_group="tp": --moe-dense-tp-size moves only the dense layers) and kimi_k3.py; elsewhere they
-    # are priced with the dense layers' TP (the heavier reading where the two differ, not read per file)
-    sharded = tp if arch in DSV2_FAMILY | KIMI_K3 else dense_tp
-    shared_tp = sharded
+    a2a = a2a_backend(args, env, version) if a2a is None else a2a
+    shared_tp = _sharded_shared_tp(arch, tp=tp, dense_tp=dense_tp)
     if has_shared_experts:
-        fused = a2a == "none" and _fused_under_ep(arch, args, text or {}, gpu_arch, version, ep=ep)
-        if fused:
-            shared_tp = max(1, tp // ep)
-        else:
-            shared_tp = _shared_tp(arch, a2a, args, env, version, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
-                                   dense_tp=sharded, nvfp4=nvfp4, sm=sm)
-        if shared_tp != sharded:
-            how = "replicated on every rank" if shared_tp == 1 else f"sharded over {shared_tp} ranks"
-            if fused:
-                why = f"fused as an expert slot under --ep-size {ep}"
-            elif arch in DSV2_FAMILY and _tp1_env(env, version):
-                why = "SGLANG_SHARED_EXPERT_TP1"
-            elif a2a == "none":
-                why = "the FP4 all-gather path: flashinfer_cutlass MoE under DP attention"
-            else:
-                why = f"moe-a2a-backend {a2a}"
+        placed, why = _shared_tp(arch, a2a, args, env, version, tp=tp, attn_tp=attn_tp, attn_dp=attn_dp, ep=ep,
+                                 dense_tp=dense_tp, nvfp4=nvfp4, sm=sm, gpu_arch=gpu_arch, text=text or {})
+        if placed != shared_tp:
+            how = "replicated on every rank" if placed == 1 else f"sharded over {placed} ranks"
             notes.append(f"shared experts {how} ({why}, as SGLang's {arch} places them)")
+        shared_tp = placed
     embed_tp = _embed_tp(arch, env, version, tp=tp, attn_tp=attn_tp, attn_dp=attn_dp)
     if embed_tp != tp:
         how = "replicated on every rank" if embed_tp == 1 else f"sharded over the {embed_tp}-rank attention-TP group"
@@ -264,17 +251,39 @@ def replicating_backends(arch: str, version: str | None) -> frozenset[str] | Non
     return frozenset().union(*(names for first, names in table if _has(version, first)))
 
 
+def draft_a2a_backend(args: Mapping[str, Any], env: Mapping[str, str], version: str | None) -> str:
+    """The backend a built-in MTP draft is built under (layers/moe/utils.py speculative_moe_a2a_backend_context):
+    --speculative-moe-a2a-backend, unset the target's, none for flashinfer_megamoe."""
+    spec = args.get("speculative_moe_a2a_backend")
+    if spec is not None:
+        return str(spec)
+    target = a2a_backend(args, env, version)
+    return "none" if target == "flashinfer_megamoe" else target
+
+
+def _sharded_shared_tp(arch: str, *, tp: int, dense_tp: int) -> int:
+    """The ranks sharded shared experts split over: the full TP group in deepseek_v2.py (DeepseekV2MLP with no
+    tp_size, parallel_group="tp": --moe-dense-tp-size moves only the dense layers) and kimi_k3.py; elsewhere
+    the dense layers' TP (the heavier reading where the two differ, not read per file)."""
+    return tp if arch in _SHARED_ON_FULL_TP else dense_tp
+
+
 def _shared_tp(
     arch: str, a2a: str, args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
-    attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool, sm: int | None,
-) -> int:
+    tp: int, attn_tp: int, attn_dp: int, ep: int, dense_tp: int, nvfp4: bool, sm: int | None, gpu_arch: str,
+    text: Mapping[str, Any],
+) -> tuple[int, str]:
+    """(the ranks the shared experts split over, why when it is not the sharded layout)."""
+    sharded = _sharded_shared_tp(arch, tp=tp, dense_tp=dense_tp)
+    if a2a == "none" and _fused_under_ep(arch, args, text, gpu_arch, version, ep=ep):
+        return max(1, tp // ep), f"fused as an expert slot under --ep-size {ep}"
     if arch in DSV2_FAMILY and _tp1_env(env, version):
-        return 1
+        return 1, "SGLANG_SHARED_EXPERT_TP1"
     if (arch in _FP4_ALLGATHER and a2a == "none" and nvfp4 and attn_dp > 1 and ep == attn_dp
             and moe_runner(args, sm) == "flashinfer_cutlass"):
-        return 1
+        return 1, "the FP4 all-gather path: flashinfer_cutlass MoE under DP attention"
     if a2a == "none":
-        return dense_tp
+        return sharded, ""
     backends = replicating_backends(arch, version)
     if backends is None:
         raise EstimateError(
@@ -282,13 +291,14 @@ def _shared_tp(
             "(replicated on every rank or sharded), so the weights cannot be priced"
         )
     if a2a not in backends:
-        return dense_tp
+        return sharded, ""
+    why = f"moe-a2a-backend {a2a}"
     if arch in KIMI_K3:
         if args.get("shared_experts_tp_size") is not None:
-            return int(args["shared_experts_tp_size"])
+            return int(args["shared_experts_tp_size"]), why
         if args.get("enable_shared_experts_attn_tp"):
-            return attn_tp
-    return 1
+            return attn_tp, why
+    return 1, why
 
 
 def _tp1_env(env: Mapping[str, str], version: str | None) -> bool:

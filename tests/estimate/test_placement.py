@@ -15,6 +15,7 @@ The DeepSeek-V4 log checked here (sglang#24650) is a V4-Flash-FP8 on 4 H200s wit
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -128,6 +129,74 @@ def test_kimi_k3_keeps_them_sharded_when_told():
     told = _est(k3, tp_size=8, moe_a2a_backend="deepep", shared_experts_tp_size=8).details["weights_gib_per_gpu"]
     replicated = _est(k3, tp_size=8, moe_a2a_backend="deepep").details["weights_gib_per_gpu"]
     assert told == plain < replicated
+
+
+K3_ARCH = "KimiK3ForConditionalGeneration"
+_K3_SHAPE = dict(tp=8, ep=8, dense_tp=8, has_shared_experts=True, nvfp4=False)
+
+
+@pytest.mark.parametrize(("version", "env", "args", "attn_tp", "attn_dp", "expected"), [
+    # 0.5.18: SGLANG_K3_SHARED_EXPERTS_ATTN_TP; the attention-TP group under DP attention with more than one rank
+    ("0.5.18", {"SGLANG_K3_SHARED_EXPERTS_ATTN_TP": "1"}, {}, 4, 2, 4),
+    # ... and the MLP built with no TP arguments, on the full TP group, at one rank an attention-TP group
+    ("0.5.18", {"SGLANG_K3_SHARED_EXPERTS_ATTN_TP": "1"}, {}, 1, 8, 8),
+    ("0.5.17", {"SGLANG_K3_SHARED_EXPERTS_ATTN_TP": "1"}, {}, 4, 2, 1),  # not read before 0.5.18
+    ("0.5.19", {"SGLANG_K3_SHARED_EXPERTS_ATTN_TP": "1"}, {}, 4, 2, 1),  # the flag replaced it
+    ("0.5.19", {}, {"enable_shared_experts_attn_tp": True}, 4, 2, 4),
+    ("0.5.19", {}, {"enable_shared_experts_attn_tp": True}, 1, 8, 8),
+    # 0.5.21 on: the attention-TP size, 1 replicating them (0.5.20 not read: the heavier reading)
+    ("0.5.20", {}, {"enable_shared_experts_attn_tp": True}, 1, 8, 1),
+    ("0.5.23", {}, {"enable_shared_experts_attn_tp": True}, 1, 8, 1),
+    ("0.5.23", {}, {"enable_shared_experts_attn_tp": True}, 4, 2, 4),
+    ("0.5.23", {}, {"enable_shared_experts_attn_tp": True, "shared_experts_tp_size": 2}, 4, 2, 2),
+])
+def test_kimi_k3_attention_tp_shared_experts_by_release(version, env, args, attn_tp, attn_dp, expected):
+    # models/kimi_k3.py KimiK3MoE in the 0.5.17, 0.5.18, 0.5.19, 0.5.21 and 0.5.23 wheels
+    where = placement(K3_ARCH, {"moe_a2a_backend": "deepep", **args}, env, version,
+                      attn_tp=attn_tp, attn_dp=attn_dp, **_K3_SHAPE)
+    assert where.shared_tp == expected
+
+
+def test_kimi_k3_attention_tp_shared_experts_price_what_0_5_19_built():
+    k3 = "moonshotai--Kimi-K3"
+    dp8 = dict(tp_size=8, dp_size=8, enable_dp_attention=True, moe_a2a_backend="deepep",
+               enable_shared_experts_attn_tp=True)
+    full_tp = _est(k3, "0.5.19", **dp8).details["weights_gib_per_gpu"]
+    replicated = _est(k3, "0.5.21", **dp8).details["weights_gib_per_gpu"]
+    c = _cfg(k3)["text_config"]
+    moe_layers = sum(1 for i in range(c["num_hidden_layers"]) if i >= c.get("first_k_dense_replace", 0))
+    shared = moe_layers * 3 * c["hidden_size"] * c["moe_intermediate_size"] * c["num_shared_experts"] * 2  # bf16
+    assert (replicated - full_tp) * GIB == pytest.approx(shared * (1 - 1 / 8), rel=0.02)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"moe_a2a_backend": "deepep", "shared_experts_tp_size": 3},
+     "--shared-experts-tp-size 3 is not a positive divisor of the attention TP size 8"),
+    ({"moe_a2a_backend": "deepep", "shared_experts_tp_size": 0},
+     "--shared-experts-tp-size 0 is not a positive divisor of the attention TP size 8"),
+    ({"shared_experts_tp_size": 8}, "requires an expert-parallel all-to-all backend"),
+    ({"moe_a2a_backend": "flashinfer_megamoe", "shared_experts_tp_size": 8},
+     "(deepep, megamoe, mooncake, ascend_fuseep, mori), not flashinfer_megamoe"),
+])
+def test_kimi_k3_shared_experts_tp_settings_sglang_refuses(args, message):
+    with pytest.raises(EngineRefusal, match=re.escape(message)):
+        _est("moonshotai--Kimi-K3", tp_size=8, **args)
+
+
+def test_shared_experts_tp_size_is_refused_off_kimi_k3():
+    with pytest.raises(EngineRefusal, match="only supported for Kimi-K3 .KimiK3ForConditionalGeneration., not "
+                                            "DeepseekV3ForCausalLM"):
+        _est(V3, tp_size=8, moe_a2a_backend="deepep", shared_experts_tp_size=8)
+
+
+def test_kimi_k3_shared_width_not_divisible_by_its_tp_is_refused_from_0_5_21(tmp_path):
+    cfg = _cfg("moonshotai--Kimi-K3")
+    cfg["text_config"]["moe_intermediate_size"] = 3074  # 2 shared experts: 6148, not divisible by 8
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    args = dict(tp_size=8, moe_a2a_backend="deepep", enable_shared_experts_attn_tp=True)
+    with pytest.raises(EngineRefusal, match="intermediate size 6148 is not divisible by their TP size 8"):
+        _est(path, **args)
 
 
 def test_moe_dense_tp_moves_only_the_dense_layers_not_the_shared_experts():
@@ -500,3 +569,18 @@ def test_cli_0_5_1_refuses_dp_attention_at_dp_size_one_with_exit_2_at_its_line(t
     assert result.exit_code == 2, result.stdout
     assert f"{path}:9:" in result.stderr  # the args line
     assert "SGLang 0.5.1 refuses --enable-dp-attention with --dp-size 1" in result.stderr
+
+
+@pytest.mark.parametrize(("size", "message"), [
+    # TP8 DP8: the attention TP size is 1, checked first (handle_shared_experts_tp's order)
+    (8, "--shared-experts-tp-size 8 is not a positive divisor of the attention TP size 1"),
+    (1, "--shared-experts-tp-size is only supported for Kimi-K3 (KimiK3ForConditionalGeneration), not "
+        "DeepseekV3ForCausalLM"),
+])
+def test_cli_shared_experts_tp_size_sglang_refuses_is_exit_2_at_its_line(tmp_path, kvcheck, size, message):
+    path = _manifest(tmp_path, "deepep")
+    path.write_text(path.read_text().replace("moe-a2a-backend: deepep}",
+                                             f"moe-a2a-backend: deepep, shared-experts-tp-size: {size}}}"))
+    result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 2, result.stdout
+    assert f"{path}:9:84: role server: {message}" in result.stderr

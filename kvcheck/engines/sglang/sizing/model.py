@@ -28,6 +28,7 @@ from kvcheck.engines.sglang.sizing.refusals import (
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
     check_parallel,
+    check_shared_experts_tp,
 )
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
@@ -47,6 +48,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     mtp_draft_bytes,
     pp_layer_split,
     routed_experts,
+    shared_expert_width,
     vision_tower_bytes,
 )
 from kvcheck.errors import EstimateError
@@ -733,6 +735,10 @@ def _checked_resolve(
             num_kv_heads=None if shape.is_mla else shape.num_kv_heads,
             routed_experts=routed_experts(model.source.text) + int(args.get("ep_num_redundant_experts") or 0),
             page_size=res.page_size, chunked_prefill_size=res.chunked_prefill_size, role=res.role,
+        )
+        check_shared_experts_tp(
+            target, args, arch=shape.architecture, a2a=a2a_backend(args, target.env, target.engine_version),
+            attn_tp=res.attn_tp, shared_width=shared_expert_width(shape, model.source.text),
         )
     except EngineRefusal as exc:
         if planning:

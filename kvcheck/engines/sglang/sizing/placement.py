@@ -89,7 +89,7 @@ SHARED_EXPERTS_REPLICATED: Mapping[str, ByRelease] = {
     "NemotronHForCausalLM": (("0.5.16", frozenset({"deepep", "flashinfer"})),
                              ("0.5.20", frozenset({"flashinfer_megamoe"}))),
     # models/kimi_k3.py KimiK3MoE: replicated under an EP all-to-all (`_ep_a2a` / `_uses_ep_a2a`) unless
-    # --shared-experts-tp-size / --enable-shared-experts-attn-tp shard them
+    # --shared-experts-tp-size / --enable-shared-experts-attn-tp shard them (_kimi_k3_shared_tp)
     **{arch: (("0", frozenset({"megamoe", "deepep"})), ("0.5.18", frozenset({"ascend_fuseep"})),
               ("0.5.19", frozenset({"mooncake", "mori"})), ("0.5.22", frozenset({"flashinfer_megamoe"})))
        for arch in KIMI_K3},
@@ -97,6 +97,14 @@ SHARED_EXPERTS_REPLICATED: Mapping[str, ByRelease] = {
     "Llama4ForConditionalGeneration": (),
 }
 _SHARED_ON_FULL_TP = DSV2_FAMILY | KIMI_K3
+# Kimi-K3's shared experts on the attention-TP group under an EP all-to-all: SGLANG_K3_SHARED_EXPERTS_ATTN_TP
+# in 0.5.18 (environ.py), --enable-shared-experts-attn-tp from 0.5.19. To 0.5.19 the attention-TP sharding
+# needs DP attention and an attention-TP group of more than one rank; otherwise the MLP is built with no TP
+# arguments, on the full TP group. From 0.5.21 (0.5.20 not read: the heavier reading) the size is the
+# attention-TP size, or --shared-experts-tp-size, and a size of 1 replicates them.
+K3_SHARED_ATTN_TP_ENV_FROM = "0.5.18"
+K3_SHARED_ATTN_TP_FLAG_FROM = "0.5.19"
+K3_SHARED_TP_SIZE_FROM = "0.5.20"
 # SGLANG_SHARED_EXPERT_TP1 (environ.py, deepseek_v2.py) is read from 0.5.12
 SHARED_EXPERT_TP1_FROM = "0.5.12"
 # deepseek_v2.py, glm4_moe.py, glm4_moe_lite.py and step3p5.py also replicate them on the FP4 all-gather path
@@ -294,11 +302,25 @@ def _shared_tp(
         return sharded, ""
     why = f"moe-a2a-backend {a2a}"
     if arch in KIMI_K3:
-        if args.get("shared_experts_tp_size") is not None:
-            return int(args["shared_experts_tp_size"]), why
-        if args.get("enable_shared_experts_attn_tp"):
-            return attn_tp, why
+        return _kimi_k3_shared_tp(args, env, version, tp=tp, attn_tp=attn_tp, attn_dp=attn_dp), why
     return 1, why
+
+
+def _kimi_k3_shared_tp(args: Mapping[str, Any], env: Mapping[str, str], version: str | None, *,
+                       tp: int, attn_tp: int, attn_dp: int) -> int:
+    """The ranks Kimi-K3's shared experts split over under an EP all-to-all backend (see K3_SHARED_*)."""
+    if _has(version, K3_SHARED_TP_SIZE_FROM):
+        if args.get("shared_experts_tp_size") is not None:
+            return int(args["shared_experts_tp_size"])
+        return attn_tp if args.get("enable_shared_experts_attn_tp") else 1
+    if _has(version, K3_SHARED_ATTN_TP_FLAG_FROM):
+        attn_tp_mode = bool(args.get("enable_shared_experts_attn_tp"))
+    else:
+        attn_tp_mode = (_has(version, K3_SHARED_ATTN_TP_ENV_FROM)
+                        and env_bool(env.get("SGLANG_K3_SHARED_EXPERTS_ATTN_TP")))
+    if not attn_tp_mode:
+        return 1
+    return attn_tp if attn_dp > 1 and attn_tp > 1 else tp
 
 
 def _tp1_env(env: Mapping[str, str], version: str | None) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
+from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
@@ -217,6 +218,55 @@ def check_parallel(
             target, ("chunked_prefill_size", "page_size"),
             f"--chunked-prefill-size {chunked_prefill_size} is not divisible by the page size {page_size}: "
             "SGLang asserts 'chunked_prefill_size must be divisible by page_size' (arg_groups/validation_hook.py:245)",
+        )
+
+
+# arg_groups/parallel_hook.py handle_shared_experts_tp (0.5.21, 0.5.23): the backends --shared-experts-tp-size
+# accepts, and the one architecture
+SHARED_EXPERTS_TP_BACKENDS = ("deepep", "megamoe", "mooncake", "ascend_fuseep", "mori")
+SHARED_EXPERTS_TP_ARCH = "KimiK3ForConditionalGeneration"
+
+
+def check_shared_experts_tp(
+    target: RoleTarget, args: Mapping[str, Any], *, arch: str, a2a: str, attn_tp: int, shared_width: int,
+) -> None:
+    """Kimi-K3's shared-expert TP settings SGLang stops on: handle_shared_experts_tp's checks of
+    --shared-experts-tp-size, and KimiK3MoE's 'Shared-expert intermediate size ... must be divisible by
+    shared-expert TP size' (models/kimi_k3.py, 0.5.21 on) for it and for --enable-shared-experts-attn-tp
+    under an all-to-all backend."""
+    size = args.get("shared_experts_tp_size")
+    fields: tuple[str, ...] = ("shared_experts_tp_size",)
+    if size is not None:
+        size = int(size)
+        if size < 1 or attn_tp % size:
+            raise _refuse(
+                target, (*fields, "tp_size", "attn_dp_size", "dp_size"),
+                f"--shared-experts-tp-size {size} is not a positive divisor of the attention TP size {attn_tp}: "
+                "SGLang raises it at startup (arg_groups/parallel_hook.py handle_shared_experts_tp)",
+            )
+        if arch != SHARED_EXPERTS_TP_ARCH:
+            raise _refuse(
+                target, fields,
+                f"--shared-experts-tp-size is only supported for Kimi-K3 ({SHARED_EXPERTS_TP_ARCH}), not {arch}: "
+                "SGLang raises it at startup (arg_groups/parallel_hook.py handle_shared_experts_tp)",
+            )
+        if a2a not in SHARED_EXPERTS_TP_BACKENDS:
+            raise _refuse(
+                target, (*fields, "moe_a2a_backend"),
+                f"--shared-experts-tp-size requires an expert-parallel all-to-all backend "
+                f"({', '.join(SHARED_EXPERTS_TP_BACKENDS)}), not {a2a}: SGLang raises it at startup "
+                "(arg_groups/parallel_hook.py handle_shared_experts_tp)",
+                hint="set --moe-a2a-backend, or drop --shared-experts-tp-size",
+            )
+    elif args.get("enable_shared_experts_attn_tp") and a2a != "none" and arch == SHARED_EXPERTS_TP_ARCH:
+        size, fields = attn_tp, ("enable_shared_experts_attn_tp", "tp_size")
+    if (size is not None and size > 1 and shared_width % size
+            and rel.rules_for(target.engine_version).has(K3_SHARED_TP_SIZE_FROM)):
+        raise _refuse(
+            target, fields,
+            f"the shared experts' intermediate size {shared_width} is not divisible by their TP size {size}: "
+            "SGLang's KimiK3MoE raises 'Shared-expert intermediate size ... must be divisible by shared-expert "
+            "TP size' while loading (models/kimi_k3.py)",
         )
 
 

@@ -149,7 +149,12 @@ def has_shared_experts(shape: ModelShape, text: Mapping[str, Any]) -> bool:
     """Whether the model's MoE layers carry shared experts (a separate MLP beside the routed ones)."""
     if shape.architecture == "DeepseekV4ForCausalLM":
         return bool(text.get("n_shared_experts"))
-    return _moe_layout(shape, dict(text)).shared_inter > 0
+    return shared_expert_width(shape, text) > 0
+
+
+def shared_expert_width(shape: ModelShape, text: Mapping[str, Any]) -> int:
+    """The total intermediate width of a MoE layer's shared experts (0: none)."""
+    return _moe_layout(shape, dict(text)).shared_inter
 
 
 def _shared_width(text: Mapping[str, Any], inter: int | None) -> int:

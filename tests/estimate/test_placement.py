@@ -398,6 +398,15 @@ def test_rocm_fuses_deepseek_v3s_shared_expert_under_ep_by_default():
                      gpu_arch="gfx942", text=text, **shape).shared_tp == 1
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.6", gpu_arch="gfx942", text=text, **shape).shared_tp == 1
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.5", gpu_arch="gfx942", text=text, **shape).shared_tp == 8
+    # 384 routed experts (Kimi-K2/K2.5) fuse only from a Quark checkpoint (0.5.13 on; 256 alone before), which
+    # the estimate does not price: a compressed-tensors Kimi-K2.5 and an FP8 Kimi-K2 stay sharded
+    for name, pool in (("moonshotai--Kimi-K2.5", 2_476_756), ("moonshotai--Kimi-K2-Instruct", 2_085_316)):
+        assert _est(name, gpu="MI355X", tp_size=8, ep_size=8).pool_tokens == pool
+        assert _est(name, gpu="MI355X", tp_size=8, ep_size=8, disable_shared_experts_fusion=True).pool_tokens == pool
+    k25 = {"n_shared_experts": 1, "n_routed_experts": 384}
+    for version in ("0.5.12", "0.5.23"):
+        assert placement("KimiK25ForConditionalGeneration", {}, {}, version, gpu_arch="gfx950", text=k25,
+                         **shape).shared_tp == 8
     # a V3.2 or V2 config is not the V2 class's fused_shared_experts_architecture: no default fusion
     assert placement("DeepseekV32ForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx942", text=text, **shape).shared_tp == 8
     assert placement("DeepseekV3ForCausalLM", {}, {}, "0.5.23", gpu_arch="gfx90a", text=text, **shape).shared_tp == 8

@@ -121,12 +121,14 @@ _FP4_ALLGATHER = DSV2_FAMILY | {
 # conditions in earlier releases' `determine_num_fused_shared_experts`) allow it under EP where
 # --enforce-shared-experts-fusion is set (deepseek_v2.py's gate returns before its EP check; Kimi-K2.5 and
 # GLM-5 take that gate), and by default on ROCm gfx942 and newer (DeepSeek-V3/R1, Kimi-K2.5 and GLM-5
-# configs with one shared expert and 256 or 384 routed ones, without TBO/SBO; GLM-4.5's glm4_moe.py).
+# configs with one shared expert and 256 routed ones, without TBO/SBO; GLM-4.5's glm4_moe.py).
 # The gate of every class that takes deepseek_v2.py's (DeepSeek-V2/V3/V3.2, Kimi-K2.5, GLM-5; not V4, whose
 # own gate fuses only into per-rank all-to-all slots) returns on --enforce-shared-experts-fusion before its
 # EP check from 0.5.12 (0.5.11 fused it under DeepEP only: the heavier reading there). ROCm's default fusion
 # under EP comes in 0.5.6, and needs the config's own architecture to be the class's
-# `fused_shared_experts_architecture` (DeepseekV3ForCausalLM's for the V2 class, GLM-5's own).
+# `fused_shared_experts_architecture` (DeepseekV3ForCausalLM's for the V2 class, GLM-5's own) and 256 routed
+# experts: 384 (Kimi-K2/K2.5) are allowed from 0.5.13 only with a Quark checkpoint (amd/Kimi-K2.5-MXFP4: "the
+# standard ... checkpoint stores the shared expert loose and is NOT pre-fused"), which the estimate does not price.
 _FUSED_UNDER_EP_ENFORCED = DSV2_FAMILY - {"DeepseekV4ForCausalLM"}
 _FUSED_UNDER_EP_ROCM = frozenset({
     "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM",
@@ -355,7 +357,7 @@ def _fused_under_ep(arch: str, args: Mapping[str, Any], text: Mapping[str, Any],
     overlap = args.get("enable_two_batch_overlap") or args.get("enable_single_batch_overlap")
     if overlap and _has(version, FUSION_OFF_UNDER_OVERLAP_FROM):
         return False
-    return text.get("n_shared_experts") == 1 and text.get("n_routed_experts") in (256, 384)
+    return text.get("n_shared_experts") == 1 and text.get("n_routed_experts") == 256
 
 
 def _embed_tp(arch: str, env: Mapping[str, str], version: str | None, *, tp: int, attn_tp: int, attn_dp: int) -> int:

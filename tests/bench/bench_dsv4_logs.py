@@ -44,6 +44,15 @@ CASES = (
       "max_running_requests": 128, "mem_fraction_static": 0.7, "speculative_algorithm": "EAGLE",
       "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2},
      {"SGLANG_DSV4_FP4_EXPERTS": "0"}, None, 1_066_240, "1,066,240 tokens"),
+    # sglang PR #28620's branch (2026-07, between the 0.5.14 and 0.5.15 wheels), stated figures: the weights are the
+    # target's "about 35.52 GB" and the MTP draft's "about 1.06 GB"; V4 takes EAGLE top-k 1
+    ("V4-Flash-FP8, 8xL20 TP8, mfs 0.85, MTP, context 32768 (sglang PR #28620, dev branch)",
+     "sgl-project--DeepSeek-V4-Flash-FP8", "L20", None,
+     {"tp_size": 8, "mem_fraction_static": 0.85, "context_length": 32768, "max_running_requests": 8,
+      "cuda_graph_max_bs": 8, "speculative_algorithm": "EAGLE"}, {}, 35.52 + 1.06, 73_472, "73,472 tokens"),
+    ("the same, priced as 0.5.15 (the next release)", "sgl-project--DeepSeek-V4-Flash-FP8", "L20", "0.5.15",
+     {"tp_size": 8, "mem_fraction_static": 0.85, "context_length": 32768, "max_running_requests": 8,
+      "cuda_graph_max_bs": 8, "speculative_algorithm": "EAGLE"}, {}, 35.52 + 1.06, 73_472, "73,472 tokens"),
     # a source build of 2026-09-03, the day before the 0.5.19 wheel; GPU not printed (80 GB Hopper inferred), no
     # weight lines: the pool is scored on an assumed H100
     ("V4-Flash FP4 experts, 8xH100 (inferred) TP8, mfs 0.85, bf16 compress state (Pqlet, build a1fe4e30)",

@@ -100,6 +100,7 @@ NOT_FROM_LOG_LINES = {
     "sglang-qwen3-32b-4x5090-tp4-summary": "the author's results table, quoted in the file as a table",
     "sglang-qwen3-32b-4x5090-tp4-cp2-summary": "a row of the same table",
     "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": "a recipe comment and a PR description, quoted as such",
+    "sglang-dsv4-flash-fp8-8xL20-tp8-mtp-pr28620": "a PR author's comments, quoted as such",
 }
 
 

@@ -309,6 +309,10 @@ UNUSABLE: dict[str, str] = {
         "a development build before 0.5.12 that prints its pool only (no weights): the KV108 range and the pool as "
         "0.5.12 are checked in tests/estimate/test_placement.py and tests/bench/bench_dsv4_logs.py"
     ),
+    "sglang-dsv4-flash-fp8-8xL20-tp8-mtp-pr28620": (
+        "stated figures of a development branch between 0.5.14 and 0.5.15 (no release): scored, with the KV108 "
+        "range and as 0.5.15, in tests/bench/bench_dsv4_logs.py"
+    ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
         "a refused start (no pool): its weights are checked (-0.5 % under the launch's Marlin experts), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcheck.errors import InputError
+from kvcheck.io.comments import comment_columns
 from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.model import Finding, Location, RoleTarget, Suppressed
 from kvcheck.policy.registry import define_rule, finding
@@ -67,8 +68,8 @@ KV603 = define_rule(
 BASELINE_SCHEMA = "kvcheck/baseline/v1"
 MAX_FILE_BYTES = 16 * 1024 * 1024  # an ignore file, a baseline, a manifest scanned for comments
 _CODE = re.compile(r"^KV[0-9]{3}$")
-# `#` at the start of a line or after a blank, then `kvcheck:` (YAML, shell and TOML comments alike)
-_COMMENT = re.compile(r"(?:^|\s)#\s*kvcheck\s*:(?P<rest>.*)$")
+# a comment (kvcheck/io/comments.py: where YAML or the shell starts one) that reads `# kvcheck:`
+_COMMENT = re.compile(r"#\s*kvcheck\s*:(?P<rest>.*)$")
 _INLINE_KEYS = ("until", "reason")
 _FILE_KEYS = ("rule", "reason", "until", "role", "file", "line")
 _BASELINE_KEYS = ("rule", "role", "file", "message")
@@ -172,11 +173,15 @@ def _unknown_key(key: str, allowed: Sequence[str], where: str, what: str) -> Inp
 # ----------------------------------------------------------------------------------------- inline comments
 
 def parse_inline(text: str, display: str) -> list[Suppression]:
-    """Every `# kvcheck: ignore ...` comment of a file; InputError (exit 2, file:line) for a malformed one."""
+    """Every `# kvcheck: ignore ...` comment of a file; InputError (exit 2, file:line) for a malformed one.
+
+    Only comments count: a `# kvcheck:` inside a quoted value, a YAML block scalar or a here-document is the
+    deployment's data, and suppresses nothing."""
     lines = text.splitlines()
     found: list[Suppression] = []
-    for number, line in enumerate(lines, start=1):
-        match = _COMMENT.search(line)
+    for number, column in sorted(comment_columns(text, display).items()):
+        line = lines[number - 1]
+        match = _COMMENT.match(line, column)
         if match is None:
             continue
         where = f"{display}:{number}"

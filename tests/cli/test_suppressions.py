@@ -63,6 +63,15 @@ def test_a_comment_alone_on_the_line_above_covers_the_next_line(tmp_path: Path) 
     assert (code, rules(report), rules(report, "suppressions")) == (1, ["KV202"], ["KV205"])
 
 
+def test_a_suppression_inside_a_quoted_value_does_not_switch_the_gate_off(tmp_path: Path) -> None:
+    # a string the deployment carries (here a served model name) is data: only comments suppress
+    path = manifest(tmp_path, '  mem-fraction-static: 0.95\n'
+                              f'  served-model-name: "x # kvcheck: ignore KV205 until={FAR} reason=not a comment"\n')
+    code, report, _ = verify(path)
+    assert isinstance(report, dict)
+    assert (code, rules(report), report["suppressions"]) == (1, ["KV205"], [])
+
+
 def test_an_expired_inline_suppression_fails_naming_its_line_and_date(tmp_path: Path) -> None:
     path = manifest(tmp_path, f"  mem-fraction-static: 0.95  # kvcheck: ignore KV205 until={PAST} reason=until the load test\n")
     code, report, _ = verify(path)

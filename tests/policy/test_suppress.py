@@ -30,6 +30,38 @@ def test_a_hash_inside_a_word_is_not_a_comment() -> None:
     assert parse_inline("url: http://x/#kvcheck: ignore KV205\n", "m.yaml") == []
 
 
+@pytest.mark.parametrize(("text", "name"), [
+    # a quoted YAML value, flow or block style, a block scalar's content: data, not comments
+    ('args: [--served-model-name, "a # kvcheck: ignore KV101 reason=str"]\n', "deploy.yaml"),
+    ("args:\n  served-model-name: 'x # kvcheck: ignore KV101 reason=str'\n", "m.yaml"),
+    ("script: |\n  echo hi\n  # kvcheck: ignore KV101 reason=inside a block scalar\n", "m.yaml"),
+    # a quoted shell word, a here-document
+    ('#!/bin/bash\nsrun python -m sglang.launch_server --served-model-name "a # kvcheck: ignore KV101 '
+     'reason=str"\n', "job.sh"),
+    ("#!/bin/bash\nsrun python -m x --served-model-name 'a # kvcheck: ignore KV101 reason=str'\n", "job.sh"),
+    ("#!/bin/bash\ncat > a.yaml <<EOF\nx: 1  # kvcheck: ignore KV101 reason=heredoc\nEOF\n", "job.sh"),
+    ("#SBATCH -N 1\necho a\\ # kvcheck: ignore KV101 reason=escaped\n", "job"),
+])
+def test_a_kvcheck_comment_inside_the_files_data_suppresses_nothing(text: str, name: str) -> None:
+    assert parse_inline(text, name) == []
+
+
+@pytest.mark.parametrize(("text", "name", "line"), [
+    ('args: [--served-model-name, "a"]  # kvcheck: ignore KV101 reason=real\n', "deploy.yaml", 1),
+    ("a: 1\n# kvcheck: ignore KV101 reason=real\nb: 2\n", "m.yaml", 2),
+    ('#!/bin/bash\nsrun python -m x --name "a"  # kvcheck: ignore KV101 reason=real\n', "job.sh", 2),
+    ("#!/bin/bash\ncat > a <<'EOF'\nx\nEOF\necho b # kvcheck: ignore KV101 reason=after the heredoc\n",
+     "job.sh", 5),
+    ("a: [1,\n", "broken.yaml", None),  # YAML that does not scan is read as a shell reads it
+])
+def test_a_kvcheck_comment_outside_the_data_suppresses(text: str, name: str, line: int | None) -> None:
+    if line is None:
+        text += "# kvcheck: ignore KV101 reason=real\n"
+        line = 2
+    [found] = parse_inline(text, name)
+    assert (found.rules, found.reason, found.source.line) == (frozenset({"KV101"}), found.reason, line)
+
+
 def test_the_identity_ignores_lines_and_figures_but_not_the_rule_role_or_file() -> None:
     base = identity("KV205", "decode", "deploy/m.yaml", "mem-fraction-static 0.95 is above 0.83 (13,904 MiB)")
     assert identity("KV205", "decode", "deploy/./m.yaml", "mem-fraction-static 0.97 is above 0.81 (12,000 MiB)") == base

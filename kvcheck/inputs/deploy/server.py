@@ -361,7 +361,8 @@ def find_server(
             unresolved = [
                 u for u in word.unresolved if not (_K8S_VAR_RE.fullmatch(u) and env.lookup(u[2:-1]) is not None)
             ]
-            out.append(Token(text, where, unresolved, via=_via(env, used), why=unset_reasons(env, unresolved)))
+            out.append(Token(text, where, unresolved, via=_via(env, used),
+                              why={**unset_reasons(env, unresolved), **word.why}))
         servers.append(ServerCommand(out, found, _wrapper(texts, found, engine.name),
                                      out[0].location if out else script.location, engine.name,
                                      dict(command.environment)))

@@ -6,7 +6,9 @@ commands, comments, `$VAR`/`${VAR}`/`${VAR:-default}` expansion with field split
 results, redirections (`> log 2>&1`, `&>>`, `<<<`; a here-document's body is skipped, never read
 as commands), bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${args[N]}`), and the
 positional parameters of `sh -c SCRIPT NAME ARG...` (`"$@"`, `$1`...), each taken from its own
-place in the file. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
+place in the file. A variable the script may or may not set (assigned after `&&`/`||`, in a pipe, a
+compound command, a group, a function or a subshell; by `read`, `declare`, `unset`...; from an unknown
+value; or read after `eval`/`source`) is unresolved, with the reason (`Word.why`): never the last value read. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
 marked unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
 read from it can point at its column in the user's file. What the expansions produce (and the variables
 each command is handed) is spent from the read's expansion budget (budget.py): a script that multiplies
@@ -39,6 +41,19 @@ _OPERATORS = ("&&", "||", ";;", ";", "|", "&", "\n")
 # Words that only prefix the real command: `exec python ...`, `env A=1 python ...`, `nohup ...`.
 _PREFIX_COMMANDS = frozenset({"exec", "env", "nohup", "time", "command", "stdbuf"})
 
+# Compound commands: what they run depends on a condition, a loop or a pattern, so a variable they assign may or
+# may not be set after them (bash's value at the launch is not the last assignment read).
+_OPENS = frozenset({"if", "while", "until", "for", "select", "case"})
+_CLOSES = frozenset({"fi", "done", "esac"})
+_CONTINUES = frozenset({"then", "else", "elif", "do", "!"})
+# Commands that set the variables they name (`read MTT`, `declare -i N=4`, `unset X`, `printf -v V ...`)
+_SETTERS = frozenset({"read", "mapfile", "readarray", "getopts", "unset", "declare", "typeset", "local",
+                      "readonly", "let", "printf"})
+# Commands that may set any variable: what they run is not in the script
+_OPAQUE = frozenset({"eval", "source", "."})
+
+_SOME_PATHS = "only on some paths (a condition, a loop, a branch, a subshell or a function)"
+
 Lookup = Callable[[str], "str | None"]
 
 
@@ -63,6 +78,7 @@ class Word:
     unresolved: list[str] = field(default_factory=list)  # variables / substitutions left unexpanded
     variables: list[str] = field(default_factory=list)  # variables whose values the word holds
     positional: int | None = None  # a whole positional parameter ($1 is 1): the word is that argument
+    why: dict[str, str] = field(default_factory=dict)  # unresolved name -> why the script leaves it unknown
 
 
 @dataclass
@@ -120,6 +136,12 @@ class _Reader:
         self.used: list[str] = []  # variables expanded, in order
         self.heredocs: list[tuple[str, bool]] = []  # here-documents whose bodies start at the next newline
         self.i = 0
+        self.script = script
+        self.unknown: dict[str, str] = {}  # variables the script may or may not set: name -> why
+        self.opaque: str | None = None  # why no variable's value is known any more (after eval or source)
+        self.depth = 0  # compound commands, groups and subshells the reader is inside
+        self.parens = 0
+        self.chained = False  # the command being read runs only on some paths (after && or ||, in a pipe)
 
     def _spend(self, chars: int, at: int) -> None:
         """Spend from the expansion budget for what was produced at index `at` of the text."""
@@ -131,7 +153,18 @@ class _Reader:
     def value_of(self, name: str) -> str | None:
         if name in self.variables:
             return self.variables[name]
+        if self.unknown_why(name) is not None:
+            return None
         return self.lookup(name)
+
+    def unknown_why(self, name: str) -> str | None:
+        """Why the script leaves `name` unknown where it is read, if it does."""
+        if name in self.variables:
+            return None
+        return self.unknown.get(name, self.opaque)
+
+    def _line(self, offset: int) -> int:
+        return self.script.count("\n", 0, offset) + 1
 
     def commands(self) -> list[Command]:
         commands: list[Command] = []
@@ -154,12 +187,15 @@ class _Reader:
             if op is not None or ch in "()":  # ( ): subshell / grouping: what is inside are commands of their own
                 self.i += len(op) if op is not None else 1
                 if words:
-                    commands.append(self._command(words))
-                    words = []
+                    # a command before `|` or `&` runs in a subshell: what it assigns stays there
+                    commands.append(self._command(words, apart=op in ("|", "&")))
+                self._operator(op, ch, flushed=bool(words))
+                words = []
                 if op == "\n" and self.heredocs:
                     self._skip_heredocs()
                 continue
             if not words and self._at_group_brace(ch):
+                self.depth += 1 if ch == "{" else -1 if self.depth else 0
                 self.i += 1
                 continue
             array = _ARRAY_START_RE.match(text, self.i)
@@ -220,8 +256,14 @@ class _Reader:
                 raise ShellSyntaxError(f"unexpected {text[self.i]!r} in array {name}=(", self.origin[self.i])
         if append and name in self.arrays:
             self.arrays[name].extend(elements)  # in place: copying the array at each `+=` was quadratic
+        elif append and self.unknown_why(name) is not None:
+            return  # appended to an array the script may or may not have set: still unknown
         else:
             self.arrays[name] = elements
+            self.unknown.pop(name, None)
+        if self.chained or self.depth > 0:
+            self.arrays.pop(name, None)
+            self._forget(name, f"the array is assigned at line {self._line(self.origin[start.start()])} {_SOME_PATHS}")
         self.variables.pop(name, None)
 
     def _list_word(self) -> list[Word] | None:
@@ -244,7 +286,8 @@ class _Reader:
             return [Word(arg, self.origin[match.start()], positional=k) for k, arg in enumerate(self.positional, 1)]
         if name not in self.arrays:
             source = match.group(0)
-            return [Word(source, self.origin[match.start()], unresolved=[name])]
+            why = self.unknown_why(name)
+            return [Word(source, self.origin[match.start()], unresolved=[name], why={name: why} if why else {})]
         items = self.arrays[name]
         self._spend(sum(len(w.text) + ENTRY_COST for w in items), match.start())
         return [Word(w.text, w.offset, list(w.unresolved), list(w.variables), w.positional) for w in items]
@@ -258,9 +301,71 @@ class _Reader:
         text = self.text
         return (ch == "{" and self.i + 1 < len(text) and text[self.i + 1] in " \t\n") or ch == "}"
 
-    def _command(self, words: list[Word]) -> Command:
+    def _operator(self, op: str | None, ch: str, *, flushed: bool) -> None:
+        """After an operator (or a parenthesis): whether the next command runs only on some paths."""
+        if op in ("&&", "||", "|"):
+            self.chained = True
+        elif op is not None and (flushed or op != "\n"):  # `a &&` NEWLINE `b`: b is still chained
+            self.chained = False
+        if op is None:
+            self._paren(ch)
+
+    def _paren(self, ch: str) -> None:
+        """A subshell `( )` (or a case pattern's `)`): what it assigns is not the script's afterwards."""
+        if ch == "(":
+            self.parens += 1
+            self.depth += 1
+        elif self.parens:
+            self.parens -= 1
+            self.depth -= 1
+
+    def _keywords(self, rest: list[Word]) -> list[Word]:
+        """The command's words after the compound-command keywords that lead them, tracking the nesting."""
+        while rest and not rest[0].unresolved and rest[0].text in _OPENS | _CLOSES | _CONTINUES:
+            word = rest.pop(0).text
+            if word in _CLOSES:
+                self.depth = max(0, self.depth - 1)
+            elif word in _OPENS:
+                self.depth += 1
+                if word in ("for", "select"):  # the loop variable; the rest is its list, not a command
+                    if rest:
+                        self._forget(rest[0].text, f"the {word} loop at line {self._line(rest[0].offset)} sets it")
+                    return []
+                if word == "case":
+                    return []
+        return rest
+
+    def _forget(self, name: str, why: str) -> None:
+        if _NAME_RE.fullmatch(name):
+            self.variables.pop(name, None)
+            self.exported.pop(name, None)
+            self.unknown[name] = why
+
+    def _sets_variables(self, rest: list[Word]) -> None:
+        """`read`, `declare`, `unset` and the like set the names they are given; `eval` and `source` may set any."""
+        command = rest[0].text
+        where = f"line {self._line(rest[0].offset)}"
+        if command in _OPAQUE:
+            self.opaque = f"`{command}` at {where} may set any variable, and the script does not set it after that"
+            for name in list(self.variables):
+                self._forget(name, self.opaque)
+            return
+        for word in rest[1:]:
+            name = word.text.split("=", 1)[0].split("[", 1)[0]
+            if not word.text.startswith("-") and _NAME_RE.fullmatch(name):
+                self._forget(name, f"`{command}` at {where} sets it")
+
+    def _command(self, words: list[Word], apart: bool = False) -> Command:
         assignments: dict[str, Word] = {}
-        rest = list(words)
+        rest = self._keywords(list(words))
+        # run only on some paths, or in a subshell: an assignment here may or may not hold afterwards
+        maybe = apart or self.chained or self.depth > 0
+        if rest and not rest[0].unresolved and (rest[0].text in _SETTERS or rest[0].text in _OPAQUE):
+            self._sets_variables(rest)
+        if rest and all(_ASSIGN_RE.match(w.text) for w in rest):
+            rest = self._unknown_values(rest)
+            if not rest:
+                return Command({}, [], {**self.exported})
         while rest and not rest[0].unresolved and (match := _ASSIGN_RE.match(rest[0].text)):
             name, value = match.groups()
             assignments[name] = Word(value, rest[0].offset + len(name) + 1, rest[0].unresolved)
@@ -268,20 +373,36 @@ class _Reader:
         if not rest:
             # a bare assignment sets a shell variable for the commands that follow (an exported one stays so)
             for name, word in assignments.items():
-                self.variables[name] = word.text
-                if name in self.exported:
-                    self.exported[name] = word.text
+                self._assign(name, word.text, word.offset, maybe=maybe, export=name in self.exported)
         elif rest[0].text == "export":
             for word in rest[1:]:
                 match = _ASSIGN_RE.match(word.text)
                 if match:
-                    self.variables[match.group(1)] = self.exported[match.group(1)] = match.group(2)
+                    self._assign(match.group(1), match.group(2), word.offset, maybe=maybe, export=True)
                 elif word.text in self.variables:
                     self.exported[word.text] = self.variables[word.text]
         # every command is handed the exported variables: a thousand exports and a million commands is work
         self._spend(VARIABLE_COST * (len(self.exported) + len(assignments) + 1), self.i)
         environment = {**self.exported, **{name: word.text for name, word in assignments.items()}}
         return Command(assignments, rest, environment)
+
+    def _unknown_values(self, rest: list[Word]) -> list[Word]:
+        """A bare assignment of a value the files do not give (`MTT=$v`): that variable is not known after it."""
+        for word in [w for w in rest if w.unresolved]:
+            names = ", ".join(f"${n}" if not n.startswith(("$", "`")) else n for n in word.unresolved)
+            self._forget(word.text.split("=", 1)[0], f"it is assigned at line {self._line(word.offset)} from "
+                                                     f"{names}, which is not known there")
+        return [w for w in rest if not w.unresolved]
+
+    def _assign(self, name: str, value: str, offset: int, *, maybe: bool, export: bool) -> None:
+        if maybe:
+            how = "exported" if export and name not in self.exported else "assigned"
+            self._forget(name, f"it is {how} at line {self._line(offset)} {_SOME_PATHS}")
+            return
+        self.variables[name] = value
+        self.unknown.pop(name, None)
+        if export:
+            self.exported[name] = value
 
     def _word(self) -> list[Word]:
         """Read one shell word; unquoted expansions may split it into several (field splitting)."""
@@ -345,6 +466,10 @@ class _Reader:
         value, unresolved = self._expansion()
         self._spend(len(value) + len(unresolved), start)
         pieces[-1].unresolved.extend(unresolved)
+        for name in unresolved:
+            why = self.unknown_why(name)
+            if why is not None:
+                pieces[-1].why[name] = why
         pieces[-1].variables.extend(self.used[before:])
         _add(pieces, value, split=split, at=at if at is not None else pieces[0].offset)
 
@@ -407,6 +532,8 @@ class _Reader:
             return text[i : end + 1], [text[i : end + 1]]
         name, operator, default = match.groups()
         value = self.value_of(name)
+        if value is None and self.unknown_why(name) is not None:
+            return text[i : end + 1], [name]  # it may be set: neither its value nor the default is known
         if operator is not None and (value is None or (operator.startswith(":") and value == "")):
             return default, []
         if value is None:

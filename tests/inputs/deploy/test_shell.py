@@ -133,3 +133,62 @@ def test_a_redirection_without_a_target_is_a_shell_error() -> None:
 
     with pytest.raises(ShellSyntaxError, match="> without a target"):
         parse_script("python3 -m sglang.launch_server --tp 2 >\n", {}.get)
+
+
+def _last_value(script: str, env: dict[str, str] | None = None):
+    """The word `$MTT` expands to in the script's last command."""
+    word = parse_script(script, (env or {}).get)[-1].words[-1]
+    return word.text, word.unresolved, word.why
+
+
+@pytest.mark.parametrize(("script", "why"), [
+    # an assignment that runs on some paths only: the launch's value is not the last one read
+    ("MTT=1000\n[ -n \"$BIG\" ] && MTT=500000\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\ntrue || MTT=500000\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\ntest -n \"$BIG\" &&\n  MTT=500000\n", "assigned at line 3 only on some paths"),
+    ("MTT=1000\nif [ -n \"$X\" ]; then MTT=500000; fi\n", "assigned at line 2 only on some paths"),
+    ("if [ -n \"$X\" ]; then\n  MTT=1000\nelse\n  MTT=500000\nfi\n", "assigned at line 4 only on some paths"),
+    ("MTT=1000\ncase \"$MODE\" in big) MTT=500000;; esac\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\nwhile false; do MTT=500000; done\n", "assigned at line 2 only on some paths"),
+    ("MTT=500000\nfor v in 1000; do MTT=$v; done\n", "from $v, which is not known there"),
+    ("MTT=1000\nset_big() { MTT=500000; }\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\n(MTT=500000)\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\nMTT=500000 &\n", "assigned at line 2 only on some paths"),
+    ("MTT=1000\n[ -n \"$BIG\" ] && export MTT=500000\n", "exported at line 2 only on some paths"),
+    # commands that set the variables they name, and those that may set any
+    ("MTT=500000\nread MTT < /etc/mtt\n", "`read` at line 2 sets it"),
+    ("MTT=500000\ndeclare -i MTT=1000\n", "`declare` at line 2 sets it"),
+    ("MTT=500000\nunset MTT\n", "`unset` at line 2 sets it"),
+    ("MTT=500000\neval \"MTT=1000\"\n", "`eval` at line 2 may set any variable"),
+    ("MTT=500000\nsource ./env.sh\n", "`source` at line 2 may set any variable"),
+    ("MTT=500000\n. ./env.sh\n", "`.` at line 2 may set any variable"),
+])
+def test_a_variable_the_script_may_or_may_not_set_is_unresolved_naming_why(script: str, why: str) -> None:
+    text, unresolved, reasons = _last_value(script + "python -m sglang.launch_server --max-total-tokens $MTT\n")
+    assert (text, unresolved) == ("$MTT", ["MTT"])
+    assert why in reasons["MTT"]
+    # ${MTT:-default} is no more known than $MTT: the default holds only where MTT is unset
+    text, unresolved, _ = _last_value(script + "python -m sglang.launch_server --max-total-tokens ${MTT:-7}\n")
+    assert (text, unresolved) == ("${MTT:-7}", ["MTT"])
+
+
+@pytest.mark.parametrize(("script", "value"), [
+    # set again after the uncertain part, unconditionally: known
+    ("[ -n \"$BIG\" ] && MTT=500000\nMTT=1000\n", "1000"),
+    ("source ./env.sh\nMTT=1000\n", "1000"),
+    ("if true; then echo; fi\nMTT=1000\n", "1000"),
+    # a condition that assigns nothing leaves the value as it was; so does a command's own prefix assignment
+    ("MTT=1000\n[ -n \"$BIG\" ] && echo big\n", "1000"),
+    ("MTT=1000\nMTT=5 env\n", "1000"),
+    ("MTT=1000\nfor v in a b; do echo $v; done\n", "1000"),
+])
+def test_a_variable_set_unconditionally_stays_known(script: str, value: str) -> None:
+    text, unresolved, _ = _last_value(script + "python -m sglang.launch_server --max-total-tokens $MTT\n")
+    assert (text, unresolved) == (value, [])
+
+
+def test_an_array_assigned_on_some_paths_is_unresolved() -> None:
+    script = ("ARGS=(--max-total-tokens 500000)\n[ -n \"$SMALL\" ] && ARGS=(--max-total-tokens 1000)\n"
+              "python -m sglang.launch_server \"${ARGS[@]}\"\n")
+    word = parse_script(script, {}.get)[-1].words[-1]
+    assert (word.unresolved, "only on some paths" in word.why["ARGS"]) == (["ARGS"], True)

@@ -194,6 +194,24 @@ def test_verify_reads_a_slurm_batch_script() -> None:
     assert _json(result)["source"] == f"{FIX}/sbatch-pd.sh"
 
 
+@pytest.mark.parametrize("setter", [
+    '[ -n "$BIG" ] && MTT=500000', "for v in 500000; do MTT=$v; done", 'case "$MODE" in big) MTT=500000;; esac',
+    "source ./env.sh",
+])
+def test_a_slurm_script_whose_value_depends_on_a_path_is_not_checked(tmp_path: Path, setter: str) -> None:
+    # bash may launch with 1,000 or 500,000 tokens: the last assignment read is not the value (it passed)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --gres=gpu:h100:1\nMTT=1000\n" + setter + "\n"
+                      "srun python3 -m sglang.launch_server --model-path m --context-length 131072 "
+                      "--max-total-tokens $MTT\n")
+    result = run_kvcheck("verify", str(script), "--mode", "estimate", "--sglang-version", "0.5.23",
+                         "--model-config", LLAMA, "--format", "json")
+    assert result.exit_code == 3, result.stdout
+    [unset] = [f for f in _json(result)["findings"] if f["rule"] == "KV317"]
+    assert unset["message"].startswith("the value given to max-total-tokens uses $MTT")
+    assert unset["location"]["line"] == 6
+
+
 def test_an_unknown_node_count_is_not_checked_rather_than_a_wrong_gpu_count() -> None:
     """--nnodes from a Secret: exit 3 with KV317 naming it, not exit 2 claiming 8 GPUs x 1 node != 16."""
     f = f"{FIX}/statefulset-secret-nnodes.yaml"

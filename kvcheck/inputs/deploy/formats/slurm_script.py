@@ -86,7 +86,8 @@ def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         if launched is None:
             continue
         engine, start = launched
-        tokens = [Token(w.text, _location(source, w.offset), list(w.unresolved), why=unset_reasons(env, w.unresolved))
+        tokens = [Token(w.text, _location(source, w.offset), list(w.unresolved),
+                        why={**unset_reasons(env, w.unresolved), **w.why})
                   for w in words]
         own_gpus, own_gpu = slurm_gpus([(t.text, t.location) for t in tokens[:start]])
         own_nodes = None

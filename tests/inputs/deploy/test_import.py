@@ -632,3 +632,21 @@ def test_the_model_path_in_a_config_file_is_the_roles_model() -> None:
         "roles": {"Worker": {"gpus": [0, 1, 2, 3], "args": {
             "tensor-parallel-size": 4, "context-length": 131072, "mem-fraction-static": 0.88, "cuda-graph-bs": [1, 8, 32]}}},
     }
+
+
+def test_a_pod_with_a_server_in_two_containers_is_exit_2_at_the_second() -> None:
+    # checking the first container alone passed a pod whose second server holds a 1,000-token pool
+    container = ("      - name: {name}\n        image: lmsysorg/sglang:v0.5.23-cu129\n"
+                 "        command: [python3, -m, sglang.launch_server]\n"
+                 "        args: [--model-path, m, --context-length, \"131072\"{extra}]\n"
+                 "        resources: {{limits: {{nvidia.com/gpu: 1}}}}\n")
+    text = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: llama}\nspec:\n  template:\n    spec:\n"
+            "      containers:\n" + container.format(name="sglang", extra="")
+            + container.format(name="sglang2", extra=", --max-total-tokens, \"1000\"")
+            + "      - name: logs\n        image: busybox\n        command: [sh, -c, 'tail -f /dev/null']\n")
+    for command in ("import", "verify"):
+        result = run_kvcheck(command, "-", "--model-config", "docs/examples/single-server/llama-3.1-8b-instruct.config.json",
+                             *(("--mode", "estimate", "--gpu", "H100") if command == "verify" else ()), stdin=text)
+        assert (result.exit_code, result.stdout) == (2, ""), result.stderr
+        assert ("<stdin>:13:9: the pod starts a server in two containers (sglang and sglang2): kvcheck checks one "
+                "server a pod") in result.stderr

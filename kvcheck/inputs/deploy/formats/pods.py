@@ -158,6 +158,7 @@ def pod_server(
         if found is None:
             continue
         server, env = found
+        _one_server_per_pod(doc, spec, spec_path, i, inputs, injected)
         return PodServer(
             server=server,
             env=env,
@@ -205,6 +206,32 @@ def pod_server(
                 f"not state; add command: [{', '.join(engine.default_command)}] so kvcheck reads what runs",
             ))
     return None
+
+
+def _one_server_per_pod(
+    doc: Doc, spec: Mapping[str, Any], spec_path: Path_, first: int, inputs: Inputs, injected: Mapping[str, Sourced],
+) -> None:
+    """A second container of the pod that starts a server too: exit 2 at it. kvcheck reads one server a pod
+    template, and checking the first alone would pass a pod whose other server holds a smaller pool."""
+    containers = spec.get("containers") or []
+    for j in range(first + 1, len(containers)):
+        container = containers[j]
+        if not isinstance(container, Mapping):
+            continue
+        cpath: Path_ = (*spec_path, "containers", j)
+        try:
+            other = container_server(doc, container, cpath, inputs, injected=injected)
+        except ScriptError:
+            continue  # a sidecar whose script kvcheck cannot read: not taken for a server
+        if other is not None:
+            where = doc.at(cpath)
+            names = [str(c.get("name") or f"#{k}") for k, c in ((first, containers[first]), (j, container))
+                     if isinstance(c, Mapping)]
+            raise ScriptError(InputIssue(
+                where.file, where.line, where.column, "",
+                f"the pod starts a server in two containers ({' and '.join(names)}): kvcheck checks one server a "
+                "pod, and reading the first alone could pass the other; put each server in its own workload",
+            ))
 
 
 def image_engine(image: str) -> Engine | None:

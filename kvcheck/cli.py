@@ -421,10 +421,20 @@ def main(ctx: click.Context, config_file: Path | None, no_config: bool) -> None:
         _stderr(f"kvcheck: defaults from {settings.path}")
 
 
+def _one_command_line(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str | None:
+    """--cmd once: a second one replaced the first (click keeps the last), so a server went unchecked."""
+    if len(value) > 1:
+        raise click.BadParameter(
+            f"given {len(value)} times: kvcheck reads one command line (a second would replace the first, "
+            "unchecked); run kvcheck once per command, or describe the servers in a manifest", ctx=ctx, param=param)
+    return value[0] if value else None
+
+
 @main.command(short_help="Check that every role's KV pool holds the advertised window.")
 @click.argument("files", nargs=-1)
 @_deployment_options
-@click.option("--cmd", help='An engine command line to check, as deployment input: '
+@click.option("--cmd", multiple=True, callback=_one_command_line,
+              help='An engine command line to check, as deployment input: '
               '"python -m sglang.launch_server --model-path M --tp 8".')
 @click.option(
     "--mode",
@@ -750,7 +760,8 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
 
 @main.command("import", short_help="Print the manifest that deployment files or --cmd describe.")
 @click.argument("files", nargs=-1)
-@click.option("--cmd", help='An SGLang or vLLM command line: "python -m sglang.launch_server --model-path M --tp 8", '
+@click.option("--cmd", multiple=True, callback=_one_command_line,
+              help='An SGLang or vLLM command line: "python -m sglang.launch_server --model-path M --tp 8", '
               '"vllm serve M -tp 8".')
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="yaml: with a comment naming the file:line of each value; json: the values only.")

@@ -67,3 +67,13 @@ def test_errors_in_a_command_line_speak_of_the_command_line_not_of_deployment_fi
         "# context_length: not in the command line; add the window you advertise (required)",
         "# model.path: not in the command line; add it (required)",
     ]
+
+
+def test_cmd_given_twice_is_exit_2_not_the_last_one_alone() -> None:
+    # click keeps the last of a repeated option: the first command line (a 1,000-token pool) went unchecked
+    short = LINE + " --context-length 131072 --max-total-tokens 1000"
+    for command in ("verify", "import"):
+        extra = ("--mode", "estimate", "--gpu", "H100", "--model-config", CONFIG) if command == "verify" else ()
+        done = run_kvcheck(command, *extra, "--sglang-version", "0.5.23", "--cmd", short, "--cmd", LINE)
+        assert (done.exit_code, done.stdout) == (2, "")
+        assert "Invalid value for '--cmd': given 2 times: kvcheck reads one command line" in done.stderr

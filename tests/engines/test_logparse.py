@@ -578,6 +578,25 @@ def test_a_restart_in_the_same_stream_reports_the_last_boot():
     assert summary.server_args["mem_fraction_static"] == 0.8
 
 
+def test_a_restart_after_a_boot_cut_short_is_a_second_boot_not_one_mixed_from_both():
+    # the first boot sized its pool and was killed before it was ready; the second was cut after its weights:
+    # the figures of the first (947,824 tokens, context 131,072) must not stand for the second
+    lines = SGLANG_0_5_23_TP2.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "max_total_num_tokens" in line) + 1
+    second = "".join(lines[:4]).replace("'context_length': None", "'context_length': 1048576") + "".join(lines[4:9])
+    summary = summarise("".join(lines[:cut]) + second)
+    assert summary.boots == 2
+    assert summary.pool_tokens() is None
+    assert summary.server_args["context_length"] == 1048576
+
+
+def test_another_nodes_server_args_before_the_weights_is_the_same_boot():
+    # each node of a multi-node launch prints its own server_args, before distributed init lets any load weights
+    lines = SGLANG_0_5_23_TP2.splitlines(keepends=True)
+    summary = summarise("".join(lines[:3]) + lines[0] + "".join(lines[3:]))
+    assert (summary.boots, summary.pool_tokens()) == (1, 947824)
+
+
 # -- server_args, command lines, version ---------------------------------------------------------------
 
 

@@ -601,7 +601,10 @@ class LogReader:
     def _on_server_args(self, rank: RankTag | None, message: str) -> list[LogEvent] | None:
         if not message.startswith("server_args="):
             return None
-        if self._server_args is not None and (self._ready or self._phase == FAILED):
+        # a restart: a boot that finished (ready or failed), or one that had begun loading weights and was cut
+        # short without a word (killed). Another node's server_args comes before any weights load (distributed
+        # init waits for every node), so a multi-node stream stays one boot.
+        if self._server_args is not None and (self._ready or self._phase != PHASES[0]):
             self._new_boot()
         parsed = parse_server_args(message[len("server_args=") :])
         self._server_args = parsed
@@ -610,7 +613,8 @@ class LogReader:
         return events
 
     def _new_boot(self) -> None:
-        """A second server_args line after a finished boot: the engine restarted in the same stream."""
+        """A second server_args line after a boot that finished or got past its start: the engine restarted in the
+        same stream."""
         self._boots += 1
         self._ranks.clear()
         self._warnings.clear()

@@ -18,7 +18,7 @@ import click
 from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import CheckError, InputError, KvcheckError
-from kvcheck.escape import printable
+from kvcheck.escape import no_workflow_commands, printable
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
@@ -89,7 +89,7 @@ def _stderr(message: str) -> None:
     """A line for people on stderr, control characters escaped (a terminal must not run a file's escape
     sequences, nor show bidi-reordered text); a closed or failing stderr never changes the exit code."""
     try:
-        click.echo(printable(message), err=True)
+        click.echo(no_workflow_commands(printable(message)), err=True)
     except OSError:  # `2>&1 | true`: the verdict is the exit code, whatever became of the words
         _silence(sys.stderr)
 

@@ -26,3 +26,13 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """`text` as printable() makes it, with newlines shown as `\n` too (names, table cells)."""
     return printable(text).replace("\n", "\\n")
+
+
+_COMMAND_LINE = re.compile(r"^([ \t]*)::", re.M)
+
+
+def no_workflow_commands(text: str) -> str:
+    """`text` with a backslash before any line's leading `::`: a CI runner (GitHub Actions) reads a line that
+    starts with `::` on stdout or stderr as a workflow command, and kvcheck's human-readable lines never
+    start so, so such a line came from an untrusted name or path that carried a newline."""
+    return _COMMAND_LINE.sub(lambda m: f"{m.group(1)}\\::", text)

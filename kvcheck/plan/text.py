@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from kvcheck.escape import one_line
 from kvcheck.model import FractionPlan, PlanOption, Report, RolePlan, RoleResult
 from kvcheck.plan.advice import setting_value
 
@@ -122,7 +123,7 @@ def headline(role: RoleResult) -> str:
         else f"the model allows {plan.model_context_tokens:,}"
     )
     text = (
-        f"plan for {role.name}: largest context that fits {plan.largest_context_tokens:,} tokens "
+        f"plan for {one_line(role.name)}: largest context that fits {plan.largest_context_tokens:,} tokens "
         f"({_BINDING.get(binding, binding)}; {other}); the window needs {plan.required_tokens:,}"
     )
     if plan.required_tokens > math.ceil(plan.min_headroom * plan.context_length):

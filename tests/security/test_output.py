@@ -26,6 +26,8 @@ def check_output(fmt: str, text: str) -> None:
         commands = [line for line in text.splitlines() if line.startswith("::")]
         assert all(re.match(r"::(error|warning|notice) (file|title)=", line) for line in commands), commands
         assert not any(line.startswith(("::error file=deploy.yaml", "::error::forged")) for line in text.splitlines())
+    else:  # a runner reads `::` after leading blanks too: no line of another format may start so
+        assert not [line for line in text.splitlines() if line.lstrip().startswith("::")]
     if fmt == "junit":
         ET.fromstring(text.split("\n", 1)[1])  # parses: no control character in the XML
     if fmt == "markdown":  # every row of a table has its header's number of cells
@@ -54,3 +56,35 @@ def test_a_server_version_string_cannot_forge_output(fmt):
         out = attack("audit", server.url, "--retries", "0", "--format", fmt)
     assert out.exit_code in (0, 1, 3), out.stderr
     check_output(fmt, out.stdout)
+
+
+ROLE = "x\n::error title=pwn::owned"
+
+
+def _manifest(tmp_path, body: str):
+    config = REPO_ROOT / "docs" / "examples" / "single-server" / "llama-3.1-8b-instruct.config.json"
+    path = tmp_path / "m.yaml"
+    path.write_text(f"context_length: 1048576\nmodel: {{path: m, config: {config}}}\nengine: {{version: '0.5.23'}}\n"
+                    f"gpu: H100\nroles:\n{body}")
+    return path
+
+
+@pytest.mark.parametrize("command", ["verify", "plan"])
+@pytest.mark.parametrize("fmt", ["table", "github", "markdown", "junit"])
+def test_a_role_name_with_a_newline_in_a_manifest_cannot_forge_a_workflow_command(tmp_path, command, fmt):
+    # the findings' [role], their locations and the plan's lines held the raw newline (table format)
+    path = _manifest(tmp_path, '  "x\\n::error title=pwn::owned": {gpus: [0]}\n')
+    out = attack(command, str(path), *(("--mode", "estimate") if command == "verify" else ()), "--format", fmt)
+    assert out.exit_code == 1, out.stderr
+    check_output(fmt, out.stdout)
+    check_output("table", out.stderr)
+    if fmt == "table":
+        assert f"[{ROLE.replace(chr(10), chr(92) + 'n')}]" in out.stdout  # shown, escaped
+
+
+def test_a_key_with_a_newline_cannot_forge_a_workflow_command_on_stderr(tmp_path):
+    path = _manifest(tmp_path, '  "x\\n::error title=pwn::owned": {gpus: [0], bogus: 1}\n')
+    out = attack("verify", str(path), "--mode", "estimate")
+    assert out.exit_code == 2
+    check_output("table", out.stderr)
+    assert "\\::error title=pwn::owned" in out.stderr  # the line the key's newline starts is neutralised

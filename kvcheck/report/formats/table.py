@@ -10,6 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from kvcheck.escape import no_workflow_commands
 from kvcheck.model import Report, RoleResult
 from kvcheck.report.formats.base import (
     Format,
@@ -67,7 +68,7 @@ class TableFormat(Format):
             f" (exit {report.exit_code})",
         )
         if report.source:
-            head.append(f"  {report.source}")
+            head.append(f"  {one_line(report.source)}")
         console.print(head)
         console.print(Text(mode_title(report), style="italic"))
         if report.context_length is not None:
@@ -89,17 +90,19 @@ class TableFormat(Format):
             if suppressed:
                 console.print(f"suppressed by policy.ignore: {suppressed}")
             self._suppressions(report, console)
-            return strip_trailing(buffer.getvalue())
+            return no_workflow_commands(strip_trailing(buffer.getvalue()))
         console.print(Text("findings", style="bold"))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(no_wrap=True)
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         for item in report.findings:
-            body = Text(f"[{item.role}] " if item.role else "")
+            # the role name and the path on one line each (a newline they carry must not start a line); a message
+            # keeps its own lines (quoted engine lines), and render() keeps any line from starting a `::` command
+            body = Text(f"[{one_line(item.role)}] " if item.role else "")
             body.append(item.message)
             if item.location is not None:
-                body.append(f"\nat {item.location.render()}", style="dim")
+                body.append(f"\nat {one_line(item.location.render())}", style="dim")
             if item.hint:
                 body.append(f"\nfix: {item.hint}", style="dim")
             grid.add_row(
@@ -109,7 +112,7 @@ class TableFormat(Format):
         if suppressed:
             console.print(f"suppressed by policy.ignore: {suppressed}")
         self._suppressions(report, console)
-        return strip_trailing(buffer.getvalue())
+        return no_workflow_commands(strip_trailing(buffer.getvalue()))
 
     @staticmethod
     def _notes(report: Report, console: Console) -> None:

@@ -128,7 +128,7 @@ def load_overlay(path: str, given: Overrides, *, text: str | None = None) -> Loa
     try:
         overlay = Overlay.model_validate(data)
     except ValidationError as exc:
-        issues.extend(_pydantic_issues(exc, path, positions))
+        issues.extend(_pydantic_issues(exc, path, positions, root=Overlay))
     issues.extend(_check_rule_codes(data.get("policy"), path, positions))
     if issues or overlay is None:
         raise ManifestError(issues, hint="an overlay manifest takes: deployment, name, context_length, model, "

@@ -16,7 +16,8 @@ KV317 = define_rule(
     value, so the role counts as not checked (exit 3). For a flag that never sizes memory
     (`--api-key`, `--served-model-name`, TLS files, ports, parsers, log levels) the finding is a
     warning and the check goes on. Fix: pass the file that defines it (the ConfigMap, in the same
-    command), write the value into the container's `env`, or state it in an overlay manifest.""",
+    command), or write the value into the container's `env` or the script (an overlay manifest states only the
+    model path, the GPU, the release and the window, not engine flags).""",
 )
 
 KV501 = define_rule(

@@ -584,7 +584,8 @@ def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
         f"{subject} uses {names}, which the files do not set{reasons}"
         + (" (a flag that does not size memory: the check goes on without it)" if harmless else ""),
         severity="warning" if harmless else None,
-        hint="pass the file that defines it, set it in the container's env, or state the value in an overlay manifest",
+        hint="pass the file that defines it, or set it in the container's env or the script (an overlay manifest "
+             "states only the model path, GPU, release and window)",
         location=token.location,
     )
 

@@ -84,25 +84,31 @@ def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _allowed_keys(path: tuple[str | int, ...]) -> list[str]:
+def _allowed_keys(path: tuple[str | int, ...], root: type[BaseModel] = Manifest) -> list[str]:
     from kvcheck.inputs.manifest.model import RoleSpec
 
-    if len(path) >= 2 and path[0] == "roles":
+    if root is Manifest and len(path) >= 2 and path[0] == "roles":
         return _model_fields(RoleSpec, tuple(path[2:]))
-    return _model_fields(Manifest, path)
+    return _model_fields(root, path)
 
 
-def _pydantic_issues(exc: ValidationError, file: str, positions: Positions) -> list[InputIssue]:
+def _pydantic_issues(
+    exc: ValidationError, file: str, positions: Positions, root: type[BaseModel] = Manifest,
+) -> list[InputIssue]:
+    """Issues at their file:line; `root`: the model validated (a manifest, or an overlay, whose keys differ)."""
     issues = []
     for error in exc.errors():
         loc = tuple(part for part in error["loc"] if part not in UNION_TAGS)
         kind = error["type"]
         if kind == "extra_forbidden":
             key = str(loc[-1])
-            allowed = _allowed_keys(loc[:-1])
-            close = suggest(key, allowed)
+            allowed = _allowed_keys(loc[:-1], root)
+            close = [c for c in suggest(key, allowed) if c != key]
             message = f"unknown key '{key}'"
-            if close:
+            if root is not Manifest and key in _allowed_keys(loc[:-1]):
+                message = (f"'{key}' is a manifest key an overlay does not take: the deployment files state it"
+                           + (f" (an overlay takes here: {', '.join(allowed)})" if allowed else ""))
+            elif close:
                 message += f" (did you mean '{close[0]}'?)"
             elif allowed:
                 message += f" (allowed here: {', '.join(allowed)})"

@@ -111,8 +111,8 @@ def test_an_unresolved_value_means_the_deployment_could_not_be_checked() -> None
     assert report["findings"][0] == {
         "rule": "KV317", "severity": "error", "role": "decode",
         "message": "the value given to max-running-requests uses $(MAX_REQS), which the files do not set",
-        "hint": "pass the file that defines it, set it in the container's env, or state the value in an "
-                "overlay manifest",
+        "hint": "pass the file that defines it, or set it in the container's env or the script (an overlay "
+                "manifest states only the model path, GPU, release and window)",
         "location": {"file": f"{FIX}/ome.yaml", "line": 70, "column": 83},
     }
 
@@ -162,8 +162,8 @@ def test_a_secret_in_a_flag_that_does_not_size_memory_is_a_warning_and_configmap
         "rule": "KV317", "severity": "warning", "role": "x",
         "message": "the value given to api-key uses $KEY, which the files do not set; KEY: it comes from a "
                    "secretKeyRef reference (a flag that does not size memory: the check goes on without it)",
-        "hint": "pass the file that defines it, set it in the container's env, or state the value in an "
-                "overlay manifest",
+        "hint": "pass the file that defines it, or set it in the container's env or the script (an overlay "
+                "manifest states only the model path, GPU, release and window)",
         "location": {"file": "<stdin>", "line": 15, "column": 161},
     }]
 
@@ -245,6 +245,23 @@ def test_an_overlay_says_where_measure_mode_runs_the_files_roles(tmp_path: Path)
     result = run_kvcheck("verify", str(overlay), "--dry-run")
     assert (result.exit_code, result.stdout) == (2, "")
     assert f"{overlay}:5:16: launcher.kubernetes.namespaces: unknown key 'namespaces'" in result.stderr
+
+
+def test_an_overlay_names_its_own_keys_when_a_key_is_wrong(tmp_path: Path) -> None:
+    # `args:` is a manifest key an overlay does not take; the message said "unknown key 'args' (did you mean
+    # 'args'?)" and listed the full manifest's keys
+    overlay = tmp_path / "kvcheck.yaml"
+    overlay.write_text(f"deployment: {REPO_ROOT / FIX / 'deployment.yaml'}\nargs: {{max-total-tokens: 1000}}\n"
+                       "bogus: 1\ncontext_lenght: 5\n")
+    result = run_kvcheck("verify", str(overlay), "--mode", "estimate")
+    assert (result.exit_code, result.stdout) == (2, "")
+    keys = "deployment, name, context_length, model, engine, gpu, policy, launcher"
+    assert result.stderr.splitlines()[1:4] == [
+        f"{overlay}:2:1: args: 'args' is a manifest key an overlay does not take: the deployment files state it "
+        f"(an overlay takes here: {keys})",
+        f"{overlay}:3:1: bogus: unknown key 'bogus' (allowed here: {keys})",
+        f"{overlay}:4:1: context_lenght: unknown key 'context_lenght' (did you mean 'context_length'?)",
+    ]
 
 
 QWEN3 = "tests/data/models/Qwen--Qwen3-8B.json"

@@ -102,6 +102,18 @@ def _unicode_bom(raw: bytes) -> str | None:
     return None
 
 
+def describe(path: Path) -> str | None:
+    """What is at `path` when it is not a regular file (None: a regular file, or a link to one): "no such file",
+    "a folder", "a character device"... (a symlink loop and a path that cannot be read are said so too)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return "a loop of symbolic links" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else _what(mode)
+
+
 def _what(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"

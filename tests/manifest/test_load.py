@@ -217,6 +217,21 @@ def test_missing_model_config_is_bad_input(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize(("target", "what"), [("/dev/zero", "a character device"), ("folder", "a folder")])
+def test_a_model_config_that_is_not_a_file_says_what_it_is(tmp_path: Path, target: str, what: str) -> None:
+    # it said "no such file" for a path that exists
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / "m.yaml"
+    path.write_text(f'context_length: 8192\nmodel: {{path: m, config: {target}}}\nengine: {{version: "0.5.23"}}\n'
+                    "roles:\n  a: {gpus: [0]}\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    shown = target if target.startswith("/") else tmp_path / target
+    assert [i.render() for i in caught.value.issues] == [
+        f"{path}:2:26: model.config: {shown} is {what}, not a file (model.config names the model's config file)"
+    ]
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("context_length: 99999999999999999999", "context_length: Input should be less than or equal to 2147483647"),
     ("engine: {version: \"0.5.23\", command: [\"\"]}", "engine.command[0]: String should have at least 1 character"),

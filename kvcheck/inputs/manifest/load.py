@@ -23,7 +23,7 @@ from kvcheck.inputs.manifest.model import (
     RoleSpec,
     device_name,
 )
-from kvcheck.io.textfile import read_text_file
+from kvcheck.io.textfile import describe, read_text_file
 from kvcheck.io.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
 from kvcheck.policy.config import PolicyConfig
@@ -641,14 +641,10 @@ def _model_file(
 ) -> Path | None:
     """model.<key> resolved against the manifest's folder; a missing file is an issue when `report`."""
     file = (path.parent / value).resolve() if value else None
-    if file is not None and not file.is_file() and report:
+    what = describe(file) if file is not None and report else None
+    if file is not None and what is not None:
         where = positions.of_value(("model", key))
-        issues.append(
-            InputIssue.at(
-                display,
-                where,
-                f"model.{key}",
-                f"no such file: {file} (model.{key} is relative to the manifest's folder)",
-            )
-        )
+        message = (f"no such file: {file} (model.{key} is relative to the manifest's folder)" if what == "no such file"
+                   else f"{file} is {what}, not a file (model.{key} names the model's {key} file)")
+        issues.append(InputIssue.at(display, where, f"model.{key}", message))
     return file

@@ -216,9 +216,29 @@ def redact_command(command: str, secrets: Iterable[str] = ()) -> str:
     return shlex.join(redact_argv(words, secrets))
 
 
+# `FILE:LINE:` or `FILE:LINE:COL:` opening a line (an error's location): a path whose last part reads like a
+# secret's name (`/etc/passwd:3:`) is not `passwd: 3`. A path or a file name (a `/` or a `.` in it), no `@`
+# (a URL's userinfo is still scrubbed), no `=` or quotes (an assignment is still one).
+_LOCATION = re.compile(r"^[^\s:@='\"/.]*[/.][^\s:@='\"]*(?::\d+){1,2}(?=: )", re.M)
+
+
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a quoted engine log line, an error message) with secret values hidden."""
-    text = _replace_values(text, _ordered(secrets))
+    if _LOCATION.search(text):
+        kept = _ordered(secrets)
+        places = list(_LOCATION.finditer(text))
+        pieces, last = [], 0
+        for place in places:
+            pieces.append(_redact_text(text[last : place.start()], kept))
+            pieces.append(_replace_values(place[0], kept))  # a known secret is hidden even in a path
+            last = place.end()
+        pieces.append(_redact_text(text[last:], kept))
+        return "".join(pieces)
+    return _redact_text(text, _ordered(secrets))
+
+
+def _redact_text(text: str, secrets: Sequence[str]) -> str:
+    text = _replace_values(text, secrets)
     text = sub_assigned(text, _assigned)  # linear scanners (kvcheck/scrub.py): every line passes here
     text = sub_flags(text, lambda flag, sep, value: f"{flag}{sep}{_quoted(value)}")
     text = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", text)

@@ -61,6 +61,15 @@ def test_secrets_are_still_hidden() -> None:
                                  f"--hf-token \"{REDACTED}\" https://{REDACTED}@host/x DB.PASSWORD: {REDACTED}")
 
 
+def test_a_location_opening_a_line_is_not_a_secret_but_an_assignment_still_is() -> None:
+    # `/etc/passwd:1:` read as `passwd: 1` lost the line number ("/etc/passwd:REDACTED not a deployment file")
+    assert redact_text("/etc/passwd:1: not a deployment file\nm.yaml:3:4: api_key=zzz") == (
+        f"/etc/passwd:1: not a deployment file\nm.yaml:3:4: api_key={REDACTED}")
+    assert redact_text("password:12: x") == f"password:{REDACTED} x"  # no path: a value, as before
+    assert redact_text("https://u:p@h/f.yaml:3: x") == f"https://{REDACTED}@h/f.yaml:3: x"
+    assert redact_text("/run/hunter2x/a.yaml:3: x", ["hunter2x"]) == f"/run/{REDACTED}/a.yaml:3: x"
+
+
 MIB_OF = {
     "a name run": "a" * (1 << 20),
     "dashes": "-" * (1 << 20),
@@ -70,6 +79,8 @@ MIB_OF = {
     "secret words": "secret" * 174_763,
     "token keys": "x_token: " * 116_508,
     "urls": "a://b@" * 174_763,
+    "location-like": "a/b.c:1" * 149_796 + ": x",
+    "location lines": "a/b:1: password=x\n" * 55_188,
 }
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kvcheck.engines import engine_names, get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
@@ -46,6 +48,7 @@ from kvcheck.inputs.deploy.source import (
     parse_documents,
     read_source,
 )
+from kvcheck.io.yamlpos import safe_load_all
 from kvcheck.model import Finding, Location, Severity
 from kvcheck.policy.registry import finding
 
@@ -252,7 +255,24 @@ def _nothing_found(sources: list[SourceFile], docs: list[Doc]) -> str:
         explained = FORMATS.explain(doc)
         if explained:
             return explained
+    manifest = next((source for source in sources if source.text and FORMATS.is_manifest(source.text, source.name)
+                     and _looks_like_a_manifest(source.text, source.name)), None)
+    if manifest is not None:
+        where = ("on stdin: a manifest is read from a file (`kvcheck import ... -o m.yaml`, then verify m.yaml)"
+                 if manifest.name == STDIN_NAME else
+                 "among several inputs: verify and plan read one manifest at a time (with several files, each is "
+                 "a deployment file); run kvcheck once per manifest")
+        return f"{manifest.name}: a kvcheck manifest {where}"
     return f"{names}:{docs[0].yaml.line}: not a deployment file kvcheck reads (no kind/apiVersion, services or recipe)"
+
+
+def _looks_like_a_manifest(text: str, name: str) -> bool:
+    """A YAML mapping with a manifest's own keys (`roles`, or `deployment`)."""
+    try:
+        first = next(iter(safe_load_all(text, name)), None)
+    except (InputError, yaml.YAMLError):
+        return False
+    return isinstance(first, Mapping) and ("roles" in first or "deployment" in first)
 
 
 def _catalogue(source: RoleSource, override: str | None, issues: list[InputIssue],

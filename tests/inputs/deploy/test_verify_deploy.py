@@ -322,3 +322,16 @@ def test_without_the_switch_the_estimate_still_refuses(tmp_path: Path) -> None:
     result = run_kvcheck("verify", str(deployment), "--mode", "estimate", "--gpu", "H200", "--model-config", QWEN3)
     assert result.exit_code == 3
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in result.stdout
+
+
+def test_a_manifest_among_several_inputs_or_on_stdin_is_named_as_a_manifest() -> None:
+    # both said "... not a deployment file kvcheck reads", naming the manifest as a broken deployment file
+    one, two = "docs/examples/single-server/manifest.yaml", "docs/examples/incident/manifest.yaml"
+    result = run_kvcheck("verify", one, two, "--mode", "estimate")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"kvcheck: error: {one}: a kvcheck manifest among several inputs: verify and "
+                                    "plan read one manifest at a time")
+    result = run_kvcheck("verify", "-", "--mode", "estimate", stdin=(REPO_ROOT / one).read_text())
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("kvcheck: error: <stdin>: a kvcheck manifest on stdin: a manifest is read "
+                                    "from a file")

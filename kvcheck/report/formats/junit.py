@@ -8,6 +8,7 @@ from kvcheck.model import Finding, Report
 from kvcheck.report.formats.base import (
     Format,
     fmt_tokens,
+    one_line,
     printable_report,
     suppressed_text,
     suppression_lines,
@@ -48,7 +49,7 @@ class JunitFormat(Format):
         suite.set("failures", str(sum(status == "fail" for _, status, _, _ in cases)))
         suite.set("errors", str(sum(status == "error" for _, status, _, _ in cases)))
         for name, status, findings, summary in cases:
-            case = ET.SubElement(suite, "testcase", classname=f"kvcheck.{report.command}", name=name)
+            case = ET.SubElement(suite, "testcase", classname=f"kvcheck.{report.command}", name=one_line(name))
             text = "\n".join(
                 f"{f.severity} {f.rule}: {f.message}" + (f" (fix: {f.hint})" if f.hint else "") for f in findings
             )

@@ -231,10 +231,11 @@ class _Group:
     dp: int | None
     ranks: tuple[RankFigures, ...]
 
-    @property
-    def chosen(self) -> RankFigures | None:
-        """The rank whose line gives the group's pool: the smallest final figure, else the smallest best."""
-        finals = [r for r in self.ranks if r.final_tokens is not None]
+    def chosen(self, summary: LogSummary) -> RankFigures | None:
+        """The rank whose line gives the group's pool: the smallest final figure (a rank's final line, or its
+        sizing line where the log shows sizing and final lines agree: a TP rank whose allocation is smaller is
+        not passed over), else the smallest best."""
+        finals = [r for r in self.ranks if summary.is_final(r)]
         candidates = finals or [r for r in self.ranks if r.best_tokens is not None]
         if not candidates:
             return None
@@ -272,10 +273,7 @@ def log_roles(
     groups = _groups(summary) or [_Group(None, ())]
     # Allocation lines equal the final line on a rank that printed both: the sizing lines of ranks
     # that print no final line (attention-DP ranks other than DP0 in 0.5.x) are then final too.
-    allocation_is_final = any(
-        r.final_tokens is not None and r.allocated_tokens == r.final_tokens and not r.upper_bound
-        for r in summary.ranks
-    )
+    allocation_is_final = summary.allocation_is_final
     out = []
     for group in groups:
         out.append(
@@ -308,7 +306,7 @@ def _role(
     min_headroom: float,
     allocation_is_final: bool,
 ) -> tuple[RoleTarget, PoolMeasurement]:
-    chosen = group.chosen
+    chosen = group.chosen(summary)
     tag = str(chosen.rank) if chosen is not None else (f"DP{group.dp}" if group.dp is not None else "")
     role = f"{label}[{tag}]" if tag else label
     group_context = next((r.context_len for r in group.ranks if r.context_len is not None), None)

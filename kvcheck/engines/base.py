@@ -215,6 +215,20 @@ class LogSummary:
         figures = [rank.best_tokens for rank in self.ranks if rank.best_tokens is not None]
         return min(figures) if figures else None
 
+    @property
+    def allocation_is_final(self) -> bool:
+        """A rank printed both its allocation and its final line, and they agree (no post-capture resizing):
+        the sizing lines of ranks that print no final line (attention-DP ranks other than DP0) are final too."""
+        return any(r.final_tokens is not None and r.allocated_tokens == r.final_tokens and not r.upper_bound
+                   for r in self.ranks)
+
+    def is_final(self, rank: RankFigures) -> bool:
+        """Whether `rank`'s figure is final: its own final line, or a sizing line where allocation_is_final."""
+        if rank.final_tokens is not None:
+            return True
+        return (self.allocation_is_final and rank.best_tokens is not None and not rank.upper_bound
+                and rank.post_capture_tokens is None)
+
 
 class BootLogReader(Protocol):
     """An incremental reader of one engine's startup log, in constant memory (not thread-safe).

@@ -68,6 +68,17 @@ def test_a_complete_tp2_log_is_one_role_named_after_the_rank_with_the_final_line
     assert measurement.details["missing"] == []
 
 
+def test_a_tp_rank_whose_allocation_is_smaller_is_the_pool_though_only_tp0_prints_a_final_line(tmp_path):
+    # TP0's allocation and final lines agree, so TP1's allocation line is final too: 1,000, not TP0's 947,824
+    path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2.replace(
+        "TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 947824", "TP1] KV Cache is allocated. dtype: "
+        "torch.bfloat16, #tokens: 1000"))
+    _, (measurement,) = read_logs([path], context_length=None)
+    assert (measurement.role, measurement.pool_tokens) == ("server.log[TP1]", 1000)
+    done = run_kvcheck("logs", path)
+    assert done.exit_code == 1, done.stdout
+
+
 def test_context_length_option_overrides_the_logs_window(tmp_path):
     path = write(tmp_path, "server.log", SGLANG_0_5_23_TP2)
     (target,), (measurement,) = read_logs([path], context_length=1048576, min_headroom=1.2)

@@ -15,6 +15,8 @@ Behaviour is chosen through the environment:
   FAKE_SGLANG_POOL_TOKENS      pool per (DP rank, PP stage) in that order, comma-separated; one value
                                applies to all (default 947824)
   FAKE_SGLANG_SERVER_POOL_TOKENS  what /server_info reports instead (log vs server disagreement)
+  FAKE_SGLANG_TP_POOL_TOKENS   "TP:TOKENS": that TP rank's allocation line says TOKENS (a rank that sized a
+                               smaller pool; the final line still comes from tp_rank 0 alone)
   FAKE_SGLANG_MODEL_CONTEXT    the model's derived context length (default 131072)
   FAKE_SGLANG_VERSION          the version /server_info reports (default 0.5.23)
   FAKE_SGLANG_PIDFILE          every process appends its pid here (no-survivor assertions)
@@ -209,6 +211,8 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
     tags = (f" DP{dp}" if dp_width > 1 else "") + (f" PP{pp}" if args.pp_size > 1 else "")
     tags += f" TP{tp}" if args.tp_size > 1 else ""
     pool = pools(args)[(dp, pp)]
+    own = os.environ.get("FAKE_SGLANG_TP_POOL_TOKENS", "").split(":")
+    allocated = int(own[1]) if len(own) == 2 and own[0] == str(tp) else pool
     ctx = context_len(args)
     old = "old_release" in MODES
 
@@ -238,7 +242,7 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
         step("KV Cache is allocated. K size: 27.02 GB, V size: 27.02 GB.")
     else:
         step(
-            f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {pool}, K size: 28.93 GB, V size: 28.93 GB"
+            f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {allocated}, K size: 28.93 GB, V size: 28.93 GB"
         )
     step("Memory pool end. avail mem=13.55 GB")
     step("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=13.04 GB")

@@ -59,7 +59,9 @@ def test_pool_is_read_from_log_and_server_info(pidfile: PidFile, tmp_path: Path,
     assert seen["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert seen["env"]["KVTEST_X"] == "1"
     assert seen["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert m.details["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072}]
+    # TP1 prints no final line; its allocation line counts as final since TP0's two lines agree
+    assert m.details["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072},
+                                      {"rank": "TP1", "pool_tokens": 947824, "context_len": None}]
     assert m.details["kv_allocated_tokens"] == {"TP0": 947824, "TP1": 947824}
     assert m.details["server_info"]["dp_token_capacities"] == [947824]
     assert m.details["engine_env"] == {
@@ -75,23 +77,35 @@ def test_pool_is_read_from_log_and_server_info(pidfile: PidFile, tmp_path: Path,
 def test_attention_dp_pool_is_the_minimum_over_dp_ranks(pidfile: PidFile, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "500000,480000")
     [m] = measure(make_target(args={"tp_size": 4, "attn_dp_size": 2}, gpus=(0, 1, 2, 3)))
-    # As SGLang prints it, only DP0's scheduler (tp_rank 0) logs the final line; DP1's smaller pool
-    # comes from /server_info's per-rank token_capacity, and the smaller figure wins.
+    # As SGLang prints it, only DP0's scheduler (tp_rank 0) logs the final line; DP0 TP0's allocation and
+    # final lines agree, so the other ranks' allocation lines are final too (docs/logs.md), DP1's smaller
+    # pool among them, and /server_info's per-rank token_capacity says the same
     assert m.pool_tokens == 480000
-    assert m.details["log_ranks"] == [{"rank": "DP0 TP0", "pool_tokens": 500000, "context_len": 131072}]
+    assert m.details["log_ranks"] == [
+        {"rank": "DP0 TP0", "pool_tokens": 500000, "context_len": 131072},
+        {"rank": "DP0 TP1", "pool_tokens": 500000, "context_len": None},
+        {"rank": "DP1 TP2", "pool_tokens": 480000, "context_len": None},
+        {"rank": "DP1 TP3", "pool_tokens": 480000, "context_len": None},
+    ]
     assert m.details["server_info"]["dp_token_capacities"] == [500000, 480000]
-    assert rules(m) == [("KV310", "warning")]
-    assert m.findings[0].message == (
-        "the startup log gives a pool of 500,000 tokens (minimum over 1 rank line) but /server_info gives "
-        "480,000; using the smaller, 480,000"
-    )
+    assert rules(m) == []
+
+
+def test_a_tp_rank_that_sized_a_smaller_pool_is_not_passed_over(pidfile: PidFile, monkeypatch) -> None:
+    # only TP0 prints the final line (947,824); TP1's allocation line says 1,000: the pool is 1,000, and the
+    # server's 947,824 disagrees (it passed on TP0's figure alone)
+    monkeypatch.setenv("FAKE_SGLANG_TP_POOL_TOKENS", "1:1000")
+    [m] = measure(make_target(args={"tp_size": 2}, gpus=(0, 1)))
+    assert m.pool_tokens == 1000
+    assert [r["pool_tokens"] for r in m.details["log_ranks"]] == [947824, 1000]
+    assert ("KV310", "warning") in rules(m)
 
 
 def test_pipeline_pool_is_the_minimum_over_stages(pidfile: PidFile, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SGLANG_POOL_TOKENS", "300000,250000")
     [m] = measure(make_target(args={"tp_size": 2, "pp_size": 2}, gpus=(0, 1, 2, 3)))
     assert m.pool_tokens == 250000
-    assert [r["rank"] for r in m.details["log_ranks"]] == ["PP0 TP0", "PP1 TP0"]
+    assert [r["rank"] for r in m.details["log_ranks"]] == ["PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1"]
 
 
 def test_log_and_server_disagree_smaller_wins(pidfile: PidFile, monkeypatch) -> None:

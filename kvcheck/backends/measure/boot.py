@@ -486,10 +486,13 @@ class RoleBoot:
             f"[{event.rank}] {event.text}" if event.rank and str(event.rank) else event.text
             for event in below
         )
+        # each rank's final pool: its final line, or its sizing line where sizing and final lines agree (a TP rank
+        # that allocated less and printed no final line is a rank of its own, not passed over)
         ranks = tuple(
-            RankPool(rank=str(rank.rank), pool_tokens=rank.final_tokens, context_len=rank.context_len)
+            RankPool(rank=str(rank.rank), pool_tokens=tokens, context_len=rank.context_len)
             for rank in summary.ranks
-            if rank.final_tokens is not None
+            if summary.is_final(rank)
+            and (tokens := rank.final_tokens if rank.final_tokens is not None else rank.best_tokens) is not None
         )
         details["kv_allocated_tokens"] = {
             str(rank.rank) or "TP0": rank.allocated_tokens

@@ -8,6 +8,7 @@ sent (KV402), and any answer carrying another owner's marker or pattern is a cro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -170,10 +171,21 @@ def _refusal_hits(planned: PlannedRequest, answer: Answer, head: str) -> list[Hi
     if explicit is None:
         return [Hit("KV406", f"{head}: refused without an explicit error: {answer.short()}"
                              + (f" ({answer.message})" if answer.message else ""))]
+    if explicit >= 500 and not _PD_REFUSAL.search(answer.message or ""):
+        # a server error: a worker that crashed on the prompt, a router's failure. The engine's length check
+        # was not seen to answer, so the request has no verdict (the run cannot pass on it)
+        return [Hit("KV321", f"{head}: HTTP {explicit}: the server failed on the request, so its length check "
+                             "was not seen to refuse it; no verdict" + (f": {answer.message}" if answer.message else ""))]
     if explicit != 400:
         return [Hit("KV407", f"{head}: refused with status {explicit}, not 400"
                              + (f": {answer.message}" if answer.message else ""))]
     return []
+
+
+# SGLang's own 500 aborts in PD disaggregation (disaggregation/decode.py): the decode side detected a bad
+# transfer and refused the request, which is a refusal (KV407), not a server failure
+_PD_REFUSAL = re.compile(r"KV checksum mismatch|bootstrap_room mismatch|Decode transfer failed|Metadata "
+                         r"unexpectedly not ready|page count mismatch|live-token count mismatch", re.I)
 
 
 def foreign_owners(owner: str, answer: Answer, owners: Mapping[str, Owner]) -> list[Owner]:

@@ -89,9 +89,12 @@ NON_400_REFUSAL = define_rule(
     "an over-long prompt was refused with a status other than 400",
     """The prompt was refused explicitly, but with another status than the engine's 400: 413 or 431
     from a proxy's size limit (the engine's own admission check was not reached, so it was not
-    tested), 5xx from a router or a crashed worker (clients may retry a request that can never
-    succeed). (A 422 refuses the request's format, not its length: it is no verdict, KV321.) Fix: for 413, raise the proxy's body limit above the largest
-    admitted prompt and re-run the probe; for 5xx, read the server logs for the request.""",
+    tested), or one of SGLang's own 500 aborts in PD disaggregation (`KV checksum mismatch`, a
+    `bootstrap_room` mismatch, `Decode transfer failed`: the decode side refused a bad transfer; clients
+    may retry a request that can never succeed). Any other 5xx (a worker that crashed on the prompt, a
+    router's failure) is no verdict (KV321), as is a 422, which refuses the request's format, not its
+    length. Fix: for 413, raise the proxy's body limit above the largest admitted prompt and re-run the
+    probe; for a PD abort, read the decode server's log for the request.""",
 )
 
 OPENAI_UNAVAILABLE = define_rule(
@@ -132,7 +135,8 @@ INCOMPLETE = define_rule(
     "some probe requests were not sent or not answered",
     """A planned request was not sent (the --max-duration or --max-requests budget ran out) or got no
     usable answer (timeout, connection reset, a redirect the probe does not follow, an answer that is
-    not the engine's). Those checks have no verdict, so the run is an error (exit 3) unless another check
+    not the engine's, a 5xx that is not one of SGLang's PD aborts). Those checks have no verdict, so the
+    run is an error (exit 3) unless another check
     already failed. Fix: raise --max-duration or --request-timeout for slow long-context prefills,
     point the probe at the front door itself (not at a URL that redirects), and re-run.""",
 )

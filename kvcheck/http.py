@@ -104,11 +104,11 @@ def validate_base_url(url: str) -> httpx.URL:
     """The server's base URL, checked: http(s), a host the network layer can use, no credentials,
     query or fragment."""
     text = url.strip()
-    shown = repr(without_userinfo(url))  # a rejected URL's password never reaches stderr
+    shown = repr(shown_input(url))  # a rejected URL's password never reaches stderr
     try:
         parsed = httpx.URL(text)
     except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-        raise InputError(f"{shown} is not a valid URL: {_no_secrets(str(exc), text)}") from exc
+        raise InputError(f"{shown} is not a valid URL: {no_secrets(str(exc), text)}") from exc
     problem = url_problem(parsed)
     if problem is not None:
         raise InputError(f"{shown} is not a usable URL: {problem}")
@@ -150,7 +150,21 @@ def without_userinfo(text: str) -> str:
     return _USERINFO_RE.sub(lambda m: f"{m.group('scheme')}***@", text)
 
 
-def _no_secrets(text: str, url: str) -> str:
+_SCHEME_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[/\\]+")
+
+
+def shown_input(text: str) -> str:
+    """A URL as the user gave it, for an error message, with anything that may be credentials hidden: the
+    userinfo of a URL, and, in one with no `://` (`u:pw@host:30000`, `http:/u:pw@host`), all before the `@`."""
+    text = without_userinfo(text)
+    if "://" in text or "@" not in text:
+        return text
+    head, _, tail = text.rpartition("@")
+    scheme = _SCHEME_LIKE.match(head)
+    return f"{scheme.group(0) if scheme else ''}***@{tail}"
+
+
+def no_secrets(text: str, url: str) -> str:
     """An httpx message about `url` with the URL's userinfo (if any) cut out."""
     for match in _USERINFO_RE.finditer(url):
         if match.group("userinfo"):

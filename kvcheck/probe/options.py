@@ -11,7 +11,7 @@ import httpx
 
 from kvcheck.engines import get_engine
 from kvcheck.errors import InputError
-from kvcheck.http import token_problem, url_problem
+from kvcheck.http import no_secrets, shown_input, token_problem, url_problem
 
 # Defaults sized so that one run is a small, bounded load (docs/probe.md gives the exact figures).
 DEFAULT_MAX_REQUESTS = 64
@@ -181,18 +181,19 @@ def _engine_names() -> list[str]:
 
 
 def _check_url(url: str, problems: list[str]) -> None:
+    shown = repr(shown_input(url))  # a rejected URL's credentials never reach stderr
     try:
         parsed = httpx.URL(url.strip())
     except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-        problems.append(f"{url!r} is not a valid URL: {exc}")
+        problems.append(f"{shown} is not a valid URL: {no_secrets(str(exc), url)}")
         return
     if parsed.userinfo:  # first, so that no other message echoes the credentials
         problems.append("credentials in the URL are not accepted; pass --token-env NAME")
     elif (problem := url_problem(parsed)) is not None:  # before .host, which raises on bad punycode
-        problems.append(f"{url!r} is not a usable URL: {problem}")
+        problems.append(f"{shown} is not a usable URL: {problem}")
     elif parsed.scheme not in ("http", "https") or not parsed.host:
-        problems.append(f"{url!r}: only http:// and https:// URLs of a server are probed")
+        problems.append(f"{shown}: only http:// and https:// URLs of a server are probed")
     elif parsed.port is not None and not 1 <= parsed.port <= 65535:
-        problems.append(f"{url!r}: port {parsed.port} is not a TCP port (1-65535)")
+        problems.append(f"{shown}: port {parsed.port} is not a TCP port (1-65535)")
     elif parsed.query or parsed.fragment:
-        problems.append(f"{url!r}: the URL must not carry a query or fragment")
+        problems.append(f"{shown}: the URL must not carry a query or fragment")

@@ -121,3 +121,17 @@ def test_a_hub_that_redirects_to_a_bad_url_is_kv305(tmp_path: Path) -> None:
 ])
 def test_urls_the_network_layer_can_use_are_accepted(url: str) -> None:
     assert url_problem(httpx.URL(url)) is None
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("u:hunter2PASS@host:30000", "'***@host:30000'"),  # no scheme: the docs' `localhost:30000` mistake
+    ("http:/u:hunter2PASS@host", "'http:/***@host'"),
+    ("http:\\\\u:hunter2PASS@host", "'http:\\\\\\\\***@host'"),
+])
+def test_a_malformed_url_with_credentials_is_refused_without_them(url: str, shown: str) -> None:
+    for command in ("audit", "probe"):
+        out = attack(command, url, "--context-length", "1000")
+        assert out.exit_code == 2, out.stderr
+        assert "hunter2PASS" not in out.stderr + out.stdout
+        said = "is not an http(s) URL of a server" if command == "audit" else ": only http:// and https:// URLs"
+        assert f"kvcheck: error: {shown}{' ' if command == 'audit' else ''}{said}" in out.stderr

@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
@@ -206,9 +206,30 @@ class ReportingCommand(click.Command):
 
 
 class ReportingGroup(click.Group):
-    """kvcheck's command group: every command it defines is a ReportingCommand."""
+    """kvcheck's command group: every command it defines is a ReportingCommand.
+
+    Ctrl-C is exit 130 from every point: click's own handling (while options, settings and the manifest
+    are read, before run_guarded) printed "Aborted!" and exited 1, which CI reads as a failed gate."""
 
     command_class = ReportingCommand
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt:
+            _interrupted()
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            _interrupted()
+
+
+def _interrupted() -> NoReturn:
+    _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
+    sys.exit(130)
 
 
 def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> None:
@@ -229,8 +250,7 @@ def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> N
             _report_input_error(exc, secrets)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _stderr("kvcheck: interrupted; every process kvcheck started has been stopped")
-        sys.exit(130)
+        _interrupted()
     except click.exceptions.ClickException:
         raise
     except Exception as exc:  # noqa: BLE001 - the last line of defence, reported as a kvcheck bug

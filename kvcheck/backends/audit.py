@@ -442,6 +442,7 @@ def _audited(
         "served_context_len": info.served_context_len,
         "context_length_arg": info.context_length_arg,
         "max_total_num_tokens": info.max_total_num_tokens,
+        "max_req_input_len": info.max_req_input_len,
         "dp_token_capacities": list(info.dp_token_capacities) or None,
         "swa_token_capacities": list(info.swa_token_capacities) or None,
         "metrics": dict(info.metrics) or None,

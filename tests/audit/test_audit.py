@@ -66,6 +66,7 @@ def test_each_endpoint_becomes_a_target_and_a_measurement(serve):
         "context_source": "served",
         "served_context_len": 1048576,
         "max_total_num_tokens": 1100000,
+        "max_req_input_len": 1048570,  # the server's own; max_input_tokens is the bound the pool allows
         "dp_token_capacities": [1100000],
     }
     assert first.findings == ()

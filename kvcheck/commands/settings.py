@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kvcheck.errors import InputError, InputIssue
-from kvcheck.io.textfile import read_bounded
+from kvcheck.io.textfile import describe, read_bounded
 
 if TYPE_CHECKING:
     from kvcheck.io.yamlpos import Positions
@@ -55,8 +55,13 @@ def find_settings(start: Path) -> Path | None:
     """The nearest settings file from `start` upward, or None."""
     for folder in (start, *start.parents):
         for name in YAML_NAMES:
-            if (folder / name).is_file():
-                return folder / name
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
+            if os.path.lexists(candidate):  # a folder, a dangling link or a loop of links: not ignored in silence
+                what = describe(candidate) or "not a file"
+                raise InputError(f"{candidate}: the settings file is {what}, not a file",
+                                 hint="fix or remove it, or run with --no-config")
         pyproject = folder / PYPROJECT
         if pyproject.is_file() and _has_tool_table(pyproject):
             return pyproject
@@ -107,13 +112,16 @@ def _default_map(
         if key in commands and isinstance(value, Mapping):
             per_command.append((key, value))
             continue
+        if key in commands:
+            issues.append(InputIssue.at(display, positions.of_key((key,)), "",
+                                        f"'{key}' is a command: its settings are a table of its options "
+                                        f"(`{key}: {{option: value}}`), not a {type(value).__name__}"))
+            continue
         name = _normal(key)
         if name not in every:
             issues.append(_unknown(display, positions, (key,), key, [*spelled, *commands]))
             continue
-        for command, known in options.items():
-            if name in known:
-                out[command][str(known[name].name)] = _value(known[name], value, base)
+        _set_everywhere(out, options, name, value, (display, positions, (key,), base), issues)
     for command, table in per_command:
         for key, value in table.items():
             name = _normal(str(key))
@@ -122,6 +130,8 @@ def _default_map(
                                        sorted({str(p.opts[0]).lstrip("-") for p in options[command].values()})))
                 continue
             param = options[command][name]
+            if _bad_value(param, value, display, positions, (command, str(key)), issues):
+                continue
             out[command][str(param.name)] = _value(param, value, base)
     if issues:
         raise _settings_error(issues, hint="keys are the commands' option names (kvcheck COMMAND --help)")
@@ -140,6 +150,36 @@ def _options(command: click.Command) -> dict[str, click.Parameter]:
             if opt.startswith("--"):
                 found[_normal(opt)] = param
     return found
+
+
+def _set_everywhere(out: dict[str, dict[str, Any]], options: Mapping[str, Mapping[str, click.Parameter]], name: str,
+                    value: Any, where: tuple[str, Positions, tuple[str, ...], Path], issues: list[InputIssue]) -> None:
+    """A top-level setting: the option `name` of every command that has it and takes the value (`format:
+    markdown` sets verify's, not import's yaml|json); an issue when no command takes it."""
+    display, positions, path, base = where
+    refused: list[InputIssue] = []
+    for command, known in options.items():
+        if name in known and not _bad_value(known[name], value, display, positions, path, refused):
+            out[command][str(known[name].name)] = _value(known[name], value, base)
+    if refused and not any(name in known and str(known[name].name) in out[command]
+                           for command, known in options.items()):
+        issues.append(refused[0])
+
+
+def _bad_value(param: click.Parameter, value: Any, display: str, positions: Positions, path: tuple[str, ...],
+               issues: list[InputIssue]) -> bool:
+    """Whether the option refuses `value` (an issue at its file:line, as the command line would refuse it)."""
+    if isinstance(param.type, click.Path) or value is None:
+        return False  # a path is checked where it is used (relative to this file's folder)
+    items = value if getattr(param, "multiple", False) and isinstance(value, list) else [value]
+    for item in items:
+        try:
+            param.type.convert(item, None, None)
+        except click.BadParameter as exc:
+            flag = next((opt for opt in getattr(param, "opts", ()) if opt.startswith("--")), param.name)
+            issues.append(InputIssue.at(display, positions.of_value(path), "", f"{flag}: {exc.format_message()}"))
+            return True
+    return False
 
 
 def _normal(key: str) -> str:

@@ -87,3 +87,32 @@ def test_no_config_and_an_explicit_config(project: Path, tmp_path: Path) -> None
     assert code == 1 and json.loads(out)["verdict"] == "fail", err
     code, _, err = verify(project / "deploy", "--config", str(tmp_path / "missing.toml"))
     assert code == 2 and "--config" in err and "no such file" in err
+
+
+def test_a_bad_setting_is_exit_2_at_its_line_and_a_command_is_a_table(project: Path) -> None:
+    # a bad value was click's usage error with no file:line, and `audit: [1, 2]` "did you mean 'audit'?"
+    settings = project / ".kvcheck.yaml"
+    settings.write_text("audit: [1, 2]\nfail-on: never\nverify: {timeout: abc}\n")
+    code, out, err = verify(project / "deploy")
+    assert (code, out) == (2, "")
+    lines = err.splitlines()
+    assert lines[1:4] == [
+        f"{settings}:1:1: 'audit' is a command: its settings are a table of its options (`audit: {{option: value}}`), "
+        "not a list",
+        lines[2],
+        f"{settings}:3:19: --timeout: Invalid value: 'abc' is not a valid finite float.",
+    ]
+    assert lines[2].startswith(f"{settings}:2:10: --fail-on: Invalid value: 'never' is not one of ")
+    # a top-level value one command takes is set for it only (verify's markdown, not import's yaml|json)
+    settings.write_text("format: markdown\nverify: {mode: estimate}\n")
+    code, out, err = verify(project / "deploy")
+    assert code == 0, err
+    assert out.startswith("## kvcheck verify")
+
+
+def test_a_settings_file_that_is_a_loop_of_links_is_not_ignored_in_silence(project: Path) -> None:
+    settings = project / ".kvcheck.yaml"
+    settings.symlink_to(settings)
+    code, _, err = verify(project / "deploy")
+    assert code == 2
+    assert f"kvcheck: error: {settings}: the settings file is a loop of symbolic links, not a file" in err

@@ -59,8 +59,10 @@ def test_two_node_prefill_and_one_node_decode_are_measured_together(
     [script] = [arg for arg in slurm["srun"] if "--node-rank" in arg]
     assert '"$@" --node-rank "$SLURM_NODEID";' in script  # expanded by each task's own shell
     assert prefill["details"]["server_info"]["endpoint"] == "/server_info"
-    # the head's final line and every rank's allocation line, from both nodes' tasks through srun
-    assert prefill["details"]["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072}]
+    # the head's final line and every rank's allocation line, from both nodes' tasks through srun (the head's
+    # two lines agree, so the other ranks' allocation lines count as final)
+    assert prefill["details"]["log_ranks"] == [{"rank": "TP0", "pool_tokens": 947824, "context_len": 131072}] + [
+        {"rank": f"TP{i}", "pool_tokens": 947824, "context_len": None} for i in range(1, 8)]
     assert sorted(prefill["details"]["kv_allocated_tokens"]) == sorted(f"TP{i}" for i in range(8))
     assert decode["details"]["slurm"]["nodes"] in (["n1"], ["n2"])
     jobs = [prefill["details"]["slurm"]["job_id"], decode["details"]["slurm"]["job_id"]]

@@ -798,8 +798,6 @@ def import_(files: tuple[str, ...], cmd: str | None, fmt: str, output: Path | No
                             model_config=model_config, sglang_version=sglang_version, output=output)
 
     def action() -> int:
-        from kvcheck.model import ExitCode
-
         imported = run_import(options)
         for item in imported.findings:
             where = f"{item.location.render()}: " if item.location else ""

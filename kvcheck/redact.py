@@ -224,17 +224,14 @@ _LOCATION = re.compile(r"^[^\s:@='\"/.]*[/.][^\s:@='\"]*(?::\d+){1,2}(?=: )", re
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a quoted engine log line, an error message) with secret values hidden."""
-    if _LOCATION.search(text):
-        kept = _ordered(secrets)
-        places = list(_LOCATION.finditer(text))
-        pieces, last = [], 0
-        for place in places:
-            pieces.append(_redact_text(text[last : place.start()], kept))
-            pieces.append(_replace_values(place[0], kept))  # a known secret is hidden even in a path
-            last = place.end()
-        pieces.append(_redact_text(text[last:], kept))
-        return "".join(pieces)
-    return _redact_text(text, _ordered(secrets))
+    kept = _ordered(secrets)
+    pieces, last = [], 0
+    for place in _LOCATION.finditer(text):
+        pieces.append(_redact_text(text[last : place.start()], kept))
+        pieces.append(_replace_values(place[0], kept))  # a known secret is hidden even in a path
+        last = place.end()
+    pieces.append(_redact_text(text[last:], kept))
+    return "".join(pieces)
 
 
 def _redact_text(text: str, secrets: Sequence[str]) -> str:

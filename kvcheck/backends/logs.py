@@ -271,9 +271,6 @@ def log_roles(
     args, args_source = _engine_args(summary)
     engine_context = _engine_context(summary, args)
     groups = _groups(summary) or [_Group(None, ())]
-    # Allocation lines equal the final line on a rank that printed both: the sizing lines of ranks
-    # that print no final line (attention-DP ranks other than DP0 in 0.5.x) are then final too.
-    allocation_is_final = summary.allocation_is_final
     out = []
     for group in groups:
         out.append(
@@ -287,7 +284,6 @@ def log_roles(
                 engine_context=engine_context,
                 context_length=context_length,
                 min_headroom=min_headroom,
-                allocation_is_final=allocation_is_final,
             )
         )
     return out
@@ -304,7 +300,6 @@ def _role(
     engine_context: int | None,
     context_length: int | None,
     min_headroom: float,
-    allocation_is_final: bool,
 ) -> tuple[RoleTarget, PoolMeasurement]:
     chosen = group.chosen(summary)
     tag = str(chosen.rank) if chosen is not None else (f"DP{group.dp}" if group.dp is not None else "")
@@ -367,7 +362,7 @@ def _role(
                 severity="warning",
             )
         )
-    reasons = _provisional_reasons(summary, chosen, allocation_is_final) if chosen is not None else []
+    reasons = _provisional_reasons(summary, chosen) if chosen is not None else []
     if reasons and not unusable:
         findings.append(
             finding(
@@ -448,10 +443,10 @@ def _unusable_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:
     return reasons
 
 
-def _provisional_reasons(summary: LogSummary, chosen: RankFigures, allocation_is_final: bool) -> list[str]:
+def _provisional_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:
     reasons = []
     source = chosen.figure_source
-    if source in ("allocation", "swa_pool") and not allocation_is_final:
+    if source in ("allocation", "swa_pool") and not summary.allocation_is_final:
         reasons.append(
             "it comes from the first allocation line; the log has no final max_total_num_tokens line, which "
             "states the pool the server serves (post-capture sizing or DCP can change it)"

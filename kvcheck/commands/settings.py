@@ -158,11 +158,12 @@ def _set_everywhere(out: dict[str, dict[str, Any]], options: Mapping[str, Mappin
     markdown` sets verify's, not import's yaml|json); an issue when no command takes it."""
     display, positions, path, base = where
     refused: list[InputIssue] = []
+    taken = False
     for command, known in options.items():
         if name in known and not _bad_value(known[name], value, display, positions, path, refused):
             out[command][str(known[name].name)] = _value(known[name], value, base)
-    if refused and not any(name in known and str(known[name].name) in out[command]
-                           for command, known in options.items()):
+            taken = True
+    if refused and not taken:
         issues.append(refused[0])
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kvcheck.errors import InputError
-from kvcheck.io.comments import comment_columns
+from kvcheck.inputs.comments import comment_columns
 from kvcheck.io.jsontext import loads as json_loads
 from kvcheck.model import Finding, Location, RoleTarget, Suppressed
 from kvcheck.policy.registry import define_rule, finding
@@ -68,7 +68,7 @@ KV603 = define_rule(
 BASELINE_SCHEMA = "kvcheck/baseline/v1"
 MAX_FILE_BYTES = 16 * 1024 * 1024  # an ignore file, a baseline, a manifest scanned for comments
 _CODE = re.compile(r"^KV[0-9]{3}$")
-# a comment (kvcheck/io/comments.py: where YAML or the shell starts one) that reads `# kvcheck:`
+# a comment (kvcheck/inputs/comments.py: where YAML or the shell starts one) that reads `# kvcheck:`
 _COMMENT = re.compile(r"#\s*kvcheck\s*:(?P<rest>.*)$")
 _INLINE_KEYS = ("until", "reason")
 _FILE_KEYS = ("rule", "reason", "until", "role", "file", "line")

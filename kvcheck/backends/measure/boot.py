@@ -491,8 +491,7 @@ class RoleBoot:
         ranks = tuple(
             RankPool(rank=str(rank.rank), pool_tokens=tokens, context_len=rank.context_len)
             for rank in summary.ranks
-            if summary.is_final(rank)
-            and (tokens := rank.final_tokens if rank.final_tokens is not None else rank.best_tokens) is not None
+            if summary.is_final(rank) and (tokens := rank.best_tokens) is not None  # best: the final line first
         )
         details["kv_allocated_tokens"] = {
             str(rank.rank) or "TP0": rank.allocated_tokens

@@ -8,8 +8,9 @@ as commands), bash arrays (`args=( ... )`, `args+=( ... )`, `"${args[@]}"`, `${a
 positional parameters of `sh -c SCRIPT NAME ARG...` (`"$@"`, `$1`...), each taken from its own
 place in the file. A variable the script may or may not set (assigned after `&&`/`||`, in a pipe, a
 compound command, a group, a function or a subshell; by `read`, `declare`, `unset`...; from an unknown
-value; or read after `eval`/`source`) is unresolved, with the reason (`Word.why`): never the last value read. Command substitution (`$(...)`, backticks) is never run: a word that needs one is
-marked unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
+value; or read after `eval`/`source`) is unresolved, with the reason (`Word.why`): never the last value
+read. Command substitution (`$(...)`, backticks) is never run: a word that needs one is marked
+unresolved, naming it. Every word keeps the offset of its first character in the script, so a value
 read from it can point at its column in the user's file. What the expansions produce (and the variables
 each command is handed) is spent from the read's expansion budget (budget.py): a script that multiplies
 a variable or an array stops with ShellBudgetError at the expansion that passed it.
@@ -142,6 +143,7 @@ class _Reader:
         self.depth = 0  # compound commands, groups and subshells the reader is inside
         self.parens = 0
         self.chained = False  # the command being read runs only on some paths (after && or ||, in a pipe)
+        self.comments: list[int] = []  # where each comment's `#` is in the script as written
 
     def _spend(self, chars: int, at: int) -> None:
         """Spend from the expansion budget for what was produced at index `at` of the text."""
@@ -176,6 +178,7 @@ class _Reader:
                 break
             ch = text[self.i]
             if ch == "#":  # a comment runs to the end of the line
+                self.comments.append(self.origin[self.i])
                 while self.i < n and text[self.i] != "\n":
                     self.i += 1
                 continue
@@ -244,6 +247,7 @@ class _Reader:
             if self.i >= n:
                 raise ShellSyntaxError(f"unterminated array {name}=(", opened)
             if text[self.i] == "#":
+                self.comments.append(self.origin[self.i])
                 while self.i < n and text[self.i] != "\n":
                     self.i += 1
                 continue
@@ -602,6 +606,19 @@ def parse_script(script: str, lookup: Lookup, positional: list[str] | None = Non
         positional = None
     with ensure_budget(len(script) + sum(len(arg) for arg in positional or ())):
         return _Reader(script, lookup, {}, positional).commands()
+
+
+def comment_offsets(script: str) -> list[int]:
+    """Where the script's comments start (the offset of each `#`), as the reader above finds them: a `#` that
+    starts a word outside quotes and here-document bodies. A script that stops parsing (an unterminated quote)
+    has the comments found before that point."""
+    reader = _Reader(script, lambda _name: None, {})
+    try:
+        with ensure_budget(len(script)):
+            reader.commands()
+    except ShellSyntaxError:
+        pass
+    return reader.comments
 
 
 def strip_prefixes(command: Command) -> list[Word]:

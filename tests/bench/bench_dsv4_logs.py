@@ -60,6 +60,13 @@ CASES = (
      {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": 0.85, "context_length": 1_048_576,
       "chunked_prefill_size": 8192, "max_running_requests": 64}, {"SGLANG_DSV4_COMPRESS_STATE_DTYPE": "bf16"},
      None, 6_859_008, "6,859,008 tokens"),
+    # a decode role of a private image on 0.5.15.post1 (a public report's fraction sweep; the 0.90 point): EP8, so
+    # each rank holds 48 whole experts; no weight lines (the sweep's slope gives 130.30 GiB and 276.92 GiB free)
+    ("V4-Pro FP4 experts, 8xMI355X TP8 DP8 DP attention EP8, PD decode, mfs 0.90 (report, 0.5.15.post1 image)",
+     "deepseek-ai--DeepSeek-V4-Pro", "MI355X", "0.5.15.post1",
+     {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "ep_size": 8, "kv_cache_dtype": "fp8_e4m3",
+      "context_length": 9472, "max_running_requests": 512, "swa_full_tokens_ratio": 0.15, "mem_fraction_static": 0.9,
+      "disaggregation_mode": "decode"}, {}, None, 9_217_792, "9,217,792 tokens"),
 )
 
 

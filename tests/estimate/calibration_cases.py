@@ -313,6 +313,17 @@ UNUSABLE: dict[str, str] = {
         "stated figures of a development branch between 0.5.14 and 0.5.15 (no release): scored, with the KV108 "
         "range and as 0.5.15, in tests/bench/bench_dsv4_logs.py"
     ),
+    "sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-decode-mfs090-0515post1": (
+        "stated DSV4 lines of a private 0.5.15.post1 image (no weight or baseline lines): its bytes_per_full_token, "
+        "c128 fixed bytes and the five-point fraction sweep are checked in tests/estimate/test_dsv4_ep_experts.py, "
+        "its pools in tests/bench/bench_dsv4_logs.py"
+    ),
+    **{dp_id: "stated figures of development builds, scored as 0.5.17 and 0.5.18 in tests/estimate/newest_cases.py"
+       for dp_id in ("sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531", "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch")},
+    "sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk": (
+        "the pool is capped by --max-total-tokens 4096: its weights and the two refused starts are checked in "
+        "tests/estimate/test_newest_families.py"
+    ),
     "sglang-dsv4-pro-8xH200-tp8-mfs088-refused-inferencex2128": (
         "a refused start (no pool): its weights are checked (-0.5 % under the launch's Marlin experts), "
         "and with them the estimate gives the logged refusal (tests/estimate/test_dsv4_weights_refusal.py)"

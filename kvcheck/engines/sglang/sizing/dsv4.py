@@ -567,8 +567,13 @@ def weights_bytes(
     ratios = list(text.get("compress_ratios") or [])
     hc = int(text.get("hc_mult") or 1)
     d, e = FMT_BYTES[dense_fmt], FMT_BYTES[expert_fmt]
-    # the routed-expert width one rank holds, padded where the kernel needs it
-    inter_rank = inter / tp
+    # FusedMoE deals experts / ep whole experts to a rank and splits each over the MoE-TP group (tp / ep):
+    # the width one rank holds is inter / (tp / ep), padded where the kernel needs it (a pad applies to
+    # that width, so at ep == tp a 3072-wide V4-Pro expert needs none where inter / tp = 384 would be
+    # padded to 512)
+    moe_tp = max(tp // max(ep, 1), 1)
+    local_experts = experts / max(ep, 1)
+    inter_rank = inter / moe_tp
     if inter_align > 1:
         inter_rank = math.ceil(inter_rank / inter_align) * inter_align
     out: dict[str, float] = {}
@@ -587,7 +592,7 @@ def weights_bytes(
         if ratio == 4:
             add("dsa_indexer", d * q_lora * idx_heads * idx_dim + 2 * h * idx_heads)  # wq_b, weights_proj
             add("dsa_indexer", 2 * (2 * h * idx_dim * 2) + 4 * 4 * idx_dim * 2)  # indexer compressor
-        add("moe_experts", e * experts * 3 * h * inter_rank)
+        add("moe_experts", e * local_experts * 3 * h * inter_rank)
         add("shared_experts", d * shared * 3 * h * inter / (shared_tp or tp))
         add("router", 2 * experts * h + 4 * experts)
         mix = (2 + hc) * hc

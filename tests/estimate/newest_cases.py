@@ -102,6 +102,22 @@ CASES: tuple[NewCase, ...] = (
         "v0.5.15.post1 image; fp8 KV by the release's Blackwell DSA default; the run's CONC (1, 2 or 4) is not stated "
         "and does not move the estimate; GLM-5.2's shared-top-k layers still carry an indexer row in this release",
     ),
+    NewCase(
+        "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531", "GLM-5 (MLA + DSA)", "nvidia--GLM-5.2-NVFP4", "GB300", "0.5.17",
+        {"tp_size": 4, "quantization": "modelopt_fp4", "speculative_algorithm": "EAGLE", "speculative_num_steps": 5,
+         "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6},
+        "stated figures (sglang PR #30531's A/B table, the 'main' arm): main at b95a746 of 2026-08-14, between the "
+        "0.5.17 (2026-08-08) and 0.5.18 wheels, priced as 0.5.17, whose layout its 55,225 B per token shows (an "
+        "indexer row on all 78 layers); default fraction; the built-in MTP layer as the EAGLE draft",
+    ),
+    NewCase(
+        "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch", "GLM-5 (MLA + DSA)", "nvidia--GLM-5.2-NVFP4", "GB300",
+        "0.5.18",
+        {"tp_size": 4, "quantization": "modelopt_fp4", "speculative_algorithm": "EAGLE", "speculative_num_steps": 5,
+         "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6},
+        "the same table's PR arm: the shared-top-k indexer elision (no index-K row and no Indexer module on the 57 "
+        "layers that reuse the previous top-k) that shipped in 0.5.18, priced as 0.5.18",
+    ),
 )
 
 

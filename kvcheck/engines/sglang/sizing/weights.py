@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme
@@ -207,7 +207,7 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
         kv_b_fmt = acc.scheme.fmt(f"{prefix}.kv_b_proj")
         copy_fmt = "fp8" if par.hip and kv_b_fmt.startswith("fp8") else "bf16"
         acc.plain("mla_absorbed_copies", nh * (nope + v) * kv_lora, copy_fmt)
-        if shape.kind == DSA:
+        if shape.kind == DSA and i in shape.indexer_layer_ids:
             idx_heads = _int(text, "index_n_heads", default=64) or 64
             idx_dim = shape.index_head_dim
             acc.linear("dsa_indexer", f"{prefix}.indexer.wq_b", (q_lora or h) * idx_heads * idx_dim)
@@ -385,6 +385,9 @@ def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantSch
     """
     moe = _moe_layout(shape, dict(text))
     last = shape.num_layers - 1
+    if shape.kind == DSA:
+        # a NextN layer always builds its Indexer (models/deepseek_v2.py: `not self.skip_topk or is_nextn`)
+        shape = replace(shape, indexer_layer_ids=(*shape.indexer_layer_ids, last))
     acc = _Acc(scheme)
     for _ in range(layers):
         _layer(acc, shape, moe, text, last, par)

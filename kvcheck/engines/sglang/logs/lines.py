@@ -1,4 +1,4 @@
-"""Line splitting: prefixes (SGLang's, kubectl's, the runtime's), JSON-wrapped lines, decoding."""
+"""Line splitting: SGLang's prefix behind kvcheck.io.logwrap's unwrapping (kubectl, CRI, Docker JSON), decoding."""
 
 from __future__ import annotations
 
@@ -6,28 +6,9 @@ import codecs
 from collections.abc import Iterator
 from typing import IO
 
-from kvcheck.engines.sglang.logs.patterns import (
-    ANSI_RE,
-    GPU_PREFIX_RE,
-    KUBECTL_PREFIX_RE,
-    PREFIX_ANYWHERE_RE,
-    PREFIX_RE,
-    RFC3339_RE,
-)
+from kvcheck.engines.sglang.logs.patterns import GPU_PREFIX_RE, PREFIX_ANYWHERE_RE, PREFIX_RE
 from kvcheck.engines.sglang.logs.values import MAX_LINE_CHARS
-from kvcheck.io.jsontext import loads as json_loads
-
-
-def _unwrap_json(line: str) -> str:
-    """Docker's json-file driver: {"log": "...\\n", "stream": "stderr", "time": "..."}."""
-    try:
-        record = json_loads(line)
-    except ValueError:
-        return line
-    if isinstance(record, dict) and isinstance(record.get("log"), str):
-        text: str = record["log"]
-        return text.rstrip("\r\n")
-    return line
+from kvcheck.io.logwrap import unwrap
 
 
 def split_prefix(line: str) -> tuple[str, str | None, int, int | None]:  # noqa: C901 - per-line hot path
@@ -43,29 +24,8 @@ def split_prefix(line: str) -> tuple[str, str | None, int, int | None]:  # noqa:
     Kept whole on purpose: it runs on every line of multi-gigabyte logs, and each branch is a cheap
     character test guarding one regex, in the order the prefixes nest.
     """
-    line = line.rstrip("\r\n")
-    plain = True
-    if "\r" in line:  # progress bars redraw with CR: the last segment is what the terminal showed
-        line = line.rsplit("\r", 1)[-1]
-        plain = False
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-        plain = False
-    if line[:2] == '{"':
-        line = _unwrap_json(line)
-        plain = False
-    offset = 0
-    first = line[:1]
-    if first == "[" and not line[1:2].isdigit():
-        match = KUBECTL_PREFIX_RE.match(line)
-        if match:
-            offset = match.end()
-            first = line[offset : offset + 1]
-    if first.isdigit() and line[offset + 10 : offset + 11] == "T":
-        match = RFC3339_RE.match(line, offset)
-        if match:
-            offset = match.end()
-            first = line[offset : offset + 1]
+    line, offset, _, plain = unwrap(line)  # kubectl's, the runtime's and the terminal's wrapping (shared)
+    first = line[offset : offset + 1]
     match = PREFIX_RE.match(line, offset) if (first == "[" or first.isdigit()) else None
     if match is not None:
         return line, match.group(1), match.end(), match.end() if plain else None

@@ -13,13 +13,6 @@ from collections.abc import Sequence
 # message characters select it.
 
 TAG_RE = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-# kubectl logs --prefix: "[pod/name/container] "
-KUBECTL_PREFIX_RE = re.compile(r"\[[a-z]+/[^\]\s]+\] ")
-# kubectl logs --timestamps, docker logs -t, CRI files under /var/log/pods ("... stdout F ").
-RFC3339_RE = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})? (?:(?:stdout|stderr) [FP] )?"
-)
 # SGLang's own prefix; the leading "[" is optional because some quoted logs lost it.
 PREFIX_RE = re.compile(
     r"\[?(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:[.,]\d{1,6})?((?: [A-Z][A-Z_]*\d+)*)\] ?"

@@ -38,6 +38,7 @@ from typing import Any
 
 from kvcheck.engines.base import FAILED, PHASE_ORDER, LogEvent, LogSummary, RankFigures, RankTag
 from kvcheck.engines.vllm.serving import DEFAULT_BLOCK_SIZE, MAX_TOKEN_FIGURE
+from kvcheck.io.logwrap import unwrap
 from kvcheck.io.pyast import literal_eval, parse_expression
 from kvcheck.io.streams import BinaryReadable
 
@@ -55,8 +56,6 @@ V0_BLOCK_SIZE = 16
 _RANK_TAGS = r"(?:DP|PCP|DCP|TP|PP|EP)\d+"
 _PREFIX = re.compile(rf"^\((?P<proc>[A-Za-z][\w-]*?)(?:_(?P<tags>{_RANK_TAGS}(?:_{_RANK_TAGS})*)|_(?P<dp>\d+))?"
                      r"(?:-(?P<index>\d+))?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?\)\s?")
-# Kubernetes and Docker put an RFC 3339 stamp before each line (`kubectl logs --timestamps`, `docker logs -t`).
-_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
 # `[file.py:123] ` from 0.8; older releases wrote `file.py:123] `.
 _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
                     r"\[?[\w./-]+:\d+\] ")
@@ -141,14 +140,21 @@ class _State:
     damaged: list[str] = field(default_factory=list)
     pending_refusal: tuple[int, int, str] | None = None  # (L, line, text) until the estimated length is read
     stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
+    boot_counted: bool = False  # a line that opens a start was read for this one (boots counts it)
 
 
-def _split(text: str) -> tuple[RankTag | None, str | None, str, bool]:
-    """(rank tag, level, message, had a vLLM prefix) of one line."""
+def _finished(s: _State) -> bool:
+    """The start being read has ended one way or another: a later opening line is a restart."""
+    return s.ready or s.failure is not None or s.stopping or s.phase == FAILED or s.pending_refusal is not None
+
+
+def _split(raw: str) -> tuple[str | None, RankTag | None, str | None, str, bool]:
+    """(kubectl's pod/container source, rank tag, level, message, had a vLLM prefix) of one line, behind the
+    wrapping kubectl, the container runtime and Docker's json-file driver put around it (kvcheck.io.logwrap)."""
     tag: RankTag | None = None
     prefixed = False
-    if stamp := _STAMP.match(text):
-        text = text[stamp.end():]
+    shown, offset, source, _ = unwrap(raw)
+    text = shown[offset:]
     match = _PREFIX.match(text)
     if match:
         prefixed = True
@@ -162,7 +168,7 @@ def _split(text: str) -> tuple[RankTag | None, str | None, str, bool]:
     if lmatch:
         level = lmatch["level"]
         text = text[lmatch.end():]
-    return tag, level, text, prefixed or lmatch is not None
+    return source, tag, level, text, prefixed or lmatch is not None
 
 
 def _count(text: str) -> int | None:
@@ -199,18 +205,23 @@ class VllmLogReader:
 
     def __init__(self) -> None:
         self._s = _State()
+        # One state per stream: `kubectl logs --prefix` interleaves pods (`[pod/vllm-b/vllm] ...`), each its own
+        # server; a boot in one pod is no restart of another, and every pod is judged (summary() keeps the worst).
+        self._pods: dict[str | None, _State] = {None: self._s}
+        self._lines = 0
+        self._source: str | None = None
 
     @property
     def phase(self) -> str:
-        return self._s.phase
+        return _merged_phase([s.phase for s in self._pods.values() if _counts(s)] or [self._s.phase])
 
     @property
     def lines(self) -> int:
-        return self._s.lines
+        return self._lines
 
     @property
     def parsed_lines(self) -> int:
-        return self._s.lines
+        return self._lines
 
     def feed_many(self, lines: Iterable[str | bytes]) -> None:
         for line in lines:
@@ -248,20 +259,22 @@ class VllmLogReader:
     def feed(self, line: str | bytes) -> list[LogEvent]:  # noqa: C901  (one dispatch over vLLM's lines)
         raw = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
         raw = raw[:MAX_LINE_CHARS].rstrip("\r\n")
-        s = self._s
-        s.lines += 1
-        n = s.lines
-        tag, level, text, vllm_line = _split(raw)
+        self._lines += 1
+        n = self._lines
+        source, tag, level, text, vllm_line = _split(raw)
         text = text.strip()
+        if source not in self._pods:
+            self._pods[source] = _State()
+        self._s = s = self._pods[source]
+        self._source = source
+        s.lines = n
         events: list[LogEvent] = []
 
         def event(kind: str, **values: Any) -> None:
             events.append(LogEvent(kind, tag, n, text[:400], values))
 
         if match := _NON_DEFAULT.match(text):
-            if s.ranks or s.ready or s.failure:  # a second boot in one log: its figures replace the first's
-                self._s = s = _State(lines=n, startup=s.startup, boots=s.boots)
-            s.boots += 1
+            s = self._boot(n, restart=bool(s.ranks) or _finished(s))
             s.args = _literal_args(match[1])
             s.args_line = n
             s.startup += 1
@@ -308,6 +321,8 @@ class VllmLogReader:
             s.startup += 1
             event("max_model_len", context_len=int(match[1]))
         elif match := _ENGINE_VERSION.match(text):
+            # each data-parallel engine prints its own: a restart only where this engine already sized its pool
+            s = self._boot(n, restart=(tag.dp if tag is not None else None) in s.ranks or _finished(s))
             s.version = s.version or match[2]
             s.config.update({k: v.strip() for k, v in _CONFIG_KEY.findall(match[3])})
             s.startup += 1
@@ -338,6 +353,7 @@ class VllmLogReader:
             s.weights_gib = float(match[1] or match[2])
             s.startup += 1
         elif (match := _SERVER_VERSION.match(text)) or (vllm_line and (match := _BANNER_VERSION.search(text))):
+            s = self._boot(n, restart=bool(s.ranks) or _finished(s))  # the API server's banner opens a start
             s.version = s.version or match[1]
             s.startup += 1
         elif vllm_line and "Starting to load model" in text:
@@ -377,6 +393,20 @@ class VllmLogReader:
             s.errors.append(text[:400])
             del s.errors[:-KEPT_ERRORS]
         return events
+
+    def _boot(self, n: int, *, restart: bool) -> _State:
+        """A line that opens an engine start (the banner, `non-default args:`, the engine's config line; releases
+        before 0.9 print no `non-default args:`). After a start that sized its pool, was ready, failed or stopped
+        it is a restart in the same stream: the new start's figures replace the old ones, and what the old one
+        did (its shutdown included) no longer colours the new one."""
+        s = self._s
+        if restart:
+            s = _State(lines=n, startup=s.startup, boots=s.boots)
+            self._s = self._pods[self._source] = s
+        if not s.boot_counted:
+            s.boots += 1
+            s.boot_counted = True
+        return s
 
     def _block_size(self, device: str) -> int:
         args = self._s.args or {}
@@ -448,58 +478,106 @@ class VllmLogReader:
             s.phase = FAILED
 
     def summary(self) -> LogSummary:
-        s = self._s
-        ranks = tuple(
-            RankFigures(
-                rank=rank.tag,
-                final_tokens=rank.pool_tokens,
-                context_len=rank.context_len,
-                kv_gib=s.kv_gib,
-                weights_gib=s.weights_gib,
-                figure_line=rank.figure_line,
-                final_line=rank.figure_line,
-            )
-            for _, rank in sorted(s.ranks.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
-            if rank.pool_tokens is not None
+        """The log's summary; a `kubectl logs --prefix` stream of several pods gives each pod's figures and the
+        worst of their states (any pod's failure, ready only when every pod is)."""
+        pods = [(source, s) for source, s in self._pods.items() if _counts(s)]
+        if len(pods) <= 1:
+            return _summary(pods[0][1] if pods else self._s, self._lines)
+        return _merge([_summary(s, self._lines, source) for source, s in pods], self._lines)
+
+
+def _counts(s: _State) -> bool:
+    """A stream that holds any of vLLM's startup lines (a pod's stream of only other output is not judged)."""
+    return bool(s.startup or s.ranks or s.failure)
+
+
+def _merged_phase(phases: list[str]) -> str:
+    """Several pods' phases as one: failed when any failed, else the least advanced."""
+    return FAILED if FAILED in phases else min(phases, key=lambda phase: PHASE_ORDER.get(phase, 0))
+
+
+def _summary(s: _State, lines: int, source: str | None = None) -> LogSummary:
+    """One stream's summary; `source` (kubectl's pod) names its failure and missing lines when there are several."""
+    ranks = tuple(
+        RankFigures(
+            rank=rank.tag,
+            final_tokens=rank.pool_tokens,
+            context_len=rank.context_len,
+            kv_gib=s.kv_gib,
+            weights_gib=s.weights_gib,
+            figure_line=rank.figure_line,
+            final_line=rank.figure_line,
         )
-        window = s.max_model_len
-        if window is None and (stated := s.config.get("max_seq_len", "")).isdigit():
-            window = int(stated)  # the engine's config line (V0 logs of before 0.10 have no `Using max model len`)
-        if window is not None:
-            ranks = tuple(r if r.context_len is not None else replace(r, context_len=window) for r in ranks)
-        failure = s.failure
-        if failure is None and s.pending_refusal is not None:
-            # a V1 refusal without vLLM's estimate (0.8.x lost it: "Based on the available memory, Try ..."): it
-            # proves the pool is below the window but gives no figure, so it is a failure to measure, quoted
-            failure = s.pending_refusal[2]
-        missing = []
-        if not ranks:
-            missing.append("the pool line (CPU/GPU KV cache size: N tokens, Maximum concurrency for L tokens ...)")
-        if s.args is None:
-            missing.append("the API server's 'non-default args:' line")
-        args = dict(s.args) if s.args is not None else None
-        if args is not None:
-            model = args.get("model_tag") or args.get("model")
-            if isinstance(model, str):
-                args.setdefault("model_path", model)
-            device = s.config.get("device_config")
-            if device and device != "cuda":  # the engine's config line names the device (0.32.0 has no flag)
-                args.setdefault("device", device)
-        return LogSummary(
-            ranks=ranks,
-            server_args=args,
-            server_args_line=s.args_line,
-            command_line=None,
-            version=s.version,
-            warnings=tuple(s.warnings),
-            errors=tuple(s.errors),
-            ready=s.ready,
-            phase=s.phase,
-            missing=tuple(missing),
-            lines=s.lines,
-            startup_lines=s.startup,
-            boots=max(s.boots, 1),
-            failure=failure,
-            failed_after_ready=s.failed_after_ready,
-            damaged=tuple(s.damaged),
-        )
+        for _, rank in sorted(s.ranks.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+        if rank.pool_tokens is not None
+    )
+    window = s.max_model_len
+    if window is None and (stated := s.config.get("max_seq_len", "")).isdigit():
+        window = int(stated)  # the engine's config line (V0 logs of before 0.10 have no `Using max model len`)
+    if window is not None:
+        ranks = tuple(r if r.context_len is not None else replace(r, context_len=window) for r in ranks)
+    failure = s.failure
+    if failure is None and s.pending_refusal is not None:
+        # a V1 refusal without vLLM's estimate (0.8.x lost it: "Based on the available memory, Try ..."): it
+        # proves the pool is below the window but gives no figure, so it is a failure to measure, quoted
+        failure = s.pending_refusal[2]
+    if failure is not None and source is not None:
+        failure = f"[{source}] {failure}"  # which pod of a kubectl --prefix stream
+    missing = []
+    if not ranks:
+        missing.append("the pool line (CPU/GPU KV cache size: N tokens, Maximum concurrency for L tokens ...)")
+    if s.args is None:
+        missing.append("the API server's 'non-default args:' line")
+    args = dict(s.args) if s.args is not None else None
+    if args is not None:
+        model = args.get("model_tag") or args.get("model")
+        if isinstance(model, str):
+            args.setdefault("model_path", model)
+        device = s.config.get("device_config")
+        if device and device != "cuda":  # the engine's config line names the device (0.32.0 has no flag)
+            args.setdefault("device", device)
+    return LogSummary(
+        ranks=ranks,
+        server_args=args,
+        server_args_line=s.args_line,
+        command_line=None,
+        version=s.version,
+        warnings=tuple(s.warnings),
+        errors=tuple(s.errors),
+        ready=s.ready,
+        phase=s.phase,
+        missing=tuple(missing),
+        lines=s.lines,
+        startup_lines=s.startup,
+        boots=max(s.boots, 1),
+        failure=failure,
+        failed_after_ready=s.failed_after_ready,
+        damaged=tuple(s.damaged),
+    )
+
+
+def _merge(pods: list[LogSummary], lines: int) -> LogSummary:
+    """Several pods' summaries (`kubectl logs --prefix`) as one that fails closed: every pod's pool figures (the
+    role takes the smallest), the first failure (one before ready first), ready only when every pod was."""
+    failed = [p for p in pods if p.failure is not None]
+    failed.sort(key=lambda p: p.failed_after_ready)
+    first = failed[0] if failed else None
+    with_args = next((p for p in pods if p.server_args is not None), pods[0])
+    return LogSummary(
+        ranks=tuple(rank for p in pods for rank in p.ranks),
+        server_args=with_args.server_args,
+        server_args_line=with_args.server_args_line,
+        command_line=None,
+        version=with_args.version or next((p.version for p in pods if p.version), None),
+        warnings=tuple(w for p in pods for w in p.warnings)[:KEPT_WARNINGS],
+        errors=tuple(e for p in pods for e in p.errors)[-KEPT_ERRORS:],
+        ready=all(p.ready for p in pods),
+        phase=_merged_phase([p.phase for p in pods]),
+        missing=tuple(dict.fromkeys(m for p in pods for m in p.missing)),
+        lines=lines,
+        startup_lines=sum(p.startup_lines for p in pods),
+        boots=max(p.boots for p in pods),
+        failure=first.failure if first is not None else None,
+        failed_after_ready=first.failed_after_ready if first is not None else False,
+        damaged=tuple(d for p in pods for d in p.damaged),
+    )

@@ -335,3 +335,116 @@ def test_the_hint_of_a_provisional_vllm_pool_quotes_vllms_ready_line() -> None:
     done = run_kvcheck("logs", str(TEST_DATA / "vllm" / "0.32.0-cpu-refused.log"), "--format", "json")
     [kv312] = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "KV312"]
     assert kv312["hint"] == "pass the complete startup log, up to 'Application startup complete.'"
+
+
+# -- review: wrapped logs, restarts before 0.9, request-log text, DP engines without a figure, detection ---------
+
+CRASH_LINES = (
+    "(EngineCore pid=21695) ERROR 12-01 23:46:06 [core.py:1510] EngineCore failed to start.",
+    "(EngineCore pid=21695) ERROR 12-01 23:46:06 [core.py:1510] RuntimeError: NCCL error: unhandled system error",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+)
+
+
+def _pass_lines(upto: str) -> list[str]:
+    """0.32.0-cpu-pass.log up to and including the first line holding `upto`."""
+    lines = PASS_LOG.read_text(encoding="utf-8").splitlines()
+    return lines[: next(i for i, line in enumerate(lines) if upto in line) + 1]
+
+
+def _cri(line: str) -> str:
+    return "2026-01-05T11:00:00.123456789Z stderr F " + line
+
+
+def _docker_json(line: str) -> str:
+    return json.dumps({"log": line + "\n", "stream": "stderr", "time": "2026-01-05T11:00:00.123456789Z"})
+
+
+@pytest.mark.parametrize("wrap", [lambda line: line, _cri, _docker_json, lambda line: "[pod/vllm-0/vllm] " + line],
+                         ids=["plain", "cri", "docker-json", "kubectl-prefix"])
+def test_cli_a_crash_after_sizing_is_exit_3_in_every_wrapping(tmp_path: Path, wrap) -> None:  # type: ignore[no-untyped-def]
+    """CRI and Docker json-file lines hid `EngineCore failed to start.` from the anchored patterns: exit 0."""
+    log = tmp_path / "crash.log"
+    log.write_text("".join(wrap(line) + "\n" for line in [*_pass_lines("KV cache size"), *CRASH_LINES]),
+                   encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"]) == ("error", None)
+    assert [f["rule"] for f in report["findings"] if f["severity"] == "error"] == ["KV316"]
+    assert role["details"]["failure"] == "RuntimeError: NCCL error: unhandled system error"
+    assert role["details"]["args_source"] == "server_args"  # `non-default args:` read inside the wrapper
+
+
+@pytest.mark.parametrize("order", [("b", "a"), ("a", "b")])
+def test_cli_kubectl_prefix_of_two_pods_judges_each_pod(tmp_path: Path, order: tuple[str, str]) -> None:
+    """Pod b refused to start, pod a passed: the stream passed (exit 0) when pod a's start came last."""
+    logs_of = {"a": PASS_LOG, "b": REFUSED_LOG}
+    log = tmp_path / "pods.log"
+    log.write_text("".join(f"[pod/vllm-{pod}/vllm] {line}\n" for pod in order
+                           for line in logs_of[pod].read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 1, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["required_tokens"]) == ("fail", 1920, 4096)
+    assert "KV101" in [f["rule"] for f in report["findings"]]
+    assert role["details"].get("boots") is None  # two pods, not a restart
+
+
+def test_cli_kubectl_prefix_a_pod_that_crashed_is_exit_3(tmp_path: Path) -> None:
+    crashed = [*_pass_lines("KV cache size"), *CRASH_LINES]
+    log = tmp_path / "pods.log"
+    log.write_text("".join(f"[pod/vllm-b/vllm] {line}\n" for line in crashed)
+                   + "".join(f"[pod/vllm-a/vllm] {line}\n" for line in PASS_LOG.read_text(encoding="utf-8").splitlines()),
+                   encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    [role] = report["roles"]
+    assert role["details"]["failure"] == "[pod/vllm-b/vllm] RuntimeError: NCCL error: unhandled system error"
+
+
+V085_BOOT = (
+    "INFO 04-01 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5",
+    "INFO 04-01 10:00:01 [core.py:58] Initializing a V1 LLM engine (v0.8.5) with config: model='m', "
+    "max_seq_len={window}, tensor_parallel_size=1, device_config=cuda",
+    "INFO 04-01 10:00:20 [gpu_model_runner.py:1329] Model loading took 14.9889 GiB and 5.1 seconds",
+)
+
+
+def test_cli_a_restart_before_0_9_is_judged_on_its_last_boot(tmp_path: Path) -> None:
+    """0.8.5 prints no `non-default args:`; the first boot's uvicorn shutdown hid the second boot's crash: exit 0."""
+    log = tmp_path / "restart.log"
+    log.write_text("\n".join([
+        *(line.format(window=32768) for line in V085_BOOT),
+        "INFO 04-01 10:00:40 [kv_cache_utils.py:634] GPU KV cache size: 400,000 tokens",
+        "INFO 04-01 10:00:40 [kv_cache_utils.py:637] Maximum concurrency for 32,768 tokens per request: 12.21x",
+        "INFO:     Application startup complete.",
+        "INFO:     Shutting down",
+        "INFO:     Application shutdown complete.",
+        *(line.format(window=131072) for line in V085_BOOT),
+        "ERROR 04-01 11:00:30 [core.py:387] RuntimeError: NCCL error: unhandled system error",
+        "ERROR 04-01 11:00:30 [core.py:387] EngineCore failed to start.",
+        "RuntimeError: Engine core initialization failed. See root cause above",
+    ]) + "\n", encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"]) == ("error", None)
+    assert [f["rule"] for f in report["findings"]] == ["KV309"]
+    assert role["details"]["failure"] == "RuntimeError: NCCL error: unhandled system error"
+    assert role["details"]["boots"] == 2
+
+
+def test_a_data_parallel_engines_config_line_is_no_restart() -> None:
+    args = "{'model': 'm', 'data_parallel_size': 2}"
+    summary = summary_of_lines(
+        f"(APIServer pid=1) INFO 12-01 10:00:00 [api_utils.py:286] non-default args: {args}",
+        "(EngineCore_DP0 pid=2) INFO 12-01 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "max_seq_len=4096",
+        "(EngineCore_DP0 pid=2) INFO 12-01 10:01:00 [kv_cache_utils.py:2327] GPU KV cache size: 450,000 tokens",
+        "(EngineCore_DP1 pid=3) INFO 12-01 10:00:01 [core.py:93] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "max_seq_len=4096",
+        "(EngineCore_DP1 pid=3) INFO 12-01 10:01:00 [kv_cache_utils.py:2327] GPU KV cache size: 300,000 tokens",
+    )
+    assert [(str(r.rank), r.final_tokens) for r in summary.ranks] == [("DP0", 450000 - 16), ("DP1", 300000 - 16)]
+    assert summary.boots == 1

@@ -496,6 +496,21 @@ def _merged_phase(phases: list[str]) -> str:
     return FAILED if FAILED in phases else min(phases, key=lambda phase: PHASE_ORDER.get(phase, 0))
 
 
+def _expected_dp_ranks(args: dict[str, Any] | None) -> range:
+    """The data-parallel engines this log's server runs (`data_parallel_size`), when they all log to it: not
+    when the server is one rank of a wider deployment (`--data-parallel-rank`, external or hybrid load
+    balancing, `--data-parallel-size-local`, `--headless`), whose other ranks log elsewhere."""
+    args = args or {}
+    size = args.get("data_parallel_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+        return range(0)
+    local = ("data_parallel_rank", "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_external_lb",
+             "data_parallel_hybrid_lb", "headless")
+    if any(args.get(key) is not None and args.get(key) is not False for key in local):  # rank 0 is a rank
+        return range(0)
+    return range(size)
+
+
 def _summary(s: _State, lines: int, source: str | None = None) -> LogSummary:
     """One stream's summary; `source` (kubectl's pod) names its failure and missing lines when there are several."""
     ranks = tuple(
@@ -511,6 +526,13 @@ def _summary(s: _State, lines: int, source: str | None = None) -> LogSummary:
         for _, rank in sorted(s.ranks.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
         if rank.pool_tokens is not None
     )
+    # A data-parallel engine that printed no figure is a role with none (KV309), never dropped: every DP
+    # engine serves requests, so the smallest pool among them is what a request may land on.
+    sized = {rank.rank.dp for rank in ranks}
+    expected = set(_expected_dp_ranks(s.args)) | {dp for dp in s.ranks if dp is not None}
+    if ranks and expected:
+        ranks += tuple(RankFigures(rank=RankTag(dp=dp)) for dp in sorted(expected - sized))
+        ranks = tuple(sorted(ranks, key=lambda r: -1 if r.rank.dp is None else r.rank.dp))
     window = s.max_model_len
     if window is None and (stated := s.config.get("max_seq_len", "")).isdigit():
         window = int(stated)  # the engine's config line (V0 logs of before 0.10 have no `Using max model len`)

@@ -448,3 +448,33 @@ def test_a_data_parallel_engines_config_line_is_no_restart() -> None:
     )
     assert [(str(r.rank), r.final_tokens) for r in summary.ranks] == [("DP0", 450000 - 16), ("DP1", 300000 - 16)]
     assert summary.boots == 1
+
+
+DP_ARGS = ("(APIServer pid=100) INFO 12-01 10:00:00 [api_utils.py:286] non-default args: {'model': 'm', "
+           "'max_model_len': 131072, 'data_parallel_size': 2}")
+DP0_POOL = ("(EngineCore_DP0 pid=200) INFO 12-01 10:01:00 [kv_cache_utils.py:2327] GPU KV cache size: 450,000 tokens, "
+            "Maximum concurrency for 131,072 tokens per request: 3.43x")
+
+
+@pytest.mark.parametrize("dp1", [
+    ["(EngineCore_DP1 pid=201) INFO 12-01 10:01:00 [gpu_worker.py:1] Available KV cache memory: 1.5 GiB"],
+    [],  # DP1 printed nothing at all: data_parallel_size says it exists
+])
+def test_cli_a_data_parallel_engine_without_a_figure_is_kv309(tmp_path: Path, dp1: list[str]) -> None:
+    log = tmp_path / "dp.log"
+    log.write_text("\n".join([DP_ARGS, DP0_POOL, *dp1, "INFO:     Application startup complete."]) + "\n",
+                   encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    assert [(r["name"], r["status"], r["pool_tokens"]) for r in report["roles"]] == [
+        ("dp.log[DP0]", "pass", 450000 - 16), ("dp.log[DP1]", "error", None)]
+    assert [(f["rule"], f["role"]) for f in report["findings"]] == [("KV309", "dp.log[DP1]")]
+
+
+def test_cli_one_rank_of_an_externally_balanced_dp_deployment_is_one_role(tmp_path: Path) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text(DP_ARGS.replace("}", ", 'data_parallel_rank': 0}") + "\n" + DP0_POOL + "\n"
+                   + "INFO:     Application startup complete.\n", encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 0, report
+    assert [r["name"] for r in report["roles"]] == ["rank0.log[DP0]"]

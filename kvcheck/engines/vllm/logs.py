@@ -62,14 +62,17 @@ _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d
 _TAG = re.compile(r"(DP|TP|PP|EP)(\d+)")
 
 _NUM = r"(\d[\d,]*)"
+# The lines that give a figure are matched where vLLM's own message starts (behind the process prefix, level and
+# `[file.py:N]`), never inside another message: a request log (`--enable-log-requests`) quotes prompts and stop
+# strings, which may hold any of these wordings.
 # 0.32.0 states both on one line; earlier V1 releases printed the concurrency on the next line.
-_POOL = re.compile(rf"(?P<device>[A-Z]+)(?: \+ host)? KV cache size: {_NUM} tokens(?:, Maximum concurrency for "
+_POOL = re.compile(rf"^(?P<device>[A-Z]+)(?: \+ host)? KV cache size: {_NUM} tokens(?:, Maximum concurrency for "
                    rf"{_NUM} tokens per request: (?P<conc>[\d.]+)x)?")
 _CONCURRENCY = re.compile(rf"^Maximum concurrency for {_NUM} tokens per request: ([\d.]+)x")
 # "models's" until 0.21, "model's" from 0.22
-_REFUSAL = re.compile(r"ValueError: To serve at least one request with the models?'s max seq len \((\d+)\)")
+_REFUSAL = re.compile(r"^ValueError: To serve at least one request with the models?'s max seq len \((\d+)\)")
 # V0's refusal: vLLM's own bound is blocks x block_size (// pipeline stages)
-_V0_REFUSAL = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+_V0_REFUSAL = re.compile(r"^(?:ValueError: )?The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
                          r"stored in KV cache \((\d+)\)")
 # V0's pool: `# cuda blocks: 7191, # CPU blocks: 512` (later V0: the platform's device name), `# GPU blocks: N, # CPU
 # blocks: M` (earlier); V1 before 0.7.3 logged `# GPU blocks: N` alone.
@@ -79,8 +82,8 @@ _V0_KV_GIB = re.compile(r"(?:the rest of the memory reserved for KV Cache is ([\
                         r"^Memory profiling results: .*\bkv_cache_size=([\d.]+)GiB)")
 _V0_WEIGHTS_GIB = re.compile(r"(?:^Loading model weights took ([\d.]+) GB|^model weights take ([\d.]+)GiB)")
 _ESTIMATED = re.compile(r"the estimated maximum model length is (\d+)")
-_AUTO_FIT = re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
-_AUTO_FITS = re.compile(r"Auto-fit max_model_len: full model context length (\d+) fits")
+_AUTO_FIT = re.compile(r"^Auto-fit max_model_len: reduced from (\d+) to (\d+)")
+_AUTO_FITS = re.compile(r"^Auto-fit max_model_len: full model context length (\d+) fits")
 _MAX_LEN = re.compile(r"^Using max model len (\d+)")
 _NON_DEFAULT = re.compile(r"^non-default args: (\{.*\})\s*$")
 _BANNER_VERSION = re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+-]*)\s*$")
@@ -279,7 +282,7 @@ class VllmLogReader:
             s.args_line = n
             s.startup += 1
             event("server_args")
-        elif match := _POOL.search(text):
+        elif match := _POOL.match(text):
             logged = _count(match[2])
             length = _count(match[3]) if match[3] is not None else None
             rank = self._rank(tag)
@@ -299,7 +302,7 @@ class VllmLogReader:
             if rank.context_len is None:
                 rank.context_len, rank.concurrency = _count(match[1]), float(match[2])
             s.startup += 1
-        elif match := _REFUSAL.search(text):
+        elif match := _REFUSAL.match(text):
             s.startup += 1
             if s.pending_refusal is None and not any(r.refused for r in s.ranks.values()):
                 s.pending_refusal = (int(match[1]), n, text[:600])
@@ -307,13 +310,13 @@ class VllmLogReader:
             self._fail(text)
         elif s.pending_refusal is not None and _ESTIMATED.search(text):
             self._refusal_length(text, tag, n, events)
-        elif match := _AUTO_FIT.search(text):
+        elif match := _AUTO_FIT.match(text):
             s.auto_fit = (int(match[1]), int(match[2]))
             s.max_model_len = int(match[2])
             s.startup += 1
             event("auto_fit", advertised_tokens=int(match[1]), context_len=int(match[2]))
             s.warnings.insert(0, events[-1])  # what a reader of the report must see first
-        elif match := _AUTO_FITS.search(text):
+        elif match := _AUTO_FITS.match(text):
             s.startup += 1
             event("auto_fit_full", context_len=int(match[1]))
         elif match := _MAX_LEN.match(text):
@@ -329,7 +332,7 @@ class VllmLogReader:
             event("engine_config")
         elif (match := _V0_BLOCKS.match(text)) or (match := _V1_BLOCKS.match(text)):
             self._blocks_line(match, tag, n, v0="device" in match.groupdict(), events=events, text=text)
-        elif match := _V0_REFUSAL.search(text):
+        elif match := _V0_REFUSAL.match(text):
             s.startup += 1
             stored = _count(match[2])
             rank = self._rank(tag)

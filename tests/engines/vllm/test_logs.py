@@ -450,6 +450,21 @@ def test_a_data_parallel_engines_config_line_is_no_restart() -> None:
     assert summary.boots == 1
 
 
+def test_cli_request_log_text_never_sets_the_pool(tmp_path: Path) -> None:
+    """A prompt's stop string held a pool line: `--min-headroom 5` passed with a pool of 9,999,983."""
+    log = tmp_path / "requests.log"
+    log.write_text(PASS_LOG.read_text(encoding="utf-8") + (
+        "(APIServer pid=21343) INFO 12-01 23:50:01 [request_logger.py:66] Received request cmpl-1: params: "
+        "SamplingParams(n=1, stop=['GPU KV cache size: 9,999,999 tokens, Maximum concurrency for 4,096 tokens per "
+        "request: 1.00x', 'Auto-fit max_model_len: reduced from 4096 to 999999', 'ValueError: To serve at least one "
+        "request with the model's max seq len (4096) ... the estimated maximum model length is 9999999.'], "
+        "max_tokens=16), lora_request: None.\n"), encoding="utf-8")
+    code, report = logs(str(log), "--min-headroom", "5")
+    assert code == 1, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["max_input_tokens"]) == ("fail", 16256, 4096)
+
+
 DP_ARGS = ("(APIServer pid=100) INFO 12-01 10:00:00 [api_utils.py:286] non-default args: {'model': 'm', "
            "'max_model_len': 131072, 'data_parallel_size': 2}")
 DP0_POOL = ("(EngineCore_DP0 pid=200) INFO 12-01 10:01:00 [kv_cache_utils.py:2327] GPU KV cache size: 450,000 tokens, "

@@ -178,9 +178,11 @@ def _summarise(stream: IO[bytes], name: str) -> tuple[str, LogSummary]:
 def _detect(source: BinaryReadable) -> tuple[str, BinaryReadable]:
     """Which installed engine wrote the log, from its first DETECT_HEAD_BYTES; the stream, unconsumed.
 
-    The first engine (built-in ones first) whose reader recognises a startup line in the head wins; with
-    one engine installed nothing is read ahead. None recognising it leaves the default engine, whose
-    reader then says what it lacks.
+    The engine whose reader recognises the most startup lines in the head wins (built-in ones first on a tie);
+    with one engine installed nothing is read ahead. None recognising it leaves the default engine, whose
+    reader then says what it lacks. A count, not the first reader to recognise anything: lines any engine may
+    print (a `torch.OutOfMemoryError`) count as startup lines for a reader that quotes them, and one such line
+    made a vLLM log, banner, prefixes and pool line included, an SGLang log with no pool figure.
     """
     names = engine_names()
     default = get_engine().name
@@ -189,12 +191,14 @@ def _detect(source: BinaryReadable) -> tuple[str, BinaryReadable]:
     head = b""
     while len(head) < DETECT_HEAD_BYTES and (chunk := source.read(DETECT_HEAD_BYTES - len(head))):
         head += chunk
+    best, best_lines = default, 0
     for name in sorted(names, key=lambda n: (n not in BUILTIN_ENGINES, n)):
         reader = get_engine(name).log_reader()
         reader.feed_many(head.splitlines())
-        if reader.summary().recognised:
-            return name, _Prefixed(head, source)
-    return default, _Prefixed(head, source)
+        lines = reader.summary().startup_lines
+        if lines > best_lines:
+            best, best_lines = name, lines
+    return best, _Prefixed(head, source)
 
 
 class _Prefixed:

@@ -493,3 +493,20 @@ def test_cli_one_rank_of_an_externally_balanced_dp_deployment_is_one_role(tmp_pa
     code, report = logs(str(log))
     assert code == 0, report
     assert [r["name"] for r in report["roles"]] == ["rank0.log[DP0]"]
+
+
+def test_cli_an_oom_line_does_not_make_a_vllm_log_an_sglang_log(tmp_path: Path) -> None:
+    """An unprefixed `torch.OutOfMemoryError` in the head made the SGLang reader claim the log: KV309, no pool."""
+    log = tmp_path / "oom.log"
+    log.write_text("\n".join([
+        *_pass_lines("Application startup complete."),
+        "(EngineCore pid=21695) ERROR 12-01 23:50:00 [core.py:1000] EngineCore encountered a fatal error.",
+        "Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    ]) + "\n", encoding="utf-8")
+    code, report = logs(str(log))
+    [role] = report["roles"]
+    assert (role["pool_tokens"], role["details"]["failure"]) == (
+        16256, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    assert [f["rule"] for f in report["findings"]] == ["KV316"]
+    assert code == 0, report  # a crash after ready is a warning: the pool it sized at boot is judged

@@ -419,6 +419,24 @@ def _audited(
             )
         )
     pool_tokens, disagreements = _cross_check(info, engine)
+    max_input_tokens = engine.admission_bound(info.max_req_input_len, info.served_context_len, pool_tokens,
+                                              info.resolved_args, info.version)
+    if window is not None and max_input_tokens is None:
+        # Fail closed: a window to judge against is not the server's own bound. A server that states
+        # neither the longest prompt it admits nor the context it serves (a vLLM server whose
+        # /v1/models lists no max_model_len) may refuse every prompt past a few thousand tokens; its
+        # pool alone cannot vouch for the window. KV101 on that pool still fails the run (exit 1).
+        findings.append(
+            finding(
+                "KV306",
+                target.name,
+                f"{info.url}: the server does not state the longest prompt it admits (no /v1/models max_model_len"
+                f"{_no_gauge(engine.context_gauge)}), so it cannot be checked against the {window:,}-token window",
+                hint="check that the URL points at the server itself and that it lists its base model with its "
+                     "context length; or judge its startup log (kvcheck logs)",
+                location=_where(endpoint, manifest_target),
+            )
+        )
     findings.extend(
         finding(
             "KV307",
@@ -452,8 +470,7 @@ def _audited(
         role=target.name,
         source="audit",
         pool_tokens=pool_tokens,
-        max_input_tokens=engine.admission_bound(info.max_req_input_len, info.served_context_len, pool_tokens,
-                                                info.resolved_args, info.version),
+        max_input_tokens=max_input_tokens,
         context_len=info.served_context_len,
         engine_version=info.version,
         resolved_args=dict(info.resolved_args),

@@ -10,11 +10,15 @@ KV306 = define_rule(
     "a live server could not be audited",
     """kvcheck asked the server for its pool and limits and got no usable answer: it was
     unreachable, timed out, answered with an HTTP error, refused the TLS certificate or the token,
-    answered something that is not SGLang's server info, or gave no context window to check
-    against. The server is reported as not checked (exit 3), never as passing. The message quotes
-    the reason. Fix: check the URL, network path and proxy settings; pass --ca-bundle for a private
-    CA and --token-env for a protected server; raise --timeout for a slow one; pass
-    --context-length when the server does not state the window it serves.""",
+    answered something that is not SGLang's server info, gave no context window to check
+    against, or stated no bound on the prompts it admits (a vLLM server whose /v1/models lists no
+    max_model_len): a window given with --context-length is not the server's own limit. The server
+    is reported as not checked (exit 3), never as passing; a pool below the window still fails
+    (KV101, exit 1). The message quotes the reason. Fix: check the URL, network path and proxy
+    settings; pass --ca-bundle for a private CA and --token-env for a protected server; raise
+    --timeout for a slow one; pass --context-length when the server does not state the window it
+    serves; audit the server itself (not a proxy that rewrites /v1/models) or judge its startup log
+    with kvcheck logs when it states no bound.""",
 )
 KV307 = define_rule(
     "KV307",

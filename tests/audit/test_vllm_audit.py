@@ -42,3 +42,41 @@ def test_the_table_of_a_vllm_audit_names_no_sglang_flag(serve, kvcheck):
     assert "mem-fraction-static" not in result.stdout
     assert "context-length:" not in result.stdout
     assert "SGLang" not in result.stdout
+
+
+# a vLLM server whose /v1/models lists no max_model_len (a proxy that rewrote the card, a release or a
+# LoRA-only listing without it): the pool is read, the longest prompt it admits is not
+NO_WINDOW = {**REAL, "/v1/models": Reply(body=b'{"object": "list", "data": [{"id": "m", "object": "model"}]}',
+                                          content_type="application/json")}
+
+
+def test_a_vllm_server_that_states_no_max_model_len_is_not_checked(serve, kvcheck):
+    server = serve(NO_WINDOW)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--format", "json")
+    assert result.exit_code == 3, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "error"
+    role = report["roles"][0]
+    assert (role["status"], role["pool_tokens"], role["max_input_tokens"]) == ("error", 16256, None)
+    assert [f["rule"] for f in report["findings"]] == ["KV306"]
+    assert report["findings"][0]["message"] == (
+        f"{server.url}: the server does not state the longest prompt it admits (no /v1/models max_model_len), "
+        "so it cannot be checked against the 8,192-token window"
+    )
+
+
+def test_a_vllm_server_without_max_model_len_whose_pool_is_short_still_fails(serve, kvcheck):
+    server = serve(NO_WINDOW)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "32768", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "fail"
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV101", "KV306"]
+    assert report["roles"][0]["pool_tokens"] == 16256
+
+
+def test_the_same_vllm_server_with_a_short_max_model_len_is_kv102(serve, kvcheck):
+    server = serve(REAL)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == ["KV102"]

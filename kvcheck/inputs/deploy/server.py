@@ -26,6 +26,7 @@ from kvcheck.inputs.deploy.budget import VARIABLE_COST, ExpansionBudgetExceeded,
 from kvcheck.inputs.deploy.shell import (
     ShellBudgetError,
     ShellSyntaxError,
+    launch_environment,
     parse_script,
     shell_script,
     strip_prefixes,
@@ -365,7 +366,7 @@ def find_server(
                               why={**unset_reasons(env, unresolved), **word.why}))
         servers.append(ServerCommand(out, found, _wrapper(texts, found, engine.name),
                                      out[0].location if out else script.location, engine.name,
-                                     dict(command.environment)))
+                                     launch_environment(command)))
     if not servers:
         return None
     first = servers[0]

@@ -631,6 +631,32 @@ def strip_prefixes(command: Command) -> list[Word]:
     return words
 
 
+def launch_environment(command: Command) -> dict[str, str]:
+    """The variables the command's program is handed: what the script exported, its `VAR=value` prefixes,
+    and the assignments of an `env` prefix (`env A=1 python ...`; `env -i` starts from nothing, `env -u NAME`
+    drops NAME). An `env` assignment whose value is not known is left out, as the prefixes' are."""
+    environment = dict(command.environment)
+    words = command.words
+    i = 0
+    while i < len(words) and (prefix := words[i].text.rsplit("/", 1)[-1]) in _PREFIX_COMMANDS:
+        i += 1
+        while i < len(words) and (_ASSIGN_RE.match(words[i].text) or words[i].text.startswith("-")):
+            word = words[i]
+            i += 1
+            if prefix != "env":
+                continue
+            if word.text in ("-i", "-", "--ignore-environment"):
+                environment.clear()
+            elif word.text in ("-u", "--unset") and i < len(words):
+                environment.pop(words[i].text, None)
+                i += 1
+            elif word.text.startswith("--unset="):
+                environment.pop(word.text.split("=", 1)[1], None)
+            elif not word.unresolved and (match := _ASSIGN_RE.match(word.text)):
+                environment[match.group(1)] = match.group(2)
+    return environment
+
+
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh"})
 
 

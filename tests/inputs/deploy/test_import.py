@@ -283,7 +283,8 @@ def test_command_line_and_sglang_serve() -> None:
     assert json.loads(result.stdout) == {
         "name": "command-line", "context_length": 64000, "model": {"path": "Qwen/Qwen3-8B"},
         "engine": {"version": "0.5.23"},
-        "roles": {"server": {"args": {"tp-size": 2, "mem-fraction-static": 0.8, "context-length": 64000}}},
+        "roles": {"server": {"args": {"tp-size": 2, "mem-fraction-static": 0.8, "context-length": 64000},
+                             "env": {"NCCL_DEBUG": "INFO"}}},  # the prefix reaches the engine
     }
     result = run_kvcheck("import", "--format", "json", "--sglang-version", "0.5.21", "--cmd",
                          "sglang serve --model-path Qwen/Qwen3-8B --tensor-parallel-size 4")

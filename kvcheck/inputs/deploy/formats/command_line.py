@@ -6,7 +6,7 @@ from kvcheck.errors import InputError
 from kvcheck.inputs.deploy.formats.base import Format, Inputs, RoleSource
 from kvcheck.inputs.deploy.formats.slurm_script import slurm_gpus
 from kvcheck.inputs.deploy.server import Env, Token, find_server
-from kvcheck.inputs.deploy.shell import ShellSyntaxError, parse_script
+from kvcheck.inputs.deploy.shell import ShellSyntaxError, launch_environment, parse_script
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.model import Location
 
@@ -25,6 +25,8 @@ def read_command_line(doc: Doc, inputs: Inputs) -> list[RoleSource]:
         tokens = [Token(w.text, Location(NAME, 1, w.offset + 1), list(w.unresolved)) for w in words]
         server = find_server(tokens, Env(), doc=None) if tokens else None
         if server is not None:
+            # `VAR=1 vllm serve ...`, `env VAR=1 python -m sglang.launch_server ...`: the engine runs with them
+            server.environment = {**launch_environment(command), **server.environment}
             gpus, gpu = slurm_gpus([(t.text, t.location) for t in server.tokens[: server.start]])
             return [RoleSource(name="server", kind="command line", group="command-line", doc=doc,
                                location=Location(NAME, 1, 1), server=server, env=Env(), standalone=True,

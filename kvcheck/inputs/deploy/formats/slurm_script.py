@@ -22,7 +22,7 @@ from kvcheck.inputs.deploy.server import (
     launch_engine,
     unset_reasons,
 )
-from kvcheck.inputs.deploy.shell import ShellBudgetError, ShellSyntaxError, parse_script
+from kvcheck.inputs.deploy.shell import ShellBudgetError, ShellSyntaxError, launch_environment, parse_script
 from kvcheck.inputs.deploy.source import Doc, SourceFile
 from kvcheck.model import Location
 
@@ -96,7 +96,7 @@ def read_batch_script(doc: Doc, inputs: Inputs) -> list[RoleSource]:
             if found:
                 own_nodes = Sourced(int(found.group(1)), token.location, "srun --nodes")
         wrapper = "dynamo" if start >= 1 and texts[start - 1].startswith("dynamo.") else engine.name
-        server = ServerCommand(tokens, start, wrapper, tokens[0].location, engine.name, dict(command.environment))
+        server = ServerCommand(tokens, start, wrapper, tokens[0].location, engine.name, launch_environment(command))
         mode = next((texts[i + 1] for i, t in enumerate(texts[:-1]) if t == "--disaggregation-mode"), None)
         roles.append(
             RoleSource(

@@ -128,6 +128,14 @@ def read_deployments(
     if issues:
         raise DeploymentFileError(issues, hint=_HINT)
     if not role_sources:
+        script = next((s for s in sources if s.text.startswith("#!") and FORMATS.detect_file(s) is None), None)
+        if script is not None and len(sources) == 1:
+            raise InputError(
+                f"{script.name}: neither a kvcheck manifest nor a deployment file kvcheck reads: a shell script "
+                "without #SBATCH directives",
+                hint=f"for a bare engine command line, pass the line itself: {_CMD_SUGGESTION}; a Slurm batch script "
+                     "is read with its #SBATCH directives",
+            )
         raise InputError(_nothing_found(sources, docs), hint=f"kvcheck reads: {FORMATS.hint}")
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
@@ -208,6 +216,7 @@ def _build_roles(role_sources: list[RoleSource], sglang_version: str | None,
 
 _HINT = "fix the deployment file, or see docs/import.md for what kvcheck reads from each format"
 _CMD_HINT = "fix the command line, or see docs/import.md for how kvcheck reads an engine's command line"
+_CMD_SUGGESTION = 'kvcheck import --cmd "vllm serve ..." (or kvcheck verify --cmd "python -m sglang.launch_server ...")'
 # The option that names the engine release the files run (--sglang-version is its older spelling).
 RELEASE_OPTION = "--engine-version"
 

@@ -335,3 +335,22 @@ def test_a_manifest_among_several_inputs_or_on_stdin_is_named_as_a_manifest() ->
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith("kvcheck: error: <stdin>: a kvcheck manifest on stdin: a manifest is read "
                                     "from a file")
+
+
+def test_a_shell_script_without_sbatch_is_neither_a_manifest_nor_a_deployment_file(tmp_path: Path) -> None:
+    # verify said "serve.sh is a kvcheck manifest: --gpu ... apply to deployment files" with options and
+    # "serve.sh:1:1: the manifest must be a YAML mapping, not str" without; import said only "not a deployment file"
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/bash\nVLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                      "--max-model-len 200000 -tp 2\n")
+    options = ("--mode", "estimate", "--gpu", "H100", "--model-config", QWEN3, "--engine-version", "0.32.0")
+    for args in (("verify", str(script), *options), ("verify", str(script)), ("import", str(script))):
+        result = run_kvcheck(*args)
+        assert (result.exit_code, result.stdout) == (2, ""), args
+        assert result.stderr.splitlines() == [
+            f"kvcheck: error: {script}: neither a kvcheck manifest nor a deployment file kvcheck reads: a shell "
+            "script without #SBATCH directives",
+            'kvcheck: hint: for a bare engine command line, pass the line itself: kvcheck import --cmd "vllm serve '
+            '..." (or kvcheck verify --cmd "python -m sglang.launch_server ..."); a Slurm batch script is read with '
+            "its #SBATCH directives",
+        ], args

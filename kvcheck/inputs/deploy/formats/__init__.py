@@ -69,13 +69,16 @@ class Formats(Mapping[str, Format]):
     def is_manifest(self, text: str, filename: str) -> bool:
         """Whether a file is read as a kvcheck manifest: anything no format claims.
 
-        A file one format reads whole, one document that some format marks as its own, or several
+        A file one format reads whole or marks as its kind (a shell script), one document that some format
+        marks as its own, or several
         documents (a manifest is one) are deployment files; a file whose YAML does not parse is one
         when it has a line that marks a format; anything else, an empty file included, goes to the
         manifest loader, whose messages for broken manifests stay as they are.
         """
         if self.detect_file(SourceFile(filename, text)) is not None:
             return False
+        if any(f.whole_file and f.marks_text(text) for f in self.values()):
+            return False  # a shell script (`#!`) that no format reads is still no manifest
         try:
             documents = [d for d in safe_load_all(text, filename) if d is not None]
         except yaml.YAMLError:

@@ -121,5 +121,6 @@ FORMAT = Format(
     reads="Slurm batch scripts (#SBATCH + srun)",
     detect=lambda doc: is_batch_script(doc.source.text),
     read=read_batch_script,
+    marks_text=lambda text: text.startswith("#!"),  # a script without #SBATCH: not a manifest either
     whole_file=True,
 )

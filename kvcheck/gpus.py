@@ -28,18 +28,20 @@ class GpuNameError(InputError):
 
 
 TERM_SCALES = ("launch", "peer", "custom_ar_group")
-_TERM_KEYS = {"name", "since", "min_ranks", "per", "above", "below", "source"}
+_TERM_KEYS = {"name", "since", "min_ranks", "per", "above", "below", "shift", "source"}
 
 
 @dataclass(frozen=True)
 class PreBaselineTerm:
     """Memory before the baseline that the fitted figure does not hold, for the settings it names.
 
-    A term widens the band on one side instead of moving the figure: `above` MiB more may be in use
-    (the pool's low end drops), `below` MiB less (its high end rises). It applies from SGLang release
-    `since` on (an undeclared or unreadable release gets it too: the estimate cannot know), at
-    `min_ranks` or more ranks on the host, once (`per: launch`), per peer (`per: peer`, x ranks - 1),
-    or per custom all-reduce group on a rank (`per: custom_ar_group`, the count the engine gives).
+    A term widens the band on one side: `above` MiB more may be in use (the pool's low end drops),
+    `below` MiB less (its high end rises); a term with `shift` moves the figure itself by that many MiB,
+    where logs of those releases show the memory in use (a refit that keeps the older fit points as
+    they are). It applies from SGLang release `since` on (an undeclared or unreadable release gets it
+    too: the estimate cannot know), at `min_ranks` or more ranks on the host, once (`per: launch`), per
+    peer (`per: peer`, x ranks - 1), or per custom all-reduce group on a rank (`per: custom_ar_group`,
+    the count the engine gives).
     """
 
     name: str
@@ -49,6 +51,7 @@ class PreBaselineTerm:
     per: str = "launch"
     above_mib: float = 0.0
     below_mib: float = 0.0
+    shift_mib: float = 0.0
 
     def applies(self, ranks: int, release: str | None) -> bool:
         if ranks < self.min_ranks:
@@ -115,14 +118,20 @@ class PreBaseline:
         return self.band_mib + self.per_peer_band_mib * max(0, ranks - 1)
 
     def figure(self, ranks: int, *, release: str | None = None, custom_ar_groups: int = 0) -> PreBaselineFigure:
-        """`mib(ranks)` with its band, widened by every term that applies to `release` and the launch."""
+        """`mib(ranks)` moved by every shift term and its band widened by every band term that applies to
+        `release` and the launch."""
         ranks = max(1, ranks)
+        mib = self.mib(ranks)
         below = above = self.band(ranks)
         notes = []
         for term in self.terms:
             if not term.applies(ranks, release):
                 continue
             n = term.count(ranks, custom_ar_groups)
+            if n and term.shift_mib:
+                mib += term.shift_mib * n
+                notes.append(f"memory before the baseline: {term.shift_mib * n:,.0f} MiB more in use from "
+                             f"{term.since or 'every release'} ({term.name}: {term.source})")
             if n == 0 or (term.above_mib == 0 and term.below_mib == 0):
                 continue
             above += term.above_mib * n
@@ -132,7 +141,7 @@ class PreBaseline:
                 f"{term.below_mib * n:,.0f} MiB below" if term.below_mib else "") if part)
             notes.append(f"memory before the baseline not determined by the inputs ({term.name}): band widened by "
                          f"{side} ({term.source})")
-        return PreBaselineFigure(self.mib(ranks), below, above, tuple(notes))
+        return PreBaselineFigure(mib, below, above, tuple(notes))
 
 
 def _term(raw: Any) -> PreBaselineTerm:
@@ -152,9 +161,12 @@ def _term(raw: Any) -> PreBaselineTerm:
         name=str(raw["name"]), source=str(raw["source"]), since=None if since is None else str(since),
         min_ranks=int(raw.get("min_ranks", 2)), per=per,
         above_mib=float(raw.get("above", 0.0)), below_mib=float(raw.get("below", 0.0)),
+        shift_mib=float(raw.get("shift", 0.0)),
     )
     if term.above_mib < 0 or term.below_mib < 0:
         raise ValueError("pre_baseline_mib.terms: above and below are widths, not negative")
+    if term.shift_mib < 0:
+        raise ValueError("pre_baseline_mib.terms: shift is memory in use, not negative")
     return term
 
 
@@ -444,7 +456,11 @@ _GENERIC_PRE = {
                                       PreBaselineTerm("aiter custom all-reduce", "as the MI300X profile", "0.5.10",
                                                       per="custom_ar_group", above_mib=2944.0),
                                       PreBaselineTerm("RCCL and image", "as the MI300X profile", "0.5.8",
-                                                      above_mib=4000.0)))),
+                                                      above_mib=4000.0),
+                                      PreBaselineTerm("aiter custom all-reduce, refit", "as the MI300X profile",
+                                                      "0.5.10", per="custom_ar_group", shift_mib=2944.0),
+                                      PreBaselineTerm("RCCL and image, refit", "as the MI300X profile", "0.5.9",
+                                                      shift_mib=3900.0)))),
     "huawei": ("ascend910b", PreBaseline(3000, 100.0, 1000, "generic Ascend NPU (no profile): as Ascend-910B",
                                          100.0, ((2, 3470.0),))),
 }

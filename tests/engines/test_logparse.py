@@ -101,6 +101,12 @@ NOT_FROM_LOG_LINES = {
     "sglang-qwen3-32b-4x5090-tp4-cp2-summary": "a row of the same table",
     "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": "a recipe comment and a PR description, quoted as such",
     "sglang-dsv4-flash-fp8-8xL20-tp8-mtp-pr28620": "a PR author's comments, quoted as such",
+    "sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-decode-mfs090-0515post1": (
+        "a report's DSV4 sizing lines without their log prefix and its fraction-sweep table"
+    ),
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": "a PR comment's A/B table, quoted as such",
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": "the same table's other column",
+    "sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk": "an author's summary of the log, quoted as such",
 }
 
 

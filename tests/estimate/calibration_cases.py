@@ -63,6 +63,9 @@ class Case:
     release: str = ""  # the SGLang release that printed the log, as the datapoint states it
     trust: str = "high"  # high: GPU, fraction and figures stated; medium: one of them inferred; low: several
     in_targets: bool = True  # False: shown, but outside the published targets (the note says why)
+    # the release whose memory before the baseline the log shows, where a GPU profile moves its figure by release
+    # (a `shift` term): the table prices every case as 0.5.23, but a 0.4.6 image does not hold what 0.5.10's does
+    stack_release: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,7 @@ CASES: tuple[Case, ...] = (
         "sglang-kimi-k25-mi35x-tp8", "moonshotai--Kimi-K2.5", "MI355X",
         {"tp_size": 8, "attention_backend": "triton"},
         "fraction as logged (0.826); the MI355X TP8 figure was read from this log",
-        independent=False, release="0.5.8.post1 (ROCm image)", trust="medium",
+        independent=False, release="0.5.8.post1 (ROCm image)", trust="medium", stack_release="0.5.8.post1",
     ),
     Case(
         "sglang-deepseek-r1-8xMI308-tp8-issue6001", "deepseek-ai--DeepSeek-R1", "MI308X",
@@ -211,13 +214,13 @@ CASES: tuple[Case, ...] = (
         "fused tp_size copies of the shared expert (n_share_experts_fusion = tp_size, 'Shared experts fusion "
         "optimization is enabled' in the log), 2.1 GiB per GPU that 0.5.23's single fused slot does not hold; "
         "the MI300X/MI308X TP8 figure (6810 MiB) was read from this log",
-        independent=False, weights_from_log=True, release="0.4.6.post2",
+        independent=False, weights_from_log=True, release="0.4.6.post2", stack_release="0.4.6.post2",
     ),
     Case(
         "sglang-deepseek-r1-8xMI300X-tp8-azure", "deepseek-ai--DeepSeek-R1", "MI300X",
         {"tp_size": 8, "mem_fraction_static": LEGACY_DEFAULT_FRACTION[8], "attention_backend": "triton"},
         "0.4.2's TP8 default 0.81 (not logged) and ROCm MLA backend (triton); ROCm TP8 figure from the MI308X log",
-        release="0.4.2 (ROCm image)", trust="low",
+        release="0.4.2 (ROCm image)", trust="low", stack_release="0.4.2",
     ),
     Case(
         "sglang-dsv32-exp-8xB200-dpattn-main-pr11309", "deepseek-ai--DeepSeek-V3.2", "B200",
@@ -477,7 +480,7 @@ def run_case(case: Case, points: dict[str, dict[str, Any]]) -> Outcome:
 
         estimate = EstimateInputs(weights_gib_per_gpu=_logged_weights(d))
     target = _target(case.model, case.gpu, args, estimate)
-    est = estimate_role(target, offline=True)
+    est = estimate_role(target, offline=True, profiles=_stack_profiles(case))
     tokens = est.pool_tokens
     pool_range = est.pool_range
     if case.budget_cell_bytes:
@@ -496,6 +499,18 @@ def run_case(case: Case, points: dict[str, dict[str, Any]]) -> Outcome:
         logged_cell_bytes=logged_cell_bytes(d),
         details={**est.details, "gpu_vendor": _vendor(case.gpu)},
     )
+
+
+def _stack_profiles(case: Case) -> dict[str, Any] | None:
+    """The case's GPU profile with the figure moved as `case.stack_release`'s stack holds it (None: 0.5.23's)."""
+    if case.stack_release is None:
+        return None
+    from kvcheck.engines.sglang.sizing import default_profiles
+
+    profile = default_profiles().get(case.gpu)
+    pre = profile.pre_baseline
+    terms = tuple(t for t in pre.terms if not t.shift_mib or t.applies(t.min_ranks, case.stack_release))
+    return {profile.name: replace(profile, pre_baseline=replace(pre, terms=terms))}
 
 
 def _vendor(gpu: str) -> str:

@@ -110,12 +110,32 @@ def test_estimate_widens_the_low_end_and_says_why():
                 mem_fraction_static=0.88)
     old = estimate_role(replace(base, engine_version="0.5.7"), offline=True)
     dev = estimate_role(replace(base, engine_version="rocm720-mi30x-339e36e-20260512-DSv4"), offline=True)
-    assert dev.pool_tokens == old.pool_tokens  # the point estimate does not move
-    assert dev.pool_range[1] == old.pool_range[1]
+    # the refit terms move the figure (the aiter all-reduce of one group and the image's RCCL), the others widen
+    # the band below the pool: the range's low end drops further than the point
+    assert dev.details["pre_baseline_used_mib"] == old.details["pre_baseline_used_mib"] + 2944 + 3900
+    assert dev.pool_tokens < old.pool_tokens
     assert dev.pool_range[0] < old.pool_range[0]
+    assert old.pool_range[0] - dev.pool_range[0] > old.pool_tokens - dev.pool_tokens
     notes = [a for a in dev.assumptions if "not determined by the inputs" in a]
     assert [n.split("(")[1].split(")")[0] for n in notes] == ["aiter custom all-reduce", "RCCL and image"]
-    assert not [a for a in old.assumptions if "not determined by the inputs" in a]
+    moved = [a for a in dev.assumptions if a.startswith("memory before the baseline: ")]
+    assert [m.split("(")[1].split(":")[0] for m in moved] == ["aiter custom all-reduce, refit", "RCCL and image, refit"]
+    assert not [a for a in old.assumptions if "not determined by the inputs" in a or a in moved]
+
+
+def test_the_refit_moves_the_figure_by_release():
+    # MI355X TP8: 4,505 MiB fitted on 0.5.8.post1 images, + the image's RCCL from 0.5.9, + aiter's all-reduce
+    # from 0.5.10 (the v0.5.13 and 0.5.15.post1 images held 11,346 MiB)
+    base = role("Qwen--Qwen3-1.7B", gpu="MI355X", tp_size=8, mem_fraction_static=0.85)
+    used = {v: estimate_role(replace(base, engine_version=v), offline=True).details["pre_baseline_used_mib"]
+            for v in ("0.5.8.post1", "0.5.9", "0.5.10", "0.5.15.post1")}
+    assert used == {"0.5.8.post1": 4505, "0.5.9": 4505 + 3900, "0.5.10": 4505 + 3900 + 2944,
+                    "0.5.15.post1": 11349}
+    assert abs(used["0.5.15.post1"] - 11346) < 100
+    # one rank builds no communicator: TP1 does not move
+    one = role("Qwen--Qwen3-1.7B", gpu="MI355X", tp_size=1, mem_fraction_static=0.85)
+    assert estimate_role(replace(one, engine_version="0.5.15.post1"), offline=True).details["pre_baseline_used_mib"] \
+        == estimate_role(replace(one, engine_version="0.5.8.post1"), offline=True).details["pre_baseline_used_mib"]
 
 
 def test_attention_tp_group_counts_a_second_custom_all_reduce_from_0_5_22():
@@ -135,6 +155,7 @@ def test_attention_tp_group_counts_a_second_custom_all_reduce_from_0_5_22():
     ("{name: x, source: s, above: 1, when: 2}", "unknown key(s) when"),
     ("{name: x, source: s, per: rank}", "per 'rank' is not one of"),
     ("{name: x, source: s, below: -5}", "not negative"),
+    ("{name: x, source: s, shift: -5}", "not negative"),
     ("{name: x, source: s, since: not-a-release}", "Invalid version"),
 ])
 def test_a_malformed_term_is_bad_input(tmp_path: Path, term, message):

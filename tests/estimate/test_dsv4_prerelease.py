@@ -78,14 +78,17 @@ def test_only_a_build_that_may_predate_0_5_12_spans_the_prerelease_layout(versio
     assert set(dsv4.range_layouts(version)) >= {dsv4.LAYOUT_0_5_12, dsv4.LAYOUT_0_5_21}
 
 
-def test_the_dp_attention_baseline_is_a_check_the_profile_does_not_hold() -> None:
+def test_the_dp_attention_baseline_is_held_by_the_rocm_refit() -> None:
     # 9.35 GiB in use at a TP4 DP-attention MI300X baseline, 8.29 GB of it taken by init_torch_distributed
     # (NCCL and aiter's custom all-reduce); the profile interpolates 3,319 MiB at four ranks between its TP1
-    # (700) and TP8 (6,810) readings, and its band (+/- 900 MiB) does not reach the log: the profile is not refit
-    # on one development image (docs/estimate.md, Memory before the baseline)
+    # (700) and TP8 (6,810) readings, 6 GiB short of the log, until the refit of recent ROCm stacks (the image's
+    # RCCL from 0.5.9, aiter's all-reduce from 0.5.10; an unreadable release takes both) fit on two MI355X images
+    # (docs/estimate.md, Memory before the baseline): now 584 MiB above the log, the safe side
     begin_gib = float(_logged(r"DP0 TP0\] Load weight begin\. avail mem=([\d.]+) GB"))
     used_mib = MI300X_MIB - begin_gib * 1024
     assert used_mib == pytest.approx(9578.9, abs=0.1)
     est = _estimate(None)
-    assert est.details["pre_baseline_used_mib"] == pytest.approx(700 + 6110 * 3 / 7, abs=0.1)
-    assert used_mib - est.details["pre_baseline_used_mib"] > 6000
+    fitted = 700 + 6110 * 3 / 7
+    assert est.details["pre_baseline_used_mib"] == pytest.approx(fitted + 2944 + 3900, abs=0.1)
+    assert used_mib - fitted > 6000
+    assert 0 < est.details["pre_baseline_used_mib"] - used_mib < 600

@@ -33,10 +33,6 @@ BOUND_PCT = {
 
 # Logged pools outside the estimate's range, and why (docs/estimate.md, the newest families).
 OUTSIDE_RANGE = {
-    "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517": (
-        "the case takes the logged baseline, so its range is the weights band alone, and the FP8 checkpoint loads "
-        "0.22 GiB (1.5 %) more per rank at TP2 than the config prices (a replicated part not located)"
-    ),
     # the GB300 profile is the B300's (memory total not confirmed) with a 1.2 GiB band: both arms lie 0.1-0.3 %
     # below their ranges, the budget 2.75 GiB (2 %) above the stated pools with weights that agree
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": "the GB300 budget: memory total and default fraction not stated",

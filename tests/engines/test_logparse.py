@@ -107,6 +107,10 @@ NOT_FROM_LOG_LINES = {
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": "a PR comment's A/B table, quoted as such",
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": "the same table's other column",
     "sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk": "an author's summary of the log, quoted as such",
+    "sglang-dsv4-pro-4x8xH800-tp8-pp4-marlin-mfs090-0512post1": "a report's results table, quoted as such",
+    "sglang-dsv4-pro-4x8xH800-tp16-pp2-marlin-mfs090-0512post1": "a report's results table, quoted as such",
+    "sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-rocm0513-mfs085-090": "a report's excerpts, without their log prefix",
+    "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": "a report's tables, quoted as such",
 }
 
 

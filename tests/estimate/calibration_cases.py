@@ -323,6 +323,16 @@ UNUSABLE: dict[str, str] = {
     ),
     **{dp_id: "stated figures of development builds, scored as 0.5.17 and 0.5.18 in tests/estimate/newest_cases.py"
        for dp_id in ("sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531", "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch")},
+    **{dp_id: ("a team's stated DeepSeek-V4-Pro figures on 4x8 H800 (0.5.12.post1, PP): scored as that release in "
+               "tests/estimate/test_dsv4_release_logs.py and tests/bench/bench_dsv4_logs.py")
+       for dp_id in ("sglang-dsv4-pro-4x8xH800-tp8-pp4-marlin-mfs090-0512post1",
+                     "sglang-dsv4-pro-4x8xH800-tp16-pp2-marlin-mfs090-0512post1")},
+    "sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-rocm0513-mfs085-090": (
+        "a report's DSV4 lines on the v0.5.13 ROCm image: scored as 0.5.13 in tests/estimate/test_dsv4_release_logs.py"
+    ),
+    "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": (
+        "a Kimi-K3 development branch's stated sweep: scored as 0.5.15.post1 in tests/estimate/newest_cases.py"
+    ),
     "sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk": (
         "the pool is capped by --max-total-tokens 4096: its weights and the two refused starts are checked in "
         "tests/estimate/test_newest_families.py"

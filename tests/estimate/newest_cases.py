@@ -1,4 +1,5 @@
-"""Independent logged pools of the newest non-DeepSeek families (issue 24): GLM-5/5.2 (DSA), Qwen3.5 (hybrid GDN).
+"""Independent logged pools of the newest non-DeepSeek families (issue 24): GLM-5/5.2 (DSA), Qwen3.5 (hybrid GDN),
+Kimi-K3 (MLA + KDA).
 
 Kept apart from calibration_cases.CASES because each case is priced as the release that printed it
 (calibration_cases prices every case as 0.5.23) and some take the memory before weights from the log
@@ -117,6 +118,14 @@ CASES: tuple[NewCase, ...] = (
          "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 6},
         "the same table's PR arm: the shared-top-k indexer elision (no index-K row and no Indexer module on the 57 "
         "layers that reuse the previous top-k) that shipped in 0.5.18, priced as 0.5.18",
+    ),
+    NewCase(
+        "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev", "Kimi-K3 (MLA + KDA)", "moonshotai--Kimi-K3",
+        "MI355X", "0.5.15.post1",
+        {"tp_size": 8, "attention_backend": "triton", "dtype": "bfloat16", "mem_fraction_static": 0.93,
+         "cuda_graph_max_bs": 256, "disable_radix_cache": True},
+        "stated figures of a Kimi-K3 development branch (0.5.15.post1.dev20260723, aiter MXFP4 experts with the "
+        "author's SGLANG_USE_AITER set), priced as 0.5.15.post1: the sweep's chosen 0.93 point, bf16 KV, triton",
     ),
 )
 

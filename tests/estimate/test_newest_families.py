@@ -28,6 +28,8 @@ BOUND_PCT = {
     # stated figures of two development builds on 4 GB300s (sglang PR #30531): cells exact, budgets 2 % high
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": 2.5,
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": 2.5,
+    # a development branch's stated sweep (0.93 point): cell exact, weights 1.85 GiB light
+    "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 3.0,
 }
 
 
@@ -45,6 +47,10 @@ BAR_NOT_MET = {
     "GLM-5 (MLA + DSA)": (
         "every Blackwell case is 1.9-2.6 % high (RTX PRO 6000 +2.55 %, GB300 +2.06 % and +1.85 %): cells exact, the "
         "budgets high by 0.6-2.8 GiB; the two MI355X cases are within 0.5 %"
+    ),
+    "Kimi-K3 (MLA + KDA)": (
+        "one case, a development branch's stated sweep on 8 MI355X: +2.65 % at its 0.93 point (+2.4 to +4.3 % over "
+        "the sweep), the stated weights 1.85 GiB above the estimate's"
     ),
 }
 
@@ -67,8 +73,7 @@ def test_pool_within_bound_and_range(outcomes, case_id):
 
 def test_family_medians_within_one_percent(outcomes):
     for family, (count, median, worst) in nc.by_family(list(outcomes.values())).items():
-        assert count >= 2, family
-        meets = median <= 1.0 and worst <= 3.0
+        meets = count >= 2 and median <= 1.0 and worst <= 3.0  # one case does not make a median
         # a family listed as missing the bar must really miss it (else the list is stale), every other must meet it
         assert meets == (family not in BAR_NOT_MET), (family, median, worst)
         assert worst <= 3.0, (family, worst)
@@ -243,3 +248,21 @@ def test_glm52_fp8_starts_the_author_saw_refused_are_predicted_refused(fraction,
     est = estimate_role(_glm52_fp8_rtx(fraction, context, max_total_tokens), offline=True)
     assert est.pool_tokens == 0
     assert [f.rule for f in est.findings] == ["KV120"]
+
+
+@pytest.mark.parametrize(("fraction", "logged"), [(0.85, 838_048), (0.93, 1_292_032), (0.94, 1_348_780),
+                                                 (0.95, 1_405_528)])
+def test_kimi_k3_on_mi355x_sweep_lies_in_range(fraction, logged):
+    """Kimi-K3 on 8 MI355X, a 0.5.15.post1 development branch (tests/data/logs/sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-
+    k3branch-0515post1dev.log): every point of the author's fraction sweep inside the range, 2.4-4.3 % high."""
+    target = RoleTarget(
+        name="k3", context_length=1, min_headroom=1.0, engine_version="0.5.15.post1",
+        args={"tp_size": 8, "attention_backend": "triton", "dtype": "bfloat16", "mem_fraction_static": fraction,
+              "cuda_graph_max_bs": 256, "disable_radix_cache": True},
+        argv_args=(), gpu="MI355X", model_config=MODELS / "moonshotai--Kimi-K3.json",
+    )
+    est = estimate_role(target, offline=True)
+    low, high = est.pool_range
+    assert low <= logged <= high
+    assert 0.02 < (est.pool_tokens - logged) / logged < 0.045
+    assert est.kv_bytes_per_token == 24 * 576 * 2  # the stated 21.35 GB over 829,332 tokens: 27,642 B

@@ -1,0 +1,61 @@
+"""DeepSeek-V4-Pro pools that named releases printed, held out (nothing in the estimate was fit to them).
+
+- 4 x 8 H800 (80 GB), SGLang 0.5.12.post1, `--moe-runner-backend marlin`, `SGLANG_SHARED_EXPERT_TP1=1`, fraction 0.90,
+  context 1M, CUDA graphs off, at TP8 PP4 and TP16 PP2: a team's stated results tables
+  (tests/data/logs/sglang-dsv4-pro-4x8xH800-*-0512post1.log). 0.5.12 sizes every compress_ratios entry on every
+  pipeline stage, so both print the same bytes_per_full_token.
+- 8 MI355X, the v0.5.13 ROCm image, the decode (0.90) and prefill (0.85) legs of a TP8 DP8 DP-attention pair
+  (tests/data/logs/sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-rocm0513-mfs085-090.log): 0.5.13's layout, and the
+  same available bytes as the 0.5.15.post1 run of the same pair (test_dsv4_ep_experts.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvcheck.engines.sglang.sizing import estimate_role
+
+from .helpers import role
+
+PRO = "deepseek-ai--DeepSeek-V4-Pro"
+
+
+def _h800(tp: int, pp: int):
+    target = role(PRO, gpu="H800", window=1_048_576, env={"SGLANG_SHARED_EXPERT_TP1": "1"}, tp_size=tp, pp_size=pp,
+                  nnodes=4, moe_runner_backend="marlin", context_length=1_048_576, mem_fraction_static=0.90,
+                  disable_cuda_graph=True, disable_overlap_schedule=True)
+    return replace(target, engine_version="0.5.12.post1")
+
+
+def _mi355x(fraction: float, mode: str):
+    target = role(PRO, gpu="MI355X", window=9472, tp_size=8, dp_size=8, enable_dp_attention=True, ep_size=8,
+                  kv_cache_dtype="fp8_e4m3", context_length=9472, max_running_requests=512,
+                  swa_full_tokens_ratio=0.15, mem_fraction_static=fraction, disaggregation_mode=mode)
+    return replace(target, engine_version="0.5.13")
+
+
+@pytest.mark.parametrize(("tp", "pp", "logged", "predicted"), [
+    (8, 4, 1_607_936, 1_594_112),  # -0.86 %
+    (16, 2, 1_573_888, 1_564_160),  # -0.62 %
+])
+def test_h800_pipeline_pools_within_one_percent(tp, pp, logged, predicted):
+    est = estimate_role(_h800(tp, pp), offline=True)
+    assert round(est.kv_bytes_per_token, 2) == 23749.84  # the stated bytes_per_full_token
+    assert est.pool_tokens == predicted
+    assert abs(est.pool_tokens - logged) / logged < 0.01
+    low, high = est.pool_range
+    assert low <= logged <= high
+    assert any("every compress_ratios entry on every rank" in a for a in est.details["assumptions"])
+
+
+@pytest.mark.parametrize(("fraction", "mode", "logged"), [(0.90, "decode", 3_895_296), (0.85, "prefill", 3_441_920)])
+def test_mi355x_0_5_13_pools(fraction, mode, logged):
+    est = estimate_role(_mi355x(fraction, mode), offline=True)
+    assert round(est.kv_bytes_per_token, 2) == 32781.44  # the stated bytes_per_full_token
+    low, high = est.pool_range
+    assert low <= logged <= high
+    # 3.8-4.3 % high: the ROCm baseline is refit (docs/estimate.md); the weights of these images are 4.6 GiB a GPU
+    # above the estimate's, which nothing in the release's source read so far accounts for
+    assert 0.03 < (est.pool_tokens - logged) / logged < 0.05

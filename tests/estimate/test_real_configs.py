@@ -173,9 +173,11 @@ def test_deepseek_v4_mtp_inflates_the_pools_and_counts_the_draft_layer():
 
 
 def test_deepseek_v4_refuses_drafts_sglang_refuses():
-    from kvcheck.errors import EstimateError as Refused
+    # the V4 hook's assertion: SGLang's refusal (exit 2), not a role kvcheck cannot estimate (was KV305, exit 3)
+    from kvcheck.engines.sglang.sizing.refusals import EngineRefusal as Refused
 
-    with pytest.raises(Refused, match="only EAGLE \\(MTP\\) and DSPARK are supported for DeepseekV4ForCausalLM"):
+    with pytest.raises(Refused, match="--speculative-algorithm NGRAM: SGLang asserts 'Only EAGLE and DSPARK "
+                       "speculative algorithms are supported for DeepseekV4ForCausalLM'"):
         estimate_role(role("deepseek-ai--DeepSeek-V4-Flash", gpu="B200", tp_size=4, speculative_algorithm="NGRAM"),
                       offline=True)
 

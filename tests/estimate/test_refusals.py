@@ -131,3 +131,136 @@ def test_weights_that_leave_no_room_are_a_zero_pool_never_a_pass(tmp_path, kvche
     assert result.exit_code == 1
     assert '"pool_tokens": 0' in result.stdout
     assert "SGLang would refuse to start: the loaded weights leave no GPU memory for the KV cache" in result.stdout
+
+
+# KV-cache dtypes, attention backends and DeepSeek-V4 hook settings SGLang 0.5.21-0.5.23 refuse (each was priced,
+# exit 0, before): (model, GPU, args, the start of kvcheck's message)
+HOOK_CASES = [
+    # 1. DSA (MLA + indexer) takes bf16/bfloat16 or fp8_e4m3 only
+    ("zai-org--GLM-5.2-FP8", "H200", {"tp_size": 8, "kv_cache_dtype": "fp8_e5m2"},
+     "--kv-cache-dtype fp8_e5m2 cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek DSA"),
+    ("zai-org--GLM-5.2-FP8", "B200", {"tp_size": 8, "kv_cache_dtype": "nvfp4"},
+     "--kv-cache-dtype nvfp4 cannot serve a DeepSeek sparse-attention (DSA) model"),
+    ("zai-org--GLM-5.2-FP8", "B200", {"tp_size": 8, "kv_cache_dtype": "fp4_mx_block16"},
+     "--kv-cache-dtype fp4_mx_block16 cannot serve a DeepSeek sparse-attention (DSA) model"),
+    # 2. FP4 / MXFP8 on GPUs that refuse them
+    ("Qwen--Qwen3.5-27B", "H100", {"kv_cache_dtype": "nvfp4"},
+     "--kv-cache-dtype nvfp4 on H100 (SM90): SGLang raises '--kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120."),
+    ("Qwen--Qwen3.5-27B", "H200", {"kv_cache_dtype": "mxfp8"},
+     "--kv-cache-dtype mxfp8 on H200: SGLang raises '--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU"),
+    ("Qwen--Qwen3.5-27B", "MI300X", {"kv_cache_dtype": "fp4_mx_block16"},
+     "--kv-cache-dtype fp4_mx_block16 on MI300X: SGLang raises 'KV4 is not tested on non-CUDA platforms.'"),
+    # 3. NVFP4 on Blackwell with a backend or role SGLang refuses
+    ("Qwen--Qwen3.5-27B", "B200", {"kv_cache_dtype": "nvfp4"},
+     "--kv-cache-dtype nvfp4 with the triton attention backend: SGLang raises 'NVFP4 prefill supports an FP8 E4M3 "
+     "workspace or native NVFP4, but backend 'triton' provides neither.'"),
+    ("Qwen--Qwen3-8B", "B200", {"kv_cache_dtype": "nvfp4", "disaggregation_mode": "prefill"},
+     "--kv-cache-dtype nvfp4 with trtllm_mha on SM100 in a prefill/decode role: SGLang raises 'SM100 native NVFP4"),
+    ("moonshotai--Kimi-K2.5", "B200", {"tp_size": 8, "kv_cache_dtype": "nvfp4"},
+     "--kv-cache-dtype nvfp4 with the trtllm_mla attention backend: SGLang raises 'TensorRT-LLM MLA backend only"),
+    ("moonshotai--Kimi-K2.5", "B200", {"tp_size": 8, "kv_cache_dtype": "fp4_mx_block16"},
+     "--kv-cache-dtype fp4_mx_block16 with the trtllm_mla attention backend"),
+    # 4. trtllm_mla off Blackwell, and its KV dtypes (the default backend of Kimi-K3 on B300)
+    ("moonshotai--Kimi-K2.5", "H200", {"tp_size": 8, "attention_backend": "trtllm_mla"},
+     "the trtllm_mla attention backend on H200: SGLang raises 'TRTLLM MLA backend is only supported on Blackwell"),
+    ("moonshotai--Kimi-K3", "B300", {"tp_size": 8, "kv_cache_dtype": "fp8_e5m2"},
+     "--kv-cache-dtype fp8_e5m2 with the trtllm_mla attention backend"),
+    # 5. the DeepSeek-V4 hook
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "dsv4_attn_backend": "trtllm"},
+     "--dsv4-attn-backend trtllm on H200: SGLang asserts '--dsv4-attn-backend trtllm requires an SM100/SM103"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "B200", {"tp_size": 4, "dsv4_attn_backend": "trtllm", "disaggregation_mode": "decode"},
+     "--dsv4-attn-backend trtllm in a prefill/decode role: SGLang asserts '--dsv4-attn-backend trtllm does not support"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2,
+                                               "speculative_num_steps": 3, "speculative_num_draft_tokens": 4},
+     "--speculative-eagle-topk 2: SGLang asserts 'Only EAGLE speculative algorithm with topk == 1 is supported"),
+    # 6. the SWA ratio
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "swa_full_tokens_ratio": 1.5},
+     "--swa-full-tokens-ratio 1.5 is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in range"),
+    # 8. EAGLE3 on V4 (was KV305, exit 3)
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE3"},
+     "--speculative-algorithm EAGLE3: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are supported"),
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "args", "message"), HOOK_CASES)
+def test_kv_dtypes_backends_and_v4_settings_sglang_refuses(model, gpu, args, message):
+    with pytest.raises(EngineRefusal) as caught:
+        estimate_role(role(model, gpu=gpu, **args), offline=True)
+    assert f"role serve: {message}" in caught.value.message
+    # older releases than the oldest read (0.5.21) keep their pricing, never refused on a guess
+    if "speculative_algorithm" not in args:
+        estimate_role(role(model, gpu=gpu, **args).__class__(**{**role(model, gpu=gpu, **args).__dict__,
+                                                              "engine_version": "0.5.20"}), offline=True)
+
+
+@pytest.mark.parametrize(("model", "gpu", "args"), [
+    ("zai-org--GLM-5.2-FP8", "B200", {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}),
+    ("zai-org--GLM-5.2-FP8", "H200", {"tp_size": 8, "kv_cache_dtype": "bf16"}),
+    ("Qwen--Qwen3.5-27B", "B200", {"kv_cache_dtype": "mxfp8"}),
+    ("Qwen--Qwen3-8B", "B200", {"kv_cache_dtype": "nvfp4"}),
+    ("moonshotai--Kimi-K2.5", "B200", {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE",
+                                               "speculative_eagle_topk": 1, "speculative_num_steps": 3,
+                                               "speculative_num_draft_tokens": 4}),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "swa_full_tokens_ratio": 1.0}),
+])
+def test_what_sglang_starts_is_still_priced(model, gpu, args):
+    assert estimate_role(role(model, gpu=gpu, **args), offline=True).pool_tokens > 0
+
+
+def _model_manifest(tmp_path: Path, model: str, gpu: str, args: str, roles: str = "server: {}") -> Path:
+    from .helpers import model_config
+
+    (tmp_path / "config.json").write_text(model_config(model).read_text())
+    path = tmp_path / "manifest.yaml"
+    path.write_text(
+        f"name: refusal test\ncontext_length: 65536\nmodel:\n  path: {model.replace('--', '/')}\n"
+        f"  config: config.json\nengine:\n  version: \"0.5.23\"\ngpu: {gpu}\nargs: {{{args}}}\nroles:\n  {roles}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(("model", "gpu", "args", "flag", "message"), [
+    ("zai-org--GLM-5.2-FP8", "H200", "tp-size: 8, kv-cache-dtype: fp8_e5m2", "kv-cache-dtype",
+     "--kv-cache-dtype fp8_e5m2 cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek DSA "
+     "only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (arg_groups/overrides.py _dsa_kv_cache_dtype_default)"),
+    ("Qwen--Qwen3.5-27B", "H100", "kv-cache-dtype: nvfp4", "kv-cache-dtype",
+     "--kv-cache-dtype nvfp4 on H100 (SM90): SGLang raises '--kv-cache-dtype=nvfp4 requires Blackwell SM100 or "
+     "SM120.' (arg_groups/kv_cache_hook.py handle_kv4_compatibility)"),
+    ("Qwen--Qwen3.5-27B", "B200", "kv-cache-dtype: nvfp4", "kv-cache-dtype",
+     "--kv-cache-dtype nvfp4 with the triton attention backend: SGLang raises 'NVFP4 prefill supports an FP8 E4M3 "
+     "workspace or native NVFP4, but backend 'triton' provides neither.' (arg_groups/kv_cache_hook.py "
+     "handle_nvfp4_prefill_kv_dequant_dtype)"),
+    ("moonshotai--Kimi-K2.5", "H200", "tp-size: 8, attention-backend: trtllm_mla", "attention-backend",
+     "the trtllm_mla attention backend on H200: SGLang raises 'TRTLLM MLA backend is only supported on Blackwell "
+     "GPUs (SM100/SM12x). Please use a different backend.' (arg_groups/overrides.py _mla_kv_cache_dtype_checks)"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200",
+     "tp-size: 4, speculative-algorithm: EAGLE, speculative-eagle-topk: 2, speculative-num-steps: 3, "
+     "speculative-num-draft-tokens: 4", "speculative-eagle-topk",
+     "--speculative-eagle-topk 2: SGLang asserts 'Only EAGLE speculative algorithm with topk == 1 is supported for "
+     "DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", "tp-size: 4, swa-full-tokens-ratio: 1.5", "swa-full-tokens-ratio",
+     "--swa-full-tokens-ratio 1.5 is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in range "
+     "(0, 1.0].' (arg_groups/kv_cache_hook.py)"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", "tp-size: 4, speculative-algorithm: EAGLE3", "speculative-algorithm",
+     "--speculative-algorithm EAGLE3: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are supported "
+     "for DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)"),
+])
+def test_hook_refusals_end_to_end_are_exit_2_at_the_setting(tmp_path, kvcheck, model, gpu, args, flag, message):
+    column = len("args: {") + args.index(flag) + 1
+    manifest = _model_manifest(tmp_path, model, gpu, args)
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[0] == f"kvcheck: error: {manifest}:9:{column}: role server: {message}"
+
+
+@pytest.mark.parametrize(("model", "gpu", "args"), [
+    ("zai-org--GLM-5.2-FP8", "B200", "tp-size: 8"),  # DSA: bf16 or fp8_e4m3 only (planned nvfp4 before)
+    ("moonshotai--Kimi-K2.5", "B200", "tp-size: 8"),  # trtllm_mla: no FP4 (listed nvfp4 as holding before)
+])
+def test_plan_never_proposes_a_kv_dtype_sglang_refuses(tmp_path, kvcheck, model, gpu, args):
+    result = kvcheck("plan", str(_model_manifest(tmp_path, model, gpu, args)), "--format", "json")
+    assert result.exit_code in (0, 1), (result.stdout, result.stderr)
+    assert '"nvfp4"' not in result.stdout
+    assert "fp4_mx_block16" not in result.stdout

@@ -19,6 +19,7 @@ from kvcheck.engines.sglang.sizing.config import load_model_source, parse_overri
 from kvcheck.engines.sglang.sizing.defaults import KV_DTYPE_ALIASES
 from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.model import estimate_role
+from kvcheck.engines.sglang.sizing.refusals import RefusedCandidate
 from kvcheck.engines.sglang.sizing.shape import model_shape
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
@@ -356,6 +357,8 @@ def _kv_dtype_options(
             continue
         try:
             est = sweep({"kv_cache_dtype": name})
+        except RefusedCandidate:
+            continue  # SGLang refuses this dtype for the model, GPU or backend: never proposed
         except _ESTIMATE_FAILURES as exc:
             options.append(_option("kv_cache_dtype", name, None, required, current=False,
                                    note=f"cannot be estimated: {exc.message}"))

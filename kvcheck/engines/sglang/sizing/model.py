@@ -24,11 +24,15 @@ from kvcheck.engines.sglang.sizing.placement import Placement, a2a_backend, draf
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
+    RefusedCandidate,
     check_args,
+    check_dsv4_hook,
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
+    check_kv_hooks,
     check_parallel,
     check_shared_experts_tp,
+    check_swa_ratio,
 )
 from kvcheck.engines.sglang.sizing.shape import (
     DSA,
@@ -709,8 +713,10 @@ def _checked_resolve(
     vision = vision_as_sglang_loads(model.source.config.get("model_type"), model.source.vision)
     try:
         check_args(target, args)
+        check_swa_ratio(target, args)
         if shape.kind == DSV4:
             rules = rel.rules_for(target.engine_version)
+            check_dsv4_hook(target, args, gpu=gpu)
             check_dsv4_kv_dtype(target, args, npu=gpu.is_npu, bf16_hook=rules.has(rel.DSV4_BF16_HOOK))
             # a build kvcheck cannot place (KV108; 0.5.14rc1 sorts before 0.5.14) may read the variable: a name
             # SGLang stops on is refused there too, never priced as the float32 of a release that ignores it
@@ -718,7 +724,7 @@ def _checked_resolve(
                                    bf16_with_online=rules.has(rel.DSV4_STATE_BF16_ONLINE))
     except EngineRefusal as exc:
         if planning:
-            raise EstimateError(exc.message) from exc
+            raise RefusedCandidate(exc.message) from exc
         raise
     res = resolve(
         args, shape, gpu,
@@ -742,9 +748,10 @@ def _checked_resolve(
             target, args, arch=shape.architecture, a2a=a2a_backend(args, target.env, target.engine_version),
             attn_tp=res.attn_tp, shared_width=shared_expert_width(shape, model.source.text),
         )
+        check_kv_hooks(target, args, kind=shape.kind, arch=shape.architecture, gpu=gpu, backend=res.attention_backend)
     except EngineRefusal as exc:
         if planning:
-            raise EstimateError(exc.message) from exc
+            raise RefusedCandidate(exc.message) from exc
         raise
     return res
 

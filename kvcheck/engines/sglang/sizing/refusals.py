@@ -14,7 +14,7 @@ from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
-from kvcheck.errors import KvcheckError
+from kvcheck.errors import EstimateError, KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
 # 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
@@ -42,6 +42,10 @@ class EngineRefusal(KvcheckError):
     """
 
     exit_code = ExitCode.INPUT
+
+
+class RefusedCandidate(EstimateError):
+    """A planner candidate SGLang would refuse: not estimable, and never an option to propose."""
 
 
 def _refuse(target: RoleTarget, fields: tuple[str, ...], message: str, hint: str | None = None) -> EngineRefusal:
@@ -331,4 +335,169 @@ def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_onl
             f"'{STATE_DTYPE_ENV}=bf16 is not supported when SGLANG_OPT_USE_ONLINE_COMPRESS=1; online c128 state "
             "must stay float32.' (_get_dsv4_compress_state_dtype_sizes)",
             hint="drop one of the two variables, or run SGLang 0.5.16 or later",
+        )
+
+
+# The KV-cache, backend and DeepSeek-V4 hook checks below were read in 0.5.21 and 0.5.23 (same messages, same
+# conditions). 0.5.21 is the oldest release read for them: older releases are not refused here (they may or may
+# not have each check), so a declared release before it keeps being priced as before.
+KV_HOOK_CHECKS = "0.5.21"
+
+DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")
+FP4_KV = ("nvfp4", "fp4_mx_block16")
+TRTLLM_MLA_KV_DTYPES = ("auto", "fp8_e4m3", "bf16")
+# bfloat16 is not in SGLang's list (the check compares the string), but it is left priced here until a run confirms
+# the refusal of that spelling: never refuse what the engine might start
+TRTLLM_MLA_KV_PRICED = (*TRTLLM_MLA_KV_DTYPES, "bfloat16")
+MLA_SM100_TRTLLM_ARCHS = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+NVFP4_PREFILL_BACKENDS = ("flashinfer", "trtllm_mha")  # kv_cache_hook._NVFP4_PREFILL_BACKEND's values
+
+
+def check_kv_hooks(  # noqa: C901 - one SGLang check per branch, in the order its hooks run
+    target: RoleTarget, args: Mapping[str, Any], *, kind: str, arch: str, gpu: Any, backend: str,
+) -> None:
+    """KV-cache dtypes and attention backends SGLang refuses for the model and GPU (0.5.21 on).
+
+    `kind`: the model's pool kind (shape.DSA for MLA + indexer); `backend`: the resolved attention backend.
+    SGLang's NVFP4 prefill hook runs after the model overrides and before the platform's auto-pick, so it sees a
+    backend a model override set (DeepSeek-V3 / Kimi-K2.5 MLA on SM100: trtllm_mla, model_overrides/deepseek_v2.py;
+    Qwen3.5 on SM100, model_overrides/qwen3_5.py) as given, and the auto-pick's as unset.
+    """
+    model_backend = gpu.is_sm100 and not args.get("attention_backend") and (
+        (arch in MLA_SM100_TRTLLM_ARCHS and backend == "trtllm_mla") or arch.startswith("Qwen3_5")
+    )
+    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS) or gpu.is_npu:
+        return
+    raw = str(args.get("kv_cache_dtype") or "auto")
+    kv = ("kv_cache_dtype",)
+    if kind == "dsa" and raw not in DSA_KV_DTYPES:
+        raise _refuse(
+            target, kv,
+            f"--kv-cache-dtype {raw} cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek "
+            "DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (arg_groups/overrides.py "
+            "_dsa_kv_cache_dtype_default)",
+            hint="set fp8_e4m3 or bfloat16, or leave it unset (auto)",
+        )
+    sm = gpu.sm
+    if raw in FP4_KV and gpu.vendor != "nvidia":
+        raise _refuse(
+            target, kv,
+            f"--kv-cache-dtype {raw} on {gpu.name}: SGLang raises 'KV4 is not tested on non-CUDA platforms.' "
+            "(arg_groups/kv_cache_hook.py handle_kv4_compatibility)",
+            hint="use fp8_e4m3 on this GPU",
+        )
+    if raw == "nvfp4" and sm not in (100, 103, 120, 121):
+        raise _refuse(
+            target, kv,
+            f"--kv-cache-dtype nvfp4 on {gpu.name} (SM{sm}): SGLang raises '--kv-cache-dtype=nvfp4 requires "
+            "Blackwell SM100 or SM120.' (arg_groups/kv_cache_hook.py handle_kv4_compatibility)",
+            hint="use fp8_e4m3 on this GPU",
+        )
+    if raw == "mxfp8" and (sm is None or sm < 100):
+        raise _refuse(
+            target, kv,
+            f"--kv-cache-dtype mxfp8 on {gpu.name}: SGLang raises '--kv-cache-dtype mxfp8 requires an SM100+ "
+            "(Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.' "
+            "(arg_groups/kv_cache_hook.py handle_mxfp8_kv_cache_compatibility)",
+            hint="use fp8_e4m3 on this GPU",
+        )
+    backends = {backend, args.get("prefill_attention_backend"), args.get("decode_attention_backend")}
+    if "trtllm_mla" in backends:
+        fields = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+        if not gpu.is_blackwell:
+            raise _refuse(
+                target, fields,
+                f"the trtllm_mla attention backend on {gpu.name}: SGLang raises 'TRTLLM MLA backend is only supported "
+                "on Blackwell GPUs (SM100/SM12x). Please use a different backend.' (arg_groups/overrides.py "
+                "_mla_kv_cache_dtype_checks)",
+                hint="leave --attention-backend unset, or pick one this GPU runs",
+            )
+        if raw not in TRTLLM_MLA_KV_PRICED:
+            raise _refuse(
+                target, (*kv, *fields),
+                f"--kv-cache-dtype {raw} with the trtllm_mla attention backend: SGLang raises 'TensorRT-LLM MLA "
+                "backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.' (arg_groups/overrides.py "
+                "_mla_kv_cache_dtype_checks)",
+                hint="set fp8_e4m3 (or another --attention-backend for an FP4 KV cache)",
+            )
+    if raw == "nvfp4":
+        given = args.get("prefill_attention_backend") or args.get("attention_backend")
+        if given is None and model_backend:
+            given = backend
+        dequant = str(args.get("prefill_kv_cache_dequant_dtype") or "auto")
+        if dequant == "auto" and given is not None and given not in NVFP4_PREFILL_BACKENDS:
+            raise _refuse(
+                target, (*kv, "attention_backend", "prefill_attention_backend"),
+                f"--kv-cache-dtype nvfp4 with the {given} attention backend: SGLang raises 'NVFP4 prefill supports "
+                f"an FP8 E4M3 workspace or native NVFP4, but backend {given!r} provides neither.' "
+                "(arg_groups/kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype)",
+                hint="set --attention-backend flashinfer or trtllm_mha, or use fp8_e4m3",
+            )
+        prefill_native = given == "trtllm_mha" or (given is None and gpu.is_sm100) or dequant == "nvfp4"
+        role = str(args.get("disaggregation_mode") or "null")
+        if gpu.is_sm100 and role != "null" and ("trtllm_mha" in backends or prefill_native):
+            raise _refuse(
+                target, (*kv, "disaggregation_mode"),
+                "--kv-cache-dtype nvfp4 with trtllm_mha on SM100 in a prefill/decode role: SGLang raises 'SM100 "
+                "native NVFP4 with trtllm_mha does not yet support PD disaggregation because its physical "
+                "block-scale layout is not implemented by the KV transfer path.' (arg_groups/kv_cache_hook.py "
+                "handle_kv4_compatibility)",
+                hint="use fp8_e4m3 for disaggregated roles",
+            )
+
+
+def check_swa_ratio(target: RoleTarget, args: Mapping[str, Any]) -> None:
+    """kv_cache_hook.py (0.5.21 on, oldest read): the effective --swa-full-tokens-ratio must be in (0, 1]."""
+    ratio = args.get("swa_full_tokens_ratio")
+    if ratio is None or not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
+        return
+    if not 0 < float(ratio) <= 1:
+        raise _refuse(
+            target, ("swa_full_tokens_ratio",),
+            f"--swa-full-tokens-ratio {ratio} is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in "
+            "range (0, 1.0].' (arg_groups/kv_cache_hook.py)",
+            hint="give the sliding-window pool's share of the full pool, e.g. 0.1 to 1",
+        )
+
+
+def check_dsv4_hook(target: RoleTarget, args: Mapping[str, Any], *, gpu: Any) -> None:
+    """The DeepSeek-V4 hook's assertions kvcheck can see (arg_groups/deepseek_v4_hook.py, 0.5.21 on, oldest read)."""
+    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
+        return
+    hook = "(arg_groups/deepseek_v4_hook.py)"
+    if args.get("dsv4_attn_backend") == "trtllm":
+        if gpu.vendor != "nvidia" or not gpu.is_sm100:
+            raise _refuse(
+                target, ("dsv4_attn_backend",),
+                f"--dsv4-attn-backend trtllm on {gpu.name}: SGLang asserts '--dsv4-attn-backend trtllm requires an "
+                f"SM100/SM103 (Blackwell) GPU.' {hook}",
+                hint="leave --dsv4-attn-backend unset on this GPU",
+            )
+        if str(args.get("disaggregation_mode") or "null") != "null":
+            raise _refuse(
+                target, ("dsv4_attn_backend", "disaggregation_mode"),
+                "--dsv4-attn-backend trtllm in a prefill/decode role: SGLang asserts '--dsv4-attn-backend trtllm "
+                f"does not support PD disaggregation yet' {hook}",
+                hint="leave --dsv4-attn-backend unset for disaggregated roles",
+            )
+    algorithm = args.get("speculative_algorithm")
+    if algorithm is None:
+        return
+    name = str(algorithm).upper()
+    if name == "NEXTN":
+        name = "EAGLE"  # speculative_hook turns NEXTN into EAGLE before the V4 hook
+    if name not in ("EAGLE", "DSPARK"):
+        raise _refuse(
+            target, ("speculative_algorithm",),
+            f"--speculative-algorithm {algorithm}: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are "
+            f"supported for DeepseekV4ForCausalLM' {hook}",
+            hint="use EAGLE (the MTP layer) with --speculative-eagle-topk 1",
+        )
+    topk = args.get("speculative_eagle_topk")
+    if name == "EAGLE" and topk is not None and int(topk) != 1:
+        raise _refuse(
+            target, ("speculative_eagle_topk",),
+            f"--speculative-eagle-topk {topk}: SGLang asserts 'Only EAGLE speculative algorithm with topk == 1 is "
+            f"supported for DeepseekV4ForCausalLM' {hook}",
+            hint="set --speculative-eagle-topk 1",
         )

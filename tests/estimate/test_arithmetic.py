@@ -147,9 +147,10 @@ def test_overrides_replace_args_for_planner_sweeps():
 
 
 def test_context_length_above_derived_is_refused_like_sglang():
-    from kvcheck.errors import EstimateError
+    # SGLang's refusal (exit 2), not a role kvcheck cannot estimate (KV305, exit 3, before)
+    from kvcheck.engines.sglang.sizing.refusals import EngineRefusal
 
-    with pytest.raises(EstimateError, match="greater than the model's derived context_len 131072"):
+    with pytest.raises(EngineRefusal, match="greater than the model's derived context_len 131072"):
         estimate_role(role("meta-llama--Meta-Llama-3.1-8B", context_length=200000))
     allowed = estimate_role(
         role("meta-llama--Meta-Llama-3.1-8B", context_length=200000,

@@ -264,3 +264,36 @@ def test_plan_never_proposes_a_kv_dtype_sglang_refuses(tmp_path, kvcheck, model,
     assert result.exit_code in (0, 1), (result.stdout, result.stderr)
     assert '"nvfp4"' not in result.stdout
     assert "fp4_mx_block16" not in result.stdout
+
+
+@pytest.mark.parametrize(("env", "exit_code"), [("", 2), ("  env: {SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: '1'}\n", 0)])
+def test_a_context_length_above_the_derived_one_is_sglangs_refusal_unless_allowed(tmp_path, kvcheck, env, exit_code):
+    # 8. was KV305 (exit 3); with the variable SGLang starts with the longer length, priced as given
+    manifest = _model_manifest(tmp_path, "Qwen--Qwen3.5-27B", "B200", "tp-size: 2, context-length: 1048576")
+    manifest.write_text(manifest.read_text().replace('version: "0.5.23"\n', f'version: "0.5.23"\n{env}')
+                        .replace("context_length: 65536", "context_length: 1048576"))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == exit_code, (result.stdout, result.stderr)
+    if exit_code == 2:
+        assert result.stderr.splitlines()[0] == (
+            f"kvcheck: error: {manifest}:9:20: role server: --context-length 1048576 is greater than the model's "
+            "derived context_len 262144: SGLang raises 'Warning: User-specified context_length (1048576) is greater "
+            "than the derived context_length (262144). ... To allow overriding this maximum, set the env var "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1' (configs/model_config.py _derive_context_length)")
+
+
+@pytest.mark.parametrize(("quantization", "exit_code"), [("w8a8_fp8", 2), ("awq", 2), ("modelopt_fp4", 3), ("fp8", 0)])
+def test_a_quantization_that_contradicts_an_fp8_checkpoint(tmp_path, kvcheck, quantization, exit_code):
+    # 7. was ignored (priced as the checkpoint's FP8, exit 0); w8a8_fp8 pairs only with compressed-tensors
+    manifest = _model_manifest(tmp_path, "zai-org--GLM-5.2-FP8", "B200", f"tp-size: 8, quantization: {quantization}")
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == exit_code, (result.stdout, result.stderr)
+    if exit_code == 2:
+        assert result.stderr.splitlines()[0] == (
+            f"kvcheck: error: {manifest}:9:20: role server: --quantization {quantization} contradicts the checkpoint's "
+            "quant_method fp8: SGLang raises 'Quantization method specified in the model config (fp8) does not match "
+            f"the quantization method specified in the `quantization` argument ({quantization}).' "
+            "(configs/model_config.py _verify_quantization)")
+    if exit_code == 3:
+        text = " ".join(result.stdout.split())
+        assert "KV305" in text and "--quantization modelopt_fp4 re-quantizes the FP8 checkpoint online" in text

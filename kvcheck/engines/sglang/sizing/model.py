@@ -26,11 +26,13 @@ from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
     RefusedCandidate,
     check_args,
+    check_context_length,
     check_dsv4_hook,
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
     check_kv_hooks,
     check_parallel,
+    check_quantization,
     check_shared_experts_tp,
     check_swa_ratio,
 )
@@ -713,6 +715,8 @@ def _checked_resolve(
     vision = vision_as_sglang_loads(model.source.config.get("model_type"), model.source.vision)
     try:
         check_args(target, args)
+        check_context_length(target, args, model.source.text)
+        check_quantization(target, args, model.source.quant)
         check_swa_ratio(target, args)
         if shape.kind == DSV4:
             rules = rel.rules_for(target.engine_version)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.defaults import context_len_of
 from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
@@ -501,3 +502,60 @@ def check_dsv4_hook(target: RoleTarget, args: Mapping[str, Any], *, gpu: Any) ->
             f"supported for DeepseekV4ForCausalLM' {hook}",
             hint="set --speculative-eagle-topk 1",
         )
+
+
+def check_context_length(target: RoleTarget, args: Mapping[str, Any], text: Mapping[str, Any]) -> None:
+    """A --context-length above the model's derived context_len without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN:
+    ModelConfig._derive_context_length raises ValueError (configs/model_config.py; the same check in every release
+    read, 0.5.21 and 0.5.23). With the variable set SGLang starts with the longer length (priced as given)."""
+    requested = args.get("context_length")
+    if requested is None:
+        return
+    try:
+        context_len_of(text, int(requested), target.env)
+    except EstimateError as exc:
+        derived = context_len_of(text, None, target.env)[0]
+        raise _refuse(
+            target, ("context_length",),
+            f"--context-length {requested} is greater than the model's derived context_len {derived}: SGLang raises "
+            f"'Warning: User-specified context_length ({requested}) is greater than the derived context_length "
+            f"({derived}). ... To allow overriding this maximum, set the env var "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1' (configs/model_config.py _derive_context_length)",
+            hint=exc.hint,
+        ) from exc
+
+
+# configs/model_config.py _verify_quantization (0.5.21, 0.5.23): a --quantization other than the checkpoint's
+# quant_method starts only where the pair is compatible (compatible_quantization_methods), an online
+# re-quantization (REQUANTIZATION_METHODS) or a method's override_quantization_method claims the checkpoint
+# (humming claims any non-MXFP4 one). Refused here for FP8 checkpoints only, the case read in full.
+FP8_CHECKPOINT_REQUANTIZED = ("modelopt_fp4", "nvfp4_online", "quark_mxfp4", "humming")
+
+
+def check_quantization(target: RoleTarget, args: Mapping[str, Any], quant: Mapping[str, Any] | None) -> None:
+    """A --quantization that contradicts an FP8 checkpoint's quant_method: SGLang's ValueError (exit 2); a pair it
+    accepts that re-quantizes the weights online is not priced (KV305), never priced as the checkpoint's FP8."""
+    given = args.get("quantization")
+    if given is None or not quant:
+        return
+    arg = str(given).lower()
+    method = str(quant.get("quant_method") or "").lower()
+    if method != "fp8" or arg == method:
+        return
+    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
+        raise EstimateError(  # a release before the oldest read: not priced as the checkpoint's FP8, not refused
+            f"--quantization {given} on an FP8 checkpoint is not understood by the estimate model for SGLang "
+            f"{target.engine_version} (read from {KV_HOOK_CHECKS})",
+        )
+    if arg in FP8_CHECKPOINT_REQUANTIZED:
+        raise EstimateError(
+            f"--quantization {given} re-quantizes the FP8 checkpoint online, which the estimate model does not price",
+            hint="set estimate.weights_gib_per_gpu in the manifest (the 'mem usage' of a 'Load weight end' line)",
+        )
+    raise _refuse(
+        target, ("quantization",),
+        f"--quantization {given} contradicts the checkpoint's quant_method fp8: SGLang raises 'Quantization method "
+        f"specified in the model config (fp8) does not match the quantization method specified in the "
+        f"`quantization` argument ({arg}).' (configs/model_config.py _verify_quantization)",
+        hint="drop --quantization (the checkpoint's fp8 is used)",
+    )

@@ -365,7 +365,7 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 # Weight checks for logs whose pool is not usable: (datapoint id, model, gpu, args, release priced)
 WEIGHT_CHECKS: tuple[tuple[str, str, str, dict[str, Any], str], ...] = (
     ("sglang-glm5-fp8-mi35x-tp8-fp8kv", "zai-org--GLM-5-FP8", "MI355X", {"tp_size": 8}, "0.5.23"),
-    ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "H100", {"tp_size": 2}, "0.5.23"),
+    ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "Ascend-910B", {"tp_size": 2}, "0.5.23"),
     # DeepSeek-V4 (docs/estimate.md, DeepSeek-V4 weights): FP4 experts on Hopper in 0.5.14 under the launch's
     # own --moe-runner-backend marlin (E8M0 Marlin scales beside the float32 loader scales it keeps), and the
     # FP8-expert Flash-Base fixture priced with the FP8 Flash config

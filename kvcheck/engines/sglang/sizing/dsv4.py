@@ -25,13 +25,14 @@ release), and `plan` takes the era's layout:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack
 from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.errors import EstimateError
 
@@ -391,6 +392,16 @@ FMT_BYTES = {
     "mxfp4_marlin_fp32_kept": 0.5 + 1 / 32 + 4 / 32,
     "nvfp4": 0.5 + 1 / 16,  # packed E2M1 + one FP8 E4M3 scale per 16 (ModelOpt)
 }
+# FMT_BYTES as the tensors that hold them: the packed weights, then each scale tensor (the caching allocator
+# rounds each on its own: sizing/allocator.py)
+FMT_TENSORS = {
+    "bf16": (2.0,),
+    "fp8": (1.0, 4 / (128 * 128)),
+    "mxfp4": (0.5, 1 / 32),
+    "mxfp4_fp32_scales": (0.5, 4 / 32),
+    "mxfp4_marlin_fp32_kept": (0.5, 1 / 32, 4 / 32),
+    "nvfp4": (0.5, 1 / 16),
+}
 
 
 @dataclass(frozen=True)
@@ -542,6 +553,7 @@ def weights_bytes(
     shared_tp: int | None = None,
     embed_tp: int | None = None,
     lm_head_tp: int | None = None,
+    allocator_rounding: bool = True,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
 
@@ -551,6 +563,10 @@ def weights_bytes(
     Main projections exactly; the compressor, indexer and hyper-connection weights from their
     shapes in the reference implementation (small: under 3 % of the model); experts in the
     checkpoint's expert dtype (fp4 -> MXFP4, or the NVFP4/FP8 of a requantized checkpoint).
+
+    `allocator_rounding`: add the caching allocator's rounding of the large tensors (component
+    "allocator_slack", sizing/allocator.py): the attention projections, the routed experts' w13 and w2, the
+    shared experts, the embedding and the lm_head (the compressor and indexer tensors are left out).
     """
     h = int(text["hidden_size"])
     heads = int(text["num_attention_heads"])
@@ -629,4 +645,32 @@ def weights_bytes(
     if last_stage:
         add("lm_head", 2 * vocab * h / (lm_head_tp or tp))
         add("hyper_connections", 4 * (hc * hc * h + hc + 1))
+    # wqkv_a (wq_a and wkv fused: SGLANG_OPT_FUSE_WQA_WKV, on by default), wq_b, wo_a, wo_b of each layer
+    attention = (h * (q_lora + hd), q_lora * heads * hd / attn_tp, heads * hd / attn_tp * o_lora,
+                 o_groups * o_lora * h / attn_tp)
+    # w13 and w2 of all the rank's routed experts, gate_up and down of the shared ones
+    routed = (experts * 2 * h * inter_rank, experts * h * inter_rank)
+    shared_mats = (shared * 2 * h * inter / (shared_tp or tp), shared * h * inter / (shared_tp or tp))
+    # the embedding on the first stage, the lm_head on the last
+    vocab_mats = (first_stage * vocab * h / (embed_tp or tp), last_stage * vocab * h / (lm_head_tp or tp))
+    out[SLACK] = _slack(len(stage), attention, routed, shared_mats, vocab_mats, dense_fmt, expert_fmt,
+                        rounding=allocator_rounding)
     return out
+
+
+def _slack(
+    layers: int, attention: Iterable[float], routed: Iterable[float], shared: Iterable[float],
+    vocab: Iterable[float], dense_fmt: str, expert_fmt: str, *, rounding: bool,
+) -> float:
+    """The caching allocator's rounding of a stage's large tensors (`layers` of each layer's, then `vocab`);
+    0 where the allocator does not round them (`rounding` False)."""
+    if not rounding:
+        return 0.0
+    per_layer = (_tensors_slack(attention, dense_fmt) + _tensors_slack(routed, expert_fmt)
+                 + _tensors_slack(shared, dense_fmt))
+    return per_layer * layers + _tensors_slack(vocab, "bf16")
+
+
+def _tensors_slack(params: Iterable[float], fmt: str) -> float:
+    """The caching allocator's rounding of weight tensors of `params` weights each in `fmt`, scales apart."""
+    return sum(block_slack(p * per) for p in params for per in FMT_TENSORS[fmt])

@@ -16,6 +16,7 @@ from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
 from kvcheck.engines.sglang.sizing import releases as rel
+from kvcheck.engines.sglang.sizing.allocator import SLACK, rounds_weights
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
@@ -318,18 +319,19 @@ def _draft(
     draft_par = replace(par, pp=1, ep=1, redundant_experts=0)
     weights = config_weights(draft.shape, draft.source.text, draft.scheme, draft_par, tied=_tied(draft.source))
     stage = weights.stages[0].components
+    slack = weights.stages[0].slack  # the allocator's rounding of each component's tensors (in stage[SLACK])
     total = weights.max_bytes
     notes = []
     if algo in ("EAGLE", "EAGLE3"):
         # eagle_worker_v2: EAGLE drafts take the target's embedding and lm_head (set_embed_and_head), EAGLE3
         # drafts its embedding (set_embed) and keep their own lm_head over draft_vocab_size
-        total -= stage.get("embedding", 0.0)
+        total -= stage.get("embedding", 0.0) + slack.get("embedding", 0.0)
         if algo == "EAGLE":
-            total -= stage.get("lm_head", 0.0)
+            total -= stage.get("lm_head", 0.0) + slack.get("lm_head", 0.0)
         else:
             draft_vocab = draft.source.text.get("draft_vocab_size")
             if draft_vocab and stage.get("lm_head"):
-                total -= stage["lm_head"] * (1 - int(draft_vocab) / draft.shape.vocab_size)
+                total -= (stage["lm_head"] + slack.get("lm_head", 0.0)) * (1 - int(draft_vocab) / draft.shape.vocab_size)
             h = draft.shape.hidden_size
             target_h = int(draft.source.text.get("target_hidden_size") or h)
             total += 2 * 3 * target_h * h  # fc: the three target hidden states into one (bf16)
@@ -351,7 +353,7 @@ def _builtin_mtp_draft(
         )
     if model.shape.kind == DSV4:
         # one V4 decoder layer + eh_proj/norms (bf16); its pool is the (T+1)/T inflation in dsv4.plan
-        stage_bytes, _, _ = _dsv4_weights(model, replace(par, pp=1), experts)
+        stage_bytes, _, _, _ = _dsv4_weights(model, replace(par, pp=1), experts)
         per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
         h = model.shape.hidden_size
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
@@ -398,12 +400,13 @@ def _tied(source: ModelSource) -> bool:
 
 def _weights(
     target: RoleTarget, model: _Model, par: Parallel, experts: dsv4.ExpertFormat | None = None
-) -> tuple[list[float], str, list[str]]:
-    """Bytes per rank for each PP stage and how they were obtained."""
+) -> tuple[list[float], str, list[str], list[float]]:
+    """Bytes per rank for each PP stage, how they were obtained, and the caching allocator's rounding
+    of the weight tensors that the bytes include (per stage)."""
     n_stages = par.pp
     if target.estimate.weights_gib_per_gpu is not None:
         value = float(target.estimate.weights_gib_per_gpu) * GIB
-        return [value] * n_stages, "override", ["weights per GPU from estimate.weights_gib_per_gpu"]
+        return [value] * n_stages, "override", ["weights per GPU from estimate.weights_gib_per_gpu"], [0.0] * n_stages
     if model.source.checkpoint_bytes:
         per_rank = model.source.checkpoint_bytes / (par.tp * par.pp)
         return (
@@ -411,12 +414,14 @@ def _weights(
             "checkpoint-index",
             [f"weights from model.safetensors.index.json total_size / (tp x pp) = {per_rank / GIB:.2f} GiB "
              "(replicated modules are undercounted)"],
+            [0.0] * n_stages,
         )
     if model.shape.kind == DSV4:
         return _dsv4_weights(model, par, experts)
     est: WeightsEstimate = config_weights(model.shape, model.source.text, model.scheme, par, tied=_tied(model.source))
     stages = [s.total_bytes for s in est.stages]
-    notes: list[str] = []
+    slack = [s.components.get(SLACK, 0.0) for s in est.stages]
+    notes: list[str] = [_slack_note(par, max(slack))]
     if model.shape.is_multimodal:
         vision = vision_tower_bytes(model.source.vision, model.shape.hidden_size)
         if vision:
@@ -427,7 +432,15 @@ def _weights(
                              "column/row-parallel linears over the attention TP group; --mm-enable-dp-encoder replicates it)")
             else:
                 notes.append(f"vision tower {vision / GIB:.2f} GiB (bf16, assumed replicated on every rank)")
-    return stages, "config", notes
+    return stages, "config", notes, slack
+
+
+def _slack_note(par: Parallel, slack: float) -> str:
+    if not par.allocator_rounding:
+        return ("weights without the caching allocator's per-tensor rounding (expandable segments, or an Ascend "
+                "NPU's allocator)")
+    return (f"weights include {slack / MIB:.0f} MiB of the caching allocator's rounding: each weight tensor of "
+            "10 MiB or more holds a block rounded up to 2 MiB")
 
 
 # Multimodal architectures whose vision tower is SGLang's Qwen3VLMoeVisionModel (models/qwen3_vl.py,
@@ -467,7 +480,7 @@ def _dsv4_expert_format(target: RoleTarget, args: Mapping[str, Any], model: _Mod
 
 def _dsv4_weights(
     model: _Model, par: Parallel, experts: dsv4.ExpertFormat | None = None
-) -> tuple[list[float], str, list[str]]:
+) -> tuple[list[float], str, list[str], list[float]]:
     """DeepSeek-V4 weights per stage (sizing/dsv4.py): dense projections in the checkpoint's format,
     experts as the release loads them on the GPU (`experts`; the checkpoint's format when not given)."""
     text = model.source.text
@@ -477,7 +490,7 @@ def _dsv4_weights(
     if experts is None:
         experts = dsv4.ExpertFormat(_dsv4_checkpoint_expert_fmt(model), 1, "routed experts as the checkpoint stores them")
     expert_fmt = experts.fmt
-    stages = []
+    stages, slack = [], []
     ranges = pp_layer_split(model.shape.num_layers, par.pp)
     for s, layer_range in enumerate(ranges):
         parts = dsv4.weights_bytes(
@@ -486,11 +499,13 @@ def _dsv4_weights(
             inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
             rope_cache_entry_bytes=experts.rope_cache_entry_bytes, rope_plain_swa=experts.rope_plain_swa,
             shared_tp=par.shared_tp, embed_tp=par.embed_tp, lm_head_tp=par.lm_head_tp,
+            allocator_rounding=par.allocator_rounding,
         )
         stages.append(sum(parts.values()))
+        slack.append(parts.get(SLACK, 0.0))
     note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "
             "indexer and hyper-connection weights from their reference shapes")
-    return stages, "config", [note]
+    return stages, "config", [note, _slack_note(par, max(slack))], slack
 
 
 def _mamba_carve(
@@ -578,10 +593,11 @@ def estimate_role(
         moe_dense_tp=args.get("moe_dense_tp_size"),
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
+        allocator_rounding=rounds_weights(target.env, npu=gpu.is_npu),
     )
     par = _placed(target, args, model, par, gpu, assumptions)
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None
-    stage_weights, weights_method, weight_notes = _weights(target, model, par, experts)
+    stage_weights, weights_method, weight_notes, stage_slack = _weights(target, model, par, experts)
     assumptions.extend(weight_notes)
     draft_layers, draft_bytes, draft_notes = _draft(
         target, args, model, res, _draft_placed(target, args, model, par, gpu), offline, experts
@@ -602,7 +618,7 @@ def estimate_role(
     dsa_budget_unscaled, dsa_budget_no_indexer = _dsa_budget_by_release(target, shape, res, assumptions)
     sizer = _PoolSizer(
         shape=shape, res=res, args=args, par=par, gpu=gpu, budget=budget,
-        stage_ranges=stage_ranges, stage_weights=stage_weights, draft_layers=draft_layers, draft_bytes=draft_bytes,
+        stage_ranges=stage_ranges, stage_weights=stage_weights, stage_slack=stage_slack, draft_layers=draft_layers, draft_bytes=draft_bytes,
         dsv4_plans=[_dsv4_plan(shape, res, r, args, target.env, v4_layout, v4_ratio_08_unset, v4_state)
                     for r in stage_ranges] if shape.kind == DSV4 else [],
         dsa_budget_unscaled=dsa_budget_unscaled, dsa_budget_no_indexer=dsa_budget_no_indexer,
@@ -914,6 +930,7 @@ class _PoolSizer:
     budget: _Budget
     stage_ranges: list[range]
     stage_weights: list[float]
+    stage_slack: list[float]  # the part of stage_weights that is the caching allocator's rounding
     draft_layers: int
     draft_bytes: float
     dsv4_plans: list[dsv4.Dsv4Plan]
@@ -940,7 +957,10 @@ class _PoolSizer:
         weights_gib = self.stage_weights[s] * weights_scale / GIB + self.draft_bytes / GIB
         after = pre - weights_gib - overhead
         rest = after - pre * (1 - self.budget.fraction) - self.budget.mm_reserve_gib
-        stage_info: dict[str, Any] = {"weights_gib": weights_gib, "after_gib": after, "rest_gib": rest}
+        stage_info: dict[str, Any] = {
+            "weights_gib": weights_gib, "after_gib": after, "rest_gib": rest,
+            "allocator_slack_gib": self.stage_slack[s] * weights_scale / GIB,
+        }
         if rest > 0 and shape.kind == HYBRID_LINEAR:
             rest, mamba = _mamba_carve(shape, res, rest, self.stage_ranges, self.args, self.par)
             stage_info.update(mamba)
@@ -1093,6 +1113,9 @@ def _details(
     details["pre_baseline_used_mib"] = round(budget.pre_used_mib, 1)
     details["weights_gib_per_gpu"] = round(info.get("weights_gib", 0.0), 3)
     details["weights_source"] = weights_method
+    if weights_method == "config":
+        # included in weights_gib_per_gpu (the draft's own rounding is in draft_weights_gib_per_gpu)
+        details["weights_allocator_slack_gib"] = round(info.get("allocator_slack_gib", 0.0), 3)
     if sizer.draft_bytes:
         details["draft_weights_gib_per_gpu"] = round(sizer.draft_bytes / GIB, 3)
     details["load_overhead_gib"] = budget.overhead_gib

@@ -23,6 +23,20 @@ FMT_BYTES = {
     "int8": 1.0,
 }
 
+# The part of FMT_BYTES each weight's separate scale tensor(s) take (the rest is the packed weight tensor): the
+# caching allocator rounds each tensor on its own (sizing/allocator.py)
+FMT_SCALES: dict[str, tuple[float, ...]] = {
+    "fp8_block": (4.0 / (128 * 128),),
+    "nvfp4": (1.0 / 16,),
+    "mxfp4": (1.0 / 32,),
+}
+
+
+def tensor_bytes(fmt: str) -> tuple[float, ...]:
+    """Bytes per weight of the packed weight tensor, then of each scale tensor beside it, in format `fmt`."""
+    scales = FMT_SCALES.get(fmt, ())
+    return (FMT_BYTES[fmt] - sum(scales), *scales)
+
 _PREFIX_REWRITES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
@@ -55,6 +69,8 @@ def int_fmt(bits: int, group: int, symmetric: bool) -> str:
     if name not in FMT_BYTES:
         per_group = 2.0 + (0 if symmetric else bits / 8)  # fp16 scale (+ packed zero point)
         FMT_BYTES[name] = bits / 8 + per_group / max(1, group)
+        # fp16 scales, and the packed zero points of an asymmetric format
+        FMT_SCALES[name] = (2.0 / max(1, group),) + (() if symmetric else (bits / 8 / max(1, group),))
     return name
 
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme
+from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack
+from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme, tensor_bytes
 from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, ModelShape, nemotron_pattern
 from kvcheck.errors import EstimateError
 
@@ -27,6 +28,9 @@ class Parallel:
     moe_dense_tp: int | None = None
     redundant_experts: int = 0
     hip: bool = False  # ROCm keeps MLA kv_b copies in fp8 (fnuz) instead of bf16
+    # the caching allocator rounds each large weight tensor's block up to 2 MiB (sizing/allocator.py; off under
+    # expandable segments and on Ascend NPUs)
+    allocator_rounding: bool = True
     # ranks the shared experts, the input embedding and the lm_head shard over where SGLang keeps them off
     # the TP group (sizing/placement.py; None: the MoE dense TP size, tp, tp)
     shared_tp: int | None = None
@@ -43,7 +47,8 @@ class StageWeights:
     """Bytes on the most loaded rank of one PP stage, by component."""
 
     layers: tuple[int, ...]
-    components: Mapping[str, float]  # component -> bytes
+    components: Mapping[str, float]  # component -> bytes (SLACK: the allocator's rounding of them all)
+    slack: Mapping[str, float] = field(default_factory=dict)  # component -> the part of SLACK its tensors leave
 
     @property
     def total_bytes(self) -> float:
@@ -168,18 +173,53 @@ def _shared_width(text: Mapping[str, Any], inter: int | None) -> int:
 
 
 class _Acc:
-    """Accumulates bytes per component for one rank."""
+    """Accumulates bytes per component for one rank, and the tensors they are in as SGLang allocates them.
 
-    def __init__(self, scheme: QuantScheme) -> None:
+    A linear weight is one tensor unless `parts` splits its parameters into several in those proportions (a
+    gated MLP's gate_up_proj and down_proj: (2, 1)); pieces that name the same `fused` tensor (q/k/v_proj in
+    qkv_proj) add up into it. A plain weight is tracked only where `parts` is given: plain() otherwise prices
+    sums of small tensors (norms, biases, routers, conv weights) under the allocator's 10 MiB rounding. Each
+    tensor's scales are tensors of their own. `seal()` turns the tensors gathered so far into the caching
+    allocator's rounding (component SLACK; sizing/allocator.py), so tensors never fuse across a seal.
+    """
+
+    def __init__(self, scheme: QuantScheme, *, rounding: bool = True) -> None:
         self.scheme = scheme
+        self.rounding = rounding
         self.bytes: dict[str, float] = {}
+        self.slack: dict[str, float] = {}  # component -> slack of its tensors
+        self._tensors: dict[tuple[str, int], tuple[str, float]] = {}  # (tensor, part) -> (component, bytes)
 
-    def linear(self, component: str, name: str, params: float) -> None:
-        self.bytes[component] = self.bytes.get(component, 0.0) + params * self.scheme.bytes_per_param(name)
+    def linear(
+        self, component: str, name: str, params: float, *, fused: str | None = None, parts: tuple[int, ...] = (1,)
+    ) -> None:
+        fmt = self.scheme.fmt(name)
+        self.bytes[component] = self.bytes.get(component, 0.0) + params * FMT_BYTES[fmt]
+        self._track(component, fused or name, params, fmt, parts)
 
-    def plain(self, component: str, params: float, fmt: str | None = None) -> None:
-        bpp = FMT_BYTES[fmt or self.scheme.unquantized_fmt]
-        self.bytes[component] = self.bytes.get(component, 0.0) + params * bpp
+    def plain(
+        self, component: str, params: float, fmt: str | None = None, *, tensor: str = "", parts: tuple[int, ...] = ()
+    ) -> None:
+        fmt = fmt or self.scheme.unquantized_fmt
+        self.bytes[component] = self.bytes.get(component, 0.0) + params * FMT_BYTES[fmt]
+        if parts:
+            self._track(component, tensor or component, params, fmt, parts)
+
+    def _track(self, component: str, tensor: str, params: float, fmt: str, parts: tuple[int, ...]) -> None:
+        total = sum(parts)
+        for p, share in enumerate(parts):
+            for s, per_param in enumerate(tensor_bytes(fmt)):
+                key = (f"{tensor}#{p}", s)
+                _, held = self._tensors.get(key, (component, 0.0))
+                self._tensors[key] = (component, held + params * share / total * per_param)
+
+    def seal(self) -> None:
+        for component, nbytes in self._tensors.values():
+            slack = block_slack(nbytes) if self.rounding else 0.0
+            if slack:
+                self.slack[component] = self.slack.get(component, 0.0) + slack
+                self.bytes[SLACK] = self.bytes.get(SLACK, 0.0) + slack
+        self._tensors.clear()
 
 
 def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, par: Parallel) -> None:
@@ -193,20 +233,23 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
         rope = shape.qk_rope_head_dim
         v = _int(text, "v_head_dim", default=128) or 128
         kv_lora = shape.kv_lora_rank
+        # with a q LoRA, q_a_proj and kv_a_proj_with_mqa are one replicated fused_qkv_a_proj_with_mqa
+        qkv_a = f"{prefix}.fused_qkv_a_proj_with_mqa" if q_lora else None
         if q_lora:
-            acc.linear("attention", f"{prefix}.q_a_proj", h * q_lora)  # replicated
+            acc.linear("attention", f"{prefix}.q_a_proj", h * q_lora, fused=qkv_a)  # replicated
             acc.linear("attention", f"{prefix}.q_b_proj", q_lora * nh * (nope + rope))
             acc.plain("norms", q_lora)
         else:
             acc.linear("attention", f"{prefix}.q_proj", h * nh * (nope + rope))
-        acc.linear("attention", f"{prefix}.kv_a_proj_with_mqa", h * (kv_lora + rope))  # replicated
+        acc.linear("attention", f"{prefix}.kv_a_proj_with_mqa", h * (kv_lora + rope), fused=qkv_a)  # replicated
         acc.linear("attention", f"{prefix}.kv_b_proj", kv_lora * nh * (nope + v))
         acc.linear("attention", f"{prefix}.o_proj", nh * v * h)
         acc.plain("norms", kv_lora)
         # absorbed-attention copies w_kc / w_vc made from kv_b_proj after loading (bf16; fp8 on ROCm)
         kv_b_fmt = acc.scheme.fmt(f"{prefix}.kv_b_proj")
         copy_fmt = "fp8" if par.hip and kv_b_fmt.startswith("fp8") else "bf16"
-        acc.plain("mla_absorbed_copies", nh * (nope + v) * kv_lora, copy_fmt)
+        acc.plain("mla_absorbed_copies", nh * (nope + v) * kv_lora, copy_fmt, tensor=f"{prefix}.w_kc_w_vc",
+                  parts=(nope, v))  # w_kc and w_vc
         if shape.kind == DSA and i in shape.indexer_layer_ids:
             idx_heads = _int(text, "index_n_heads", default=64) or 64
             idx_dim = shape.index_head_dim
@@ -220,11 +263,12 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
     kv_rank = shape.kv_heads_per_rank(tp, swa=swa)
     nh = shape.num_heads / tp
     gate = 2 if text.get("attn_output_gate") or shape.architecture == "Qwen3NextForCausalLM" else 1
-    acc.linear("attention", f"{prefix}.q_proj", h * nh * hd * gate)
+    qkv = f"{prefix}.qkv_proj"  # SGLang's QKVParallelLinear: one tensor
+    acc.linear("attention", f"{prefix}.q_proj", h * nh * hd * gate, fused=qkv)
     kv_share = 1 if (text.get("attention_k_eq_v") and not swa) else 2
-    acc.linear("attention", f"{prefix}.k_proj", h * kv_rank * hd)
+    acc.linear("attention", f"{prefix}.k_proj", h * kv_rank * hd, fused=qkv)
     if kv_share == 2:
-        acc.linear("attention", f"{prefix}.v_proj", h * kv_rank * vd)
+        acc.linear("attention", f"{prefix}.v_proj", h * kv_rank * vd, fused=qkv)
     acc.linear("attention", f"{prefix}.o_proj", nh * vd * h)
     if text.get("attention_bias"):
         acc.plain("attention", nh * hd + kv_rank * (hd + vd) + h)
@@ -252,8 +296,9 @@ def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
         acc.linear("linear_attention", f"{mixer}.o_proj", m.d_inner * h / tp)
     elif m.kind == "gdn":
         key_dim = 2 * m.groups * m.state_size
-        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_qkv", h * (key_dim + m.d_inner) / tp)
-        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_z", h * m.d_inner / tp)
+        qkvz = f"{prefix}.linear_attn.in_proj_qkvz"  # one tensor in SGLang (qwen3_next.py, qwen3_5.py)
+        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_qkv", h * (key_dim + m.d_inner) / tp, fused=qkvz)
+        acc.linear("linear_attention", f"{prefix}.linear_attn.in_proj_z", h * m.d_inner / tp, fused=qkvz)
         acc.plain("linear_attention", h * 2 * m.num_heads / tp)  # in_proj_b / in_proj_a
         acc.plain("linear_attention", conv_dim * m.conv_kernel / tp)
         acc.plain("linear_attention", 2 * m.num_heads / tp + m.head_dim, "fp32")
@@ -270,6 +315,7 @@ def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
 def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: Mapping[str, Any]) -> None:
     h = shape.hidden_size
     mats = 3 if moe.gated else 2
+    split = (mats - 1, 1)  # gate_up_proj (w13) and down_proj (w2), or up and down
     dense_tp = par.moe_dense_tp or par.tp
     mlp = "mixer" if shape.architecture == "NemotronHForCausalLM" else "mlp"
     prefix = f"model.layers.{i}.{mlp}"
@@ -280,23 +326,24 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
         per_rank = experts * mats * expert_h * moe.inter / par.tp
         if latent:
             acc.plain("moe_latent_projections", 2 * h * expert_h)  # fc1/fc2 latent projections, replicated
-        acc.linear("moe_experts", f"{prefix}.experts.0.up_proj", per_rank)
+        acc.linear("moe_experts", f"{prefix}.experts.0.up_proj", per_rank, parts=split)  # w13, w2: all experts
         if moe.bias:
             acc.plain("moe_experts", experts * (mats - 1) * moe.inter / par.tp + experts * h / par.ep)
         if moe.shared_inter:
             shared = "shared_expert" if "shared_expert_intermediate_size" in text else "shared_experts"
             shared_tp = par.shared_tp or dense_tp
-            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / shared_tp)
+            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / shared_tp,
+                       parts=split)
             if "shared_expert_intermediate_size" in text:
                 acc.plain("router", h)  # shared_expert_gate
         acc.plain("router", moe.experts * h)  # replicated gate
         acc.plain("router", moe.experts, "fp32")  # correction bias where present
         if shape.architecture.startswith("Gemma4") and moe.dense_inter:
-            acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp)
+            acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp, parts=split)
     elif shape.architecture == "NemotronHForCausalLM" and i not in _nemotron_mlp_layers(text):
         return
     elif moe.dense_inter:
-        acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp)
+        acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp, parts=split)
 
 
 def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:
@@ -318,7 +365,7 @@ def _decilm_layer(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int,
     elif not ffn.get("no_op"):
         inter = int(2 * float(ffn["ffn_mult"]) * h / 3)
         inter = inter if inter % 256 == 0 else inter + 256 - inter % 256
-        acc.linear("mlp", f"model.layers.{i}.mlp.gate_proj", 3 * h * inter / (par.moe_dense_tp or par.tp))
+        acc.linear("mlp", f"model.layers.{i}.mlp.gate_proj", 3 * h * inter / (par.moe_dense_tp or par.tp), parts=(2, 1))
         acc.plain("norms", h)
 
 
@@ -326,6 +373,7 @@ def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: 
     h = shape.hidden_size
     if shape.architecture == "DeciLMForCausalLM":
         _decilm_layer(acc, shape, text, i, par)
+        acc.seal()
         return
     if shape.kind == HYBRID_LINEAR and i in shape.linear_layer_ids:
         _linear_mixer(acc, shape, i, par)
@@ -333,6 +381,7 @@ def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: 
         _attention(acc, shape, text, i, par)
     _mlp(acc, shape, moe, i, par, text)
     acc.plain("norms", 2 * h)
+    acc.seal()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -342,16 +391,17 @@ def _config_weights(shape: ModelShape, text_json: str, scheme: QuantScheme, par:
     h, v = shape.hidden_size, shape.vocab_size
     stages = []
     for s, layer_range in enumerate(pp_layer_split(shape.num_layers, par.pp)):
-        acc = _Acc(scheme)
+        acc = _Acc(scheme, rounding=par.allocator_rounding)
         if s == 0:
-            acc.plain("embedding", v * h / (par.embed_tp or par.tp))
+            acc.plain("embedding", v * h / (par.embed_tp or par.tp), parts=(1,))
         for i in layer_range:
             _layer(acc, shape, moe, text, i, par)
         if s == par.pp - 1:
             acc.plain("norms", h)
             if not tied or par.pp > 1:
                 acc.linear("lm_head", "lm_head", v * h / (par.lm_head_tp or par.tp))
-        stages.append(StageWeights(tuple(layer_range), dict(acc.bytes)))
+        acc.seal()
+        stages.append(StageWeights(tuple(layer_range), dict(acc.bytes), dict(acc.slack)))
     return WeightsEstimate(tuple(stages), "config")
 
 
@@ -388,10 +438,12 @@ def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantSch
     if shape.kind == DSA:
         # a NextN layer always builds its Indexer (models/deepseek_v2.py: `not self.skip_topk or is_nextn`)
         shape = replace(shape, indexer_layer_ids=(*shape.indexer_layer_ids, last))
-    acc = _Acc(scheme)
+    acc = _Acc(scheme, rounding=par.allocator_rounding)
     for _ in range(layers):
         _layer(acc, shape, moe, text, last, par)
-        acc.plain("mtp", 2 * shape.hidden_size * shape.hidden_size + 3 * shape.hidden_size)
+        acc.plain("mtp", 2 * shape.hidden_size * shape.hidden_size, tensor="eh_proj", parts=(1,))
+        acc.plain("mtp", 3 * shape.hidden_size)
+        acc.seal()
     return sum(acc.bytes.values())
 
 

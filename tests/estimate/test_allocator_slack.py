@@ -97,12 +97,12 @@ def test_an_ascend_npu_holds_no_slack():
 
 
 def test_the_tp2_mi355x_log_is_inside_its_range():
-    # 14.49 GiB logged per rank; 14.27 priced from the tensors alone (the pool then outside a range that is the
-    # weights band alone, the case taking its logged baseline), 14.51 with the 243 MiB of rounding
+    # 14.49 GiB logged per rank; 14.27 priced from the tensors alone, 14.51 with the 243 MiB of rounding (the case
+    # is priced from the MI355X profile's ROCm refit, not its logged baseline)
     [outcome] = [o for o in nc.run_all() if o.case.id == "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517"]
     assert outcome.predicted_weights_gib == pytest.approx(14.511, abs=0.0005)
     assert outcome.logged_weights_gib == 14.49
     low, high = outcome.pool_range
     assert low <= outcome.logged_tokens <= high
     assert outcome.in_range
-    assert (outcome.predicted_tokens, round(outcome.error_pct, 2)) == (3_229_763, 0.04)
+    assert (outcome.predicted_tokens, round(outcome.error_pct, 2)) == (3_240_404, 0.37)

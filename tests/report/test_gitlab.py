@@ -106,4 +106,4 @@ def test_gitlab_end_to_end_through_the_cli(tmp_path: Path) -> None:
     assert (issues[0]["check_name"], issues[0]["severity"]) == ("KV101", "critical")
     # run from the repository root: the path GitLab matches against the merge request's files
     assert issues[0]["location"] == {"path": "docs/examples/incident/manifest.yaml", "lines": {"begin": 19}}
-    assert issues[0]["description"].startswith("KV101 [prefill] predicted pool holds 560,640 tokens")
+    assert issues[0]["description"].startswith("KV101 [prefill] predicted pool holds 559,680 tokens")

@@ -231,6 +231,9 @@ class PoolMeasurement:
     max_input_tokens: int | None = None
     context_len: int | None = None  # the engine's own context_len (derived or --context-length)
     engine_version: str | None = None
+    # the most requests the engine runs at once (per data-parallel rank), where the measurement states it
+    # (SGLang's max_running_requests, vLLM's max_num_seqs); KV111 counts no more requests than this
+    max_running_requests: int | None = None
     resolved_args: Mapping[str, Any] = field(default_factory=dict)  # engine's resolved args, when known
     argv: tuple[str, ...] | None = None
     gpus: tuple[int, ...] | None = None

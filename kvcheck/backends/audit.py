@@ -473,6 +473,7 @@ def _audited(
         max_input_tokens=max_input_tokens,
         context_len=info.served_context_len,
         engine_version=info.version,
+        max_running_requests=info.max_running_requests,
         resolved_args=dict(info.resolved_args),
         argv=_argv(info.launch_command),
         details=_clean(details),

@@ -76,6 +76,7 @@ class EstimateBackend(Backend):
             max_input_tokens=est.max_input_tokens,
             context_len=est.context_len,
             engine_version=target.engine_version,
+            max_running_requests=est.max_running_requests,
             argv=target.argv_args,
             pool_range=est.pool_range,
             details=dict(est.details),

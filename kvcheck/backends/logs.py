@@ -415,6 +415,7 @@ def _role(
         max_input_tokens=None if unusable else max_input,
         context_len=engine_ctx,
         engine_version=summary.version,
+        max_running_requests=chosen.max_running_requests if chosen is not None else None,
         resolved_args=dict(args),
         argv=tuple(redact_argv(argv)) if argv is not None else None,
         details=_details(name, summary, group, chosen, args_source),

@@ -299,6 +299,9 @@ class ServerInfo:
         None  # "/v1/models" or "sglang:context_len": where served_context_len is from
     )
     notes: tuple[str, ...] = ()  # optional figures that could not be read, and why
+    # the most requests a DP rank runs at once (SGLang: internal_states[].effective_max_running_requests_per_dp,
+    # the smallest over ranks); None when the server does not say
+    max_running_requests: int | None = None
 
     @property
     def pool_tokens(self) -> int | None:
@@ -439,6 +442,9 @@ class Engine(ABC):
     # The flag (catalogue spelling, no dashes) that sets the window the server serves: deployment readers
     # take the roles' common value of it as the window to check.
     window_flag: ClassVar[str] = "context-length"
+    # The argument (field name) that caps the requests an engine runs at once (SGLang max_running_requests,
+    # vLLM max_num_seqs): KV111 reads it from the role's args where no measurement states the cap.
+    running_requests_field: ClassVar[str | None] = "max_running_requests"
     # Whether one instance may span its group's pods without a node-count flag (vLLM on the Ray cluster its
     # pods form): deployment readers then count the group's pods (LeaderWorkerSet `size`) as its nodes.
     nodes_from_group: ClassVar[bool] = False

@@ -99,7 +99,11 @@ KV111 = define_rule(
     `policy.min_concurrency` (default 1: one full request, with vLLM's null block counted, which
     KV101 already checks) sets how many requests of the window each role must hold at once; kvcheck
     counts them as the engine allocates them (vLLM: whole KV blocks per request, (num_blocks - 1) /
-    ceil(window / block_size)). Fix: give the pool more memory, or lower the window or the policy.""",
+    ceil(window / block_size)), and no more than the engine runs at once (SGLang's
+    max_running_requests, vLLM's max_num_seqs, as the log, the server or the estimate states it, else
+    the role's own argument): a pool that holds two requests behind --max-running-requests 1 still
+    serves them one at a time. The message says which bound binds. Fix: give the pool more memory,
+    raise the engine's running-request cap, or lower the window or the policy.""",
 )
 KV201 = define_rule(
     "KV201",
@@ -238,14 +242,45 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
     ]
 
 
+def _running_cap(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any]) -> tuple[int, str] | None:
+    """The engine's cap on requests at once and its argument's name: the measured figure (log line, server
+    answer, estimate), else the role's own argument; None when neither states one."""
+    field = get_engine(target.engine).running_requests_field
+    if field is None:
+        return None
+    cap: Any = measurement.max_running_requests
+    if cap is None:
+        cap = args.get(field)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+        return None
+    return cap, field
+
+
 def _below_min_concurrency(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any],
                            min_concurrency: float) -> list[Finding]:
-    """KV111: the pool holds the window (KV101 is silent) but fewer full requests at once than the policy asks."""
+    """KV111: the pool holds the window (KV101 is silent) but the role runs fewer full requests at once than
+    the policy asks, bounded by the pool or by the engine's own cap on running requests."""
     pool, window = measurement.pool_tokens, target.context_length
     if pool is None or window <= 0 or pool < target.required_tokens or min_concurrency <= 1.0:
         return []
     engine = get_engine(target.engine)
     held = engine.concurrency(pool, window, args, engine.device(target))
+    cap = _running_cap(target, measurement, args)
+    if cap is not None and cap[0] < min_concurrency and cap[0] < held:
+        running, field = cap
+        return [
+            finding(
+                "KV111",
+                target.name,
+                f"the engine runs at most {running:,} request{'' if running == 1 else 's'} at once "
+                f"({field}={running:,}), below the policy's min_concurrency {min_concurrency:g}: its pool of "
+                f"{pool:,} tokens would hold {held:.2f} requests of the {window:,}-token window, but "
+                f"{field} binds, so long requests queue behind each other",
+                hint=f"raise --{field.replace('_', '-')} to at least {math.ceil(min_concurrency):,}, "
+                "or lower policy.min_concurrency",
+                location=target.arg_location(field) if field in target.args else target.location,
+            )
+        ]
     if held >= min_concurrency:
         return []
     return [
@@ -253,7 +288,8 @@ def _below_min_concurrency(target: RoleTarget, measurement: PoolMeasurement, arg
             "KV111",
             target.name,
             f"the pool of {pool:,} tokens holds {held:.2f} requests of the {window:,}-token window at once, "
-            f"below the policy's min_concurrency {min_concurrency:g}: long requests queue behind each other",
+            f"below the policy's min_concurrency {min_concurrency:g}: the pool binds, so long requests queue "
+            "behind each other",
             hint=f"give the pool room for {min_concurrency:g} full requests (about "
             f"{math.ceil(pool * min_concurrency / held):,} tokens), or lower policy.min_concurrency",
             location=target.location,

@@ -288,3 +288,30 @@ def test_credentials_are_refused_before_anything_echoes_them(kvcheck):
     assert result.exit_code == 2
     assert "hunter2" not in result.stderr + result.stdout
     assert result.stderr.splitlines()[0] == "kvcheck: error: ftp://10.0.0.5:70000: credentials in the URL are not accepted"
+
+
+def test_min_concurrency_counts_the_servers_running_request_cap(serve, kvcheck, tmp_path):
+    """/server_info's internal_states[].effective_max_running_requests_per_dp bounds KV111 (it passed on the
+    pool alone: 330,000 tokens hold 1.26 windows, and policy.min_concurrency 1.2 was met)."""
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(
+        "context_length: 262144\n"
+        "model: {path: zai-org/GLM-5-FP8}\n"
+        'engine: {version: "0.5.23"}\n'
+        "roles:\n"
+        "  server: {}\n"
+        "policy: {min_concurrency: 1.2}\n"
+    )
+    payload = server_info_payload(max_total_num_tokens=330000, max_req_input_len=262138)
+    for state in payload["internal_states"]:
+        state["effective_max_running_requests_per_dp"] = 1
+    server = serve(sglang_routes(payload, served_context=262144))
+    result = kvcheck("audit", "--manifest", str(manifest), "--endpoint", f"server={server.url}", *FAST,
+                     "--format", "json")
+    assert result.exit_code == 1, result.stdout
+    [kv111] = json.loads(result.stdout)["findings"]
+    assert (kv111["rule"], kv111["role"]) == ("KV111", "server")
+    assert kv111["message"] == (
+        "the engine runs at most 1 request at once (max_running_requests=1), below the policy's min_concurrency "
+        "1.2: its pool of 330,000 tokens would hold 1.26 requests of the 262,144-token window, but "
+        "max_running_requests binds, so long requests queue behind each other")

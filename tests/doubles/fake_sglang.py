@@ -275,11 +275,17 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
         memory = "available_cpu_mem=21.01 GB" if args.device == "cpu" else "available_gpu_mem=12.37 GB"
         step(
             f"max_total_num_tokens={pool}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-            f"max_running_requests=3702, context_len={ctx}, {memory}"
+            f"max_running_requests={running_cap(args)}, context_len={ctx}, {memory}"
         )
     os.write(ready_fd, b"r")
     while True:
         time.sleep(3600)
+
+
+def running_cap(args: argparse.Namespace) -> int:
+    """The scheduler's max_running_requests: --max-running-requests when set (real SGLang takes the flag as
+    given, per DP rank), else the figure it derives from the pool (3702 for the double's pools)."""
+    return args.max_running_requests // max(1, args.attn_dp_size) if args.max_running_requests else 3702
 
 
 def fail_scheduler(tags: str, log: Log, error: str) -> None:
@@ -372,6 +378,7 @@ def server_info(args: argparse.Namespace, pool_by_rank: dict[tuple[int, int], in
         {
             "dp_rank": d,
             "world_size": args.tp_size * args.pp_size,
+            "effective_max_running_requests_per_dp": running_cap(args),
             "memory_usage": {
                 "weight": 15.21,
                 "kvcache": 57.86,

@@ -191,3 +191,40 @@ def test_the_heading_says_no_engine_was_booted_only_when_every_role_was_refused_
     assert done.returncode == 3, done.stderr
     assert "\nmeasured pools (engine booted)\n" in done.stdout and "no engine was booted" not in done.stdout
     assert "ERROR KV301 [prefill] role prefill spans 2 nodes (nnodes: 2)" in done.stdout
+
+
+SINGLE = """\
+name: single
+context_length: 131072
+model:
+  path: meta-llama/Llama-3.1-8B-Instruct
+engine:
+  version: "0.5.23"
+  command: [{python}, {engine}]
+gpu: H200
+args:
+  max-running-requests: 1
+roles:
+  server:
+    gpus: [0]
+policy:
+  min_concurrency: 2
+"""
+
+
+def test_min_concurrency_counts_the_engines_max_running_requests(tmp_path: Path, pidfile: PidFile) -> None:
+    """A pool that holds 7 windows behind max_running_requests=1 serves them one at a time: KV111, exit 1
+    (it passed: KV111 counted only pool / window)."""
+    path = tmp_path / "single.yaml"
+    path.write_text(SINGLE.format(python=json.dumps(sys.executable), engine=json.dumps(str(FAKE_SGLANG))))
+    code, report, _ = verify_json(path)
+    assert (code, report["verdict"]) == (1, "fail"), report
+    assert [(r["name"], r["status"], r["pool_tokens"]) for r in report["roles"]] == [("server", "fail", 947824)]
+    [kv111] = report["findings"]
+    assert (kv111["rule"], kv111["severity"], kv111["role"]) == ("KV111", "error", "server")
+    assert kv111["message"] == (
+        "the engine runs at most 1 request at once (max_running_requests=1), below the policy's min_concurrency 2: "
+        "its pool of 947,824 tokens would hold 7.23 requests of the 131,072-token window, but max_running_requests "
+        "binds, so long requests queue behind each other")
+    assert kv111["hint"] == "raise --max-running-requests to at least 2, or lower policy.min_concurrency"
+    assert kv111["location"]["line"] == 10  # the manifest's max-running-requests

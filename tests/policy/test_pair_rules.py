@@ -4,6 +4,7 @@ policy.min_concurrency, and SGLang's disaggregation rules kept off vLLM roles.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from kvcheck.model import PoolMeasurement, RoleTarget
 from kvcheck.policy.rules import evaluate_deployment, evaluate_role
@@ -97,6 +98,7 @@ def test_min_concurrency_counts_whole_blocks_with_the_null_block() -> None:
     [kv111] = evaluate_role(role, served("r", 2048), min_concurrency=8)
     assert (kv111.rule, kv111.severity) == ("KV111", "error")
     assert kv111.message.startswith("the pool of 16,256 tokens holds 7.94 requests of the 2,048-token window at once")
+    assert "the pool binds" in kv111.message
     # the default (1) is one full request: KV101's check, never a second finding
     short = served("r", 2048, pool=15 * 128)
     assert [f.rule for f in evaluate_role(role, short)] == ["KV101"]
@@ -114,3 +116,28 @@ def test_sglang_pairs_get_kv110_too() -> None:
                                 context_len=2048)]
     assert rules(evaluate_deployment([sglang("p", "prefill"), sglang("d", "decode")], measured)) == [
         ("KV104", None), ("KV110", None)]
+
+
+def test_min_concurrency_counts_the_engines_running_request_cap() -> None:
+    """KV111 takes the smaller of pool / window and the engine's max_running_requests (measured, else the
+    role's argument): a pool of 4,096 behind max_running_requests=1 serves one 2,048-token request at once."""
+    sglang = RoleTarget(name="r", context_length=2048, min_headroom=1.0, engine_version="0.5.23", args={},
+                        argv_args=())
+    measured = PoolMeasurement(role="r", source="log", pool_tokens=4096, max_input_tokens=2042, context_len=2048,
+                               max_running_requests=1)
+    [kv111] = evaluate_role(sglang, measured, min_concurrency=2)
+    assert kv111.message == (
+        "the engine runs at most 1 request at once (max_running_requests=1), below the policy's min_concurrency 2: "
+        "its pool of 4,096 tokens would hold 2.00 requests of the 2,048-token window, but max_running_requests "
+        "binds, so long requests queue behind each other")
+    # a cap at or above the policy, or above what the pool holds, leaves the pool to judge
+    assert evaluate_role(sglang, replace(measured, max_running_requests=2), min_concurrency=2) == []
+    [by_pool] = evaluate_role(sglang, replace(measured, max_running_requests=1), min_concurrency=3)
+    assert by_pool.message.startswith("the engine runs at most 1 request at once")
+    [by_pool] = evaluate_role(sglang, replace(measured, max_running_requests=8), min_concurrency=3)
+    assert by_pool.message.startswith("the pool of 4,096 tokens holds 2.00 requests")
+    # no measured cap: the role's own argument (vLLM: max_num_seqs)
+    role = vllm_role("r", None, max_num_seqs=2)
+    [kv111] = evaluate_role(role, served("r", 2048), min_concurrency=3)
+    assert kv111.message.startswith("the engine runs at most 2 requests at once (max_num_seqs=2)")
+    assert evaluate_role(vllm_role("r", None, max_num_seqs=8), served("r", 2048), min_concurrency=3) == []

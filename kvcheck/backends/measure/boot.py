@@ -515,6 +515,10 @@ class RoleBoot:
         # a server that states no arguments (vLLM's) leaves the log's: what its `non-default args:` line said
         resolved = dict(server.resolved_args) if server is not None and server.resolved_args \
             else dict(summary.server_args or {})
+        # the engine's own cap on requests at once: each rank's log line and the server's answer, the smallest
+        caps = [rank.max_running_requests for rank in summary.ranks if rank.max_running_requests is not None]
+        if server is not None and server.max_running_requests is not None:
+            caps.append(server.max_running_requests)
         return PoolMeasurement(
             role=target.name,
             source="measure",
@@ -522,6 +526,7 @@ class RoleBoot:
             max_input_tokens=figures.max_input_tokens,
             context_len=figures.context_len,
             engine_version=figures.engine_version,
+            max_running_requests=min(caps) if caps else None,
             resolved_args=resolved,
             gpus=target.gpus or None,
             details=dict(figures.details),

@@ -252,6 +252,18 @@ def _rank_capacities(states: list[Any], where: str) -> tuple[list[int], list[int
     return capacities, swa
 
 
+def _running_cap(states: list[Any], where: str) -> int | None:
+    """The smallest DP rank's internal_states[].effective_max_running_requests_per_dp (None: none says)."""
+    caps = [
+        cap
+        for rank, state in enumerate(states)
+        if isinstance(state, dict)
+        and (cap := _figure(state.get("effective_max_running_requests_per_dp"), where,
+                            f"internal_states[{rank}].effective_max_running_requests_per_dp")) is not None
+    ]
+    return min(caps) if caps else None
+
+
 def _check_width(payload: dict[str, Any], where: str) -> None:
     """UnreadableAnswer for a server info wider than any SGLang server's (MAX_INFO_KEYS and the rest)."""
     too_wide = "the server's answer is malformed or hostile; it is not judged"
@@ -321,6 +333,7 @@ def parse_server_info(payload: Any, *, url: str, endpoint: str) -> ServerInfo:
         launch_command=redact_command(launch) if isinstance(launch, str) else None,
         endpoint=endpoint,
         notes=tuple(notes),
+        max_running_requests=_running_cap(states or [], where),
     )
 
 

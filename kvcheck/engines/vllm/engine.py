@@ -64,6 +64,7 @@ class VllmEngine(Engine):
         return launch_index(argv)
 
     window_flag: ClassVar[str] = "max-model-len"
+    running_requests_field: ClassVar[str | None] = "max_num_seqs"
     nodes_from_group: ClassVar[bool] = True  # multi-node over Ray: the pods' cluster is the instance
 
     def gpus_needed(self, args: Mapping[str, Any]) -> int | None:

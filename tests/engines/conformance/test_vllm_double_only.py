@@ -110,7 +110,20 @@ def test_policy_min_concurrency_fails_a_pool_that_holds_one_window(model: Path, 
     assert (done.code, rules(done.report)) == (1, [("KV111", "error", "server")]), done.report
     [kv111] = done.report["findings"]
     assert kv111["message"] == (f"the pool of {HOLDS:,} tokens holds 3.97 requests of the 4,096-token window at "
-                                "once, below the policy's min_concurrency 4: long requests queue behind each other")
+                                "once, below the policy's min_concurrency 4: the pool binds, so long requests queue "
+                                "behind each other")
+
+
+def test_policy_min_concurrency_counts_max_num_seqs(model: Path, tmp_path: Path) -> None:
+    """The pool holds 3.97 requests, but --max-num-seqs 2 runs two at once: KV111 names max_num_seqs (it passed)."""
+    done = verify(DoubleVllm(model), tmp_path, policy={"min_concurrency": 3}, max_model_len=WINDOW,
+                  kv_cache_memory_bytes=HOLDS_BYTES, max_num_seqs=2)
+    assert (done.code, rules(done.report)) == (1, [("KV111", "error", "server")]), done.report
+    [kv111] = done.report["findings"]
+    assert kv111["message"] == (f"the engine runs at most 2 requests at once (max_num_seqs=2), below the policy's "
+                                f"min_concurrency 3: its pool of {HOLDS:,} tokens would hold 3.97 requests of the "
+                                "4,096-token window, but max_num_seqs binds, so long requests queue behind each other")
+    assert kv111["hint"] == "raise --max-num-seqs to at least 3, or lower policy.min_concurrency"
 
 
 def test_a_crash_once_ready_keeps_the_pool_in_logs(tmp_path: Path, model: Path) -> None:

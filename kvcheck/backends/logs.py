@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import IO, Any
 
 from kvcheck.engines import BUILTIN_ENGINES, engine_names, get_engine
-from kvcheck.engines.base import Engine, LogSummary, RankFigures
+from kvcheck.engines.base import FAILED_AFTER_SIZING, Engine, LogSummary, RankFigures
 from kvcheck.errors import InputError
 from kvcheck.io.streams import BinaryReadable
 from kvcheck.io.textfile import open_regular_file
@@ -443,8 +443,8 @@ def _unusable_reasons(summary: LogSummary, chosen: RankFigures) -> list[str]:
             "it is the 'KV Cache VA upper bound' of post-capture sizing and the log has no line with the "
             "resized pool (post-capture sizing only shrinks it)"
         )
-    if summary.failure and not summary.failed_after_ready:
-        reasons.append(f"the engine failed after sizing its pool: {summary.failure}")
+    if summary.failed_before_ready:
+        reasons.append(f"{FAILED_AFTER_SIZING}: {summary.failure}")
     return reasons
 
 

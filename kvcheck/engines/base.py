@@ -184,6 +184,11 @@ class RankFigures:
         return None
 
 
+# Why a pool figure printed by a boot that then failed is no serving pool: `logs` (KV316) and measure mode
+# (KV301) judge such a boot alike and say so in these words.
+FAILED_AFTER_SIZING = "the engine failed after sizing its pool"
+
+
 @dataclass(frozen=True)
 class LogSummary:
     """Everything the log established, per rank, plus what it lacks (`missing`, in words)."""
@@ -204,6 +209,20 @@ class LogSummary:
     failure: str | None = None
     failed_after_ready: bool = False  # the failure came while serving, after the engine said it was ready
     damaged: tuple[str, ...] = ()  # pool figures no server can hold ("line N: ..."): the log is not judged
+
+    @property
+    def failed_before_ready(self) -> bool:
+        """The engine failed during its boot (sizing, warm-up), not while serving: a pool figure it printed
+        is not a serving pool (KV316 in `logs`, KV301 in measure mode, both in FAILED_AFTER_SIZING's words)."""
+        return self.failure is not None and not self.failed_after_ready
+
+    def reported_pool(self) -> tuple[int, int | None] | None:
+        """The pool figure the log printed (the smallest rank's, tokens) and its line; None when none."""
+        figured = [rank for rank in self.ranks if rank.best_tokens is not None]
+        if not figured:
+            return None
+        rank = min(figured, key=lambda r: r.best_tokens or 0)
+        return rank.best_tokens or 0, rank.figure_line
 
     @property
     def recognised(self) -> bool:

@@ -11,6 +11,7 @@ the scheduler reported as crashed, a 5 s sleep, then SIGKILL of the tree and its
 
 Behaviour is chosen through the environment:
   FAKE_SGLANG_MODE             comma-separated: oom, oom_graph, hang, crash_before_pool,
+                               crash_after_pool (warm-up fails after the final pool line),
                                ignore_sigterm, old_release, no_http, no_ready
   FAKE_SGLANG_POOL_TOKENS      pool per (DP rank, PP stage) in that order, comma-separated; one value
                                applies to all (default 947824)
@@ -277,6 +278,8 @@ def scheduler(args: argparse.Namespace, dp: int, pp: int, tp: int, ready_fd: int
             f"max_total_num_tokens={pool}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
             f"max_running_requests={running_cap(args)}, context_len={ctx}, {memory}"
         )
+    if "crash_after_pool" in MODES and leader:  # real 0.5.23 on a model whose warm-up request fails (an index past the vocabulary)
+        fail_scheduler(tags, log, "IndexError: index out of range in self")
     os.write(ready_fd, b"r")
     while True:
         time.sleep(3600)

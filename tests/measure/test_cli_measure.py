@@ -228,3 +228,29 @@ def test_min_concurrency_counts_the_engines_max_running_requests(tmp_path: Path,
         "binds, so long requests queue behind each other")
     assert kv111["hint"] == "raise --max-running-requests to at least 2, or lower policy.min_concurrency"
     assert kv111["location"]["line"] == 10  # the manifest's max-running-requests
+
+
+def test_an_engine_that_dies_after_reporting_its_pool_says_so_and_agrees_with_logs(
+        manifest: Path, pidfile: PidFile, tmp_path: Path) -> None:
+    """The pool line, then a crash in warm-up: exit 3, and KV301 names the figure and its line as `logs` does
+    (KV316) instead of 'before reporting its pool'."""
+    logs_dir = tmp_path / "logs"
+    code, report, _ = verify_json(manifest, "--role", "decode", "--logs-dir", str(logs_dir),
+                                  env={"FAKE_SGLANG_MODE": "crash_after_pool"})
+    assert (code, report["verdict"]) == (3, "error"), report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"]) == ("error", None)
+    log = Path(role["details"]["log_file"])
+    line = next(n for n, text in enumerate(log.read_text().splitlines(), 1) if "max_total_num_tokens=947824" in text)
+    [kv301] = [f for f in report["findings"] if f["rule"] == "KV301"]
+    assert kv301["message"].startswith(
+        f"the engine exited with status 137 (killed by SIGKILL) after reporting its pool (947,824 tokens, line "
+        f"{line}), before it was ready (phase: failed): the pool figure is not a serving pool: the engine failed "
+        "after sizing its pool")
+    assert "IndexError: index out of range in self" in kv301["message"]
+    done = kvcheck("logs", str(log), "--format", "json")
+    assert done.returncode == 3
+    [kv316] = json.loads(done.stdout)["findings"]
+    assert kv316["rule"] == "KV316"
+    assert kv316["message"].startswith(f"the pool figure (947,824 tokens, line {line}) is not a serving pool: the "
+                                       "engine failed after sizing its pool: ")

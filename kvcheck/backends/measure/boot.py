@@ -32,7 +32,7 @@ from kvcheck.backends.measure.figures import EngineReport, RankPool, judge_figur
 from kvcheck.backends.measure.launchers.base import Launcher, LaunchError, LaunchRequest, RunningEngine
 from kvcheck.backends.measure.launchers.process import create_log
 from kvcheck.engines import get_engine
-from kvcheck.engines.base import LogEvent, LogSummary, ServerInfo
+from kvcheck.engines.base import FAILED_AFTER_SIZING, LogEvent, LogSummary, ServerInfo
 from kvcheck.errors import EndpointError, InputError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -426,6 +426,22 @@ class RoleBoot:
                 return "server_only", server, server_error
             self._ready.wait(settings.poll_s)
 
+    @staticmethod
+    def _exit_text(status: str, phase: str, summary: LogSummary, details: dict[str, Any]) -> str:
+        """What an engine that exited before it was ready had done: a pool it printed first is not a serving
+        pool (the `logs` reader's KV316, in the same words), never judged; the role stays an error."""
+        reported = summary.reported_pool()
+        if reported is None:
+            return f"the engine exited with status {status} before reporting its pool (phase: {phase})"
+        tokens, line = reported
+        details["unserved_pool_tokens"] = tokens
+        where = f", line {line}" if line is not None else ""
+        # the failure itself is in the quoted last lines (redacted there)
+        return (
+            f"the engine exited with status {status} after reporting its pool ({tokens:,} tokens{where}), before "
+            f"it was ready (phase: {phase}): the pool figure is not a serving pool: {FAILED_AFTER_SIZING}"
+        )
+
     def _measurement(
         self,
         outcome: str,
@@ -453,7 +469,7 @@ class RoleBoot:
             hint = self._engine.exit_hint(engine.returncode, [*lines, *self._tail])
             return self._replace(
                 self._fail(
-                    f"the engine exited with status {status} before reporting its pool (phase: {phase})"
+                    self._exit_text(status, phase, summary, details)
                     + engine.exit_note()
                     + (f"; its last lines:\n{quoted}" if quoted else "; it printed nothing")
                     + where,

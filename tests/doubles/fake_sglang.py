@@ -12,6 +12,7 @@ the scheduler reported as crashed, a 5 s sleep, then SIGKILL of the tree and its
 Behaviour is chosen through the environment:
   FAKE_SGLANG_MODE             comma-separated: oom, oom_graph, hang, crash_before_pool,
                                crash_after_pool (warm-up fails after the final pool line),
+                               no_tokenizer (the launcher's multi-line ValueError after server_args),
                                ignore_sigterm, old_release, no_http, no_ready
   FAKE_SGLANG_POOL_TOKENS      pool per (DP rank, PP stage) in that order, comma-separated; one value
                                applies to all (default 947824)
@@ -197,6 +198,30 @@ def refuse_longer_context(args: argparse.Namespace) -> None:
         f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the "
         "derived context_length may differ from max_position_embeddings in the model's config. To allow "
         "overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1\n"
+    )
+    sys.exit(1)
+
+
+def fail_tokenizer(log: Log) -> None:
+    """Real 0.5.23 on a model whose tokenizer needs sentencepiece, which is not installed: the launcher's
+    TokenizerManager raises transformers' multi-line ValueError at the top level, after server_args; exit 1."""
+    log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=False, pid={os.getpid()}")
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 84, in <module>\n'
+        "    run_server(server_args)\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/tokenizer_manager.py", line 642, in '
+        "init_tokenizer_and_processor\n"
+        "    self.tokenizer = get_tokenizer(\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/transformers/tokenization_utils_tokenizers.py", line 412, '
+        "in __init__\n"
+        "    raise ValueError(\n"
+        "ValueError: Couldn't instantiate the backend tokenizer from one of: \n"
+        "(1) a `tokenizers` library serialization file, \n"
+        "(2) a slow tokenizer instance to convert or \n"
+        "(3) an equivalent slow tokenizer class to instantiate and convert. \n"
+        "You need to have sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one.\n"
     )
     sys.exit(1)
 
@@ -585,6 +610,8 @@ def main() -> None:
         open(touch, "w").close()
     refuse_longer_context(args)
     log(f"server_args={vars(args)!r}")
+    if "no_tokenizer" in MODES:
+        fail_tokenizer(log)
     pool_by_rank = pools(args)
     children: list[int] = []
     peers: list[socket.socket] = []

@@ -254,3 +254,29 @@ def test_an_engine_that_dies_after_reporting_its_pool_says_so_and_agrees_with_lo
     assert kv316["rule"] == "KV316"
     assert kv316["message"].startswith(f"the pool figure (947,824 tokens, line {line}) is not a serving pool: the "
                                        "engine failed after sizing its pool: ")
+
+
+TOKENIZER_TAIL = [
+    "ValueError: Couldn't instantiate the backend tokenizer from one of:",
+    "(1) a `tokenizers` library serialization file,",
+    "(2) a slow tokenizer instance to convert or",
+    "(3) an equivalent slow tokenizer class to instantiate and convert.",
+    "You need to have sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one.",
+]
+
+
+def test_a_multi_line_exception_is_quoted_whole_by_measure_and_logs(
+        manifest: Path, pidfile: PidFile, tmp_path: Path) -> None:
+    """KV301's last lines end with the exception's whole message, not its first line; `logs` on the same log
+    quotes the failure (it said only 'no pool figure')."""
+    code, report, _ = verify_json(manifest, "--role", "decode", "--logs-dir", str(tmp_path / "logs"),
+                                  env={"FAKE_SGLANG_MODE": "no_tokenizer"})
+    assert (code, report["verdict"]) == (3, "error"), report
+    [kv301] = [f for f in report["findings"] if f["rule"] == "KV301"]
+    quoted = kv301["message"].split("; its last lines:\n", 1)[1].rsplit(" (engine log: ", 1)[0]
+    assert [line.removeprefix("    | ") for line in quoted.splitlines()][-5:] == TOKENIZER_TAIL
+    assert len(quoted.splitlines()) == 8  # bounded as before
+    done = kvcheck("logs", report["roles"][0]["details"]["log_file"], "--format", "json")
+    assert done.returncode == 3
+    assert [(f["rule"], f["message"]) for f in json.loads(done.stdout)["findings"]] == [
+        ("KV309", "the log holds no KV pool figure; the engine failed: " + " ".join(TOKENIZER_TAIL))]

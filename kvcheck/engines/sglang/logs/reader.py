@@ -77,6 +77,10 @@ from kvcheck.engines.sglang.logs.values import (
 from kvcheck.engines.sglang.serving import MAX_TOKEN_FIGURE
 from kvcheck.io.streams import BinaryReadable
 
+# The lines of a multi-line exception message kept after its first (the quote KV301 gives is 8 lines), and
+# the length a failure's text grows to with them.
+MAX_CONTINUATION_LINES = 6
+MAX_FAILURE_CHARS = 2000
 _SGLANG_FRAME = "/sglang/"  # a traceback frame in SGLang's package (site-packages/sglang/srt/...)
 # a line handler: (the line's rank tag, its message) -> its events, or a false value when it is not that line
 _Handler = Callable[[RankTag | None, str], 'list[LogEvent] | None']
@@ -175,6 +179,9 @@ class LogReader:
         self._errors: deque[str] = deque(maxlen=MAX_ERROR_LINES)
         self._in_traceback = False
         self._after_exception = False
+        self._continuation_lines = 0  # lines of the last unprefixed exception's message after its first
+        self._failure_continues = False  # the failure is that exception's: its message lines extend it
+        self._uncaught = False  # the traceback being read reached a module's top level (`in <module>`)
         self._ready = False
         self._failure: str | None = None
         self._sglang_traceback = False  # the traceback being read runs through SGLang's own modules
@@ -477,6 +484,8 @@ class LogReader:
                 self._errors.append(stripped)
                 self._after_exception = True
                 return _NO_EVENTS
+            if self._continues_exception(stripped):
+                return _NO_EVENTS
         handler = self._handlers.get(stripped[:4])
         if handler is not None:
             events = handler(None, stripped)
@@ -490,6 +499,19 @@ class LogReader:
                 return self._command_line(command, stripped)
             self._check_version(stripped)
         return self._bare_exception(stripped)
+
+    def _continues_exception(self, stripped: str) -> bool:
+        """An unprefixed line right after an exception line that is the next line of its message (`(1) a
+        tokenizers library serialization file,`): kept with it, in the errors and in the failure it set."""
+        if (self._continuation_lines >= MAX_CONTINUATION_LINES or stripped.startswith("Traceback")
+                or stripped.startswith(("File ", "[")) or EXCEPTION_RE.match(stripped)):
+            return False
+        self._continuation_lines += 1
+        self._errors.append(stripped)
+        if self._failure_continues and self._failure is not None:
+            self._failure = f"{self._failure} {stripped}"[:MAX_FAILURE_CHARS]
+        self._after_exception = True
+        return True
 
     def _bare_exception(self, stripped: str) -> list[LogEvent] | tuple[LogEvent, ...]:
         """An exception line printed without a traceback before it (`ValueError: ...`)."""
@@ -511,12 +533,13 @@ class LogReader:
         """A line inside a traceback: a frame, a chained traceback's start, or the exception it ends with."""
         if line[:1] in (" ", "\t"):
             self._errors.append(line)
-            if _SGLANG_FRAME in line and stripped.startswith("File "):
-                self._sglang_traceback = True
+            if stripped.startswith("File "):
+                self._sglang_traceback = self._sglang_traceback or _SGLANG_FRAME in line
+                self._uncaught = self._uncaught or stripped.endswith(", in <module>")
             return _NO_EVENTS
         if stripped.startswith("Traceback (most recent call last)"):
             self._errors.append(stripped)
-            self._sglang_traceback = False
+            self._sglang_traceback = self._uncaught = False
             return _NO_EVENTS
         match = EXCEPTION_RE.match(stripped)
         if match:
@@ -912,6 +935,7 @@ class LogReader:
         if not message.startswith("Traceback (most recent call last)"):
             return None
         self._in_traceback = True
+        self._uncaught = False
         self._errors.append(message)
         return [
             LogEvent(
@@ -928,17 +952,23 @@ class LogReader:
     def _exception_event(self, rank: RankTag | None, text: str, match: re.Match[str]) -> list[LogEvent]:
         """An exception line; fatal (phase failed) when its text is one of SGLang's startup failures."""
         self._errors.append(text)
+        self._continuation_lines = 0
+        self._failure_continues = False  # the failure this exception sets, or ends, takes its message's lines
         if self._failure_awaits_exception and self._failure is not None:
             head = self._failure.split("Traceback", 1)[0].rstrip(" :")
             self._failure = f"{head}: {text}" if head else text
             self._failure_awaits_exception = False
-        # SGLang's own traceback before any startup line: the start was refused while its arguments resolved
-        refused = self._sglang_traceback and self._startup_lines == 0 and rank is None
+            self._failure_continues = True
+        # SGLang's own traceback before any startup line: the start was refused while its arguments resolved;
+        # one that reached the launcher's top level (`launch_server.py ... in <module>`) ended the server
+        refused = self._sglang_traceback and rank is None and (self._startup_lines == 0 or self._uncaught)
+        self._uncaught = False
         fatal = self._phase != "ready" and (refused or any(marker in text for marker in FATAL_TEXTS))
         values = {"exception": match.group(1), "message": match.group(2), "fatal": fatal}
         events = [LogEvent("error", rank, self._line_no, text, values)]
         if fatal:
             self._startup_lines += 1
+            self._failure_continues = self._failure_continues or self._failure is None
             self._fail(text, rank, events)
         return events
 

@@ -161,6 +161,14 @@ class Report:
         return tuple(f for f in self.findings if f.role == role)
 
 
+def share_of_window(pool_tokens: int, required_tokens: int) -> str:
+    """The pool as a percentage of what the window requires, to 0.1 %; a pool short of it is rounded down
+    where rounding would reach 100.0% (2,048 of 2,049 reads 99.9%), so a failing pool never reads as a full one."""
+    if 0 <= pool_tokens < required_tokens and pool_tokens * 1000 >= required_tokens * 999:
+        return f"{pool_tokens * 1000 // required_tokens / 10:.1f}%"
+    return f"{pool_tokens / required_tokens:.1%}"
+
+
 def role_status(findings: tuple[Finding, ...] | list[Finding], *, strict: bool) -> Status:
     """A role is `error` when it could not be checked, `fail` on any blocking finding."""
     if any(f.is_measurement_failure for f in findings):

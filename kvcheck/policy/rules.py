@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines import get_engine
-from kvcheck.model import Finding, PoolMeasurement, RoleTarget
+from kvcheck.model import Finding, PoolMeasurement, RoleTarget, share_of_window
 from kvcheck.policy.registry import define_rule, finding
 
 if TYPE_CHECKING:
@@ -311,7 +311,8 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurre
         text = (
             f"{what} holds {pool:,} tokens, below the {required:,} required "
             f"({target.min_headroom:g} x context_length {target.context_length:,}); "
-            f"short by {required - pool:,} tokens ({pool / required:.1%} of the window)"
+            f"short by {required - pool:,} token{'' if required - pool == 1 else 's'} "
+            f"({share_of_window(pool, required)} of the window)"
         )
         if pool <= 0:
             text = (

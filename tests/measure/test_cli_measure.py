@@ -280,3 +280,22 @@ def test_a_multi_line_exception_is_quoted_whole_by_measure_and_logs(
     assert done.returncode == 3
     assert [(f["rule"], f["message"]) for f in json.loads(done.stdout)["findings"]] == [
         ("KV309", "the log holds no KV pool figure; the engine failed: " + " ".join(TOKENIZER_TAIL))]
+
+
+def test_a_pool_one_token_short_reads_99_9_percent_and_never_gets_the_pass_mark(
+        manifest: Path, pidfile: PidFile) -> None:
+    """131,071 of 131,072: the table said 100.0%, KV101 'short by 1 tokens (100.0% of the window)', and the
+    progress line '✓ pool 131,071 tokens' for a role that fails."""
+    env = {"FAKE_SGLANG_POOL_TOKENS": "131071"}
+    code, report, stderr = verify_json(manifest, "--role", "decode", env=env)
+    assert (code, report["verdict"]) == (1, "fail"), report
+    [kv101] = [f for f in report["findings"] if f["rule"] == "KV101"]
+    assert kv101["message"] == ("pool holds 131,071 tokens, below the 131,072 required (1 x context_length 131,072); "
+                                "short by 1 token (99.9% of the window)")
+    [last] = [line for line in stderr.splitlines() if line.startswith("kvcheck: [decode] ")][-1:]
+    assert last.startswith("kvcheck: [decode] ✗ pool 131,071 tokens, below the 131,072 required"), last
+    table = kvcheck("verify", str(manifest), "--no-gpu-check", "--role", "decode", env=env)
+    assert table.returncode == 1
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("decode ")]
+    assert row.split()[:5] == ["decode", "FAIL", "131,071", "131,072", "99.9%"], row
+    assert "100.0%" not in table.stdout

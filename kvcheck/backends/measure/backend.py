@@ -347,6 +347,12 @@ class MeasureBackend(Backend):
             progress.finish(
                 target.name, f"[yellow]! pool {measurement.pool_tokens:,} tokens ({', '.join(errors)})[/]"
             )
+        elif measurement.pool_tokens is not None and measurement.pool_tokens < target.required_tokens:
+            # below the window the role fails (KV101, judged after the boot): never the pass mark
+            progress.finish(
+                target.name,
+                f"[red]✗ pool {measurement.pool_tokens:,} tokens, below the {target.required_tokens:,} required[/]",
+            )
         elif measurement.pool_tokens is not None:
             progress.finish(target.name, f"[green]✓ pool {measurement.pool_tokens:,} tokens[/]")
         else:

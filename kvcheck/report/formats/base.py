@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.escape import one_line, printable  # noqa: F401  (the formats' escapes)
-from kvcheck.model import Finding, Report, RoleResult, Suppressed
+from kvcheck.model import Finding, Report, RoleResult, Suppressed, share_of_window
 
 MODE_TITLES = {
     "measure": "measured pools (engine booted)",
@@ -51,7 +51,7 @@ def margin(role: RoleResult) -> str:
     """The pool as a share of what the window requires ("-" when either is unknown)."""
     if role.pool_tokens is None or not role.required_tokens:
         return "-"
-    return f"{role.pool_tokens / role.required_tokens:.1%}"
+    return share_of_window(role.pool_tokens, role.required_tokens)
 
 
 def strip_trailing(text: str) -> str:

@@ -198,3 +198,11 @@ def test_github_annotations_point_at_repository_relative_paths(tmp_path: Path) -
     done = run_kvcheck("verify", str(EXAMPLES / "incident" / "manifest.yaml"), "--mode", "estimate",
                        "--format", "github")
     assert done.stdout.startswith("::error file=docs/examples/incident/manifest.yaml,line=19,col=3,title=KV101 prefill::")
+
+
+def test_the_admission_bound_column_says_it_is_exclusive() -> None:
+    """max_input_tokens is SGLang's max_req_input_len: prompts of that many tokens are refused (2,042 of a
+    2,048-token context), so the column reads `input <`, not `max input` (which promised 2,042 would pass)."""
+    for fmt in ("table", "markdown"):
+        text = render(fmt, incident_report())
+        assert "input <" in text and "max input" not in text, fmt

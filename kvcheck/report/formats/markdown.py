@@ -37,7 +37,7 @@ class MarkdownFormat(Format):
         out.extend(f"- {m}" for m in meta)
         out.append("")
         if report.roles or report.exit_code != 2:  # invalid input: no role was read, no empty table
-            out.append("| role | status | pool tokens | required | pool/req | max input | source |")
+            out.append("| role | status | pool tokens | required | pool/req | input < | source |")
             out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
             out.append("")
         for role in report.roles:

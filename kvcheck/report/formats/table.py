@@ -33,7 +33,7 @@ def _natural_width(console: Console, table: Table) -> int:
 
 
 # The columns the roles' table leaves out first when a terminal is too narrow for every figure.
-_DROPPABLE = ("pool range", "source", "pool/req", "max input")
+_DROPPABLE = ("pool range", "source", "pool/req", "input <")
 _NAME_MIN = 12  # the narrowest a role name folds to before a column is left out
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
@@ -133,11 +133,11 @@ class TableFormat(Format):
         """The roles' table, and the columns left out so that no figure is cut at this width.
 
         A number is never cropped: when the table is wider than the console, the least needed columns
-        go first (pool range, source, pool/req, max input), the role names wrap, and the caller says
+        go first (pool range, source, pool/req, input <), the role names wrap, and the caller says
         which columns were left out.
         """
         ranged = any(role.pool_range for role in report.roles)
-        columns = ["role", "status", "pool tokens", "required", "pool/req", "max input", "source"]
+        columns = ["role", "status", "pool tokens", "required", "pool/req", "input <", "source"]
         if ranged:
             columns.append("pool range")
         rows = [self._role_row(role, ranged) for role in report.roles]

@@ -188,9 +188,9 @@ RBG_RAY_REPORT = """\
 kvcheck verify: ERROR (exit 3)  {source}
 measure mode: no engine was booted, no pool was measured
 advertised context window: 32,768 tokens
-role               status   pool tokens   required   pool/req   max input   source
-━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
-vllm-multi-nodes   ERROR              -     32,768          -           -   measure
+role               status   pool tokens   required   pool/req   input <   source
+━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
+vllm-multi-nodes   ERROR              -     32,768          -         -   measure
 findings
 ERROR KV301 [vllm-multi-nodes] role vllm-multi-nodes spans 2 nodes as one Ray cluster
             (roles.vllm-multi-nodes.nodes), and the kubernetes launcher does not build Ray clusters

@@ -468,6 +468,15 @@ class Engine(ABC):
     # pods form): deployment readers then count the group's pods (LeaderWorkerSet `size`) as its nodes.
     nodes_from_group: ClassVar[bool] = False
 
+    def running_cap(self, args: Mapping[str, Any]) -> int | None:
+        """The requests one pool serves at once that the role's own argument caps (`running_requests_field`, args
+        keyed by field name), or None: what KV111 reads where no measurement states the cap."""
+        field = self.running_requests_field
+        cap = args.get(field) if field else None
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+            return None
+        return cap
+
     def gpus_needed(self, args: Mapping[str, Any]) -> int | None:
         """The GPUs the parallel settings use on all of one instance's nodes (args keyed by field name), or None
         to leave it to the shared count (tp_size x pp_size x dp_size outside attention DP)."""

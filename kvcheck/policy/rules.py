@@ -245,12 +245,13 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
 def _running_cap(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any]) -> tuple[int, str] | None:
     """The engine's cap on requests at once and its argument's name: the measured figure (log line, server
     answer, estimate), else the role's own argument; None when neither states one."""
-    field = get_engine(target.engine).running_requests_field
+    engine = get_engine(target.engine)
+    field = engine.running_requests_field
     if field is None:
         return None
     cap: Any = measurement.max_running_requests
     if cap is None:
-        cap = args.get(field)
+        cap = engine.running_cap(args)  # per pool: SGLang divides the argument among its DP-attention workers
     if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
         return None
     return cap, field

@@ -4,6 +4,8 @@ in_proj_qkvz, MoE w13/w2 per layer), and none under expandable segments or on an
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
@@ -74,7 +76,7 @@ def test_qwen3_8_27b_fp8_at_tp2_holds_243_mib():
     {"PYTORCH_ALLOC_CONF": "expandable_segments:True,garbage_collection_threshold:0.6"},
 ])
 def test_expandable_segments_hold_no_slack(env):
-    assert expandable_segments(env)
+    assert expandable_segments(env, rocm=True)  # _target is an MI355X role
     rounded = estimate_role(_target(2), offline=True)
     est = estimate_role(_target(2, env), offline=True)
     assert rounded.details["weights_allocator_slack_gib"] == round(243 / 1024, 3)
@@ -89,6 +91,19 @@ def test_segments_not_expandable_keep_the_slack():
                 {"OTHER": "expandable_segments:True"}):
         assert not expandable_segments(env)
         assert estimate_role(_target(2, env), offline=True).details["weights_allocator_slack_gib"] == 0.237
+
+
+def test_pytorch_reads_the_first_allocator_setting_that_is_set():
+    # PYTORCH_ALLOC_CONF wins over the older spellings, which PyTorch then does not read; the HIP spelling is read
+    # on ROCm only (before the CUDA one)
+    shadowed = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:512", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert not expandable_segments(shadowed) and not expandable_segments(shadowed, rocm=True)
+    assert estimate_role(_target(2, shadowed), offline=True).details["weights_allocator_slack_gib"] == 0.237
+    hip = {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True"}
+    assert expandable_segments(hip, rocm=True) and not expandable_segments(hip)
+    assert estimate_role(_target(2, hip, gpu="H100"), offline=True).details["weights_allocator_slack_gib"] > 0
+    hip_first = {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert not expandable_segments(hip_first, rocm=True) and expandable_segments(hip_first)
 
 
 def test_an_ascend_npu_holds_no_slack():
@@ -106,3 +121,21 @@ def test_the_tp2_mi355x_log_is_inside_its_range():
     assert low <= outcome.logged_tokens <= high
     assert outcome.in_range
     assert (outcome.predicted_tokens, round(outcome.error_pct, 2)) == (3_240_404, 0.37)
+
+
+def test_dsv4_expert_slack_is_of_the_rank_s_own_experts():
+    """Under EP a rank's w13 holds experts / ep whole experts: V4-Pro at TP8 EP8 (MXFP4) rounds 48 experts' tensors
+    (92 MiB a rank over 61 layers), not 384 experts' (which happen to be whole 2 MiB multiples)."""
+    from kvcheck.engines.sglang.sizing import dsv4
+    from tests.datapaths import MODELS
+
+    text = json.loads((MODELS / "deepseek-ai--DeepSeek-V4-Pro.json").read_text())
+
+    def slack(ep: int) -> float:
+        return dsv4.weights_bytes(text, stage=range(61), tp=8, attn_tp=8, ep=ep, dense_fmt="fp8", expert_fmt="mxfp4",
+                                  first_stage=True, last_stage=True)[SLACK]
+
+    routed_ep8 = 61 * sum(block_slack(b * (0.5 + 1 / 32)) for b in (48 * 2 * 7168 * 3072, 48 * 7168 * 3072))
+    routed_ep1 = 61 * sum(block_slack(b * (0.5 + 1 / 32)) for b in (384 * 2 * 7168 * 384, 384 * 7168 * 384))
+    assert slack(8) - slack(1) == pytest.approx(routed_ep8 - routed_ep1)
+    assert round(routed_ep8 / MIB) == 92

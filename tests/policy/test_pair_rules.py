@@ -141,3 +141,18 @@ def test_min_concurrency_counts_the_engines_running_request_cap() -> None:
     [kv111] = evaluate_role(role, served("r", 2048), min_concurrency=3)
     assert kv111.message.startswith("the engine runs at most 2 requests at once (max_num_seqs=2)")
     assert evaluate_role(vllm_role("r", None, max_num_seqs=8), served("r", 2048), min_concurrency=3) == []
+
+
+def test_min_concurrency_divides_sglangs_argument_among_dp_attention_workers() -> None:
+    """Under DP attention each worker (one pool) runs max_running_requests // dp_size: --max-running-requests 8 at
+    DP 8 is one request at once per pool, so a pool of four windows with min_concurrency 2 is KV111 when no
+    measurement states the per-worker cap (a log cut before the scheduler line, a server that does not say)."""
+    args = {"enable_dp_attention": True, "dp_size": 8, "tp_size": 8, "max_running_requests": 8}
+    sglang = RoleTarget(name="r", context_length=2048, min_headroom=1.0, engine_version="0.5.23", args=args,
+                        argv_args=())
+    unstated = PoolMeasurement(role="r", source="log", pool_tokens=8192, max_input_tokens=2042, context_len=2048)
+    [kv111] = evaluate_role(sglang, unstated, min_concurrency=2)
+    assert kv111.message.startswith("the engine runs at most 1 request at once (max_running_requests=1)")
+    # without DP attention the argument is the one pool's own cap
+    plain = replace(sglang, args={**args, "enable_dp_attention": False})
+    assert evaluate_role(plain, unstated, min_concurrency=2) == []

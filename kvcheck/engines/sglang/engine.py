@@ -59,6 +59,15 @@ class SglangEngine(Engine):
 
         return launch_index(argv)
 
+    def running_cap(self, args: Mapping[str, Any]) -> int | None:
+        """--max-running-requests is the whole server's under DP attention: each DP worker (one pool) runs its
+        share, max_running_requests // dp_size (the scheduler's per-worker cap)."""
+        cap = super().running_cap(args)
+        dp = args.get("dp_size")
+        if cap is not None and args.get("enable_dp_attention") and isinstance(dp, int) and dp > 1:
+            return max(cap // dp, 1)
+        return cap
+
     image_repository: ClassVar[str | None] = "lmsysorg/sglang"
 
     def release_from_image(self, image: str) -> str | None:

@@ -143,6 +143,7 @@ class _State:
     damaged: list[str] = field(default_factory=list)
     pending_refusal: tuple[int, int, str] | None = None  # (L, line, text) until the estimated length is read
     stopping: bool = False  # vLLM logged its shutdown: what fails after that is the stop, not the server
+    last: str = ""  # the stream's last non-empty message, quoted for a pod that printed none of vLLM's lines
     boot_counted: bool = False  # a line that opens a start was read for this one (boots counts it)
 
 
@@ -271,6 +272,8 @@ class VllmLogReader:
         self._s = s = self._pods[source]
         self._source = source
         s.lines = n
+        if text:
+            s.last = text[:400]
         events: list[LogEvent] = []
 
         def event(kind: str, **values: Any) -> None:
@@ -484,14 +487,28 @@ class VllmLogReader:
         """The log's summary; a `kubectl logs --prefix` stream of several pods gives each pod's figures and the
         worst of their states (any pod's failure, ready only when every pod is)."""
         pods = [(source, s) for source, s in self._pods.items() if _counts(s)]
-        if len(pods) <= 1:
+        # a pod of the same container as a judged one that printed none of vLLM's lines died before its first
+        # (a traceback at argument parsing, no GPU): it is judged too, as a failure to start, never dropped
+        servers = {_container(source) for source, _ in pods if source is not None}
+        silent = [(source, s) for source, s in self._pods.items()
+                  if source is not None and not _counts(s) and s.last and _container(source) in servers]
+        if len(pods) + len(silent) <= 1:
             return _summary(pods[0][1] if pods else self._s, self._lines)
-        return _merge([_summary(s, self._lines, source) for source, s in pods], self._lines)
+        summaries = [_summary(s, self._lines, source) for source, s in pods]
+        summaries += [replace(_summary(s, self._lines, source), phase=FAILED,
+                              failure=f"[{source}] the pod printed none of vLLM's startup lines: {s.last}")
+                      for source, s in silent]
+        return _merge(summaries, self._lines)
 
 
 def _counts(s: _State) -> bool:
     """A stream that holds any of vLLM's startup lines (a pod's stream of only other output is not judged)."""
     return bool(s.startup or s.ranks or s.failure)
+
+
+def _container(source: str) -> str:
+    """The container of kubectl's `pod/NAME/CONTAINER` source (a sidecar's stream is another container's)."""
+    return source.rsplit("/", 1)[-1]
 
 
 def _merged_phase(phases: list[str]) -> str:

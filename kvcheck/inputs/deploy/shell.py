@@ -623,20 +623,22 @@ def comment_offsets(script: str) -> list[int]:
 
 def strip_prefixes(command: Command) -> list[Word]:
     """The command's words without `exec`, `env A=1`, `nohup` and similar prefixes."""
-    words = list(command.words)
-    while words and words[0].text.rsplit("/", 1)[-1] in _PREFIX_COMMANDS:
-        words.pop(0)
-        while words and (_ASSIGN_RE.match(words[0].text) or words[0].text.startswith("-")):
-            words.pop(0)
-    return words
+    return _walk_prefixes(command)[0]
 
 
 def launch_environment(command: Command) -> dict[str, str]:
     """The variables the command's program is handed: what the script exported, its `VAR=value` prefixes,
     and the assignments of an `env` prefix (`env A=1 python ...`; `env -i` starts from nothing, `env -u NAME`
     drops NAME). An `env` assignment whose value is not known is left out, as the prefixes' are."""
+    return _walk_prefixes(command)[1]
+
+
+def _walk_prefixes(command: Command) -> tuple[list[Word], dict[str, str]]:
+    """One pass over the command's prefix commands (`exec`, `env`, `nohup`, ...): the words left after them, and
+    the environment the program gets. An option of `env` that takes an operand (`-u NAME`, `--unset NAME`)
+    consumes it, so the operand is never taken for the program."""
     environment = dict(command.environment)
-    words = command.words
+    words = list(command.words)
     i = 0
     while i < len(words) and (prefix := words[i].text.rsplit("/", 1)[-1]) in _PREFIX_COMMANDS:
         i += 1
@@ -647,14 +649,15 @@ def launch_environment(command: Command) -> dict[str, str]:
                 continue
             if word.text in ("-i", "-", "--ignore-environment"):
                 environment.clear()
-            elif word.text in ("-u", "--unset") and i < len(words):
-                environment.pop(words[i].text, None)
+            elif word.text in ("-u", "--unset", "-C", "--chdir") and i < len(words):
+                if word.text in ("-u", "--unset"):
+                    environment.pop(words[i].text, None)
                 i += 1
             elif word.text.startswith("--unset="):
                 environment.pop(word.text.split("=", 1)[1], None)
             elif not word.unresolved and (match := _ASSIGN_RE.match(word.text)):
                 environment[match.group(1)] = match.group(2)
-    return environment
+    return words[i:], environment
 
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh"})

@@ -403,6 +403,25 @@ def test_cli_kubectl_prefix_a_pod_that_crashed_is_exit_3(tmp_path: Path) -> None
     assert role["details"]["failure"] == "[pod/vllm-b/vllm] RuntimeError: NCCL error: unhandled system error"
 
 
+def test_cli_kubectl_prefix_a_pod_that_died_before_any_vllm_line_is_exit_3(tmp_path: Path) -> None:
+    """A pod of the same container that died before vLLM's first line (a bare traceback: no GPU) was dropped from
+    the stream, and the ready pod beside it passed (exit 0); a sidecar's stream is another container's."""
+    died = ["Traceback (most recent call last):", '  File "/usr/bin/vllm", line 8, in <module>', "    sys.exit(main())",
+            "RuntimeError: No CUDA GPUs are available"]
+    ready = "".join(f"[pod/vllm-a/vllm] {line}\n" for line in PASS_LOG.read_text(encoding="utf-8").splitlines())
+    log = tmp_path / "pods.log"
+    log.write_text(ready + "".join(f"[pod/vllm-b/vllm] {line}\n" for line in died), encoding="utf-8")
+    code, report = logs(str(log))
+    assert code == 3, report
+    [role] = report["roles"]
+    assert role["details"]["failure"] == (
+        "[pod/vllm-b/vllm] the pod printed none of vLLM's startup lines: RuntimeError: No CUDA GPUs are available")
+    sidecar = tmp_path / "sidecar.log"
+    sidecar.write_text(ready + "".join(f"[pod/vllm-a/istio-proxy] {line}\n" for line in died), encoding="utf-8")
+    code, report = logs(str(sidecar))
+    assert code == 0, report
+
+
 V085_BOOT = (
     "INFO 04-01 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5",
     "INFO 04-01 10:00:01 [core.py:58] Initializing a V1 LLM engine (v0.8.5) with config: model='m', "

@@ -63,9 +63,10 @@ def test_an_sglang_prefix_lets_the_longer_context_be_estimated() -> None:
             "--tp 2")
     options = ("--gpu", "H100", "--model-config", LLAMA_8B, "--sglang-version", "0.5.23", "--mode", "estimate",
                "--format", "json")
-    refused = run_kvcheck("verify", "--cmd", line, *options)
-    assert refused.exit_code == 3
-    assert [f["rule"] for f in json.loads(refused.stdout)["findings"]] == ["KV305"]
+    refused = run_kvcheck("verify", "--cmd", line, *options)  # SGLang's own refusal: exit 2 at the flag
+    assert refused.exit_code == 2
+    assert "--cmd:1:95: role server: --context-length 200000 is greater" in refused.stderr
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in refused.stderr
     allowed = run_kvcheck("verify", "--cmd", f"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 {line}", *options)
     assert allowed.exit_code == 0, allowed.stdout + allowed.stderr
     assert json.loads(allowed.stdout)["findings"] == []

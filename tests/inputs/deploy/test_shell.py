@@ -192,3 +192,14 @@ def test_an_array_assigned_on_some_paths_is_unresolved() -> None:
               "python -m sglang.launch_server \"${ARGS[@]}\"\n")
     word = parse_script(script, {}.get)[-1].words[-1]
     assert (word.unresolved, "only on some paths" in word.why["ARGS"]) == (["ARGS"], True)
+
+
+def test_env_option_operands_are_not_the_program() -> None:
+    """`env -u NAME` and `env -C DIR` take an operand: the program is the word after it, and the environment
+    the same one pass reads drops NAME (strip_prefixes and launch_environment walked the prefixes apart and
+    disagreed: 'A' was taken for the program)."""
+    from kvcheck.inputs.deploy.shell import launch_environment
+
+    [command] = parse_script("A=1 env -u A -C /srv B=2 python3 -m sglang.launch_server --tp 2", lambda _n: None)
+    assert [w.text for w in strip_prefixes(command)][:3] == ["python3", "-m", "sglang.launch_server"]
+    assert launch_environment(command) == {"B": "2"}

@@ -23,9 +23,10 @@ MIB = 1 << 20
 MIN_BLOCK = 512  # kMinBlockSize: every request is rounded up to this
 MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: from here a request gets a segment of its own ...
 ROUND_LARGE = 2 * MIB  # kRoundLarge: ... rounded up to this
-# the variables PyTorch reads its allocator settings from (PYTORCH_ALLOC_CONF from 2.9, the others before and as
-# fallbacks; the HIP spelling on ROCm)
-ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+# the variables PyTorch reads its allocator settings from, the first one set wins: PYTORCH_ALLOC_CONF (2.9 on),
+# then the CUDA spelling, or on ROCm the HIP spelling before the CUDA one
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+ALLOC_CONF_VARS_ROCM = ("PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 
 def block_slack(nbytes: float) -> float:
@@ -40,16 +41,17 @@ def tensors_slack(sizes: Iterable[float]) -> float:
     return sum(block_slack(b) for b in sizes)
 
 
-def expandable_segments(env: Mapping[str, str]) -> bool:
-    """Whether the role's env turns on expandable segments (`expandable_segments:True` in an allocator setting)."""
-    for var in ALLOC_CONF_VARS:
-        for option in str(env.get(var) or "").split(","):
-            key, _, value = option.partition(":")
-            if key.strip() == "expandable_segments" and value.strip() == "True":
-                return True
+def expandable_segments(env: Mapping[str, str], *, rocm: bool = False) -> bool:
+    """Whether the role's env turns on expandable segments: `expandable_segments:True` in the allocator setting
+    PyTorch reads, the first of its variables that is set (a later one is not read at all)."""
+    setting = next((str(env[var]) for var in (ALLOC_CONF_VARS_ROCM if rocm else ALLOC_CONF_VARS) if env.get(var)), "")
+    for option in setting.split(","):
+        key, _, value = option.partition(":")
+        if key.strip() == "expandable_segments" and value.strip() == "True":
+            return True
     return False
 
 
-def rounds_weights(env: Mapping[str, str], *, npu: bool) -> bool:
+def rounds_weights(env: Mapping[str, str], *, npu: bool, rocm: bool = False) -> bool:
     """Whether the weights carry the caching allocator's per-tensor rounding (block_slack)."""
-    return not npu and not expandable_segments(env)
+    return not npu and not expandable_segments(env, rocm=rocm)

@@ -649,7 +649,7 @@ def weights_bytes(
     attention = (h * (q_lora + hd), q_lora * heads * hd / attn_tp, heads * hd / attn_tp * o_lora,
                  o_groups * o_lora * h / attn_tp)
     # w13 and w2 of all the rank's routed experts, gate_up and down of the shared ones
-    routed = (experts * 2 * h * inter_rank, experts * h * inter_rank)
+    routed = (local_experts * 2 * h * inter_rank, local_experts * h * inter_rank)
     shared_mats = (shared * 2 * h * inter / (shared_tp or tp), shared * h * inter / (shared_tp or tp))
     # the embedding on the first stage, the lm_head on the last
     vocab_mats = (first_stage * vocab * h / (embed_tp or tp), last_stage * vocab * h / (lm_head_tp or tp))

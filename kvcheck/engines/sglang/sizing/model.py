@@ -593,7 +593,7 @@ def estimate_role(
         moe_dense_tp=args.get("moe_dense_tp_size"),
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
-        allocator_rounding=rounds_weights(target.env, npu=gpu.is_npu),
+        allocator_rounding=rounds_weights(target.env, npu=gpu.is_npu, rocm=gpu.is_rocm),
     )
     par = _placed(target, args, model, par, gpu, assumptions)
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None

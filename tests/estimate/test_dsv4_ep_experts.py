@@ -87,8 +87,11 @@ def test_the_logged_swa_pool_is_the_given_ratio():
 def test_ep_experts_are_whole_so_the_rocm_pad_does_not_apply():
     ep8 = estimate_role(_decode(0.90), offline=True)
     ep1 = estimate_role(_decode(0.90, ep=1), offline=True)
-    # the same weights but the experts: at EP1 each rank's 384-wide slice is padded to 512
-    assert _experts_gib(ep1) - _experts_gib(ep8) == pytest.approx(EXPERT_BYTES_EP8 / 3 / 2**30, abs=0.001)
+    # the same weights but the experts: at EP1 each rank's 384-wide slice is padded to 512 (the allocator's
+    # rounding aside, which differs with the tensors' shapes)
+    ep1_bytes = _experts_gib(ep1) - ep1.details["weights_allocator_slack_gib"]
+    ep8_bytes = _experts_gib(ep8) - ep8.details["weights_allocator_slack_gib"]
+    assert ep1_bytes - ep8_bytes == pytest.approx(EXPERT_BYTES_EP8 / 3 / 2**30, abs=0.002)
     assert any("padded to 256" in a for a in ep8.details["assumptions"])
 
 

@@ -89,8 +89,8 @@ class PreBaseline:
     between is interpolated linearly, one beyond the table adds `per_peer` for each further rank.
     Without a table it is `base + per_peer x (ranks - 1)`. The uncertainty grows with the peers
     too: `band + per_peer_band x (ranks - 1)`, since the collective-library buffers (NCCL, NVLS,
-    custom all-reduce) are the least known part. `terms` widen that band on one side for the
-    releases and settings whose memory the fitted figure does not hold (`figure`).
+    custom all-reduce) are the least known part. `terms` widen that band on one side, or move the
+    figure (`shift`), for the releases and settings whose memory the fitted figure does not hold (`figure`).
     """
 
     base_mib: float

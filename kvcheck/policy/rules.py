@@ -242,10 +242,9 @@ def _reservation_shortfall(target: RoleTarget, measurement: PoolMeasurement, arg
     ]
 
 
-def _running_cap(target: RoleTarget, measurement: PoolMeasurement, args: dict[str, Any]) -> tuple[int, str] | None:
+def _running_cap(engine: Engine, measurement: PoolMeasurement, args: dict[str, Any]) -> tuple[int, str] | None:
     """The engine's cap on requests at once and its argument's name: the measured figure (log line, server
     answer, estimate), else the role's own argument; None when neither states one."""
-    engine = get_engine(target.engine)
     field = engine.running_requests_field
     if field is None:
         return None
@@ -266,7 +265,7 @@ def _below_min_concurrency(target: RoleTarget, measurement: PoolMeasurement, arg
         return []
     engine = get_engine(target.engine)
     held = engine.concurrency(pool, window, args, engine.device(target))
-    cap = _running_cap(target, measurement, args)
+    cap = _running_cap(engine, measurement, args)
     if cap is not None and cap[0] < min_concurrency and cap[0] < held:
         running, field = cap
         return [

@@ -127,10 +127,10 @@ CASES: tuple[Case, ...] = (
         independent=False, release="2024-10", trust="medium",
     ),
     Case(
-        "sglang-qwen3-8b-tp1-blackwell288-clean-startup-doc", "Qwen--Qwen3-8B", "B300",
+        "sglang-qwen3-8b-tp1-blackwell288-clean-startup-doc", "Qwen--Qwen3-8B", "GB300",
         {},
-        "GPU inferred (SM100, 275.75 GiB free at the baseline); B300 memory_total and TP1 base chosen with this "
-        "log in view (at least 282,368 MiB)",
+        "GPU inferred: SM100 with 275.75 GiB free at the baseline, more than a B300's whole CUDA total (267.69 GiB), "
+        "so a GB300 (276.50 GiB); the GB300 TP1 base was read from this log",
         independent=False, release="2026-05 main", trust="low",
     ),
     Case(
@@ -268,6 +268,14 @@ UNUSABLE: dict[str, str] = {
     "sglang-kimi-k3-8xB300-tp8-fp8kv-skill-excerpt": (
         "fraction, release and weights not stated: its cell and KDA state are checked in tests/estimate/newest_cases.py"
     ),
+    "sglang-glm46-fp8-2xB300-tp8-pd-preload-0510-aws": (
+        "no pool (both starts failed after the weights): its reading before the weights is one of the two B300 TP8 "
+        "figures in profiles/gpus/B300.yaml"
+    ),
+    "sglang-dsv4-pro-fp8-b300inferred-tp8-mtp-inferencex439758": (
+        "GPU, release, fraction and pool are not in the public copy: its reading before the weights is the other "
+        "B300 TP8 figure in profiles/gpus/B300.yaml"
+    ),
     "sglang-qwen3-36L-rtx32gb-issue7227": "model and GPU not identified",
     "sglang-llama31-8b-hicache-4xH100-96g-tp4-issue7059": (
         "GPU memory variant not identified ('96GB' and '98GB' in the same text): with the explicit fraction 0.4 "
@@ -349,7 +357,7 @@ CELL_CHECKS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("sglang-llama31-8b-pr4760-fa3", "meta-llama--Meta-Llama-3.1-8B", "H100", {}),
     ("sglang-qwen3-235b-fp8-4xH100-vllm21348", "Qwen--Qwen3-235B-A22B-FP8", "H100", {"tp_size": 4}),
     ("sglang-qwen3-32b-ascend-npu-tp2-issue16526", "Qwen--Qwen3-32B", "H100", {"tp_size": 2}),
-    ("sglang-qwen3-8b-tp1-blackwell288-clean-startup-doc", "Qwen--Qwen3-8B", "B300", {}),
+    ("sglang-qwen3-8b-tp1-blackwell288-clean-startup-doc", "Qwen--Qwen3-8B", "GB300", {}),
     ("sglang-kimi-k25-mi35x-tp8", "moonshotai--Kimi-K2.5", "MI355X", {"tp_size": 8}),
     ("sglang-glm5-fp8-mi35x-tp8-fp8kv", "zai-org--GLM-5-FP8", "MI355X",
      {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "flashmla_auto",

@@ -176,3 +176,19 @@ def test_a_card_described_in_the_manifest_gets_the_vendor_terms():
     assert amd.figure(4, release="0.5.7", custom_ar_groups=1).above_mib == 1100.0
     given = custom_profile("Y", 80_000, pre_baseline_mib=1500).pre_baseline
     assert given.figure(8, release="0.5.23", custom_ar_groups=1) == PreBaselineFigure(1500.0, 0.0, 0.0, ())
+
+
+def test_b300_before_the_weights_is_what_two_tp8_starts_logged():
+    """Two SGLang TP8 starts on 8 B300 SXM6 AC (tests/data/logs: 0.5.10's 'avail mem=265.27 GB' and a V4 run's
+    161.06 + 104.24 GiB) against the B300's nvidia-smi total, 275,040 MiB. The profile once assumed 282,624 MiB,
+    a GB300-class figure: 7.6 GiB a GPU more than a B300 has, priced into every B300 pool."""
+    profile = GpuProfiles.load().get("B300")
+    assert profile.memory_total_mib == 275040
+    fig = _figure("B300", 8, "0.5.10", 1)
+    for free_gib in (265.27, 161.06 + 104.24):
+        used = _used(275040, free_gib)
+        assert fig.mib - fig.below_mib <= used <= fig.mib + fig.above_mib
+        assert abs(used - fig.mib) < 20  # 3,403.5 and 3,372.8 MiB in use against 3,390
+    est = estimate_role(role("Qwen--Qwen3-8B", gpu="B300", tp_size=8), offline=True)
+    assert (est.details["gpu_memory_mib"], est.details["pre_baseline_used_mib"]) == (275040, 3390.0)
+    assert est.details["pre_baseline_gib"] == round((275040 - 3390) / 1024, 3) == 265.283

@@ -218,13 +218,13 @@ def _edited(tmp_path, config: dict, gpu: str):
 def test_kimi_k3_vision_factor_reads_sglangs_vision_config_class(tmp_path):
     """SGLang loads Kimi-K3's vision config as KimiK3VisionConfig (configs/kimi_k3.py), whose
     num_hidden_layers/hidden_size come from vt_num_hidden_layers/vt_hidden_size: a 27 x 1024 ViT scales the
-    default fraction by 0.95 x 0.9875. On B300 TP8: round((282624 - 27136) / 282624, 3) = 0.904 x 0.938125,
-    the 0.848065 SGLang's own resolution prints (tests/estimate/oracle_defaults_0.5.23.json)."""
+    default fraction by 0.95 x 0.9875. On B300 TP8: round((275040 - 27136) / 275040, 3) = 0.901 x 0.938125,
+    the 0.845250625 SGLang's own resolution prints (tests/estimate/oracle_defaults_0.5.23.json)."""
     est = estimate_role(role("moonshotai--Kimi-K3", gpu="B300", tp_size=8), offline=True)
-    assert est.details["mem_fraction_static"] == round(0.904 * 0.95 * 0.9875, 4) == 0.8481
+    assert est.details["mem_fraction_static"] == round(0.901 * 0.95 * 0.9875, 4) == 0.8453
     config = json.loads(model_config("moonshotai--Kimi-K3").read_text())
     config["vision_config"]["vt_num_hidden_layers"] = 36  # 1.5 x ViT-L: factor 0.95 x (1 - 0.1 x 0.5)
-    assert _edited(tmp_path, config, "B300") == round(0.904 * 0.95 * 0.95, 4) == 0.8159
+    assert _edited(tmp_path, config, "B300") == round(0.901 * 0.95 * 0.95, 4) == 0.8132
     config["vision_config"]["vt_hidden_size"] = None
     assert _edited(tmp_path, config, "B300") == (
         "model config: vision_config.vt_hidden_size is null; SGLang's kimi_k3 vision config would carry None "

@@ -252,3 +252,13 @@ def test_the_rtx_4090_boot_of_0_27_1_is_within_3_percent_with_its_device_total()
     details = estimate_role(target, offline=True).details
     assert details["cudagraph_estimate_gib"] == 0.0
     assert round((details["available_kv_gib"] - 20.52) / 20.52 * 100, 2) == -0.53
+
+
+def test_blackwell_ultra_totals_are_the_ones_cuda_reports() -> None:
+    """B300 and GB300 differ (nvidia-smi 275,040 and 284,208 MiB): each is priced at the cudaMemGetInfo total public
+    boots print, not at nvidia-smi less the generic 600 MiB (which misses the GB300's 1,072 MiB gap)."""
+    from kvcheck.engines.vllm.sizing.memory import device_total
+
+    assert device_total("B300", 275040, None).gib == 267.69
+    assert device_total("GB300", 284208, None).gib == 276.5
+    assert round(device_total("GB300", 284208, 284208).gib, 2) == 276.96  # a manifest's own figure is nvidia-smi's

@@ -29,6 +29,9 @@ KNOWN_TOTAL_GIB = {
     "H100": 79.19, "H100-PCIe": 79.19, "H800": 79.19,
     "A100-80GB": 79.15, "A800-80GB": 79.15, "A100-80GB-PCIe": 79.15,
     "H200": 139.81, "A100-40GB": 39.39, "L40S": 44.42, "RTX-4090": 23.65, "RTX-5090": 31.4, "L4": 22.05,
+    # B300 SXM6 AC: "Free memory on device (267.08/267.69 GiB)" (two public vLLM boots); GB300: "a total capacity of
+    # 276.50 GiB" in two public PyTorch OOM messages, the same cudaMemGetInfo total (1,072 MiB under nvidia-smi)
+    "B300": 267.69, "GB300": 276.5,
 }  # fmt: skip
 TOTAL_RESERVE_MIB = 600.0  # nvidia-smi minus cudaMemGetInfo: 346 (RTX 4090) to 870 MiB (A100 80GB) measured
 TOTAL_BAND_MIB = 300.0

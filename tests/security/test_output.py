@@ -90,3 +90,18 @@ def test_a_key_with_a_newline_cannot_forge_a_workflow_command_on_stderr(tmp_path
     assert out.exit_code == 2
     check_output("table", out.stderr)
     assert "\\::error title=pwn::owned" in out.stderr  # the line the key's newline starts is neutralised
+
+
+@pytest.mark.parametrize("fmt", ["junit", "table", "github", "markdown"])
+def test_a_role_name_quoted_in_a_cross_role_finding_cannot_forge_a_workflow_command(tmp_path, fmt):
+    # KV104 quotes both roles' names in its message; JUnit wrote that message's raw newline as a text line,
+    # so the line after it started with `::error` on stdout, where a GitHub runner obeys it
+    example = REPO_ROOT / "docs" / "examples" / "incident"
+    (tmp_path / "glm-5.2-fp8.config.json").write_text((example / "glm-5.2-fp8.config.json").read_text())
+    manifest = (example / "manifest.yaml").read_text().replace("  prefill:\n", '  "x\\n::error title=pwn::owned":\n')
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest)
+    out = attack("verify", str(path), "--mode", "estimate", "--format", fmt)
+    assert out.exit_code == 1, out.stderr
+    assert "KV104" in out.stdout
+    check_output(fmt, out.stdout)

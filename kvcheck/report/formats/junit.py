@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
+from kvcheck.escape import no_workflow_commands
 from kvcheck.model import Finding, Report
 from kvcheck.report.formats.base import (
     Format,
@@ -67,7 +68,10 @@ class JunitFormat(Format):
             out = ET.SubElement(case, "system-out")
             out.text = summary + ("\n" + text if text and status == "pass" else "")
         ET.indent(suite)
-        return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+        # a message's newline stays a line of the element's text, and a runner reads a stdout line that starts
+        # with `::` as a workflow command; tags start with `<`, so only such text lines change
+        xml = ET.tostring(suite, encoding="unicode")
+        return '<?xml version="1.0" encoding="utf-8"?>\n' + no_workflow_commands(xml) + "\n"
 
 
 def _cases(report: Report) -> list[tuple[str, str, tuple[Finding, ...], str]]:

@@ -185,7 +185,7 @@ class PolicySpec(_Strict):
     """How strict the gate is."""
 
     min_headroom: float = Field(
-        default=1.0, gt=0, description="Each pool must hold min_headroom x context_length tokens."
+        default=1.0, gt=0, le=1_000_000, description="Each pool must hold min_headroom x context_length tokens."
     )
     min_concurrency: float = Field(
         default=1.0, ge=1, le=1_000_000,

@@ -552,7 +552,7 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
 )
 @click.option(
     "--min-headroom",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=1),
     default=1.0,
     show_default=True,
     help="Each pool must hold this many times the window.",
@@ -636,7 +636,7 @@ def rules(code: str | None) -> None:
 )
 @click.option(
     "--min-headroom",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=1),
     default=None,
     help="Each pool must hold this many times the window. [default: 1.0, or the manifest's policy]",
 )

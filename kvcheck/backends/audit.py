@@ -82,8 +82,8 @@ def audit_endpoints(
     """
     if concurrency < 1:
         raise InputError(f"concurrency must be at least 1, got {concurrency}")
-    if min_headroom <= 0:
-        raise InputError(f"min headroom must be positive, got {min_headroom:g}")
+    if not min_headroom >= 1:  # below 1, a pool smaller than the window would pass
+        raise InputError(f"min headroom must be at least 1, got {min_headroom:g}")
     context = make_ssl_context(verify)  # built once: loading the CA store costs tens of ms
     by_role = {t.name: t for t in manifest_targets}
     # Resolved here, not on the worker threads: a manifest role names its engine; a fleet file or a

@@ -65,8 +65,8 @@ def read_logs(
         raise InputError("no log file given", hint="pass FILE... or - to read stdin")
     if context_length is not None and context_length < 1:
         raise InputError(f"--context-length must be a positive number of tokens, not {context_length}")
-    if not min_headroom > 0:
-        raise InputError(f"--min-headroom must be above 0, not {min_headroom}")
+    if not min_headroom >= 1:  # below 1, a pool smaller than the window would pass
+        raise InputError(f"--min-headroom must be at least 1, not {min_headroom}")
     logs = _read_sglang_logs(paths)
     targets: list[RoleTarget] = []
     measurements: list[PoolMeasurement] = []

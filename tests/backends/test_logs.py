@@ -354,7 +354,8 @@ def test_a_folder_and_a_damaged_gzip_are_input_errors(tmp_path):
     ("kwargs", "message"),
     [
         ({"context_length": 0}, "--context-length must be a positive number of tokens, not 0"),
-        ({"context_length": None, "min_headroom": 0.0}, "--min-headroom must be above 0, not 0.0"),
+        ({"context_length": None, "min_headroom": 0.0}, "--min-headroom must be at least 1, not 0.0"),
+        ({"context_length": None, "min_headroom": 0.99}, "--min-headroom must be at least 1, not 0.99"),
     ],
 )
 def test_bad_options_are_input_errors(tmp_path, kwargs, message):

@@ -57,3 +57,12 @@ def test_bad_option_is_exit_2() -> None:
     result = run_kvcheck("verify", "x.yaml", "--mode", "guess")
     assert result.exit_code == 2
     assert "Invalid value for '--mode'" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["logs", "audit"])
+def test_a_headroom_below_one_is_exit_2(command: str) -> None:
+    # below 1, a pool smaller than the window it advertises passed (exit 0): the incident kvcheck gates
+    target = "tests/data/logs/sglang-qwen35-9b-2x4090-tp2.log" if command == "logs" else "http://127.0.0.1:9"
+    result = run_kvcheck(command, target, "--min-headroom", "0.5")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert "Invalid value for '--min-headroom': 0.5 is not in the range x>=1." in result.stderr

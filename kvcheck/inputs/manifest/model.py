@@ -184,8 +184,11 @@ class RoleSpec(_Strict):
 class PolicySpec(_Strict):
     """How strict the gate is."""
 
+    # at least 1: a pool below the window it advertises is what the gate fails (KV101); a headroom below 1
+    # would pass it silently (policy.ignore or a suppression says so in the report instead)
     min_headroom: float = Field(
-        default=1.0, gt=0, le=1_000_000, description="Each pool must hold min_headroom x context_length tokens."
+        default=1.0, ge=1, le=1_000_000,
+        description="Each pool must hold min_headroom x context_length tokens (at least 1: the window).",
     )
     min_concurrency: float = Field(
         default=1.0, ge=1, le=1_000_000,

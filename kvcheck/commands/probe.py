@@ -228,6 +228,8 @@ class _Run:
 
     def _record(self, planned: PlannedRequest, answer: Answer) -> RequestResult:
         result = judge(planned, answer, self.plan.owners)
+        # judged: the body (up to 32 MiB an answer) is not needed again; kept, a run held every answer at once
+        result = dataclasses.replace(result, answer=dataclasses.replace(answer, raw_text="", id_runs=()))
         with self._lock:
             self.results[planned.index] = result
             done = len(self.results)

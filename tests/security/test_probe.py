@@ -59,3 +59,25 @@ def test_a_token_the_front_door_echoes_never_reaches_the_report():
                          env={"KVCHECK_PROBE_TOKEN": TOKEN}, timeout=120)
             assert out.exit_code in (1, 3), (fmt, out.stderr)
             assert TOKEN not in out.stdout + out.stderr, fmt
+
+
+class _PaddedDeployment(Deployment):
+    """The fixed deployment, every generation answer padded to 16 MiB (under the 32 MiB answer cap)."""
+
+    PAD = "A" * (16 * 2**20)
+
+    def generate(self, prompt, max_new_tokens):
+        status, payload, how = super().generate(prompt, max_new_tokens)
+        return status, {**payload, "pad": self.PAD}, how
+
+
+def test_large_answers_are_not_held_after_they_are_judged():
+    # every answer's whole text was kept in the results to the end: 32 answers of 16 MiB held ~600 MiB
+    with _PaddedDeployment("fixed") as front:
+        out = attack("probe", front.url, "--concurrency", "1", "--rate", "1000", "--seed", "5", "--format", "json",
+                     timeout=300, process=True)
+    assert out.exit_code == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert (report["verdict"], len([r for role in report["roles"] for r in (role["details"].get("requests") or [])])) \
+        == ("pass", 32)
+    assert out.peak_mib < 2 * PEAK_MIB_LIMIT, out.peak_mib

@@ -299,3 +299,15 @@ def test_a_pool_one_token_short_reads_99_9_percent_and_never_gets_the_pass_mark(
     [row] = [line for line in table.stdout.splitlines() if line.startswith("decode ")]
     assert row.split()[:5] == ["decode", "FAIL", "131,071", "131,072", "99.9%"], row
     assert "100.0%" not in table.stdout
+
+
+def test_a_role_name_cannot_forge_a_workflow_command_in_the_progress_lines(manifest: Path, pidfile: PidFile) -> None:
+    # the plain progress lines on stderr held the raw name: its newline started a line `::error ...`, which a
+    # GitHub runner obeys (stderr too), and "waiting for NAME" repeated it
+    manifest.write_text(manifest.read_text().replace("  prefill:\n", '  "x\\n::error title=pwn::owned":\n')
+                        .replace("gpus: [2, 3]", "gpus: [0, 1]"))
+    code, report, stderr = verify_json(manifest)
+    assert (code, [r["status"] for r in report["roles"]]) == (0, ["pass", "pass"])
+    assert not [line for line in stderr.splitlines() if line.lstrip().startswith("::")]
+    assert "kvcheck: [x\\n::error title=pwn::owned] queued" in stderr.splitlines()
+    assert "kvcheck: [decode] waiting for x\\n::error title=pwn::owned" in stderr.splitlines()

@@ -47,3 +47,13 @@ def test_disabled_progress_prints_nothing() -> None:
         progress.note("engine logs: /logs/x/")
         progress.add("prefill", "queued")
     assert stream.getvalue() == ""
+
+
+def test_a_role_name_is_shown_as_written_not_as_markup(capsys) -> None:
+    # the live display read the name as Rich markup: a role "x[/]" stopped kvcheck (MarkupError, exit 4)
+    with BootProgress(enabled=True, stream=_Stream(tty=True)) as progress:
+        progress.add("x[/]", "queued")
+        progress.finish("x[/]", "[green]✓ pool 681,280 tokens[/]")
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "x[/]" in err

@@ -26,7 +26,7 @@ from kvcheck.backends.measure.boot import BootSettings, RoleBoot, log_file_name,
 from kvcheck.backends.measure.figures import compare_estimate
 from kvcheck.backends.measure.launchers.base import Launcher
 from kvcheck.backends.measure.launchers.local import GPU_SETTLE_S, LocalLauncher
-from kvcheck.backends.measure.progress import BootProgress
+from kvcheck.backends.measure.progress import BootProgress, literal
 from kvcheck.errors import InputError, InputIssue, KvcheckError, ManifestError
 from kvcheck.model import Finding, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -191,7 +191,7 @@ class MeasureBackend(Backend):
             if settings.logs_dir is not None:
                 progress.note(f"engine logs: {settings.logs_dir}/")
             for i, target in enumerate(targets):
-                waiting = ", ".join(targets[j].name for j in run.waits[i])
+                waiting = ", ".join(literal(targets[j].name) for j in run.waits[i])  # a description is markup
                 progress.add(target.name, f"waiting for {waiting}" if waiting else "queued")
 
             threads = [
@@ -323,7 +323,7 @@ class MeasureBackend(Backend):
 
         refusal = self.launcher.preflight(target, settle=shared, cancel=cancel, on_phase=on_phase)
         if refusal is not None:
-            progress.finish(target.name, f"[red]✗ {refusal.summary}[/]")
+            progress.finish(target.name, f"[red]✗ {literal(refusal.summary)}[/]")
             return PoolMeasurement(
                 role=target.name,
                 source="measure",

@@ -13,8 +13,16 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.errors import MarkupError
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from kvcheck.escape import one_line
+
+
+def literal(text: str) -> str:
+    """Text (a role name, an engine's words) shown as written inside a progress description, which is markup."""
+    return escape(text)
 
 
 class BootProgress:
@@ -62,14 +70,15 @@ class BootProgress:
             self._last[role] = plain
             started = self._started.get(role)
             elapsed = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
-            self.stream.write(f"kvcheck: [{role}] {plain}{elapsed}\n")
+            # one line: a name's newline would start a line a CI runner may read as a command (`::error`)
+            self.stream.write(one_line(f"kvcheck: [{role}] {plain}{elapsed}") + "\n")
             self.stream.flush()
 
     def note(self, text: str) -> None:
         """One line about the whole run (where its engine logs go), in either mode."""
         if self.plain:
             with self._lock:
-                self.stream.write(f"kvcheck: {text}\n")
+                self.stream.write(one_line(f"kvcheck: {text}") + "\n")
                 self.stream.flush()
         elif self._progress is not None:
             self._progress.console.print(Text(text))
@@ -80,7 +89,8 @@ class BootProgress:
         if self._progress is None:
             return
         with self._lock:
-            self._tasks[role] = self._progress.add_task(text, role=role, total=None, start=False)
+            # the column reads its field as markup: a name is shown as written ("x[/]" stopped the display)
+            self._tasks[role] = self._progress.add_task(text, role=escape(one_line(role)), total=None, start=False)
 
     def start(self, role: str) -> None:
         """The role's clock starts when its engine does (not while it waits for shared GPUs)."""

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from kvcheck.backends.audit import audit_endpoints
 from kvcheck.errors import InputError
+from kvcheck.escape import one_line
 from kvcheck.http import token_problem
 from kvcheck.inputs.fleet import (
     Endpoint,
@@ -97,13 +98,16 @@ def _warn_plain_http_token(endpoints: Sequence[Endpoint], console: Console) -> N
         except ValueError:
             loopback = url.host == "localhost"
         if not loopback:
-            exposed.append(endpoint.name)
+            exposed.append(one_line(endpoint.name))
     if exposed:
         names = ", ".join(exposed[:3]) + (f" and {len(exposed) - 3} more" if len(exposed) > 3 else "")
+        # names from a fleet file, as written: not markup ("x[/]"), one line (a CI runner reads `::` lines)
         console.print(
             f"kvcheck: warning: the token is sent over plain HTTP to {names}; use https:// where you can",
             style="yellow",
             highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
 
 

@@ -105,3 +105,17 @@ def test_a_role_name_quoted_in_a_cross_role_finding_cannot_forge_a_workflow_comm
     assert out.exit_code == 1, out.stderr
     assert "KV104" in out.stdout
     check_output(fmt, out.stdout)
+
+
+@pytest.mark.parametrize("name", ["x[/]", "y\n::error title=pwn::owned"])
+def test_a_fleet_name_in_the_plain_http_token_warning_is_shown_as_written(tmp_path, name):
+    # the warning was Rich markup with the names in it: "x[/]" stopped audit (MarkupError, exit 4), and a
+    # newline started a stderr line `::error ...`, which a GitHub runner obeys
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(json.dumps({name: "http://10.255.255.1:30000"}) + "\n")
+    out = attack("audit", "--fleet", str(fleet), "--token-env", "KVCHECK_T", "--timeout", "0.5", "--retries", "0",
+                 env={"KVCHECK_T": "tok"})
+    assert out.exit_code == 3, out.stderr
+    check_output("table", out.stderr)
+    shown = name.replace("\n", "\\n")
+    assert f"kvcheck: warning: the token is sent over plain HTTP to {shown}; use https:// where you can" in out.stderr

@@ -131,6 +131,9 @@ def emit(report: Report, fmt: str, output: Path | None) -> int:
     from kvcheck.redact import redact_report
 
     report = redact_report(report)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # a failure from here on (a full stdout) must not replace this report with KV300's
+        ctx.meta[_EMITTED] = True
     formatter: Format
     if fmt == "table":
         tty = sys.stdout is not None and sys.stdout.isatty()
@@ -184,6 +187,30 @@ def _report_input_error(error: InputError | str, secrets: frozenset[str], *, hin
                                               secrets=secrets))
     try:
         write_input_error_reports(report, fmt=fmt, output=output, report_files=report_files, inputs=inputs,
+                                  notice=_stderr, echo=echo_report)
+    except KvcheckError as exc:  # stdout closed or full: the message on stderr already said it all
+        _stderr(f"kvcheck: {exc.message}")
+
+
+# each command's report mode when it stops before checking (verify's is its --mode)
+_STOPPED_MODES = {"plan": "estimate", "audit": "audit", "logs": "logs", "probe": "probe"}
+_EMITTED = "kvcheck.report_emitted"
+
+
+def _report_check_error(error: KvcheckError, secrets: frozenset[str]) -> None:
+    """A run stopped before checking anything (exit 3) is a report too, in the formats asked for (KV300),
+    unless the run's own report was already written (a full stdout is exit 3 after it)."""
+    from kvcheck.redact import redact_report
+    from kvcheck.report.input_errors import check_error_report
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.command.name not in REPORTING_COMMANDS or ctx.meta.get(_EMITTED):
+        return
+    mode = str(ctx.params.get("mode") or _STOPPED_MODES.get(ctx.command.name, ctx.command.name))
+    report = redact_report(check_error_report(ctx.command.name, error, mode=mode,
+                                              source=_given_source(ctx.params), secrets=secrets))
+    try:
+        write_input_error_reports(report, fmt=ctx.params.get("fmt"), output=ctx.params.get("output"),
                                   notice=_stderr, echo=echo_report)
     except KvcheckError as exc:  # stdout closed or full: the message on stderr already said it all
         _stderr(f"kvcheck: {exc.message}")
@@ -248,6 +275,8 @@ def run_guarded(action: Callable[[], int], *, token_env: str | None = None) -> N
             _stderr(f"kvcheck: hint: {redact_text(exc.hint, secrets)}")
         if isinstance(exc, InputError):
             _report_input_error(exc, secrets)
+        elif exc.exit_code == ExitCode.ERROR:
+            _report_check_error(exc, secrets)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _interrupted()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvcheck.errors import InputError, InputIssue, ManifestError
+from kvcheck.errors import InputError, InputIssue, KvcheckError, ManifestError
 from kvcheck.model import Finding, Location, Report
 from kvcheck.policy.registry import define_rule
 
@@ -29,6 +29,18 @@ KV001 = define_rule(
     names one, so that a pull request shows it where a check result would be. `policy.ignore` and
     `policy.severity` do not apply to it: the input was not read far enough for a policy. Fix: correct the input as the message says (it suggests the nearest
     known key or flag), then run the check again.""",
+)
+
+KV300 = define_rule(
+    "KV300",
+    "error",
+    "the run stopped before any role or server was checked",
+    """kvcheck could not start checking: measure mode found no GPU it may use on this host, the cluster's
+    API server or the batch scheduler did not answer, or an extra the run needs is not installed. The
+    command exits 3 (could not check: fail closed), and every requested format carries the message as
+    this finding, so that a job reading a JUnit, SARIF or JSON report sees a gate that did not pass,
+    not a missing file. It cannot be ignored or suppressed. Fix: do what the message and its hint say
+    (run where the GPUs or the cluster are, install the extra), or check with `--mode estimate`.""",
 )
 
 # "deploy/prod.yaml:14:3: message" or "deploy/prod.yaml:14: message": how kvcheck's errors name a place
@@ -72,6 +84,14 @@ def _located(message: str) -> tuple[str, Location | None]:
     if whole is not None and Path(whole.group("file")).is_file():
         return message[whole.start("message"):], Location(whole.group("file"))
     return message, None
+
+
+def check_error_report(command: str, error: KvcheckError, *, mode: str, source: str | None,
+                       secrets: frozenset[str] = frozenset()) -> Report:
+    """The report of a run stopped before checking anything (exit 3): no roles, one KV300 finding."""
+    finding = Finding(KV300.code, "error", None, error.message, hint=error.hint)
+    return Report(command=command, mode=mode, source=source, context_length=None, roles=(), findings=(finding,),
+                  secrets=secrets)
 
 
 def input_error_report(command: str, error: InputError | str, *, source: str | None,

@@ -224,7 +224,7 @@ def write_input_error_reports(report: Report, *, fmt: str | None, output: str | 
     `report_files`: the --report values (raw FORMAT=FILE strings when the command line failed to
     parse, else the checked pairs); `inputs`: the run's input files by identity (default: the running
     command's), never overwritten. A file that cannot be written is said on stderr; the exit code
-    stays 2 whatever happens here.
+    (2, or 3 for a run stopped before checking) stays whatever happens here.
     """
     ctx = click.get_current_context(silent=True)
     if report_files is None:

@@ -22,6 +22,8 @@ import difflib
 import json
 import os
 import re
+import stat
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +83,25 @@ _ABOUT_SUPPRESSIONS = ("KV602", "KV603")  # findings about the suppressions them
 def today() -> dt.date:
     """The date suppressions are judged on (UTC, so a CI runner's time zone does not move it)."""
     return dt.datetime.now(dt.UTC).date()
+
+
+def _check_baseline_target(path: Path) -> None:
+    """The baseline replaces the file at `path` (a rename): only a regular file, or nothing, may be there;
+    renamed over, a device (`/dev/full` as root), a FIFO or a symbolic link would be replaced by it."""
+    from kvcheck.io.textfile import describe
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"--write-baseline {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(mode):
+        raise InputError(f"--write-baseline {path}: is a symbolic link: the baseline replaces the file at this "
+                         "path", hint="give the path the link points to")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"--write-baseline {path}: is {describe(path)}, not a regular file",
+                         hint="give the path of a baseline file (it is created or replaced)")
 
 
 @dataclass(frozen=True)
@@ -407,6 +428,8 @@ class Gate:
         if options.baseline is not None and options.write_baseline is not None:
             raise InputError("--baseline and --write-baseline are one or the other: --write-baseline FILE "
                              "rewrites the baseline from the current findings")
+        if options.write_baseline is not None:
+            _check_baseline_target(options.write_baseline)
         gate = cls(options=options)
         if options.ignore_file is not None:
             gate.suppressions.extend(load_ignore_file(options.ignore_file))
@@ -531,9 +554,18 @@ class Gate:
             raise InputError(f"{path}: --write-baseline would replace an input of this run")
         redacted = [Finding(f.rule, f.severity, f.role, redact_text(f.message, self.secrets), None, f.location)
                     for f in self.written]
-        temporary = path.with_name(f".{path.name}.kvcheck-tmp")
+        _check_baseline_target(path)  # again: the run may have taken hours
+        temporary: str | None = None
         try:
-            temporary.write_text(baseline_text(redacted, path.parent), encoding="utf-8")
+            # a new file of its own (O_EXCL, never through a link planted beside the baseline), then renamed
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".kvcheck-tmp", dir=path.parent)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(baseline_text(redacted, path.parent))
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)  # as an ordinary new file (mkstemp's is 0600)
             os.replace(temporary, path)
         except OSError as exc:
+            if temporary is not None and os.path.lexists(temporary):
+                os.unlink(temporary)
             raise InputError(f"{path}: cannot write the baseline: {exc.strerror or exc}") from None

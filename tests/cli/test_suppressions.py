@@ -5,7 +5,9 @@ expired suppression fails (KV601) naming its line and date; a reason is required
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -274,3 +276,34 @@ def test_a_comment_inside_a_log_never_suppresses(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert "KV203" in rules(report)
     assert report["suppressions"] == []
+
+
+def test_write_baseline_never_replaces_a_device_a_fifo_or_a_link(tmp_path: Path) -> None:
+    # the baseline was renamed over whatever was at the path: `--write-baseline /dev/full` as root replaced
+    # the device with a JSON file, exit 0 and no word (a FIFO stands in for the device here)
+    path = manifest(tmp_path, "  mem-fraction-static: 0.95\n")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(victim)
+    for target, problem in ((fifo, "is a FIFO (named pipe), not a regular file"),
+                            (link, "is a symbolic link: the baseline replaces the file at this path")):
+        code, _, stderr = verify(path, "--write-baseline", str(target))
+        assert code == 2, stderr
+        assert f"kvcheck: error: --write-baseline {target}: {problem}" in stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and victim.read_text() == "keep\n"
+
+
+def test_write_baseline_never_writes_through_a_planted_temporary_link(tmp_path: Path) -> None:
+    # the temporary file had a fixed name beside the baseline and was opened following links: a link planted
+    # there (a repository's file) had its target overwritten with the baseline
+    path = manifest(tmp_path, "  mem-fraction-static: 0.95\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (tmp_path / ".b.json.kvcheck-tmp").symlink_to(victim)
+    code, _, stderr = verify(path, "--write-baseline", str(tmp_path / "b.json"))
+    assert code == 0, stderr
+    assert victim.read_text() == "keep\n"
+    assert json.loads((tmp_path / "b.json").read_text())["findings"][0]["rule"] == "KV205"

@@ -88,8 +88,9 @@ def _cases(report: Report) -> list[tuple[str, str, tuple[Finding, ...], str]]:
         cases.append(("input", "error", invalid, "invalid input: nothing was checked"))
     deployment = tuple(f for f in report.findings_for(None) if not f.is_input_error)
     if deployment:
-        status = "fail" if any(f.blocks and not f.is_measurement_failure for f in deployment) else (
-            "error" if any(f.is_measurement_failure for f in deployment) else "pass"
-        )
+        # fail beats error, as in the verdict; under --strict a warning fails too (KV104 has no role)
+        failing = any(f.blocks and not f.is_measurement_failure for f in deployment) or (
+            report.strict and any(f.severity == "warning" for f in deployment))
+        status = "fail" if failing else ("error" if any(f.is_measurement_failure for f in deployment) else "pass")
         cases.append(("deployment", status, deployment, "cross-role checks"))
     return cases

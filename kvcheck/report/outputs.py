@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from kvcheck.errors import CheckError, KvcheckError
 from kvcheck.io.textfile import files_read
 from kvcheck.model import Report
 from kvcheck.report.formats import FORMATTERS, TableFormat
@@ -183,7 +184,9 @@ def write_output(path: Path, text: str, label: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as stream:
             stream.write(text)
     except OSError as exc:
-        raise click.UsageError(f"cannot write {label}: {exc.strerror}") from exc
+        # the path was good and the run done: the report did not reach its reader (a full disk), as for stdout
+        raise CheckError(f"cannot write {label}: {exc.strerror or exc}",
+                         hint="free space where the report goes, or write it elsewhere") from exc
     finally:
         os.close(fd)
 
@@ -239,6 +242,9 @@ def write_input_error_reports(report: Report, *, fmt: str | None, output: str | 
             write_output(path, render(report, name), label)
         except click.UsageError as exc:
             notice(f"kvcheck: {exc.format_message()}")
+            continue
+        except KvcheckError as exc:
+            notice(f"kvcheck: {exc.message}")
             continue
         if label.startswith("--output"):
             notice(f"kvcheck: report written to {path} (verdict {report.verdict}, exit {report.exit_code})")

@@ -41,6 +41,15 @@ def test_stdout_on_a_full_disk_is_exit_3_with_the_reason() -> None:
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
 
 
+def test_a_report_file_on_a_full_disk_is_exit_3_as_stdout_is() -> None:
+    # a report that could not be written was exit 2 (invalid input, with click's usage line) after the whole run
+    for option in ("--output /dev/full", "--report sarif=/dev/full"):
+        done = shell(f"kvcheck verify {INCIDENT} --mode estimate {option} > /dev/null")
+        assert done.returncode == 3, (option, done.stderr)
+        assert f"kvcheck: error: cannot write {option}: No space left on device" in done.stderr
+        assert "Usage:" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_closed_stdout_is_exit_3_and_output_file_still_works(tmp_path) -> None:
     done = shell(f"kvcheck verify {INCIDENT} --mode estimate >&-")
     assert done.returncode == 3

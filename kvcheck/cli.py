@@ -720,7 +720,8 @@ def audit(urls: tuple[str, ...], fleet: Any, context_length: int | None, min_hea
 @click.option("--context-length", type=Tokens(min=None), metavar="TOKENS",
               help="The window promised to clients (default: what the server serves).")
 @click.option("--pool", "pool_tokens", type=Tokens(min=None), metavar="TOKENS",
-              help="The smallest role's KV pool, used when the front door has no /server_info (a router).")
+              help="The smallest role's KV pool: used when the front door states none (a router), and judged "
+                   "instead of the stated pool when smaller.")
 @click.option("--max-upload-mib", type=int, default=512, show_default=True,
               help="Most MiB of request bodies the whole run sends (prompts are token ids).")
 @click.option("--max-requests", type=int, default=64, show_default=True,

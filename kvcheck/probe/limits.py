@@ -164,12 +164,18 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions, engine: Eng
             "--context-length among its arguments)",
             hint="give --context-length, the window promised to clients",
         )
-    pool = info.pool_tokens
+    pool = judged_pool = info.pool_tokens
     if pool is None and options.pool_tokens is not None:
-        pool = options.pool_tokens
+        pool = judged_pool = options.pool_tokens
         notes.append(f"pool from --pool ({pool} tokens): the server states none")
+    elif options.pool_tokens is not None and pool is not None and options.pool_tokens < pool:
+        # the smaller figure wins: a role behind this front door (a prefill role behind a decode front, one
+        # replica of several) may hold less than the one that answered; prompts still aim at what it admits
+        judged_pool = options.pool_tokens
+        notes.append(f"--pool {judged_pool:,} is below the {pool:,} tokens the server states: the limits row "
+                     "judges the smaller figure")
     elif options.pool_tokens is not None and options.pool_tokens != pool:
-        notes.append(f"--pool {options.pool_tokens} ignored: the server states {pool} tokens")
+        notes.append(f"--pool {options.pool_tokens} not used: the server states {pool} tokens, fewer")
     bound, bound_source = _bound(info, engine, window, served_context, pool)
     if window > MAX_PROMPT_TOKENS:
         raise LimitsUnknown(
@@ -195,7 +201,7 @@ def limits_from_server_info(info: ServerInfo, options: ProbeOptions, engine: Eng
         window_source=window_source,
         max_req_input_len=bound,
         bound_source=bound_source,
-        pool_tokens=pool,
+        pool_tokens=judged_pool,
         served_context_len=served_context,
         source="server_info",
         version=info.version,

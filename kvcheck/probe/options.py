@@ -39,7 +39,7 @@ class ProbeOptions:
 
     url: str
     context_length: int | None = None  # the window promised to clients, tokens (else the server's)
-    pool_tokens: int | None = None  # used only when the front door does not state its pool
+    pool_tokens: int | None = None  # the pool where the front door states none, or a smaller one it judges
     max_requests: int = DEFAULT_MAX_REQUESTS  # every request sent, GETs included
     max_upload_mib: int = DEFAULT_MAX_UPLOAD_MIB  # request bodies sent, all requests together, MiB
     concurrency: int = DEFAULT_CONCURRENCY

@@ -261,3 +261,20 @@ def test_request_timeout_bounds_every_request_the_first_gets_included() -> None:
     assert [s.method for s in sent][:1] == ["GET"] and [s.method for s in sent].count("POST") == 1
     # GETs (server_info and its fallback, /v1/models) and the control POST, 1 s each: far below the old 30 s
     assert elapsed < 1.0 * len(sent) + 5, (elapsed, [(s.method, s.path, s.error) for s in sent])
+
+
+def test_a_smaller_pool_given_with_pool_is_judged_where_the_server_states_a_larger_one(deploy) -> None:
+    """--pool names the smallest role's pool: a front door stating more (the role that answered) does not
+    override it. 8,192 stated, 2,000 given, a 4,096-token window: the limits row fails (exit 1), the prompts
+    still aim at the bound the server admits, and the larger --pool of a second run is not used."""
+    d = deploy("fixed", context_len=4096, pool_tokens=8192)
+    report = run_probe(ProbeOptions(url=d.url, pool_tokens=2000, **FAST))
+    assert report.exit_code == 1
+    assert [(f.rule, f.role) for f in report.findings] == [("KV101", "limits")]
+    assert report.findings[0].message.startswith("pool holds 2,000 tokens, below the 4,096-token window")
+    assert "--pool 2,000 is below the 8,192 tokens the server states: the limits row judges the smaller figure" in (
+        report.roles[0].probe.limits.notes)
+    below = {(r["endpoint"], r["stream"], r["check"]): r for r in rows(report)}[("/generate", False, "below-bound")]
+    assert (below["prompt_tokens"], below["verdict"]) == (4089, "ok")
+    larger = run_probe(ProbeOptions(url=d.url, pool_tokens=100000, **FAST))
+    assert (larger.exit_code, larger.findings) == (0, ())

@@ -21,6 +21,9 @@ from kvcheck.profiles import profile_path
 
 MIB = 1 << 20
 VENDORS = ("nvidia", "amd", "huawei")
+# no accelerator has a quarter of this (the largest, 288 GB, is 294,896 MiB): a figure above it is a typo, which
+# would otherwise price pools of billions of tokens and pass
+MAX_GPU_MEMORY_MIB = 2 * 1024 * 1024
 
 
 class GpuNameError(InputError):
@@ -280,8 +283,8 @@ def profile_from_mapping(raw: Mapping[str, Any], path: Path | None = None) -> Gp
         pre_baseline=_pre_baseline(raw["pre_baseline_mib"]),
         path=path,
     )
-    if profile.memory_total_mib <= 0:
-        raise ValueError("memory_total_mib must be positive")
+    if not 0 < profile.memory_total_mib <= MAX_GPU_MEMORY_MIB:
+        raise ValueError(f"memory_total_mib must be between 1 and {MAX_GPU_MEMORY_MIB:,} MiB (2 TiB)")
     profile.sm  # noqa: B018 -- a malformed NVIDIA capability fails here, at load time
     return profile
 

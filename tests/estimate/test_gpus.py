@@ -155,7 +155,9 @@ def test_profiles_dir_adds_a_card_without_editing_the_package(tmp_path, kvcheck)
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "no such folder"), ("", "no *.yaml GPU profile in it"), ("name: X\n", "not a valid GPU profile")],
+    [(None, "no such folder"), ("", "no *.yaml GPU profile in it"), ("name: X\n", "not a valid GPU profile"),
+     ("name: X\nvendor: nvidia\ncompute_capability: '9.0'\nmemory_total_mib: 81559000\nmemory_source: typo\n"
+      "pre_baseline_mib: {base: 900, source: s}\n", "memory_total_mib must be between 1 and 2,097,152 MiB (2 TiB)")],
 )
 def test_bad_profiles_dir_is_exit_2(tmp_path, kvcheck, content, message):
     folder = tmp_path / "profiles"

@@ -13,6 +13,7 @@ from pydantic.json_schema import models_json_schema
 
 from kvcheck.backends.measure.launchers import KubernetesSpec, SlurmSpec
 from kvcheck.engines.flags import FlagError, parse_human_readable_int
+from kvcheck.gpus import MAX_GPU_MEMORY_MIB
 
 # Windows and pools are token counts SGLang keeps in 32-bit fields; anything larger is a typo.
 MAX_TOKENS = 2**31 - 1
@@ -101,7 +102,9 @@ class EstimateSpec(_Strict):
     """Figures that only estimate mode uses; each one left out is derived (config, GPU profile)."""
 
     weights_gib_per_gpu: float | None = Field(default=None, gt=0, description="Weight memory per GPU rank, GiB.")
-    gpu_memory_mib: int | None = Field(default=None, gt=0, description="nvidia-smi memory.total of the GPU, MiB.")
+    gpu_memory_mib: int | None = Field(
+        default=None, gt=0, le=MAX_GPU_MEMORY_MIB, description="nvidia-smi memory.total of the GPU, MiB (at most 2 TiB)."
+    )
     pre_baseline_mib: float | None = Field(
         default=None, ge=0, description="Memory taken before SGLang's baseline (CUDA context, NCCL), MiB."
     )
@@ -111,7 +114,7 @@ class GpuSpec(_Strict):
     """A GPU without a profile in profiles/gpus/, described by its figures."""
 
     name: str = Field(min_length=1, description="The card's name (nvidia-smi's name is checked against it in measure mode).")
-    memory_mib: int = Field(gt=0, description="nvidia-smi memory.total of the card, MiB.")
+    memory_mib: int = Field(gt=0, le=MAX_GPU_MEMORY_MIB, description="nvidia-smi memory.total of the card, MiB (at most 2 TiB).")
     vendor: Literal["nvidia", "amd", "huawei"] = Field(default="nvidia", description="Who makes it.")
     compute_capability: str | None = Field(
         default=None,

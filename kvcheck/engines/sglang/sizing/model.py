@@ -307,7 +307,7 @@ def _draft(
     if target.draft_config is None and (
         draft_path is None or str(draft_path) in (str(target.model_path), str(target.model_config))
     ):
-        return _builtin_mtp_draft(model, par, algo, experts)
+        return _builtin_mtp_draft(model, par, algo, rel.rules_for(target.engine_version), experts)
     draft_target = replace(target, model_config=None, model_path=str(draft_path))
     local = Path(str(draft_path)).expanduser()
     if target.draft_config is not None:
@@ -341,8 +341,24 @@ def _draft(
     return layers, total, [f"{algo} draft {where}: {layers} layer(s), weights counted", *notes]
 
 
+# The architectures whose NextN draft is models/deepseek_nextn.py's DeepseekModelNextN (configs/model_config.py
+# _config_draft_model maps them to DeepseekV3ForCausalLMNextN or its GlmMoeDsaForCausalLMNextN subclass).
+_DEEPSEEK_NEXTN_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})
+
+
+def _draft_scheme(model: _Model, rules: rel.SizingRules) -> tuple[QuantScheme, list[str]]:
+    """The quantization the NextN draft layer is built with: DeepseekModelNextN drops a modelopt_fp4 config."""
+    scheme = model.scheme
+    nvfp4 = scheme.method == "modelopt" and scheme.default_fmt == "nvfp4" and not scheme.per_module
+    if nvfp4 and model.shape.architecture in _DEEPSEEK_NEXTN_ARCHS and rules.has(rel.NEXTN_FP4_UNQUANTIZED):
+        unquantized = QuantScheme("none", scheme.unquantized_fmt, scheme.unquantized_fmt)
+        return unquantized, [f"NextN draft layer built unquantized ({scheme.unquantized_fmt}): SGLang drops the "
+                             "modelopt_fp4 config for it (models/deepseek_nextn.py DeepseekModelNextN)"]
+    return scheme, []
+
+
 def _builtin_mtp_draft(
-    model: _Model, par: Parallel, algo: str, experts: dsv4.ExpertFormat | None = None
+    model: _Model, par: Parallel, algo: str, rules: rel.SizingRules, experts: dsv4.ExpertFormat | None = None
 ) -> tuple[int, float, list[str]]:
     """A draft from the model's own MTP/NextN layers: (layers priced into the cell, weight bytes, notes)."""
     layers = model.shape.mtp_layers
@@ -358,8 +374,9 @@ def _builtin_mtp_draft(
         h = model.shape.hidden_size
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
         return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
-    draft_bytes = mtp_draft_bytes(model.shape, model.source.text, model.scheme, par, layers)
-    return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted"]
+    scheme, notes = _draft_scheme(model, rules)
+    draft_bytes = mtp_draft_bytes(model.shape, model.source.text, scheme, par, layers)
+    return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted", *notes]
 
 
 def _placement(

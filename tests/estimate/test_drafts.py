@@ -31,6 +31,10 @@ def _draft(tmp_path: Path, config: dict) -> Path:
     return path
 
 
+LAYER = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2  # one Llama-8B decoder layer, bf16
+EMBEDDING = 128256 * 4096 * 2  # the draft's own vocabulary-sized embedding (and an EAGLE draft's lm_head), bf16
+
+
 def test_eagle3_draft_inflates_the_cell_by_its_layers_and_counts_its_own_weights(tmp_path):
     plain = estimate_role(role(LLAMA), offline=True)
     target = replace(role(LLAMA, **SPEC), draft_config=_draft(tmp_path, EAGLE3))
@@ -38,9 +42,8 @@ def test_eagle3_draft_inflates_the_cell_by_its_layers_and_counts_its_own_weights
     # SGLang: the draft pool has the target's token count; cell += cell x draft_layers / target_layers
     assert est.kv_bytes_per_token == plain.kv_bytes_per_token * (1 + 1 / 32)
     # one decoder layer + its own lm_head over the 32,000-token draft vocabulary + fc (3 x 4096 -> 4096), bf16;
-    # the embedding is the target's (set_embed)
-    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2
-    expected = layer + 32000 * 4096 * 2 + 3 * 4096 * 4096 * 2
+    # + its own embedding, which set_embed frees only after the target's pool is sized (0.5.14 on)
+    expected = LAYER + 32000 * 4096 * 2 + 3 * 4096 * 4096 * 2 + EMBEDDING
     assert abs(est.details["draft_weights_gib_per_gpu"] * 2**30 - expected) < 0.01 * 2**30
     assert est.details["max_running_requests"] == 48
     assert est.pool_tokens < plain.pool_tokens
@@ -50,9 +53,15 @@ def test_eagle_draft_shares_embedding_and_lm_head(tmp_path):
     eagle = dict(EAGLE3, architectures=["LlamaForCausalLMEagle"])
     eagle.pop("draft_vocab_size")
     spec = dict(SPEC, speculative_algorithm="EAGLE")
-    est = estimate_role(replace(role(LLAMA, **spec), draft_config=_draft(tmp_path, eagle)), offline=True)
-    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2
-    assert abs(est.details["draft_weights_gib_per_gpu"] * 2**30 - layer) < 0.01 * 2**30
+    target = replace(role(LLAMA, **spec), draft_config=_draft(tmp_path, eagle))
+    # scheduler.py (0.5.14 on): the draft loads, the target's pool is sized, and only then does the draft's
+    # alloc_memory_pool hand it the target's embedding and lm_head (init_lm_head -> set_embed_and_head): the
+    # budget pays for the draft's own two
+    est = estimate_role(target, offline=True)
+    assert abs(est.details["draft_weights_gib_per_gpu"] * 2**30 - (LAYER + 2 * EMBEDDING)) < 0.01 * 2**30
+    # 0.5.13 builds the draft with the target's pool config, sharing both in its constructor
+    old = estimate_role(replace(target, engine_version="0.5.13"), offline=True)
+    assert abs(old.details["draft_weights_gib_per_gpu"] * 2**30 - LAYER) < 0.01 * 2**30
 
 
 def test_manifest_draft_config_end_to_end(tmp_path, kvcheck):

@@ -26,9 +26,9 @@ BOUND_PCT = {
     # stated figures (no avail-mem lines): the cell matches to 0.01 %, the budget is 0.6 GiB (2.5 %) high
     "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": 3.0,
     # stated figures of two development builds on 4 GB300s (sglang PR #30531): cells exact; the budget pays for the
-    # NextN draft layer in bf16 (-0.43, -0.61 %)
-    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": 1.0,
-    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": 1.0,
+    # NextN draft layer in bf16 and the draft's own embedding and lm_head (-1.09, -1.27 %)
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": 1.5,
+    "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": 1.5,
     # a development branch's stated sweep (0.93 point): cell exact, weights 1.0 GiB light
     "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 3.0,
 }
@@ -40,6 +40,10 @@ OUTSIDE_RANGE: dict[str, str] = {}
 # Families whose independent cases do not meet issue 24's bar (median <= 1 %, every case <= 3 %), and why: the
 # figures stay published (docs/estimate.md) and this list shrinks as the estimate closes the gap
 BAR_NOT_MET = {
+    "GLM-5 (MLA + DSA)": (
+        "median 1.09 %: the GB300 arms are -1.09 and -1.27 % on the B300's memory total the GB300 profile assumes, "
+        "RTX PRO 6000 +2.15 %; the two MI355X cases are within 0.5 %"
+    ),
     "Kimi-K3 (MLA + KDA)": (
         "one case, a development branch's stated sweep on 8 MI355X: +1.64 % at its 0.93 point (+1.4 to +2.5 % over "
         "the sweep), the stated weights 1.0 GiB above the estimate's"
@@ -73,7 +77,7 @@ def test_family_medians_within_one_percent(outcomes):
 
 def test_glm5_family_figures_as_published(outcomes):
     count, median, worst = nc.by_family(list(outcomes.values()))["GLM-5 (MLA + DSA)"]
-    assert (count, round(median, 2), round(worst, 2)) == (5, 0.43, 2.15)
+    assert (count, round(median, 2), round(worst, 2)) == (5, 1.09, 2.15)
 
 
 def _glm5(release: str) -> RoleTarget:

@@ -323,22 +323,38 @@ def _draft(
     total = weights.max_bytes
     notes = []
     if algo in ("EAGLE", "EAGLE3"):
-        # eagle_worker_v2: EAGLE drafts take the target's embedding and lm_head (set_embed_and_head), EAGLE3
-        # drafts its embedding (set_embed) and keep their own lm_head over draft_vocab_size
-        total -= stage.get("embedding", 0.0) + slack.get("embedding", 0.0)
-        if algo == "EAGLE":
-            total -= stage.get("lm_head", 0.0) + slack.get("lm_head", 0.0)
-        else:
-            draft_vocab = draft.source.text.get("draft_vocab_size")
-            if draft_vocab and stage.get("lm_head"):
-                total -= (stage["lm_head"] + slack.get("lm_head", 0.0)) * (1 - int(draft_vocab) / draft.shape.vocab_size)
-            h = draft.shape.hidden_size
-            target_h = int(draft.source.text.get("target_hidden_size") or h)
-            total += 2 * 3 * target_h * h  # fc: the three target hidden states into one (bf16)
-        notes.append(f"{algo} draft shares the target's embedding{' and lm_head' if algo == 'EAGLE' else ''}")
+        delta, note = _eagle_draft_adjustment(algo, draft, stage, slack, rel.rules_for(target.engine_version))
+        total += delta
+        notes.append(note)
     layers = draft.shape.num_layers
     where = target.draft_config or draft_path
     return layers, total, [f"{algo} draft {where}: {layers} layer(s), weights counted", *notes]
+
+
+def _eagle_draft_adjustment(
+    algo: str, draft: _Model, stage: Mapping[str, float], slack: Mapping[str, float], rules: rel.SizingRules
+) -> tuple[float, str]:
+    """(bytes to add to a separate EAGLE/EAGLE3 draft's config weights, note).
+
+    eagle_worker_v2: EAGLE drafts take the target's embedding and lm_head (set_embed_and_head), EAGLE3 drafts its
+    embedding (set_embed) and keep their own lm_head over draft_vocab_size. From 0.5.14 the draft's own copies are
+    freed only after the target's pool is sized (DRAFT_HEAD_IN_BUDGET), so that budget pays for them."""
+    head_in_budget = rules.has(rel.DRAFT_HEAD_IN_BUDGET)
+    delta = 0.0
+    if not head_in_budget:
+        delta -= stage.get("embedding", 0.0) + slack.get("embedding", 0.0)
+        if algo == "EAGLE":
+            delta -= stage.get("lm_head", 0.0) + slack.get("lm_head", 0.0)
+    if algo == "EAGLE3":
+        draft_vocab = draft.source.text.get("draft_vocab_size")
+        if draft_vocab and stage.get("lm_head"):
+            delta -= (stage["lm_head"] + slack.get("lm_head", 0.0)) * (1 - int(draft_vocab) / draft.shape.vocab_size)
+        h = draft.shape.hidden_size
+        target_h = int(draft.source.text.get("target_hidden_size") or h)
+        delta += 2 * 3 * target_h * h  # fc: the three target hidden states into one (bf16)
+    shared = "embedding and lm_head" if algo == "EAGLE" else "embedding"
+    when = ", after the target's pool is sized: its own copies are counted" if head_in_budget else ""
+    return delta, f"{algo} draft shares the target's {shared}{when}"
 
 
 # The architectures whose NextN draft is models/deepseek_nextn.py's DeepseekModelNextN (configs/model_config.py
@@ -375,7 +391,11 @@ def _builtin_mtp_draft(
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
         return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
     scheme, notes = _draft_scheme(model, rules)
-    draft_bytes = mtp_draft_bytes(model.shape, model.source.text, scheme, par, layers)
+    head_in_budget = rules.has(rel.DRAFT_HEAD_IN_BUDGET)
+    draft_bytes = mtp_draft_bytes(model.shape, model.source.text, scheme, par, layers, own_embed_head=head_in_budget)
+    if head_in_budget:
+        notes.append("the draft's own embedding and lm_head are counted: it shares the target's only after the "
+                     "target's pool is sized (from 0.5.14)")
     return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted", *notes]
 
 

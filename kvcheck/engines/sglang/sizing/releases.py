@@ -105,9 +105,12 @@ DSV4_ROPE_PLAIN_SWA = "0.5.18"  # the uncompressed (SWA-only) layers' rotary_emb
 ROPE_CACHE_FP32_HIP = "0.5.22"  # RotaryEmbedding keeps its cos_sin_cache in float32 on HIP too
 DSV4_NEWEST_READ = "0.5.23"  # the newest release whose DeepSeek-V4 pool code was read
 
-# --- speculative-decoding drafts (models/deepseek_nextn.py)
+# --- speculative-decoding drafts (managers/scheduler.py, speculative/eagle_worker_v2.py, models/deepseek_nextn.py)
 NEXTN_FP4_UNQUANTIZED = "0.4.8"  # a modelopt_fp4 checkpoint's DeepSeek-family NextN draft layer is built without
 #   quantization (DeepseekModelNextN: `quant_config = None` for modelopt_fp4): bf16 experts and projections
+DRAFT_HEAD_IN_BUDGET = "0.5.14"  # the draft loads before the target's pool is sized (Scheduler.init_memory_pools),
+#   and its own embedding and lm_head are freed for the target's only when its pool is allocated
+#   (EagleDraftWorker.alloc_memory_pool -> init_lm_head): the target's budget pays for them
 
 # --- the environment (sglang/srt/environ.py)
 SGL_PREFIX_RENAMED = "0.5.3"  # importing environ.py copies each legacy SGL_X to SGLANG_X, over a value already set

@@ -427,11 +427,15 @@ def config_weights(
     return _config_weights(shape, text_json, scheme, par, tied)
 
 
-def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int) -> float:
+def mtp_draft_bytes(
+    shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int, *,
+    own_embed_head: bool = False,
+) -> float:
     """Built-in MTP/NextN draft: `layers` decoder layers like the last one + eh_proj + norms.
 
-    The draft's embedding and lm_head are shared with the target after loading (EAGLE workers
-    point them at the target's), so they are not counted.
+    The EAGLE worker points the draft's embedding and lm_head at the target's (set_embed_and_head);
+    `own_embed_head` counts the draft's own copies, placed as the target's, for releases that free
+    them only after the target's pool is sized.
     """
     moe = _moe_layout(shape, dict(text))
     last = shape.num_layers - 1
@@ -439,10 +443,14 @@ def mtp_draft_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantSch
         # a NextN layer always builds its Indexer (models/deepseek_v2.py: `not self.skip_topk or is_nextn`)
         shape = replace(shape, indexer_layer_ids=(*shape.indexer_layer_ids, last))
     acc = _Acc(scheme, rounding=par.allocator_rounding)
+    h, v = shape.hidden_size, shape.vocab_size
     for _ in range(layers):
         _layer(acc, shape, moe, text, last, par)
-        acc.plain("mtp", 2 * shape.hidden_size * shape.hidden_size, tensor="eh_proj", parts=(1,))
-        acc.plain("mtp", 3 * shape.hidden_size)
+        acc.plain("mtp", 2 * h * h, tensor="eh_proj", parts=(1,))
+        acc.plain("mtp", 3 * h)
+        if own_embed_head:
+            acc.plain("embedding", v * h / (par.embed_tp or par.tp), parts=(1,))
+            acc.linear("lm_head", "lm_head", v * h / (par.lm_head_tp or par.tp))
         acc.seal()
     return sum(acc.bytes.values())
 

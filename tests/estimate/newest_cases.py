@@ -137,7 +137,7 @@ class NewOutcome:
     predicted_tokens: int
     pool_range: tuple[int, int]
     logged_weights_gib: float | None
-    predicted_weights_gib: float
+    predicted_weights_gib: float  # the target's weights (a draft's not included)
 
     @property
     def error_pct(self) -> float:
@@ -191,7 +191,9 @@ def run_case(case: NewCase, points: dict[str, dict[str, Any]]) -> NewOutcome:
         predicted_tokens=est.pool_tokens,
         pool_range=est.pool_range,
         logged_weights_gib=logged_weights,
-        predicted_weights_gib=est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"],
+        # the target's, as the logged 'Load weight end' line counts them: a draft's weights load after that line
+        predicted_weights_gib=(est.details["weights_gib_per_gpu"] + est.details["load_overhead_gib"]
+                               - est.details.get("draft_weights_gib_per_gpu", 0.0)),
     )
 
 

@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "single-se
 
 # The cards issue 12 asks for, by the name an operator would write, with the memory SGLang reads.
 CARDS = {
-    "H800": 81559, "A800-80GB": 81920, "GB200": 189471, "GB300": 282624, "B300": 275040, "GH200-96GB": 97871,
+    "H800": 81559, "A800-80GB": 81920, "GB200": 189471, "GB300": 284208, "B300": 275040, "GH200-96GB": 97871,
     "H100-NVL": 95830, "H100-PCIe": 81559, "H200-NVL": 143771, "L40": 46068, "L40S": 46068, "L20": 46068,
     "A10": 23028, "A10G": 23028, "A40": 46068, "RTX-4090": 24564, "RTX-5090": 32607, "RTX-6000-Ada": 49140,
     "RTX-PRO-6000": 97887, "MI300X": 196592, "MI308X": 196592, "MI325X": 262128, "MI355X": 294896,

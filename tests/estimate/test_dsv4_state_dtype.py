@@ -82,11 +82,12 @@ def test_the_logged_pool_follows_from_the_logged_budget():
     assert LOGGED_SWA // 256 * 16 == 42_864
 
 
-def test_the_pool_on_an_h100_is_within_one_percent_of_the_log():
-    # the GPU is inferred, not printed: an 80 GB H100 (81,559 MiB) is what the author's repository names
+def test_the_pool_on_an_h100_is_within_one_and_a_half_percent_of_the_log():
+    # the GPU is inferred, not printed: an 80 GB H100 (81,559 MiB) is what the author's repository names; 0.5.19 keeps
+    # FP8 wo_a on SM90 only when SGLANG_OPT_FP8_WO_A_GEMM is set (arg_groups/serving_hook.py), so it is bf16 here
     est = estimate_role(_pqlet("0.5.19"), offline=True)
-    assert est.pool_tokens == 6_800_128
-    assert abs(est.pool_tokens - LOGGED_FULL) / LOGGED_FULL < 0.01  # -0.86 %
+    assert est.pool_tokens == 6_774_528
+    assert abs(est.pool_tokens - LOGGED_FULL) / LOGGED_FULL < 0.015  # -1.23 % (-0.86 % with wo_a in FP8)
     low, high = est.pool_range
     assert low <= LOGGED_FULL <= high
     assert est.findings == ()
@@ -227,7 +228,7 @@ def test_cli_prices_bf16_states(tmp_path, kvcheck):
     result = kvcheck("verify", str(_manifest(tmp_path, "bf16")), "--mode", "estimate", "--format", "json")
     assert result.exit_code == 0, result.stderr
     role_ = json.loads(result.stdout)["roles"][0]
-    assert role_["pool_tokens"] == 6_800_128
+    assert role_["pool_tokens"] == 6_774_528
     assert role_["details"]["kv_cell_parts"]["compress_state_bytes_per_element"] == 2
     assert math.isclose(role_["details"]["kv_bytes_per_token"], LOGGED_BYTES_PER_FULL_TOKEN, abs_tol=0.005)
 

@@ -508,9 +508,10 @@ def test_the_issue_24650_pool():
     undeclared = _issue_24650(None)
     assert [f.rule for f in undeclared.findings] == ["KV108"]
     assert undeclared.pool_range[0] <= LOGGED_24650 <= undeclared.pool_range[1]
-    # priced as 0.5.12, its first release: +1.82 % (+4.80 % with the shared experts sharded)
-    assert _issue_24650("0.5.12").pool_tokens == 1_085_440
-    assert _issue_24650("0.5.12", moe_a2a_backend="none").pool_tokens == 1_117_440
+    # priced as 0.5.12, its first release: +0.48 % (+3.46 % with the shared experts sharded; +1.82 % and +4.80 %
+    # with wo_a in FP8, which 0.5.12 turns off below SM100)
+    assert _issue_24650("0.5.12").pool_tokens == 1_071_360
+    assert _issue_24650("0.5.12", moe_a2a_backend="none").pool_tokens == 1_103_104
 
 
 def test_v4_embedding_is_replicated_under_dp_attention():

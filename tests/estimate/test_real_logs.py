@@ -109,9 +109,10 @@ def test_weights_of_logs_used_only_for_their_weights():
     assert len(rows) == 4
     for dp_id, predicted, logged in rows:
         if "dsv4-flash-base" in dp_id:
-            # the abridged V4-Flash-Base fixture loads 4.5 % above its priced parameters (unexplained): light, and
-            # inside the band the estimate's range carries (model.DSV4_WEIGHTS_UNEXPLAINED)
-            assert -0.06 <= (predicted - logged) / logged <= -0.04, (dp_id, predicted, logged)
+            # the abridged V4-Flash-Base fixture loads 4.0 % above its priced parameters (unexplained; 4.4 % with wo_a in
+            # FP8, which H20's SM90 turns off): light, and inside the band the estimate's range carries
+            # (model.DSV4_WEIGHTS_UNEXPLAINED)
+            assert -0.05 <= (predicted - logged) / logged <= -0.03, (dp_id, predicted, logged)
         else:
             assert abs(predicted - logged) / logged <= 0.03, (dp_id, predicted, logged)
 

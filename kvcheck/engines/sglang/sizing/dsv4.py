@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack
-from kvcheck.engines.sglang.sizing.environ import env_bool
+from kvcheck.engines.sglang.sizing.environ import effective_env, env_bool
 from kvcheck.errors import EstimateError
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
@@ -414,6 +414,8 @@ class ExpertFormat:
     hip_rope_per_layer: bool = True  # the release keeps per-layer bf16 RoPE copies on ROCm (0.5.13 on)
     rope_cache_entry_bytes: int = 0  # bytes per entry of each rotary_emb's cos_sin_cache (0: no rotary_emb, 0.5.12)
     rope_plain_swa: bool = False  # the uncompressed layers' rotary_emb is plain RoPE over max_position (0.5.18 on)
+    wo_a_bf16: bool = False  # the release dequantizes the checkpoint's FP8 wo_a to bf16 at load (see wo_a_in_bf16)
+    wo_a_note: str = ""  # why, for the report
 
 
 def expert_format(
@@ -425,6 +427,7 @@ def expert_format(
     env: Mapping[str, str],
     moe_runner_backend: str | None,
     moe_a2a_backend: str | None,
+    gpu_arch: str = "",
 ) -> ExpertFormat:
     """The routed-expert format SGLang loads a V4 checkpoint's experts into, per release and GPU.
 
@@ -449,9 +452,68 @@ def expert_format(
     hip_rope = rules.has(rel.DSV4_HIP_ROPE_PER_LAYER)
     fmt = _expert_format(checkpoint_fmt, rules, vendor=vendor, sm=sm, env=env, moe_runner_backend=moe_runner_backend,
                          moe_a2a_backend=moe_a2a_backend)
+    wo_a_bf16, wo_a_note = wo_a_in_bf16(version, vendor=vendor, sm=sm, gpu_arch=gpu_arch, env=env)
     return ExpertFormat(fmt.fmt, fmt.inter_align, fmt.note, hip_rope_per_layer=hip_rope,
                         rope_cache_entry_bytes=rope_cache_entry_bytes(rules, vendor),
-                        rope_plain_swa=rules.has(rel.DSV4_ROPE_PLAIN_SWA))
+                        rope_plain_swa=rules.has(rel.DSV4_ROPE_PLAIN_SWA), wo_a_bf16=wo_a_bf16, wo_a_note=wo_a_note)
+
+
+# SGLANG_OPT_FP8_WO_A_GEMM (environ.py, an EnvBool defaulting on in every release with V4): on, each MQALayer's wo_a
+# keeps the checkpoint's FP8 weight and block scales (a DeepGEMM fp8_einsum on CUDA); off, wo_a is built with
+# params_dtype bfloat16 and no quant config, and load_weights dequantizes the checkpoint's FP8 wo_a into it
+# ("Execute dequant fp8 wo_a", _dequant_fp8_wo_a): 2 B per weight instead of 1. Where each release turns it off:
+WO_A_ENV = "SGLANG_OPT_FP8_WO_A_GEMM"
+DSV4_WO_A_SM120_OFF = "0.5.13"  # the V4 branch of server_args.py turns it off on SM120 (0.5.12: SM120 counts as sm >= 100)
+DSV4_WO_A_HIP_OFF = "0.5.14"  # ... and on HIP (`elif is_hip()`); 0.5.12-0.5.13 leave it on there
+DSV4_WO_A_DEEPGEMM_GATE = "0.5.16"  # CUDA keeps it only on DeepGEMM's UE8M0 path (SM100/103) or an explicit opt-in on SM90
+#   (before: off wherever sm < 100, an explicit setting overridden)
+DSV4_WO_A_GFX950 = "0.5.20"  # HIP keeps it on gfx950 (aiter batched_gemm_a8w8_mxscale, deepseek_v4_wo_a_fp8.py)
+DSV4_WO_A_SM120_OPT_IN = "0.5.23"  # SM120 keeps an explicit setting (DeepGEMM's UE8M0 path covers SM120 from here)
+_OFF_VALUES = ("false", "0", "no", "n")  # EnvBool.parse; anything else (true, or invalid: the default) is on
+
+
+def wo_a_in_bf16(
+    version: str | None, *, vendor: str, sm: int | None, gpu_arch: str, env: Mapping[str, str]
+) -> tuple[bool, str]:
+    """Whether the release holds V4's wo_a in bf16 (dequantized from the checkpoint's FP8), and why.
+
+    Read in each release's server_args.py (0.5.19 on arg_groups/model_hook.py and serving_hook.py): 0.5.12-0.5.15
+    turn SGLANG_OPT_FP8_WO_A_GEMM off on CUDA below SM100 (`is_cuda() and get_device_sm() < 100`, whatever the
+    variable says), 0.5.13 on SM120 too; 0.5.14 on HIP; 0.5.16 keeps it on CUDA only where DeepGEMM's UE8M0 scales
+    apply (SM100/103, SM120 too from 0.5.23) or SM90 sets it explicitly; 0.5.20 keeps it on HIP gfx950 (aiter's
+    mxscale GEMM; the op comes with the release's ROCm image, pip wheels do not pin aiter). Off by the variable
+    anywhere.
+    """
+    rules = rel.rules_for(version)
+    value = effective_env(env, version).get(WO_A_ENV)
+    explicit_on = value is not None and str(value).lower() not in _OFF_VALUES
+    if value is not None and not explicit_on:
+        return True, f"wo_a dequantized to bf16 ({WO_A_ENV}={value})"
+    why = ""
+    if vendor == "amd":
+        if rules.has(DSV4_WO_A_GFX950):
+            bf16 = not gpu_arch.startswith("gfx95")
+            why = "the V4 override keeps FP8 wo_a on HIP only on gfx950 (aiter's mxscale GEMM)"
+        else:
+            bf16 = rules.has(DSV4_WO_A_HIP_OFF)
+            why = "the V4 override turns FP8 wo_a off on HIP"
+    elif vendor == "nvidia" and sm is not None:
+        sm120 = sm in (120, 121)
+        if sm120 and rules.has(DSV4_WO_A_SM120_OFF):
+            bf16 = not (explicit_on and rules.has(DSV4_WO_A_SM120_OPT_IN))
+            why = "the V4 override turns FP8 wo_a off on SM120 unless set" if rules.has(DSV4_WO_A_SM120_OPT_IN) else (
+                "the V4 override turns FP8 wo_a off on SM120")
+        elif rules.has(DSV4_WO_A_DEEPGEMM_GATE):
+            jit = effective_env(env, version).get("SGLANG_ENABLE_JIT_DEEPGEMM")
+            deepgemm = jit is None or str(jit).lower() not in _OFF_VALUES
+            bf16 = not (deepgemm and (sm in (100, 103) or (sm == 90 and explicit_on)))
+            why = "FP8 wo_a needs DeepGEMM's UE8M0 scales (SM100/103) or an explicit opt-in on SM90"
+        else:
+            bf16 = sm < 100
+            why = "FP8 wo_a needs SM100 or newer"
+    else:
+        bf16 = False
+    return bf16, (f"wo_a dequantized to bf16 ({why})" if bf16 else "")
 
 
 def rope_cache_entry_bytes(rules: rel.SizingRules, vendor: str) -> int:
@@ -554,6 +616,7 @@ def weights_bytes(
     embed_tp: int | None = None,
     lm_head_tp: int | None = None,
     allocator_rounding: bool = True,
+    wo_a_fmt: str | None = None,
 ) -> dict[str, float]:
     """Per-rank weight bytes of DeepSeek-V4 (models/deepseek_v4.py), by component.
 
@@ -563,6 +626,9 @@ def weights_bytes(
     Main projections exactly; the compressor, indexer and hyper-connection weights from their
     shapes in the reference implementation (small: under 3 % of the model); experts in the
     checkpoint's expert dtype (fp4 -> MXFP4, or the NVFP4/FP8 of a requantized checkpoint).
+
+    `wo_a_fmt`: the format each layer's wo_a is held in (None: `dense_fmt`; bf16 where the release dequantizes it,
+    wo_a_in_bf16).
 
     `allocator_rounding`: add the caching allocator's rounding of the large tensors (component
     "allocator_slack", sizing/allocator.py): the attention projections, the routed experts' w13 and w2, the
@@ -583,6 +649,8 @@ def weights_bytes(
     ratios = list(text.get("compress_ratios") or [])
     hc = int(text.get("hc_mult") or 1)
     d, e = FMT_BYTES[dense_fmt], FMT_BYTES[expert_fmt]
+    wo_a_fmt = wo_a_fmt or dense_fmt
+    d_wo_a = FMT_BYTES[wo_a_fmt]
     # FusedMoE deals experts / ep whole experts to a rank and splits each over the MoE-TP group (tp / ep):
     # the width one rank holds is inter / (tp / ep), padded where the kernel needs it (a pad applies to
     # that width, so at ep == tp a 3072-wide V4-Pro expert needs none where inter / tp = 384 would be
@@ -600,7 +668,7 @@ def weights_bytes(
     for i in stage:
         ratio = ratios[i] if i < len(ratios) else 0
         add("attention", d * (h * q_lora + q_lora * heads * hd / attn_tp + h * hd))  # wq_a, wq_b, wkv
-        add("attention", d * (heads * hd / attn_tp * o_lora + o_groups * o_lora * h / attn_tp))  # wo_a, wo_b
+        add("attention", d_wo_a * heads * hd / attn_tp * o_lora + d * o_groups * o_lora * h / attn_tp)  # wo_a, wo_b
         add("norms", 2 * (q_lora + hd + 2 * h) + 4 * heads / attn_tp)  # norms, attention sink
         if ratio:
             overlap = 2 if ratio == 4 else 1
@@ -646,15 +714,15 @@ def weights_bytes(
         add("lm_head", 2 * vocab * h / (lm_head_tp or tp))
         add("hyper_connections", 4 * (hc * hc * h + hc + 1))
     # wqkv_a (wq_a and wkv fused: SGLANG_OPT_FUSE_WQA_WKV, on by default), wq_b, wo_a, wo_b of each layer
-    attention = (h * (q_lora + hd), q_lora * heads * hd / attn_tp, heads * hd / attn_tp * o_lora,
-                 o_groups * o_lora * h / attn_tp)
+    attention = (h * (q_lora + hd), q_lora * heads * hd / attn_tp, o_groups * o_lora * h / attn_tp)
+    wo_a = (heads * hd / attn_tp * o_lora,)
     # w13 and w2 of all the rank's routed experts, gate_up and down of the shared ones
     routed = (local_experts * 2 * h * inter_rank, local_experts * h * inter_rank)
     shared_mats = (shared * 2 * h * inter / (shared_tp or tp), shared * h * inter / (shared_tp or tp))
     # the embedding on the first stage, the lm_head on the last
     vocab_mats = (first_stage * vocab * h / (embed_tp or tp), last_stage * vocab * h / (lm_head_tp or tp))
     out[SLACK] = _slack(len(stage), attention, routed, shared_mats, vocab_mats, dense_fmt, expert_fmt,
-                        rounding=allocator_rounding)
+                        rounding=allocator_rounding) + (_tensors_slack(wo_a, wo_a_fmt) * len(stage) if allocator_rounding else 0.0)
     return out
 
 

@@ -511,7 +511,7 @@ def _dsv4_expert_format(target: RoleTarget, args: Mapping[str, Any], model: _Mod
     return dsv4.expert_format(
         _dsv4_checkpoint_expert_fmt(model), version=target.engine_version, vendor=gpu.vendor, sm=gpu.sm,
         env=target.env, moe_runner_backend=args.get("moe_runner_backend"),
-        moe_a2a_backend=a2a_backend(args, target.env, target.engine_version),
+        moe_a2a_backend=a2a_backend(args, target.env, target.engine_version), gpu_arch=gpu.compute_capability,
     )
 
 
@@ -536,13 +536,14 @@ def _dsv4_weights(
             inter_align=experts.inter_align, hip_rope_per_layer=par.hip and experts.hip_rope_per_layer,
             rope_cache_entry_bytes=experts.rope_cache_entry_bytes, rope_plain_swa=experts.rope_plain_swa,
             shared_tp=par.shared_tp, embed_tp=par.embed_tp, lm_head_tp=par.lm_head_tp,
-            allocator_rounding=par.allocator_rounding,
+            allocator_rounding=par.allocator_rounding, wo_a_fmt="bf16" if experts.wo_a_bf16 else None,
         )
         stages.append(sum(parts.values()))
         slack.append(parts.get(SLACK, 0.0))
     note = (f"DeepSeek-V4 weights: dense projections {dense_fmt}, experts {expert_fmt} ({experts.note}); compressor, "
             "indexer and hyper-connection weights from their reference shapes")
-    return stages, "config", [note, _slack_note(par, max(slack))], slack
+    notes = [note] + ([experts.wo_a_note] if experts.wo_a_bf16 and dense_fmt != "bf16" else [])
+    return stages, "config", [*notes, _slack_note(par, max(slack))], slack
 
 
 def _mamba_carve(

@@ -67,16 +67,18 @@ CASES = (
      {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "ep_size": 8, "kv_cache_dtype": "fp8_e4m3",
       "context_length": 9472, "max_running_requests": 512, "swa_full_tokens_ratio": 0.15, "mem_fraction_static": 0.9,
       "disaggregation_mode": "decode"}, {}, None, 9_217_792, "9,217,792 tokens"),
-    # the same pair on the v0.5.13 ROCm image (a report of the same team): 0.5.13's layout, the same budget
+    # the same pair on the v0.5.13 ROCm image (a report of the same team): 0.5.13's layout, the same budget; its load
+    # log printed "Execute dequant fp8 wo_a", so the launch ran with SGLANG_OPT_FP8_WO_A_GEMM off (0.5.14 on turns it
+    # off on HIP by itself)
     ("V4-Pro FP4 experts, 8xMI355X TP8 DP8 DP attention EP8, PD decode, mfs 0.90 (report, v0.5.13 image)",
      "deepseek-ai--DeepSeek-V4-Pro", "MI355X", "0.5.13",
      {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "ep_size": 8, "kv_cache_dtype": "fp8_e4m3",
       "context_length": 9472, "max_running_requests": 512, "swa_full_tokens_ratio": 0.15, "mem_fraction_static": 0.9,
-      "disaggregation_mode": "decode"}, {}, None, 3_895_296, "3,895,296 tokens"),
+      "disaggregation_mode": "decode"}, {"SGLANG_OPT_FP8_WO_A_GEMM": "0"}, None, 3_895_296, "3,895,296 tokens"),
     ("the same pair's prefill leg, mfs 0.85 (v0.5.13 image)", "deepseek-ai--DeepSeek-V4-Pro", "MI355X", "0.5.13",
      {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "ep_size": 8, "kv_cache_dtype": "fp8_e4m3",
       "context_length": 9472, "max_running_requests": 512, "swa_full_tokens_ratio": 0.15, "mem_fraction_static": 0.85,
-      "disaggregation_mode": "prefill"}, {}, None, 3_441_920, "3,441,920 tokens"),
+      "disaggregation_mode": "prefill"}, {"SGLANG_OPT_FP8_WO_A_GEMM": "0"}, None, 3_441_920, "3,441,920 tokens"),
     # 4 x 8 H800, 0.5.12.post1, a team's stated tables (the weights they state are pipeline stage 0's; the pool is
     # the least of the stages', which the estimate gives)
     ("V4-Pro FP4 experts, 4x8xH800 TP8 PP4, marlin, SHARED_EXPERT_TP1, mfs 0.90, 1M context (report, 0.5.12.post1)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -187,10 +188,127 @@ def test_kv_dtypes_backends_and_v4_settings_sglang_refuses(model, gpu, args, mes
     with pytest.raises(EngineRefusal) as caught:
         estimate_role(role(model, gpu=gpu, **args), offline=True)
     assert f"role serve: {message}" in caught.value.message
-    # older releases than the oldest read (0.5.21) keep their pricing, never refused on a guess
-    if "speculative_algorithm" not in args:
-        estimate_role(role(model, gpu=gpu, **args).__class__(**{**role(model, gpu=gpu, **args).__dict__,
-                                                              "engine_version": "0.5.20"}), offline=True)
+
+
+def _at(target, version: str):
+    return dataclasses.replace(target, engine_version=version)
+
+
+# Each refusal from the oldest release whose source has it with the same condition (refusals.py's keys; the evidence
+# is in each key's comment): (model, GPU, args, that release, kvcheck's message there, the release before it, which
+# is still priced; None where the setting or model does not exist before).
+KEYED_CASES = [
+    ("zai-org--GLM-5.2-FP8", "H200", {"tp_size": 8, "kv_cache_dtype": "fp8_e5m2"}, "0.5.9",
+     "--kv-cache-dtype fp8_e5m2 cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek DSA "
+     "only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (server_args.py _set_default_nsa_kv_cache_dtype)",
+     "0.5.8"),
+    # DeepseekV32ForCausalLM joins the DeepSeek family list that runs the DSA check in 0.5.12 (0.5.9/0.5.10 lack it)
+    ("deepseek-ai--DeepSeek-V3.2", "H200", {"tp_size": 8, "kv_cache_dtype": "fp8_e5m2"}, "0.5.12",
+     "--kv-cache-dtype fp8_e5m2 cannot serve a DeepSeek sparse-attention (DSA) model", "0.5.10"),
+    ("moonshotai--Kimi-K2.5", "H200", {"tp_size": 8, "attention_backend": "trtllm_mla"}, "0.5.9",
+     "the trtllm_mla attention backend on H200: SGLang raises 'TRTLLM MLA backend is only supported on Blackwell "
+     "GPUs (SM100/SM12x). Please use a different backend.' (server_args.py _handle_attention_backend_compatibility)",
+     "0.5.8"),
+    # up to 0.5.20 the list also has fp4_e2m1; DeepSeek-V3/Kimi-K2.5 on SM100 get trtllm_mla from the model override
+    ("moonshotai--Kimi-K2.5", "B200", {"tp_size": 8, "kv_cache_dtype": "fp8_e5m2"}, "0.5.9",
+     "--kv-cache-dtype fp8_e5m2 with the trtllm_mla attention backend: SGLang raises 'TensorRT-LLM MLA backend only "
+     "supports kv-cache-dtype of fp8_e4m3, fp4_e2m1, bf16, or auto.' (server_args.py "
+     "_handle_attention_backend_compatibility)", "0.5.8"),
+    ("moonshotai--Kimi-K2.5", "B200", {"tp_size": 8, "kv_cache_dtype": "nvfp4"}, "0.5.17",
+     "--kv-cache-dtype nvfp4 with the trtllm_mla attention backend: SGLang raises 'TensorRT-LLM MLA backend only "
+     "supports kv-cache-dtype of fp8_e4m3, fp4_e2m1, bf16, or auto.' (arg_groups/overrides.py "
+     "_mla_kv_cache_dtype_checks)", None),
+    ("Qwen--Qwen3-8B", "H100", {"swa_full_tokens_ratio": 1.5}, "0.5.9",
+     "--swa-full-tokens-ratio 1.5 is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in range "
+     "(0, 1.0].' (server_args.py _handle_cache_compatibility)", "0.5.8"),
+    # nvfp4, fp4_mx_block16 and mxfp8 are --kv-cache-dtype choices from 0.5.16, which already has these checks
+    ("Qwen--Qwen3.5-27B", "H100", {"kv_cache_dtype": "nvfp4"}, "0.5.16",
+     "--kv-cache-dtype nvfp4 on H100 (SM90): SGLang raises '--kv-cache-dtype=nvfp4 requires Blackwell SM100 or "
+     "SM120.' (server_args.py _handle_kv4_compatibility)", None),
+    ("Qwen--Qwen3.5-27B", "H200", {"kv_cache_dtype": "mxfp8"}, "0.5.16",
+     "--kv-cache-dtype mxfp8 on H200: SGLang raises '--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU", None),
+    ("Qwen--Qwen3.5-27B", "MI300X", {"kv_cache_dtype": "fp4_mx_block16"}, "0.5.16",
+     "--kv-cache-dtype fp4_mx_block16 on MI300X: SGLang raises 'KV4 is not tested on non-CUDA platforms.' "
+     "(server_args.py _handle_kv4_compatibility)", None),
+    ("Qwen--Qwen3.5-27B", "B200", {"kv_cache_dtype": "nvfp4"}, "0.5.21",
+     "--kv-cache-dtype nvfp4 with the triton attention backend: SGLang raises 'NVFP4 prefill supports", "0.5.20"),
+    ("Qwen--Qwen3-8B", "B200", {"kv_cache_dtype": "nvfp4", "disaggregation_mode": "prefill"}, "0.5.21",
+     "--kv-cache-dtype nvfp4 with trtllm_mha on SM100 in a prefill/decode role", "0.5.20"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 2,
+                                               "speculative_num_steps": 3, "speculative_num_draft_tokens": 4}, "0.5.13",
+     "--speculative-eagle-topk 2: SGLang asserts 'Only EAGLE speculative algorithm with topk == 1 is supported for "
+     "DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)", "0.5.12"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE3"}, "0.5.13",
+     "--speculative-algorithm EAGLE3: SGLang asserts 'Only EAGLE speculative algorithm is supported for "
+     "DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)", None),  # 0.5.12: KV305, EAGLE3 on V4 not priced
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "speculative_algorithm": "EAGLE3"}, "0.5.16",
+     "--speculative-algorithm EAGLE3: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are supported for "
+     "DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)", None),
+    ("deepseek-ai--DeepSeek-V4-Flash", "H200", {"tp_size": 4, "dsv4_attn_backend": "trtllm"}, "0.5.20",
+     "--dsv4-attn-backend trtllm on H200: SGLang asserts '--dsv4-attn-backend trtllm requires an SM100/SM103", "0.5.19"),
+    ("deepseek-ai--DeepSeek-V4-Flash", "B200", {"tp_size": 4, "dsv4_attn_backend": "trtllm", "disaggregation_mode": "decode"},
+     "0.5.20", "--dsv4-attn-backend trtllm in a prefill/decode role", "0.5.19"),
+    ("zai-org--GLM-5.2-FP8", "B200", {"tp_size": 8, "quantization": "w8a8_fp8"}, "0.5.20",
+     "--quantization w8a8_fp8 contradicts the checkpoint's quant_method fp8", None),
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "args", "oldest", "message", "before"), KEYED_CASES)
+def test_each_refusal_holds_from_the_oldest_release_that_has_it(model, gpu, args, oldest, message, before):
+    target = role(model, gpu=gpu, **args)
+    with pytest.raises(EngineRefusal) as caught:
+        estimate_role(_at(target, oldest), offline=True)
+    assert f"role serve: {message}" in caught.value.message
+    if before is not None:  # never refused on a guess in a release that does not have the check
+        assert estimate_role(_at(target, before), offline=True).pool_tokens > 0
+
+
+V4_SPEC = {"tp_size": 4, "speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+
+
+@pytest.mark.parametrize(("args", "version", "message"), [
+    # 0.5.13-0.5.18 run the V4 hook on the arguments as given, before handle_speculative_decoding turns NEXTN into
+    # EAGLE: NEXTN is not "EAGLE"
+    ({"speculative_algorithm": "NEXTN", "speculative_eagle_topk": 1}, "0.5.18",
+     "--speculative-algorithm NEXTN: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are supported"),
+    ({"speculative_algorithm": "NEXTN", "speculative_eagle_topk": 1}, "0.5.15",
+     "--speculative-algorithm NEXTN: SGLang asserts 'Only EAGLE speculative algorithm is supported"),
+    ({"speculative_algorithm": "DSPARK"}, "0.5.15",
+     "--speculative-algorithm DSPARK: SGLang asserts 'Only EAGLE speculative algorithm is supported"),
+])
+def test_v4_speculative_settings_read_as_given_up_to_0_5_18(args, version, message):
+    target = role("deepseek-ai--DeepSeek-V4-Flash", gpu="H200", **V4_SPEC, **args)
+    with pytest.raises(EngineRefusal) as caught:
+        estimate_role(_at(target, version), offline=True)
+    assert f"role serve: {message}" in caught.value.message
+
+
+@pytest.mark.parametrize("args", [
+    {"speculative_algorithm": "NEXTN", "speculative_eagle_topk": 1},
+    {"speculative_algorithm": "EAGLE"},
+])
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_v4_nextn_and_an_unset_topk_are_priced_from_0_5_19(args, version):
+    # 0.5.19 on read the speculative settings through the resolution pipeline's view, as 0.5.21 and 0.5.23 do:
+    # priced there, as before (never refused on a reading not confirmed)
+    target = role("deepseek-ai--DeepSeek-V4-Flash", gpu="H200", **V4_SPEC, **args)
+    assert estimate_role(_at(target, version), offline=True).pool_tokens > 0
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.17"])
+def test_v4_eagle_with_its_topk_unset_stays_priced(version):
+    # the hook's `topk == 1` fails on an unset top-k as read, but a logged V4 MTP run that states no top-k started
+    # (sglang PR #28620, tests/bench/bench_dsv4_logs.py): never refused on a reading a run contradicts
+    target = role("deepseek-ai--DeepSeek-V4-Flash", gpu="H200", **V4_SPEC, speculative_algorithm="EAGLE")
+    assert estimate_role(_at(target, version), offline=True).pool_tokens > 0
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.9"])
+def test_a_quantization_before_its_oldest_release_is_not_priced(version):
+    # 0.5.19's override_quantization_method set differs from 0.5.20's: not refused, but never priced as FP8 (KV305)
+    target = role("zai-org--GLM-5.2-FP8", gpu="B200", tp_size=8, quantization="w8a8_fp8")
+    with pytest.raises(EstimateError, match="not understood by the estimate model for SGLang"):
+        estimate_role(_at(target, version), offline=True)
 
 
 @pytest.mark.parametrize(("model", "gpu", "args"), [
@@ -253,6 +371,42 @@ def test_hook_refusals_end_to_end_are_exit_2_at_the_setting(tmp_path, kvcheck, m
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
     assert result.stderr.splitlines()[0] == f"kvcheck: error: {manifest}:9:{column}: role server: {message}"
+
+
+@pytest.mark.parametrize(("version", "model", "gpu", "args", "flag", "message"), [
+    ("0.5.17", "Qwen--Qwen3.5-27B", "H100", "kv-cache-dtype: nvfp4", "kv-cache-dtype",
+     "--kv-cache-dtype nvfp4 on H100 (SM90): SGLang raises '--kv-cache-dtype=nvfp4 requires Blackwell SM100 or "
+     "SM120.' (server_args.py _handle_kv4_compatibility)"),
+    ("0.5.17", "deepseek-ai--DeepSeek-V4-Flash", "H200",
+     "tp-size: 4, speculative-algorithm: EAGLE, speculative-eagle-topk: 2, speculative-num-steps: 3, "
+     "speculative-num-draft-tokens: 4", "speculative-eagle-topk",
+     "--speculative-eagle-topk 2: SGLang asserts 'Only EAGLE speculative algorithm with topk == 1 is supported for "
+     "DeepseekV4ForCausalLM' (arg_groups/deepseek_v4_hook.py)"),
+    ("0.5.9", "zai-org--GLM-5.2-FP8", "H200", "tp-size: 8, kv-cache-dtype: fp8_e5m2", "kv-cache-dtype",
+     "--kv-cache-dtype fp8_e5m2 cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek DSA "
+     "only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (server_args.py _set_default_nsa_kv_cache_dtype)"),
+    ("0.5.13", "Qwen--Qwen3-8B", "H100", "swa-full-tokens-ratio: 1.5", "swa-full-tokens-ratio",
+     "--swa-full-tokens-ratio 1.5 is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in range "
+     "(0, 1.0].' (server_args.py _handle_cache_compatibility)"),
+])
+def test_a_declared_older_release_refuses_what_it_would_not_start(tmp_path, kvcheck, version, model, gpu, args, flag,
+                                                                  message):
+    column = len("args: {") + args.index(flag) + 1
+    manifest = _model_manifest(tmp_path, model, gpu, args)
+    manifest.write_text(manifest.read_text().replace('version: "0.5.23"', f'version: "{version}"'))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[0] == f"kvcheck: error: {manifest}:9:{column}: role server: {message}"
+
+
+@pytest.mark.parametrize(("version", "exit_code"), [("0.5.8", 0), ("0.5.9", 2)])
+def test_a_release_before_the_check_is_priced_end_to_end(tmp_path, kvcheck, version, exit_code):
+    manifest = _model_manifest(tmp_path, "Qwen--Qwen3-8B", "H100", "swa-full-tokens-ratio: 1.5")
+    manifest.write_text(manifest.read_text().replace('version: "0.5.23"', f'version: "{version}"')
+                        .replace("context_length: 65536", "context_length: 32768"))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == exit_code, (result.stdout, result.stderr)
 
 
 @pytest.mark.parametrize(("model", "gpu", "args"), [

@@ -339,10 +339,46 @@ def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_onl
         )
 
 
-# The KV-cache, backend and DeepSeek-V4 hook checks below were read in 0.5.21 and 0.5.23 (same messages, same
-# conditions). 0.5.21 is the oldest release read for them: older releases are not refused here (they may or may
-# not have each check), so a declared release before it keeps being priced as before.
-KV_HOOK_CHECKS = "0.5.21"
+# The KV-cache, backend and DeepSeek-V4 hook checks below, each keyed from the oldest release read whose source has it
+# with the condition implemented here (read: 0.5.9, 0.5.10, 0.5.12, 0.5.13, 0.5.15.post1, 0.5.16-0.5.23; not read:
+# 0.5.11, 0.5.14, 0.5.15). A release before a key is not refused by that check: it keeps being priced as before,
+# never refused on a guess. Where a release between two read ones was not read, the key is the newer read one.
+#
+# DSA: 0.5.9 server_args.py:1149 (_set_default_nsa_kv_cache_dtype, from _handle_model_specific_adjustments:1264 for
+# the DeepSeek family archs with index_topk, off NPU): `auto` becomes fp8_e4m3/bfloat16, bf16 becomes bfloat16, and
+# the result must be bfloat16 or fp8_e4m3, as in 0.5.21's overrides.py:515. The family list lacks
+# DeepseekV32ForCausalLM in 0.5.9 (server_args.py:1191) and 0.5.10; 0.5.12 (server_args.py:1788) has it.
+DSA_KV_DTYPE_CHECK = "0.5.9"
+DSA_V32_ARCH = "0.5.12"  # 0.5.11 not read
+# the archs whose DSA check was read in 0.5.9 (0.5.9 server_args.py:1191); V3.2's from 0.5.12; any other (GLM-5 Next,
+# HY-V4, LongCat, Dots3: 0.5.21 overrides.py:702) from 0.5.21, the oldest read for them
+DSA_ARCHS_0_5_9 = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
+                   "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM")
+# 0.5.9's in-seq-split prefill context parallel sets kv_cache_dtype bf16 before the check (server_args.py:1225);
+# 0.5.10 no longer does
+DSA_IN_SEQ_SPLIT_BF16_UNTIL = "0.5.10"
+DSA_ANY_ARCH = "0.5.21"
+# nvfp4 / fp4_mx_block16 / mxfp8: --kv-cache-dtype choices from 0.5.16 (profiles/sglang/flags-0.5.16.json), whose
+# server_args.py already has the three checks with 0.5.21's conditions: _handle_mxfp8_kv_cache_compatibility:5064
+# (is_blackwell_supported), _handle_kv4_compatibility:5074 (nvfp4 off SM100/SM120: 5086; off CUDA: 5146). 0.5.9-0.5.15
+# check fp4_e2m1 only, which kvcheck does not price.
+FP4_KV_CHECKS = "0.5.16"
+# 0.5.21 kv_cache_hook.py:55 ('... provides neither') and :250 (SM100 native NVFP4 with trtllm_mha in a PD role);
+# neither is in 0.5.20's kv_cache_hook.py
+NVFP4_PREFILL_CHECKS = "0.5.21"
+# trtllm_mla: 0.5.9 server_args.py:1875 (_handle_attention_backend_compatibility, after the model override that picks
+# it for DeepSeek-V3/Kimi-K2.5 on SM100) checks attention_backend or decode_attention_backend: off Blackwell, and a
+# KV dtype outside [fp8_e4m3, fp4_e2m1, bf16, auto]; the same in 0.5.13, then arg_groups/overrides.py
+# _mla_kv_cache_dtype_checks (0.5.15.post1:1586 to 0.5.23). 0.5.21 (overrides.py:1147) drops fp4_e2m1 from the list.
+TRTLLM_MLA_CHECKS = "0.5.9"
+TRTLLM_MLA_NO_FP4_E2M1 = "0.5.21"
+# swa ratio: 0.5.9 server_args.py:2703 (_handle_cache_compatibility) raises for the field outside (0, 1]; later
+# releases check the effective value (0.5.15.post1 server_args.py:5791, 0.5.21 kv_cache_hook.py:427) after the
+# MiMoV2/Step3p5 resets to 1.0 under hierarchical cache (0.5.13 server_args.py:2285, :2314)
+SWA_RATIO_CHECK = "0.5.9"
+# the file each check's message names, by release
+KV_CACHE_HOOK_FILE = "0.5.19"  # arg_groups/kv_cache_hook.py (before: server_args.py)
+OVERRIDES_FILE = "0.5.15"  # arg_groups/overrides.py for the DSA and trtllm_mla checks (0.5.15.post1 read; 0.5.14 not)
 
 DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")
 FP4_KV = ("nvfp4", "fp4_mx_block16")
@@ -354,119 +390,169 @@ MLA_SM100_TRTLLM_ARCHS = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGenerat
 NVFP4_PREFILL_BACKENDS = ("flashinfer", "trtllm_mha")  # kv_cache_hook._NVFP4_PREFILL_BACKEND's values
 
 
+def _dsa_checked(rules: rel.SizingRules, arch: str, args: Mapping[str, Any]) -> bool:
+    """Whether the release runs its DSA KV-dtype check for this architecture (see DSA_KV_DTYPE_CHECK)."""
+    if not rules.has(DSA_KV_DTYPE_CHECK):
+        return False
+    if not rules.has(DSA_IN_SEQ_SPLIT_BF16_UNTIL) and args.get("enable_nsa_prefill_context_parallel"):
+        return False  # 0.5.9 may set bf16 itself (in-seq-split mode) before the check
+    if rules.has(DSA_ANY_ARCH):
+        return True
+    return arch in DSA_ARCHS_0_5_9 or (arch == "DeepseekV32ForCausalLM" and rules.has(DSA_V32_ARCH))
+
+
 def check_kv_hooks(  # noqa: C901 - one SGLang check per branch, in the order its hooks run
     target: RoleTarget, args: Mapping[str, Any], *, kind: str, arch: str, gpu: Any, backend: str,
 ) -> None:
-    """KV-cache dtypes and attention backends SGLang refuses for the model and GPU (0.5.21 on).
+    """KV-cache dtypes and attention backends SGLang refuses for the model and GPU (each from its key above).
 
     `kind`: the model's pool kind (shape.DSA for MLA + indexer); `backend`: the resolved attention backend.
     SGLang's NVFP4 prefill hook runs after the model overrides and before the platform's auto-pick, so it sees a
     backend a model override set (DeepSeek-V3 / Kimi-K2.5 MLA on SM100: trtllm_mla, model_overrides/deepseek_v2.py;
     Qwen3.5 on SM100, model_overrides/qwen3_5.py) as given, and the auto-pick's as unset.
     """
+    rules = rel.rules_for(target.engine_version)
+    if gpu.is_npu:
+        return
     model_backend = gpu.is_sm100 and not args.get("attention_backend") and (
         (arch in MLA_SM100_TRTLLM_ARCHS and backend == "trtllm_mla") or arch.startswith("Qwen3_5")
     )
-    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS) or gpu.is_npu:
-        return
     raw = str(args.get("kv_cache_dtype") or "auto")
     kv = ("kv_cache_dtype",)
-    if kind == "dsa" and raw not in DSA_KV_DTYPES:
+    if kind == "dsa" and raw not in DSA_KV_DTYPES and _dsa_checked(rules, arch, args):
+        where = ("arg_groups/overrides.py _dsa_kv_cache_dtype_default" if rules.has(OVERRIDES_FILE)
+                 else "server_args.py _set_default_nsa_kv_cache_dtype")
         raise _refuse(
             target, kv,
             f"--kv-cache-dtype {raw} cannot serve a DeepSeek sparse-attention (DSA) model: SGLang asserts 'DeepSeek "
-            "DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (arg_groups/overrides.py "
-            "_dsa_kv_cache_dtype_default)",
+            f"DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' ({where})",
             hint="set fp8_e4m3 or bfloat16, or leave it unset (auto)",
         )
+    hook = "arg_groups/kv_cache_hook.py handle" if rules.has(KV_CACHE_HOOK_FILE) else "server_args.py _handle"
     sm = gpu.sm
-    if raw in FP4_KV and gpu.vendor != "nvidia":
+    fp4_checked = rules.has(FP4_KV_CHECKS)
+    if fp4_checked and raw in FP4_KV and gpu.vendor != "nvidia":
         raise _refuse(
             target, kv,
             f"--kv-cache-dtype {raw} on {gpu.name}: SGLang raises 'KV4 is not tested on non-CUDA platforms.' "
-            "(arg_groups/kv_cache_hook.py handle_kv4_compatibility)",
+            f"({hook}_kv4_compatibility)",
             hint="use fp8_e4m3 on this GPU",
         )
-    if raw == "nvfp4" and sm not in (100, 103, 120, 121):
+    if fp4_checked and raw == "nvfp4" and sm not in (100, 103, 120, 121):
         raise _refuse(
             target, kv,
             f"--kv-cache-dtype nvfp4 on {gpu.name} (SM{sm}): SGLang raises '--kv-cache-dtype=nvfp4 requires "
-            "Blackwell SM100 or SM120.' (arg_groups/kv_cache_hook.py handle_kv4_compatibility)",
+            f"Blackwell SM100 or SM120.' ({hook}_kv4_compatibility)",
             hint="use fp8_e4m3 on this GPU",
         )
-    if raw == "mxfp8" and (sm is None or sm < 100):
+    if fp4_checked and raw == "mxfp8" and (sm is None or sm < 100):
         raise _refuse(
             target, kv,
             f"--kv-cache-dtype mxfp8 on {gpu.name}: SGLang raises '--kv-cache-dtype mxfp8 requires an SM100+ "
             "(Blackwell) GPU for the block-scaled operands used by the FA4 MXFP8 attention path.' "
-            "(arg_groups/kv_cache_hook.py handle_mxfp8_kv_cache_compatibility)",
+            f"({hook}_mxfp8_kv_cache_compatibility)",
             hint="use fp8_e4m3 on this GPU",
         )
-    backends = {backend, args.get("prefill_attention_backend"), args.get("decode_attention_backend")}
-    if "trtllm_mla" in backends:
-        fields = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+    backends = {backend, args.get("decode_attention_backend")}
+    if "trtllm_mla" in backends and rules.has(TRTLLM_MLA_CHECKS):
+        # SGLang checks attention_backend and decode_attention_backend only (a prefill-only trtllm_mla is not checked)
+        fields = ("attention_backend", "decode_attention_backend")
+        where = ("arg_groups/overrides.py _mla_kv_cache_dtype_checks" if rules.has(OVERRIDES_FILE)
+                 else "server_args.py _handle_attention_backend_compatibility")
         if not gpu.is_blackwell:
             raise _refuse(
                 target, fields,
                 f"the trtllm_mla attention backend on {gpu.name}: SGLang raises 'TRTLLM MLA backend is only supported "
-                "on Blackwell GPUs (SM100/SM12x). Please use a different backend.' (arg_groups/overrides.py "
-                "_mla_kv_cache_dtype_checks)",
+                f"on Blackwell GPUs (SM100/SM12x). Please use a different backend.' ({where})",
                 hint="leave --attention-backend unset, or pick one this GPU runs",
             )
-        if raw not in TRTLLM_MLA_KV_PRICED:
+        listed = "fp8_e4m3, bf16, or auto" if rules.has(TRTLLM_MLA_NO_FP4_E2M1) else "fp8_e4m3, fp4_e2m1, bf16, or auto"
+        priced = TRTLLM_MLA_KV_PRICED if rules.has(TRTLLM_MLA_NO_FP4_E2M1) else (*TRTLLM_MLA_KV_PRICED, "fp4_e2m1")
+        if raw not in priced:
             raise _refuse(
                 target, (*kv, *fields),
                 f"--kv-cache-dtype {raw} with the trtllm_mla attention backend: SGLang raises 'TensorRT-LLM MLA "
-                "backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.' (arg_groups/overrides.py "
-                "_mla_kv_cache_dtype_checks)",
+                f"backend only supports kv-cache-dtype of {listed}.' ({where})",
                 hint="set fp8_e4m3 (or another --attention-backend for an FP4 KV cache)",
             )
-    if raw == "nvfp4":
-        given = args.get("prefill_attention_backend") or args.get("attention_backend")
-        if given is None and model_backend:
-            given = backend
-        dequant = str(args.get("prefill_kv_cache_dequant_dtype") or "auto")
-        if dequant == "auto" and given is not None and given not in NVFP4_PREFILL_BACKENDS:
-            raise _refuse(
-                target, (*kv, "attention_backend", "prefill_attention_backend"),
-                f"--kv-cache-dtype nvfp4 with the {given} attention backend: SGLang raises 'NVFP4 prefill supports "
-                f"an FP8 E4M3 workspace or native NVFP4, but backend {given!r} provides neither.' "
-                "(arg_groups/kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype)",
-                hint="set --attention-backend flashinfer or trtllm_mha, or use fp8_e4m3",
-            )
-        prefill_native = given == "trtllm_mha" or (given is None and gpu.is_sm100) or dequant == "nvfp4"
-        role = str(args.get("disaggregation_mode") or "null")
-        if gpu.is_sm100 and role != "null" and ("trtllm_mha" in backends or prefill_native):
-            raise _refuse(
-                target, (*kv, "disaggregation_mode"),
-                "--kv-cache-dtype nvfp4 with trtllm_mha on SM100 in a prefill/decode role: SGLang raises 'SM100 "
-                "native NVFP4 with trtllm_mha does not yet support PD disaggregation because its physical "
-                "block-scale layout is not implemented by the KV transfer path.' (arg_groups/kv_cache_hook.py "
-                "handle_kv4_compatibility)",
-                hint="use fp8_e4m3 for disaggregated roles",
-            )
+    if raw == "nvfp4" and rules.has(NVFP4_PREFILL_CHECKS):
+        _check_nvfp4_prefill(target, args, gpu=gpu, backend=backend, model_backend=model_backend)
+
+
+def _check_nvfp4_prefill(target: RoleTarget, args: Mapping[str, Any], *, gpu: Any, backend: str,
+                         model_backend: bool) -> None:
+    """NVFP4's prefill backend and PD-role checks (0.5.21 kv_cache_hook.py, see NVFP4_PREFILL_CHECKS)."""
+    kv = ("kv_cache_dtype",)
+    backends = {backend, args.get("prefill_attention_backend"), args.get("decode_attention_backend")}
+    given = args.get("prefill_attention_backend") or args.get("attention_backend")
+    if given is None and model_backend:
+        given = backend
+    dequant = str(args.get("prefill_kv_cache_dequant_dtype") or "auto")
+    if dequant == "auto" and given is not None and given not in NVFP4_PREFILL_BACKENDS:
+        raise _refuse(
+            target, (*kv, "attention_backend", "prefill_attention_backend"),
+            f"--kv-cache-dtype nvfp4 with the {given} attention backend: SGLang raises 'NVFP4 prefill supports "
+            f"an FP8 E4M3 workspace or native NVFP4, but backend {given!r} provides neither.' "
+            "(arg_groups/kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype)",
+            hint="set --attention-backend flashinfer or trtllm_mha, or use fp8_e4m3",
+        )
+    prefill_native = given == "trtllm_mha" or (given is None and gpu.is_sm100) or dequant == "nvfp4"
+    role = str(args.get("disaggregation_mode") or "null")
+    if gpu.is_sm100 and role != "null" and ("trtllm_mha" in backends or prefill_native):
+        raise _refuse(
+            target, (*kv, "disaggregation_mode"),
+            "--kv-cache-dtype nvfp4 with trtllm_mha on SM100 in a prefill/decode role: SGLang raises 'SM100 "
+            "native NVFP4 with trtllm_mha does not yet support PD disaggregation because its physical "
+            "block-scale layout is not implemented by the KV transfer path.' (arg_groups/kv_cache_hook.py "
+            "handle_kv4_compatibility)",
+            hint="use fp8_e4m3 for disaggregated roles",
+        )
 
 
 def check_swa_ratio(target: RoleTarget, args: Mapping[str, Any]) -> None:
-    """kv_cache_hook.py (0.5.21 on, oldest read): the effective --swa-full-tokens-ratio must be in (0, 1]."""
+    """The effective --swa-full-tokens-ratio must be in (0, 1] (see SWA_RATIO_CHECK; 0.5.9 on)."""
     ratio = args.get("swa_full_tokens_ratio")
-    if ratio is None or not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
+    rules = rel.rules_for(target.engine_version)
+    if ratio is None or not rules.has(SWA_RATIO_CHECK):
         return
+    if args.get("enable_hierarchical_cache"):
+        return  # MiMoV2 and Step3p5 reset the ratio to 1.0 under hierarchical cache before the check
     if not 0 < float(ratio) <= 1:
+        where = "arg_groups/kv_cache_hook.py" if rules.has(KV_CACHE_HOOK_FILE) else "server_args.py _handle_cache_compatibility"
         raise _refuse(
             target, ("swa_full_tokens_ratio",),
             f"--swa-full-tokens-ratio {ratio} is outside (0, 1]: SGLang raises '--swa-full-tokens-ratio should be in "
-            "range (0, 1.0].' (arg_groups/kv_cache_hook.py)",
+            f"range (0, 1.0].' ({where})",
             hint="give the sliding-window pool's share of the full pool, e.g. 0.1 to 1",
         )
 
 
+# The DeepSeek-V4 hook (arg_groups/deepseek_v4_hook.py apply_deepseek_v4_defaults). V4 is served from 0.5.12, which
+# was not read: nothing refused there.
+# 0.5.13 deepseek_v4_hook.py:37-42 (0.5.15.post1 :56-61): a speculative algorithm must be "EAGLE", with
+# speculative_eagle_topk == 1. 0.5.16 deepseek_v4_hook.py:56-63 (0.5.17 :148-155, 0.5.18 :145-152): "EAGLE" or
+# "DSPARK", EAGLE with topk == 1. Up to 0.5.18 the hook runs in _handle_model_specific_adjustments, before
+# handle_speculative_decoding upper-cases the name, turns NEXTN into EAGLE and defaults the top-k (0.5.13
+# server_args.py:970 vs :1019; 0.5.18 :3680 vs :3742), so those compare the arguments as given: NEXTN or a lower-case
+# name stops the server. An unset top-k fails the same `== 1` as read, but is not refused: a logged V4 MTP run on a
+# branch between 0.5.14 and 0.5.15 (tests/bench/bench_dsv4_logs.py, sglang PR #28620) started with its top-k not
+# stated, and a manifest that omits the flag may describe a launch that gives it.
+DSV4_SPEC_EAGLE_ONLY = "0.5.13"
+DSV4_SPEC_DSPARK = "0.5.16"
+# 0.5.19 on read them through the resolution pipeline's view (deepseek_v4_hook.py:151 in 0.5.19, :101 in 0.5.21);
+# refused there as kvcheck reads 0.5.21: NEXTN as EAGLE, an unset top-k not refused (never refused on a reading not
+# confirmed by a run)
+DSV4_SPEC_RESOLVED = "0.5.19"
+# --dsv4-attn-backend trtllm: 0.5.20 deepseek_v4_hook.py:138-165 (SM100/SM103 on CUDA; no PD role), as 0.5.21 :46-73;
+# 0.5.19 has neither the flag nor the checks
+DSV4_TRTLLM_CHECKS = "0.5.20"
+
+
 def check_dsv4_hook(target: RoleTarget, args: Mapping[str, Any], *, gpu: Any) -> None:
-    """The DeepSeek-V4 hook's assertions kvcheck can see (arg_groups/deepseek_v4_hook.py, 0.5.21 on, oldest read)."""
-    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
-        return
+    """The DeepSeek-V4 hook's assertions kvcheck can see (arg_groups/deepseek_v4_hook.py, each from its key above)."""
+    rules = rel.rules_for(target.engine_version)
     hook = "(arg_groups/deepseek_v4_hook.py)"
-    if args.get("dsv4_attn_backend") == "trtllm":
+    if args.get("dsv4_attn_backend") == "trtllm" and rules.has(DSV4_TRTLLM_CHECKS):
         if gpu.vendor != "nvidia" or not gpu.is_sm100:
             raise _refuse(
                 target, ("dsv4_attn_backend",),
@@ -482,16 +568,19 @@ def check_dsv4_hook(target: RoleTarget, args: Mapping[str, Any], *, gpu: Any) ->
                 hint="leave --dsv4-attn-backend unset for disaggregated roles",
             )
     algorithm = args.get("speculative_algorithm")
-    if algorithm is None:
+    if algorithm is None or not rules.has(DSV4_SPEC_EAGLE_ONLY):
         return
-    name = str(algorithm).upper()
-    if name == "NEXTN":
+    resolved = rules.has(DSV4_SPEC_RESOLVED)
+    name = str(algorithm).upper() if resolved else str(algorithm)
+    if name == "NEXTN" and resolved:
         name = "EAGLE"  # speculative_hook turns NEXTN into EAGLE before the V4 hook
-    if name not in ("EAGLE", "DSPARK"):
+    allowed = ("EAGLE", "DSPARK") if rules.has(DSV4_SPEC_DSPARK) else ("EAGLE",)
+    if name not in allowed:
+        quoted = ("Only EAGLE and DSPARK speculative algorithms are supported" if len(allowed) == 2
+                  else "Only EAGLE speculative algorithm is supported")
         raise _refuse(
             target, ("speculative_algorithm",),
-            f"--speculative-algorithm {algorithm}: SGLang asserts 'Only EAGLE and DSPARK speculative algorithms are "
-            f"supported for DeepseekV4ForCausalLM' {hook}",
+            f"--speculative-algorithm {algorithm}: SGLang asserts '{quoted} for DeepseekV4ForCausalLM' {hook}",
             hint="use EAGLE (the MTP layer) with --speculative-eagle-topk 1",
         )
     topk = args.get("speculative_eagle_topk")
@@ -525,11 +614,16 @@ def check_context_length(target: RoleTarget, args: Mapping[str, Any], text: Mapp
         ) from exc
 
 
-# configs/model_config.py _verify_quantization (0.5.21, 0.5.23): a --quantization other than the checkpoint's
+# configs/model_config.py _verify_quantization (0.5.20, 0.5.21, 0.5.23): a --quantization other than the checkpoint's
 # quant_method starts only where the pair is compatible (compatible_quantization_methods), an online
 # re-quantization (REQUANTIZATION_METHODS) or a method's override_quantization_method claims the checkpoint
 # (humming claims any non-MXFP4 one). Refused here for FP8 checkpoints only, the case read in full.
 FP8_CHECKPOINT_REQUANTIZED = ("modelopt_fp4", "nvfp4_online", "quark_mxfp4", "humming")
+# 0.5.20 model_config.py:1757-1860 is 0.5.21's _verify_quantization line for line, with the same
+# layers/quantization/__init__.py registry and the same override_quantization_method bodies. 0.5.19's registry differs
+# (__init__.py and marlin_utils.py define overrides of their own) and 0.5.18's compatible list lacks modelopt_fp4 ->
+# fp8: before 0.5.20 such a pair is not refused, and not priced either (KV305).
+QUANTIZATION_CHECK = "0.5.20"
 
 
 def check_quantization(target: RoleTarget, args: Mapping[str, Any], quant: Mapping[str, Any] | None) -> None:
@@ -542,10 +636,10 @@ def check_quantization(target: RoleTarget, args: Mapping[str, Any], quant: Mappi
     method = str(quant.get("quant_method") or "").lower()
     if method != "fp8" or arg == method:
         return
-    if not rel.rules_for(target.engine_version).has(KV_HOOK_CHECKS):
+    if not rel.rules_for(target.engine_version).has(QUANTIZATION_CHECK):
         raise EstimateError(  # a release before the oldest read: not priced as the checkpoint's FP8, not refused
             f"--quantization {given} on an FP8 checkpoint is not understood by the estimate model for SGLang "
-            f"{target.engine_version} (read from {KV_HOOK_CHECKS})",
+            f"{target.engine_version} (read from {QUANTIZATION_CHECK})",
         )
     if arg in FP8_CHECKPOINT_REQUANTIZED:
         raise EstimateError(

@@ -436,6 +436,21 @@ def test_a_context_length_above_the_derived_one_is_sglangs_refusal_unless_allowe
             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1' (configs/model_config.py _derive_context_length)")
 
 
+@pytest.mark.parametrize(("version", "env", "exit_code"), [
+    ("0.4.0", "", 2), ("0.5.9", "", 2),  # the same _derive_context_length condition in every release read
+    ("0.5.9", "  env: {SGLANG_IS_IN_CI: '1'}\n", 3),  # starts (is_in_ci, 0.5.9 on): not refused, not priced (KV305)
+    ("0.4.0", "  env: {SGLANG_IS_IN_CI: '1'}\n", 2),  # 0.4.0 has no CI exemption
+])
+def test_a_context_length_above_the_derived_one_by_release(tmp_path, kvcheck, version, env, exit_code):
+    manifest = _model_manifest(tmp_path, "Qwen--Qwen3-8B", "H100", "context-length: 1048576")
+    manifest.write_text(manifest.read_text().replace('version: "0.5.23"\n', f'version: "{version}"\n{env}')
+                        .replace("context_length: 65536", "context_length: 1048576"))
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == exit_code, (result.stdout, result.stderr)
+    if exit_code == 2:
+        assert "--context-length 1048576 is greater than the model's derived context_len 40960" in result.stderr
+
+
 @pytest.mark.parametrize(("quantization", "exit_code"), [("w8a8_fp8", 2), ("awq", 2), ("modelopt_fp4", 3), ("fp8", 0)])
 def test_a_quantization_that_contradicts_an_fp8_checkpoint(tmp_path, kvcheck, quantization, exit_code):
     # 7. was ignored (priced as the checkpoint's FP8, exit 0); w8a8_fp8 pairs only with compressed-tensors

@@ -347,14 +347,14 @@ def check_dsv4_state_dtype(target: RoleTarget, *, reads_env: bool, bf16_with_onl
 # DSA: 0.5.9 server_args.py:1149 (_set_default_nsa_kv_cache_dtype, from _handle_model_specific_adjustments:1264 for
 # the DeepSeek family archs with index_topk, off NPU): `auto` becomes fp8_e4m3/bfloat16, bf16 becomes bfloat16, and
 # the result must be bfloat16 or fp8_e4m3, as in 0.5.21's overrides.py:515. The family list lacks
-# DeepseekV32ForCausalLM in 0.5.9 (server_args.py:1191) and 0.5.10; 0.5.12 (server_args.py:1788) has it.
+# DeepseekV32ForCausalLM in 0.5.9 (server_args.py:1197) and 0.5.10; 0.5.12 (server_args.py:1788) has it.
 DSA_KV_DTYPE_CHECK = "0.5.9"
 DSA_V32_ARCH = "0.5.12"  # 0.5.11 not read
-# the archs whose DSA check was read in 0.5.9 (0.5.9 server_args.py:1191); V3.2's from 0.5.12; any other (GLM-5 Next,
+# the archs whose DSA check was read in 0.5.9 (0.5.9 server_args.py:1197); V3.2's from 0.5.12; any other (GLM-5 Next,
 # HY-V4, LongCat, Dots3: 0.5.21 overrides.py:702) from 0.5.21, the oldest read for them
 DSA_ARCHS_0_5_9 = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
                    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM")
-# 0.5.9's in-seq-split prefill context parallel sets kv_cache_dtype bf16 before the check (server_args.py:1225);
+# 0.5.9's in-seq-split prefill context parallel sets kv_cache_dtype bf16 before the check (server_args.py:1226);
 # 0.5.10 no longer does
 DSA_IN_SEQ_SPLIT_BF16_UNTIL = "0.5.10"
 DSA_ANY_ARCH = "0.5.21"
@@ -363,10 +363,10 @@ DSA_ANY_ARCH = "0.5.21"
 # (is_blackwell_supported), _handle_kv4_compatibility:5074 (nvfp4 off SM100/SM120: 5086; off CUDA: 5146). 0.5.9-0.5.15
 # check fp4_e2m1 only, which kvcheck does not price.
 FP4_KV_CHECKS = "0.5.16"
-# 0.5.21 kv_cache_hook.py:55 ('... provides neither') and :250 (SM100 native NVFP4 with trtllm_mha in a PD role);
+# 0.5.21 kv_cache_hook.py:55 ('... provides neither') and :251 (SM100 native NVFP4 with trtllm_mha in a PD role);
 # neither is in 0.5.20's kv_cache_hook.py
 NVFP4_PREFILL_CHECKS = "0.5.21"
-# trtllm_mla: 0.5.9 server_args.py:1875 (_handle_attention_backend_compatibility, after the model override that picks
+# trtllm_mla: 0.5.9 server_args.py:1874 (_handle_attention_backend_compatibility, after the model override that picks
 # it for DeepSeek-V3/Kimi-K2.5 on SM100) checks attention_backend or decode_attention_backend: off Blackwell, and a
 # KV dtype outside [fp8_e4m3, fp4_e2m1, bf16, auto]; the same in 0.5.13, then arg_groups/overrides.py
 # _mla_kv_cache_dtype_checks (0.5.15.post1:1586 to 0.5.23). 0.5.21 (overrides.py:1147) drops fp4_e2m1 from the list.

@@ -97,3 +97,19 @@ def test_manifest_draft_config_end_to_end(tmp_path, kvcheck):
     result = kvcheck("verify", str(manifest), "--mode", "estimate")
     assert result.exit_code == 2
     assert f"{manifest}:6:17: model.draft_config: no such file: {tmp_path / 'nowhere.json'}" in result.stderr
+
+
+def test_deepseek_v4_mtp_draft_counts_its_own_embedding_and_lm_head_from_0_5_14():
+    """models/deepseek_v4_nextn.py (0.5.13 to 0.5.23) builds its own embed_tokens and lm_head, placed as the
+    target's; from 0.5.14 they are freed for the target's only after the target's pool is sized. V4-Pro at TP8:
+    2 x 129,280 x 7,168 x 2 B / 8 = 0.432 GiB more draft weights, and a smaller pool."""
+    spec = {"tp_size": 8, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4}
+    target = role("deepseek-ai--DeepSeek-V4-Pro", gpu="B200", **spec)
+    new = estimate_role(replace(target, engine_version="0.5.14"), offline=True)
+    old = estimate_role(replace(target, engine_version="0.5.13"), offline=True)
+    own = 2 * 129280 * 7168 * 2 / 8 / 2**30
+    assert round(own, 3) == 0.432
+    assert round(new.details["draft_weights_gib_per_gpu"] - old.details["draft_weights_gib_per_gpu"], 3) == 0.432
+    assert any("the draft's own embedding and lm_head are counted" in a for a in new.details["assumptions"])
+    assert not any("the draft's own embedding and lm_head are counted" in a for a in old.details["assumptions"])

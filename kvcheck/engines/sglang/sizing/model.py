@@ -389,7 +389,16 @@ def _builtin_mtp_draft(
         per_layer = stage_bytes[0] / max(1, model.shape.num_layers)
         h = model.shape.hidden_size
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
-        return 0, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
+        notes = [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
+        if rules.has(rel.DRAFT_HEAD_IN_BUDGET):
+            # models/deepseek_v4_nextn.py builds its own embed_tokens (VocabParallelEmbedding, whole under DP
+            # attention) and lm_head (ParallelLMHead), placed as the target's; from 0.5.14 they are freed for the
+            # target's only after the target's pool is sized
+            vocab = model.shape.vocab_size
+            draft_bytes += 2 * vocab * h / (par.embed_tp or par.tp) + 2 * vocab * h / (par.lm_head_tp or par.tp)
+            notes.append("the draft's own embedding and lm_head are counted: it shares the target's only after the "
+                         "target's pool is sized (from 0.5.14)")
+        return 0, draft_bytes, notes
     scheme, notes = _draft_scheme(model, rules)
     head_in_budget = rules.has(rel.DRAFT_HEAD_IN_BUDGET)
     draft_bytes = mtp_draft_bytes(model.shape, model.source.text, scheme, par, layers, own_embed_head=head_in_budget)

@@ -252,7 +252,9 @@ UNUSABLE: dict[str, str] = {
     # the newest families (issue 24): each priced as the release that printed it in newest_cases.py
     **{dp_id: "scored as its own release in tests/estimate/newest_cases.py (this table prices every case as 0.5.23)"
        for dp_id in ("sglang-qwen38-27b-fp8-H100-tp1-0.5.18", "sglang-qwen38-27b-fp8-mi355x-tp1-rocm0517",
-                     "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517", "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059")},
+                     "sglang-qwen38-27b-fp8-mi355x-tp2-rocm0517", "sglang-glm5-fp8-mi35x-tp8-fp8kv-rocm059",
+                     "sglang-minimax-m3-mxfp8-8xB200-tp8-mfs065-devminimaxm3",
+                     "sglang-minimax-m3-mxfp8-4xB200-tp4-pd-prefill-autofrac-devcu13minimaxm3")},
     "sglang-glm52-nvfp4-8xRTXPRO6000-tp8-fp8kv-inferencex2335": (
         "scored as 0.5.15.post1 in tests/estimate/newest_cases.py (that release keeps GLM-5.2's indexer row on all 78 "
         "layers; this table prices every case as 0.5.23)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ QWEN35_9B_TEXT = {
 DERIVED: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "Qwen3.8-27B-FP8": ("Qwen--Qwen3.5-27B", {"quantization_config": FP8_BLOCK}, {}, {}),
     "Qwen3.5-9B": ("Qwen--Qwen3.5-27B", {"tie_word_embeddings": False}, QWEN35_9B_TEXT, {"out_hidden_size": 4096}),
+    # MiniMax-M3 as SGLang serves it (the class its logs print; MiniMaxM3ForCausalLM is refused at load): the
+    # MXFP8 checkpoint's config is not in the models folder, so its cases take their weights from their own logs
+    "MiniMax-M3-sparse": ("MiniMaxAI--MiniMax-M3", {"architectures": ["MiniMaxM3SparseForCausalLM"]}, {}, {}),
 }
 
 
@@ -53,6 +56,7 @@ class NewCase:
     args: dict[str, Any]
     note: str
     baseline_from_log: bool = False  # memory before weights = logged weights + logged free after them
+    weights_from_log: bool = False  # weights per GPU from the log's own load line (the checkpoint's config is not here)
     independent: bool = True  # False: a profile figure was read from this log (shown, not in the family figures)
 
 
@@ -120,6 +124,23 @@ CASES: tuple[NewCase, ...] = (
         "layers that reuse the previous top-k) that shipped in 0.5.18, priced as 0.5.18",
     ),
     NewCase(
+        "sglang-minimax-m3-mxfp8-8xB200-tp8-mfs065-devminimaxm3", "MiniMax-M3 (MSA sparse)", "MiniMax-M3-sparse",
+        "B200", "0.5.17",
+        {"tp_size": 8, "mem_fraction_static": 0.65, "context_length": 1048576},
+        "the SGLang cookbook's B200 launch (dev-minimax-m3 image of 2026-06-19, priced as 0.5.17, the first release "
+        "with models/minimax_m3.py): explicit 0.65, TP8, bf16 KV, fa4 and page 128 by the MiniMax-M3 SM100 override; "
+        "the MXFP8 checkpoint's weights from its log (52.79 GiB), so this checks the baseline, fraction and cell",
+        weights_from_log=True,
+    ),
+    NewCase(
+        "sglang-minimax-m3-mxfp8-4xB200-tp4-pd-prefill-autofrac-devcu13minimaxm3", "MiniMax-M3 (MSA sparse)",
+        "MiniMax-M3-sparse", "B200", "0.5.17",
+        {"tp_size": 4, "context_length": 1048576, "disaggregation_mode": "prefill"},
+        "the same checkpoint at TP4 as a prefill role on the same host (dev-cu13-minimax-m3 image), the fraction "
+        "SGLang chose as its server_args print it (0.81225); weights from its log (104.23 GiB)",
+        weights_from_log=True,
+    ),
+    NewCase(
         "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev", "Kimi-K3 (MLA + KDA)", "moonshotai--Kimi-K3",
         "MI355X", "0.5.15.post1",
         {"tp_size": 8, "attention_backend": "triton", "dtype": "bfloat16", "mem_fraction_static": 0.93,
@@ -154,8 +175,10 @@ def _config(model: str) -> Path:
     base, top, text, vision = DERIVED[model]
     config = json.loads((MODELS / f"{base}.json").read_text())
     config.update(top)
-    config["text_config"].update(text)
-    config["vision_config"].update(vision)
+    if text:
+        config["text_config"].update(text)
+    if vision:
+        config["vision_config"].update(vision)
     folder = Path(tempfile.gettempdir()) / "kvcheck-newest-configs"
     folder.mkdir(exist_ok=True)
     path = folder / f"{model}.json"
@@ -171,13 +194,13 @@ def run_case(case: NewCase, points: dict[str, dict[str, Any]]) -> NewOutcome:
     if "mem_fraction_static" not in args and d.get("mem_fraction_static") is not None:
         args["mem_fraction_static"] = float(d["mem_fraction_static"])
     logged_weights = cc._logged_weights(d)
-    estimate = EstimateInputs()
+    estimate = EstimateInputs(weights_gib_per_gpu=logged_weights) if case.weights_from_log else EstimateInputs()
     if case.baseline_from_log:
         before = d.get("avail_mem_before_weights_gb")
         if before is None:
             before = float(d["avail_mem_after_weights_gb"]) + float(d["weight_mem_usage_gb"])
         total_mib = default_profiles().get(case.gpu).memory_total_mib
-        estimate = EstimateInputs(pre_baseline_mib=total_mib - float(before) * 1024)
+        estimate = replace(estimate, pre_baseline_mib=total_mib - float(before) * 1024)
     target = RoleTarget(
         name="newest", context_length=1, min_headroom=1.0, engine_version=case.release, args=args, argv_args=(),
         gpu=case.gpu, model_config=_config(case.model), estimate=estimate,

@@ -30,6 +30,10 @@ BOUND_PCT = {
     # bf16 NextN draft layer and the draft's own embedding and lm_head, on the GB300's 284,208 MiB (-0.11, -0.30 %)
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531": 1.0,
     "sglang-glm52-nvfp4-4xGB300-tp4-eagle-pr30531-branch": 1.0,
+    # MiniMax-M3 MXFP8 on B200 (BBuf/KDA-Pilot's server logs): weights from the logs (no config for the MXFP8
+    # checkpoint), so the baseline, the fraction and the 45,312 B sparse cell are what is checked (-0.19, +0.08 %)
+    "sglang-minimax-m3-mxfp8-8xB200-tp8-mfs065-devminimaxm3": 0.5,
+    "sglang-minimax-m3-mxfp8-4xB200-tp4-pd-prefill-autofrac-devcu13minimaxm3": 0.5,
     # a development branch's stated sweep (0.93 point): cell exact, weights 1.0 GiB light
     "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 3.0,
 }

@@ -739,3 +739,25 @@ def test_a_pinned_vllm_image_with_a_digest_names_its_release(tmp_path: Any) -> N
     result = run_kvcheck("import", str(path), "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["engine"] == {"name": "vllm", "version": "0.11.0"}
+
+
+@pytest.mark.parametrize("first", [
+    '        args: ["--model", "m", "--max-model-len", "65536"]\n',
+    '        command: [vllm, serve]\n        args: ["m", "--max-model-len", "65536"]\n',
+])
+def test_a_second_vllm_server_on_the_images_own_entrypoint_is_exit_2(first: str) -> None:
+    # vllm/vllm-openai runs `vllm serve` itself: a second container passing only args started a second server
+    # with a 4,096-token window, and import dropped it, so verify judged the 65,536-token one alone
+    text = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: llama}\nspec:\n  template:\n    spec:\n"
+            "      containers:\n      - name: vllm\n        image: vllm/vllm-openai:v0.32.0\n" + first
+            + "        resources: {limits: {nvidia.com/gpu: 1}}\n"
+            "      - name: vllm2\n        image: vllm/vllm-openai:v0.32.0\n"
+            '        args: ["--model", "m", "--max-model-len", "4096", "--port", "8001"]\n'
+            "        resources: {limits: {nvidia.com/gpu: 1}}\n")
+    line = 13 if "command" in first else 12
+    for command in ("import", "verify"):
+        result = run_kvcheck(command, "-", *(("--mode", "estimate", "--gpu", "H100") if command == "verify" else ()),
+                             stdin=text)
+        assert (result.exit_code, result.stdout) == (2, ""), result.stderr
+        assert (f"<stdin>:{line}:9: the pod starts a server in two containers (vllm and vllm2): kvcheck checks one "
+                "server a pod") in result.stderr

@@ -181,10 +181,10 @@ def pod_server(
         if starts is None and not str(args[0]).startswith("--"):
             continue
         if starts is not None:  # the engine's own image starts its server: the args are appended to it
-            found = container_server(doc, container, cpath, inputs, injected=injected,
-                                     entrypoint=(starts.image_entrypoint or (), doc.at((*cpath, "image"))))
+            found = _entrypoint_server(doc, container, cpath, inputs, injected)
             if found is not None:
                 server, env = found
+                _one_server_per_pod(doc, spec, spec_path, i, inputs, injected)
                 return PodServer(
                     server=server, env=env, location=doc.at(cpath),
                     gpus_per_node=gpu_limit(doc, container.get("resources"), (*cpath, "resources")),
@@ -214,13 +214,15 @@ def _one_server_per_pod(
     """A second container of the pod that starts a server too: exit 2 at it. kvcheck reads one server a pod
     template, and checking the first alone would pass a pod whose other server holds a smaller pool."""
     containers = spec.get("containers") or []
-    for j in range(first + 1, len(containers)):
+    for j in range(len(containers)):
         container = containers[j]
-        if not isinstance(container, Mapping):
+        if j == first or not isinstance(container, Mapping):
             continue
         cpath: Path_ = (*spec_path, "containers", j)
         try:
-            other = container_server(doc, container, cpath, inputs, injected=injected)
+            # an engine image started on its own entrypoint (args only) is a server too
+            other = container_server(doc, container, cpath, inputs, injected=injected) if j > first else None
+            other = other or _entrypoint_server(doc, container, cpath, inputs, injected)
         except ScriptError:
             continue  # a sidecar whose script kvcheck cannot read: not taken for a server
         if other is not None:
@@ -232,6 +234,18 @@ def _one_server_per_pod(
                 f"the pod starts a server in two containers ({' and '.join(names)}): kvcheck checks one server a "
                 "pod, and reading the first alone could pass the other; put each server in its own workload",
             ))
+
+
+def _entrypoint_server(
+    doc: Doc, container: Mapping[str, Any], cpath: Path_, inputs: Inputs, injected: Mapping[str, Sourced],
+) -> tuple[ServerCommand, Env] | None:
+    """The server a container without `command` starts on its engine image's own entrypoint, else None."""
+    args = container.get("args")
+    starts = image_engine(str(container.get("image") or ""))
+    if container.get("command") or not isinstance(args, list) or not args or starts is None:
+        return None
+    return container_server(doc, container, cpath, inputs, injected=injected,
+                            entrypoint=(starts.image_entrypoint or (), doc.at((*cpath, "image"))))
 
 
 def image_engine(image: str) -> Engine | None:

@@ -94,9 +94,12 @@ class _BoundedConstructor(yaml.constructor.SafeConstructor):
         super().__init__()
         self.filename = filename
         self.max_entries = max_entries
+        self.merged: dict[int, int] = {}  # id(mapping node) -> how many of its first pairs came from merge keys
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        own = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
         super().flatten_mapping(node)  # recursive calls come back here, so every level is checked
+        self.merged.setdefault(id(node), len(node.value) - own)  # a second flatten finds no merge keys
         if len(node.value) > self.max_entries:
             line, column = _mark(node)
             raise InputError(
@@ -174,8 +177,10 @@ def _build_document(
         positions.values[path] = _mark(n)
         if isinstance(n, yaml.MappingNode):
             constructor.flatten_mapping(n)
+            merged = constructor.merged.get(id(n), 0)
             out: dict[Any, Any] = {}
-            for key_node, value_node in n.value:
+            own: set[Any] = set()
+            for index, (key_node, value_node) in enumerate(n.value):
                 key = constructor.construct_object(key_node, deep=True)
                 if not isinstance(key, str | int | float | bool) or key is None:
                     line, column = _mark(key_node)
@@ -185,12 +190,15 @@ def _build_document(
                     continue
                 key = str(key) if not isinstance(key, str) else key
                 child = (*path, key)
-                if key in out:
-                    line, column = _mark(key_node)
-                    issues.append(
-                        InputIssue(filename, line, column, _dotted(child), "duplicate key")
-                    )
-                    continue
+                # YAML's merge rule: a merged key yields to a later merge's and to the mapping's own key
+                if index >= merged:
+                    if key in own:
+                        line, column = _mark(key_node)
+                        issues.append(
+                            InputIssue(filename, line, column, _dotted(child), "duplicate key")
+                        )
+                        continue
+                    own.add(key)
                 positions.keys[child] = _mark(key_node)
                 out[key] = build(value_node, child)
             return out

@@ -244,3 +244,22 @@ def test_absurd_values_are_bad_input(tmp_path: Path, text: str, message: str) ->
     path.write_text(f"{base['context_length']}\nmodel: {{path: m}}\n{base['engine']}\nroles:\n  a: {{gpus: [0]}}\n")
     with pytest.raises(ManifestError, match=re.escape(message)):
         load_manifest(path)
+
+
+def test_a_merge_key_is_overridden_by_the_mappings_own_keys(tmp_path: Path) -> None:
+    # YAML's merge rule: the mapping's own `args` wins over the merged one; kvcheck called it a duplicate
+    # key (exit 2), while a repeated key of the mapping itself stays one
+    config = Path("docs/examples/vllm/config.json").resolve()
+    text = (f"name: t\ncontext_length: 65536\nmodel: {{path: m, config: {config}}}\n"
+            "engine: {name: vllm, version: \"0.32.0\"}\ngpu: H100\nroles:\n"
+            "  a: &base\n    gpus: [0]\n    args: {max-model-len: 65536}\n"
+            "  b:\n    <<: *base\n    args: {max-model-len: 4096}\n")
+    (tmp_path / "m.yaml").write_text(text)
+    result = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert [(f["rule"], f["role"], f["location"]["line"]) for f in report["findings"]] == [("KV102", "b", 12)]
+    (tmp_path / "m.yaml").write_text(text + "    args: {max-model-len: 65536}\n")
+    result = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert "m.yaml:13:5: roles.b.args: duplicate key" in result.stderr

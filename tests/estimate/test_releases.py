@@ -186,3 +186,14 @@ def test_qwen3_5_keeps_the_prefill_graph_from_0_5_16(version, kept):
     est = estimate_role(target, offline=True)
     off = [a for a in est.assumptions if "prefill CUDA graph off (multimodal model)" in a]
     assert (not off) == kept
+
+
+@pytest.mark.parametrize(("version", "newer"), [("0.6.0", True), ("0.5.24", True), ("0.5.23.post1", False),
+                                                 ("0.5.23", False)])
+def test_a_release_newer_than_every_one_read_says_whose_rules_size_it(version, newer):
+    # 0.6.0 was priced with 0.5.23's rules and the report named only the flag catalogue that stood in
+    target = dataclasses.replace(role(LLAMA, gpu="H100"), engine_version=version)
+    est = estimate_role(target, offline=True)
+    note = (f"SGLang {version} is newer than 0.5.23, the newest release whose sizing kvcheck has read; "
+            "sized with 0.5.23's rules")
+    assert (note in est.assumptions) is newer

@@ -434,3 +434,20 @@ def test_the_triton_sampler_caches_one_vocabulary_row_per_sm_of_the_gpu() -> Non
     older, newer = (mem.activation_peak(text, tp=1, batched_tokens=8192, max_num_seqs=1024, version=mem.release(v),
                                         gpu_name="H100") for v in ("0.16.0", "0.17.0"))
     assert newer.sampler_fixed - older.sampler_fixed == 132 * 128256 * 4  # the sort path keeps no such buffer
+
+
+@pytest.mark.parametrize(("version", "engine", "newer"), [
+    ("0.34.0", "vllm 0.34.0 (sized with 0.33.0 rules) sizing model", True),
+    ("0.33.0", "vllm 0.33.0 sizing model", False),
+])
+def test_a_release_newer_than_every_one_read_says_whose_rules_size_it(version: str, engine: str, newer: bool) -> None:
+    # 0.34.0's details said "vllm 0.34.0 sizing model": no rule of 0.34.0 was read, the newest were used
+    target = RoleTarget(name="server", context_length=8192, min_headroom=1.0, engine_version=version,
+                        args={"max_model_len": 8192}, argv_args=(), gpu="H100",
+                        model_config=MODELS / "meta-llama--Meta-Llama-3.1-8B.json", engine="vllm",
+                        estimate=EstimateInputs())
+    est = estimate_role(target, offline=True)
+    assert est.details["engine"] == engine
+    note = (f"vLLM {version} is newer than 0.33.0, the newest release whose sizing kvcheck has read; "
+            "sized with 0.33.0's rules")
+    assert (note in est.assumptions) is newer

@@ -645,6 +645,11 @@ def _mem_fraction(
             f"SGLang {c.version} predates 0.4.0, the oldest release whose sizing kvcheck has read in full; "
             f"sized with 0.4.0's rules and {table} default-fraction table"
         )
+    if rules.newer_than_known:
+        c.notes.append(
+            f"SGLang {c.version} is newer than {rel.NEWEST_READ}, the newest release whose sizing kvcheck has read; "
+            f"sized with {rel.NEWEST_READ}'s rules"
+        )
     if user_f is not None:
         f = float(user_f)
         defaulted = False

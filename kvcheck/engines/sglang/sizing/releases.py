@@ -117,6 +117,7 @@ SGL_PREFIX_RENAMED = "0.5.3"  # importing environ.py copies each legacy SGL_X to
 
 OLDEST = Version("0.4.0")  # the oldest release whose sizing was read in full
 OLDEST_TABLE = Version("0.2.15")  # the oldest release whose default-fraction table was read
+NEWEST_READ = Version("0.5.23")  # the newest release whose sizing was read
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,12 @@ class SizingRules:
         """The declared release predates 0.4.0, the oldest whose sizing kvcheck has read."""
         declared = _parse(self.declared) if self.declared is not None else None
         return declared is not None and declared < OLDEST
+
+    @property
+    def newer_than_known(self) -> bool:
+        """The declared release is past 0.5.23 (its post and local builds are 0.5.23), so 0.5.23's rules stand in."""
+        declared = _parse(self.declared) if self.declared is not None else None
+        return declared is not None and declared.release > NEWEST_READ.release
 
 
 @cache

@@ -270,6 +270,7 @@ V1_FROM = Version("0.8.0")
 UTIL_092_FROM = Version("0.32.0")
 UTIL_090_UNTIL = Version("0.19.99")
 NEWEST = Version("0.32.0")
+NEWEST_READ = Version("0.33.0")  # the newest release whose source the sizing was read in
 
 
 def release(version: str | None) -> Version | None:

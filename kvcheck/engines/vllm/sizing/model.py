@@ -553,7 +553,13 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
         assumptions.append(f"vLLM would refuse to start: {refusal}")
     max_input = max(0, serving.max_input_len(context, pool)) if context else 0
     details: OrderedDict[str, Any] = OrderedDict()
-    details["engine"] = f"vllm {target.engine_version or 'newest (0.32.0)'} sizing model"
+    declared = mem.release(target.engine_version)
+    stand_in = declared is not None and declared.release > mem.NEWEST_READ.release
+    if stand_in:
+        assumptions.append(f"vLLM {target.engine_version} is newer than {mem.NEWEST_READ}, the newest release whose "
+                           f"sizing kvcheck has read; sized with {mem.NEWEST_READ}'s rules")
+    details["engine"] = (f"vllm {target.engine_version or 'newest (0.32.0)'}"
+                         f"{f' (sized with {mem.NEWEST_READ} rules)' if stand_in else ''} sizing model")
     details["gpu"] = gpu.name if gpu else None
     details.update(parts)
     details["available_kv_gib"] = round(central / GIB, 3)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -321,6 +322,7 @@ def find_server(
     if launched is not None:
         engine, index = launched
         return ServerCommand(tokens, index, _wrapper(argv, index, engine.name), tokens[0].location, engine.name)
+    _refuse_co_launch(argv, lambda i: tokens[i].location)
     script_at = shell_script(argv)
     if script_at is None:
         return None
@@ -345,6 +347,7 @@ def find_server(
         texts = [w.text for w in words]
         launched = launch_engine(texts)
         if launched is None:
+            _refuse_co_launch(texts, partial(_word_location, doc, source_path, script.location, words))
             continue
         engine, found = launched
         out: list[Token] = []
@@ -392,6 +395,31 @@ def find_server(
             "line in the script, or give the role with --cmd or a manifest",
         ))
     return first
+
+
+def _word_location(doc: Doc | None, source_path: Path_ | None, fallback: Location, words: Sequence[Any],
+                   index: int) -> Location:
+    """Where a script's word is in the file (a word after the script: the script's own place)."""
+    word = words[index]
+    if doc is not None and source_path is not None and word.positional is None:
+        return doc.inside(source_path, word.offset)
+    return fallback
+
+
+def _refuse_co_launch(argv: Sequence[str], place: Callable[[int], Location]) -> None:
+    """`python -m sglang_router.launch_server` starts --dp-size SGLang servers beside its router: taken for a
+    router alone, the pod was no role and the file passed on its other servers. Exit 2 at the module's word."""
+    index = next((i + 1 for i, word in enumerate(argv[:-1])
+                  if word == "-m" and argv[i + 1] == "sglang_router.launch_server"), None)
+    if index is None:
+        return
+    where = place(index)
+    raise _ScriptError(InputIssue(
+        where.file, where.line, where.column, "",
+        "python -m sglang_router.launch_server starts SGLang servers beside its router, and kvcheck does not read "
+        "that launcher; run the servers with python -m sglang.launch_server and the router with "
+        "sglang_router.launch_router, or check the servers' arguments with --cmd or a manifest",
+    ))
 
 
 def unset_reasons(env: Env, names: list[str]) -> dict[str, str]:

@@ -662,3 +662,24 @@ def test_a_pod_with_a_server_in_two_containers_is_exit_2_at_the_second() -> None
         assert (result.exit_code, result.stdout) == (2, ""), result.stderr
         assert ("<stdin>:13:9: the pod starts a server in two containers (sglang and sglang2): kvcheck checks one "
                 "server a pod") in result.stderr
+
+
+@pytest.mark.parametrize(("command", "column"), [
+    ('[python3, -m, sglang_router.launch_server, --model-path, m, --context-length, "4096", --dp-size, "2"]', 32),
+    ('[sh, -c, "python3 -m sglang_router.launch_server --model-path m --context-length 4096 --dp-size 2"]', 39),
+])
+def test_a_router_that_launches_its_own_sglang_servers_is_exit_2_not_skipped(command: str, column: int) -> None:
+    # sglang_router.launch_server starts --dp-size SGLang servers beside its router: it was taken for a router
+    # alone, so the pod was not a role and verify passed the file on its other, larger server
+    doc = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  template:\n    spec:\n"
+           "      containers:\n      - name: c\n        image: lmsysorg/sglang:v0.5.23\n        command: {command}\n"
+           "        resources: {{limits: {{nvidia.com/gpu: 2}}}}\n")
+    text = (doc.format(name="big", command='[python3, -m, sglang.launch_server, --model-path, m, --context-length, '
+                       '"65536"]') + "---\n" + doc.format(name="routed", command=command))
+    for cmd in ("import", "verify"):
+        result = run_kvcheck(cmd, "-", *(("--mode", "estimate", "--gpu", "H100", "--model-config",
+                                          "docs/examples/single-server/llama-3.1-8b-instruct.config.json")
+                                         if cmd == "verify" else ()), stdin=text)
+        assert (result.exit_code, result.stdout) == (2, ""), result.stderr
+        assert (f"<stdin>:22:{column}: python -m sglang_router.launch_server starts SGLang servers beside its "
+                "router") in result.stderr

@@ -451,3 +451,22 @@ def test_a_release_newer_than_every_one_read_says_whose_rules_size_it(version: s
     note = (f"vLLM {version} is newer than 0.33.0, the newest release whose sizing kvcheck has read; "
             "sized with 0.33.0's rules")
     assert (note in est.assumptions) is newer
+
+
+def test_a_max_model_len_the_low_end_of_the_range_cannot_hold_is_kv105(tmp_path: Path) -> None:
+    # Llama-3.1-8B at 0.43 on an H100: the pool is 107,808-144,304 tokens (134,672 predicted) and vLLM needs one
+    # request of the model's 131,072 to fit to start. A 32,768-token window fits anywhere in the range, so no
+    # finding was raised and the gate passed (exit 0) a role that might not start
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "name: t\ncontext_length: 32768\n"
+        f"model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {REPO}/docs/examples/vllm/config.json}}\n"
+        "engine: {name: vllm, version: \"0.32.0\"}\ngpu: H100\nargs: {gpu-memory-utilization: 0.43}\n"
+        "roles:\n  server: {gpus: [0]}\n")
+    result = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    report = json.loads(result.stdout)
+    assert (result.exit_code, [(f["rule"], f["severity"], f["message"]) for f in report["findings"]]) == (0, [(
+        "KV105", "warning",
+        "vLLM might refuse to start: its max_model_len (131,072 tokens) lies inside the estimate's range "
+        "107,808-144,304 (predicted 134,672), and vLLM starts only when one request of it fits; measure")])
+    assert run_kvcheck("verify", str(manifest), "--mode", "estimate", "--strict").exit_code == 1

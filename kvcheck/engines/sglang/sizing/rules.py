@@ -21,6 +21,8 @@ KV105 = define_rule(
     "the window lies inside the estimate's uncertainty range",
     """The predicted pool holds the window, but the low end of the estimate's range (memory
     taken before SGLang's baseline, weights, loader temporaries) does not: the role might not fit.
+    For a vLLM role it also fires when the low end cannot hold one request of `max_model_len`, which
+    vLLM needs to start, though it holds a smaller advertised window: vLLM might refuse to start.
     Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or give it
     headroom (a higher `mem-fraction-static`, fp8 KV cache, a larger TP).""",
 )

@@ -38,7 +38,7 @@ from kvcheck.engines.vllm.sizing.weights import (
 )
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.model import RoleTarget
+from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
 
 GIB = mem.GIB
@@ -503,6 +503,22 @@ def _planned(avail: tuple[int, int, int], layout: KvLayout, inp: _Inputs, oom: _
     return avail
 
 
+def _might_refuse(target: RoleTarget, inp: _Inputs, pool: int, low: int, high: int) -> list[Finding]:
+    """KV105 when the low end of the range cannot hold one request of max_model_len, which vLLM needs to start;
+    none when the window itself lies inside the range (the estimate backend's own KV105 says it then)."""
+    if low < target.required_tokens <= high:
+        return []
+    return [finding(
+        "KV105", target.name,
+        f"vLLM might refuse to start: its max_model_len ({inp.max_model_len:,} tokens) lies inside the "
+        f"estimate's range {low:,}-{high:,} (predicted {pool:,}), and vLLM starts only when one request "
+        "of it fits; measure",
+        hint="run kvcheck verify without --mode estimate on the role's GPUs, or set --max-model-len to "
+        "the advertised window",
+        location=target.arg_location("max_model_len", "gpu_memory_utilization"),
+    )]
+
+
 def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
             parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
             model_dtype: str, oom: _Oom | None = None) -> PoolEstimate:
@@ -536,6 +552,7 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     if might_refuse:
         assumptions.append("at the low end of the estimate's range one request of max_model_len does not fit: "
                            "vLLM might refuse to start; measure")
+        findings.extend(_might_refuse(target, inp, pool, low, high))
     if refusal is not None:
         findings.append(finding(
             "KV220", target.name,

@@ -415,10 +415,26 @@ def _complete(name: str) -> Callable[[click.Context, click.Parameter, str], list
     return complete
 
 
+def _version_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--engine-version as a release number: an empty one was dropped silently, and one that is no version was
+    blamed on a line of the deployment files."""
+    from packaging.version import InvalidVersion, Version
+
+    if value is None:
+        return None
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise click.BadParameter(f"{value!r} is not a version number (write it like \"0.5.23\")",
+                                 ctx=ctx, param=param) from None
+    return value
+
+
 def _deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--gpu, --context-length, --model-config, --engine-version: what deployment files may not state."""
     # --sglang-version is the option's first name (kept: CI files use it); it states any engine's release
     func = click.option("--engine-version", "--sglang-version", "sglang_version", metavar="VERSION",
+                        callback=_version_option,
                         help="The engine release the files run (SGLang or vLLM), when no image tag names it; "
                         "--sglang-version is the same option.")(func)
     func = click.option("--model-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),

@@ -46,3 +46,14 @@ def test_a_release_without_a_catalogue_is_a_kv204_at_the_overlays_line(tmp_path:
         "checked against 0.5.23, the nearest older release%0Afix: state the release: --engine-version or the "
         "overlay's engine.version",
     ]
+
+
+def test_an_engine_version_option_that_is_no_version_is_exit_2_naming_the_option() -> None:
+    # `--engine-version latest` was blamed on a line of the deployment file, and an empty one was dropped
+    # silently (the files' release unstated, the newest catalogue standing in)
+    for value in ("latest", ""):
+        done = run_kvcheck("verify", str(DEPLOYMENT), "--engine-version", value, "--mode", "estimate",
+                           "--model-config", CONFIG)
+        assert (done.exit_code, done.stdout) == (2, "")
+        assert (f"Invalid value for '--engine-version' / '--sglang-version': '{value}' is not a version number "
+                "(write it like \"0.5.23\")") in done.stderr

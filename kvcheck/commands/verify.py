@@ -13,6 +13,7 @@ from kvcheck.inputs.deploy.manifest import Overrides
 from kvcheck.inputs.roles import select_roles
 from kvcheck.model import Finding, PoolMeasurement, Report, RoleTarget
 from kvcheck.policy.judge import judge
+from kvcheck.policy.rules import left_out_partners
 from kvcheck.policy.suppress import Gate, GateOptions
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def judge_measurements(
         with_safe_fraction(t, _with_fit_hints(t, m, offline=backend.offline_hints), offline=backend.offline_hints)
         for t, m in zip(targets, measurements, strict=True)
     ]
-    extra: list[Finding] = loaded.notes()
+    extra: list[Finding] = loaded.notes() + left_out_partners(loaded.targets, targets)
     return judge(
         command="verify",
         mode=backend.mode,

@@ -21,6 +21,7 @@ from kvcheck.policy.rules import (
     KV107,
     KV110,
     KV111,
+    KV112,
     KV201,
     KV202,
     KV203,
@@ -46,7 +47,7 @@ from kvcheck.probe.rules import (
 from kvcheck.report.input_errors import KV001, KV300
 
 INPUT_RULES = (KV001,)  # invalid input: exit 2, nothing was checked
-POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV110, KV111, KV201, KV202, KV203, KV204, KV205)
+POLICY_RULES = (KV101, KV102, KV103, KV104, KV107, KV110, KV111, KV112, KV201, KV202, KV203, KV204, KV205)
 PLAN_RULES = (KV106,)
 MEASURE_RULES = (KV300, KV301, KV302, KV303, KV304, KV310, KV314, KV315, KV324)
 AUDIT_RULES = (KV306, KV307, KV308, KV311)

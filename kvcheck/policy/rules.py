@@ -431,6 +431,42 @@ def evaluate_role(target: RoleTarget, measurement: PoolMeasurement, min_concurre
     return found
 
 
+KV112 = define_rule(
+    "KV112",
+    "warning",
+    "a --role filter left out the other side of a prefill/decode pair: the pair rules did not run",
+    """KV104 and KV110 compare a prefill role with the decode roles it hands requests to, so they run
+    only when both sides are checked in the same run. `--role prefill` and `--role decode` in two
+    separate runs each pass on their own although the pair fails KV110 (a request between the two
+    context lengths is taken by one and refused by the other). Fix: check the pair in one run
+    (`--role prefill --role decode`, or no `--role`).""",
+)
+
+
+def _pair_sides(target: RoleTarget) -> frozenset[str]:
+    mode = get_engine(target.engine).role_mode(target.args)
+    return frozenset(("prefill", "decode")) if mode == "kv_both" else frozenset((mode,)) if mode in (
+        "prefill", "decode") else frozenset()
+
+
+def left_out_partners(every: Sequence[RoleTarget], checked: Sequence[RoleTarget]) -> list[Finding]:
+    """KV112 for each checked prefill/decode role whose other side a --role filter left out."""
+    names = {t.name for t in checked}
+    found = []
+    for target in checked:
+        wanted = {"decode" if side == "prefill" else "prefill" for side in _pair_sides(target)}
+        partners = [t.name for t in every if t.name not in names and wanted & _pair_sides(t)]
+        if partners:
+            found.append(finding(
+                "KV112", target.name,
+                f"--role left out {', '.join(partners)}, the other side of this prefill/decode pair: the pair "
+                "rules (KV104, KV110) did not run",
+                hint="check the pair in one run (--role for each side, or no --role)",
+                location=target.location,
+            ))
+    return found
+
+
 def evaluate_deployment(
     targets: Sequence[RoleTarget], measurements: Sequence[PoolMeasurement]
 ) -> list[Finding]:

@@ -100,7 +100,7 @@ def test_engine_out_of_memory_is_exit_3(manifest: Path, pidfile: PidFile) -> Non
 def test_version_mismatch_is_exit_3(manifest: Path, pidfile: PidFile) -> None:
     code, report, _ = verify_json(manifest, "--role", "prefill", env={"FAKE_SGLANG_VERSION": "0.5.22"})
     assert code == 3
-    assert [f["rule"] for f in report["findings"]] == ["KV303"]
+    assert [f["rule"] for f in report["findings"]] == ["KV112", "KV303"]  # KV112: --role left out decode
     assert report["roles"][0]["pool_tokens"] == 947824
 
 

@@ -202,41 +202,60 @@ class Server:
     boot_s: float
 
 
+BIND_RETRIES = 3  # boots tried when another process takes the chosen port before SGLang binds it
+
+
 @contextlib.contextmanager
 def running_server(real: RealSglang, log: Path, *args: str) -> Iterator[Server]:
     """Boot SGLang with ARGS on a free loopback port until it is ready; stop it and all its children on
-    every way out (SIGKILL to its process group, then to whatever else carries its tag)."""
-    tag = uuid.uuid4().hex
-    port = free_port()
-    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", **{TAG_VAR: tag})
-    argv = [*real.command(), "--model-path", str(real.model), *real.cpu_args(), *args,
-            "--host", "127.0.0.1", "--port", str(port)]
-    start = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = start + BOOT_TIMEOUT_S
-        while READY not in log.read_text(errors="replace"):
-            if proc.poll() is not None:
-                raise AssertionError(f"SGLang exited with {proc.returncode} before ready:\n{log.read_text()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"SGLang not ready after {BOOT_TIMEOUT_S} s:\n{log.read_text()[-4000:]}")
-            time.sleep(0.5)
-        yield Server(f"http://127.0.0.1:{port}", log, time.monotonic() - start)
-    finally:
-        # SIGKILL at once, as kvcheck stops a measured role: on SIGTERM SGLang 0.5.23 reports its
-        # scheduler as crashed, sleeps 5 s and SIGKILLs itself anyway (docs/measure.md)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=15)
-        for pid in tagged_pids(tag):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        survivors = wait_until_gone(tag, within_s=10)
-        assert survivors == [], f"SGLang processes outlived the server fixture: {survivors}"
+    every way out (SIGKILL to its process group, then to whatever else carries its tag).
+
+    free_port() releases the port before SGLang binds it, 15-20 s later here (the tokenizer loads first), and
+    SGLang's own processes pick free ports for themselves in between: when uvicorn then cannot bind ("address
+    already in use") the server stays up without serving, so that boot is stopped and another port is tried."""
+    for attempt in range(1, BIND_RETRIES + 1):
+        tag = uuid.uuid4().hex
+        port = free_port()
+        env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", **{TAG_VAR: tag})
+        argv = [*real.command(), "--model-path", str(real.model), *real.cpu_args(), *args,
+                "--host", "127.0.0.1", "--port", str(port)]
+        start = time.monotonic()
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        taken = False
+        try:
+            deadline = start + BOOT_TIMEOUT_S
+            while READY not in (text := log.read_text(errors="replace")):
+                if "error while attempting to bind on address" in text and attempt < BIND_RETRIES:
+                    taken = True
+                    break
+                if proc.poll() is not None:
+                    raise AssertionError(f"SGLang exited with {proc.returncode} before ready:\n{text[-4000:]}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"SGLang not ready after {BOOT_TIMEOUT_S} s:\n{text[-4000:]}")
+                time.sleep(0.5)
+            if not taken:
+                yield Server(f"http://127.0.0.1:{port}", log, time.monotonic() - start)
+                return
+        finally:
+            _stop(proc, tag)
+        print(f"port {port} was taken before SGLang bound it (boot {attempt}); trying another")
+
+
+def _stop(proc: subprocess.Popen, tag: str) -> None:
+    # SIGKILL at once, as kvcheck stops a measured role: on SIGTERM SGLang 0.5.23 reports its
+    # scheduler as crashed, sleeps 5 s and SIGKILLs itself anyway (docs/measure.md)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=15)
+    for pid in tagged_pids(tag):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    survivors = wait_until_gone(tag, within_s=10)
+    assert survivors == [], f"SGLang processes outlived the server fixture: {survivors}"
 
 
 def write_manifest(real: RealSglang, path: Path, tag: str, max_total_tokens: int, window: int = WINDOW,

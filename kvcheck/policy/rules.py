@@ -444,9 +444,11 @@ KV112 = define_rule(
 
 
 def _pair_sides(target: RoleTarget) -> frozenset[str]:
+    """The sides of a prefill/decode pair the role plays (vLLM's kv_both plays both)."""
     mode = get_engine(target.engine).role_mode(target.args)
-    return frozenset(("prefill", "decode")) if mode == "kv_both" else frozenset((mode,)) if mode in (
-        "prefill", "decode") else frozenset()
+    if mode == "kv_both":
+        return frozenset(("prefill", "decode"))
+    return frozenset((mode,)) if mode in ("prefill", "decode") else frozenset()
 
 
 def left_out_partners(every: Sequence[RoleTarget], checked: Sequence[RoleTarget]) -> list[Finding]:

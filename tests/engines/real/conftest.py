@@ -238,15 +238,18 @@ def running_server(real: RealSglang, log: Path, *args: str) -> Iterator[Server]:
                 yield Server(f"http://127.0.0.1:{port}", log, time.monotonic() - start)
                 return
         finally:
-            _stop(proc, tag)
+            stop_tagged(proc, tag, "SGLang")
         print(f"port {port} was taken before SGLang bound it (boot {attempt}); trying another")
 
 
-def _stop(proc: subprocess.Popen, tag: str) -> None:
-    # SIGKILL at once, as kvcheck stops a measured role: on SIGTERM SGLang 0.5.23 reports its
-    # scheduler as crashed, sleeps 5 s and SIGKILLs itself anyway (docs/measure.md)
+def stop_tagged(proc: subprocess.Popen, tag: str, what: str, *, sig: int = signal.SIGKILL,
+                within_s: float = 10) -> None:
+    """End a fixture's process group with `sig`, then SIGKILL whatever else carries its tag; none may survive.
+
+    SIGKILL at once, as kvcheck stops a measured role: on SIGTERM SGLang 0.5.23 reports its scheduler as
+    crashed, sleeps 5 s and SIGKILLs itself anyway (docs/measure.md)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=15)
     for pid in tagged_pids(tag):
@@ -254,8 +257,8 @@ def _stop(proc: subprocess.Popen, tag: str) -> None:
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    survivors = wait_until_gone(tag, within_s=10)
-    assert survivors == [], f"SGLang processes outlived the server fixture: {survivors}"
+    survivors = wait_until_gone(tag, within_s=within_s)
+    assert survivors == [], f"{what} processes outlived the fixture: {survivors}"
 
 
 def write_manifest(real: RealSglang, path: Path, tag: str, max_total_tokens: int, window: int = WINDOW,

@@ -30,8 +30,7 @@ from tests.engines.real.conftest import (
     Server,
     free_port,
     running_server,
-    tagged_pids,
-    wait_until_gone,
+    stop_tagged,
 )
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -91,16 +90,7 @@ def running_router(real: RealSglang, worker: Server, log: Path) -> Iterator[str]
             time.sleep(0.5)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=15)
-        for pid in tagged_pids(tag):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        assert wait_until_gone(tag, within_s=10) == [], "router processes outlived the fixture"
+        stop_tagged(proc, tag, "router", sig=signal.SIGTERM)
 
 
 def _lists_a_model(url: str) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import uuid
@@ -24,7 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO_ROOT, run_kvcheck
-from tests.engines.real.conftest import TAG_VAR, free_port, tagged_pids, wait_until_gone
+from tests.engines.real.conftest import TAG_VAR, free_port, stop_tagged
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -79,14 +78,7 @@ def vllm_server(dest: Path, log: Path, *args: str) -> Iterator[str]:
             time.sleep(1)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=15)
-        for pid in tagged_pids(tag):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        assert wait_until_gone(tag, within_s=30) == [], "vLLM processes outlived the server fixture"
+        stop_tagged(proc, tag, "vLLM", within_s=30)
 
 
 def probe(url: str, *options: str) -> tuple[int, dict, str]:

@@ -485,7 +485,8 @@ def wo_a_in_bf16(
     anywhere.
     """
     rules = rel.rules_for(version)
-    value = effective_env(env, version).get(WO_A_ENV)
+    env = effective_env(env, version)
+    value = env.get(WO_A_ENV)
     explicit_on = value is not None and str(value).lower() not in _OFF_VALUES
     if value is not None and not explicit_on:
         return True, f"wo_a dequantized to bf16 ({WO_A_ENV}={value})"
@@ -504,7 +505,7 @@ def wo_a_in_bf16(
             why = "the V4 override turns FP8 wo_a off on SM120 unless set" if rules.has(DSV4_WO_A_SM120_OPT_IN) else (
                 "the V4 override turns FP8 wo_a off on SM120")
         elif rules.has(DSV4_WO_A_DEEPGEMM_GATE):
-            jit = effective_env(env, version).get("SGLANG_ENABLE_JIT_DEEPGEMM")
+            jit = env.get("SGLANG_ENABLE_JIT_DEEPGEMM")
             deepgemm = jit is None or str(jit).lower() not in _OFF_VALUES
             bf16 = not (deepgemm and (sm in (100, 103) or (sm == 90 and explicit_on)))
             why = "FP8 wo_a needs DeepGEMM's UE8M0 scales (SM100/103) or an explicit opt-in on SM90"
@@ -722,20 +723,21 @@ def weights_bytes(
     # the embedding on the first stage, the lm_head on the last
     vocab_mats = (first_stage * vocab * h / (embed_tp or tp), last_stage * vocab * h / (lm_head_tp or tp))
     out[SLACK] = _slack(len(stage), attention, routed, shared_mats, vocab_mats, dense_fmt, expert_fmt,
-                        rounding=allocator_rounding) + (_tensors_slack(wo_a, wo_a_fmt) * len(stage) if allocator_rounding else 0.0)
+                        wo_a=wo_a, wo_a_fmt=wo_a_fmt, rounding=allocator_rounding)
     return out
 
 
 def _slack(
     layers: int, attention: Iterable[float], routed: Iterable[float], shared: Iterable[float],
-    vocab: Iterable[float], dense_fmt: str, expert_fmt: str, *, rounding: bool,
+    vocab: Iterable[float], dense_fmt: str, expert_fmt: str, *, wo_a: Iterable[float], wo_a_fmt: str,
+    rounding: bool,
 ) -> float:
     """The caching allocator's rounding of a stage's large tensors (`layers` of each layer's, then `vocab`);
     0 where the allocator does not round them (`rounding` False)."""
     if not rounding:
         return 0.0
     per_layer = (_tensors_slack(attention, dense_fmt) + _tensors_slack(routed, expert_fmt)
-                 + _tensors_slack(shared, dense_fmt))
+                 + _tensors_slack(shared, dense_fmt) + _tensors_slack(wo_a, wo_a_fmt))
     return per_layer * layers + _tensors_slack(vocab, "bf16")
 
 

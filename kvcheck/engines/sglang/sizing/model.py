@@ -373,11 +373,16 @@ def _draft_scheme(model: _Model, rules: rel.SizingRules) -> tuple[QuantScheme, l
     return scheme, []
 
 
+_OWN_EMBED_HEAD_NOTE = ("the draft's own embedding and lm_head are counted: it shares the target's only after the "
+                        "target's pool is sized (from 0.5.14)")
+
+
 def _builtin_mtp_draft(
     model: _Model, par: Parallel, algo: str, rules: rel.SizingRules, experts: dsv4.ExpertFormat | None = None
 ) -> tuple[int, float, list[str]]:
     """A draft from the model's own MTP/NextN layers: (layers priced into the cell, weight bytes, notes)."""
     layers = model.shape.mtp_layers
+    head_in_budget = rules.has(rel.DRAFT_HEAD_IN_BUDGET)
     if layers <= 0:
         raise EstimateError(
             f"--speculative-algorithm {algo} without a draft model needs MTP layers "
@@ -390,21 +395,18 @@ def _builtin_mtp_draft(
         h = model.shape.hidden_size
         draft_bytes = layers * (per_layer + 2 * 2 * h * h + 4 * h)
         notes = [f"{algo} draft: {layers} built-in MTP layer(s) of DeepSeek-V4, weights counted"]
-        if rules.has(rel.DRAFT_HEAD_IN_BUDGET):
+        if head_in_budget:
             # models/deepseek_v4_nextn.py builds its own embed_tokens (VocabParallelEmbedding, whole under DP
             # attention) and lm_head (ParallelLMHead), placed as the target's; from 0.5.14 they are freed for the
             # target's only after the target's pool is sized
             vocab = model.shape.vocab_size
             draft_bytes += 2 * vocab * h / (par.embed_tp or par.tp) + 2 * vocab * h / (par.lm_head_tp or par.tp)
-            notes.append("the draft's own embedding and lm_head are counted: it shares the target's only after the "
-                         "target's pool is sized (from 0.5.14)")
+            notes.append(_OWN_EMBED_HEAD_NOTE)
         return 0, draft_bytes, notes
     scheme, notes = _draft_scheme(model, rules)
-    head_in_budget = rules.has(rel.DRAFT_HEAD_IN_BUDGET)
     draft_bytes = mtp_draft_bytes(model.shape, model.source.text, scheme, par, layers, own_embed_head=head_in_budget)
     if head_in_budget:
-        notes.append("the draft's own embedding and lm_head are counted: it shares the target's only after the "
-                     "target's pool is sized (from 0.5.14)")
+        notes.append(_OWN_EMBED_HEAD_NOTE)
     return layers, draft_bytes, [f"{algo} draft: {layers} built-in MTP layer(s), weights counted", *notes]
 
 

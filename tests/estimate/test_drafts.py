@@ -113,3 +113,29 @@ def test_deepseek_v4_mtp_draft_counts_its_own_embedding_and_lm_head_from_0_5_14(
     assert round(new.details["draft_weights_gib_per_gpu"] - old.details["draft_weights_gib_per_gpu"], 3) == 0.432
     assert any("the draft's own embedding and lm_head are counted" in a for a in new.details["assumptions"])
     assert not any("the draft's own embedding and lm_head are counted" in a for a in old.details["assumptions"])
+
+
+def test_builtin_mtp_draft_counts_its_own_embedding_and_lm_head_once_however_many_layers(tmp_path):
+    """One draft model builds one embed_tokens and one lm_head (models/mimo_mtp.py, deepseek_nextn.py), so a
+    checkpoint with two MTP layers pays for two layers but for one embedding and one lm_head; they were added
+    once per layer. MiMo-7B at TP1: 151,680 x 4,096 x 2 B x 2 = 2.314 GiB for the pair."""
+    config = json.loads((Path(__file__).resolve().parents[1] / "data" / "models"
+                         / "XiaomiMiMo--MiMo-7B-Base.json").read_text())
+    spec = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4}
+
+    def draft(layers: int, version: str) -> float:
+        path = tmp_path / f"mimo-{layers}.json"
+        path.write_text(json.dumps(dict(config, num_nextn_predict_layers=layers)))
+        est = estimate_role(replace(role(path, **spec), engine_version=version), offline=True)
+        return est.details["draft_weights_gib_per_gpu"]
+
+    vocab, hidden = config["vocab_size"], config["hidden_size"]
+    own = 2 * vocab * hidden * 2 / 2**30
+    assert round(own, 3) == 2.314
+    # the allocator's rounding of the two tensors adds under 0.01 GiB
+    assert abs(draft(1, "0.5.14") - draft(1, "0.5.13") - own) < 0.01
+    assert abs(draft(2, "0.5.14") - draft(2, "0.5.13") - own) < 0.01
+    one_layer = draft(2, "0.5.13") - draft(1, "0.5.13")
+    assert one_layer > 0.3
+    assert abs(draft(2, "0.5.14") - draft(1, "0.5.14") - one_layer) < 0.002

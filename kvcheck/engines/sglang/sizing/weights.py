@@ -448,9 +448,12 @@ def mtp_draft_bytes(
         _layer(acc, shape, moe, text, last, par)
         acc.plain("mtp", 2 * h * h, tensor="eh_proj", parts=(1,))
         acc.plain("mtp", 3 * h)
-        if own_embed_head:
-            acc.plain("embedding", v * h / (par.embed_tp or par.tp), parts=(1,))
-            acc.linear("lm_head", "lm_head", v * h / (par.lm_head_tp or par.tp))
+        acc.seal()
+    if own_embed_head:
+        # one draft model, one embed_tokens and one lm_head however many MTP layers it stacks
+        # (models/deepseek_nextn.py, mimo_mtp.py, mimo_v2_nextn.py build each once in __init__)
+        acc.plain("embedding", v * h / (par.embed_tp or par.tp), parts=(1,))
+        acc.linear("lm_head", "lm_head", v * h / (par.lm_head_tp or par.tp))
         acc.seal()
     return sum(acc.bytes.values())
 

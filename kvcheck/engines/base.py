@@ -633,6 +633,12 @@ class Engine(ABC):
         log lines (boot's hint), or None when the engine's knowledge adds nothing."""
         return None
 
+    def port_taken(self, line: str) -> int | None:
+        """The port a line of the engine's log says its HTTP server could not bind, when that failure
+        leaves the engine up without serving (it would otherwise be waited on until --timeout); None for
+        every other line, and for an engine whose bind failure ends the process."""
+        return None
+
     @abstractmethod
     def log_reader(self) -> BootLogReader:
         """A fresh incremental reader of the engine's startup log (feed lines, read a summary)."""

@@ -709,9 +709,19 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         os._exit(0)  # ignore_sigterm: the launcher goes, its children stay (they must be killed by kvcheck)
 
-    if "no_http" not in MODES:
-        serve(args, pool_by_rank, log)
     signal.signal(signal.SIGTERM, on_sigterm)
+    if "no_http" not in MODES:
+        try:
+            serve(args, pool_by_rank, log)
+        except OSError as exc:
+            # SGLang 0.5.23 (seen on CPU): uvicorn logs the bind failure, the app shuts down, and the
+            # launcher and its schedulers stay up serving nobody
+            log(f"INFO:     Started server process [{os.getpid()}]")
+            log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                f"('{args.host}', {args.port}): address already in use", warning=True)
+            log("INFO:     Waiting for application shutdown.")
+            while True:
+                time.sleep(3600)
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     wait_for = os.environ.get("FAKE_SGLANG_WAIT_FOR")
     while wait_for and not os.path.exists(wait_for):

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import sys
 import tempfile
@@ -16,6 +17,7 @@ import pytest
 
 from kvcheck.backends.base import Backend
 from kvcheck.backends.measure import MeasureBackend
+from kvcheck.backends.measure.launchers import local
 from kvcheck.backends.measure.launchers.local import conflicts
 from kvcheck.errors import EstimateError, GpuInventoryError, InputError
 from kvcheck.model import PoolMeasurement, RoleTarget
@@ -564,3 +566,70 @@ def test_roles_that_would_share_a_log_file_are_an_input_error(pidfile: PidFile, 
     assert caught.value.message == "roles 'a/b' and 'a b' would both write the log a_b.log"
     assert not (tmp_path / "logs").exists()
     assert pidfile.pids() == []
+
+
+# -- the HTTP port taken before the engine bound it ---------------------------------------------------------
+
+
+def _held_port() -> tuple[socket.socket, int]:
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    return holder, int(holder.getsockname()[1])
+
+
+def test_a_port_taken_before_the_engine_bound_it_is_booted_again_on_another(
+    pidfile: PidFile, tmp_path: Path, monkeypatch
+) -> None:
+    """SGLang binds its HTTP port only after the pool is sized; when another process took it meanwhile,
+    uvicorn logs the bind error and SGLang stays up serving nobody. That boot is stopped at once (not
+    waited on until --timeout) and the role booted again on a fresh port."""
+    holder, taken = _held_port()
+    real_free_port = local.free_port
+    handed = iter([taken])
+    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
+    try:
+        [m] = measure(make_target(), timeout_s=60, logs_dir=tmp_path / "logs")
+    finally:
+        holder.close()
+    assert m.findings == ()
+    assert m.pool_tokens == 947824
+    assert m.details["ports_taken"] == [taken]
+    assert m.details["ports"]["http"] != taken
+    assert m.details["boot_s"] < 30  # the first boot was not waited on until the 60 s timeout
+    [run] = (tmp_path / "logs").iterdir()
+    log = (run / "prefill.log").read_text()
+    assert "error while attempting to bind" not in log  # the log is the boot that counted
+    assert "The server is fired up and ready to roll!" in log
+
+
+def test_a_port_taken_on_every_boot_is_an_error_naming_the_ports(pidfile: PidFile, monkeypatch) -> None:
+    holders = [_held_port() for _ in range(3)]
+    handed = iter([port for _, port in holders])
+    monkeypatch.setattr(local, "free_port", lambda: next(handed))
+    try:
+        [m] = measure(make_target(), timeout_s=60)
+    finally:
+        for holder, _ in holders:
+            holder.close()
+    ports = [port for _, port in holders]
+    assert rules(m) == [("KV301", "error")]
+    assert m.pool_tokens is None
+    assert m.findings[0].message.startswith(
+        f"the engine's HTTP server could not listen on port {ports[2]}: another process holds it (address "
+        f"already in use) (3 boots, on ports {ports[0]}, {ports[1]}, {ports[2]}); the engine stayed up serving "
+        "nobody and was stopped (phase: "
+    )
+    assert f"error while attempting to bind on address ('127.0.0.1', {ports[2]})" in m.findings[0].message
+    assert m.details["ports_taken"] == ports[:2]
+
+
+def test_a_bind_failure_line_is_read_only_from_sglangs_uvicorn() -> None:
+    from kvcheck.engines import get_engine
+
+    line = ("[2026-12-07 17:05:13] ERROR:    [Errno 98] error while attempting to bind on address "
+            "('127.0.0.1', 40697): address already in use")
+    assert get_engine("sglang").port_taken(line) == 40697
+    # vLLM binds before it loads anything and exits on failure; its own retry warning is no bind failure
+    assert get_engine("vllm").port_taken(line) is None
+    assert get_engine("sglang").port_taken("WARNING: Address already in use. Retrying with a new port.") is None

@@ -49,6 +49,7 @@ PHASE_TEXT = {
 QUOTED_LINES = 8  # engine lines quoted in a KV301 message
 QUOTED_CHARS = 400  # per quoted line
 TAIL_LINES = 40  # raw lines kept for quoting when the reader recognised no error
+BIND_ATTEMPTS = 3  # boots of one role when another process takes the HTTP port kvcheck chose for it
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,17 @@ class RoleBoot:
         self._ready = threading.Event()
         self._phase = "starting"
         self._last_phase: str | None = None  # the launcher's own phase (queued), while it has one
+        self._port_taken: tuple[int, str] | None = None  # (port, line): the HTTP server could not bind
+
+    def _fresh_log_state(self) -> None:
+        """Forget a boot that is being retried: its log, phase and readiness say nothing of the next."""
+        with self._lock:
+            self._reader = self._engine.log_reader()
+            self._tail.clear()
+            self._port_taken = None
+        self._ready.clear()
+        self._phase = "starting"
+        self._last_phase = None
 
     # -- the log, as it arrives ------------------------------------------------------------------
 
@@ -154,6 +166,8 @@ class RoleBoot:
             events = self._reader.feed(line)
             phase = self._reader.phase
             self._tail.append(line)
+            if self._port_taken is None and phase != "ready" and (port := self._engine.port_taken(line)):
+                self._port_taken = (port, line)
         if any(event.kind == "ready" for event in events):
             self._ready.set()
         if phase != self._phase:
@@ -193,9 +207,33 @@ class RoleBoot:
         refused = refusal_measurement(self.launcher, target)
         if refused is not None:
             return refused
-        log_path, keep_log = self._log_path()
+        taken: list[int] = []
+        for boot in range(1, BIND_ATTEMPTS + 1):
+            log_path, keep_log = self._log_path(again=boot > 1)
+            booted = self._boot(log_path, keep_log)
+            if isinstance(booted, PoolMeasurement):
+                return booted
+            engine, outcome, server, server_error, survivors, details = booted
+            port = self._port_taken[0] if self._port_taken is not None else None
+            # another process took the HTTP port kvcheck chose between its choice and the engine's bind: the
+            # boot is retried on a fresh port; a port the manifest pinned is not retried (it stays taken)
+            if (outcome == "port_taken" and port is not None and port == engine.http_port
+                    and self.launcher.picks_ports and boot < BIND_ATTEMPTS and not survivors):
+                taken.append(port)
+                self._on_phase(f"port {port} was taken before the engine bound it; booting again")
+                self._fresh_log_state()
+                continue
+            break
+        if taken:
+            details["ports_taken"] = taken
+        return self._finish(engine, outcome, server, server_error, survivors, details)
+
+    def _boot(
+        self, log_path: Path, keep_log: bool
+    ) -> PoolMeasurement | tuple[RunningEngine, str, ServerInfo | None, str | None, str | None, dict[str, Any]]:
+        """Start the engine, wait for its figures, stop it: what the watch saw, or the launch's failure."""
         request = LaunchRequest(
-            target=target,
+            target=self.target,
             log_path=log_path,
             on_line=self._on_line,
             timeout_s=self.settings.timeout_s,
@@ -232,7 +270,7 @@ class RoleBoot:
             measured = outcome in ("ready", "server_only")
             grace_s = min(engine.measured_grace_s, self.settings.grace_s) if measured else self.settings.grace_s
             survivors = engine.stop(grace_s)
-            boot_s = time.monotonic() - engine.started_at
+            details["boot_s"] = round(time.monotonic() - engine.started_at, 3)
             if not keep_log:
                 log_path.unlink(missing_ok=True)
         if engine.pump_error is not None:
@@ -240,10 +278,17 @@ class RoleBoot:
             raise RuntimeError(
                 f"reading role {self.target.name}'s engine log failed: {engine.pump_error!r}"
             ) from engine.pump_error
+        return engine, outcome, server, server_error, survivors, details
+
+    def _finish(
+        self, engine: RunningEngine, outcome: str, server: ServerInfo | None, server_error: str | None,
+        survivors: str | None, details: dict[str, Any],
+    ) -> PoolMeasurement:
+        """The measurement of the last boot, with KV301 for whatever outlived it."""
+        target = self.target
         summary = self._summary()
         details.update(engine.details)  # what the launcher learnt while it ran (job ids, nodes)
         details.update(
-            boot_s=round(boot_s, 3),
             phase=PHASE_TEXT.get(summary.phase, summary.phase)
             if outcome in ("ready", "server_only")
             else self._last_phase or PHASE_TEXT.get(self._phase, self._phase),
@@ -325,7 +370,7 @@ class RoleBoot:
             changes["details"] = {**measurement.details, **changes["details"]}
         return dataclasses.replace(measurement, **changes)
 
-    def _log_path(self) -> tuple[Path, bool]:
+    def _log_path(self, *, again: bool = False) -> tuple[Path, bool]:
         """The role's log: kept as RUN/<role>.log with --logs-dir, else a temporary file.
 
         RUN is this run's own folder in --logs-dir (`make_run_folder`); the file is created there
@@ -333,6 +378,8 @@ class RoleBoot:
         run_dir = self.settings.logs_dir
         if run_dir is not None:
             path = run_dir / log_file_name(self.target.name)
+            if again:  # a boot retried on another port writes over the boot it replaces
+                return path, True
             try:
                 create_log(path)
             except OSError as exc:
@@ -394,7 +441,7 @@ class RoleBoot:
         """Wait for the figures; returns (outcome, server info, why server info failed).
 
         outcome: ready, server_only (server answered, no ready line in the log), exited, timeout,
-        cancelled.
+        cancelled, port_taken (the engine's HTTP server could not bind its port and serves nobody).
         """
         settings = self.settings
         deadline = engine.started_at + settings.timeout_s
@@ -409,6 +456,8 @@ class RoleBoot:
                 return "cancelled", server, server_error
             if engine.poll() is not None:
                 return "exited", server, server_error
+            if self._port_taken is not None:
+                return "port_taken", server, server_error
             self._launcher_phase(engine)
             now = time.monotonic()
             if now >= deadline:
@@ -474,6 +523,20 @@ class RoleBoot:
                     + (f"; its last lines:\n{quoted}" if quoted else "; it printed nothing")
                     + where,
                     hint=(hint or "read the engine's error above and fix the arguments or the host") + keep,
+                ),
+                details=details,
+            )
+        if outcome == "port_taken" and self._port_taken is not None:
+            port, line = self._port_taken
+            tried = details.get("ports_taken") or []
+            boots = f" ({len(tried) + 1} boots, on ports {', '.join(map(str, [*tried, port]))})" if tried else ""
+            return self._replace(
+                self._fail(
+                    f"the engine's HTTP server could not listen on port {port}: another process holds it "
+                    f"(address already in use){boots}; the engine stayed up serving nobody and was stopped "
+                    f"(phase: {phase}); it said:\n{_quote([line], self._secrets())}" + where,
+                    hint="a port the manifest sets (args port) must be free on the host; otherwise another "
+                    "program is taking ports as fast as kvcheck picks them: find it with `ss -ltnp`" + keep,
                 ),
                 details=details,
             )

@@ -181,6 +181,11 @@ class SglangEngine(Engine):
 
         return exit_hint(returncode, lines)
 
+    def port_taken(self, line: str) -> int | None:
+        from kvcheck.engines.sglang.logs.patterns import port_taken
+
+        return port_taken(line)
+
     def log_reader(self) -> LogReader:
         from kvcheck.engines.sglang.logs.reader import LogReader
 

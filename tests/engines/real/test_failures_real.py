@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from tests.engines.real.conftest import (
     BOOT_TIMEOUT_S,
     RealSglang,
     tagged_pids,
+    verify,
     wait_until_gone,
     write_manifest,
 )
@@ -96,3 +98,32 @@ def test_kvcheck_killed_with_sigkill_mid_boot_leaves_no_engine_process(real_sgla
     assert started, "no engine process was seen before the kill"
     # the watchdog's grace is 5 s; SGLang's own shutdown path takes about as long again
     assert wait_until_gone(tag, within_s=60) == []
+
+
+def test_a_port_taken_before_sglang_bound_it_is_booted_again_on_another(
+    real_sglang: RealSglang, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real SGLang binds its HTTP port only once its pool is sized; when another process holds that port by
+    then, uvicorn logs "error while attempting to bind" and SGLang stays up serving nobody. kvcheck stops
+    that boot at once (it used to wait until --timeout) and boots the role again on a fresh port: exit 0,
+    the pool of the second boot, and the taken port in the report."""
+    from kvcheck.backends.measure.launchers import local
+
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = int(holder.getsockname()[1])
+    real_free_port = local.free_port
+    handed = iter([taken])
+    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
+    try:
+        done = verify(real_sglang, tmp_path, 4096)
+    finally:
+        holder.close()
+    assert done.code == 0, done.stderr
+    [role] = done.report["roles"]
+    assert role["pool_tokens"] == 4096
+    assert role["details"]["ports_taken"] == [taken]
+    assert role["details"]["ports"]["http"] != taken
+    assert "The server is fired up and ready to roll!" in done.log.read_text()
+    assert done.wall_s < BOOT_TIMEOUT_S  # the first boot was not waited on until the timeout

@@ -144,6 +144,9 @@ class Launcher(ABC):
     dry_run_shows: ClassVar[str | None] = None
     # Whether the launcher can run a CPU deployment (no GPU requested, none assigned).
     runs_cpu_roles: ClassVar[bool] = False
+    # Whether each start() picks the engine's HTTP port afresh (a boot whose port another process took
+    # before the engine bound it is then retried); a launcher with a fixed port (a pod's) does not.
+    picks_ports: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -128,6 +128,7 @@ class LocalLauncher(Launcher):
 
     name = "local"
     needs_gpu_list = True
+    picks_ports = True  # free_port() at each start
 
     @classmethod
     def from_settings(cls, settings: Any, *, gpu_check: bool) -> LocalLauncher:

@@ -608,6 +608,7 @@ class SlurmLauncher(Launcher):
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     base_env: Mapping[str, str] | None = None
     name = "slurm"
+    picks_ports = True  # pick_port() at each start: a boot retried on another port is a new allocation
     runs_cpu_roles = True  # a CPU role asks for no GPU (salloc_argv); the node, not this host, holds its pool
 
     @classmethod

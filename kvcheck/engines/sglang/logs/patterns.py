@@ -123,6 +123,20 @@ OOM_TEXTS = (
     "Not enough GPU memory for hybrid",
 )
 SIGKILL_STATUSES = (137, -9)
+# uvicorn binds the HTTP port only after the pool is sized; when another process took the port meanwhile it
+# logs this, and SGLang stays up serving nobody (0.5.23 on CPU: "ERROR:    [Errno 98] error while attempting
+# to bind on address ('127.0.0.1', 40697): address already in use", then "Waiting for application shutdown."
+# and nothing more). Errno 48 is macOS's.
+BIND_FAILED_RE = re.compile(
+    r"ERROR:\s+\[Errno (?:98|48)\] error while attempting to bind on address \(.*?, (\d{1,5})\): "
+    r"address already in use"
+)
+
+
+def port_taken(line: str) -> int | None:
+    """The port uvicorn could not bind, from one log line (bounded to its first 1,000 characters)."""
+    match = BIND_FAILED_RE.search(line[:1000])
+    return int(match.group(1)) if match else None
 
 
 def exit_hint(returncode: int | None, lines: Sequence[str]) -> str | None:

@@ -601,3 +601,50 @@ def test_cli_shared_experts_tp_size_sglang_refuses_is_exit_2_at_its_line(tmp_pat
     result = kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     assert result.exit_code == 2, result.stdout
     assert f"{path}:9:84: role server: {message}" in result.stderr
+
+
+K3 = "moonshotai--Kimi-K3"
+
+
+@pytest.mark.parametrize(("config", "version", "refused"), [
+    (K3, "0.5.23", True),  # the K3 B300 runs on deepep_v2 (whn09/kimi-k3-sglang) patched this list to start
+    (K3, "0.5.19", True),
+    (V3, "0.5.19", False),
+    ("zai-org--GLM-5-FP8", "0.5.21", True),  # GlmMoeDsaForCausalLM: validated from 0.5.22
+    ("zai-org--GLM-5-FP8", "0.5.22", False),
+])
+def test_deepep_v2_starts_only_for_the_architectures_the_release_validated(config, version, refused):
+    # arg_groups/moe_hook.py validate_deepep_v2_model_architecture, in _handle_a2a_moe before any weight loads;
+    # SGLang 0.5.23's own resolution (tools/sglang-reference) raises the same for Kimi-K3 on 8 B300s
+    args = dict(tp_size=8, ep_size=8, moe_a2a_backend="deepep_v2")
+    gpu = "B300" if config == K3 else "B200"  # Kimi-K3's 1.5 TB leaves 8 B200s no pool
+    if not refused:
+        assert _est(config, version, gpu=gpu, **args).pool_tokens > 0
+        return
+    arch = _cfg(config)["architectures"][0]
+    with pytest.raises(EngineRefusal, match=re.escape(
+            f"SGLang refuses --moe-a2a-backend deepep_v2 for {arch}: \"DeepEP v2 MoE is not validated for '{arch}'\"")):
+        _est(config, version, gpu=gpu, **args)
+    assert _est(config, version, gpu=gpu, **dict(args, moe_a2a_backend="deepep")).pool_tokens > 0
+
+
+def test_deepep_v2_for_kimi_k3_is_exit_2_naming_the_line(tmp_path, kvcheck):
+    (tmp_path / "config.json").write_text(model_config(K3).read_text())
+    manifest = tmp_path / "k3.yaml"
+    manifest.write_text(
+        "name: kimi-k3 on b300\n"
+        "context_length: 262144\n"
+        "model: {path: moonshotai/Kimi-K3, config: config.json}\n"
+        "engine: {version: 0.5.23}\n"
+        "gpu: B300\n"
+        "args:\n"
+        "  tp-size: 8\n"
+        "  ep-size: 8\n"
+        "  moe-a2a-backend: deepep_v2\n"
+        "roles:\n"
+        "  server: {}\n"
+    )
+    result = kvcheck("verify", str(manifest), "--mode", "estimate")
+    assert result.exit_code == 2, result.stderr
+    assert f"{manifest}:9:3: role server: SGLang refuses --moe-a2a-backend deepep_v2 for " \
+           "KimiK3ForConditionalGeneration" in result.stderr

@@ -28,6 +28,7 @@ from kvcheck.engines.sglang.sizing.refusals import (
     RefusedCandidate,
     check_args,
     check_context_length,
+    check_deepep_v2_architecture,
     check_dsv4_hook,
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
@@ -813,10 +814,13 @@ def _checked_resolve(
             routed_experts=routed_experts(model.source.text) + int(args.get("ep_num_redundant_experts") or 0),
             page_size=res.page_size, chunked_prefill_size=res.chunked_prefill_size, role=res.role,
         )
+        a2a = a2a_backend(args, target.env, target.engine_version)
         check_shared_experts_tp(
-            target, args, arch=shape.architecture, a2a=a2a_backend(args, target.env, target.engine_version),
+            target, args, arch=shape.architecture, a2a=a2a,
             attn_tp=res.attn_tp, shared_width=shared_expert_width(shape, model.source.text),
         )
+        archs = model.source.config.get("architectures") or []
+        check_deepep_v2_architecture(target, arch=archs[0] if archs else None, a2a=a2a)
         check_kv_hooks(target, args, kind=shape.kind, arch=shape.architecture, gpu=gpu, backend=res.attention_backend)
     except EngineRefusal as exc:
         if planning:

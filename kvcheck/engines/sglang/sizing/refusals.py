@@ -275,6 +275,43 @@ def check_shared_experts_tp(
         )
 
 
+# The architectures --moe-a2a-backend deepep_v2 starts for, by the release that added them: the primary
+# (first) architecture of the model's config must be one (arg_groups/moe_hook.py
+# validate_deepep_v2_model_architecture, run by _handle_a2a_moe before any weight loads; a tuple in the
+# function to 0.5.20, configs/moe_model_registry.py _DEEPEP_V2_MODELS from 0.5.21; no model file of 0.5.23
+# registers more).
+DEEPEP_V2_ARCHS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("0.5.19", frozenset({"DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM", "Qwen3MoeForCausalLM"})),
+    ("0.5.21", frozenset({"Glm5NextForConditionalGeneration"})),
+    ("0.5.22", frozenset({"GlmMoeDsaForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"})),
+)
+DEEPEP_V2_REGISTRY = "0.5.21"  # the list moves to configs/moe_model_registry.py
+
+
+def deepep_v2_architectures(version: str | None) -> frozenset[str]:
+    """The architectures a release's deepep_v2 backend starts for (the newest list for an unknown release)."""
+    rules = rel.rules_for(version)
+    return frozenset().union(*(archs for since, archs in DEEPEP_V2_ARCHS if rules.has(since)))
+
+
+def check_deepep_v2_architecture(target: RoleTarget, *, arch: str | None, a2a: str) -> None:
+    """SGLang stops a deepep_v2 launch whose model architecture it has not validated for that backend:
+    'DeepEP v2 MoE is not validated for ...' (it would need an all-reduce after the all-to-all combine)."""
+    if a2a != "deepep_v2":
+        return
+    allowed = deepep_v2_architectures(target.engine_version)
+    if arch in allowed:
+        return
+    where = "configs/moe_model_registry.py" if rel.rules_for(target.engine_version).has(DEEPEP_V2_REGISTRY) \
+        else "arg_groups/moe_hook.py validate_deepep_v2_model_architecture"
+    raise _refuse(
+        target, ("moe_a2a_backend",),
+        f"SGLang refuses --moe-a2a-backend deepep_v2 for {arch}: \"DeepEP v2 MoE is not validated for {arch!r}\" "
+        f"({where}; validated in {target.engine_version or 'the newest release'}: {', '.join(sorted(allowed))})",
+        hint="use --moe-a2a-backend deepep",
+    )
+
+
 def check_dsv4_kv_dtype(target: RoleTarget, args: Mapping[str, Any], *, npu: bool, bf16_hook: bool) -> None:
     """The KV-cache dtypes SGLang stops on for DeepseekV4ForCausalLM (on a GPU; NPU forces bfloat16).
 

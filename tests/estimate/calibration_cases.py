@@ -343,6 +343,12 @@ UNUSABLE: dict[str, str] = {
     "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": (
         "a Kimi-K3 development branch's stated sweep: scored as 0.5.15.post1 in tests/estimate/newest_cases.py"
     ),
+    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": (
+        "a Kimi-K3 server's stated pool on 2 x 8 B200s: scored as 0.5.16 in tests/estimate/newest_cases.py"
+    ),
+    "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901": (
+        "a patched Kimi-K3 nightly's stated figures: scored as 0.5.19 in tests/estimate/newest_cases.py"
+    ),
     "sglang-glm52-fp8-8xRTXPRO6000-tp8-maxtok4096-hydralisk": (
         "the pool is capped by --max-total-tokens 4096: its weights and the two refused starts are checked in "
         "tests/estimate/test_newest_families.py"

@@ -148,6 +148,23 @@ CASES: tuple[NewCase, ...] = (
         "stated figures of a Kimi-K3 development branch (0.5.15.post1.dev20260723, aiter MXFP4 experts with the "
         "author's SGLANG_USE_AITER set), priced as 0.5.15.post1: the sweep's chosen 0.93 point, bf16 KV, triton",
     ),
+    NewCase(
+        "sglang-kimi-k3-16xB200-tp16-2node-0516-gke", "Kimi-K3 (MLA + KDA)", "moonshotai--Kimi-K3", "B200", "0.5.16",
+        {"tp_size": 16, "ep_size": 16, "nnodes": 2, "mem_fraction_static": 0.85, "context_length": 131072},
+        "2 GKE nodes of 8 B200s on 0.5.16, the running server's max_total_num_tokens (kernelore/kimi-k3-gcp-enterprise-"
+        "serving); the launch line is abridged by its author, no memory lines",
+    ),
+    NewCase(
+        "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901", "Kimi-K3 (MLA + KDA)", "moonshotai--Kimi-K3",
+        "B300", "0.5.19",
+        {"tp_size": 8, "ep_size": 8, "moe_a2a_backend": "deepep", "moe_runner_backend": "deep_gemm",
+         "chunked_prefill_size": 1024, "max_prefill_tokens": 1024, "disable_radix_cache": True,
+         "mem_fraction_static": 0.85, "mamba_full_memory_ratio": 0.86},
+        "a 2026-09-01 nightly (between the 0.5.18 and 0.5.19 wheels) patched to run deepep_v2, which stock SGLang refuses "
+        "for Kimi-K3: priced as 0.5.19 with deepep, whose MoE path the patch gives it (shared experts replicated); the "
+        "launch argv is verbatim, the weights line is the same host's 0.84 run. The pool is 11 GiB of 266: each GiB "
+        "the estimate is off moves it by about 9 %",
+    ),
 )
 
 

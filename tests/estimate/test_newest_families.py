@@ -4,10 +4,12 @@ inside the estimate's range."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from kvcheck.engines.sglang.sizing import estimate_role
-from kvcheck.model import RoleTarget
+from kvcheck.engines.sglang.sizing import default_profiles, estimate_role
+from kvcheck.model import EstimateInputs, RoleTarget
 from tests.datapaths import MODELS, MODELS_ABSENT
 
 from . import calibration_cases as cc
@@ -36,6 +38,13 @@ BOUND_PCT = {
     "sglang-minimax-m3-mxfp8-4xB200-tp4-pd-prefill-autofrac-devcu13minimaxm3": 0.5,
     # a development branch's stated sweep (0.93 point): cell exact, weights 1.0 GiB light
     "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 3.0,
+    # a 0.5.16 server on 2 x 8 B200s (kernelore/kimi-k3-gcp-enterprise-serving), its own max_total_num_tokens; no
+    # memory lines: over-estimated as the two cases with logged weights are, whose weights are light
+    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": 3.5,
+    # a patched nightly on 8 B300s (whn09/kimi-k3-sglang): with its own weights and free memory the budget rule gives
+    # +0.06 %; the estimate's weights are 1.93 GiB light and its memory before them 0.71 GiB short, on a pool of
+    # 11 GiB out of 266 (each GiB is about 9 % of its tokens): +11.81 %, inside the range
+    "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901": 12.0,
 }
 
 
@@ -46,8 +55,10 @@ OUTSIDE_RANGE: dict[str, str] = {}
 # figures stay published (docs/estimate.md) and this list shrinks as the estimate closes the gap
 BAR_NOT_MET = {
     "Kimi-K3 (MLA + KDA)": (
-        "one case, a development branch's stated sweep on 8 MI355X: +1.64 % at its 0.93 point (+1.4 to +2.5 % over "
-        "the sweep), the stated weights 1.0 GiB above the estimate's"
+        "three cases, all over-estimated: a development branch's stated sweep on 8 MI355X, +1.64 % at its 0.93 point "
+        "(+1.4 to +2.5 % over the sweep), the stated weights 1.0 GiB above the estimate's; a 0.5.16 server on 16 B200s, "
+        "+3.12 %; a patched nightly on 8 B300s, +11.81 %, its weights 1.93 GiB above the estimate's on a pool of 11 GiB. "
+        "Every logged pool is inside the range"
     ),
 }
 
@@ -73,7 +84,8 @@ def test_family_medians_within_one_percent(outcomes):
         meets = count >= 2 and median <= 1.0 and worst <= 3.0  # one case does not make a median
         # a family listed as missing the bar must really miss it (else the list is stale), every other must meet it
         assert meets == (family not in BAR_NOT_MET), (family, median, worst)
-        assert worst <= 3.0, (family, worst)
+        # a family missing the bar is held to its cases' own bounds (test_pool_within_bound_and_range)
+        assert worst <= 3.0 or family in BAR_NOT_MET, (family, worst)
 
 
 def test_glm5_family_figures_as_published(outcomes):
@@ -304,3 +316,24 @@ def test_kimi_k3_on_mi355x_sweep_lies_in_range(fraction, logged):
     assert low <= logged <= high
     assert 0.013 < (est.pool_tokens - logged) / logged < 0.026
     assert est.kv_bytes_per_token == 24 * 576 * 2  # the stated 21.35 GB over 829,332 tokens: 27,642 B
+
+
+@pytest.mark.parametrize(("extra", "logged"), [
+    ({"chunked_prefill_size": 1024, "max_prefill_tokens": 1024}, 232_384),
+    ({"chunked_prefill_size": 2048, "max_prefill_tokens": 2048, "disable_cuda_graph": True}, 232_384),
+    ({"chunked_prefill_size": 2048, "max_prefill_tokens": 2048, "disable_cuda_graph": True,
+      "max_running_requests": 32}, 364_416),
+])
+def test_kimi_k3_b300_rows_from_their_own_weights_and_free_memory(extra, logged):
+    """whn09/kimi-k3-sglang's three 0.85 launches on 8 B300s, given the host's own load line (214.88 GiB of
+    weights, 51.11 GiB free after them): the MLA cell, the KDA state per slot, the mamba/full split at ratio 0.86,
+    the slots a max_running_requests of 32 keeps and the fraction of the free memory reproduce each pool to 0.1 %.
+    What the estimate misses on this case (+11.81 %) is the weights and the memory before them, nothing else."""
+    total = default_profiles().get("B300").memory_total_mib
+    inputs = EstimateInputs(weights_gib_per_gpu=214.88, pre_baseline_mib=total - (214.88 + 51.11) * 1024)
+    args = {"tp_size": 8, "ep_size": 8, "moe_a2a_backend": "deepep", "moe_runner_backend": "deep_gemm",
+            "disable_radix_cache": True, "mem_fraction_static": 0.85, "mamba_full_memory_ratio": 0.86, **extra}
+    target = RoleTarget(name="k3", context_length=1, min_headroom=1.0, engine_version="0.5.19", args=args,
+                        argv_args=(), gpu="B300", model_config=MODELS / "moonshotai--Kimi-K3.json")
+    est = estimate_role(replace(target, estimate=inputs), offline=True)
+    assert abs(est.pool_tokens / logged - 1) < 0.001, (est.pool_tokens, logged)

@@ -112,6 +112,8 @@ NOT_FROM_LOG_LINES = {
     "sglang-dsv4-pro-8xMI355X-tp8-dp8-dpattn-pd-rocm0513-mfs085-090": "a report's excerpts, without their log prefix",
     "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": "a report's tables, quoted as such",
     "sglang-glm46-fp8-2xB300-tp8-pd-preload-0510-aws": "run notes that quote the line's figure in a table",
+    "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901": "measurement notes and a launch argv, quoted as such",
+    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": "a benchmark result's JSON fields, quoted as such",
 }
 
 

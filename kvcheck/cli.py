@@ -602,15 +602,24 @@ def verify(files: tuple[str, ...], mode: str, roles: tuple[str, ...], timeout_s:
     show_default=True,
     help="Each pool must hold this many times the window.",
 )
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=FiniteFloat(min=0.1, max=DAY_S),
+    default=120,
+    show_default=True,
+    help="Seconds to read stdin (-) when the pipe does not end (kubectl logs -f): what arrived is judged, with KV312.",
+)
 @report_options
 @gate_options
-def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float, fmt: str,
+def logs(files: tuple[str, ...], context_length: int | None, min_headroom: float, timeout_s: float, fmt: str,
     output: Path | None, strict: bool, gate: Any = None) -> None:
     """Read SGLang or vLLM startup logs (FILE... or - for stdin) and check each rank's pool."""
     from kvcheck.commands import logs as command
 
     options = command.LogsOptions(
-        files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict, gate=gate
+        files=tuple(files), context_length=context_length, min_headroom=min_headroom, strict=strict, gate=gate,
+        stdin_timeout_s=timeout_s,
     )
     run_guarded(lambda: emit(command.logs(options), fmt, output))
 

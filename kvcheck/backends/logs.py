@@ -18,14 +18,14 @@ import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import IO, Any
 
 from kvcheck.engines import BUILTIN_ENGINES, engine_names, get_engine
 from kvcheck.engines.base import FAILED_AFTER_SIZING, Engine, LogSummary, RankFigures
 from kvcheck.errors import InputError
-from kvcheck.io.streams import BinaryReadable
+from kvcheck.io.streams import BinaryReadable, DeadlineStream
 from kvcheck.io.textfile import open_regular_file
 from kvcheck.model import Finding, Location, PoolMeasurement, RoleTarget
 from kvcheck.policy.registry import finding
@@ -33,6 +33,7 @@ from kvcheck.redact import redact_args, redact_argv
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
+STDIN_TIMEOUT_S = 120.0  # how long `kvcheck logs -` reads a pipe that does not end (--timeout)
 # Error lines quoted in a role's details: the end of the engine's last traceback.
 QUOTED_ERROR_LINES = 12
 # Arguments kvcheck adds itself or that only locate the server; not part of a role's argv_args.
@@ -54,12 +55,14 @@ def _engine() -> Engine:
 
 
 def read_logs(
-    paths: Sequence[str], *, context_length: int | None, min_headroom: float = 1.0
+    paths: Sequence[str], *, context_length: int | None, min_headroom: float = 1.0,
+    stdin_timeout_s: float = STDIN_TIMEOUT_S,
 ) -> tuple[list[RoleTarget], list[PoolMeasurement]]:
     """Read every log and return one target and one measurement per role, in file and rank order.
 
     `context_length` is the window to check (else each log's own context_len); every file that
-    cannot be read or holds no SGLang startup line is reported in one InputError (exit 2).
+    cannot be read or holds no SGLang startup line is reported in one InputError (exit 2). Stdin is read
+    until it ends or for `stdin_timeout_s`; a pipe still open then is judged on what it gave, with KV312.
     """
     if not paths:
         raise InputError("no log file given", hint="pass FILE... or - to read stdin")
@@ -67,7 +70,7 @@ def read_logs(
         raise InputError(f"--context-length must be a positive number of tokens, not {context_length}")
     if not min_headroom >= 1:  # below 1, a pool smaller than the window would pass
         raise InputError(f"--min-headroom must be at least 1, not {min_headroom}")
-    logs = _read_sglang_logs(paths)
+    logs, cut = _read_sglang_logs(paths, stdin_timeout_s)
     targets: list[RoleTarget] = []
     measurements: list[PoolMeasurement] = []
     labels = role_labels([name for name, _, _ in logs])
@@ -77,6 +80,8 @@ def read_logs(
             for target, measurement in log_roles(
                 name, summary, context_length=context_length, min_headroom=min_headroom, label=labels[name]
             ):
+                if name in cut:
+                    measurement = _cut_at_time_limit(measurement, name, summary, stdin_timeout_s)
                 targets.append(target)
                 measurements.append(measurement)
         finally:
@@ -84,14 +89,33 @@ def read_logs(
     return targets, measurements
 
 
-def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, str, LogSummary]]:
-    """Each file's (display name, engine, summary); every file that is unreadable, repeated or not an
-    engine's log is reported in one InputError."""
+def _cut_at_time_limit(
+    measurement: PoolMeasurement, name: str, summary: LogSummary, timeout_s: float
+) -> PoolMeasurement:
+    """KV312 for a role read from a pipe that was still open at the time limit: a later restart, with another
+    pool, would be in what was not read."""
+    ready = _engine().ready_line
+    what = f"its startup up to '{ready}' was read" if any(r.final_tokens is not None for r in summary.ranks) \
+        and summary.failure is None and not summary.missing else "its startup was not read to its end"
+    return replace(measurement, findings=(*measurement.findings, finding(
+        KV312,
+        measurement.role,
+        f"{name} was still open after {timeout_s:g} s, so reading stopped there ({summary.lines:,} lines): {what}; "
+        "a restart after that point, with another pool, would not be seen",
+        hint="pipe a finished log (kubectl logs POD, without -f), or raise --timeout",
+        location=Location(name),
+    )))
+
+
+def _read_sglang_logs(paths: Sequence[str], stdin_timeout_s: float) -> tuple[list[tuple[str, str, LogSummary]], set[str]]:
+    """Each file's (display name, engine, summary), and the names read only up to the time limit; every file
+    that is unreadable, repeated or not an engine's log is reported in one InputError."""
     if list(paths).count(STDIN) > 1:
         raise InputError("'-' (stdin) is given more than once")
     seen: set[str] = set()
     problems: list[str] = []
     logs: list[tuple[str, str, LogSummary]] = []
+    cut: set[str] = set()
     for path in paths:
         name = STDIN_NAME if path == STDIN else path
         if path != STDIN:
@@ -101,7 +125,7 @@ def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, str, LogSummary]]
                 continue
             seen.add(key)
         try:
-            engine, summary = read_engine_log(path)
+            engine, summary, timed_out = _read_engine_log(path, stdin_timeout_s)
         except InputError as exc:
             problems.append(exc.message)
             continue
@@ -110,12 +134,14 @@ def _read_sglang_logs(paths: Sequence[str]) -> list[tuple[str, str, LogSummary]]
             problems.append(problem)
             continue
         logs.append((name, engine, summary))
+        if timed_out:
+            cut.add(name)
     if problems:
         raise InputError(
             "\n".join(problems),
             hint="pass the engine's startup log as SGLang printed it (kubectl logs POD, docker logs, a file)",
         )
-    return logs
+    return logs, cut
 
 
 def _not_an_sglang_log(name: str, summary: LogSummary) -> str | None:
@@ -135,8 +161,14 @@ def read_log_file(path: str) -> LogSummary:
     return read_engine_log(path)[1]
 
 
-def read_engine_log(path: str) -> tuple[str, LogSummary]:
+def read_engine_log(path: str, *, stdin_timeout_s: float = STDIN_TIMEOUT_S) -> tuple[str, LogSummary]:
     """(the engine that wrote it, its summary) for one log, `-` for stdin; InputError if unreadable."""
+    engine, summary, _ = _read_engine_log(path, stdin_timeout_s)
+    return engine, summary
+
+
+def _read_engine_log(path: str, stdin_timeout_s: float) -> tuple[str, LogSummary, bool]:
+    """read_engine_log, and whether stdin was still open at its time limit (what came after is unread)."""
     name = STDIN_NAME if path == STDIN else path
     try:
         if path == STDIN:
@@ -147,9 +179,11 @@ def read_engine_log(path: str) -> tuple[str, LogSummary]:
                     "stdin is a terminal, not a log",
                     hint="pipe a log into it: kubectl logs POD | kvcheck logs - --context-length N",
                 )
-            return _summarise(sys.stdin.buffer, name)
+            # a pipe may never end (kubectl logs -f): read until its end or the time limit
+            piped = DeadlineStream(sys.stdin.buffer, stdin_timeout_s)
+            return (*_summarise(piped, name), piped.timed_out)
         with open_regular_file(path, name, kind="log file") as stream:  # not /dev/zero, a FIFO, a folder
-            return _summarise(stream, name)
+            return (*_summarise(stream, name), False)
     except FileNotFoundError as exc:
         raise InputError(f"{name}: no such file") from exc
     except IsADirectoryError as exc:
@@ -164,11 +198,11 @@ def read_engine_log(path: str) -> tuple[str, LogSummary]:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _summarise(stream: IO[bytes], name: str) -> tuple[str, LogSummary]:
+def _summarise(stream: IO[bytes] | DeadlineStream, name: str) -> tuple[str, LogSummary]:
     head = _peek(stream)
     source: BinaryReadable = stream
     if head.startswith(_GZIP_MAGIC):
-        source = gzip.GzipFile(fileobj=stream, mode="rb")
+        source = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[arg-type]  # read() is all it uses
     engine, source = _detect(source)
     reader = get_engine(engine).log_reader()
     reader.read_stream(source)
@@ -215,8 +249,10 @@ class _Prefixed:
         return self._rest.read(size)
 
 
-def _peek(stream: IO[bytes]) -> bytes:
+def _peek(stream: IO[bytes] | DeadlineStream) -> bytes:
     """The first bytes of a stream without consuming them (files seek back, pipes peek)."""
+    if isinstance(stream, DeadlineStream):
+        return stream.peek(2)[:2]
     if stream.seekable():
         head = stream.read(2)
         stream.seek(0)

@@ -20,6 +20,7 @@ class LogsOptions:
     min_headroom: float = 1.0
     strict: bool = False
     gate: GateOptions | None = None  # --ignore-file, --baseline, --write-baseline
+    stdin_timeout_s: float = 120.0  # --timeout: how long a pipe that does not end is read
 
 
 def logs(options: LogsOptions) -> Report:
@@ -27,7 +28,8 @@ def logs(options: LogsOptions) -> Report:
     from kvcheck.backends.logs import read_logs
 
     targets, measurements = read_logs(
-        options.files, context_length=options.context_length, min_headroom=options.min_headroom
+        options.files, context_length=options.context_length, min_headroom=options.min_headroom,
+        stdin_timeout_s=options.stdin_timeout_s,
     )
     return judge(
         command="logs",

@@ -6,8 +6,11 @@ import gzip
 import io
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from kvcheck.backends.logs import args_from_argv, log_roles, read_log_file, read_logs
 from kvcheck.errors import InputError
 from kvcheck.model import Location
-from tests.conftest import run_kvcheck
+from tests.conftest import REPO_ROOT, _cli_env, run_kvcheck
 from tests.datapaths import LOGS
 from tests.engines.test_logparse import SGLANG_0_5_23_TP2, feed_every_line, long_log
 
@@ -565,3 +568,61 @@ def test_the_fix_names_the_cap_when_max_total_tokens_sized_the_pool(tmp_path):
     (kv101,) = [f for f in json.loads(result.stdout)["findings"] if f["rule"] == "KV101"]
     assert kv101["hint"] == ("the largest context that fits this pool is 2,048 tokens; the pool is capped by "
                              "--max-total-tokens 2,048: raise it to at least 8,192 if the memory holds that many")
+
+
+def _follow(text: str, *args: str, timeout_s: float = 1.0) -> tuple[subprocess.CompletedProcess, float]:
+    """`kubectl logs -f POD | kvcheck logs -`: the log is written and the pipe stays open until kvcheck exits."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "kvcheck", "logs", "-", "--timeout", str(timeout_s), *args],
+                                cwd=REPO_ROOT, env=_cli_env(None), stdin=subprocess.PIPE, stdout=out, stderr=err)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()  # and left open (not communicate(), which closes it), as a follow stream leaves it
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdin.close()
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read().decode(), err.read().decode()), wall
+
+
+def test_a_pipe_that_does_not_end_is_read_until_the_timeout_and_judged_with_kv312():
+    """`kvcheck logs -` behind `kubectl logs -f` used to wait for ever: the pipe never ends. It now stops at
+    --timeout and judges the startup it read (exit 0 here), saying what it did not read."""
+    done, wall = _follow(SGLANG_0_5_23_TP2, "--context-length", "131072", "--format", "json", timeout_s=1.5)
+    assert done.returncode == 0, done.stderr
+    assert wall < 30  # not the 60 s the helper waits: kvcheck ended on its own
+    report = json.loads(done.stdout)
+    (role,) = report["roles"]
+    assert (role["pool_tokens"], role["status"]) == (947824, "pass")
+    (kv312,) = [f for f in report["findings"] if f["rule"] == "KV312"]
+    assert kv312["severity"] == "warning"
+    assert kv312["message"].startswith("<stdin> was still open after 1.5 s, so reading stopped there (")
+    assert "its startup up to 'The server is fired up and ready to roll!' was read" in kv312["message"]
+    # --strict makes the unread tail a failure
+    strict, _ = _follow(SGLANG_0_5_23_TP2, "--context-length", "131072", "--strict", timeout_s=0.5)
+    assert strict.returncode == 1, strict.stderr
+
+
+def test_a_pipe_that_stops_before_the_pool_is_exit_3_at_the_timeout():
+    head = "\n".join(SGLANG_0_5_23_TP2.splitlines()[:3]) + "\n"
+    done, _ = _follow(head, "--context-length", "131072", "--format", "json", timeout_s=0.5)
+    assert done.returncode == 3, done.stderr
+    report = json.loads(done.stdout)
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV309", "KV312"]
+    kv312 = next(f for f in report["findings"] if f["rule"] == "KV312")
+    assert "its startup was not read to its end" in kv312["message"]
+
+
+def test_a_pipe_that_ends_is_not_cut(monkeypatch):
+    # the whole log arrives and the pipe closes: no KV312, however short the time limit
+    result = run_kvcheck("logs", "-", "--context-length", "131072", "--timeout", "0.1", "--format", "json",
+                         stdin=SGLANG_0_5_23_TP2)
+    assert result.exit_code == 0, result.stderr
+    assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == []

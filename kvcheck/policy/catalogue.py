@@ -10,7 +10,7 @@ from __future__ import annotations
 from kvcheck.backends.audit_rules import KV306, KV307, KV308, KV311
 from kvcheck.backends.measure.rules import KV301, KV302, KV303, KV304, KV310, KV314, KV315, KV324
 from kvcheck.engines import ENGINES, get_engine
-from kvcheck.inputs.deploy.rules import KV317, KV318, KV501, KV502
+from kvcheck.inputs.deploy.rules import KV317, KV318, KV319, KV501, KV502
 from kvcheck.plan.rules import KV106
 from kvcheck.policy.registry import Rule
 from kvcheck.policy.rules import (
@@ -66,7 +66,7 @@ PROBE_RULES = (
     UNSAFE_IDS,
     SERVER_CRASHED,
 )
-DEPLOY_RULES = (KV317, KV318, KV501, KV502)
+DEPLOY_RULES = (KV317, KV318, KV319, KV501, KV502)
 GATE_RULES = (KV601, KV602, KV603)
 
 # The rules that hold whatever the engine.

@@ -21,12 +21,14 @@ import yaml
 from kvcheck.engines import engine_names, get_engine
 from kvcheck.engines.flags import Catalogue, FlagError
 from kvcheck.errors import InputError, InputIssue
+from kvcheck.escape import one_line
 from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
-from kvcheck.inputs.deploy.formats.base import text_doc
+from kvcheck.inputs.deploy.formats.base import get, text_doc
 from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
 from kvcheck.inputs.deploy.formats.inference_pool import Pool, pool_notes, pools_in, without_servers
 from kvcheck.inputs.deploy.formats.patch import list_items
+from kvcheck.inputs.deploy.formats.pods import gpu_limit
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
     PLACEMENT_FLAGS,
@@ -48,7 +50,7 @@ from kvcheck.inputs.deploy.source import (
     parse_documents,
     read_source,
 )
-from kvcheck.io.yamlpos import safe_load_all
+from kvcheck.io.yamlpos import Path_, safe_load_all
 from kvcheck.model import Finding, Location, Severity
 from kvcheck.policy.registry import finding
 
@@ -87,10 +89,11 @@ class ImportedDeployment:
     roles: list[ImportedRole]
     sources: tuple[str, ...]
     pools: list[str] = field(default_factory=list)  # which InferencePool routes to which role, or cannot be told
+    unchecked: list[Finding] = field(default_factory=list)  # KV319: GPU workloads that start no server kvcheck reads
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for role in self.roles for f in role.findings]
+        return [*(f for role in self.roles for f in role.findings), *self.unchecked]
 
 
 def read_deployments(
@@ -119,7 +122,8 @@ def read_deployments(
     # one budget for every expansion of this read, proportional to all the text read (budget.py)
     with expansion_budget(sum(len(s.text) for s in sources) + len(cmd or "")):
         docs, role_sources = _parse_sources(sources)
-        role_sources += _read_docs(docs, issues)
+        silent: list[Doc] = []  # documents a format reads that gave no role
+        role_sources += _read_docs(docs, issues, silent)
         if cmd is not None:
             try:
                 role_sources += COMMAND_LINE.read(text_doc(SourceFile(CMD_NAME, cmd)), FORMATS.gather([]))
@@ -140,7 +144,48 @@ def read_deployments(
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
     _tie_pools(pools_in(docs), roles, deployments, docs)
+    deployments[0].unchecked.extend(f for doc in silent for f in unchecked_gpu_workload(doc))
     return deployments
+
+
+def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
+    """KV319 for a document that asks for GPUs in a container of one of its pod templates and gave no role."""
+    data = doc.data
+    kind = data.get("kind") if isinstance(data, Mapping) else None
+    name = get(data, "metadata", "name")
+    found: list[Finding] = []
+    for path, container in _containers(data, ()):
+        gpus = gpu_limit(doc, container.get("resources"), (*path, "resources"))
+        if gpus is None or not isinstance(gpus.value, int) or gpus.value < 1:
+            continue
+        label = container.get("name") or path[-1]
+        words = [w for part in ("command", "args") if isinstance(w_list := container.get(part), list)
+                 for w in w_list if isinstance(w, (str, int, float))]
+        shown = f": {one_line(' '.join(map(str, words)))[:120]}" if words else " (no command: the image's entrypoint)"
+        found.append(finding(
+            "KV319", None,
+            f"{kind} '{name}', container '{label}', asks for {gpus.value} GPU{'s' if gpus.value != 1 else ''} "
+            f"({gpus.origin}) but starts no engine server kvcheck reads{shown}; it is not checked",
+            hint="start the engine in the container's command (python -m sglang.launch_server ..., vllm serve ...) "
+                 "so kvcheck reads its arguments; suppress KV319 for a GPU workload that serves no model",
+            location=doc.at(path),
+        ))
+    return found
+
+
+def _containers(node: Any, path: Path_) -> list[tuple[Path_, Mapping[str, Any]]]:
+    """Every container of a document (any `containers` or `initContainers`-free pod spec, however nested)."""
+    out: list[tuple[Path_, Mapping[str, Any]]] = []
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key == "containers" and isinstance(value, list):
+                out.extend(((*path, key, i), c) for i, c in enumerate(value) if isinstance(c, Mapping))
+            elif isinstance(value, (Mapping, list)):
+                out.extend(_containers(value, (*path, key)))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out.extend(_containers(value, (*path, i)))
+    return out
 
 
 def _tie_pools(pools: list[Pool], pairs: list[tuple[RoleSource, ImportedRole]],
@@ -181,8 +226,9 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
     return docs, role_sources
 
 
-def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
-    """The roles each document declares, read by its format's reader; a reader's error is an issue."""
+def _read_docs(docs: list[Doc], issues: list[InputIssue], silent: list[Doc] | None = None) -> list[RoleSource]:
+    """The roles each document declares, read by its format's reader; a reader's error is an issue. A document
+    a format reads that declares no role goes to `silent`."""
     inputs = FORMATS.gather(docs)
     role_sources: list[RoleSource] = []
     for doc in docs:
@@ -190,7 +236,10 @@ def _read_docs(docs: list[Doc], issues: list[InputIssue]) -> list[RoleSource]:
         if fmt is None:
             continue
         try:
-            role_sources.extend(fmt.read(doc, inputs))
+            read = fmt.read(doc, inputs)
+            role_sources.extend(read)
+            if not read and silent is not None:
+                silent.append(doc)
         except ScriptError as exc:
             issues.append(exc.issue)
             if exc.fatal:  # the expansion budget is spent: reading on would only repeat it

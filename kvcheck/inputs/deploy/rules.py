@@ -60,3 +60,18 @@ KV318 = define_rule(
     an image that names no accelerator is not judged. Fix: state the GPU the role really runs on
     (a node selector, or --gpu for that file alone), or run the engine's image for the GPU.""",
 )
+
+KV319 = define_rule(
+    "KV319",
+    "warning",
+    "a workload in the deployment files asks for GPUs but starts no engine server kvcheck reads; it is not checked",
+    """A Deployment, StatefulSet, Pod or serving resource among the files asks the scheduler for GPUs
+    (`nvidia.com/gpu`, `amd.com/gpu`), but none of its containers starts a server kvcheck knows (SGLang's
+    `sglang.launch_server` / `sglang serve`, vLLM's `vllm serve`, or a wrapper it reads: Dynamo, an engine
+    image's entrypoint): a wrapper script (`python serve.py`, `bash start.sh`), another engine, or a job that
+    is not a model server at all. The other servers in the files are checked; this one is not, and if it does
+    serve a model its pool is unknown. Fix: start the engine in the container's command so kvcheck reads its
+    arguments (or pass its command line with `--cmd`); a GPU workload that serves no model (an embedding
+    service, a training job) is told about and nothing more: suppress the finding for it.""",
+)
+

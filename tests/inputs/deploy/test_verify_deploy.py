@@ -355,3 +355,60 @@ def test_a_shell_script_without_sbatch_is_neither_a_manifest_nor_a_deployment_fi
             '..." (or kvcheck verify --cmd "python -m sglang.launch_server ..."); a Slurm batch script is read with '
             "its #SBATCH directives",
         ], args
+
+
+WRAPPED_SERVER = """\
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: llama-wrapped
+spec:
+  template:
+    spec:
+      containers:
+        - name: server
+          image: registry.example.com/llm-wrapper:1.4
+          command: ["python3", "serve.py"]
+          args: ["--config", "/etc/llm/llama.yaml"]
+          resources:
+            limits:
+              nvidia.com/gpu: 4
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: metrics-exporter
+spec:
+  template:
+    spec:
+      containers:
+        - name: exporter
+          image: registry.example.com/exporter:2
+          command: ["/exporter"]
+"""
+
+
+def test_a_gpu_workload_that_starts_no_server_kvcheck_reads_is_named_not_skipped(tmp_path: Path) -> None:
+    """A file with an SGLang Deployment and a GPU Deployment behind a wrapper script: the wrapper's pool is
+    unknown. It used to be skipped without a word (the SGLang role passed alone); it is KV319 now, a warning
+    (exit 0, 1 under --strict), at its container. A workload that asks for no GPU is not named."""
+    path = tmp_path / "all.yaml"
+    path.write_text((REPO_ROOT / FIX / "deployment.yaml").read_text(encoding="utf-8") + WRAPPED_SERVER)
+    args = ("verify", str(path), "--mode", "estimate", "--model-config", LLAMA, "--format", "json")
+    result = run_kvcheck(*args)
+    assert result.exit_code == 0, result.stderr
+    report = _json(result)
+    assert [r["name"] for r in report["roles"]] == ["llama-sglang"]
+    (kv319,) = [f for f in report["findings"] if f["rule"] == "KV319"]
+    assert kv319["severity"] == "warning"
+    assert kv319["message"] == (
+        "Deployment 'llama-wrapped', container 'server', asks for 4 GPUs (limits[nvidia.com/gpu]) but starts no "
+        "engine server kvcheck reads: python3 serve.py --config /etc/llm/llama.yaml; it is not checked"
+    )
+    assert kv319["location"] == {"file": str(path), "line": 52, "column": 11}
+    assert run_kvcheck(*args, "--strict").exit_code == 1
+    # the import says so too, in the manifest it writes
+    imported = run_kvcheck("import", str(path), "--model-config", LLAMA)
+    assert imported.exit_code == 0, imported.stderr
+    assert f"kvcheck: warning: {path}:52:11: KV319 Deployment 'llama-wrapped', container 'server'" in imported.stderr

@@ -215,6 +215,9 @@ class RoleTarget:
     location: Location | None = None  # where the role is declared
     arg_locations: Mapping[str, Location] = field(default_factory=dict)  # field name -> where set
     image: str | None = None  # the container image the role's deployment file names (None: a manifest's role)
+    # the side of a prefill/decode pair the role plays where its engine's arguments do not say (`roles.N.side`;
+    # NVIDIA Dynamo's vLLM workers, whose side is Dynamo's own flag): the pair rules read it
+    side: str | None = None
 
     @property
     def required_tokens(self) -> int:

@@ -633,6 +633,12 @@ class Engine(ABC):
         log lines (boot's hint), or None when the engine's knowledge adds nothing."""
         return None
 
+    # The flag that states a role's prefill/decode side among the engine's arguments (SGLang's
+    # --disaggregation-mode), or None where no plain flag does (vLLM buries it in --kv-transfer-config's
+    # kv_role, and NVIDIA Dynamo's vLLM workers take it from Dynamo's own flag): the manifest's roles.N.side
+    # then states it.
+    side_flag: ClassVar[str | None] = None
+
     def port_taken(self, line: str) -> int | None:
         """The port a line of the engine's log says its HTTP server could not bind, when that failure
         leaves the engine up without serving (it would otherwise be waited on until --timeout); None for

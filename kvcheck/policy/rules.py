@@ -6,7 +6,7 @@ Each rule's documentation lives in its `define_rule` call: docs/rules.md is gene
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -443,9 +443,15 @@ KV112 = define_rule(
 )
 
 
+def pair_mode(target: RoleTarget, args: Mapping[str, Any]) -> str | None:
+    """The role's prefill/decode mode for the pair rules: the side the manifest states (roles.N.side, where the
+    engine's arguments cannot: a Dynamo vLLM worker), else what its engine reads from the arguments."""
+    return target.side or get_engine(target.engine).role_mode(args)
+
+
 def _pair_sides(target: RoleTarget) -> frozenset[str]:
     """The sides of a prefill/decode pair the role plays (vLLM's kv_both plays both)."""
-    mode = get_engine(target.engine).role_mode(target.args)
+    mode = pair_mode(target, target.args)
     if mode == "kv_both":
         return frozenset(("prefill", "decode"))
     return frozenset((mode,)) if mode in ("prefill", "decode") else frozenset()
@@ -478,7 +484,7 @@ def evaluate_deployment(
     contexts: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
     engines = {target.name: get_engine(target.engine) for target in targets}
     for target, measurement in zip(targets, measurements, strict=True):
-        mode = engines[target.name].role_mode(effective_args(target, measurement))
+        mode = pair_mode(target, effective_args(target, measurement))
         sides = ("prefill", "decode") if mode == "kv_both" else (mode,) if mode in limits else ()
         for side in sides:
             if measurement.max_input_tokens is not None:

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 class SglangEngine(Engine):
     """SGLang (sgl-project/sglang): flag catalogues per release, its log lines, its pool sizing."""
 
+    side_flag = "--disaggregation-mode"
+
     name: ClassVar[str] = "sglang"
     label: ClassVar[str] = "SGLang"
     ready_line: ClassVar[str] = "The server is fired up and ready to roll!"

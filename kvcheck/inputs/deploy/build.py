@@ -40,6 +40,7 @@ from kvcheck.inputs.deploy.server import (
     config_args,
     config_file_args,
     parse_server,
+    wrapper_side,
 )
 from kvcheck.inputs.deploy.source import (
     STDIN,
@@ -79,6 +80,9 @@ class ImportedRole:
     env: dict[str, Sourced] = field(default_factory=dict)  # the container's own environment (env, envFrom)
     no_gpus: Location | None = None  # the container whose pod asks for no GPU (RoleSource.no_gpus)
     image: Sourced | None = None  # the server container's image
+    # the prefill/decode side a format states (Dynamo's subComponentType) where the engine's arguments do not
+    # (vLLM: kv_role absent or kv_both): the manifest's roles.N.side
+    side: Sourced | None = None
 
 
 @dataclass
@@ -431,8 +435,16 @@ def _build_role_args(
     for name, arg in source.injected.items():
         args.setdefault(name, arg)
 
-    if source.mode is not None:
-        _with_mode(source, args, catalogue, issues)
+    mode = source.mode
+    told = wrapper_side(source.server) if source.config_map is None else None  # Dynamo's own side flags
+    if told is not None and mode is not None and told.value != mode.value:
+        where = told.location
+        issues.append(InputIssue(where.file if where else "", where.line if where else None,
+                                 where.column if where else None, "",
+                                 f"{told.origin} makes this a {told.value} worker, but {mode.origin} says "
+                                 f"'{mode.value}' at {mode.location.render() if mode.location else '?'}"))
+    mode = mode or told
+    side = _with_mode(source, mode, args, catalogue, issues) if mode is not None else None
     for label, worker in source.workers:
         findings.extend(_disagreements(source, args, label, worker, catalogue))
     nnodes = args.get("nnodes")
@@ -461,6 +473,7 @@ def _build_role_args(
         catalogue_note=note,
         no_gpus=source.no_gpus,
         image=source.image,
+        side=side,
         env={
             **source.env.own(),
             # `export VAR=1` / `VAR=1 exec python -m ...` in the container's script reach the engine too
@@ -470,12 +483,13 @@ def _build_role_args(
     )
 
 
-def _with_mode(source: RoleSource, args: dict[str, Arg], catalogue: Catalogue, issues: list[InputIssue]) -> None:
+def _with_mode(
+    source: RoleSource, mode: Sourced, args: dict[str, Arg], catalogue: Catalogue, issues: list[InputIssue]
+) -> Sourced | None:
     """The prefill/decode role a format states (Dynamo's subComponentType, llm-d's label): SGLang's
     `--disaggregation-mode` when the release has that flag (added when the command line does not set it),
-    else it must agree with the mode the engine reads from the arguments (vLLM's kv_role)."""
-    assert source.mode is not None
-    mode = source.mode
+    else it must agree with the mode the engine reads from the arguments (vLLM's kv_role); where those say no
+    side (no kv_role, or kv_both), the side itself is returned, for the role's `side` (the pair rules)."""
     stated_at = mode.location.render() if mode.location else "?"
     if any(flag.name == "--disaggregation-mode" for flag in catalogue.flags):
         stated = args.get("disaggregation-mode")
@@ -487,15 +501,18 @@ def _with_mode(source: RoleSource, args: dict[str, Arg], catalogue: Catalogue, i
             issues.append(InputIssue(where.file, where.line, where.column, "",
                                      f"--disaggregation-mode {stated.value} contradicts {mode.origin} "
                                      f"'{mode.value}' at {stated_at}"))
-        return
+        return None
     engine = get_engine(source.server.engine)
     found = engine.role_mode({arg.key: arg.value for arg in args.values()})
-    if found in ("prefill", "decode") and found != mode.value:
-        arg = next((a for a in args.values() if engine.role_mode({a.key: a.value}) is not None), None)
-        where = arg.location if arg is not None else source.location
-        issues.append(InputIssue(where.file, where.line, where.column, "",
-                                 f"the {engine.label} arguments make this a {found} role, but {mode.origin} says "
-                                 f"'{mode.value}' at {stated_at}"))
+    if found in ("prefill", "decode"):
+        if found != mode.value:
+            arg = next((a for a in args.values() if engine.role_mode({a.key: a.value}) is not None), None)
+            where = arg.location if arg is not None else source.location
+            issues.append(InputIssue(where.file, where.line, where.column, "",
+                                     f"the {engine.label} arguments make this a {found} role, but {mode.origin} "
+                                     f"says '{mode.value}' at {stated_at}"))
+        return None
+    return mode if engine.side_flag is None else None
 
 
 def _pd_role(role: ImportedRole) -> bool:

@@ -205,6 +205,7 @@ class RoleEntry:
     args: tuple[tuple[str, Stated], ...]  # canonical flag name -> value
     env: tuple[tuple[str, Stated], ...] = ()  # the container's own variables (secret-named ones left out)
     nodes: Stated | None = None  # hosts of one instance the engine spans without a flag (vLLM over Ray)
+    side: Stated | None = None  # prefill/decode where the engine's arguments do not say (a Dynamo vLLM worker)
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,8 @@ class ImportedManifest:
                 entry["nodes"] = role.nodes.value
             if role.gpu is not None:
                 entry["gpu"] = role.gpu.value
+            if role.side is not None:
+                entry["side"] = role.side.value
             entry["args"] = {name: stated.value for name, stated in role.args}
             if role.env:
                 entry["env"] = {name: stated.value for name, stated in role.env}
@@ -299,6 +302,7 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
             env=tuple((name, _stated(Sourced(str(value.value), value.location, value.origin)))
                       for name, value in role.env.items() if not is_secret_name(name)),
             nodes=_stated(nodes) if (nodes := _group_nodes(role)) is not None else None,
+            side=_stated(role.side) if role.side is not None else None,
         ))
     return ImportedManifest(
         sources=resolved.deployment.sources,
@@ -529,4 +533,5 @@ def _target(item: Resolved, role: ImportedRole, window: int, overrides: Override
         location=role.location,
         arg_locations=locations,
         image=str(role.image.value) if role.image is not None else None,
+        side=str(role.side.value) if role.side is not None else None,
     )

@@ -45,6 +45,8 @@ def _tree(manifest: ImportedManifest) -> dict[str, _Node]:
             entry["nodes"] = role.nodes
         if role.gpu is not None:
             entry["gpu"] = role.gpu
+        if role.side is not None:
+            entry["side"] = role.side
         entry["args"] = (dict(role.args), None)
         if role.env:
             entry["env"] = (dict(role.env), None)

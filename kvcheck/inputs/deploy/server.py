@@ -470,6 +470,31 @@ DYNAMO_FLAGS = frozenset(
 )
 
 
+# Dynamo's own flags that state a vLLM worker's side (components/src/dynamo/vllm/backend_args.py): the side
+# Dynamo builds the worker's KV transfer for, which vLLM's own arguments (kv_role kv_both) do not show
+_DYNAMO_SIDE_FLAGS = {"--is-prefill-worker": "prefill", "--is-decode-worker": "decode"}
+
+
+def wrapper_side(server: ServerCommand) -> Sourced | None:
+    """The prefill/decode side a Dynamo worker's own flags give it (`--is-prefill-worker`, `--is-decode-worker`,
+    Dynamo's `--disaggregation-mode prefill|decode`), for an engine whose arguments cannot state it; the last
+    one wins, as argparse takes it."""
+    if server.wrapper != "dynamo" or get_engine(server.engine).side_flag is not None:
+        return None
+    side: Sourced | None = None
+    tokens = server.tokens
+    for i in range(server.start, len(tokens)):
+        word, _, inline = tokens[i].text.partition("=")
+        if word in _DYNAMO_SIDE_FLAGS and not inline:
+            side = Sourced(_DYNAMO_SIDE_FLAGS[word], tokens[i].location, f"Dynamo's {word}")
+        elif word == "--disaggregation-mode":
+            value = inline if inline else (tokens[i + 1].text if i + 1 < len(tokens) else "")
+            if value in ("prefill", "decode"):
+                where = tokens[i].location if inline or i + 1 >= len(tokens) else tokens[i + 1].location
+                side = Sourced(value, where, "Dynamo's --disaggregation-mode")
+    return side
+
+
 @dataclass
 class ParsedServer:
     """A server command's arguments, checked against a catalogue."""

@@ -627,7 +627,28 @@ def _role_target(
         estimate=_merge_estimate(manifest.estimate, role.estimate),
         location=role_location,
         arg_locations=arg_locations,
+        side=_side(manifest.engine.name, name, role, args, display, positions, issues),
     )
+
+
+def _side(
+    engine_name: str, name: str, role: RoleSpec, args: Mapping[str, Any], display: str, positions: Positions,
+    issues: list[InputIssue],
+) -> str | None:
+    """roles.N.side, checked against what the engine's arguments say of the role's side."""
+    if role.side is None:
+        return None
+    engine = get_engine(engine_name)
+    stated = engine.role_mode(args)
+    where = positions.of_value(("roles", name, "side"))
+    if stated in ("prefill", "decode") and stated != role.side:
+        issues.append(InputIssue.at(display, where, f"roles.{name}.side",
+                                    f"'{role.side}', but the role's {engine.label} arguments make it a {stated} role"))
+    elif stated is None and engine.side_flag is not None:
+        issues.append(InputIssue.at(display, where, f"roles.{name}.side",
+                                    f"{engine.label} states a role's side with {engine.side_flag}; set "
+                                    f"{engine.side_flag.lstrip('-')}: {role.side} in the role's args instead"))
+    return role.side
 
 
 def _model_file(

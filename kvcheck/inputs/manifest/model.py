@@ -175,6 +175,13 @@ class RoleSpec(_Strict):
     args: dict[str, Any] = Field(default_factory=dict, description="Engine arguments; override the shared args.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment; overrides engine.env.")
     estimate: EstimateSpec | None = Field(default=None, description="Estimate-mode overrides for this role.")
+    side: Literal["prefill", "decode"] | None = Field(
+        default=None,
+        description="The side of a prefill/decode pair this role plays, where its engine's arguments do not say "
+        "(NVIDIA Dynamo's vLLM workers: Dynamo's own --is-prefill-worker). The pair rules (KV104, KV110) then judge "
+        "it with its partner. SGLang states it in args disaggregation-mode; an engine argument that says "
+        "otherwise is an error.",
+    )
 
     @field_validator("gpus")
     @classmethod

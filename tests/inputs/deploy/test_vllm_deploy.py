@@ -5,6 +5,7 @@ on fixtures of the parser rules (tests/inputs/deploy/fixtures/vllm)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,7 +49,8 @@ REAL_FILES: dict[tuple[str, ...], Any] = {
     ("llm-d-optimized-baseline-vllm-deployment.yaml",): {
         "name": "optimized-baseline-nvidia-gpu-vllm-decode", "context_length": 131072,
         "model": {"path": "Qwen/Qwen3-32B"}, "engine": {"name": "vllm", "version": "0.19.1"},
-        "roles": {"optimized-baseline-nvidia-gpu-vllm-decode": {"gpus": [0, 1], "args": {
+        # the llm-d.ai/role label makes it the decode side of a pair, which its kv_both transfer does not say
+        "roles": {"optimized-baseline-nvidia-gpu-vllm-decode": {"gpus": [0, 1], "side": "decode", "args": {
             "disable-access-log-for-endpoints": "/health,/metrics,/v1/models", "tensor-parallel-size": 2,
             "max-model-len": 131072,
             "hf-overrides": '{"rope_scaling":{"rope_type":"yarn","factor":3.2,"original_max_position_embeddings":40960}}',
@@ -105,9 +107,11 @@ REAL_FILES: dict[tuple[str, ...], Any] = {
     ("dynamo-vllm-disagg-multinode.yaml",): {
         "name": "vllm-disagg", "model": {"path": "Qwen/Qwen3-0.6B"}, "engine": NEWEST,
         "roles": {
-            "decode": {"gpus": [0], "args": {"nnodes": 2, "tensor-parallel-size": 2, "kv-transfer-config": {
-                "kv_connector": "NixlConnector", "kv_role": "kv_both", "engine_id": "vllm-disagg-decode-engine-0abc123"}}},
-            "prefill": {"gpus": [0], "args": {"nnodes": 2, "tensor-parallel-size": 2, "kv-transfer-config": {
+            # each side from subComponentType: the kv_both transfer states none
+            "decode": {"gpus": [0], "side": "decode", "args": {"nnodes": 2, "tensor-parallel-size": 2,
+                "kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                                       "engine_id": "vllm-disagg-decode-engine-0abc123"}}},
+            "prefill": {"gpus": [0], "side": "prefill", "args": {"nnodes": 2, "tensor-parallel-size": 2, "kv-transfer-config": {
                 "kv_connector": "NixlConnector", "kv_role": "kv_both",
                 "engine_id": "vllm-disagg-prefill-engine-0abc123"}}},
         },
@@ -443,7 +447,8 @@ def test_llm_d_modelservice_values_are_read_as_the_chart_renders_them() -> None:
     --served-model-name NAME ARGS), its parallelism env and HF_HOME, one GPU from parallelism."""
     values = imported(f"{LLMD}-values-pd.yaml")
     rendered = imported(f"{LLMD}-output-pd.yaml")
-    expected = {role: {"gpus": [0], "args": LLMD_ARGS, "env": LLMD_ENV} for role in ("decode", "prefill")}
+    # each side from the chart's llm-d.ai/role label: vLLM's kv_both transfer states none
+    expected = {role: {"gpus": [0], "side": role, "args": LLMD_ARGS, "env": LLMD_ENV} for role in ("decode", "prefill")}
     assert values == {"name": "llm-d-modelservice-values-pd", "model": {"path": "facebook/opt-125m"},
                       "engine": NEWEST, "roles": expected}
     # the rendered names carry the Helm release (pd) and the chart's name, which the values do not
@@ -761,3 +766,52 @@ def test_a_second_vllm_server_on_the_images_own_entrypoint_is_exit_2(first: str)
         assert (result.exit_code, result.stdout) == (2, ""), result.stderr
         assert (f"<stdin>:{line}:9: the pod starts a server in two containers (vllm and vllm2): kvcheck checks one "
                 "server a pod") in result.stderr
+
+
+QWEN06 = "tests/data/models/Qwen--Qwen3-0.6B.json"
+
+
+def _dynamo_pair(tmp_path, prefill_len: int, decode_len: int, *, sub_component: bool = True) -> Path:
+    """Dynamo's vLLM disaggregated example with each worker's --max-model-len; its side either in
+    subComponentType (the operator's) or only in Dynamo's own --is-prefill-worker / --is-decode-worker."""
+    text = (Path(REAL) / "dynamo-vllm-disagg.yaml").read_text()
+    text = text.replace("- --disaggregation-mode\n            - decode",
+                        f"- --is-decode-worker\n            - --max-model-len\n            - \"{decode_len}\"")
+    text = text.replace("- --disaggregation-mode\n            - prefill",
+                        f"- --is-prefill-worker\n            - --max-model-len\n            - \"{prefill_len}\"")
+    if not sub_component:
+        text = text.replace("      subComponentType: decode\n", "").replace("      subComponentType: prefill\n", "")
+    path = tmp_path / "dgd.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("sub_component", [True, False], ids=["subComponentType", "dynamo-flags-only"])
+def test_dynamo_vllm_prefill_and_decode_workers_are_judged_as_a_pair(tmp_path, sub_component) -> None:
+    """Dynamo's vLLM workers carry their side in Dynamo (subComponentType, --is-prefill-worker), not in vLLM's
+    arguments (Dynamo builds a kv_both transfer): the pair rules never ran on them, so a decode worker whose
+    --max-model-len is twice the prefill's passed. The side now reaches the pair rules: KV110, exit 1."""
+    path = _dynamo_pair(tmp_path, 16384, 32768, sub_component=sub_component)
+    args = ("verify", str(path), "--mode", "estimate", "--gpu", "H100", "--model-config", QWEN06,
+            "--context-length", "16000", "--format", "json")
+    result = run_kvcheck(*args)
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert [f["rule"] for f in report["findings"] if f["severity"] == "error"] == ["KV110"]
+    kv110 = next(f for f in report["findings"] if f["rule"] == "KV110")
+    assert "VllmPrefillWorker" in kv110["message"] and "VllmDecodeWorker" in kv110["message"]
+    equal = _dynamo_pair(tmp_path, 32768, 32768, sub_component=sub_component)
+    assert run_kvcheck("verify", str(equal), *args[2:]).exit_code == 0
+    # the side travels into the manifest kvcheck import writes, and verify of that manifest judges the pair too
+    imported_side = imported(str(path))["roles"]
+    assert {name: role["side"] for name, role in imported_side.items()} == {
+        "VllmDecodeWorker": "decode", "VllmPrefillWorker": "prefill"}
+
+
+def test_a_dynamo_side_flag_that_contradicts_the_operators_is_exit_2(tmp_path) -> None:
+    path = _dynamo_pair(tmp_path, 16384, 16384)
+    path.write_text(path.read_text().replace("--is-decode-worker", "--is-prefill-worker"))
+    result = run_kvcheck("import", str(path))
+    assert result.exit_code == 2
+    assert "Dynamo's --is-prefill-worker makes this a prefill worker, but subComponentType says 'decode'" \
+        in result.stderr

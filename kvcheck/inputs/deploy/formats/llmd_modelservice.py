@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from kvcheck.engines import get_engine
 from kvcheck.errors import InputIssue
 from kvcheck.inputs.deploy.formats.base import (
     Format,
@@ -220,7 +221,18 @@ def _role(doc: Doc, inputs: Inputs, role: str, section: Mapping[str, Any], conta
         version=image_version(doc, container, cpath, server.engine),
         replicas=_replicas(doc, section, role), model_path=None, standalone=True,
         labels=_labels(doc, role), image=container_image(doc, container, cpath),
+        # the chart labels each section's pods llm-d.ai/role; with both sections they are the two sides of a pair
+        # (a lone decode section is the chart's name for a plain server). Only the side of an engine whose own
+        # arguments cannot state it (vLLM's kv_both): the label passes SGLang no --disaggregation-mode
+        mode=Sourced(role, doc.at((role,)), f"the {role} section (llm-d.ai/role)")
+        if _paired(doc.data) and get_engine(server.engine).side_flag is None else None,
     )
+
+
+def _paired(data: Mapping[str, Any]) -> bool:
+    """Both the prefill and the decode section are created."""
+    return all(isinstance(data.get(r), Mapping) and data[r].get("create") is not False
+               and isinstance(data[r].get("containers"), list) for r in ROLES)
 
 
 def _labels(doc: Doc, role: str) -> dict[str, str]:

@@ -402,6 +402,24 @@ def _role(
                 severity="warning",
             )
         )
+    # the engine sized its pool, found one request of its own context length too large for it and exited: the
+    # server never served, whatever window is judged (measure mode's KV109, from the same log line)
+    refusal = next((w for w in summary.warnings if w.kind == "pool_refusal"
+                    and (w.rank is None or w.rank.dp == group.dp)), None)
+    if refusal is not None and pool_tokens is not None and not unusable:
+        refused_len = int(refusal.values["context_len"])
+        findings.append(
+            finding(
+                "KV109",
+                role,
+                f"{_engine().label} refused to start: one request of its context length ({refused_len:,} tokens) "
+                f"does not fit the KV cache it allocated, which holds {int(refusal.values['pool_tokens']):,}; "
+                f"it said:\n  {refusal.text}",
+                hint=f"lower the context length to at most {int(refusal.values['pool_tokens']):,} tokens, or give "
+                "the KV cache more memory",
+                location=Location(name, refusal.line_no),
+            )
+        )
     reasons = _provisional_reasons(summary, chosen) if chosen is not None else []
     if reasons and not unusable:
         findings.append(

@@ -143,7 +143,7 @@ def test_logs_of_the_boots(holds: Verified, refused: Verified, auto: Verified, o
     code, report = logs(refused.log)
     assert (code, [(r["status"], r["pool_tokens"], r["required_tokens"]) for r in report["roles"]]) == (
         1, [("fail", SHORT, WINDOW)]), report
-    assert rules(report) == [("KV101", "error"), ("KV312", "warning")]
+    assert rules(report) == [("KV101", "error"), ("KV109", "error"), ("KV312", "warning")]
     assert report["roles"][0]["details"]["engine_warnings"][0].split(": ", 1)[1].startswith(REFUSAL)
     code, report = logs(auto.log, "--context-length", str(WINDOW))
     assert code == 1, report

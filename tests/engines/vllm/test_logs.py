@@ -127,7 +127,8 @@ def test_cli_on_a_real_refusal_is_kv101_with_vllms_estimated_length() -> None:
     [role] = report["roles"]
     assert (role["status"], role["pool_tokens"], role["required_tokens"], role["max_input_tokens"]) == (
         "fail", 1920, 4096, 1920)
-    assert sorted((f["rule"], f["severity"]) for f in report["findings"]) == [("KV101", "error"), ("KV312", "warning")]
+    assert sorted((f["rule"], f["severity"]) for f in report["findings"]) == [
+        ("KV101", "error"), ("KV109", "error"), ("KV312", "warning")]
     assert role["details"]["engine_warnings"][0].startswith(
         "line 74: ValueError: To serve at least one request with the model's max seq len (4096)")
     assert "the estimated maximum model length is 1920" in role["details"]["engine_warnings"][0]
@@ -217,7 +218,7 @@ PUBLIC = TEST_DATA / "vllm_logs_public"
     # V0: (blocks - int(0.01 x blocks)) x 16, the watermark V0 keeps free; window from the concurrency line
     ("v0-llama31-8b-3090-20k-issue10517.log", 0, (1952 - 19) * 16, 20000, ["KV312"]),
     # V0's refusal: vLLM's own bound, 1478 x 16 = 23,648 tokens, below the 29,000 window
-    ("v0-llama31-8b-3090-29k-refused-issue10517.log", 1, 23648, 29000, ["KV101", "KV312"]),
+    ("v0-llama31-8b-3090-29k-refused-issue10517.log", 1, 23648, 29000, ["KV101", "KV109", "KV312"]),
     # 0.2.x: no version, no concurrency line; the window is the config line's max_seq_len
     ("v0-0.2-alpaca2-issue2418.log", 1, (229 - 2) * 16, 4096, ["KV101", "KV312"]),
     # 0.8's V0 engine: `# cuda blocks: 7191`; the excerpt ends before the window
@@ -229,8 +230,8 @@ PUBLIC = TEST_DATA / "vllm_logs_public"
     ("v1-0.7-kv-cache-size-after-pr13596.log", 0, 2042016 - 16, 2048, ["KV312"]),
     ("v1-0.2x-lmcache-issue3326.log", 0, 229344 - 16, 16384, ["KV312"]),
     # refusals with vLLM's estimate: "models's" (0.8-0.21) and "model's" wrapped over three lines
-    ("v1-models-s-refusal-tpu-inference-pr223.log", 1, 5632, 131072, ["KV101", "KV312"]),
-    ("v1-refusal-wrapped-kaito-issue2132.log", 1, 810208, 1048576, ["KV101", "KV312"]),
+    ("v1-models-s-refusal-tpu-inference-pr223.log", 1, 5632, 131072, ["KV101", "KV109", "KV312"]),
+    ("v1-refusal-wrapped-kaito-issue2132.log", 1, 810208, 1048576, ["KV101", "KV109", "KV312"]),
 ])
 def test_cli_on_public_logs_of_older_releases(name: str, code: int, pool: int, window: int | None,
                                               rules: list[str]) -> None:
@@ -328,6 +329,21 @@ def test_cli_on_a_0_8_refusal_without_an_estimate_is_exit_3(tmp_path: Path) -> N
     assert code == 3, report
     [role] = report["roles"]
     assert role["pool_tokens"] is None
+
+
+def test_cli_a_refused_start_fails_though_its_pool_holds_the_window_asked_for() -> None:
+    """vLLM refused to start (it serves nothing), yet `--context-length 1024`, below the 1,920 tokens its
+    refusal names, passed the log with a KV312 warning alone (exit 0); verify fails the same boot with KV109."""
+    code, report = logs(str(REFUSED_LOG), "--context-length", "1024")
+    assert code == 1, report
+    [role] = report["roles"]
+    assert (role["status"], role["pool_tokens"], role["required_tokens"]) == ("fail", 1920, 1024)
+    [kv109] = [f for f in report["findings"] if f["severity"] == "error"]
+    assert kv109["rule"] == "KV109"
+    assert kv109["message"].startswith("vLLM refused to start: one request of its context length (4,096 tokens) "
+                                       "does not fit the KV cache it allocated, which holds 1,920")
+    assert "the estimated maximum model length is 1920" in kv109["message"]
+    assert kv109["location"]["line"] == 74
 
 
 def test_the_hint_of_a_provisional_vllm_pool_quotes_vllms_ready_line() -> None:

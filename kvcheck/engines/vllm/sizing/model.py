@@ -42,6 +42,7 @@ from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
 
 GIB = mem.GIB
+CHUNKED_PREFILL_OPTIONAL_FROM = (0, 11, 1)  # EngineArgs honours enable_chunked_prefill=False for generation
 
 
 def _int_arg(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
@@ -132,12 +133,21 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
     big = device_gib is not None and device_gib * GIB >= 160 * GIB
     large = device_gib is not None and device_gib >= 70 and "a100" not in gpu_name.lower()
     default_batched, default_seqs = (16384, 1024) if big else (8192, 1024) if large else (2048, 256)
-    batched = _int_arg(args, "max_num_batched_tokens") or default_batched
+    batched = _int_arg(args, "max_num_batched_tokens") or _default_batched(args, default_batched, max_len, release)
     seqs = _int_arg(args, "max_num_seqs") or default_seqs
     return _Inputs(tp=tp, pp=pp, dp=dp, device=device, utilization=central, utilization_other=other,
                    utilization_defaulted=util_arg is None, explicit_kv_bytes=explicit, max_model_len=max_len,
                    max_model_len_auto=auto, derived_len=derived, length_refusal=refused, batched_tokens=batched, max_num_seqs=seqs,
                    eager=bool(args.get("enforce_eager")), num_blocks_override=_int_arg(args, "num_gpu_blocks_override"))
+
+
+def _default_batched(args: Mapping[str, Any], default: int, max_model_len: int, release: tuple[int, ...] | None) -> int:
+    """The batch vLLM profiles when --max-num-batched-tokens is unset: with chunked prefill off, a whole
+    prompt of max_model_len runs in one step, so EngineArgs raises the default to it (from 0.11.1; up to 0.11.0
+    V1 turned chunked prefill back on for every generative model). An unknown release reads as the newest."""
+    if args.get("enable_chunked_prefill") is False and (release is None or release >= CHUNKED_PREFILL_OPTIONAL_FROM):
+        return max(max_model_len, default)
+    return default
 
 
 def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes: int,

@@ -1,0 +1,61 @@
+"""The batch vLLM profiles when --max-num-batched-tokens is unset (EngineArgs's defaults, per release): the
+activation peak of the profile run, and so the pool, follows it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.vllm.sizing.model import estimate_role
+from kvcheck.model import EstimateInputs, RoleTarget
+from tests.conftest import run_kvcheck
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+LLAMA = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
+
+
+def _target(version: str, **args: object) -> RoleTarget:
+    return RoleTarget(name="server", context_length=131072, min_headroom=1.0, engine_version=version,
+                      args={"max_model_len": 131072, "gpu_memory_utilization": 0.5, **args}, argv_args=(),
+                      gpu="H100", model_config=LLAMA, engine="vllm", estimate=EstimateInputs())
+
+
+@pytest.mark.parametrize("version", ["0.11.1", "0.32.0", None])
+def test_chunked_prefill_off_profiles_a_batch_of_max_model_len(version: str | None) -> None:
+    """EngineArgs raises the unset max_num_batched_tokens to max_model_len when chunked prefill is off (from
+    0.11.1): the profile run's activations grow with it. The estimate kept the 8,192-token default."""
+    off = estimate_role(_target(version, enable_chunked_prefill=False), offline=True)
+    explicit = estimate_role(_target(version, max_num_batched_tokens=131072), offline=True)
+    assert off.details["max_num_batched_tokens"] == 131072
+    assert (off.pool_tokens, off.pool_range) == (explicit.pool_tokens, explicit.pool_range)
+
+
+@pytest.mark.parametrize("version", ["0.10.0", "0.11.0"])
+def test_before_0_11_1_v1_keeps_chunked_prefill_on_for_generation(version: str) -> None:
+    """_set_default_args_v1 sets enable_chunked_prefill = True for every generative model up to 0.11.0."""
+    off = estimate_role(_target(version, enable_chunked_prefill=False), offline=True)
+    on = estimate_role(_target(version), offline=True)
+    assert off.details["max_num_batched_tokens"] == 8192
+    assert off.pool_tokens == on.pool_tokens
+
+
+def test_a_set_max_num_batched_tokens_is_kept_with_chunked_prefill_off() -> None:
+    est = estimate_role(_target("0.32.0", enable_chunked_prefill=False, max_num_batched_tokens=140000), offline=True)
+    assert est.details["max_num_batched_tokens"] == 140000
+
+
+def test_cli_chunked_prefill_off_fails_a_role_the_default_batch_passes(tmp_path: Path) -> None:
+    """Llama-3.1-8B on one H100 at gpu-memory-utilization 0.5: 180,080 tokens with the default batch (exit 0);
+    vLLM profiles 131,072 tokens with chunked prefill off and cannot fit one request of 131,072 (exit 1)."""
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(
+        "context_length: 131072\n"
+        f"model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {LLAMA}}}\n"
+        'engine: {name: vllm, version: "0.32.0"}\n'
+        "gpu: H100\n"
+        "args: {max-model-len: 131072, gpu-memory-utilization: 0.5, enable-chunked-prefill: false}\n"
+        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stdout
+    assert '"rule": "KV220"' in done.stdout

@@ -3,6 +3,7 @@ activation peak of the profile run, and so the pool, follows it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,17 +46,48 @@ def test_a_set_max_num_batched_tokens_is_kept_with_chunked_prefill_off() -> None
     assert est.details["max_num_batched_tokens"] == 140000
 
 
-def test_cli_chunked_prefill_off_fails_a_role_the_default_batch_passes(tmp_path: Path) -> None:
-    """Llama-3.1-8B on one H100 at gpu-memory-utilization 0.5: 180,080 tokens with the default batch (exit 0);
-    vLLM profiles 131,072 tokens with chunked prefill off and cannot fit one request of 131,072 (exit 1)."""
+def _verify(tmp_path: Path, args: str) -> tuple[int, list[str]]:
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(
         "context_length: 131072\n"
         f"model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {LLAMA}}}\n"
         'engine: {name: vllm, version: "0.32.0"}\n'
         "gpu: H100\n"
-        "args: {max-model-len: 131072, gpu-memory-utilization: 0.5, enable-chunked-prefill: false}\n"
+        f"args: {{max-model-len: 131072, {args}}}\n"
         "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
     done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
-    assert done.exit_code == 1, done.stdout
-    assert '"rule": "KV220"' in done.stdout
+    return done.exit_code, sorted(f["rule"] for f in json.loads(done.stdout)["findings"] if f["severity"] == "error")
+
+
+def test_cli_chunked_prefill_off_fails_a_role_the_default_batch_passes(tmp_path: Path) -> None:
+    """Llama-3.1-8B on one H100 at gpu-memory-utilization 0.5: 180,080 tokens with the default batch (exit 0);
+    vLLM profiles 131,072 tokens with chunked prefill off and cannot fit one request of 131,072 (exit 1)."""
+    assert _verify(tmp_path, "gpu-memory-utilization: 0.5, enable-chunked-prefill: false") == (1, ["KV101", "KV220"])
+
+
+def test_cli_throughput_mode_fails_a_role_the_balanced_defaults_pass(tmp_path: Path) -> None:
+    """At gpu-memory-utilization 0.44 the balanced defaults leave 141,152 tokens (exit 0 before); the doubled
+    batch and sequences leave 125,856, below one request of 131,072."""
+    assert _verify(tmp_path, "gpu-memory-utilization: 0.44, performance-mode: throughput") == (1, ["KV101", "KV220"])
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.32.0", None])
+def test_performance_mode_throughput_doubles_the_unset_batch_and_sequences(version: str | None) -> None:
+    """`--performance-mode throughput` (from 0.17.0) doubles the default max_num_batched_tokens and max_num_seqs;
+    the estimate priced the profile run at the balanced defaults, a larger pool than vLLM buys."""
+    fast = estimate_role(_target(version, performance_mode="throughput"), offline=True)
+    explicit = estimate_role(_target(version, max_num_batched_tokens=16384, max_num_seqs=2048), offline=True)
+    assert (fast.details["max_num_batched_tokens"], fast.details["max_num_seqs"]) == (16384, 2048)
+    assert (fast.pool_tokens, fast.pool_range) == (explicit.pool_tokens, explicit.pool_range)
+
+
+def test_performance_mode_throughput_keeps_what_the_role_sets() -> None:
+    est = estimate_role(_target("0.32.0", performance_mode="throughput", max_num_batched_tokens=4096,
+                                max_num_seqs=128), offline=True)
+    assert (est.details["max_num_batched_tokens"], est.details["max_num_seqs"]) == (4096, 128)
+
+
+def test_throughput_and_chunked_prefill_off_raise_the_doubled_batch_to_max_model_len() -> None:
+    est = estimate_role(_target("0.32.0", performance_mode="throughput", enable_chunked_prefill=False,
+                                max_model_len=12000), offline=True)
+    assert (est.details["max_num_batched_tokens"], est.details["max_num_seqs"]) == (16384, 2048)

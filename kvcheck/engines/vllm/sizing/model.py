@@ -43,6 +43,7 @@ from kvcheck.policy.registry import finding
 
 GIB = mem.GIB
 CHUNKED_PREFILL_OPTIONAL_FROM = (0, 11, 1)  # EngineArgs honours enable_chunked_prefill=False for generation
+THROUGHPUT_MODE_FROM = (0, 17, 0)  # --performance-mode; throughput doubles the default batch and sequences
 
 
 def _int_arg(args: Mapping[str, Any], name: str, default: int | None = None) -> int | None:
@@ -133,6 +134,8 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
     big = device_gib is not None and device_gib * GIB >= 160 * GIB
     large = device_gib is not None and device_gib >= 70 and "a100" not in gpu_name.lower()
     default_batched, default_seqs = (16384, 1024) if big else (8192, 1024) if large else (2048, 256)
+    if args.get("performance_mode") == "throughput" and (release is None or release >= THROUGHPUT_MODE_FROM):
+        default_batched, default_seqs = 2 * default_batched, 2 * default_seqs  # EngineArgs doubles the unset ones
     batched = _int_arg(args, "max_num_batched_tokens") or _default_batched(args, default_batched, max_len, release)
     seqs = _int_arg(args, "max_num_seqs") or default_seqs
     return _Inputs(tp=tp, pp=pp, dp=dp, device=device, utilization=central, utilization_other=other,

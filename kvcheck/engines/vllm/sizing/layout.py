@@ -291,6 +291,10 @@ def kv_layout(
     full = layers - sliding
     parts: dict[str, Any] = {"kv_heads_per_rank": per_rank, "head_dim": head_dim, "layers": layers,
                              "bytes_per_token_per_layer": 2 * per_rank * head_dim * elem}
+    if sliding and _flag(args or {}, "disable_hybrid_kv_cache_manager"):
+        # unify_hybrid_kv_cache_specs: every sliding-window layer keeps a full-length cache, one group of all layers
+        parts["sliding_layers_as_full"] = sliding
+        sliding = 0
     if not sliding:
         return KvLayout(kind=FULL, block_size=block, full_layers=layers, sliding_layers=0, sliding_window=None,
                         page_bytes=page, group_layers=layers, kv_dtype=kv_dtype, kv_heads_per_rank=per_rank,
@@ -515,6 +519,9 @@ def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: in
         raise _unpriced_hybrid(architecture, "vLLM's CPU backend lays hybrid state pages out its own way")
     if pp > 1:
         raise _unpriced_hybrid(architecture, "pipeline stages split the attention and state layers unevenly")
+    if _flag(args, "disable_hybrid_kv_cache_manager"):
+        raise _unpriced_hybrid(architecture, "--disable-hybrid-kv-cache-manager leaves state layers without the "
+                               "hybrid KV cache manager they need")
     if args.get("speculative_config"):
         raise _unpriced_hybrid(architecture, "speculative decoding widens the state (conv state and "
                                "speculative blocks per request)")

@@ -1,0 +1,63 @@
+"""`--disable-hybrid-kv-cache-manager`: vLLM turns every sliding-window layer into a full-attention one
+(unify_hybrid_kv_cache_specs, vllm/v1/core/kv_cache_utils.py), so one block pays for every layer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcheck.engines.modelconfig import load_model_source
+from kvcheck.engines.vllm.sizing.layout import FULL, kv_layout
+from kvcheck.errors import EstimateError
+from tests.conftest import run_kvcheck
+
+MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+GPT_OSS = MODELS / "openai--gpt-oss-20b.json"
+
+
+def _layout(**args: object):  # type: ignore[no-untyped-def]
+    source = load_model_source(model_config=GPT_OSS, model_path=None, offline=True)
+    return kv_layout(source.text, source.architecture, tp=1, pp=1, kv_dtype="bfloat16", block_size=None,
+                     device="cuda", args=args)
+
+
+def test_the_hybrid_manager_off_makes_every_layer_full_attention() -> None:
+    hybrid = _layout()
+    assert (hybrid.kind, hybrid.full_layers, hybrid.sliding_layers, hybrid.group_layers) == ("hybrid_swa", 12, 12, 12)
+    off = _layout(disable_hybrid_kv_cache_manager=True)
+    assert (off.kind, off.full_layers, off.sliding_layers, off.group_layers) == (FULL, 24, 0, 24)
+    assert off.bytes_per_block == 2 * hybrid.bytes_per_block
+    assert off.usable_tokens(1001) == 1000 * 16
+    assert _layout(disable_hybrid_kv_cache_manager=False).kind == "hybrid_swa"
+
+
+def test_cli_gpt_oss_with_the_hybrid_manager_off_holds_half_the_tokens(tmp_path: Path) -> None:
+    """The flag was not read: gpt-oss-20b on one H100 was predicted at 2,430,656 tokens with it as without it."""
+    manifest = tmp_path / "manifest.yaml"
+
+    def pool(args: str) -> int:
+        manifest.write_text(
+            "context_length: 131072\n"
+            f"model: {{path: openai/gpt-oss-20b, config: {GPT_OSS}}}\n"
+            'engine: {name: vllm, version: "0.32.0"}\n'
+            "gpu: H100\n"
+            f"args: {{{args}}}\n"
+            "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+        done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+        assert done.exit_code == 0, done.stdout
+        [role] = json.loads(done.stdout)["roles"]
+        return int(role["pool_tokens"])
+
+    hybrid, off = pool(""), pool("disable-hybrid-kv-cache-manager: true")
+    assert hybrid > 2_000_000
+    assert 0.49 < off / hybrid < 0.51
+
+
+def test_a_state_hybrid_with_the_hybrid_manager_off_is_not_priced() -> None:
+    """Mamba/GDN state layers have no full-attention form to fall back to: refused (KV305), never the hybrid layout."""
+    source = load_model_source(model_config=MODELS / "Qwen--Qwen3.5-27B.json", model_path=None, offline=True)
+    with pytest.raises(EstimateError, match="disable-hybrid-kv-cache-manager"):
+        kv_layout(source.text, source.architecture, tp=1, pp=1, kv_dtype="bfloat16", block_size=None,
+                  device="cuda", args={"disable_hybrid_kv_cache_manager": True})

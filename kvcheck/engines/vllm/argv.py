@@ -70,12 +70,21 @@ def _dotted_value(text: str) -> Any:
 
 
 def _merge(into: dict[str, Any], keys: list[str], value: Any) -> None:
+    """One dotted key into the merged value, as vLLM's recursive_dict_update: two lists of one key are
+    concatenated (repeated `key+` items), two mappings merged, anything else replaced."""
     for key in keys[:-1]:
         nested = into.get(key)
         if not isinstance(nested, dict):
             nested = into[key] = {}
         into = nested
-    into[keys[-1]] = value
+    old = into.get(keys[-1])
+    if isinstance(old, list) and isinstance(value, list):
+        into[keys[-1]] = [*old, *value]
+    elif isinstance(old, dict) and isinstance(value, dict):
+        for key, item in value.items():
+            _merge(old, [key], item)
+    else:
+        into[keys[-1]] = value
 
 
 class _Rewritten:

@@ -187,6 +187,19 @@ def test_dotted_compilation_keys_vllm_takes_give_the_merged_config() -> None:
     assert args["compilation_config"] == {"cudagraph_mode": "full", "cudagraph_capture_sizes": ["1", "2", "4"]}
 
 
+def test_repeated_list_items_are_appended_as_vllm_merges_them() -> None:
+    """vLLM's recursive_dict_update concatenates two lists of one key (`--json-arg.key4+ value3
+    --json-arg.key4+='value4,value5'`, its --help); the second item replaced the first, so the capture sizes
+    512 then 8 were read as [8] and the CUDA-graph estimate priced graphs of 8 tokens."""
+    args, problems = parse("m", "--compilation-config.cudagraph_capture_sizes+=512",
+                           "--compilation-config.cudagraph_capture_sizes+", "8,16",
+                           "--compilation-config.pass_config.fuse_norm_quant", "true",
+                           "--compilation-config.pass_config.fuse_act_quant", "false")
+    assert problems == []
+    assert args["compilation_config"] == {"cudagraph_capture_sizes": ["512", "8", "16"],
+                                          "pass_config": {"fuse_norm_quant": True, "fuse_act_quant": False}}
+
+
 def test_a_dotted_key_without_its_value_is_refused() -> None:
     _, problems = parse("m", "--kv-transfer-config.kv_role")
     assert problems == [(3, "value", "'--kv-transfer-config.kv_role' expects a value")]

@@ -18,6 +18,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from kvcheck.engines.vllm import serving
 from kvcheck.errors import EstimateError
 
 FULL = "full_attention"
@@ -291,9 +292,10 @@ def kv_layout(
     full = layers - sliding
     parts: dict[str, Any] = {"kv_heads_per_rank": per_rank, "head_dim": head_dim, "layers": layers,
                              "bytes_per_token_per_layer": 2 * per_rank * head_dim * elem}
-    if sliding and _flag(args or {}, "disable_hybrid_kv_cache_manager"):
+    if sliding and (off := hma_off(args or {}, version)):
         # unify_hybrid_kv_cache_specs: every sliding-window layer keeps a full-length cache, one group of all layers
         parts["sliding_layers_as_full"] = sliding
+        parts["hybrid_manager_off"] = off
         sliding = 0
     if not sliding:
         return KvLayout(kind=FULL, block_size=block, full_layers=layers, sliding_layers=0, sliding_window=None,
@@ -355,6 +357,46 @@ BLACKWELL_FAMILY_FROM = Version("0.13.0")
 def _unpriced_hybrid(architecture: str, why: str) -> EstimateError:
     return EstimateError(f"{architecture}: {why}; the vLLM estimate model does not price it",
                          hint="measure the role (kvcheck verify MANIFEST)")
+
+
+# KV connectors that keep the hybrid KV cache manager on, by the release whose source first shows each a
+# SupportsHMA subclass (distributed/kv_transfer/kv_connector/v1, read in 0.23.0, 0.25.0, 0.31.0 and 0.32.0;
+# 0.24 and 0.26-0.30 were not read: a connector is keyed from the later wheel, the smaller pool for them).
+# Before 0.23.0 (0.22.0 read) any --kv-transfer-config turns the manager off (vllm/config/vllm.py).
+HMA_BY_CONNECTOR = "0.23.0"
+HMA_CONNECTORS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("0.23.0", frozenset({"NixlConnector", "MooncakeConnector", "MooncakeStoreConnector", "OffloadingConnector",
+                          "SimpleCPUOffloadConnector", "DecodeBenchConnector", "ExampleHiddenStatesConnector"})),
+    ("0.25.0", frozenset({"NixlPullConnector", "NixlPushConnector"})),
+    ("0.31.0", frozenset({"HiSparseConnector", "MoRIIOConnector"})),
+)
+
+
+def hma_off(args: Mapping[str, Any], version: Version | None) -> str | None:
+    """Why vLLM runs without its hybrid KV cache manager (sliding-window layers then keep full-length caches,
+    state layers are refused), or None when it keeps it: --disable-hybrid-kv-cache-manager, or, the flag
+    unset, a KV connector that does not support the manager (VllmConfig.__post_init__'s HMA rules)."""
+    stated = _flag(args, "disable_hybrid_kv_cache_manager")
+    if stated is not None:
+        return "--disable-hybrid-kv-cache-manager" if stated else None
+    config = serving.kv_transfer_config(args)
+    name = config.get("kv_connector") if config else None
+    if config is None or not name:
+        return None
+    rules = version or NEWEST_RULES
+    if rules < Version(HMA_BY_CONNECTOR):
+        return f"--kv-transfer-config ({name}): vLLM {rules} turns the hybrid KV cache manager off for any connector"
+    supported = frozenset().union(*(names for since, names in HMA_CONNECTORS if rules >= Version(since)))
+    if name == "MultiConnector":  # the manager stays on only when every child connector supports it
+        children = (config.get("kv_connector_extra_config") or {}).get("connectors")
+        names = [c.get("kv_connector") for c in children or [] if isinstance(c, Mapping)]
+        if names and all(n in supported for n in names):
+            return None
+        return f"--kv-transfer-config (MultiConnector of {', '.join(map(str, names)) or 'no listed connector'})" \
+            ": a child connector does not support the hybrid KV cache manager"
+    if name in supported and not config.get("kv_connector_module_path"):
+        return None
+    return f"--kv-transfer-config ({name}): the connector does not support the hybrid KV cache manager"
 
 
 def _flag(args: Mapping[str, Any], name: str) -> bool | None:
@@ -519,9 +561,9 @@ def hybrid_layout(text: Mapping[str, Any], architecture: str, *, tp: int, pp: in
         raise _unpriced_hybrid(architecture, "vLLM's CPU backend lays hybrid state pages out its own way")
     if pp > 1:
         raise _unpriced_hybrid(architecture, "pipeline stages split the attention and state layers unevenly")
-    if _flag(args, "disable_hybrid_kv_cache_manager"):
-        raise _unpriced_hybrid(architecture, "--disable-hybrid-kv-cache-manager leaves state layers without the "
-                               "hybrid KV cache manager they need")
+    if off := hma_off(args, version):
+        raise _unpriced_hybrid(architecture, f"{off}: state layers without the hybrid KV cache manager they need "
+                               "(vLLM refuses such a start)")
     if args.get("speculative_config"):
         raise _unpriced_hybrid(architecture, "speculative decoding widens the state (conv state and "
                                "speculative blocks per request)")

@@ -839,6 +839,14 @@ def _refuse_unpriced(res: Resolved, shape: ModelShape, args: Mapping[str, Any]) 
         )
     if args.get("enable_kv_cache_sharding") or args.get("enable_unified_memory") or args.get("enable_hisparse"):
         raise EstimateError("KV-cache sharding, unified memory and HiSparse pools are not understood by the estimate model")
+    if args.get("enable_lora") or args.get("lora_paths"):
+        # model_runner.initialize: maybe_init_lora_manager allocates the adapters' buffers (max_loras_per_batch
+        # slots of every target module at max_lora_rank) after the weights and before the KV pool is sized
+        raise EstimateError(
+            "LoRA: SGLang allocates the adapters' memory pool after the weights and before it sizes the KV pool, "
+            "and the estimate model does not price that pool",
+            hint="measure the role (kvcheck verify without --mode estimate)",
+        )
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,15 @@ def estimate_role(
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
+    lora = args.get("enable_lora")
+    if lora not in (None, False) and str(lora).strip().lower() not in ("false", "0", "no", "off") \
+            and inp.explicit_kv_bytes is None:
+        # the LoRA manager's slots (--max-loras x every target module at --max-lora-rank) are allocated with the
+        # model, before vLLM profiles its memory: they come out of the KV cache
+        raise EstimateError(
+            "--enable-lora: vLLM allocates the adapters' slots with the model, before it profiles its memory, "
+            "and the vLLM estimate model does not price them",
+            hint="set --kv-cache-memory-bytes, or measure the role")
     connector = serving.kv_transfer_config(args) or {}
     if "lmcache" in str(connector.get("kv_connector") or "").lower() and inp.explicit_kv_bytes is None:
         raise EstimateError(

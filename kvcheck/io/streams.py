@@ -51,8 +51,13 @@ class DeadlineStream:
     def _next(self) -> bytes:
         if self._ended:
             return b""
+        left_s = self._deadline - self._clock()
         try:
-            item = self._queue.get(timeout=max(0.0, self._deadline - self._clock()))
+            # a pipe that never pauses (`yes`, a chatty follow) keeps the queue full, so get() alone would
+            # never time out: the deadline is looked at before each chunk as well
+            if left_s <= 0:
+                raise self._empty
+            item = self._queue.get(timeout=left_s)
         except self._empty:
             self.timed_out = self._ended = True
             return b""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -626,3 +627,42 @@ def test_a_pipe_that_ends_is_not_cut(monkeypatch):
                          stdin=SGLANG_0_5_23_TP2)
     assert result.exit_code == 0, result.stderr
     assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == []
+
+
+def test_a_pipe_that_never_pauses_is_cut_at_the_timeout_too():
+    """`yes | kvcheck logs -`, or a chatty `kubectl logs -f`: data arrives faster than it is read, so the reader
+    never waits on the pipe. It used to read for ever (the time limit was only looked at while waiting); it
+    stops at --timeout all the same."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "kvcheck", "logs", "-", "--timeout", "1",
+                                 "--context-length", "131072", "--format", "json"],
+                                cwd=REPO_ROOT, env=_cli_env(None), stdin=subprocess.PIPE, stdout=out, stderr=err)
+        assert proc.stdin is not None
+
+        def flood() -> None:
+            try:
+                proc.stdin.write(SGLANG_0_5_23_TP2.encode())
+                while True:
+                    proc.stdin.write(b"y\n" * 4096)
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+        writer = threading.Thread(target=flood, daemon=True)
+        writer.start()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            with contextlib.suppress(OSError):  # the flood's last write, unread
+                proc.stdin.close()
+        assert time.monotonic() - start < 30  # ended on its own, not by the 60 s the test waits
+        out.seek(0)
+        err.seek(0)
+        assert proc.returncode == 0, err.read().decode()
+        report = json.loads(out.read().decode())
+    assert report["roles"][0]["pool_tokens"] == 947824
+    (kv312,) = [f for f in report["findings"] if f["rule"] == "KV312"]
+    assert kv312["message"].startswith("<stdin> was still open after 1 s, so reading stopped there (")

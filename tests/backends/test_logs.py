@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -571,7 +572,7 @@ def test_the_fix_names_the_cap_when_max_total_tokens_sized_the_pool(tmp_path):
                              "--max-total-tokens 2,048: raise it to at least 8,192 if the memory holds that many")
 
 
-def _follow(text: str, *args: str, timeout_s: float = 1.0) -> tuple[subprocess.CompletedProcess, float]:
+def _follow(text: str | bytes, *args: str, timeout_s: float = 1.0) -> tuple[subprocess.CompletedProcess, float]:
     """`kubectl logs -f POD | kvcheck logs -`: the log is written and the pipe stays open until kvcheck exits."""
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -579,7 +580,7 @@ def _follow(text: str, *args: str, timeout_s: float = 1.0) -> tuple[subprocess.C
                                 cwd=REPO_ROOT, env=_cli_env(None), stdin=subprocess.PIPE, stdout=out, stderr=err)
         assert proc.stdin is not None
         try:
-            proc.stdin.write(text.encode())
+            proc.stdin.write(text if isinstance(text, bytes) else text.encode())
             proc.stdin.flush()  # and left open (not communicate(), which closes it), as a follow stream leaves it
             proc.wait(timeout=60)
         finally:
@@ -666,3 +667,27 @@ def test_a_pipe_that_never_pauses_is_cut_at_the_timeout_too():
     assert report["roles"][0]["pool_tokens"] == 947824
     (kv312,) = [f for f in report["findings"] if f["rule"] == "KV312"]
     assert kv312["message"].startswith("<stdin> was still open after 1 s, so reading stopped there (")
+
+
+def test_a_gzip_pipe_cut_at_the_timeout_is_judged_on_what_arrived_not_called_damaged():
+    """A compressed log on a slow pipe (`ssh host cat boot.log.gz`) that the time limit cuts before gzip's
+    end: what arrived decompresses and is judged, with KV312, as a plain pipe is. It used to be exit 2,
+    'damaged gzip file', for a file nothing was wrong with."""
+    packer = zlib.compressobj(wbits=31)  # the gzip format
+    head = packer.compress(SGLANG_0_5_23_TP2.encode()) + packer.flush(zlib.Z_SYNC_FLUSH)  # no end marker yet
+    done, _ = _follow(head, "--context-length", "131072", "--format", "json", timeout_s=1.0)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["roles"][0]["pool_tokens"] == 947824
+    assert [f["rule"] for f in report["findings"]] == ["KV312"]
+
+
+def test_a_pipe_that_gave_nothing_by_the_timeout_is_not_checked_not_an_empty_log():
+    """`kubectl logs -f` on a pod still pulling its image: nothing arrived in time. That is a log not read to
+    its end (exit 3, KV309 and KV312), not an empty file that is no SGLang log (exit 2) as it used to be."""
+    done, _ = _follow("", "--context-length", "131072", "--format", "json", timeout_s=0.5)
+    assert done.returncode == 3, done.stderr
+    report = json.loads(done.stdout)
+    assert sorted(f["rule"] for f in report["findings"]) == ["KV309", "KV312"]
+    kv312 = next(f for f in report["findings"] if f["rule"] == "KV312")
+    assert kv312["message"].startswith("<stdin> was still open after 0.5 s, so reading stopped there (0 lines)")

@@ -158,11 +158,14 @@ def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
     kind = data.get("kind") if isinstance(data, Mapping) else None
     name = get(data, "metadata", "name")
     found: list[Finding] = []
-    for path, container in _containers(data, ()):
+    for path, container, owner in _containers(data, ()):
         gpus = gpu_limit(doc, container.get("resources"), (*path, "resources"))
+        if gpus is None and owner is not None:  # a Dynamo service asks for its mainContainer's GPUs itself
+            gpus = gpu_limit(doc, owner[1].get("resources"), (*owner[0], "resources"))
         if gpus is None or not isinstance(gpus.value, int) or gpus.value < 1:
             continue
-        label = container.get("name") or path[-1]
+        # a Dynamo service's mainContainer goes by the service's name (its key, or `name` in v1beta1's list)
+        label = container.get("name") or (owner[1].get("name") or owner[0][-1] if owner is not None else path[-1])
         words = [w for part in ("command", "args") if isinstance(w_list := container.get(part), list)
                  for w in w_list if isinstance(w, (str, int, float))]
         shown = f": {one_line(' '.join(map(str, words)))[:120]}" if words else " (no command: the image's entrypoint)"
@@ -177,18 +180,27 @@ def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
     return found
 
 
-def _containers(node: Any, path: Path_) -> list[tuple[Path_, Mapping[str, Any]]]:
-    """Every container of a document (any `containers` or `initContainers`-free pod spec, however nested)."""
-    out: list[tuple[Path_, Mapping[str, Any]]] = []
+_Owner = tuple[Path_, Mapping[str, Any]]
+
+
+def _containers(
+    node: Any, path: Path_, parent: _Owner | None = None
+) -> list[tuple[Path_, Mapping[str, Any], _Owner | None]]:
+    """Every long-running container of a document, however nested: a pod spec's `containers` (not its
+    `initContainers`, which run to completion first), and a Dynamo service's `extraPodSpec.mainContainer`
+    with that service (path, mapping), which holds the container's GPU request."""
+    out: list[tuple[Path_, Mapping[str, Any], _Owner | None]] = []
     if isinstance(node, Mapping):
         for key, value in node.items():
             if key == "containers" and isinstance(value, list):
-                out.extend(((*path, key, i), c) for i, c in enumerate(value) if isinstance(c, Mapping))
+                out.extend(((*path, key, i), c, None) for i, c in enumerate(value) if isinstance(c, Mapping))
+            elif key == "mainContainer" and isinstance(value, Mapping) and path[-1:] == ("extraPodSpec",):
+                out.append(((*path, key), value, parent))
             elif isinstance(value, (Mapping, list)):
-                out.extend(_containers(value, (*path, key)))
+                out.extend(_containers(value, (*path, key), (path, node)))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            out.extend(_containers(value, (*path, i)))
+            out.extend(_containers(value, (*path, i), parent))
     return out
 
 

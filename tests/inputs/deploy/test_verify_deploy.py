@@ -412,3 +412,44 @@ def test_a_gpu_workload_that_starts_no_server_kvcheck_reads_is_named_not_skipped
     imported = run_kvcheck("import", str(path), "--model-config", LLAMA)
     assert imported.exit_code == 0, imported.stderr
     assert f"kvcheck: warning: {path}:52:11: KV319 Deployment 'llama-wrapped', container 'server'" in imported.stderr
+
+
+WRAPPED_DYNAMO_WORKER = """\
+---
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata:
+  name: wrapped-graph
+spec:
+  services:
+    Frontend:
+      componentType: frontend
+      extraPodSpec:
+        mainContainer:
+          image: nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.1
+          command: ["python3", "-m", "dynamo.frontend"]
+    Worker:
+      componentType: worker
+      resources:
+        limits:
+          gpu: "4"
+      extraPodSpec:
+        mainContainer:
+          image: registry.example.com/llm-wrapper:1.4
+          command: ["python3", "serve.py"]
+"""
+
+
+def test_a_dynamo_worker_that_starts_no_server_kvcheck_reads_is_named_too(tmp_path: Path) -> None:
+    """Dynamo asks for a worker's GPUs on the service (resources.limits.gpu) and runs its mainContainer, not a
+    pod template's containers: such a worker behind a wrapper script was still skipped without a word."""
+    path = tmp_path / "all.yaml"
+    path.write_text((REPO_ROOT / FIX / "deployment.yaml").read_text(encoding="utf-8") + WRAPPED_DYNAMO_WORKER)
+    result = run_kvcheck("verify", str(path), "--mode", "estimate", "--model-config", LLAMA, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    (kv319,) = [f for f in _json(result)["findings"] if f["rule"] == "KV319"]
+    assert kv319["message"] == (
+        "DynamoGraphDeployment 'wrapped-graph', container 'Worker', asks for 4 GPUs (limits[gpu]) but starts no "
+        "engine server kvcheck reads: python3 serve.py; it is not checked"
+    )
+    assert kv319["location"] == {"file": str(path), "line": 63, "column": 11}  # its mainContainer

@@ -174,7 +174,9 @@ def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
             f"{kind} '{name}', container '{label}', asks for {gpus.value} GPU{'s' if gpus.value != 1 else ''} "
             f"({gpus.origin}) but starts no engine server kvcheck reads{shown}; it is not checked",
             hint="start the engine in the container's command (python -m sglang.launch_server ..., vllm serve ...) "
-                 "so kvcheck reads its arguments; suppress KV319 for a GPU workload that serves no model",
+                 "so kvcheck reads its arguments; for a GPU workload that serves no model, list KV319 under "
+                 "policy.ignore in an overlay manifest (deployment: [FILE]): inline and ignore-file suppressions "
+                 "refuse KV3xx codes",
             location=doc.at(path),
         ))
     return found

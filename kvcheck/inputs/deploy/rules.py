@@ -72,6 +72,8 @@ KV319 = define_rule(
     is not a model server at all. The other servers in the files are checked; this one is not, and if it does
     serve a model its pool is unknown. Fix: start the engine in the container's command so kvcheck reads its
     arguments (or pass its command line with `--cmd`); a GPU workload that serves no model (an embedding
-    service, a training job) is told about and nothing more: suppress the finding for it.""",
+    service, a training run) is told about and nothing more: list KV319 under `policy.ignore` in an overlay
+    manifest that names the files (`deployment:`). Like every KV3xx code it cannot be suppressed inline, in an
+    ignore file or in a baseline (exit 2). Kubernetes Jobs and CronJobs are not read, and not named.""",
 )
 

@@ -453,3 +453,26 @@ def test_a_dynamo_worker_that_starts_no_server_kvcheck_reads_is_named_too(tmp_pa
         "engine server kvcheck reads: python3 serve.py; it is not checked"
     )
     assert kv319["location"] == {"file": str(path), "line": 63, "column": 11}  # its mainContainer
+
+
+def test_kv319_names_the_one_way_it_can_be_let_stand_and_that_way_works(tmp_path: Path) -> None:
+    """KV319's fix said 'suppress the finding', but an inline or ignore-file suppression of a KV3xx code is
+    refused (exit 2). An overlay manifest's policy.ignore is what takes it, as the hint now says."""
+    files = tmp_path / "all.yaml"
+    files.write_text((REPO_ROOT / FIX / "deployment.yaml").read_text(encoding="utf-8") + WRAPPED_SERVER)
+    args = ("--mode", "estimate", "--model-config", LLAMA, "--strict", "--format", "json")
+    (kv319,) = [f for f in _json(run_kvcheck("verify", str(files), *args))["findings"] if f["rule"] == "KV319"]
+    assert kv319["hint"] == (
+        "start the engine in the container's command (python -m sglang.launch_server ..., vllm serve ...) so "
+        "kvcheck reads its arguments; for a GPU workload that serves no model, list KV319 under policy.ignore "
+        "in an overlay manifest (deployment: [FILE]): inline and ignore-file suppressions refuse KV3xx codes"
+    )
+    ignored = tmp_path / "ignore.yaml"
+    ignored.write_text("suppressions:\n  - {rule: KV319, reason: a training run}\n")
+    refused = run_kvcheck("verify", str(files), *args, "--ignore-file", str(ignored))
+    assert refused.exit_code == 2
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("deployment: [all.yaml]\npolicy: {ignore: [KV319]}\n")
+    result = run_kvcheck("verify", str(overlay), "--mode", "estimate", "--model-config", LLAMA, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert [f["rule"] for f in _json(result)["findings"] if f["rule"] == "KV319"] == []

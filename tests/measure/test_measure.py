@@ -633,3 +633,39 @@ def test_a_bind_failure_line_is_read_only_from_sglangs_uvicorn() -> None:
     # vLLM binds before it loads anything and exits on failure; its own retry warning is no bind failure
     assert get_engine("vllm").port_taken(line) is None
     assert get_engine("sglang").port_taken("WARNING: Address already in use. Retrying with a new port.") is None
+
+
+def test_a_boot_that_left_a_process_holding_its_output_is_not_retried_out_of_sight(
+    pidfile: PidFile, tmp_path: Path, monkeypatch
+) -> None:
+    """The retry on a taken port looked only at the group's survivors: a process of the first boot that had
+    left the group and still held its output (KV301 when that boot is the last) was dropped from the report
+    when the next boot passed, and left running. Such a boot is final."""
+    from kvcheck.backends.measure.launchers import process
+
+    monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s, report_fd: list(argv))  # no reaper
+    holder, taken = _held_port()
+    real_free_port = local.free_port
+    handed = iter([taken])
+    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
+    marker = tmp_path / "escaped.pid"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(  # only the first boot leaves a process behind
+        "#!/bin/sh\n"
+        f"[ -e {marker} ] || setsid sh -c 'echo $$ > {marker}; exec sleep 30' &\n"
+        f'exec "{sys.executable}" "{FAKE_SGLANG}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    target = dataclasses.replace(make_target(), engine_command=(str(wrapper),))
+    try:
+        [m] = measure(target, timeout_s=30.0)
+        assert any("still holds the engine's output" in f.message for f in m.findings), m.findings
+        assert m.pool_tokens is None
+        assert "ports_taken" not in m.details
+    finally:
+        holder.close()
+        if marker.exists():
+            try:
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass

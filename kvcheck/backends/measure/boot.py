@@ -216,9 +216,12 @@ class RoleBoot:
             engine, outcome, server, server_error, survivors, details = booted
             port = self._port_taken[0] if self._port_taken is not None else None
             # another process took the HTTP port kvcheck chose between its choice and the engine's bind: the
-            # boot is retried on a fresh port; a port the manifest pinned is not retried (it stays taken)
+            # boot is retried on a fresh port; a port the manifest pinned is not retried (it stays taken), nor a
+            # boot that left a process running (a survivor, or one outside the group holding its output): its
+            # KV301 is told only when that boot is the last
             if (outcome == "port_taken" and port is not None and port == engine.http_port
-                    and self.launcher.picks_ports and boot < BIND_ATTEMPTS and not survivors):
+                    and self.launcher.picks_ports and boot < BIND_ATTEMPTS and not survivors
+                    and not engine.output_held):
                 taken.append(port)
                 self._on_phase(f"port {port} was taken before the engine bound it; booting again")
                 self._fresh_log_state()

@@ -24,11 +24,11 @@ from kvcheck.errors import InputError, InputIssue
 from kvcheck.escape import one_line
 from kvcheck.inputs.deploy.budget import expansion_budget
 from kvcheck.inputs.deploy.formats import COMMAND_LINE, FORMATS, RoleSource
-from kvcheck.inputs.deploy.formats.base import get, text_doc
+from kvcheck.inputs.deploy.formats.base import Inputs, get, text_doc
 from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
 from kvcheck.inputs.deploy.formats.inference_pool import Pool, pool_notes, pools_in, without_servers
 from kvcheck.inputs.deploy.formats.patch import list_items
-from kvcheck.inputs.deploy.formats.pods import gpu_limit
+from kvcheck.inputs.deploy.formats.pods import container_server, entrypoint_server, gpu_limit
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
     PLACEMENT_FLAGS,
@@ -126,8 +126,8 @@ def read_deployments(
     # one budget for every expansion of this read, proportional to all the text read (budget.py)
     with expansion_budget(sum(len(s.text) for s in sources) + len(cmd or "")):
         docs, role_sources = _parse_sources(sources)
-        silent: list[Doc] = []  # documents a format reads that gave no role
-        role_sources += _read_docs(docs, issues, silent)
+        read: list[tuple[Doc, int]] = []  # documents a format reads, with the roles each gave
+        role_sources += _read_docs(docs, issues, read)
         if cmd is not None:
             try:
                 role_sources += COMMAND_LINE.read(text_doc(SourceFile(CMD_NAME, cmd)), FORMATS.gather([]))
@@ -148,12 +148,28 @@ def read_deployments(
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
     _tie_pools(pools_in(docs), roles, deployments, docs)
-    deployments[0].unchecked.extend(f for doc in silent for f in unchecked_gpu_workload(doc))
+    inputs = FORMATS.gather(docs)
+    deployments[0].unchecked.extend(
+        f for doc, roles in read if not roles or _kind(doc) in EACH_CONTAINER_ITS_OWN
+        for f in unchecked_gpu_workload(doc, inputs))
     return deployments
 
 
-def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
-    """KV319 for a document that asks for GPUs in a container of one of its pod templates and gave no role."""
+# Kinds whose every GPU container is a server of its own or nothing: one that starts no engine is a workload
+# kvcheck did not check. Elsewhere a container without the engine's command is part of a role (LeaderWorkerSet,
+# RBG and KubeRay worker pods that join the leader's Ray cluster; KServe and RBG containers whose command comes
+# from a config or a role template), so only a document that gave no role at all is named.
+EACH_CONTAINER_ITS_OWN = frozenset({"DynamoGraphDeployment", "Deployment", "StatefulSet", "Pod"})
+
+
+def _kind(doc: Doc) -> str | None:
+    kind = doc.data.get("kind") if isinstance(doc.data, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
+def unchecked_gpu_workload(doc: Doc, inputs: Inputs | None = None) -> list[Finding]:
+    """KV319 for each container of a document that asks for GPUs and starts no server kvcheck reads: a workload
+    of its own, or one service, role or sidecar of a document whose other containers are servers."""
     data = doc.data
     kind = data.get("kind") if isinstance(data, Mapping) else None
     name = get(data, "metadata", "name")
@@ -164,6 +180,8 @@ def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
             gpus = gpu_limit(doc, owner[1].get("resources"), (*owner[0], "resources"))
         if gpus is None or not isinstance(gpus.value, int) or gpus.value < 1:
             continue
+        if _starts_a_server(doc, container, path, inputs or FORMATS.gather([doc])):
+            continue  # a role's server, or a worker node of one (LeaderWorkerSet workers run the engine too)
         # a Dynamo service's mainContainer goes by the service's name (its key, or `name` in v1beta1's list)
         label = container.get("name") or (owner[1].get("name") or owner[0][-1] if owner is not None else path[-1])
         words = [w for part in ("command", "args") if isinstance(w_list := container.get(part), list)
@@ -180,6 +198,16 @@ def unchecked_gpu_workload(doc: Doc) -> list[Finding]:
             location=doc.at(path),
         ))
     return found
+
+
+def _starts_a_server(doc: Doc, container: Mapping[str, Any], path: Path_, inputs: Inputs) -> bool:
+    """Whether the container starts an engine's server, on its command or on its engine image's entrypoint (a
+    script kvcheck cannot read counts as one: its reader has said so already)."""
+    try:
+        return (container_server(doc, container, path, inputs, injected={}) is not None
+                or entrypoint_server(doc, container, path, inputs, {}) is not None)
+    except ScriptError:
+        return True
 
 
 _Owner = tuple[Path_, Mapping[str, Any]]
@@ -244,9 +272,11 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
     return docs, role_sources
 
 
-def _read_docs(docs: list[Doc], issues: list[InputIssue], silent: list[Doc] | None = None) -> list[RoleSource]:
-    """The roles each document declares, read by its format's reader; a reader's error is an issue. A document
-    a format reads that declares no role goes to `silent`."""
+def _read_docs(
+    docs: list[Doc], issues: list[InputIssue], read_docs: list[tuple[Doc, int]] | None = None
+) -> list[RoleSource]:
+    """The roles each document declares, read by its format's reader; a reader's error is an issue. Each
+    document a format reads goes to `read_docs`, with the number of roles it gave."""
     inputs = FORMATS.gather(docs)
     role_sources: list[RoleSource] = []
     for doc in docs:
@@ -254,10 +284,10 @@ def _read_docs(docs: list[Doc], issues: list[InputIssue], silent: list[Doc] | No
         if fmt is None:
             continue
         try:
-            read = fmt.read(doc, inputs)
-            role_sources.extend(read)
-            if not read and silent is not None:
-                silent.append(doc)
+            found = fmt.read(doc, inputs)
+            role_sources.extend(found)
+            if read_docs is not None:
+                read_docs.append((doc, len(found)))
         except ScriptError as exc:
             issues.append(exc.issue)
             if exc.fatal:  # the expansion budget is spent: reading on would only repeat it

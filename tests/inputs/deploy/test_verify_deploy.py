@@ -476,3 +476,25 @@ def test_kv319_names_the_one_way_it_can_be_let_stand_and_that_way_works(tmp_path
     result = run_kvcheck("verify", str(overlay), "--mode", "estimate", "--model-config", LLAMA, "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert [f["rule"] for f in _json(result)["findings"] if f["rule"] == "KV319"] == []
+
+
+def test_a_wrapper_service_beside_a_server_in_the_same_graph_is_named(tmp_path: Path) -> None:
+    """KV319 looked only at documents that gave no role: a DynamoGraphDeployment with one SGLang worker and one
+    worker behind a wrapper script passed on the SGLang worker alone. Each GPU container is judged now; the
+    graph's own SGLang worker, and a LeaderWorkerSet's worker pods (they run the engine too), are not named."""
+    graph = WRAPPED_DYNAMO_WORKER.replace(
+        "    Worker:\n", "    Server:\n      componentType: worker\n"
+        "      resources:\n        limits:\n          gpu: \"1\"\n      extraPodSpec:\n        mainContainer:\n"
+        "          image: nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.1\n"
+        "          command: [python3, -m, dynamo.sglang, --model-path, meta-llama/Llama-3.1-8B-Instruct,"
+        " --context-length, \"131072\"]\n    Worker:\n")
+    path = tmp_path / "graph.yaml"
+    path.write_text(graph)
+    args = ("--mode", "estimate", "--gpu", "H100", "--model-config", LLAMA, "--format", "json")
+    report = _json(run_kvcheck("verify", str(path), *args))
+    assert [r["name"] for r in report["roles"]] == ["Server"]
+    assert [f["message"].split(",")[1] for f in report["findings"] if f["rule"] == "KV319"] == [" container 'Worker'"]
+    for multi_node in (f"{FIX}/lws-pd.yaml", "tests/data/vllm-deploy/lws-vllm-gpu.yaml", f"{FIX}/vllm/raycluster.yaml"):
+        imported = run_kvcheck("import", multi_node)
+        assert imported.exit_code in (0, 1), imported.stderr  # lws-pd.yaml's leader and worker disagree (KV501)
+        assert "KV319" not in imported.stderr  # worker pods that join the leader (its Ray cluster) are the role's

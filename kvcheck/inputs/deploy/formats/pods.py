@@ -181,7 +181,7 @@ def pod_server(
         if starts is None and not str(args[0]).startswith("--"):
             continue
         if starts is not None:  # the engine's own image starts its server: the args are appended to it
-            found = _entrypoint_server(doc, container, cpath, inputs, injected)
+            found = entrypoint_server(doc, container, cpath, inputs, injected)
             if found is not None:
                 server, env = found
                 _one_server_per_pod(doc, spec, spec_path, i, inputs, injected)
@@ -222,7 +222,7 @@ def _one_server_per_pod(
         try:
             # an engine image started on its own entrypoint (args only) is a server too
             other = container_server(doc, container, cpath, inputs, injected=injected) if j > first else None
-            other = other or _entrypoint_server(doc, container, cpath, inputs, injected)
+            other = other or entrypoint_server(doc, container, cpath, inputs, injected)
         except ScriptError:
             continue  # a sidecar whose script kvcheck cannot read: not taken for a server
         if other is not None:
@@ -236,7 +236,7 @@ def _one_server_per_pod(
             ))
 
 
-def _entrypoint_server(
+def entrypoint_server(
     doc: Doc, container: Mapping[str, Any], cpath: Path_, inputs: Inputs, injected: Mapping[str, Sourced],
 ) -> tuple[ServerCommand, Env] | None:
     """The server a container without `command` starts on its engine image's own entrypoint, else None."""

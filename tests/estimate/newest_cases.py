@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,11 @@ DERIVED: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] =
 }
 
 
+# The Kimi-K3 MI355X sweep's launch environment (tests/data/logs/sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-
+# 0515post1dev.log, its `export` line): the aiter MXFP4 path with K3's 128-aligned expert intermediate
+K3_MI355X_ENV = {"SGLANG_USE_AITER": "1", "SGLANG_AITER_K3_OPT": "1", "AITER_FLYDSL_FORCE": "1", "AITER_SITUV2_A8W4": "1"}
+
+
 @dataclass(frozen=True)
 class NewCase:
     id: str
@@ -58,6 +63,7 @@ class NewCase:
     baseline_from_log: bool = False  # memory before weights = logged weights + logged free after them
     weights_from_log: bool = False  # weights per GPU from the log's own load line (the checkpoint's config is not here)
     independent: bool = True  # False: a profile figure was read from this log (shown, not in the family figures)
+    env: dict[str, str] = field(default_factory=dict)  # the launch's environment, where the log states it
 
 
 CASES: tuple[NewCase, ...] = (
@@ -147,6 +153,7 @@ CASES: tuple[NewCase, ...] = (
          "cuda_graph_max_bs": 256, "disable_radix_cache": True},
         "stated figures of a Kimi-K3 development branch (0.5.15.post1.dev20260723, aiter MXFP4 experts with the "
         "author's SGLANG_USE_AITER set), priced as 0.5.15.post1: the sweep's chosen 0.93 point, bf16 KV, triton",
+        env=dict(K3_MI355X_ENV),
     ),
     NewCase(
         "sglang-kimi-k3-16xB200-tp16-2node-0516-gke", "Kimi-K3 (MLA + KDA)", "moonshotai--Kimi-K3", "B200", "0.5.16",
@@ -220,7 +227,7 @@ def run_case(case: NewCase, points: dict[str, dict[str, Any]]) -> NewOutcome:
         estimate = replace(estimate, pre_baseline_mib=total_mib - float(before) * 1024)
     target = RoleTarget(
         name="newest", context_length=1, min_headroom=1.0, engine_version=case.release, args=args, argv_args=(),
-        gpu=case.gpu, model_config=_config(case.model), estimate=estimate,
+        gpu=case.gpu, model_config=_config(case.model), estimate=estimate, env=dict(case.env),
     )
     est = estimate_role(target, offline=True)
     logged = cc.logged_tokens(d)

@@ -36,29 +36,37 @@ BOUND_PCT = {
     # checkpoint), so the baseline, the fraction and the 45,312 B sparse cell are what is checked (-0.19, +0.08 %)
     "sglang-minimax-m3-mxfp8-8xB200-tp8-mfs065-devminimaxm3": 0.5,
     "sglang-minimax-m3-mxfp8-4xB200-tp4-pd-prefill-autofrac-devcu13minimaxm3": 0.5,
-    # a development branch's stated sweep (0.93 point): cell exact, weights 1.0 GiB light
-    "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 3.0,
+    # a development branch's stated sweep (0.93 point), with its aiter environment: cell exact, weights 0.63 GiB
+    # light (the modules SGLang builds, aiter's padded expert scales included: docs/estimate.md, Kimi-K3 weights)
+    "sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-k3branch-0515post1dev": 1.0,
     # a 0.5.16 server on 2 x 8 B200s (kernelore/kimi-k3-gcp-enterprise-serving), its own max_total_num_tokens; no
     # memory lines: over-estimated as the two cases with logged weights are, whose weights are light
-    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": 3.5,
+    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": 4.0,
     # a patched nightly on 8 B300s (whn09/kimi-k3-sglang): with its own weights and free memory the budget rule gives
-    # +0.06 %; the estimate's weights are 1.93 GiB light and its memory before them 0.71 GiB short, on a pool of
-    # 11 GiB out of 266 (each GiB is about 9 % of its tokens): +11.81 %, inside the range
-    "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901": 12.0,
+    # +0.06 %; the estimate's weights (the modules SGLang builds) are 2.44 GiB light and its memory before them
+    # 0.71 GiB short, on a pool of 11 GiB out of 266 (each GiB is about 9 % of its tokens): +16.72 %, inside the range
+    "sglang-kimi-k3-8xB300-tp8-ep8-deepepv2-patched-nightly20260901": 17.0,
 }
 
 
 # Logged pools outside the estimate's range, and why (docs/estimate.md, the newest families).
-OUTSIDE_RANGE: dict[str, str] = {}
+OUTSIDE_RANGE: dict[str, str] = {
+    "sglang-kimi-k3-16xB200-tp16-2node-0516-gke": (
+        "448 tokens (0.05 %) under the range's low end: the weights are priced as the modules SGLang builds, and "
+        "the two Kimi-K3 loads with a weights line hold 0.63 and 2.44 GiB a GPU more than those (not found in the "
+        "source), which the range's 1 % weights band does not cover"
+    ),
+}
 
 # Families whose independent cases do not meet issue 24's bar (median <= 1 %, every case <= 3 %), and why: the
 # figures stay published (docs/estimate.md) and this list shrinks as the estimate closes the gap
 BAR_NOT_MET = {
     "Kimi-K3 (MLA + KDA)": (
-        "three cases, all over-estimated: a development branch's stated sweep on 8 MI355X, +1.64 % at its 0.93 point "
-        "(+1.4 to +2.5 % over the sweep), the stated weights 1.0 GiB above the estimate's; a 0.5.16 server on 16 B200s, "
-        "+3.12 %; a patched nightly on 8 B300s, +11.81 %, its weights 1.93 GiB above the estimate's on a pool of 11 GiB. "
-        "Every logged pool is inside the range"
+        "three cases, all over-estimated: a development branch's stated sweep on 8 MI355X, +0.95 % at its 0.93 point "
+        "(+0.9 to +1.7 % over the sweep), the stated weights 0.63 GiB above the estimate's; a 0.5.16 server on 16 "
+        "B200s, +3.82 %, just under its range; a patched nightly on 8 B300s, +16.72 %, its weights 2.44 GiB above the "
+        "estimate's on a pool of 11 GiB. The estimate's weights are the modules SGLang builds (docs/estimate.md, "
+        "Kimi-K3 weights); what the loads hold beyond them is not found in the source"
     ),
 }
 
@@ -304,17 +312,19 @@ def test_glm52_fp8_starts_the_author_saw_refused_are_predicted_refused(fraction,
                                                  (0.95, 1_405_528)])
 def test_kimi_k3_on_mi355x_sweep_lies_in_range(fraction, logged):
     """Kimi-K3 on 8 MI355X, a 0.5.15.post1 development branch (tests/data/logs/sglang-kimi-k3-8xMI355X-tp8-mfs-sweep-
-    k3branch-0515post1dev.log): every point of the author's fraction sweep inside the range, 1.4-2.5 % high."""
+    k3branch-0515post1dev.log, launched with SGLANG_USE_AITER and SGLANG_AITER_K3_OPT): every point of the author's
+    fraction sweep inside the range, 0.9-1.7 % high (1.4-2.5 % before the experts' aiter layout and the K3
+    modules as SGLang builds them)."""
     target = RoleTarget(
         name="k3", context_length=1, min_headroom=1.0, engine_version="0.5.15.post1",
         args={"tp_size": 8, "attention_backend": "triton", "dtype": "bfloat16", "mem_fraction_static": fraction,
               "cuda_graph_max_bs": 256, "disable_radix_cache": True},
-        argv_args=(), gpu="MI355X", model_config=MODELS / "moonshotai--Kimi-K3.json",
+        argv_args=(), gpu="MI355X", model_config=MODELS / "moonshotai--Kimi-K3.json", env=dict(nc.K3_MI355X_ENV),
     )
     est = estimate_role(target, offline=True)
     low, high = est.pool_range
     assert low <= logged <= high
-    assert 0.013 < (est.pool_tokens - logged) / logged < 0.026
+    assert 0.008 < (est.pool_tokens - logged) / logged < 0.018
     assert est.kv_bytes_per_token == 24 * 576 * 2  # the stated 21.35 GB over 829,332 tokens: 27,642 B
 
 
@@ -328,7 +338,7 @@ def test_kimi_k3_b300_rows_from_their_own_weights_and_free_memory(extra, logged)
     """whn09/kimi-k3-sglang's three 0.85 launches on 8 B300s, given the host's own load line (214.88 GiB of
     weights, 51.11 GiB free after them): the MLA cell, the KDA state per slot, the mamba/full split at ratio 0.86,
     the slots a max_running_requests of 32 keeps and the fraction of the free memory reproduce each pool to 0.1 %.
-    What the estimate misses on this case (+11.81 %) is the weights and the memory before them, nothing else."""
+    What the estimate misses on this case (+16.72 %) is the weights and the memory before them, nothing else."""
     total = default_profiles().get("B300").memory_total_mib
     inputs = EstimateInputs(weights_gib_per_gpu=214.88, pre_baseline_mib=total - (214.88 + 51.11) * 1024)
     args = {"tp_size": 8, "ep_size": 8, "moe_a2a_backend": "deepep", "moe_runner_backend": "deep_gemm",

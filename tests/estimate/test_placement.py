@@ -125,7 +125,8 @@ def test_llama4s_shared_expert_stays_sharded_under_deepep():
 
 def test_kimi_k3_keeps_them_sharded_when_told():
     k3 = "moonshotai--Kimi-K3"
-    plain = _est(k3, tp_size=8).details["weights_gib_per_gpu"]
+    # plain TP with the same EP layout: the experts' zero w2 bias Mxfp4MoEMethod makes is num_local_experts x hidden
+    plain = _est(k3, tp_size=8, ep_size=8).details["weights_gib_per_gpu"]
     told = _est(k3, tp_size=8, moe_a2a_backend="deepep", shared_experts_tp_size=8).details["weights_gib_per_gpu"]
     replicated = _est(k3, tp_size=8, moe_a2a_backend="deepep").details["weights_gib_per_gpu"]
     assert told == plain < replicated

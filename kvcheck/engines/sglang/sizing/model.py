@@ -21,7 +21,13 @@ from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source,
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
-from kvcheck.engines.sglang.sizing.placement import Placement, a2a_backend, draft_a2a_backend, placement
+from kvcheck.engines.sglang.sizing.placement import (
+    KIMI_K3,
+    Placement,
+    a2a_backend,
+    draft_a2a_backend,
+    placement,
+)
 from kvcheck.engines.sglang.sizing.quant import QuantScheme, quant_scheme
 from kvcheck.engines.sglang.sizing.refusals import (
     EngineRefusal,
@@ -49,6 +55,7 @@ from kvcheck.engines.sglang.sizing.shape import (
     model_shape,
 )
 from kvcheck.engines.sglang.sizing.weights import (
+    Mxfp4ExpertLayout,
     Parallel,
     WeightsEstimate,
     config_weights,
@@ -443,6 +450,74 @@ def _placed(
     return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
 
 
+def _get_bool_env_var(value: object) -> bool:
+    """SGLang's get_bool_env_var (utils/common.py): on for 'true' and '1' only."""
+    return value is not None and str(value).lower() in ("true", "1")
+
+
+def _kimi_k3_mxfp4_experts(
+    target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile, assumptions: list[str]
+) -> Mxfp4ExpertLayout | None:
+    """Kimi-K3's MXFP4 experts as SGLang lays them out on this device (None: the checkpoint's bytes).
+
+    KimiK3MoE hands its compressed-tensors MXFP4 experts to Mxfp4MoEMethod (models/kimi_k3.py, `Mxfp4Config(
+    is_checkpoint_mxfp4_serialized=True)`), whose create_weights / process_weights_after_loading
+    (layers/quantization/mxfp4.py) read the same in 0.5.17, the first release with models/kimi_k3.py, through
+    0.5.23; a Kimi-K3 run labelled older is a K3 branch carrying that code (the MI355X sweep's
+    0.5.15.post1.dev sets SGLANG_AITER_K3_OPT, which only that code reads), so every release is priced so.
+    - Off ROCm, `create_bias = with_bias or not _is_hip` makes zero w13/w2 bias tensors (bf16: experts x
+      2 x intermediate, experts x hidden) for a checkpoint that has none; the deep_gemm runner keeps them
+      as made, flashinfer_mxfp4 on SM100/SM103/SM107 (its trtllm-gen path; the `auto` runner there from
+      0.5.19, arg_groups/model_overrides/kimi_k3.py _kimi_k3_moe_runner_overrides) in float32
+      (`w13_weight_bias.data.to(torch.float32)`), after padding the intermediate to 128 and (FusedMoE) the
+      hidden size to 256; its SM90/SM120 CUTLASS paths keep the bias dtype.
+    - On ROCm with SGLANG_USE_AITER (`_use_aiter`): no biases; the intermediate of each rank padded to 128
+      under SGLANG_AITER_K3_OPT, else 256, the hidden size to 256; and aiter's shuffle_scale (aiter/ops/
+      shuffle.py, both its layouts) pads the scales' K/32 columns to a multiple of 8 in the copy SGLang keeps
+      (K3 at TP8: the down projection's 12 columns become 16).
+    """
+    if model.shape.architecture not in KIMI_K3 or gpu.is_npu or model.scheme.default_fmt != "mxfp4":
+        return None
+    env = target.env
+    if gpu.is_rocm:
+        if not _get_bool_env_var(env.get("SGLANG_USE_AITER")):
+            return None
+        k3_opt = _get_bool_env_var(env.get("SGLANG_AITER_K3_OPT"))
+        assumptions.append(
+            "Kimi-K3 MXFP4 experts on the aiter path (SGLANG_USE_AITER): each rank's intermediate padded to "
+            f"{128 if k3_opt else 256}{' (SGLANG_AITER_K3_OPT)' if k3_opt else ''}, the hidden size to 256, the "
+            "scales' K/32 columns to a multiple of 8 (aiter shuffle_scale)"
+        )
+        return Mxfp4ExpertLayout(inter_align=128 if k3_opt else 256, hidden_align=256, scale_k_align=8)
+    runner = str(args.get("moe_runner_backend") or "auto")
+    if (runner == "auto" and gpu.sm in (100, 103, 107)
+            and rel.rules_for(target.engine_version).has(rel.K3_AUTO_FLASHINFER_MXFP4)):
+        runner = "flashinfer_mxfp4"
+    if runner == "flashinfer_mxfp4" and gpu.sm in (100, 103, 107):  # the trtllm-gen path (SM90/SM120: CUTLASS, bf16)
+        assumptions.append("Kimi-K3 MXFP4 experts on flashinfer_mxfp4: zero w13/w2 biases kept in float32")
+        return Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4)
+    assumptions.append("Kimi-K3 MXFP4 experts: zero w13/w2 biases in bf16 beside them (Mxfp4MoEMethod makes them "
+                       "off ROCm)")
+    return Mxfp4ExpertLayout(bias_bytes=2)
+
+
+def _kimi_k3_front(target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile) -> int:
+    """Which of Kimi-K3's MoE-front weights SGLang merges into one buffer after loading (weights.Parallel.k3_front).
+
+    models/kimi_k3.py KimiK3MoE._merge_front_weights (0.5.17 to 0.5.23; skipped on NPUs from 0.5.18, and an NPU's
+    weights carry no allocator rounding anyway): with shared experts and no MoE all-to-all, [shared gate_up |
+    gate | routed_expert_down_proj]; under an all-to-all, [gate | routed_expert_down_proj] unless
+    SGLANG_K3_FUSED_FRONT (EnvBool, default on) is off. The weights must all be bf16/fp16, as the checkpoint's are.
+    """
+    if model.shape.architecture not in KIMI_K3 or gpu.is_npu or not model.source.text.get("routed_expert_hidden_size"):
+        return 0
+    if a2a_backend(args, target.env, target.engine_version) == "none" and has_shared_experts(
+            model.shape, model.source.text):
+        return 3
+    flag = target.env.get("SGLANG_K3_FUSED_FRONT")
+    return 0 if flag is not None and str(flag).lower() in ("false", "0", "no", "n") else 2
+
+
 def _tied(source: ModelSource) -> bool:
     return bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
 
@@ -644,6 +719,8 @@ def estimate_role(
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
         allocator_rounding=rounds_weights(target.env, npu=gpu.is_npu, rocm=gpu.is_rocm),
+        mxfp4_experts=_kimi_k3_mxfp4_experts(target, args, model, gpu, assumptions),
+        k3_front=_kimi_k3_front(target, args, model, gpu),
     )
     par = _placed(target, args, model, par, gpu, assumptions)
     experts = _dsv4_expert_format(target, args, model, gpu) if shape.kind == DSV4 else None

@@ -112,6 +112,10 @@ DRAFT_HEAD_IN_BUDGET = "0.5.14"  # the draft loads before the target's pool is s
 #   and its own embedding and lm_head are freed for the target's only when its pool is allocated
 #   (EagleDraftWorker.alloc_memory_pool -> init_lm_head): the target's budget pays for them
 
+# --- MoE runners (arg_groups/model_overrides/)
+K3_AUTO_FLASHINFER_MXFP4 = "0.5.19"  # Kimi-K3's `auto` MoE runner on SM100/SM103/SM107 is flashinfer_mxfp4
+#   (kimi_k3.py _kimi_k3_moe_runner_overrides)
+
 # --- the environment (sglang/srt/environ.py)
 SGL_PREFIX_RENAMED = "0.5.3"  # importing environ.py copies each legacy SGL_X to SGLANG_X, over a value already set
 

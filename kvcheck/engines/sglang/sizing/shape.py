@@ -290,7 +290,7 @@ def _mamba_shape(arch: str, text: Mapping[str, Any], ssm_dtype: str) -> MambaSha
     if arch.startswith("KimiK3"):
         # KimiLinearStateShape (configs/mamba_utils.py:323-366): conv over q, k and v (K-1 rows, bf16),
         # a heads x head_dim x head_dim temporal state; laid out like a GDN state with k heads = heads
-        cfg = _kda_config(arch, text)
+        cfg = kda_config(arch, text)
         heads, hd = int(cfg["num_heads"]), int(cfg["head_dim"])
         return MambaShape(
             kind="kda", d_inner=heads * hd, groups=heads, state_size=hd, num_heads=heads, head_dim=hd,
@@ -337,7 +337,7 @@ def nemotron_pattern(text: Mapping[str, Any]) -> str | None:
     return pattern if isinstance(pattern, str) else None
 
 
-def _kda_config(arch: str, text: Mapping[str, Any]) -> Mapping[str, Any]:
+def kda_config(arch: str, text: Mapping[str, Any]) -> Mapping[str, Any]:
     cfg = text.get("linear_attn_config")
     if isinstance(cfg, str):  # some exports keep it as the repr of a dict
         from kvcheck.io.pyast import literal_eval
@@ -355,7 +355,7 @@ def _linear_layers(arch: str, text: Mapping[str, Any], n: int) -> tuple[list[int
     """(full-attention, linear) layer ids for hybrid linear models."""
     if arch.startswith("KimiK3"):
         # configs/kimi_linear.py: kda_layers are 1-based; every other layer is full (MLA) attention
-        kda = {int(i) for i in _kda_config(arch, text)["kda_layers"]}
+        kda = {int(i) for i in kda_config(arch, text)["kda_layers"]}
         return [i for i in range(n) if i + 1 not in kda], [i for i in range(n) if i + 1 in kda]
     if arch == "NemotronHForCausalLM":
         pattern = nemotron_pattern(text)

@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack
 from kvcheck.engines.sglang.sizing.quant import FMT_BYTES, QuantScheme, tensor_bytes
-from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, ModelShape, nemotron_pattern
+from kvcheck.engines.sglang.sizing.shape import DSA, HYBRID_LINEAR, ModelShape, kda_config, nemotron_pattern
 from kvcheck.errors import EstimateError
 
 GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Mxfp4ExpertLayout:
+    """How SGLang's Mxfp4MoEMethod (layers/quantization/mxfp4.py) lays one rank's MXFP4 experts out on the
+    device, where that differs from the checkpoint's packed e2m1 weights and e8m0 scales (sizing/model.py
+    picks it; only Kimi-K3's compressed-tensors MXFP4 experts take this path today).
+
+    `inter_align` / `hidden_align`: create_weights pads each rank's expert intermediate and the hidden size up
+    to these (the ROCm aiter path). `scale_k_align`: the scales' group columns padded up to a multiple of this
+    when process_weights_after_loading re-lays them out (aiter's shuffle_scale). `bias_bytes`: bytes per element
+    of the zero w13/w2 bias tensors create_weights allocates (0: none).
+    """
+
+    inter_align: int = 1
+    hidden_align: int = 1
+    scale_k_align: int = 1
+    bias_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -36,6 +55,10 @@ class Parallel:
     shared_tp: int | None = None
     embed_tp: int | None = None
     lm_head_tp: int | None = None
+    mxfp4_experts: Mxfp4ExpertLayout | None = None  # None: the checkpoint's bytes (FMT_BYTES)
+    # Kimi-K3's merged MoE front (models/kimi_k3.py KimiK3MoE._merge_front_weights): 3 = [shared gate_up | gate |
+    # routed_expert_down_proj], 2 = [gate | routed_expert_down_proj], 0 = each its own tensor
+    k3_front: int = 0
 
     @property
     def attn_tp(self) -> int:
@@ -244,6 +267,10 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
         acc.linear("attention", f"{prefix}.kv_a_proj_with_mqa", h * (kv_lora + rope), fused=qkv_a)  # replicated
         acc.linear("attention", f"{prefix}.kv_b_proj", kv_lora * nh * (nope + v))
         acc.linear("attention", f"{prefix}.o_proj", nh * v * h)
+        if text.get("mla_use_output_gate"):
+            # models/kimi_k3.py KimiK3MLAAttention (0.5.17 to 0.5.23): an output gate g_proj (hidden -> heads x
+            # v_head_dim), column-parallel over the attention TP group, multiplied in before o_proj
+            acc.linear("attention", f"{prefix}.g_proj", h * nh * v)
         acc.plain("norms", kv_lora)
         # absorbed-attention copies w_kc / w_vc made from kv_b_proj after loading (bf16; fp8 on ROCm)
         kv_b_fmt = acc.scheme.fmt(f"{prefix}.kv_b_proj")
@@ -277,7 +304,7 @@ def _attention(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, pa
     acc.plain("norms", 2 * hd)  # q/k norms where present (negligible otherwise)
 
 
-def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
+def _linear_mixer(acc: _Acc, shape: ModelShape, text: Mapping[str, Any], i: int, par: Parallel) -> None:
     m = shape.mamba
     assert m is not None
     h = shape.hidden_size
@@ -285,15 +312,35 @@ def _linear_mixer(acc: _Acc, shape: ModelShape, i: int, par: Parallel) -> None:
     prefix = f"model.layers.{i}"
     conv_dim = m.d_inner + 2 * m.groups * m.state_size
     if m.kind == "kda":
-        # Kimi delta attention (models/kimi_k3.py, a 'self_attn' module): q/k/v, a full-rank forget
-        # gate and an output gate of heads x head_dim each, low-rank beta, conv weights, o_proj
+        # Kimi delta attention as models/kimi_k3.py KimiK3DeltaAttention builds it (the same in 0.5.17 to 0.5.23),
+        # head-sharded over the attention TP group. Under linear_attn_config.use_full_rank_gate (Kimi-K3): one
+        # column-parallel [q, k, v, g] tensor (fused_qkvg_proj: q/k/v and a full-rank *output* gate, heads x
+        # head_dim each), the beta projection b_proj (one row per head), a low-rank *forget* gate f_a_proj
+        # (hidden -> head_dim, replicated) + f_b_proj (head_dim -> heads x head_dim) and o_proj. After loading,
+        # _merge_bfa_weights re-points f_a_proj and b_proj at one [f_a | b] buffer padded to a multiple of 8 rows
+        # (_merge_weights_as_views(pad_rows_to=8)): that buffer is what stays. Without the full-rank gate the
+        # output gate is low-rank too (g_a_proj replicated + g_b_proj). In fp32: the q/k/v short-conv weights
+        # (qkv_conv1d, params_dtype=float32), dt_bias (one per channel) and A_log (one per head).
         mixer = f"{prefix}.self_attn"
-        acc.linear("linear_attention", f"{mixer}.q_proj", h * conv_dim / tp)
-        acc.linear("linear_attention", f"{mixer}.f_proj", h * m.d_inner / tp)
-        acc.linear("linear_attention", f"{mixer}.g_proj", h * m.d_inner / tp)
-        acc.plain("linear_attention", h * m.num_heads / tp + conv_dim * m.conv_kernel / tp)
-        acc.plain("linear_attention", 2 * m.num_heads / tp + m.head_dim, "fp32")
-        acc.linear("linear_attention", f"{mixer}.o_proj", m.d_inner * h / tp)
+        p_local = m.d_inner / tp  # heads x head_dim on this rank
+        full_rank_gate = bool(kda_config(shape.architecture, text).get("use_full_rank_gate", False))
+        qkvg = f"{mixer}.fused_qkvg_proj" if full_rank_gate else f"{mixer}.qkv_proj"
+        acc.linear("linear_attention", f"{mixer}.q_proj", h * 3 * p_local, fused=qkvg)  # q, k, v
+        if full_rank_gate:
+            acc.linear("linear_attention", f"{mixer}.g_proj", h * p_local, fused=qkvg)
+        else:
+            acc.linear("linear_attention", f"{mixer}.g_a_proj", h * m.head_dim)
+            acc.linear("linear_attention", f"{mixer}.g_b_proj", m.head_dim * p_local)
+        bfa = f"{mixer}._bfa_w" if full_rank_gate else None
+        acc.linear("linear_attention", f"{mixer}.f_a_proj", h * m.head_dim, fused=bfa)
+        acc.linear("linear_attention", f"{mixer}.b_proj", h * m.num_heads / tp, fused=bfa)
+        if full_rank_gate:
+            pad_rows = -(m.head_dim + m.num_heads // tp) % 8
+            acc.linear("linear_attention", f"{mixer}.b_proj", h * pad_rows, fused=bfa)  # the zero pad rows
+        acc.linear("linear_attention", f"{mixer}.f_b_proj", m.head_dim * p_local)
+        acc.plain("linear_attention", 3 * p_local * m.conv_kernel + p_local + m.num_heads / tp, "fp32")
+        acc.plain("norms", m.head_dim)  # o_norm
+        acc.linear("linear_attention", f"{mixer}.o_proj", p_local * h)
     elif m.kind == "gdn":
         key_dim = 2 * m.groups * m.state_size
         qkvz = f"{prefix}.linear_attn.in_proj_qkvz"  # one tensor in SGLang (qwen3_next.py, qwen3_5.py)
@@ -324,19 +371,30 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
         latent = text.get("moe_latent_size") or text.get("routed_expert_hidden_size")
         expert_h = int(latent) if latent else h
         per_rank = experts * mats * expert_h * moe.inter / par.tp
-        if latent:
+        k3 = shape.architecture.startswith("KimiK3") and bool(latent)
+        # Kimi-K3 (0.5.17 to 0.5.23): post_load_weights -> _merge_front_weights re-points the router gate, the
+        # replicated latent down projection and (k3_front 3) the shared experts' gate_up at views of one
+        # torch.cat buffer, which is the tensor that stays
+        front = f"{prefix}._front_w" if k3 and par.k3_front else None
+        if k3:
+            acc.plain("moe_latent_projections", h * expert_h, tensor=front or f"{prefix}.routed_expert_down_proj",
+                      parts=(1,))
+            acc.plain("moe_latent_projections", h * expert_h, tensor=f"{prefix}.routed_expert_up_proj", parts=(1,))
+        elif latent:
             acc.plain("moe_latent_projections", 2 * h * expert_h)  # fc1/fc2 latent projections, replicated
-        acc.linear("moe_experts", f"{prefix}.experts.0.up_proj", per_rank, parts=split)  # w13, w2: all experts
+        expert_name = f"{prefix}.experts.0.up_proj"
+        if par.mxfp4_experts is not None and acc.scheme.fmt(expert_name) == "mxfp4":
+            _mxfp4_experts(acc, par.mxfp4_experts, par, experts, expert_h, moe.inter, mats)
+        else:
+            acc.linear("moe_experts", expert_name, per_rank, parts=split)  # w13, w2: all experts
         if moe.bias:
             acc.plain("moe_experts", experts * (mats - 1) * moe.inter / par.tp + experts * h / par.ep)
         if moe.shared_inter:
-            shared = "shared_expert" if "shared_expert_intermediate_size" in text else "shared_experts"
-            shared_tp = par.shared_tp or dense_tp
-            acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / shared_tp,
-                       parts=split)
-            if "shared_expert_intermediate_size" in text:
-                acc.plain("router", h)  # shared_expert_gate
-        acc.plain("router", moe.experts * h)  # replicated gate
+            _shared_experts(acc, moe, par, text, prefix, h, front if par.k3_front == 3 else None)
+        if k3:  # a tensor of its own (12.25 MiB on Kimi-K3), or part of the merged front
+            acc.plain("router", moe.experts * h, tensor=front or f"{prefix}.gate", parts=(1,))
+        else:
+            acc.plain("router", moe.experts * h)  # replicated gate
         acc.plain("router", moe.experts, "fp32")  # correction bias where present
         if shape.architecture.startswith("Gemma4") and moe.dense_inter:
             acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp, parts=split)
@@ -344,6 +402,53 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
         return
     elif moe.dense_inter:
         acc.linear("mlp", f"{prefix}.gate_proj", mats * h * moe.dense_inter / dense_tp, parts=split)
+
+
+def _shared_experts(
+    acc: _Acc, moe: _Moe, par: Parallel, text: Mapping[str, Any], prefix: str, h: int, front: str | None
+) -> None:
+    """A MoE layer's shared experts on this rank; `front`: the buffer their gate_up is merged into (Kimi-K3)."""
+    mats = 3 if moe.gated else 2
+    shared = "shared_expert" if "shared_expert_intermediate_size" in text else "shared_experts"
+    shared_tp = par.shared_tp or par.moe_dense_tp or par.tp
+    if front:
+        acc.linear("shared_experts", f"{prefix}.{shared}.gate_up_proj", (mats - 1) * h * moe.shared_inter / shared_tp,
+                   fused=front)
+        acc.linear("shared_experts", f"{prefix}.{shared}.down_proj", h * moe.shared_inter / shared_tp)
+    else:
+        acc.linear("shared_experts", f"{prefix}.{shared}.up_proj", mats * h * moe.shared_inter / shared_tp,
+                   parts=(mats - 1, 1))
+    if "shared_expert_intermediate_size" in text:
+        acc.plain("router", h)  # shared_expert_gate
+
+
+def _round_up(value: float, align: int) -> float:
+    return math.ceil(value / align) * align
+
+
+def _mxfp4_experts(
+    acc: _Acc, layout: Mxfp4ExpertLayout, par: Parallel, experts: int, hidden: int, inter: int, mats: int
+) -> None:
+    """One rank's MXFP4 experts as Mxfp4MoEMethod holds them (layers/quantization/mxfp4.py): create_weights'
+    w13/w2 packed-e2m1 weights and e8m0 scales (one byte per 32 weights), each rank's expert intermediate and
+    the hidden size padded to `layout`'s alignment, the scales' group columns to its scale alignment, and the
+    zero w13/w2 biases where it makes them. Each is a tensor of its own to the caching allocator."""
+    ep = max(1, par.ep)
+    local = experts / ep  # num_local_experts
+    inter_pp = _round_up(inter / max(1, par.tp // ep), layout.inter_align)  # over the MoE TP group (tp / ep)
+    hid = _round_up(hidden, layout.hidden_align)
+    rows13 = (mats - 1) * inter_pp
+    byte = "int8"  # uint8 storage: one byte per element
+    acc.plain("moe_experts", local * rows13 * hid / 2, byte, tensor="w13_weight", parts=(1,))
+    acc.plain("moe_experts", local * rows13 * _round_up(hid / 32, layout.scale_k_align), byte,
+              tensor="w13_weight_scale", parts=(1,))
+    acc.plain("moe_experts", local * hid * inter_pp / 2, byte, tensor="w2_weight", parts=(1,))
+    acc.plain("moe_experts", local * hid * _round_up(inter_pp / 32, layout.scale_k_align), byte,
+              tensor="w2_weight_scale", parts=(1,))
+    if layout.bias_bytes:
+        bias = "fp32" if layout.bias_bytes == 4 else "bf16"
+        acc.plain("moe_experts", local * rows13, bias, tensor="w13_weight_bias", parts=(1,))
+        acc.plain("moe_experts", local * hid, bias, tensor="w2_weight_bias", parts=(1,))
 
 
 def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:
@@ -376,7 +481,7 @@ def _layer(acc: _Acc, shape: ModelShape, moe: _Moe, text: Mapping[str, Any], i: 
         acc.seal()
         return
     if shape.kind == HYBRID_LINEAR and i in shape.linear_layer_ids:
-        _linear_mixer(acc, shape, i, par)
+        _linear_mixer(acc, shape, text, i, par)
     elif shape.kind != HYBRID_LINEAR or i in shape.full_layer_ids:
         _attention(acc, shape, text, i, par)
     _mlp(acc, shape, moe, i, par, text)
@@ -418,7 +523,7 @@ def config_weights(
         "v_head_dim", "index_n_heads", "attn_output_gate", "attention_k_eq_v", "attention_bias",
         "layers_block_type", "moe_latent_size", "block_configs", "dense_intermediate_size", "routed_expert_hidden_size",
         "num_shared_experts",
-        "shared_intermediate_size",
+        "shared_intermediate_size", "linear_attn_config", "mla_use_output_gate",
     )
     # the cache key is the keys' JSON text, which loads back as the same lists and mappings: a frozen
     # tuple would fail every isinstance(..., list) check the layer readers make (Nemotron-H's
@@ -471,11 +576,14 @@ def vision_tower_bytes(vision: Mapping[str, Any] | None, text_hidden: int) -> fl
     inter = _int(vision, "intermediate_size", "vt_intermediate_size", default=4 * hidden) or 4 * hidden
     if not layers or not hidden:
         return 0.0
+    # the attention's own width where the config sets one apart from the hidden size: Kimi-K3's MoonViT3d
+    # (models/kimi_k3_vl.py MoonViTEncoderLayer: wqkv hidden -> 3 x qkv_hidden_size, wo qkv_hidden_size -> hidden)
+    qkv = _int(vision, "qkv_hidden_size", default=hidden) or hidden
     merge = vision.get("spatial_merge_size") or vision.get("merge_kernel_size") or 2
     merge_area = merge[0] * merge[1] if isinstance(merge, list) else int(merge) ** 2
     merged = hidden * merge_area
     out = _int(vision, "out_hidden_size", "text_hidden_size", default=text_hidden) or text_hidden
-    params = layers * (4 * hidden * hidden + 2 * hidden * inter) + merged * merged + merged * out
+    params = layers * (4 * hidden * qkv + 2 * hidden * inter) + merged * merged + merged * out
     return params * 2.0
 
 

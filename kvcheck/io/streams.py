@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
+import queue
+import threading
+import time
 from typing import Any, Protocol
 
 
@@ -25,17 +30,11 @@ class DeadlineStream:
     QUEUED = 8
 
     def __init__(self, stream: Any, timeout_s: float) -> None:
-        import queue
-        import threading
-        import time
-
         self._queue: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=self.QUEUED)
         self._deadline = time.monotonic() + timeout_s
         self._pending = b""
         self._ended = False
         self.timed_out = False
-        self._empty = queue.Empty
-        self._clock = time.monotonic
         read = _raw_reader(stream)
 
         def pump() -> None:
@@ -51,14 +50,14 @@ class DeadlineStream:
     def _next(self) -> bytes:
         if self._ended:
             return b""
-        left_s = self._deadline - self._clock()
+        # a pipe that never pauses (`yes`, a chatty follow) keeps the queue full, so get() alone would never time
+        # out: the deadline is looked at before each chunk as well
+        left_s = self._deadline - time.monotonic()
         try:
-            # a pipe that never pauses (`yes`, a chatty follow) keeps the queue full, so get() alone would
-            # never time out: the deadline is looked at before each chunk as well
-            if left_s <= 0:
-                raise self._empty
-            item = self._queue.get(timeout=left_s)
-        except self._empty:
+            item = self._queue.get(timeout=left_s) if left_s > 0 else None
+        except queue.Empty:
+            item = None
+        if item is None:
             self.timed_out = self._ended = True
             return b""
         if isinstance(item, BaseException):
@@ -83,9 +82,6 @@ class DeadlineStream:
 
 def _raw_reader(stream: Any) -> Any:
     """read(size) on the stream's file descriptor when it has one, else its own read1 or read."""
-    import io
-    import os
-
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):

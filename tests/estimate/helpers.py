@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from kvcheck.model import EstimateInputs, RoleTarget
+from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS, MODELS_ABSENT
 
 
@@ -45,3 +47,21 @@ def role(
         env=env or {},
         estimate=estimate or EstimateInputs(),
     )
+
+
+def verify_estimate(
+    tmp_path: Path, config: Path, args: str, *, engine: str = "vllm", version: str = "0.32.0",
+    window: int = 131072, model: str = "meta-llama/Llama-3.1-8B-Instruct",
+) -> tuple[int, dict]:
+    """`kvcheck verify --mode estimate --format json` on a one-role manifest on one H100: (exit code, report).
+    `args` is the body of the manifest's flow mapping of engine arguments."""
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(
+        f"context_length: {window}\n"
+        f"model: {{path: {model}, config: {config}}}\n"
+        f'engine: {{name: {engine}, version: "{version}"}}\n'
+        "gpu: H100\n"
+        f"args: {{{args}}}\n"
+        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
+    return done.exit_code, json.loads(done.stdout)

@@ -3,29 +3,19 @@ is not estimated (KV305, exit 3), never passed on a pool that leaves the adapter
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_kvcheck
+from tests.estimate.helpers import verify_estimate
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 LLAMA = Path(__file__).resolve().parents[2] / "docs" / "examples" / "single-server" / "llama-3.1-8b-instruct.config.json"
 
 
 def _verify(tmp_path: Path, engine: str, args: str) -> tuple[int, dict]:
-    manifest = tmp_path / "lora.yaml"
-    version = "0.32.0" if engine == "vllm" else "0.5.23"
-    manifest.write_text(
-        "context_length: 32768\n"
-        f"model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {LLAMA}}}\n"
-        f'engine: {{name: {engine}, version: "{version}"}}\n'
-        "gpu: H100\n"
-        f"args: {{{args}}}\n"
-        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
-    done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
-    return done.exit_code, json.loads(done.stdout)
+    return verify_estimate(tmp_path, LLAMA, args, engine=engine, version="0.32.0" if engine == "vllm" else "0.5.23",
+                           window=32768)
 
 
 @pytest.mark.parametrize(("engine", "args"), [

@@ -3,14 +3,13 @@ activation peak of the profile run, and so the pool, follows it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from kvcheck.engines.vllm.sizing.model import estimate_role
 from kvcheck.model import EstimateInputs, RoleTarget
-from tests.conftest import run_kvcheck
+from tests.estimate.helpers import verify_estimate
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 LLAMA = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
@@ -47,16 +46,8 @@ def test_a_set_max_num_batched_tokens_is_kept_with_chunked_prefill_off() -> None
 
 
 def _verify(tmp_path: Path, args: str) -> tuple[int, list[str]]:
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(
-        "context_length: 131072\n"
-        f"model: {{path: meta-llama/Llama-3.1-8B-Instruct, config: {LLAMA}}}\n"
-        'engine: {name: vllm, version: "0.32.0"}\n'
-        "gpu: H100\n"
-        f"args: {{max-model-len: 131072, {args}}}\n"
-        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
-    done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
-    return done.exit_code, sorted(f["rule"] for f in json.loads(done.stdout)["findings"] if f["severity"] == "error")
+    code, report = verify_estimate(tmp_path, LLAMA, f"max-model-len: 131072, {args}")
+    return code, sorted(f["rule"] for f in report["findings"] if f["severity"] == "error")
 
 
 def test_cli_chunked_prefill_off_fails_a_role_the_default_batch_passes(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from packaging.version import Version
 from kvcheck.engines.modelconfig import load_model_source
 from kvcheck.engines.vllm.sizing.layout import FULL, kv_layout
 from kvcheck.errors import EstimateError
-from tests.conftest import run_kvcheck
+from tests.estimate.helpers import verify_estimate
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 GPT_OSS = MODELS / "openai--gpt-oss-20b.json"
@@ -36,19 +36,10 @@ def test_the_hybrid_manager_off_makes_every_layer_full_attention() -> None:
 
 def test_cli_gpt_oss_with_the_hybrid_manager_off_holds_half_the_tokens(tmp_path: Path) -> None:
     """The flag was not read: gpt-oss-20b on one H100 was predicted at 2,430,656 tokens with it as without it."""
-    manifest = tmp_path / "manifest.yaml"
-
     def pool(args: str) -> int:
-        manifest.write_text(
-            "context_length: 131072\n"
-            f"model: {{path: openai/gpt-oss-20b, config: {GPT_OSS}}}\n"
-            'engine: {name: vllm, version: "0.32.0"}\n'
-            "gpu: H100\n"
-            f"args: {{{args}}}\n"
-            "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
-        done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
-        assert done.exit_code == 0, done.stdout
-        [role] = json.loads(done.stdout)["roles"]
+        code, report = verify_estimate(tmp_path, GPT_OSS, args, model="openai/gpt-oss-20b")
+        assert code == 0, report
+        [role] = report["roles"]
         return int(role["pool_tokens"])
 
     hybrid, off = pool(""), pool("disable-hybrid-kv-cache-manager: true")

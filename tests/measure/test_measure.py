@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -11,6 +12,7 @@ import socket
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -523,31 +525,37 @@ def test_a_daemon_that_leaves_the_session_and_drops_its_output_is_stopped(
                 pass
 
 
+@contextlib.contextmanager
+def _engine_leaving_a_process(tmp_path: Path, *, first_boot_only: bool = False) -> Iterator[RoleTarget]:
+    """A target whose engine command detaches a process (setsid) that keeps the engine's output, on every boot
+    or the first only; that process is killed when the block ends."""
+    marker = tmp_path / "escaped.pid"
+    wrapper = tmp_path / "wrapper.sh"
+    guard = f"[ -e {marker} ] || " if first_boot_only else ""
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"{guard}setsid sh -c 'echo $$ > {marker}; exec sleep 30' &\n"
+        f'exec "{sys.executable}" "{FAKE_SGLANG}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    try:
+        yield dataclasses.replace(make_target(), engine_command=(str(wrapper),))
+    finally:
+        if marker.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+
+
 def test_a_process_that_escaped_even_the_reaper_is_kv301(pidfile: PidFile, tmp_path: Path, monkeypatch) -> None:
     # The last resort stays: without the reaper (not Linux, or PR_SET_CHILD_SUBREAPER refused) a
     # process that left the group and still holds the output is reported, never passed over.
     from kvcheck.backends.measure.launchers import process
 
     monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s, report_fd: list(argv))
-    marker = tmp_path / "escaped.pid"
-    wrapper = tmp_path / "wrapper.sh"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f"setsid sh -c 'echo $$ > {marker}; exec sleep 30' &\n"
-        f'exec "{sys.executable}" "{FAKE_SGLANG}" "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    target = dataclasses.replace(make_target(), engine_command=(str(wrapper),))
-    try:
+    with _engine_leaving_a_process(tmp_path) as target:
         [m] = measure(target, timeout_s=30.0)
-        assert ("KV301", "error") in rules(m)
-        assert any("still holds the engine's output" in f.message for f in m.findings)
-    finally:
-        if marker.exists():
-            try:
-                os.kill(int(marker.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
+    assert ("KV301", "error") in rules(m)
+    assert any("still holds the engine's output" in f.message for f in m.findings)
 
 
 def test_a_dp_rank_missing_from_server_info_is_not_measured(pidfile: PidFile, monkeypatch) -> None:
@@ -578,20 +586,27 @@ def _held_port() -> tuple[socket.socket, int]:
     return holder, int(holder.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _first_port_taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """The local launcher's first free_port() is a port another socket holds (listening) until the block ends."""
+    holder, taken = _held_port()
+    real_free_port = local.free_port
+    handed = iter([taken])
+    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
+    try:
+        yield taken
+    finally:
+        holder.close()
+
+
 def test_a_port_taken_before_the_engine_bound_it_is_booted_again_on_another(
     pidfile: PidFile, tmp_path: Path, monkeypatch
 ) -> None:
     """SGLang binds its HTTP port only after the pool is sized; when another process took it meanwhile,
     uvicorn logs the bind error and SGLang stays up serving nobody. That boot is stopped at once (not
     waited on until --timeout) and the role booted again on a fresh port."""
-    holder, taken = _held_port()
-    real_free_port = local.free_port
-    handed = iter([taken])
-    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
-    try:
+    with _first_port_taken(monkeypatch) as taken:
         [m] = measure(make_target(), timeout_s=60, logs_dir=tmp_path / "logs")
-    finally:
-        holder.close()
     assert m.findings == ()
     assert m.pool_tokens == 947824
     assert m.details["ports_taken"] == [taken]
@@ -644,28 +659,8 @@ def test_a_boot_that_left_a_process_holding_its_output_is_not_retried_out_of_sig
     from kvcheck.backends.measure.launchers import process
 
     monkeypatch.setattr(process, "_reaper_argv", lambda argv, grace_s, report_fd: list(argv))  # no reaper
-    holder, taken = _held_port()
-    real_free_port = local.free_port
-    handed = iter([taken])
-    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or real_free_port())
-    marker = tmp_path / "escaped.pid"
-    wrapper = tmp_path / "wrapper.sh"
-    wrapper.write_text(  # only the first boot leaves a process behind
-        "#!/bin/sh\n"
-        f"[ -e {marker} ] || setsid sh -c 'echo $$ > {marker}; exec sleep 30' &\n"
-        f'exec "{sys.executable}" "{FAKE_SGLANG}" "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    target = dataclasses.replace(make_target(), engine_command=(str(wrapper),))
-    try:
+    with _first_port_taken(monkeypatch), _engine_leaving_a_process(tmp_path, first_boot_only=True) as target:
         [m] = measure(target, timeout_s=30.0)
-        assert any("still holds the engine's output" in f.message for f in m.findings), m.findings
-        assert m.pool_tokens is None
-        assert "ports_taken" not in m.details
-    finally:
-        holder.close()
-        if marker.exists():
-            try:
-                os.kill(int(marker.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
+    assert any("still holds the engine's output" in f.message for f in m.findings), m.findings
+    assert m.pool_tokens is None
+    assert "ports_taken" not in m.details

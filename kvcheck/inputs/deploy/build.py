@@ -126,8 +126,9 @@ def read_deployments(
     # one budget for every expansion of this read, proportional to all the text read (budget.py)
     with expansion_budget(sum(len(s.text) for s in sources) + len(cmd or "")):
         docs, role_sources = _parse_sources(sources)
+        inputs = FORMATS.gather(docs)
         read: list[tuple[Doc, int]] = []  # documents a format reads, with the roles each gave
-        role_sources += _read_docs(docs, issues, read)
+        role_sources += _read_docs(docs, inputs, issues, read)
         if cmd is not None:
             try:
                 role_sources += COMMAND_LINE.read(text_doc(SourceFile(CMD_NAME, cmd)), FORMATS.gather([]))
@@ -148,7 +149,6 @@ def read_deployments(
     roles = _build_roles(role_sources, sglang_version, sglang_version_at)
     deployments = _group(roles, tuple(s.name for s in sources) + (("--cmd",) if cmd else ()))
     _tie_pools(pools_in(docs), roles, deployments, docs)
-    inputs = FORMATS.gather(docs)
     deployments[0].unchecked.extend(
         f for doc, roles in read if not roles or _kind(doc) in EACH_CONTAINER_ITS_OWN
         for f in unchecked_gpu_workload(doc, inputs))
@@ -167,20 +167,18 @@ def _kind(doc: Doc) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def unchecked_gpu_workload(doc: Doc, inputs: Inputs | None = None) -> list[Finding]:
+def unchecked_gpu_workload(doc: Doc, inputs: Inputs) -> list[Finding]:
     """KV319 for each container of a document that asks for GPUs and starts no server kvcheck reads: a workload
     of its own, or one service, role or sidecar of a document whose other containers are servers."""
-    data = doc.data
-    kind = data.get("kind") if isinstance(data, Mapping) else None
-    name = get(data, "metadata", "name")
+    kind, name = _kind(doc), get(doc.data, "metadata", "name")
     found: list[Finding] = []
-    for path, container, owner in _containers(data, ()):
+    for path, container, owner in _containers(doc.data, ()):
         gpus = gpu_limit(doc, container.get("resources"), (*path, "resources"))
         if gpus is None and owner is not None:  # a Dynamo service asks for its mainContainer's GPUs itself
             gpus = gpu_limit(doc, owner[1].get("resources"), (*owner[0], "resources"))
         if gpus is None or not isinstance(gpus.value, int) or gpus.value < 1:
             continue
-        if _starts_a_server(doc, container, path, inputs or FORMATS.gather([doc])):
+        if _starts_a_server(doc, container, path, inputs):
             continue  # a role's server, or a worker node of one (LeaderWorkerSet workers run the engine too)
         # a Dynamo service's mainContainer goes by the service's name (its key, or `name` in v1beta1's list)
         label = container.get("name") or (owner[1].get("name") or owner[0][-1] if owner is not None else path[-1])
@@ -273,11 +271,11 @@ def _parse_sources(sources: list[SourceFile]) -> tuple[list[Doc], list[RoleSourc
 
 
 def _read_docs(
-    docs: list[Doc], issues: list[InputIssue], read_docs: list[tuple[Doc, int]] | None = None
+    docs: list[Doc], inputs: Inputs, issues: list[InputIssue], read_docs: list[tuple[Doc, int]]
 ) -> list[RoleSource]:
-    """The roles each document declares, read by its format's reader; a reader's error is an issue. Each
-    document a format reads goes to `read_docs`, with the number of roles it gave."""
-    inputs = FORMATS.gather(docs)
+    """The roles each document declares, read by its format's reader (`inputs`: what the documents refer to
+    among all of them); a reader's error is an issue. Each document a format reads goes to `read_docs`, with
+    the number of roles it gave."""
     role_sources: list[RoleSource] = []
     for doc in docs:
         fmt = FORMATS.detect(doc)
@@ -286,8 +284,7 @@ def _read_docs(
         try:
             found = fmt.read(doc, inputs)
             role_sources.extend(found)
-            if read_docs is not None:
-                read_docs.append((doc, len(found)))
+            read_docs.append((doc, len(found)))
         except ScriptError as exc:
             issues.append(exc.issue)
             if exc.fatal:  # the expansion budget is spent: reading on would only repeat it

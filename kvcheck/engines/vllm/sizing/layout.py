@@ -376,7 +376,7 @@ def hma_off(args: Mapping[str, Any], version: Version | None) -> str | None:
     """Why vLLM runs without its hybrid KV cache manager (sliding-window layers then keep full-length caches,
     state layers are refused), or None when it keeps it: --disable-hybrid-kv-cache-manager, or, the flag
     unset, a KV connector that does not support the manager (VllmConfig.__post_init__'s HMA rules)."""
-    stated = _flag(args, "disable_hybrid_kv_cache_manager")
+    stated = arg_flag(args, "disable_hybrid_kv_cache_manager")
     if stated is not None:
         return "--disable-hybrid-kv-cache-manager" if stated else None
     config = serving.kv_transfer_config(args)
@@ -399,7 +399,8 @@ def hma_off(args: Mapping[str, Any], version: Version | None) -> str | None:
     return f"--kv-transfer-config ({name}): the connector does not support the hybrid KV cache manager"
 
 
-def _flag(args: Mapping[str, Any], name: str) -> bool | None:
+def arg_flag(args: Mapping[str, Any], name: str) -> bool | None:
+    """A boolean engine argument as vLLM reads it; None when unset."""
     value = args.get(name)
     if value is None:
         return None
@@ -516,7 +517,7 @@ def mamba_state(text: Mapping[str, Any], architecture: str, *, tp: int, model_dt
 def mamba_cache_mode(architecture: str, args: Mapping[str, Any], version: Version | None) -> str:
     """The mamba_cache_mode vLLM runs the role in (MambaModelConfig.verify_and_update_config)."""
     rules = version or NEWEST_RULES
-    prefix = _flag(args, "enable_prefix_caching")
+    prefix = arg_flag(args, "enable_prefix_caching")
     asked = str(args.get("mamba_cache_mode") or "none")
     if asked not in ("none", "align", "all"):
         raise _unpriced_hybrid(architecture, f"--mamba-cache-mode {asked} is not a mode vLLM knows")

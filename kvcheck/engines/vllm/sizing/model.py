@@ -19,6 +19,7 @@ from kvcheck.engines.vllm.sizing.jsonargs import json_arg
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
     KvLayout,
+    arg_flag,
     is_hybrid,
     kv_layout,
     model_dtype_of,
@@ -252,9 +253,7 @@ def estimate_role(
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
-    lora = args.get("enable_lora")
-    if lora not in (None, False) and str(lora).strip().lower() not in ("false", "0", "no", "off") \
-            and inp.explicit_kv_bytes is None:
+    if arg_flag(args, "enable_lora") and inp.explicit_kv_bytes is None:
         # the LoRA manager's slots (--max-loras x every target module at --max-lora-rank) are allocated with the
         # model, before vLLM profiles its memory: they come out of the KV cache
         raise EstimateError(

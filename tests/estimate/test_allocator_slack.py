@@ -10,7 +10,7 @@ import pytest
 
 from kvcheck.engines.sglang.sizing import estimate_role
 from kvcheck.engines.sglang.sizing import model as sizing_model
-from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack, expandable_segments
+from kvcheck.engines.sglang.sizing.allocator import SLACK, block_slack, expandable_segments, pinned_segment
 from kvcheck.engines.sglang.sizing.weights import Parallel, config_weights
 from kvcheck.model import RoleTarget
 from tests.datapaths import MODELS_ABSENT
@@ -46,6 +46,19 @@ def test_the_rule_per_tensor():
     assert block_slack(10 * MIB + 1) == 2 * MIB - 1  # the 512 B rounding is part of the slack
     assert block_slack(63 * MIB) == MIB
     assert block_slack(62.5 * MIB) == 1.5 * MIB
+
+
+def test_a_freed_tensor_whose_split_tail_another_took_keeps_its_segment():
+    # Kimi-K3's router gate (12.25 MiB: a 14 MiB segment) and the 1.3125 MiB w13 bias that takes its tail
+    assert pinned_segment(12.25 * MIB, 1.3125 * MIB) == 14 * MIB - 1.3125 * MIB
+    assert pinned_segment(12.25 * MIB, 1.75 * MIB) == 12.25 * MIB  # a tenant filling the tail exactly
+    assert pinned_segment(12.25 * MIB, 1.75 * MIB + 1) == 0  # rounded to 512 B it no longer fits the tail
+    assert pinned_segment(12.25 * MIB, MIB) == 0  # a small-pool request: it never looks at large blocks
+    assert pinned_segment(12.25 * MIB, MIB + 1) == 14 * MIB - MIB - 1  # 1 MiB + 512 B: the large pool
+    assert pinned_segment(49 * MIB, 0.9 * MIB) == 0  # a 1 MiB tail is not split off (kSmallSize)
+    assert pinned_segment(49 * MIB, 1.5 * MIB) == 0
+    assert pinned_segment(8 * MIB, 1.5 * MIB) == 0  # under 10 MiB: a shared 20 MiB segment, not modelled
+    assert pinned_segment(12 * MIB, 1.5 * MIB) == 0  # a multiple of 2 MiB leaves no tail
 
 
 def test_qwen3_8_27b_fp8_at_tp1_holds_66_mib():

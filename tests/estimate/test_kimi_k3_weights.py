@@ -35,6 +35,7 @@ P = HEADS * HD  # 12288
 KDA_LAYERS, MLA_LAYERS, MOE_LAYERS = 69, 24, 92
 EXPERTS, INTER, LATENT = 896, 3072, 3584
 BF16, FP32 = 2, 4
+MIB = 1 << 20
 
 
 def _components(tp: int = 8, ep: int = 1, **par) -> dict[str, float]:
@@ -148,9 +149,42 @@ def test_the_merged_moe_front_is_one_tensor_to_the_allocator(args, front):
     assert SLACK in stage.stages[0].components
 
 
+GATE_PINNED = 14 * MIB - 1.3125 * MIB  # the gate's 14 MiB segment, less the w13 bias that keeps it
+
+
+@pytest.mark.parametrize(("tp", "ep", "front", "layout", "pinned"), [
+    (8, 8, 2, Mxfp4ExpertLayout(bias_bytes=2), GATE_PINNED),  # deepep: 112 experts x 6144 rows x 2 B = 1.3125 MiB
+    (8, 1, 3, Mxfp4ExpertLayout(bias_bytes=2), GATE_PINNED),  # no all-to-all: 896 x 768 x 2 B, the same
+    (16, 16, 2, Mxfp4ExpertLayout(bias_bytes=2), 0),  # 56 x 6144 x 2 B = 0.66 MiB: a small-pool request
+    (16, 1, 3, Mxfp4ExpertLayout(bias_bytes=2), 0),  # 896 x 384 x 2 B, the same
+    (8, 8, 0, Mxfp4ExpertLayout(bias_bytes=2), 0),  # SGLANG_K3_FUSED_FRONT=0: the gate is never freed
+    (8, 1, 3, Mxfp4ExpertLayout(inter_align=128, hidden_align=256, scale_k_align=8), 0),  # aiter: no bias
+    (8, 1, 3, Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4), 0),  # flashinfer: not modelled
+])
+def test_the_freed_router_gate_stays_reserved_where_the_w13_bias_took_its_tail(tp, ep, front, layout, pinned):
+    # KimiK3MoE builds the gate, then the experts; a w13 bias of 1-1.75 MiB takes the gate segment's split
+    # tail, and _merge_front_weights frees the gate into the front buffer: the bias keeps the segment
+    def router_slack(experts: Mxfp4ExpertLayout | None, rounding: bool = True) -> float:
+        target = role(K3, gpu="H200", tp_size=tp)
+        model = sizing_model._model(target, target.args, offline=True)
+        par = Parallel(tp=tp, ep=ep, k3_front=front, mxfp4_experts=experts, allocator_rounding=rounding)
+        stage = config_weights(model.shape, model.source.text, model.scheme, par, tied=False).stages[0]
+        return stage.slack.get("router", 0.0)
+
+    assert router_slack(layout) - router_slack(None) == MOE_LAYERS * pinned
+    assert router_slack(layout, rounding=False) == 0  # expandable segments: one growing mapping, no segments
+
+
 def test_kimi_k3_b300_weights_per_gpu():
     # the whn09/kimi-k3-sglang B300 launch, priced as 0.5.19 with deepep (tests/estimate/newest_cases.py): the
-    # estimate's weights, to the MiB; its host logged 214.88 GiB, which the modules SGLang builds do not explain
+    # estimate's weights, to the MiB; its host logged 214.88 GiB. The freed router gates' segments are 1.140 GiB
+    # of it (92 x 12.6875 MiB); the modules SGLang builds do not explain the rest
     est = _est("B300", "0.5.19", tp_size=8, ep_size=8, moe_a2a_backend="deepep", moe_runner_backend="deep_gemm",
                mem_fraction_static=0.85)
-    assert est.details["weights_gib_per_gpu"] == 212.319
+    assert est.details["weights_gib_per_gpu"] == 213.459
+    env = {"SGLANG_K3_FUSED_FRONT": "0"}  # no merge: the gate stays a tensor of its own
+    unmerged = estimate_role(replace(role(K3, gpu="B300", env=env, tp_size=8, ep_size=8, moe_a2a_backend="deepep",
+                                          moe_runner_backend="deep_gemm", mem_fraction_static=0.85),
+                                     engine_version="0.5.19"), offline=True)
+    # 2 MiB a layer more slack unmerged (gate 1.75 + latent down 1 against the front's 0.75), no pinned segment
+    assert unmerged.details["weights_gib_per_gpu"] == 212.499

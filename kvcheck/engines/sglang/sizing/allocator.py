@@ -7,8 +7,11 @@ weights are loaded (and its cache emptied), not the sum of the tensors' bytes. T
 2 MiB (kRoundLarge). A weight tensor that is not a multiple of 2 MiB so leaves the rest of its last 2 MiB
 reserved: the tensor's slack, counted here per tensor as SGLang allocates it (fused shapes, one rank's shard).
 
-Not modelled: tensors of 1-10 MiB share 20 MiB segments (kLargeBuffer), which a run of them fills closely,
-and a large block's tail over 1 MiB that a later 1-10 MiB request may take; both are counted as no slack.
+A large block's tail over 1 MiB (kSmallSize) is split off and stays free; the next request of 1-10 MiB that
+fits it best takes it. The two then share the segment: when the first tensor is freed after loading (a merge
+that re-points it into a new buffer) and the cache emptied, the live tenant keeps the whole segment reserved
+(pinned_segment). Not modelled: tensors of 1-10 MiB share 20 MiB segments (kLargeBuffer), which a run of them
+fills closely, and tails taken by a tensor that lives on; both are counted as no slack.
 With `expandable_segments:True` the allocator maps pages into one growing segment instead (no per-tensor
 rounding), and Ascend NPUs have their own allocator: no slack in either case.
 """
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping
 SLACK = "allocator_slack"  # the weights component that is the caching allocator's rounding of the tensors
 MIB = 1 << 20
 MIN_BLOCK = 512  # kMinBlockSize: every request is rounded up to this
+SMALL_SIZE = MIB  # kSmallSize: requests up to this come from the small pool; a large block splits past this
 MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: from here a request gets a segment of its own ...
 ROUND_LARGE = 2 * MIB  # kRoundLarge: ... rounded up to this
 # the variables PyTorch reads its allocator settings from, the first one set wins: PYTORCH_ALLOC_CONF (2.9 on),
@@ -35,6 +39,22 @@ def block_slack(nbytes: float) -> float:
     if size < MIN_LARGE_ALLOC:
         return 0.0
     return math.ceil(size / ROUND_LARGE) * ROUND_LARGE - nbytes
+
+
+def pinned_segment(freed: float, tenant: float) -> float:
+    """Bytes that stay reserved beyond `tenant` once a tensor of `freed` bytes is freed and the cache emptied,
+    where `tenant` (a later request) took the split tail of the freed tensor's segment: the segment, less the
+    tenant. 0 where the segment has no split tail (under 10 MiB, or 1 MiB or less left over), or the tenant is
+    a small-pool request or does not fit the tail (it went elsewhere)."""
+    size = math.ceil(round(freed, 3) / MIN_BLOCK) * MIN_BLOCK
+    taken = math.ceil(round(tenant, 3) / MIN_BLOCK) * MIN_BLOCK
+    if size < MIN_LARGE_ALLOC:
+        return 0.0
+    segment = math.ceil(size / ROUND_LARGE) * ROUND_LARGE
+    tail = segment - size
+    if tail <= SMALL_SIZE or taken <= SMALL_SIZE or taken > tail:
+        return 0.0
+    return segment - tenant
 
 
 def tensors_slack(sizes: Iterable[float]) -> float:

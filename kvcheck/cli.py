@@ -842,7 +842,8 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               callback=_output_folder_exists,
-              help="Write the manifest to this file (model.config is then relative to it) instead of stdout.")
+              help="Write the manifest to this file (model.config is then relative to it; on stdout it is absolute) "
+              "instead of stdout.")
 @_deployment_options
 def import_(files: tuple[str, ...], cmd: str | None, fmt: str, output: Path | None, gpu: str | None,
     context_length: int | None, model_config: Path | None, sglang_version: str | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcheck.inputs.deploy.manifest import Overrides, config_relative_to, import_deployments
+from kvcheck.inputs.deploy.manifest import Overrides, config_absolute, config_relative_to, import_deployments
 from kvcheck.inputs.deploy.render import render_json, render_yaml
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.model import Finding
@@ -24,7 +24,7 @@ class ImportOptions:
     context_length: int | None = None
     model_config: Path | None = None
     sglang_version: str | None = None
-    output: Path | None = None  # the file the manifest is written to: model.config is made relative to it
+    output: Path | None = None  # the file the manifest is written to: model.config relative to it (else absolute)
 
 
 @dataclass(frozen=True)
@@ -58,5 +58,7 @@ def run_import(options: ImportOptions) -> Imported:
     resolved, findings = import_deployments(options.files, overrides, cmd=options.cmd)
     if options.output is not None:
         resolved = [config_relative_to(item, options.output.absolute().parent) for item in resolved]
+    else:  # saved who knows where: only an absolute path is read right from the manifest's folder
+        resolved = [config_absolute(item) for item in resolved]
     text = render_json(resolved) if options.fmt == "json" else render_yaml(resolved, findings)
     return Imported(text, tuple(findings))

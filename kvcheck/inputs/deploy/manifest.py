@@ -264,14 +264,30 @@ def _stated(sourced: Sourced) -> Stated:
     return Stated(sourced.value, _where(sourced))
 
 
+def _physical(path: Path) -> Path:
+    """`path` absolute, its folders' links resolved as the file system resolves `..`, but the file's own name
+    kept: a Hugging Face snapshot's config.json is a link to a blob named by its hash."""
+    return path.absolute().parent.resolve() / path.name
+
+
 def config_relative_to(resolved: Resolved, folder: Path) -> Resolved:
     """The deployment with model.config relative to `folder`: a manifest's model.config is read relative
     to the manifest, so a manifest written into `folder` names its config from there."""
     config = resolved.model_config
     if config is None:
         return resolved
-    relative = os.path.relpath(Path(str(config.value)).resolve(), folder.resolve())
+    relative = os.path.relpath(_physical(Path(str(config.value))), folder.resolve())
     return replace(resolved, model_config=Sourced(Path(relative), config.location, config.origin))
+
+
+def config_absolute(resolved: Resolved) -> Resolved:
+    """The deployment with model.config absolute, for a manifest printed on stdout: where it will be saved,
+    and so what a relative path would be read against, is unknown (a path as given, relative to the working
+    folder, names nothing, or another file, once the manifest is saved in another folder)."""
+    config = resolved.model_config
+    if config is None:
+        return resolved
+    return replace(resolved, model_config=Sourced(_physical(Path(str(config.value))), config.location, config.origin))
 
 
 def _group_nodes(role: ImportedRole) -> Sourced | None:
@@ -309,8 +325,7 @@ def imported_manifest(resolved: Resolved) -> ImportedManifest:
         name=Stated(resolved.name, ", ".join(resolved.deployment.sources)),
         context_length=_stated(resolved.context_length) if resolved.context_length is not None else None,
         model_path=_stated(model_path) if model_path is not None and model_path.value is not None else None,
-        # as given (relative to the working folder): `kvcheck import -o FILE` makes it relative to FILE's
-        # folder (config_relative_to); an absolute path of this machine could not be committed
+        # `kvcheck import` makes it relative to -o FILE's folder (config_relative_to), or absolute on stdout
         model_config=Stated(str(config.value), _where(config)) if config is not None else None,
         version=Stated(str(resolved.version.value), _where(resolved.version)),
         gpu=_stated(resolved.gpu) if resolved.gpu is not None else None,

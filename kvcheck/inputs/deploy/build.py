@@ -29,6 +29,7 @@ from kvcheck.inputs.deploy.formats.command_line import NAME as CMD_NAME
 from kvcheck.inputs.deploy.formats.inference_pool import Pool, pool_notes, pools_in, without_servers
 from kvcheck.inputs.deploy.formats.patch import list_items
 from kvcheck.inputs.deploy.formats.pods import container_server, entrypoint_server, gpu_limit
+from kvcheck.inputs.deploy.rules import file_finding
 from kvcheck.inputs.deploy.server import (
     NON_SIZING_FLAGS,
     PLACEMENT_FLAGS,
@@ -53,7 +54,6 @@ from kvcheck.inputs.deploy.source import (
 )
 from kvcheck.io.yamlpos import Path_, safe_load_all
 from kvcheck.model import Finding, Location, Severity
-from kvcheck.policy.registry import finding
 
 # Formats whose object is a whole deployment; loose workloads (Deployment, LWS, ...) are grouped.
 _LOOSE = frozenset({"Deployment", "StatefulSet", "Pod", "LeaderWorkerSet"})
@@ -185,7 +185,7 @@ def unchecked_gpu_workload(doc: Doc, inputs: Inputs) -> list[Finding]:
         words = [w for part in ("command", "args") if isinstance(w_list := container.get(part), list)
                  for w in w_list if isinstance(w, (str, int, float))]
         shown = f": {one_line(' '.join(map(str, words)))[:120]}" if words else " (no command: the image's entrypoint)"
-        found.append(finding(
+        found.append(file_finding(
             "KV319", None,
             f"{kind} '{name}', container '{label}', asks for {gpus.value} GPU{'s' if gpus.value != 1 else ''} "
             f"({gpus.origin}) but starts no engine server kvcheck reads{shown}; it is not checked",
@@ -603,7 +603,7 @@ def _with_config(
         on_disk = _config_file(source, token) if source.config_source is None else None
         if on_disk is None:
             findings.append(
-                finding(
+                file_finding(
                     "KV317",
                     source.name,
                     f"--config {token.text}: the file is not among the inputs, so the flags it sets are unknown",
@@ -668,7 +668,7 @@ def _disagreements(
         if name in KV501_WARNING_FLAGS:
             text += " (a flag that does not size the pool: a warning)"
             severity = "warning"
-        out.append(finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
+        out.append(file_finding("KV501", source.name, text, hint=hint, location=where, severity=severity))
     return out
 
 

@@ -23,12 +23,12 @@ from kvcheck.inputs.deploy.build import (
     read_deployments,
     role_args_in_order,
 )
+from kvcheck.inputs.deploy.rules import file_finding
 from kvcheck.inputs.deploy.server import Sourced
 from kvcheck.inputs.manifest.load import LoadedManifest, _parallel_gpus
 from kvcheck.inputs.manifest.model import MAX_TOKENS, EngineSpec, LauncherSpec, Manifest
 from kvcheck.model import Finding, Location, RoleTarget
 from kvcheck.policy.config import PolicyConfig
-from kvcheck.policy.registry import finding
 from kvcheck.redact import is_secret_name
 
 
@@ -348,7 +348,7 @@ class LoadedDeployment(LoadedManifest):
 
     def notes(self) -> list[Finding]:
         out = [
-            finding("KV204", None, text, hint=f"state the release: {RELEASE_OPTION} or the overlay's engine.version",
+            file_finding("KV204", None, text, hint=f"state the release: {RELEASE_OPTION} or the overlay's engine.version",
                     location=self.notes_at)
             for text in self.notes_text
         ]
@@ -460,7 +460,7 @@ def _accelerator_findings(role: ImportedRole, gpu: Sourced, name: str) -> list[F
     if built is None or profile is None or built[0] == profile.vendor:
         return []
     stated = f" ({gpu.origin} at {gpu.location.render()})" if gpu.location else f" ({gpu.origin})" if gpu.origin else ""
-    return [finding(
+    return [file_finding(
         "KV318", name,
         f"image {role.image.value!r} is built for {built[1]}, but the role is sized for {gpu.value}"
         f"{stated}, {vendor_name(profile.vendor)} GPU: the predicted pool is for a card this image does not run on",

@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from kvcheck.policy.registry import define_rule
+from kvcheck.escape import one_line
+from kvcheck.model import Finding, Location, Severity
+from kvcheck.policy.registry import define_rule, finding
+
+
+def file_finding(
+    code: str,
+    role: str | None,
+    message: str,
+    *,
+    hint: str | None = None,
+    location: Location | None = None,
+    severity: Severity | None = None,
+) -> Finding:
+    """A finding about deployment files, its message one escaped line: it quotes names and words of the
+    files (a workload, a container, a command-line word), and one holding a newline or an escape sequence
+    started a forged line of its own in the table, on stderr and in JUnit (docs/security.md, Output)."""
+    return finding(code, role, one_line(message), hint=hint, location=location, severity=severity)
 
 KV317 = define_rule(
     "KV317",

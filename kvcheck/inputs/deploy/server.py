@@ -24,6 +24,7 @@ from kvcheck.engines.argv import ParsedArgv, ParsedFlag
 from kvcheck.engines.flags import Catalogue, Flag, FlagError
 from kvcheck.errors import InputError, InputIssue
 from kvcheck.inputs.deploy.budget import VARIABLE_COST, ExpansionBudgetExceeded, current, ensure_budget, spend
+from kvcheck.inputs.deploy.rules import file_finding
 from kvcheck.inputs.deploy.shell import (
     ShellBudgetError,
     ShellSyntaxError,
@@ -35,7 +36,6 @@ from kvcheck.inputs.deploy.shell import (
 from kvcheck.inputs.deploy.source import Doc
 from kvcheck.io.yamlpos import Path_, load_yaml_documents
 from kvcheck.model import Finding, Location
-from kvcheck.policy.registry import finding
 
 if TYPE_CHECKING:
     from kvcheck.engines.base import Engine
@@ -553,7 +553,7 @@ def _wrapper_flag(token: Token, catalogue: Catalogue, role: str, findings: list[
     name = token.text.partition("=")[0].lstrip("-")
     if name not in DYNAMO_FLAGS:
         findings.append(
-            finding(
+            file_finding(
                 "KV502",
                 role,
                 f"'{token.text.partition('=')[0]}' is not a flag of {catalogue.label} {catalogue.version}; "
@@ -632,7 +632,7 @@ def _unresolved(role: str, token: Token, flag: str | None) -> Finding:
     subject = f"the value given to {flag}" if flag else f"the word '{token.text}'"
     reasons = "".join(f"; {name}: {why}" for name, why in token.why.items())
     harmless = flag in NON_SIZING_FLAGS
-    return finding(
+    return file_finding(
         "KV317",
         role,
         f"{subject} uses {names}, which the files do not set{reasons}"

@@ -499,10 +499,7 @@ def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str
     figures = [pool] if pool is not None else []
     ranks = info.dp_token_capacities
     if ranks and info.max_total_num_tokens is not None and info.max_total_num_tokens < min(ranks):
-        texts.append(
-            f"server info's max_total_num_tokens {info.max_total_num_tokens:,} is below every DP rank's "
-            f"token_capacity (smallest {min(ranks):,})"
-        )
+        texts.append(engine.pool_below_ranks(info.max_total_num_tokens, min(ranks)))
         figures.append(info.max_total_num_tokens)
     gauge = _gauge(info, engine.pool_gauge)
     if gauge is not None and pool is not None and int(gauge) != pool:
@@ -524,15 +521,12 @@ def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str
         and info.context_length_arg != info.served_context_len
     ):
         texts.append(
-            f"the server was started with --context-length {info.context_length_arg:,} but serves "
+            f"the server was started with --{engine.window_flag} {info.context_length_arg:,} but serves "
             f"a context of {info.served_context_len:,} tokens"
         )
     judged = min(figures) if figures else None
     if info.max_req_input_len is not None and judged is not None and info.max_req_input_len >= judged:
-        texts.append(
-            f"server info's max_req_input_len {info.max_req_input_len:,} is not below the pool of "
-            f"{judged:,} tokens: the smallest rank refuses prompts that figure admits"
-        )
+        texts.append(engine.bound_over_pool(info.max_req_input_len, judged, info))
     return judged, texts
 
 

@@ -24,13 +24,18 @@ KV307 = define_rule(
     "KV307",
     "warning",
     "a server's own figures disagree",
-    """SGLang states its pool and window in several places: /server_info (the first scheduler's
-    max_total_num_tokens and every data-parallel rank's token_capacity), the Prometheus gauges
-    (sglang:max_total_num_tokens, sglang:context_len, with --enable-metrics) and /v1/models
-    (max_model_len). When they disagree, something between kvcheck and the engine is stale or
-    kvcheck misreads this release; kvcheck judges the pool with the smallest figure. Fix: look at
-    the server's startup log (kvcheck logs) to see which figure is right, and report the release
-    to the kvcheck maintainers if the engine is consistent.""",
+    """A server states its pool, its window and the longest request it admits in several places,
+    and the message names them as its engine does. SGLang: /server_info (the first scheduler's
+    max_total_num_tokens, every data-parallel rank's token_capacity, max_req_input_len), the
+    Prometheus gauges (sglang:max_total_num_tokens, sglang:context_len, with --enable-metrics) and
+    /v1/models (max_model_len). vLLM: the KV cache's usable tokens from /metrics'
+    vllm:cache_config_info ((num_gpu_blocks - 1) x block_size, one block being vLLM's null block;
+    vLLM's own "GPU KV cache size" counts it) and /v1/models' max_model_len (--max-model-len), which
+    must stay below them. When they disagree, something between kvcheck and the engine is stale, the
+    engine admits requests its KV cache cannot hold, or kvcheck misreads this release; kvcheck judges
+    the pool with the smallest figure. Fix: look at the server's startup log (kvcheck logs) to see
+    which figure is right (vLLM: lower --max-model-len below the usable tokens, or give the KV cache
+    more memory), and report the release to the kvcheck maintainers if the engine is consistent.""",
 )
 KV308 = define_rule(
     "KV308",

@@ -678,6 +678,18 @@ class Engine(ABC):
     ) -> ServerClient:
         """A client for one running server of this engine (`sleep` None: time.sleep, for backoff)."""
 
+    # KV307 (audit): a server's own figures that disagree, named as the engine names them. The defaults
+    # are engine-neutral; an engine whose server states these figures words them in its own terms.
+    def pool_below_ranks(self, pool_tokens: int, smallest_rank_tokens: int) -> str:
+        """The server-wide pool figure is below every data-parallel rank's."""
+        return (f"the server-wide pool figure {pool_tokens:,} is below every data-parallel rank's pool "
+                f"(smallest {smallest_rank_tokens:,})")
+
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
+        """The server admits prompts (or requests) as long as the pool it is judged by, or longer."""
+        return (f"the server's admission bound {bound_tokens:,} is not below its pool of {pool_tokens:,} tokens: "
+                "the smallest rank cannot hold a request of that length")
+
     def probe_front_door(self) -> ProbeFrontDoor | None:
         """How `kvcheck probe` talks to this engine's deployments; None when it cannot probe them."""
         return None

@@ -315,3 +315,16 @@ def test_min_concurrency_counts_the_servers_running_request_cap(serve, kvcheck, 
         "the engine runs at most 1 request at once (max_running_requests=1), below the policy's min_concurrency "
         "1.2: its pool of 330,000 tokens would hold 1.26 requests of the 262,144-token window, but "
         "max_running_requests binds, so long requests queue behind each other")
+
+
+def test_an_sglang_bound_not_below_its_pool_is_kv307_in_sglang_words(serve, kvcheck):
+    server = serve(sglang_routes(server_info_payload(max_total_num_tokens=262144, max_req_input_len=262144),
+                                 served_context=262150))
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "131072", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(f["rule"], f["severity"], f["message"]) for f in report["findings"]] == [(
+        "KV307", "warning",
+        "server info's max_req_input_len 262,144 is not below the pool of 262,144 tokens: "
+        "the smallest rank refuses prompts that figure admits",
+    )]

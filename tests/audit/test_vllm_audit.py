@@ -80,3 +80,29 @@ def test_the_same_vllm_server_with_a_short_max_model_len_is_kv102(serve, kvcheck
     result = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--format", "json")
     assert result.exit_code == 1, result.stderr
     assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == ["KV102"]
+
+
+# the same server with --max-model-len 16384: vLLM starts it (16,384 is its reported KV cache size), but one
+# of the 128 blocks is its null block, so a request of max_model_len tokens does not fit the 16,256 left
+AT_CAPACITY = {**REAL, "/v1/models": Reply(
+    body=(VLLM_DATA / "0.32.0-cpu-pass.v1_models.json").read_bytes().replace(b'"max_model_len":4096',
+                                                                          b'"max_model_len":16384'),
+    content_type="application/json")}
+
+
+def test_a_vllm_max_model_len_not_below_its_kv_cache_is_kv307_in_vllm_words(serve, kvcheck):
+    server = serve(AT_CAPACITY)
+    result = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--format", "json")
+    assert result.exit_code == 0, result.stderr  # a warning: the 8,192-token window fits
+    report = json.loads(result.stdout)
+    assert report["roles"][0]["pool_tokens"] == 16256
+    assert [(f["rule"], f["severity"], f["message"]) for f in report["findings"]] == [(
+        "KV307", "warning",
+        "--max-model-len 16,384 (/v1/models max_model_len) is not below the KV cache's 16,256 usable tokens "
+        "(vllm:cache_config_info: 128 blocks of 128, one of them vLLM's null block; GPU KV cache size 16,384 "
+        "tokens): the smallest engine's KV cache cannot hold a request of that length",
+    )]
+    strict = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--strict")
+    assert strict.exit_code == 1, strict.stderr
+    for sglang_word in ("server info", "max_req_input_len", "max_total_num_tokens", "DP rank", "SGLang"):
+        assert sglang_word not in strict.stdout

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction, ServerInfo
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.sglang.client import SglangClient
     from kvcheck.engines.sglang.logs.reader import LogReader
@@ -228,6 +228,14 @@ class SglangEngine(Engine):
             transport=transport,
             sleep=sleep or time.sleep,
         )
+
+    def pool_below_ranks(self, pool_tokens: int, smallest_rank_tokens: int) -> str:
+        return (f"server info's max_total_num_tokens {pool_tokens:,} is below every DP rank's token_capacity "
+                f"(smallest {smallest_rank_tokens:,})")
+
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
+        return (f"server info's max_req_input_len {bound_tokens:,} is not below the pool of {pool_tokens:,} tokens: "
+                "the smallest rank refuses prompts that figure admits")
 
     def probe_front_door(self) -> ProbeFrontDoor:
         from kvcheck.engines.base import ProbeFrontDoor

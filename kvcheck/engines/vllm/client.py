@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.engines.base import ServerInfo
@@ -121,6 +122,21 @@ def pools_from_metrics(text: str, where: str) -> tuple[list[int], dict[str, floa
     metrics = {name: float(min(values)) for name, values in figures.items() if values}
     metrics[POOL_GAUGE] = float(min(p for _, p in pools))
     return [p for _, p in pools], metrics
+
+
+def bound_over_pool(max_model_len: int, pool_tokens: int, metrics: Mapping[str, float]) -> str:
+    """KV307 in vLLM's words: a max_model_len not below the tokens the KV cache holds for one request, with
+    the cache config the figure comes from and the KV cache size vLLM itself reports (its startup log's
+    "GPU KV cache size: N tokens"), which counts the null block."""
+    blocks, block = metrics.get(BLOCKS_GAUGE), metrics.get(BLOCK_SIZE_GAUGE)
+    sources = []
+    if blocks is not None and block is not None and usable_tokens(int(blocks), int(block)) == pool_tokens:
+        sources.append(f"{CACHE_INFO}: {int(blocks):,} blocks of {int(block):,}, one of them vLLM's null block")
+    if (size := metrics.get(SIZE_GAUGE)) is not None:
+        sources.append(f"GPU KV cache size {int(size):,} tokens")
+    shown = f" ({'; '.join(sources)})" if sources else ""
+    return (f"--max-model-len {max_model_len:,} ({MODELS_PATH} max_model_len) is not below the KV cache's "
+            f"{pool_tokens:,} usable tokens{shown}: the smallest engine's KV cache cannot hold a request of that length")
 
 
 class VllmClient(ServerTransport):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import httpx
 
     from kvcheck.engines.argv import ParsedArgv
-    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction
+    from kvcheck.engines.base import NodeLaunch, PoolEstimate, ProbeFrontDoor, SafeFraction, ServerInfo
     from kvcheck.engines.flags import Catalogue
     from kvcheck.engines.vllm.client import VllmClient
     from kvcheck.engines.vllm.logs import VllmLogReader
@@ -224,6 +224,11 @@ class VllmEngine(Engine):
 
         return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
                           backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
+
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
+        from kvcheck.engines.vllm.client import bound_over_pool
+
+        return bound_over_pool(bound_tokens, pool_tokens, info.metrics)
 
     def probe_front_door(self) -> ProbeFrontDoor:
         from kvcheck.engines.vllm.probe import FRONT_DOOR

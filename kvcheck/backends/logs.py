@@ -92,16 +92,28 @@ def read_logs(
 def _cut_at_time_limit(
     measurement: PoolMeasurement, name: str, summary: LogSummary, timeout_s: float
 ) -> PoolMeasurement:
-    """KV312 for a role read from a pipe that was still open at the time limit: a later restart, with another
-    pool, would be in what was not read."""
+    """KV312 for a role read from a pipe that was still open at the time limit, saying what was read.
+
+    After the engine's ready line the startup was read whole and the figure is the one the server serves; it
+    stays KV312 (a warning, so --strict fails it) because a later restart, with another pool, is in what was
+    not read. Before it, the startup itself was cut. Readiness is the ready line itself, not the absence of
+    every line the reader looks for (a log without its server_args line was called cut before readiness)."""
     ready = _engine().ready_line
-    what = f"its startup up to '{ready}' was read" if any(r.final_tokens is not None for r in summary.ranks) \
-        and summary.failure is None and not summary.missing else "its startup was not read to its end"
+    pool_tokens = measurement.pool_tokens
+    line = measurement.details.get("figure_line")
+    figure = (f"the pool figure ({pool_tokens:,} tokens{f', line {line}' if line is not None else ''}) was read"
+              if pool_tokens is not None else "no pool figure was read")
+    cut = f"{name} was still open after {timeout_s:g} s, so the stream was cut at the time limit after {summary.lines:,} lines"
+    if summary.ready:
+        text = (f"{figure} and the server said it was ready ('{ready}'); {cut}: a restart after that point, with "
+                "another pool, would not be seen")
+    else:
+        text = (f"{cut}, before the server said it was ready ('{ready}'): {figure}"
+                + (", but the startup was not read to its end" if pool_tokens is not None else ""))
     return replace(measurement, findings=(*measurement.findings, finding(
         KV312,
         measurement.role,
-        f"{name} was still open after {timeout_s:g} s, so reading stopped there ({summary.lines:,} lines): {what}; "
-        "a restart after that point, with another pool, would not be seen",
+        text,
         hint="pipe a finished log (kubectl logs POD, without -f), or raise --timeout",
         location=Location(name),
     )))

@@ -24,8 +24,13 @@ KV312 = define_rule(
     """The figure kvcheck judged comes from the first allocation line (`KV Cache is allocated`)
     without the final `max_total_num_tokens=` line that states what the server serves, or the log
     ends before the server said it was ready. With post-capture sizing off (SGLang's default) the
-    first allocation is the pool, so the verdict holds for what the log shows. Fix: pass the
-    complete startup log, up to `The server is fired up and ready to roll!`.""",
+    first allocation is the pool, so the verdict holds for what the log shows. Also when `kvcheck
+    logs -` stopped reading a pipe still open at `--timeout` (`kubectl logs -f`): the message says
+    whether the stream was cut after the server's ready line (the pool figure was read and the
+    startup is whole, but a restart after the cut, with another pool, would not be seen) or before
+    it. Fix: pass the complete startup log, up to the ready line (`The server is fired up and ready
+    to roll!`; vLLM: `Application startup complete.`), from a stream that ends (`kubectl logs POD`
+    without `-f`), or raise `--timeout`.""",
 )
 
 KV313 = define_rule(

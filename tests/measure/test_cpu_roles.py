@@ -244,7 +244,7 @@ def test_no_gpu_check_skips_the_host_check_too() -> None:
 
 
 def test_a_vllm_kv_space_above_the_available_memory_is_refused() -> None:
-    base = replace(cpu_target(), engine="vllm")
+    base = replace(cpu_target(), engine="vllm", engine_version="0.32.0")
     launcher = LocalLauncher(host_reader=lambda: host(8 * 2**30))
     assert preflight(launcher, replace(base, env={"VLLM_CPU_KVCACHE_SPACE": "8"})) is None
     refusal = preflight(launcher, replace(base, env={"VLLM_CPU_KVCACHE_SPACE": "9"}))
@@ -254,6 +254,8 @@ def test_a_vllm_kv_space_above_the_available_memory_is_refused() -> None:
         "vLLM refuses a KV space above its NUMA node's available memory")
     flag = preflight(launcher, replace(base, args={"kv_cache_memory_bytes": 9 * 2**30}))
     assert flag is not None and "--kv-cache-memory-bytes 9663676416" in flag.findings[0].message
+    # before 0.20.0 the CPU worker never reads the flag (it sizes from VLLM_CPU_KVCACHE_SPACE): nothing to refuse
+    assert preflight(launcher, replace(base, engine_version="0.19.0", args={"kv_cache_memory_bytes": 9 * 2**30})) is None
     broken = preflight(launcher, replace(base, env={"VLLM_CPU_KVCACHE_SPACE": "4G"}))
     assert broken is not None and "is not a whole number of GiB" in broken.findings[0].message
 

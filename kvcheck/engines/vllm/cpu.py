@@ -1,8 +1,8 @@
 """vLLM's CPU backend: what a host must offer before a CPU role can boot.
 
 From vLLM 0.32.0's source: `VLLM_CPU_KVCACHE_SPACE` (GiB, the legacy setting; it overrides
-`--kv-cache-memory-bytes`, platforms/cpu.py) fixes the KV cache, and the CPU worker refuses at boot
-a KV size above the memory available on its NUMA node (cpu_worker.py, determine_available_memory).
+`--kv-cache-memory-bytes`, platforms/cpu.py; the CPU worker reads the flag from 0.20.0) fixes the KV cache, and the
+CPU worker refuses at boot a KV size above the memory available on its NUMA node (cpu_worker.py, determine_available_memory).
 A node never has more available than the whole host, so a space above the host's available memory
 is refused for certain; below it, the boot itself tells.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from kvcheck.engines.vllm.serving import explicit_kv_bytes
 
 if TYPE_CHECKING:
     from kvcheck.hostmem import HostMemory
@@ -38,7 +40,7 @@ def check_host(target: RoleTarget, host: HostMemory) -> tuple[str, str] | None:
         return (f"role {target.name}: {KV_SPACE_ENV}={env[KV_SPACE_ENV]!r} is not a whole number of GiB, and vLLM "
                 "stops at start on it",
                 f"set {KV_SPACE_ENV} to the KV cache's size in GiB, e.g. {KV_SPACE_ENV}: \"4\"")
-    flag = target.args.get("kv_cache_memory_bytes")
+    flag = explicit_kv_bytes(target.args, "cpu", target.engine_version)
     if space is not None:
         wanted, named = space * GIB, f"a {space} GiB KV cache ({KV_SPACE_ENV})"
     elif isinstance(flag, int) and not isinstance(flag, bool):

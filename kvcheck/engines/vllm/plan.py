@@ -19,6 +19,7 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.vllm.cpu import GIB, KV_SPACE_ENV
+from kvcheck.engines.vllm.serving import explicit_kv_bytes
 from kvcheck.engines.vllm.sizing.model import _device, estimate_role
 from kvcheck.errors import EstimateError, InputError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
@@ -183,7 +184,7 @@ def _cpu_space(target: RoleTarget) -> tuple[str, int] | None:
     space = target.env.get(KV_SPACE_ENV, "").strip()
     if space.isdigit():
         return KV_SPACE_ENV, int(space)
-    explicit = target.args.get("kv_cache_memory_bytes")
+    explicit = explicit_kv_bytes(target.args, "cpu", target.engine_version)
     if isinstance(explicit, int) and not isinstance(explicit, bool):
         return CPU_BYTES_FLAG, explicit
     return None

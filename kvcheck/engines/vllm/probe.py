@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvcheck.engines.base import ProbeFrontDoor
+from kvcheck.engines.vllm.serving import explicit_kv_bytes
 
 HINTS = {
     "KV401": "vLLM refuses prompts of max_model_len tokens or more with HTTP 400: make every router "
@@ -74,7 +75,7 @@ def fit_hint(args: Mapping[str, Any], device: str, env: Mapping[str, str]) -> st
     if args.get("num_gpu_blocks_override") is not None:  # vLLM allocates its blocks whatever the memory
         return ("or set the pool's blocks: --num-gpu-blocks-override fixes them whatever the memory (set it to "
                 "the blocks the window needs where the GPU holds them, or drop it so vLLM sizes the pool)")
-    if args.get("kv_cache_memory_bytes") is not None:  # it replaces --gpu-memory-utilization's profiling
+    if explicit_kv_bytes(args, device, None) is not None:  # it replaces --gpu-memory-utilization's profiling
         parts = ["raise --kv-cache-memory-bytes (it is set, so --gpu-memory-utilization does not size the pool)"]
     else:
         parts = ["raise --gpu-memory-utilization"]

@@ -48,7 +48,8 @@ KV211 = define_rule(
     role that boots and passes can run out of memory under load, and the same bytes on a GPU with
     less free memory at start leave less room. kvcheck measures the pool, not that headroom. Not
     raised for a CPU role (vLLM's CPU backend never profiles: the explicit KV space is its normal
-    sizing). Fix: size the pool with --gpu-memory-utilization (vLLM profiles and keeps the headroom),
+    sizing), nor for 0, which the GPU worker reads as unset (`if kv_cache_memory_bytes := ...`) and
+    profiles. Fix: size the pool with --gpu-memory-utilization (vLLM profiles and keeps the headroom),
     or measure the role under peak load on the production GPU and keep --kv-cache-memory-bytes at
     most what that run left free.""",
 )

@@ -32,6 +32,39 @@ KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "kv_bo
 DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16}
 
 
+CPU_READS_KV_BYTES_FROM = (0, 20, 0)  # before, the CPU worker sizes its cache from VLLM_CPU_KVCACHE_SPACE alone
+
+
+def explicit_kv_bytes(args: Mapping[str, Any], device: str, version: str | None) -> Any:
+    """--kv-cache-memory-bytes as vLLM's worker takes it; None where vLLM sizes the pool without it.
+
+    The GPU worker tests it for truth (`if kv_cache_memory_bytes := self.cache_config.kv_cache_memory_bytes:`,
+    vllm/v1/worker/gpu_worker.py, every release with the flag, 0.10.2-0.33.0): 0 is unset there, and the pool
+    is profiled from --gpu-memory-utilization. The CPU worker tests `is not None` (cpu_worker.py, from 0.20.0):
+    0 there is a 0-byte cache, which vLLM refuses at start ("No available memory for the cache blocks");
+    before 0.20.0 it never reads the flag (`determine_available_memory` returns cpu_kvcache_space_bytes, from
+    VLLM_CPU_KVCACHE_SPACE or half the NUMA node's RAM). `version` None reads as the newest release."""
+    value = args.get("kv_cache_memory_bytes")
+    if value is None:
+        return None
+    if device == "cpu":
+        return value if _release(version) >= CPU_READS_KV_BYTES_FROM else None
+    try:
+        return None if int(value) == 0 else value
+    except (TypeError, ValueError):
+        return value  # the estimate names the bad value
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    """A release's (major, minor, micro); an unreadable or absent one reads as the newest."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).release if version else (10**6,)
+    except InvalidVersion:
+        return (10**6,)
+
+
 def kv_transfer_config(args: Mapping[str, Any]) -> dict[str, Any] | None:
     """--kv-transfer-config as a mapping (JSON text as vLLM parses it), None when unset or unreadable."""
     value = args.get("kv_transfer_config")
@@ -129,7 +162,7 @@ def role_findings(target: RoleTarget, args: Mapping[str, Any], mode: str | None,
             hint="keep kv_load_failure_policy: fail (vLLM's default), or run the role without prefix caching",
             location=where,
         ))
-    memory = args.get("kv_cache_memory_bytes")
+    memory = explicit_kv_bytes(args, device, target.engine_version)
     if memory is not None and device != "cpu":
         found.append(finding(
             "KV211", target.name,

@@ -104,9 +104,10 @@ def test_the_cli_raises_kv213_for_a_decode_role_of_an_affected_release(tmp_path:
         "name": "decode on 0.16.0",
         "context_length": 4096,
         "model": {"path": str(model)},
-        "engine": {"name": "vllm", "version": "0.16.0"},
+        # 0.16.0's CPU worker sizes its cache from VLLM_CPU_KVCACHE_SPACE (it reads --kv-cache-memory-bytes from 0.20.0)
+        "engine": {"name": "vllm", "version": "0.16.0", "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
         "device": "cpu",
-        "args": {"max-model-len": 4096, "kv-cache-memory-bytes": 16 * 2**20,
+        "args": {"max-model-len": 4096,
                  "kv-transfer-config": {"kv_connector": "ExampleConnector", "kv_role": "kv_consumer",
                                         "kv_connector_extra_config": {"shared_storage_path": str(tmp_path)}}},
         "roles": {"decode": {}},

@@ -114,7 +114,8 @@ def _inputs(target: RoleTarget, text: Mapping[str, Any], device: str, device_gib
         central = other = float(util_arg)
     if not 0 < central <= 1:
         raise EstimateError(f"--gpu-memory-utilization {central} is outside (0, 1]: vLLM refuses it")
-    explicit = _int_arg(args, "kv_cache_memory_bytes")
+    explicit = _int_arg({"kv_cache_memory_bytes": serving.explicit_kv_bytes(args, device, target.engine_version)},
+                        "kv_cache_memory_bytes")
     cpu_space = target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
     if device == "cpu" and cpu_space:
         if not cpu_space.isdigit():  # vLLM reads it with int(): "0.5" stops its start with a ValueError
@@ -221,6 +222,29 @@ def _moe_split(target: RoleTarget, source: ModelSource, inp: _Inputs) -> tuple[M
                      dp=inp.dp, architecture=source.architecture), experts
 
 
+def _device_memory(target: RoleTarget, device: str, profiles: GpuProfiles | Mapping[str, GpuProfile] | Path | None,
+                   ) -> tuple[GpuProfile | None, mem.DeviceTotal | None]:
+    """The named GPU and its memory, where the pool is profiled from it or the GPU is named; (None, None) for a
+    KV cache sized explicitly with no GPU named. A CPU role sizes its cache from what it states, or not at all."""
+    args = target.args
+    explicit_any = serving.explicit_kv_bytes(args, device, target.engine_version) is not None or (
+        device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())
+    if explicit_any and not (target.gpu and device != "cpu"):
+        return None, None
+    if device == "cpu" and args.get("kv_cache_memory_bytes") is not None:  # a release that ignores it
+        raise EstimateError(f"vLLM {target.engine_version}'s CPU backend ignores --kv-cache-memory-bytes (its "
+                            "worker reads it from 0.20.0) and sizes the pool from VLLM_CPU_KVCACHE_SPACE, else "
+                            "from its own default (4 GiB in 0.11.0, half a NUMA node's RAM in 0.14.0-0.19.0), "
+                            "which the estimate does not assume",
+                            hint="set VLLM_CPU_KVCACHE_SPACE (GiB) in the role's env")
+    if device == "cpu":
+        raise EstimateError("a vLLM CPU role without --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE sizes "
+                            "its pool from the host's free RAM, which the estimate cannot know",
+                            hint="set VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes")
+    gpu = _gpu(target, as_profiles(profiles))
+    return gpu, mem.device_total(gpu.name, gpu.memory_total_mib, target.estimate.gpu_memory_mib)
+
+
 def estimate_role(
     target: RoleTarget,
     *,
@@ -239,17 +263,7 @@ def estimate_role(
     text = source.text
     scope.check_speculative(args)
     device = _device(target)
-    explicit_any = args.get("kv_cache_memory_bytes") is not None or (
-        device == "cpu" and target.env.get("VLLM_CPU_KVCACHE_SPACE", "").strip())
-    gpu: GpuProfile | None = None
-    total: mem.DeviceTotal | None = None
-    if not explicit_any or (target.gpu and device != "cpu"):
-        if device == "cpu":
-            raise EstimateError("a vLLM CPU role without --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE sizes "
-                                "its pool from the host's free RAM, which the estimate cannot know",
-                                hint="set VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes")
-        gpu = _gpu(target, as_profiles(profiles))
-        total = mem.device_total(gpu.name, gpu.memory_total_mib, target.estimate.gpu_memory_mib)
+    gpu, total = _device_memory(target, device, profiles)
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)

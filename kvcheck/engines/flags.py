@@ -157,6 +157,18 @@ class Catalogue:
             text += f" (did you mean '{close[0][2:]}'?)"
         raise FlagError(text)
 
+    def dotted_keys(self, flag: Flag) -> bool:
+        """Whether the engine's command line takes `--FLAG.KEY VALUE`, one key inside the flag's JSON value
+        (vLLM's FlexibleArgumentParser); none by default: argparse has no such option and exits 2."""
+        return False
+
+    def no_dotted_keys(self, flag: Flag) -> str:
+        """Why `flag` takes no dotted key, in the engine's terms (dotted_keys is False)."""
+        whole = (f"; write the whole value, {flag.name[2:]}: {{KEY: ...}}"
+                 if flag.type in JSON_TYPES or _takes_json_text(flag) else "")
+        return (f"{self.label} {self.version} takes no dotted keys: its argparse has no '{flag.name}.KEY' option "
+                f"and exits 2 on it{whole}")
+
     def config_file_value(self, flag: Flag, value: Any) -> Any:
         """A `--config` file's value for `flag` as the engine's loader passes it on (the engine may drop or
         refuse what its command line would take), typed; FlagError when the engine would not apply it."""
@@ -219,6 +231,24 @@ class Catalogue:
         if (flag.type in JSON_TYPES or _takes_json_text(flag)) and not isinstance(value, str):
             return [flag.name, json.dumps(value, separators=(",", ":"))]
         return [flag.name, _render(value)]
+
+
+def merge_dotted(into: dict[str, Any], keys: Sequence[str], value: Any) -> None:
+    """One dotted key's value into the merged mapping, as vLLM's recursive_dict_update (vllm/utils/argparse_utils.py):
+    two lists at one key are concatenated, two mappings merged, anything else replaced."""
+    for key in keys[:-1]:
+        nested = into.get(key)
+        if not isinstance(nested, dict):
+            nested = into[key] = {}
+        into = nested
+    old = into.get(keys[-1])
+    if isinstance(old, list) and isinstance(value, list):
+        into[keys[-1]] = [*old, *value]
+    elif isinstance(old, dict) and isinstance(value, dict):
+        for key, item in value.items():
+            merge_dotted(old, [key], item)
+    else:
+        into[keys[-1]] = value
 
 
 def _takes_json_text(flag: Flag) -> bool:

@@ -25,8 +25,8 @@ from typing import Any
 from packaging.version import Version
 
 from kvcheck.engines.argv import ArgvProblem, ParsedArgv, ParsedFlag, is_option, parse_argv, typed_value
-from kvcheck.engines.flags import Catalogue, Flag, FlagError
-from kvcheck.engines.vllm.catalogue import LEVEL_OR_JSON, LEVEL_OR_LITERAL, human_readable_int, o_flag_key
+from kvcheck.engines.flags import Catalogue, Flag, FlagError, merge_dotted
+from kvcheck.engines.vllm.catalogue import DOTTED_KEYS_FROM, human_readable_int, o_flag_key
 from kvcheck.io.jsontext import MAX_JSON_DEPTH, JsonRejected
 from kvcheck.io.jsontext import loads as json_loads
 
@@ -69,24 +69,6 @@ def _dotted_value(text: str) -> Any:
         return text
 
 
-def _merge(into: dict[str, Any], keys: list[str], value: Any) -> None:
-    """One dotted key into the merged value, as vLLM's recursive_dict_update: two lists of one key are
-    concatenated (repeated `key+` items), two mappings merged, anything else replaced."""
-    for key in keys[:-1]:
-        nested = into.get(key)
-        if not isinstance(nested, dict):
-            nested = into[key] = {}
-        into = nested
-    old = into.get(keys[-1])
-    if isinstance(old, list) and isinstance(value, list):
-        into[keys[-1]] = [*old, *value]
-    elif isinstance(old, dict) and isinstance(value, dict):
-        for key, item in value.items():
-            _merge(old, [key], item)
-    else:
-        into[keys[-1]] = value
-
-
 class _Rewritten:
     """The tokens argparse sees after vLLM's rewrites, with the index of the token each came from."""
 
@@ -123,10 +105,10 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
                     out.add(argv[i][3:] if argv[i][2:3] == "=" else argv[i][2:], i)
                 continue
         if token.startswith("-") and "." in token.split("=", 1)[0] and is_option(token.split("=", 1)[0]):
-            if not _dotted_keys(catalogue):
+            if Version(catalogue.version) < DOTTED_KEYS_FROM:
                 out.problems.append(ArgvProblem(i, "value", f"'{token.split('=', 1)[0]}': vLLM {catalogue.version} "
-                                                "has no dotted keys (they came in 0.9.0): argparse exits 2 on it; "
-                                                "pass the whole JSON value"))
+                                                f"has no dotted keys (they came in {DOTTED_KEYS_FROM}): argparse exits "
+                                                "2 on it; pass the whole JSON value"))
                 if "=" not in token and i + 1 < len(argv) and not is_option(argv[i + 1]):
                     skip.add(i + 1)  # its value: argparse lists both as unrecognized, one problem here
                 continue
@@ -152,7 +134,7 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             item = json.loads(parsed) if parsed is not None else _dotted_value(value)
             name = out.long_name(base)
             first, spelled, merged, values = out.dotted.get(name, (i, token.split("=", 1)[0], {}, []))
-            _merge(merged, keys, item)
+            merge_dotted(merged, keys, item)
             out.dotted[name] = (first, spelled, merged, [*values, value_at])
             continue
         if token.startswith("--"):
@@ -164,11 +146,6 @@ def _rewrite(argv: Sequence[str], start: int, catalogue: Catalogue) -> _Rewritte
             continue
         out.add(token, i)
     return out
-
-
-def _dotted_keys(catalogue: Catalogue) -> bool:
-    """Whether the release merges dotted keys of JSON flags (FlexibleArgumentParser, from 0.9.0)."""
-    return Version(catalogue.version) >= Version("0.9.0")
 
 
 def _o_flag(token: str, catalogue: Catalogue) -> str:
@@ -208,7 +185,7 @@ def _unknown_dotted(catalogue: Catalogue, name: str, spelled: str) -> str:
     """vLLM refuses a dotted key of a flag it does not have (exit 2): say so, with the JSON flag meant."""
     import difflib
 
-    json_flags = [flag.name for flag in catalogue.flags if flag.type in ("json", LEVEL_OR_JSON, LEVEL_OR_LITERAL)]
+    json_flags = [flag.name for flag in catalogue.flags if catalogue.dotted_keys(flag)]
     close = difflib.get_close_matches(name, json_flags, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0][2:]}'?)" if close else ""
     return f"unknown vLLM flag '{name.lstrip('-')}' in '{spelled}' ({catalogue.label} {catalogue.version}){hint}"
@@ -248,9 +225,8 @@ def parse_vllm_argv(argv: Sequence[str], catalogue: Catalogue, *, start: int = 0
         if flag is None:
             problems.append(ArgvProblem(index, "unknown", _unknown_dotted(catalogue, name, spelled)))
             continue
-        if flag.type not in ("json", LEVEL_OR_JSON, LEVEL_OR_LITERAL):
-            problems.append(ArgvProblem(index, "value", f"'{spelled}': '{flag.name[2:]}' is not a JSON config flag, "
-                                        "so it takes no dotted keys (vLLM exits with status 2)"))
+        if not catalogue.dotted_keys(flag):
+            problems.append(ArgvProblem(index, "value", f"'{spelled}': {catalogue.no_dotted_keys(flag)}"))
             continue
         # vLLM appends the merged dict after every other argument: it replaces a JSON value given whole,
         # and its config class judges it as it judges that value (keys, and the values kvcheck sizes from)

@@ -40,6 +40,10 @@ LEVEL_OR_JSON = "vllm_level_or_json"  # CompilationConfig.from_cli, 0.9.0-0.9.1:
 LEVEL_OR_LITERAL = "vllm_level_or_literal"  # CompilationConfig.from_cli, 0.8.x: "0"-"3" or a Python literal
 JSON_OBJECT_OR_TEXT = "vllm_json_object_or_str"  # union_dict_and_str (--hf-overrides): `{...}` is JSON, else text
 AUTO = -1  # what vLLM stores for `--max-model-len auto`
+DOTTED_KEYS_FROM = Version("0.9.0")  # FlexibleArgumentParser merges `--flag.key value` into the flag's JSON
+# the types whose parser reads the JSON object the dotted keys are merged into (json.loads, from_cli's JSON,
+# union_dict_and_str's `{...}`); another flag given one is exit 2 ("Value {...} cannot be converted")
+DOTTED_TYPES = frozenset({"json", LEVEL_OR_JSON, JSON_OBJECT_OR_TEXT})
 
 # Flags a manifest must not carry: kvcheck sets them itself or they hide arguments from the check.
 RESERVED_FLAGS = {
@@ -130,6 +134,18 @@ class VllmCatalogue(Catalogue):
         self._check_bounds(flag, out)
         self._check_keys(flag, out)
         return out
+
+    def dotted_keys(self, flag: Flag) -> bool:
+        """vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py, from 0.9.0) turns every `--FLAG.KEY VALUE`
+        into one `--FLAG JSON` appended after the other arguments; the flag's own parser then reads that JSON, which
+        only the JSON-typed flags take."""
+        return Version(self.version) >= DOTTED_KEYS_FROM and flag.type in DOTTED_TYPES
+
+    def no_dotted_keys(self, flag: Flag) -> str:
+        if Version(self.version) < DOTTED_KEYS_FROM:
+            return (f"vLLM {self.version} has no dotted keys (they came in {DOTTED_KEYS_FROM}): argparse exits 2 on "
+                    "it; pass the whole JSON value")
+        return f"'{flag.name[2:]}' is not a JSON config flag, so it takes no dotted keys (vLLM exits with status 2)"
 
     def _check_keys(self, flag: Flag, value: Any) -> None:
         """A JSON config's keys against its class's fields (vLLM's configs forbid other keys, extra="forbid", so

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kvcheck.engines import get_engine
-from kvcheck.engines.flags import Catalogue, FlagError
+from kvcheck.engines.flags import Catalogue, Flag, FlagError, merge_dotted
 from kvcheck.errors import InputError, InputIssue, ManifestError
 from kvcheck.inputs.manifest.model import (
     DEVICES,
@@ -23,6 +23,7 @@ from kvcheck.inputs.manifest.model import (
     RoleSpec,
     device_name,
 )
+from kvcheck.io.jsontext import MAX_JSON_DEPTH
 from kvcheck.io.textfile import describe, read_text_file
 from kvcheck.io.yamlpos import Positions, dotted, load_yaml_with_positions
 from kvcheck.model import EstimateInputs, Finding, Location, RoleTarget
@@ -145,6 +146,18 @@ def _merge_estimate(*specs: EstimateSpec | None) -> EstimateInputs:
     return EstimateInputs(**values)
 
 
+_ArgEntries = dict[str, tuple[Any, Any, tuple[str | int, ...]]]  # field -> (flag, typed value, key path)
+
+
+@dataclass(frozen=True)
+class _Dotted:
+    """A dotted args key (`compilation-config.cudagraph_capture_sizes: [1, 2, 4]`): one key inside its flag's JSON
+    value, folded into that value once the role's args are merged (_fold_dotted)."""
+
+    keys: tuple[str, ...]
+    value: Any
+
+
 def _validate_args(
     args: Mapping[str, Any],
     base: tuple[str | int, ...],
@@ -153,31 +166,137 @@ def _validate_args(
     positions: Positions,
     issues: list[InputIssue],
 ) -> dict[str, tuple[Any, Any, tuple[str | int, ...]]]:
-    """Field name -> (flag, typed value, path of the key); bad entries become issues."""
+    """Field name (`field.key...` for a dotted key) -> (flag, typed value or _Dotted, path of the key); bad
+    entries become issues."""
     out: dict[str, tuple[Any, Any, tuple[str | int, ...]]] = {}
     for key, value in args.items():
         path = (*base, key)
-        try:
-            flag = catalogue.resolve(key)
-        except FlagError as exc:
+        if "." in str(key):
+            entry = _dotted_entry(str(key), value, path, catalogue, file, positions, issues)
+            if entry is None:
+                continue
+            name, flag, typed = entry
+        else:
+            try:
+                flag = catalogue.resolve(key)
+            except FlagError as exc:
+                where = positions.of_key(path)
+                issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
+                continue
+            try:
+                typed = catalogue.coerce(flag, value)
+            except FlagError as exc:
+                where = positions.of_value(path)
+                issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
+                continue
+            name = flag.key
+        if name in out and out[name][2][:-1] == base:
             where = positions.of_key(path)
-            issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
-            continue
-        try:
-            typed = catalogue.coerce(flag, value)
-        except FlagError as exc:
-            where = positions.of_value(path)
-            issues.append(InputIssue.at(file, where, dotted(path), str(exc)))
-            continue
-        if flag.key in out and out[flag.key][2][:-1] == base:
-            where = positions.of_key(path)
-            other = dotted(out[flag.key][2])
+            other = dotted(out[name][2])
             issues.append(
                 InputIssue.at(file, where, dotted(path), f"sets the same flag as {other}")
             )
             continue
-        out[flag.key] = (flag, typed, path)
+        out[name] = (flag, typed, path)
     return out
+
+
+def _dotted_entry(
+    key: str, value: Any, path: tuple[str | int, ...], catalogue: Catalogue, file: str, positions: Positions,
+    issues: list[InputIssue],
+) -> tuple[str, Flag, _Dotted] | None:
+    """A dotted key, where the engine's command line takes it (`--FLAG.KEY VALUE`: vLLM's JSON flags, from 0.9.0;
+    SGLang none): (its field name, the flag, the key and value); None after an issue at the key."""
+    spelled = key.strip().lstrip("-")
+    head, *keys = spelled.split(".")
+    where = positions.of_key(path)
+
+    def refuse(message: str) -> None:
+        issues.append(InputIssue.at(file, where, dotted(path), message))
+
+    if spelled.endswith("+"):
+        refuse(f"'{spelled}': a trailing '+' appends comma-separated text on {catalogue.label}'s command line; in a "
+               "manifest write the list itself as the key's value")
+        return None
+    if not head or not keys or not all(keys):
+        refuse(f"'{spelled}': a dotted key needs a flag before the first '.' and a name after each '.'")
+        return None
+    if len(keys) >= MAX_JSON_DEPTH:
+        refuse(f"'{spelled[:80]}...': {len(keys)} nested keys; kvcheck reads at most {MAX_JSON_DEPTH - 1}")
+        return None
+    try:
+        flag = catalogue.resolve(head)
+    except FlagError as exc:
+        refuse(_unknown_head(catalogue, head, keys, exc))
+        return None
+    if not catalogue.dotted_keys(flag):
+        refuse(f"'{spelled}': {catalogue.no_dotted_keys(flag)}")
+        return None
+    if flag.config_keys is not None and keys[0] not in flag.config_keys[1]:
+        # the config class takes only its own fields: said at this key's line; the values are judged once merged
+        config, known = flag.config_keys
+        close = difflib.get_close_matches(keys[0], known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{'.'.join((head, close[0], *keys[1:]))}'?)" if close else ""
+        refuse(f"'{spelled}': unknown key '{keys[0]}' for {catalogue.label} {catalogue.version}'s {config}{hint}; "
+               "its parser exits 2 on it")
+        return None
+    return ".".join((flag.key, *keys)), flag, _Dotted(tuple(keys), value)
+
+
+def _unknown_head(catalogue: Catalogue, head: str, keys: list[str], exc: FlagError) -> str:
+    """The refusal of a dotted key whose flag is unknown, suggesting the whole key meant (the nearest flag that
+    takes dotted keys, else the nearest flag)."""
+    text = str(exc)
+    if not text.startswith("unknown "):
+        return text  # removed, ambiguous or reserved: the catalogue's own words
+    takes = [flag.name[2:] for flag in catalogue.flags if catalogue.dotted_keys(flag)]
+    norm = head.replace("_", "-")
+    close = difflib.get_close_matches(norm, takes, n=1, cutoff=0.6)
+    rest = ".".join(keys)
+    if close:
+        return (f"unknown {catalogue.label} flag '{norm}' in '{head}.{rest}' ({catalogue.label} {catalogue.version}) "
+                f"(did you mean '{close[0]}.{rest}'?)")
+    return text.replace("(did you mean '", "(did you mean a whole value of '", 1)
+
+
+def _fold_dotted(
+    entries: _ArgEntries, catalogue: Catalogue, file: str, positions: Positions, issues: list[InputIssue]
+) -> tuple[_ArgEntries, bool]:
+    """A role's merged args with its dotted keys folded into their flag's value, as vLLM's FlexibleArgumentParser
+    merges them (recursive_dict_update: shared keys first, then the role's), then judged as that value given
+    whole; False when one was refused. vLLM's parser puts the merge after every other argument, so it replaces a
+    value the same flag is given whole: args that set both are refused, rather than one silently dropped."""
+    out: _ArgEntries = {}
+    folded: dict[str, list[tuple[Flag, _Dotted, tuple[str | int, ...]]]] = {}
+    for key, (flag, value, path) in entries.items():
+        if isinstance(value, _Dotted):
+            folded.setdefault(flag.key, []).append((flag, value, path))
+        else:
+            out[key] = (flag, value, path)
+    ok = True
+    for name, items in folded.items():
+        flag, first = items[0][0], items[0][2]
+        issue: InputIssue | None = None
+        if name in out:
+            issue = InputIssue.at(
+                file, positions.of_key(first), dotted(first),
+                f"sets a key inside {flag.name[2:]}, which {dotted(out[name][2])} gives whole: {catalogue.label} "
+                "replaces a whole value with the merge of its dotted keys, so one of them would be dropped; write "
+                f"{flag.name[2:]} one way (whole, or every key dotted)")
+        else:
+            merged: dict[str, Any] = {}
+            for _, item, _ in items:
+                merge_dotted(merged, item.keys, item.value)
+            try:
+                out[name] = (flag, catalogue.coerce(flag, merged), first)
+            except FlagError as exc:
+                issue = InputIssue.at(file, positions.of_key(first), dotted(first),
+                                      f"{flag.name[2:]} as its dotted keys merge: {exc}")
+        if issue is not None:
+            ok = False
+            if issue not in issues:  # shared keys are folded once per role
+                issues.append(issue)
+    return out, ok
 
 
 def _relative_to_manifest(value: str, folder: Path) -> str:
@@ -357,7 +476,6 @@ def _resolve_gpu(
     return value
 
 
-_ArgEntries = dict[str, tuple[Any, Any, tuple[str | int, ...]]]  # field -> (flag, typed value, key path)
 
 
 def load_manifest(path: str | Path, *, display: str | None = None, text: str | None = None) -> LoadedManifest:
@@ -384,16 +502,14 @@ def load_manifest(path: str | Path, *, display: str | None = None, text: str | N
     # Engine arguments are checked against the declared release even when other keys are wrong,
     # so one run reports every problem.
     catalogue, catalogue_note = _declared_catalogue(data, manifest, display, positions, issues)
-    shared: _ArgEntries = {}
-    role_args: dict[str, _ArgEntries] = {}
     targets: list[RoleTarget] = []
     if catalogue is not None:
-        shared, role_args, args_broken = _validate_all_args(data, catalogue, display, positions, issues)
-        cpu_roles = _check_devices(data, manifest, shared, role_args, display, positions, issues)
-        _check_gpu_counts(data, shared, role_args, args_broken | cpu_roles, display, positions, issues)
+        merged, args_broken = _validate_all_args(data, catalogue, display, positions, issues)
+        cpu_roles = _check_devices(data, manifest, merged, display, positions, issues)
+        _check_gpu_counts(data, merged, args_broken | cpu_roles, display, positions, issues)
         if manifest is not None:
             targets = [
-                _role_target(manifest, name, role, {**shared, **role_args.get(name, {})}, catalogue,
+                _role_target(manifest, name, role, merged.get(name, {}), catalogue,
                              path, display, positions, issues)
                 for name, role in manifest.roles.items()
             ]
@@ -457,10 +573,11 @@ def _declared_catalogue(
 
 def _validate_all_args(
     data: dict[str, Any], catalogue: Catalogue, display: str, positions: Positions, issues: list[InputIssue]
-) -> tuple[_ArgEntries, dict[str, _ArgEntries], set[str]]:
-    """The shared and per-role args, typed; also the roles whose merged args had an invalid entry."""
+) -> tuple[dict[str, _ArgEntries], set[str]]:
+    """Each role's args (the shared ones, then its own, which override them key by key), typed and with dotted
+    keys folded into their flag's value; also the roles whose merged args had an invalid entry."""
     shared: _ArgEntries = {}
-    role_args: dict[str, _ArgEntries] = {}
+    merged: dict[str, _ArgEntries] = {}
     args_broken: set[str] = set()
     before = len(issues)
     if isinstance(data.get("args"), dict):
@@ -468,20 +585,19 @@ def _validate_all_args(
     shared_broken = len(issues) > before
     for name, role in (data.get("roles") or {}).items() if isinstance(data.get("roles"), dict) else ():
         before = len(issues)
+        own: _ArgEntries = {}
         if isinstance(role, dict) and isinstance(role.get("args"), dict):
-            role_args[name] = _validate_args(
-                role["args"], ("roles", name, "args"), catalogue, display, positions, issues
-            )
-        if shared_broken or len(issues) > before:
+            own = _validate_args(role["args"], ("roles", name, "args"), catalogue, display, positions, issues)
+        merged[name], folded = _fold_dotted({**shared, **own}, catalogue, display, positions, issues)
+        if shared_broken or len(issues) > before or not folded:
             args_broken.add(name)
-    return shared, role_args, args_broken
+    return merged, args_broken
 
 
 def _check_devices(
     data: dict[str, Any],
     manifest: Manifest | None,
-    shared: _ArgEntries,
-    role_args: dict[str, _ArgEntries],
+    merged: dict[str, _ArgEntries],
     display: str,
     positions: Positions,
     issues: list[InputIssue],
@@ -503,7 +619,7 @@ def _check_devices(
         role = role if isinstance(role, dict) else {}
         own = role.get("device") if role.get("device") in DEVICES else None
         declared = device_name(own or top)
-        args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
+        args = {key: value for key, (_, value, _) in merged.get(name, {}).items()}
         from_args = engine.args_device(args)
         if declared is not None and from_args is not None and (declared == "cpu") != (from_args == "cpu"):
             key_path = ("roles", name, "device") if own else ("device",)
@@ -525,8 +641,7 @@ def _check_devices(
 
 def _check_gpu_counts(
     data: dict[str, Any],
-    shared: _ArgEntries,
-    role_args: dict[str, _ArgEntries],
+    merged: dict[str, _ArgEntries],
     args_broken: set[str],
     display: str,
     positions: Positions,
@@ -541,13 +656,13 @@ def _check_gpu_counts(
         _check_visible_devices(("engine", "env"), engine.get("env"), gpu_roles[0], display, positions, issues)
     for name, role in data["roles"].items():
         if isinstance(role, dict) and role.get("nodes") is not None:
-            _check_nodes(data, name, {**shared, **role_args.get(name, {})}, display, positions, issues)
+            _check_nodes(data, name, merged.get(name, {}), display, positions, issues)
         if isinstance(role, dict) and _on_gpu(data, role):
             _check_visible_devices(("roles", name, "env"), role.get("env"), name, display, positions, issues)
         gpus = role.get("gpus") if isinstance(role, dict) else None
         if not isinstance(gpus, list) or not gpus or name in args_broken:
             continue  # without valid parallel settings the GPU count cannot be judged
-        args = {key: value for key, (_, value, _) in {**shared, **role_args.get(name, {})}.items()}
+        args = {key: value for key, (_, value, _) in merged.get(name, {}).items()}
         nodes = role.get("nodes")
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             nodes = None  # another value: pydantic's issue

@@ -299,5 +299,5 @@ class SglangEngine(Engine):
         from kvcheck.engines.sglang import log_rules
         from kvcheck.engines.sglang.sizing import rules as sizing_rules
 
-        return (sizing_rules.KV305, sizing_rules.KV105, sizing_rules.KV108, sizing_rules.KV120, log_rules.KV309,
-                log_rules.KV312, log_rules.KV313, log_rules.KV316)
+        return (sizing_rules.KV305, sizing_rules.KV105, sizing_rules.KV108, sizing_rules.KV113, sizing_rules.KV120,
+                log_rules.KV309, log_rules.KV312, log_rules.KV313, log_rules.KV316)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
+from kvcheck.engines.offload import NO_OFFLOAD, CpuOffload
 from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
@@ -60,6 +61,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     WeightsEstimate,
     config_weights,
     has_shared_experts,
+    largest_layer_bytes,
     mtp_draft_bytes,
     pp_layer_split,
     routed_experts,
@@ -768,8 +770,10 @@ def estimate_role(
     weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
     overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
     weights_band_up = _weights_band_up(shape, weights_band)
+    offload = _cpu_offload(args, model, par, stage_weights, assumptions)
     low_phys, _ = sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)
-    high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band))
+    high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band),
+                              offload.high_bytes)
     findings = []
     if v4_unknown is not None:
         # KV108: the layout of the declared build is not known, so the range spans every layout's pool
@@ -784,7 +788,7 @@ def estimate_role(
                 for r in stage_ranges])
             lows.append(alt_sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
             highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
-                                        max(0.0, overhead_gib - overhead_band))[0])
+                                        max(0.0, overhead_gib - overhead_band), offload.high_bytes)[0])
         low_phys, high_phys = min(lows), max(highs)
         message = (f"{v4_unknown}: the pool is priced with the layout of SGLang {dsv4.LAYOUTS[v4_layout]}, "
                    f"and its range {low_phys * res.dcp:,}-{high_phys * res.dcp:,} spans every layout kvcheck knows")
@@ -797,7 +801,10 @@ def estimate_role(
     pool_tokens = tokens_physical * res.dcp
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
+    findings.extend(offload.findings(target, "SGLang", pool_tokens, pool_range[1]))
     swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
+    offload.check_start("SGLang", refusal or (_no_pool_note(info, res.mem_fraction_static) if tokens_physical <= 0
+                                              else None), pool_range[1])
     if tokens_physical <= 0:
         pool_tokens = 0
         assumptions.append(_no_pool_note(info, res.mem_fraction_static))
@@ -838,6 +845,32 @@ def estimate_role(
         assumptions=tuple(assumptions),
         findings=tuple(findings),
     )
+
+
+def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_weights: list[float],
+                 assumptions: list[str]) -> CpuOffload:
+    """The weight bytes --cpu-offload-gb may move off a rank, as a bound (kvcheck.engines.base.CpuOffload).
+
+    SGLang's OffloaderV1 (srt/utils/offloader.py:144-190 in 0.5.23, :97 in 0.5.9) moves the parameters of the
+    layers make_layers builds (utils/common.py:1666), in the model class's order, each whole, while fewer than
+    `cpu_offload_gb x 2^30` bytes (create_offloader, :71) have moved; it keeps MLA's kv_b_proj and tensors cached
+    beside their parameters resident (from 0.5.21), and a model class that builds its layers otherwise moves
+    nothing. Which parameters those are is not priced, so the bound is the budget plus the largest layer (the
+    parameter that crosses the budget moves whole), at most the stage's weights."""
+    gib = args.get("cpu_offload_gb") or 0
+    if not isinstance(gib, int | float) or gib <= 0:
+        return NO_OFFLOAD
+    layers = max(1, math.ceil(model.shape.num_layers / max(1, par.pp)))
+    try:
+        layer = 0.0 if model.shape.kind == DSV4 else largest_layer_bytes(model.shape, model.source.text,
+                                                                         model.scheme, par)
+    except (EstimateError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        layer = 0.0
+    if layer <= 0:  # a layout the per-layer count does not cover: twice the stage's mean layer
+        layer = 2 * max(stage_weights) / layers
+    offload = CpuOffload(float(gib) * GIB, layer, float(gib) * GIB + layer)
+    assumptions.extend(offload.notes("SGLang", "srt/utils/offloader.py"))
+    return offload
 
 
 def _v4_unplaced(target: RoleTarget) -> bool:
@@ -1092,21 +1125,23 @@ class _PoolSizer:
     # DSA before 0.5.3.post1: the token count leaves the indexer's rows out (rel.DSA_BUDGET_INDEXER)
     dsa_budget_no_indexer: bool = False
 
-    def pool(self, pre: float, weights_scale: float, overhead: float) -> tuple[int, dict]:
-        """Tokens (logical) for one set of uncertain inputs: min over PP stages."""
+    def pool(self, pre: float, weights_scale: float, overhead: float, offloaded: float = 0.0) -> tuple[int, dict]:
+        """Tokens (logical) for one set of uncertain inputs: min over PP stages. `offloaded`: weight bytes a rank
+        moves to the CPU (--cpu-offload-gb), at most its stage's weights."""
         best = None
         info: dict[str, Any] = {}
         for s, layer_range in enumerate(self.stage_ranges):
-            tokens, stage_info = self._stage(s, layer_range, pre, weights_scale, overhead)
+            tokens, stage_info = self._stage(s, layer_range, pre, weights_scale, overhead, offloaded)
             if best is None or tokens < best:
                 best, info = tokens, stage_info
         return (best or 0), info
 
     def _stage(
-        self, s: int, layer_range: range, pre: float, weights_scale: float, overhead: float
+        self, s: int, layer_range: range, pre: float, weights_scale: float, overhead: float, offloaded: float = 0.0
     ) -> tuple[int, dict[str, Any]]:
         shape, res = self.shape, self.res
-        weights_gib = self.stage_weights[s] * weights_scale / GIB + self.draft_bytes / GIB
+        on_gpu = self.stage_weights[s] * weights_scale
+        weights_gib = (on_gpu - min(offloaded, on_gpu)) / GIB + self.draft_bytes / GIB
         after = pre - weights_gib - overhead
         rest = after - pre * (1 - self.budget.fraction) - self.budget.mm_reserve_gib
         stage_info: dict[str, Any] = {

@@ -56,3 +56,18 @@ KV120 = define_rule(
     Fix: raise `mem-fraction-static` above the minimum the message names, use more GPUs (a larger
     TP), a smaller-weight checkpoint, or (SWA models) a larger `swa-full-tokens-ratio`.""",
 )
+
+KV113 = define_rule(
+    "KV113",
+    "warning",
+    "CPU weight offload is not priced: the pool may be larger than predicted",
+    """`--cpu-offload-gb N` makes the engine move up to N GiB of each GPU's layer weights to the CPU
+    (SGLang's OffloaderV1, vLLM's UVA offloader), parameter by parameter in the model class's own order,
+    so the KV pool is larger than with every weight on the GPU. Which parameters move depends on the
+    model class (one that does not build its layers through make_layers moves none), on quantization
+    methods that replace parameters after loading and on the parameters the engine keeps resident, so
+    the estimate does not price them: the predicted pool keeps every weight on the GPU, and the range's
+    high end moves the budget plus the largest layer. A role that fails in estimate mode may fit.
+    Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or size the
+    deployment without `--cpu-offload-gb`.""",
+)

@@ -551,6 +551,18 @@ def config_weights(
     return _config_weights(shape, text_json, scheme, par, tied)
 
 
+def largest_layer_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel) -> float:
+    """Bytes one rank holds of the largest decoder layer, as config_weights counts them (no allocator rounding):
+    the most a CPU-offload budget can overshoot by, since the parameter that crosses it is moved whole."""
+    moe = _moe_layout(shape, text)
+    largest = 0.0
+    for i in range(shape.num_layers):
+        acc = _Acc(scheme, rounding=False)
+        _layer(acc, shape, moe, text, i, par)
+        largest = max(largest, sum(acc.bytes.values()))
+    return largest
+
+
 def mtp_draft_bytes(
     shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int, *,
     own_embed_head: bool = False,

@@ -3,6 +3,7 @@ memory (sizing/memory.py), the blocks it buys (sizing/layout.py), the null block
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -11,6 +12,7 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
+from kvcheck.engines.offload import NO_OFFLOAD, CpuOffload
 from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
 from kvcheck.engines.vllm.sizing import maxlen, scope
@@ -33,6 +35,7 @@ from kvcheck.engines.vllm.sizing.weights import (
     attention_unquantized,
     config_weights_bytes,
     hybrid_weights_bytes,
+    largest_layer_bytes,
     linear_bytes,
     vision_tower_bytes,
     vision_tower_loaded,
@@ -210,6 +213,35 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     return total, band, "config"
 
 
+def _cpu_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> CpuOffload:
+    """The weight bytes --cpu-offload-gb may move off a GPU worker, as a bound (kvcheck.engines.offload).
+
+    vLLM moves the parameters of the layers make_layers builds (model_executor/models/utils.py:630 in 0.11.0,
+    :913 in 0.32.0; from 0.31 also vision towers, interfaces.py:394), in the model class's order, each whole,
+    while fewer than `cpu_offload_gb x 2^30` bytes have moved: maybe_offload_to_cpu (utils.py:543-589 in 0.11.0,
+    up to 0.14), then UVAOffloader (model_executor/offloader/uva.py:74-124, budget at base.py:174 in 0.32.0), whose
+    --cpu-offload-params may narrow the set. The point figure keeps every weight on the GPU; the high end
+    moves the budget plus the largest layer. None on the CPU backend, whose weights are in host memory anyway."""
+    gib = target.args.get("cpu_offload_gb") or 0
+    if inp.device == "cpu" or not isinstance(gib, int | float) or gib <= 0:
+        return NO_OFFLOAD
+    model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
+    linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
+    split, _ = _moe_split(target, source, inp)
+    try:
+        if is_hybrid(source.text, source.architecture):
+            raise EstimateError("a hybrid's layers are not counted one by one")
+        layer = largest_layer_bytes(
+            source.text, tp=inp.tp, model_bytes=model_bytes, linear=linear,
+            attention_bytes=float(model_bytes) if attention_unquantized(source.quant) else None,
+            moe_pad=MXFP4_EXPERT_PAD if scheme == "mxfp4" else None, moe_split=split)
+    except EstimateError:
+        weights, _, _ = _weights(target, source, inp, model_bytes, [])
+        layers = max(1, math.ceil(int(source.text.get("num_hidden_layers") or 1) / inp.pp))
+        layer = 2 * weights / layers  # twice the worker's mean layer
+    return CpuOffload(float(gib) * GIB, layer, float(gib) * GIB + layer)
+
+
 def _moe_split(target: RoleTarget, source: ModelSource, inp: _Inputs) -> tuple[MoeSplit | None, int]:
     """(how vLLM places the routed experts, their count), None for a dense model (sizing/moe.py)."""
     text = source.text
@@ -301,13 +333,14 @@ def estimate_role(
         assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
 
     parts: OrderedDict[str, Any] = OrderedDict()
+    offload = _cpu_offload(target, source, inp, model_dtype)
     if inp.explicit_kv_bytes is not None:
         avail = (inp.explicit_kv_bytes,) * 3
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
         assumptions.append("KV memory set explicitly: vLLM skips its memory profile (gpu_memory_utilization is ignored)")
     else:
         assert total is not None
-        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions, gpu)
+        avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions, gpu, offload)
     if gpu is None and device != "cpu" and not args.get("block_size"):
         # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
         # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
@@ -329,8 +362,9 @@ def estimate_role(
         details["pool_range"] = [low, high]
         details["assumptions"] = [*best.assumptions, note]
         return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
-    oom = _allocation_oom(target, source, inp, layout, total, gpu, model_dtype, avail[2], assumptions)
-    return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype, oom=oom)
+    oom = _allocation_oom(target, source, inp, layout, total, gpu, model_dtype, avail[2], assumptions, offload)
+    return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype, oom=oom,
+                   offload=offload)
 
 
 @dataclass(frozen=True)
@@ -344,42 +378,51 @@ class _Oom:
 
 def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout,
                     total: mem.DeviceTotal | None, gpu: GpuProfile | None, model_dtype: str, high: int,
-                    assumptions: list[str]) -> _Oom | None:
+                    assumptions: list[str], offload: CpuOffload) -> _Oom | None:
     """A cache vLLM allocates as it is told rather than as the memory allows, when the named GPU cannot hold
     it. --num-gpu-blocks-override replaces the blocks --kv-cache-memory-bytes would buy, so it is the one
-    checked when both are set."""
-    if total is None or gpu is None or inp.device == "cpu":
+    checked when both are set. One the GPU cannot hold with every weight on it, but may once --cpu-offload-gb
+    moves some, is not called a refused start: the estimate cannot tell (EstimateError)."""
+    if total is None or gpu is None or inp.device == "cpu" or (
+            inp.num_blocks_override is None and inp.explicit_kv_bytes is None):
         return None
-    if inp.num_blocks_override is not None:
-        return _override_oom(target, source, inp, layout, total, gpu, model_dtype, high, assumptions)
-    if inp.explicit_kv_bytes is not None:
-        return _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions)
-    return None
+
+    def refused(moved: CpuOffload) -> _Oom | None:
+        if inp.num_blocks_override is not None:
+            return _override_oom(target, source, inp, layout, total, gpu, model_dtype, high, assumptions, moved)
+        return _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions, moved)
+
+    oom = refused(NO_OFFLOAD)
+    if oom is not None and offload.high_bytes and refused(offload) is None:
+        blocks = inp.num_blocks_override or layout.num_blocks(inp.explicit_kv_bytes or 0)
+        offload.check_start("vLLM", oom.reason, layout.usable_tokens(blocks))
+    return oom
 
 
 def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
-                         model_dtype: str, assumptions: list[str], what: str) -> tuple[float, float]:
-    """(the most bytes a cache can take beside the weights, the weights at the light end of their band), so a
-    cache above it fails for certain; where the weights are not counted (a hybrid's, from config.json), the
-    whole GPU."""
+                         model_dtype: str, assumptions: list[str], what: str,
+                         offload: CpuOffload) -> tuple[float, float]:
+    """(the most bytes a cache can take beside the weights, the weights at the light end of their band, less
+    the most --cpu-offload-gb may move), so a cache above it fails for certain; where the weights are not counted
+    (a hybrid's, from config.json), the whole GPU."""
     try:
         weights, band, _ = _weights(target, source, inp, MODEL_DTYPE_BYTES.get(model_dtype, 2), [])
     except EstimateError:
         assumptions.append(f"the weights are not known (this hybrid's are not counted from config.json): "
                            f"{what} is checked against the whole GPU only")
         weights, band = 0.0, 0.0
-    light = weights * (1 - band)
+    light = max(0.0, weights * (1 - band) - offload.high_bytes)
     return (total.gib + total.band_gib) * GIB - light, light
 
 
 def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
-                        gpu: GpuProfile, model_dtype: str, assumptions: list[str]) -> _Oom | None:
+                        gpu: GpuProfile, model_dtype: str, assumptions: list[str], offload: CpuOffload) -> _Oom | None:
     """Why an explicit --kv-cache-memory-bytes cannot be allocated beside the weights, or None when it can.
 
     vLLM skips its memory profile and allocates the cache as given: a cache larger than the GPU's memory less
     the weights (at the light end of their band, so the verdict is certain) fails the start with a CUDA out
     of memory. Checked only where the GPU is named."""
-    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "the explicit cache")
+    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "the explicit cache", offload)
     if inp.explicit_kv_bytes is None or inp.explicit_kv_bytes <= room[0]:
         return None
     return _Oom(
@@ -391,7 +434,8 @@ def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, t
 
 
 def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, total: mem.DeviceTotal,
-                  gpu: GpuProfile, model_dtype: str, high: int, assumptions: list[str]) -> _Oom | None:
+                  gpu: GpuProfile, model_dtype: str, high: int, assumptions: list[str],
+                  offload: CpuOffload) -> _Oom | None:
     """Why --num-gpu-blocks-override cannot be allocated, or None when it can.
 
     vLLM (v1/core/kv_cache_utils.py, may_override_num_blocks and get_kv_cache_configs) replaces the blocks it
@@ -402,7 +446,8 @@ def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout:
     if n is None:
         return None
     need = n * layout.bytes_per_block
-    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "--num-gpu-blocks-override")
+    room = _room_beside_weights(target, source, inp, total, model_dtype, assumptions, "--num-gpu-blocks-override",
+                                offload)
     if need <= room[0]:
         if need > high:
             assumptions.append(
@@ -422,9 +467,10 @@ def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout:
 
 def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
               version: Any, parts: dict[str, Any], assumptions: list[str],
-              gpu: GpuProfile | None = None) -> tuple[int, int, int]:
+              gpu: GpuProfile | None = None, offload: CpuOffload = NO_OFFLOAD) -> tuple[int, int, int]:
     """(central, low, high) available KV bytes of a profiled boot: requested less weights, non-torch memory,
-    the activation peak and the CUDA-graph estimate, each at its band's end for the range."""
+    the activation peak and the CUDA-graph estimate, each at its band's end for the range; the high end with
+    the weights --cpu-offload-gb may move off the GPU (the others with none moved)."""
     text, args = source.text, target.args
     model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
     weights, w_band, weights_src = _weights(target, source, inp, model_bytes, assumptions)
@@ -475,6 +521,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         tot = total.gib + end * total.band_gib
         requested = mem.ceil_requested(tot, util) * GIB
         w = weights * (1 - end * w_band)
+        w -= offload.moved(end, w)
         nt = non_torch if end == 0 else non_torch_ends[0] if end < 0 else non_torch_ends[1]
         nt += consumed[0] if end == 0 else consumed[2] if end < 0 else consumed[1]
         a = peak.at(end, band)
@@ -494,6 +541,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         cudagraph_subtracted=cg_on,
     )
     assumptions.append(f"device memory: {total.source}")
+    assumptions.extend(offload.notes("vLLM", "model_executor/offloader/uva.py, models/utils.py"))
     assumptions.append(
         f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
         f"is a model: the forward pass {band[0]}x-{band[1]}x{' beside the fused-MoE buffers' if peak.moe_workspace else ''}, the "
@@ -554,9 +602,22 @@ def _might_refuse(target: RoleTarget, inp: _Inputs, pool: int, low: int, high: i
     )]
 
 
+def _offload_findings(target: RoleTarget, inp: _Inputs, layout: KvLayout, offload: CpuOffload, refusal: str | None,
+                      high_b: int, pool: int, high: int) -> list[Finding]:
+    """KV113 for a profiled pool whose weights --cpu-offload-gb may move; a start refused for memory that the moved
+    weights may let through is not called refused (EstimateError). A pool fixed by --kv-cache-memory-bytes or
+    --num-gpu-blocks-override does not move with the weights."""
+    if inp.explicit_kv_bytes is not None or inp.num_blocks_override is not None:
+        return []
+    one = layout.max_memory_usage(inp.max_model_len, inp.batched_tokens)
+    starts = high_b > 0 and (inp.max_model_len_auto or one <= high_b - layout.bytes_per_block)
+    offload.check_start("vLLM", refusal if inp.length_refusal is None else None, high if starts else 0)
+    return offload.findings(target, "vLLM", pool, high)
+
+
 def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
             parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
-            model_dtype: str, oom: _Oom | None = None) -> PoolEstimate:
+            model_dtype: str, oom: _Oom | None = None, offload: CpuOffload = NO_OFFLOAD) -> PoolEstimate:
     central, low_b, high_b = _planned(avail, layout, inp, oom)
     pool = _pool(layout, central, inp)
     low, high = _pool(layout, low_b, inp), _pool(layout, high_b, inp)
@@ -582,6 +643,8 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
     elif layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > central - layout.bytes_per_block:
         refusal = (f"To serve at least one request with the model's max seq len ({inp.max_model_len}) ... "
                    f"the estimated maximum model length is {largest}")
+    findings.extend(_offload_findings(target, inp, layout, offload, refusal if oom is None else None, high_b,
+                                      pool, high))
     might_refuse = refusal is None and low_b > 0 and not inp.max_model_len_auto and (
         layout.max_memory_usage(inp.max_model_len, inp.batched_tokens) > low_b - layout.bytes_per_block)
     if might_refuse:

@@ -18,7 +18,7 @@ import click
 from kvcheck import __version__
 from kvcheck.backends.measure.launchers import LAUNCHERS
 from kvcheck.errors import CheckError, InputError, KvcheckError
-from kvcheck.escape import no_workflow_commands, printable
+from kvcheck.escape import no_workflow_commands, one_line, printable
 from kvcheck.model import ExitCode, Report
 from kvcheck.redact import given_secrets, redact_text
 from kvcheck.report.formats import FORMATTERS, Format, TableFormat
@@ -842,21 +842,23 @@ def probe(url: str, context_length: int | None, pool_tokens: int | None, max_upl
               help="yaml: with a comment naming the file:line of each value; json: the values only.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               callback=_output_folder_exists,
-              help="Write the manifest to this file (model.config is then relative to it; on stdout it is absolute) "
-              "instead of stdout.")
+              help="Write the manifest to this file (model.config is then relative to it, as it is when stdout is "
+              "redirected to a file; on a pipe or a terminal it is absolute) instead of stdout.")
 @_deployment_options
 def import_(files: tuple[str, ...], cmd: str | None, fmt: str, output: Path | None, gpu: str | None,
     context_length: int | None, model_config: Path | None, sglang_version: str | None) -> None:
     """Print the kvcheck manifest that deployment files (FILE..., - for stdin) or --cmd describe."""
     from kvcheck.commands.import_ import ImportOptions, run_import
+    from kvcheck.io.streams import redirected_file
 
     options = ImportOptions(files=tuple(files), cmd=cmd, fmt=fmt, gpu=gpu, context_length=context_length,
-                            model_config=model_config, sglang_version=sglang_version, output=output)
+                            model_config=model_config, sglang_version=sglang_version, output=output,
+                            stdout_file=None if output is not None else redirected_file(sys.stdout))
 
     def action() -> int:
         imported = run_import(options)
         for item in imported.findings:
-            where = f"{item.location.render()}: " if item.location else ""
+            where = f"{one_line(item.location.render())}: " if item.location else ""
             _stderr(f"kvcheck: {item.severity}: {where}{item.rule} {item.message}")
         if output is not None:
             write_output(output, imported.text, f"--output {output}")

@@ -24,7 +24,10 @@ class ImportOptions:
     context_length: int | None = None
     model_config: Path | None = None
     sglang_version: str | None = None
-    output: Path | None = None  # the file the manifest is written to: model.config relative to it (else absolute)
+    output: Path | None = None  # the file the manifest is written to: model.config relative to it
+    # the regular file stdout was redirected to (`> gate/m.yaml`), where the system says: the same; on a pipe or a
+    # terminal, where the manifest will be saved is unknown and model.config is absolute
+    stdout_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,9 @@ def run_import(options: ImportOptions) -> Imported:
         sglang_version=options.sglang_version,
     )
     resolved, findings = import_deployments(options.files, overrides, cmd=options.cmd)
-    if options.output is not None:
-        resolved = [config_relative_to(item, options.output.absolute().parent) for item in resolved]
+    target = options.output or options.stdout_file
+    if target is not None:
+        resolved = [config_relative_to(item, target.absolute().parent) for item in resolved]
     else:  # saved who knows where: only an absolute path is read right from the manifest's folder
         resolved = [config_absolute(item) for item in resolved]
     text = render_json(resolved) if options.fmt == "json" else render_yaml(resolved, findings)

@@ -5,9 +5,25 @@ from __future__ import annotations
 import io
 import os
 import queue
+import stat
 import threading
 import time
+from pathlib import Path
 from typing import Any, Protocol
+
+
+def redirected_file(stream: Any) -> Path | None:
+    """The regular file `stream` writes to where the shell redirected it (`> gate/m.yaml`), as the system names
+    it (/proc/self/fd on Linux); None for a pipe, a terminal, a stream without a descriptor, a deleted file, or
+    a system that does not say."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+        return None
+    return target if target.is_absolute() and target.is_file() else None
 
 
 class BinaryReadable(Protocol):

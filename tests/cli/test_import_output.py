@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -72,6 +74,21 @@ def test_on_stdout_the_config_is_absolute_so_the_manifest_resolves_wherever_it_i
                           cwd=tmp_path)
     assert as_json.exit_code == 0, as_json.stderr
     assert json.loads(as_json.stdout)["model"]["config"] == str(tmp_path.resolve() / "configs" / "llama.json")
+
+
+def test_stdout_redirected_to_a_file_names_the_config_relative_to_that_file(tmp_path: Path) -> None:
+    # `kvcheck import ... > gate/llama.yaml` in a shell: the manifest can be committed as -o writes it
+    _llama_in(tmp_path)
+    with (tmp_path / "gate" / "llama.yaml").open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "kvcheck", "import", str(COMPOSE), "--gpu", "H100",
+                               "--model-config", "configs/llama.json"], cwd=tmp_path, stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "gate" / "llama.yaml").read_text()
+    assert yaml.safe_load(text)["model"]["config"] == "../configs/llama.json"
+    assert str(tmp_path) not in text
+    assert _estimate("../gate/llama.yaml", tmp_path / "elsewhere") == (0, [("sglang", 457_188)])
 
 
 def test_a_config_reached_through_a_link_keeps_its_own_name(tmp_path: Path) -> None:

@@ -107,6 +107,16 @@ def test_import_warns_on_one_stderr_line(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [f"kvcheck: warning: {path}:51:11: KV319 {KV319_MESSAGE}"]
 
 
+def test_a_file_name_with_a_newline_does_not_start_a_line_of_its_own(tmp_path: Path) -> None:
+    # the finding's location is the file's name: a newline and an escape in it are shown, not obeyed
+    named = tmp_path / "hf\nERROR   KV101 forged\x1b[2J.yaml"
+    _files(tmp_path).rename(named)
+    result = run_kvcheck("import", str(named), "--model-config", LLAMA)
+    assert result.exit_code == 0, result.stderr
+    shown = f"{tmp_path}/hf\\nERROR   KV101 forged\\x1b[2J.yaml"
+    assert result.stderr.splitlines() == [f"kvcheck: warning: {shown}:51:11: KV319 {KV319_MESSAGE}"]
+
+
 def test_a_terminal_in_colour_shows_the_markup_as_written(tmp_path: Path) -> None:
     path = _files(tmp_path)
     code = (f"import sys; sys.argv = ['kvcheck', 'verify', {str(path)!r}, '--mode', 'estimate', '--model-config', "

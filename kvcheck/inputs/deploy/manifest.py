@@ -219,7 +219,7 @@ class ImportedManifest:
     name: Stated
     context_length: Stated | None
     model_path: Stated | None
-    model_config: Stated | None  # value: the path as given, or relative to the output file's folder
+    model_config: Stated | None  # value: the path as given; import makes it relative to the file written, or absolute
     version: Stated
     gpu: Stated | None  # shared by every role
     roles: tuple[RoleEntry, ...]

@@ -525,8 +525,9 @@ def _cross_check(info: ServerInfo, engine: Engine) -> tuple[int | None, list[str
             f"a context of {info.served_context_len:,} tokens"
         )
     judged = min(figures) if figures else None
-    if info.max_req_input_len is not None and judged is not None and info.max_req_input_len >= judged:
-        texts.append(engine.bound_over_pool(info.max_req_input_len, judged, info))
+    if (info.max_req_input_len is not None and judged is not None
+            and (over := engine.bound_over_pool(info.max_req_input_len, judged, info)) is not None):
+        texts.append(over)
     return judged, texts
 
 

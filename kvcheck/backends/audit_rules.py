@@ -30,8 +30,9 @@ KV307 = define_rule(
     Prometheus gauges (sglang:max_total_num_tokens, sglang:context_len, with --enable-metrics) and
     /v1/models (max_model_len). vLLM: the KV cache's usable tokens from /metrics'
     vllm:cache_config_info ((num_gpu_blocks - 1) x block_size, one block being vLLM's null block;
-    vLLM's own "GPU KV cache size" counts it) and /v1/models' max_model_len (--max-model-len), which
-    must stay below them. When they disagree, something between kvcheck and the engine is stale, the
+    vLLM's own "GPU KV cache size" counts it) and /v1/models' max_model_len (--max-model-len): the
+    longest request's KV, max_model_len - 1 tokens (its last sampled token is never fed back), must fit
+    them. When they disagree, something between kvcheck and the engine is stale, the
     engine admits requests its KV cache cannot hold, or kvcheck misreads this release; kvcheck judges
     the pool with the smallest figure. Fix: look at the server's startup log (kvcheck logs) to see
     which figure is right (vLLM: lower --max-model-len below the usable tokens, or give the KV cache

@@ -685,8 +685,11 @@ class Engine(ABC):
         return (f"the server-wide pool figure {pool_tokens:,} is below every data-parallel rank's pool "
                 f"(smallest {smallest_rank_tokens:,})")
 
-    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
-        """The server admits prompts (or requests) as long as the pool it is judged by, or longer."""
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str | None:
+        """Why the server admits prompts (or requests) longer than the pool it is judged by can hold (KV307);
+        None when the longest it admits fits."""
+        if bound_tokens < pool_tokens:
+            return None
         return (f"the server's admission bound {bound_tokens:,} is not below its pool of {pool_tokens:,} tokens: "
                 "the smallest rank cannot hold a request of that length")
 

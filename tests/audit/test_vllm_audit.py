@@ -90,6 +90,17 @@ AT_CAPACITY = {**REAL, "/v1/models": Reply(
     content_type="application/json")}
 
 
+def test_a_vllm_request_of_max_model_len_that_just_fits_is_no_kv307(serve, kvcheck):
+    # 16,257 tokens: the longest request's KV is 16,256 (its last sampled token is never fed back), which fits
+    fits = {**REAL, "/v1/models": Reply(
+        body=(VLLM_DATA / "0.32.0-cpu-pass.v1_models.json").read_bytes().replace(b'"max_model_len":4096',
+                                                                              b'"max_model_len":16257'),
+        content_type="application/json")}
+    result = kvcheck("audit", serve(fits).url, *FAST, "--context-length", "8192", "--format", "json", "--strict")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["findings"] == []
+
+
 def test_a_vllm_max_model_len_not_below_its_kv_cache_is_kv307_in_vllm_words(serve, kvcheck):
     server = serve(AT_CAPACITY)
     result = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--format", "json")
@@ -98,9 +109,9 @@ def test_a_vllm_max_model_len_not_below_its_kv_cache_is_kv307_in_vllm_words(serv
     assert report["roles"][0]["pool_tokens"] == 16256
     assert [(f["rule"], f["severity"], f["message"]) for f in report["findings"]] == [(
         "KV307", "warning",
-        "--max-model-len 16,384 (/v1/models max_model_len) is not below the KV cache's 16,256 usable tokens "
-        "(vllm:cache_config_info: 128 blocks of 128, one of them vLLM's null block; GPU KV cache size 16,384 "
-        "tokens): the smallest engine's KV cache cannot hold a request of that length",
+        "max_model_len 16,384 (/v1/models) admits a request whose KV (16,383 tokens) exceeds the KV cache's 16,256 "
+        "usable tokens (vllm:cache_config_info: 128 blocks of 128, one of them vLLM's null block; GPU KV cache "
+        "size 16,384 tokens): the smallest engine's KV cache cannot hold a request of that length",
     )]
     strict = kvcheck("audit", server.url, *FAST, "--context-length", "8192", "--strict")
     assert strict.exit_code == 1, strict.stderr

@@ -233,7 +233,9 @@ class SglangEngine(Engine):
         return (f"server info's max_total_num_tokens {pool_tokens:,} is below every DP rank's token_capacity "
                 f"(smallest {smallest_rank_tokens:,})")
 
-    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str | None:
+        if bound_tokens < pool_tokens:  # a prompt of max_req_input_len and its first output token
+            return None
         return (f"server info's max_req_input_len {bound_tokens:,} is not below the pool of {pool_tokens:,} tokens: "
                 "the smallest rank refuses prompts that figure admits")
 

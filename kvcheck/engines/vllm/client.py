@@ -124,10 +124,13 @@ def pools_from_metrics(text: str, where: str) -> tuple[list[int], dict[str, floa
     return [p for _, p in pools], metrics
 
 
-def bound_over_pool(max_model_len: int, pool_tokens: int, metrics: Mapping[str, float]) -> str:
-    """KV307 in vLLM's words: a max_model_len not below the tokens the KV cache holds for one request, with
-    the cache config the figure comes from and the KV cache size vLLM itself reports (its startup log's
-    "GPU KV cache size: N tokens"), which counts the null block."""
+def bound_over_pool(max_model_len: int, pool_tokens: int, metrics: Mapping[str, float]) -> str | None:
+    """KV307 in vLLM's words: a request of max_model_len tokens needs the KV of all but its last (sampled,
+    never fed back), more than the KV cache's usable tokens hold; with the cache config the figure comes from
+    and the KV cache size vLLM itself reports (its startup log's "GPU KV cache size: N tokens"), which counts
+    the null block. None when that request fits."""
+    if max_model_len - 1 <= pool_tokens:
+        return None
     blocks, block = metrics.get(BLOCKS_GAUGE), metrics.get(BLOCK_SIZE_GAUGE)
     sources = []
     if blocks is not None and block is not None and usable_tokens(int(blocks), int(block)) == pool_tokens:
@@ -135,8 +138,9 @@ def bound_over_pool(max_model_len: int, pool_tokens: int, metrics: Mapping[str, 
     if (size := metrics.get(SIZE_GAUGE)) is not None:
         sources.append(f"GPU KV cache size {int(size):,} tokens")
     shown = f" ({'; '.join(sources)})" if sources else ""
-    return (f"--max-model-len {max_model_len:,} ({MODELS_PATH} max_model_len) is not below the KV cache's "
-            f"{pool_tokens:,} usable tokens{shown}: the smallest engine's KV cache cannot hold a request of that length")
+    return (f"max_model_len {max_model_len:,} ({MODELS_PATH}) admits a request whose KV ({max_model_len - 1:,} "
+            f"tokens) exceeds the KV cache's {pool_tokens:,} usable tokens{shown}: the smallest engine's KV cache "
+            "cannot hold a request of that length")
 
 
 class VllmClient(ServerTransport):

@@ -225,7 +225,7 @@ class VllmEngine(Engine):
         return VllmClient(base_url, timeout_s=timeout_s, verify=verify, token=token, retries=retries,
                           backoff_s=backoff_s, transport=transport, sleep=sleep or time.sleep)
 
-    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str:
+    def bound_over_pool(self, bound_tokens: int, pool_tokens: int, info: ServerInfo) -> str | None:
         from kvcheck.engines.vllm.client import bound_over_pool
 
         return bound_over_pool(bound_tokens, pool_tokens, info.metrics)

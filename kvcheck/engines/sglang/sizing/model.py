@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
-from kvcheck.engines.offload import NO_OFFLOAD, CpuOffload
+from kvcheck.engines.offload import NO_OFFLOAD, WeightOffload, budget_offload
 from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
@@ -801,9 +801,9 @@ def estimate_role(
     pool_tokens = tokens_physical * res.dcp
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
-    findings.extend(offload.findings(target, "SGLang", pool_tokens, pool_range[1]))
+    findings.extend(offload.findings(target, pool_tokens, pool_range[1]))
     swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
-    offload.check_start("SGLang", refusal or (_no_pool_note(info, res.mem_fraction_static) if tokens_physical <= 0
+    offload.check_start(refusal or (_no_pool_note(info, res.mem_fraction_static) if tokens_physical <= 0
                                               else None), pool_range[1])
     if tokens_physical <= 0:
         pool_tokens = 0
@@ -848,8 +848,8 @@ def estimate_role(
 
 
 def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_weights: list[float],
-                 assumptions: list[str]) -> CpuOffload:
-    """The weight bytes --cpu-offload-gb may move off a rank, as a bound (kvcheck.engines.base.CpuOffload).
+                 assumptions: list[str]) -> WeightOffload:
+    """The weight bytes --cpu-offload-gb may move off a rank, as a bound (kvcheck.engines.offload).
 
     SGLang's OffloaderV1 (srt/utils/offloader.py:144-190 in 0.5.23, :97 in 0.5.9) moves the parameters of the
     layers make_layers builds (utils/common.py:1666), in the model class's order, each whole, while fewer than
@@ -868,8 +868,8 @@ def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_we
         layer = 0.0
     if layer <= 0:  # a layout the per-layer count does not cover: twice the stage's mean layer
         layer = 2 * max(stage_weights) / layers
-    offload = CpuOffload(float(gib) * GIB, layer, float(gib) * GIB + layer)
-    assumptions.extend(offload.notes("SGLang", "srt/utils/offloader.py"))
+    offload = budget_offload("SGLang", gib, layer, "srt/utils/offloader.py")
+    assumptions.extend(offload.notes())
     return offload
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
-from kvcheck.engines.offload import NO_OFFLOAD, CpuOffload
+from kvcheck.engines.offload import NO_OFFLOAD, WeightOffload, budget_offload
 from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
 from kvcheck.engines.vllm.sizing import maxlen, scope
@@ -213,7 +213,7 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     return total, band, "config"
 
 
-def _cpu_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> CpuOffload:
+def _cpu_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> WeightOffload:
     """The weight bytes --cpu-offload-gb may move off a GPU worker, as a bound (kvcheck.engines.offload).
 
     vLLM moves the parameters of the layers make_layers builds (model_executor/models/utils.py:630 in 0.11.0,
@@ -239,7 +239,7 @@ def _cpu_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dt
         weights, _, _ = _weights(target, source, inp, model_bytes, [])
         layers = max(1, math.ceil(int(source.text.get("num_hidden_layers") or 1) / inp.pp))
         layer = 2 * weights / layers  # twice the worker's mean layer
-    return CpuOffload(float(gib) * GIB, layer, float(gib) * GIB + layer)
+    return budget_offload("vLLM", gib, layer, "model_executor/offloader/uva.py, models/utils.py")
 
 
 def _moe_split(target: RoleTarget, source: ModelSource, inp: _Inputs) -> tuple[MoeSplit | None, int]:
@@ -378,7 +378,7 @@ class _Oom:
 
 def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout,
                     total: mem.DeviceTotal | None, gpu: GpuProfile | None, model_dtype: str, high: int,
-                    assumptions: list[str], offload: CpuOffload) -> _Oom | None:
+                    assumptions: list[str], offload: WeightOffload) -> _Oom | None:
     """A cache vLLM allocates as it is told rather than as the memory allows, when the named GPU cannot hold
     it. --num-gpu-blocks-override replaces the blocks --kv-cache-memory-bytes would buy, so it is the one
     checked when both are set. One the GPU cannot hold with every weight on it, but may once --cpu-offload-gb
@@ -387,21 +387,21 @@ def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layou
             inp.num_blocks_override is None and inp.explicit_kv_bytes is None):
         return None
 
-    def refused(moved: CpuOffload) -> _Oom | None:
+    def refused(moved: WeightOffload) -> _Oom | None:
         if inp.num_blocks_override is not None:
             return _override_oom(target, source, inp, layout, total, gpu, model_dtype, high, assumptions, moved)
         return _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions, moved)
 
     oom = refused(NO_OFFLOAD)
-    if oom is not None and offload.high_bytes and refused(offload) is None:
+    if oom is not None and offload.unpriced and refused(offload) is None:
         blocks = inp.num_blocks_override or layout.num_blocks(inp.explicit_kv_bytes or 0)
-        offload.check_start("vLLM", oom.reason, layout.usable_tokens(blocks))
+        offload.check_start(oom.reason, layout.usable_tokens(blocks))
     return oom
 
 
 def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
                          model_dtype: str, assumptions: list[str], what: str,
-                         offload: CpuOffload) -> tuple[float, float]:
+                         offload: WeightOffload) -> tuple[float, float]:
     """(the most bytes a cache can take beside the weights, the weights at the light end of their band, less
     the most --cpu-offload-gb may move), so a cache above it fails for certain; where the weights are not counted
     (a hybrid's, from config.json), the whole GPU."""
@@ -416,7 +416,7 @@ def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, 
 
 
 def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
-                        gpu: GpuProfile, model_dtype: str, assumptions: list[str], offload: CpuOffload) -> _Oom | None:
+                        gpu: GpuProfile, model_dtype: str, assumptions: list[str], offload: WeightOffload) -> _Oom | None:
     """Why an explicit --kv-cache-memory-bytes cannot be allocated beside the weights, or None when it can.
 
     vLLM skips its memory profile and allocates the cache as given: a cache larger than the GPU's memory less
@@ -435,7 +435,7 @@ def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, t
 
 def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, total: mem.DeviceTotal,
                   gpu: GpuProfile, model_dtype: str, high: int, assumptions: list[str],
-                  offload: CpuOffload) -> _Oom | None:
+                  offload: WeightOffload) -> _Oom | None:
     """Why --num-gpu-blocks-override cannot be allocated, or None when it can.
 
     vLLM (v1/core/kv_cache_utils.py, may_override_num_blocks and get_kv_cache_configs) replaces the blocks it
@@ -467,7 +467,7 @@ def _override_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layout:
 
 def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal, model_dtype: str,
               version: Any, parts: dict[str, Any], assumptions: list[str],
-              gpu: GpuProfile | None = None, offload: CpuOffload = NO_OFFLOAD) -> tuple[int, int, int]:
+              gpu: GpuProfile | None = None, offload: WeightOffload = NO_OFFLOAD) -> tuple[int, int, int]:
     """(central, low, high) available KV bytes of a profiled boot: requested less weights, non-torch memory,
     the activation peak and the CUDA-graph estimate, each at its band's end for the range; the high end with
     the weights --cpu-offload-gb may move off the GPU (the others with none moved)."""
@@ -541,7 +541,7 @@ def _profiled(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.
         cudagraph_subtracted=cg_on,
     )
     assumptions.append(f"device memory: {total.source}")
-    assumptions.extend(offload.notes("vLLM", "model_executor/offloader/uva.py, models/utils.py"))
+    assumptions.extend(offload.notes())
     assumptions.append(
         f"activation peak of the profiling run ({inp.batched_tokens} batched tokens, {inp.max_num_seqs} sequences) "
         f"is a model: the forward pass {band[0]}x-{band[1]}x{' beside the fused-MoE buffers' if peak.moe_workspace else ''}, the "
@@ -602,7 +602,7 @@ def _might_refuse(target: RoleTarget, inp: _Inputs, pool: int, low: int, high: i
     )]
 
 
-def _offload_findings(target: RoleTarget, inp: _Inputs, layout: KvLayout, offload: CpuOffload, refusal: str | None,
+def _offload_findings(target: RoleTarget, inp: _Inputs, layout: KvLayout, offload: WeightOffload, refusal: str | None,
                       high_b: int, pool: int, high: int) -> list[Finding]:
     """KV113 for a profiled pool whose weights --cpu-offload-gb may move; a start refused for memory that the moved
     weights may let through is not called refused (EstimateError). A pool fixed by --kv-cache-memory-bytes or
@@ -611,13 +611,13 @@ def _offload_findings(target: RoleTarget, inp: _Inputs, layout: KvLayout, offloa
         return []
     one = layout.max_memory_usage(inp.max_model_len, inp.batched_tokens)
     starts = high_b > 0 and (inp.max_model_len_auto or one <= high_b - layout.bytes_per_block)
-    offload.check_start("vLLM", refusal if inp.length_refusal is None else None, high if starts else 0)
-    return offload.findings(target, "vLLM", pool, high)
+    offload.check_start(refusal if inp.length_refusal is None else None, high if starts else 0)
+    return offload.findings(target, pool, high)
 
 
 def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLayout, avail: tuple[int, int, int],
             parts: Mapping[str, Any], assumptions: list[str], gpu: GpuProfile | None, kv_dtype: str,
-            model_dtype: str, oom: _Oom | None = None, offload: CpuOffload = NO_OFFLOAD) -> PoolEstimate:
+            model_dtype: str, oom: _Oom | None = None, offload: WeightOffload = NO_OFFLOAD) -> PoolEstimate:
     central, low_b, high_b = _planned(avail, layout, inp, oom)
     pool = _pool(layout, central, inp)
     low, high = _pool(layout, low_b, inp), _pool(layout, high_b, inp)

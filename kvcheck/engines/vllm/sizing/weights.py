@@ -119,6 +119,19 @@ def config_weights_bytes(
     return attn * stage_layers * attn_bytes + mlp_linear * linear + max(first_stage_extra, head) + norms
 
 
+def layer_bytes(
+    text: Mapping[str, Any], *, dense: bool, tp: int, model_bytes: int, linear: float,
+    attention_bytes: float | None = None, moe_pad: int | None = None, moe_split: MoeSplit | None = None,
+) -> float:
+    """Bytes one worker holds of one decoder layer, as config_weights_bytes counts them: what one more layer adds,
+    a dense one (`dense`, or any layer of a model without experts) or one with routed experts."""
+    first_dense = 2 if dense else 0
+    one, two = ({**text, "num_hidden_layers": n, "first_k_dense_replace": first_dense} for n in (1, 2))
+    common: dict[str, Any] = dict(tp=tp, pp=1, model_bytes=model_bytes, linear=linear, tied=True,
+                                  attention_bytes=attention_bytes, moe_pad=moe_pad, moe_split=moe_split)
+    return config_weights_bytes(two, **common) - config_weights_bytes(one, **common)
+
+
 def largest_layer_bytes(
     text: Mapping[str, Any], *, tp: int, model_bytes: int, linear: float, attention_bytes: float | None = None,
     moe_pad: int | None = None, moe_split: MoeSplit | None = None,
@@ -126,13 +139,9 @@ def largest_layer_bytes(
     """Bytes one worker holds of the largest decoder layer, as config_weights_bytes counts them: what one more layer
     adds, dense and (for an MoE model) with routed experts. The most a CPU-offload budget can overshoot by, since
     the parameter that crosses it is moved whole."""
-    def added(first_dense: int) -> float:
-        one, two = ({**text, "num_hidden_layers": n, "first_k_dense_replace": first_dense} for n in (1, 2))
-        common: dict[str, Any] = dict(tp=tp, pp=1, model_bytes=model_bytes, linear=linear, tied=True,
-                                      attention_bytes=attention_bytes, moe_pad=moe_pad, moe_split=moe_split)
-        return config_weights_bytes(two, **common) - config_weights_bytes(one, **common)
-
-    return max(added(0), added(2))
+    common: dict[str, Any] = dict(tp=tp, model_bytes=model_bytes, linear=linear, attention_bytes=attention_bytes,
+                                  moe_pad=moe_pad, moe_split=moe_split)
+    return max(layer_bytes(text, dense=False, **common), layer_bytes(text, dense=True, **common))
 
 
 def vision_tower_bytes(vision: Mapping[str, Any] | None, *, tp: int, model_bytes: int, text_hidden: int) -> float:

@@ -61,13 +61,16 @@ KV113 = define_rule(
     "KV113",
     "warning",
     "CPU weight offload is not priced: the pool may be larger than predicted",
-    """`--cpu-offload-gb N` makes the engine move up to N GiB of each GPU's layer weights to the CPU
-    (SGLang's OffloaderV1, vLLM's UVA offloader), parameter by parameter in the model class's own order,
-    so the KV pool is larger than with every weight on the GPU. Which parameters move depends on the
-    model class (one that does not build its layers through make_layers moves none), on quantization
-    methods that replace parameters after loading and on the parameters the engine keeps resident, so
-    the estimate does not price them: the predicted pool keeps every weight on the GPU, and the range's
-    high end moves the budget plus the largest layer. A role that fails in estimate mode may fit.
+    """Weight offload moves layer weights to the CPU before the engine sizes its pool, so the KV pool
+    is larger than with every weight on the GPU. `--cpu-offload-gb N` (SGLang's OffloaderV1, vLLM's UVA
+    offloader) moves up to N GiB of each GPU's layer weights, parameter by parameter in the model class's
+    own order: which parameters depends on the model class (one that does not build its layers through
+    make_layers moves none), on quantization methods that replace parameters after loading and on the
+    parameters the engine keeps resident. vLLM's group offload (`--offload-group-size`, the prefetch
+    backend) is priced, except where the moved layers are of two kinds (dense and routed-expert), the
+    model is a hybrid or `--offload-params` picks parameters by name. Where the offload is not priced, the predicted pool is the smallest the settings can leave
+    (every weight on the GPU, or vLLM's staging copies at their largest) and the range's high end moves
+    the most they can; the finding names the flags. A role that fails in estimate mode may fit.
     Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or size the
-    deployment without `--cpu-offload-gb`.""",
+    deployment without the offload.""",
 )

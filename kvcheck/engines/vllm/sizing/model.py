@@ -12,11 +12,12 @@ from typing import Any
 
 from kvcheck.engines.base import PoolEstimate
 from kvcheck.engines.modelconfig import ModelSource, load_model_source
-from kvcheck.engines.offload import NO_OFFLOAD, WeightOffload, budget_offload
+from kvcheck.engines.offload import NO_OFFLOAD, WeightOffload, budget_offload, ignored
 from kvcheck.engines.vllm import compilation as compilation_settings
 from kvcheck.engines.vllm import serving
 from kvcheck.engines.vllm.sizing import maxlen, scope
 from kvcheck.engines.vllm.sizing import memory as mem
+from kvcheck.engines.vllm.sizing import offload as offloading
 from kvcheck.engines.vllm.sizing.jsonargs import json_arg
 from kvcheck.engines.vllm.sizing.layout import (
     MODEL_DTYPE_BYTES,
@@ -35,7 +36,7 @@ from kvcheck.engines.vllm.sizing.weights import (
     attention_unquantized,
     config_weights_bytes,
     hybrid_weights_bytes,
-    largest_layer_bytes,
+    layer_bytes,
     linear_bytes,
     vision_tower_bytes,
     vision_tower_loaded,
@@ -213,33 +214,69 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     return total, band, "config"
 
 
-def _cpu_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> WeightOffload:
-    """The weight bytes --cpu-offload-gb may move off a GPU worker, as a bound (kvcheck.engines.offload).
-
-    vLLM moves the parameters of the layers make_layers builds (model_executor/models/utils.py:630 in 0.11.0,
-    :913 in 0.32.0; from 0.31 also vision towers, interfaces.py:394), in the model class's order, each whole,
-    while fewer than `cpu_offload_gb x 2^30` bytes have moved: maybe_offload_to_cpu (utils.py:543-589 in 0.11.0,
-    up to 0.14), then UVAOffloader (model_executor/offloader/uva.py:74-124, budget at base.py:174 in 0.32.0), whose
-    --cpu-offload-params may narrow the set. The point figure keeps every weight on the GPU; the high end
-    moves the budget plus the largest layer. None on the CPU backend, whose weights are in host memory anyway."""
-    gib = target.args.get("cpu_offload_gb") or 0
-    if inp.device == "cpu" or not isinstance(gib, int | float) or gib <= 0:
-        return NO_OFFLOAD
+def _layer_figures(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> offloading.LayerFigures:
+    """One worker's decoder layers as the weights count them (offloading.LayerFigures); for a hybrid, whose layers
+    are not counted one by one, twice the worker's mean layer for every kind."""
     model_bytes = MODEL_DTYPE_BYTES.get(model_dtype, 2)
     linear, scheme = linear_bytes(source.quant, model_bytes, target.args.get("quantization"))
-    split, _ = _moe_split(target, source, inp)
+    split, experts = _moe_split(target, source, inp)
+    layers = int(source.text.get("num_hidden_layers") or 1)
     try:
         if is_hybrid(source.text, source.architecture):
             raise EstimateError("a hybrid's layers are not counted one by one")
-        layer = largest_layer_bytes(
-            source.text, tp=inp.tp, model_bytes=model_bytes, linear=linear,
+        common: dict[str, Any] = dict(
+            tp=inp.tp, model_bytes=model_bytes, linear=linear,
             attention_bytes=float(model_bytes) if attention_unquantized(source.quant) else None,
             moe_pad=MXFP4_EXPERT_PAD if scheme == "mxfp4" else None, moe_split=split)
+        first_dense = source.text.get("first_k_dense_replace")
+        first_moe = layers if not experts else first_dense if isinstance(first_dense, int) and first_dense > 0 else 0
+        return offloading.LayerFigures(layer_bytes(source.text, dense=True, **common),
+                                       layer_bytes(source.text, dense=False, **common), first_moe, True)
     except EstimateError:
         weights, _, _ = _weights(target, source, inp, model_bytes, [])
-        layers = max(1, math.ceil(int(source.text.get("num_hidden_layers") or 1) / inp.pp))
-        layer = 2 * weights / layers  # twice the worker's mean layer
-    return budget_offload("vLLM", gib, layer, "model_executor/offloader/uva.py, models/utils.py")
+        largest = 2 * weights / max(1, math.ceil(layers / inp.pp))  # twice the worker's mean layer
+        return offloading.LayerFigures(largest, largest, layers, False)
+
+
+def _weight_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model_dtype: str) -> WeightOffload:
+    """The weight bytes an offload backend takes off a GPU worker before vLLM profiles its memory
+    (kvcheck.engines.offload); none on the CPU backend, whose weights are in host memory anyway.
+
+    --cpu-offload-gb (UVA): vLLM moves the parameters of the layers make_layers builds
+    (model_executor/models/utils.py:630 in 0.11.0, :913 in 0.32.0; from 0.31 also vision towers, interfaces.py:394),
+    in the model class's order, each whole, while fewer than `cpu_offload_gb x 2^30` bytes have moved:
+    maybe_offload_to_cpu (utils.py:543-589 in 0.11.0, up to 0.14), then UVAOffloader
+    (model_executor/offloader/uva.py:74-124, budget at base.py:174 in 0.32.0), whose --cpu-offload-params may
+    narrow the set. A bound: the point figure keeps every weight on the GPU; the high end moves the budget plus the
+    largest layer. --offload-group-size (prefetch, from 0.17.0): sizing/offload.py."""
+    if inp.device == "cpu":
+        return NO_OFFLOAD
+    args = target.args
+    chosen = offloading.backend(args)
+    gib = args.get("cpu_offload_gb") or 0
+    moves_budget = isinstance(gib, int | float) and gib > 0
+    if chosen == "prefetch":
+        version = mem.release(target.engine_version)
+        band = MXFP4_WEIGHTS_BAND if linear_bytes(source.quant, 2, args.get("quantization"))[1] == "mxfp4" \
+            else mem.WEIGHTS_BAND
+        offload = offloading.prefetch_offload(
+            target, _layer_figures(target, source, inp, model_dtype),
+            num_layers=int(source.text.get("num_hidden_layers") or 1), pp=inp.pp,
+            release=version.release if version is not None else None, band=band)
+        if moves_budget:
+            offload = replace(offload, note=f"{offload.note}; --cpu-offload-gb {gib:g} is ignored: vLLM builds one "
+                              "offloader, the prefetch one when --offload-group-size is set (base.py create_offloader)")
+        return offload
+    grouped = offloading.int_arg(args, "offload_group_size", 0) > 0
+    if chosen != "uva" or not moves_budget:
+        return ignored("vLLM", "--offload-group-size is ignored under --offload-backend uva, and no --cpu-offload-gb "
+                       "moves anything") if chosen == "uva" and grouped else NO_OFFLOAD
+    figures = _layer_figures(target, source, inp, model_dtype)
+    offload = budget_offload("vLLM", gib, max(figures.dense_bytes, figures.moe_bytes),
+                             "model_executor/offloader/uva.py, models/utils.py")
+    if grouped:
+        offload = replace(offload, note=f"{offload.note}; --offload-group-size is ignored under --offload-backend uva")
+    return offload
 
 
 def _moe_split(target: RoleTarget, source: ModelSource, inp: _Inputs) -> tuple[MoeSplit | None, int]:
@@ -294,6 +331,7 @@ def estimate_role(
                                override_args=json_arg(args.get("hf_overrides"), "--hf-overrides"), offline=offline)
     text = source.text
     scope.check_speculative(args)
+    offloading.check_config(target)
     device = _device(target)
     gpu, total = _device_memory(target, device, profiles)
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
@@ -333,7 +371,7 @@ def estimate_role(
         assumptions.append(f"block size {layout.block_size}: vLLM's default for this layout on {device}")
 
     parts: OrderedDict[str, Any] = OrderedDict()
-    offload = _cpu_offload(target, source, inp, model_dtype)
+    offload = _weight_offload(target, source, inp, model_dtype)
     if inp.explicit_kv_bytes is not None:
         avail = (inp.explicit_kv_bytes,) * 3
         parts["kv_cache_memory_bytes"] = inp.explicit_kv_bytes
@@ -341,6 +379,9 @@ def estimate_role(
     else:
         assert total is not None
         avail = _profiled(target, source, inp, total, model_dtype, version, parts, assumptions, gpu, offload)
+        if offload.active:  # net bytes off each GPU: (low end, figure, high end)
+            parts["weights_off_gpu_bytes"] = [round(offload.low_bytes), round(offload.point_bytes),
+                                              round(offload.high_bytes)]
     if gpu is None and device != "cpu" and not args.get("block_size"):
         # No GPU named and the KV memory given: the CUDA build (16-token blocks) and the CPU build (128) are
         # both possible, and vLLM 0.32.0's arguments cannot tell them apart. The point figure is the smaller
@@ -392,6 +433,8 @@ def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layou
             return _override_oom(target, source, inp, layout, total, gpu, model_dtype, high, assumptions, moved)
         return _explicit_cache_oom(target, source, inp, total, gpu, model_dtype, assumptions, moved)
 
+    if offload.priced:
+        return refused(offload)
     oom = refused(NO_OFFLOAD)
     if oom is not None and offload.unpriced and refused(offload) is None:
         blocks = inp.num_blocks_override or layout.num_blocks(inp.explicit_kv_bytes or 0)

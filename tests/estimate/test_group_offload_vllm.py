@@ -1,0 +1,161 @@
+"""vLLM's prefetch offload (`--offload-group-size`, `--offload-num-in-group`, `--offload-prefetch-step`, from 0.17.0):
+PrefetchOffloader moves every parameter of the last num_in_group of every group_size layers of the make_layers stack
+as it builds the model, and keeps a StaticBufferPool of prefetch_step copies of each distinct parameter on the GPU,
+allocated after the weights are measured and before the memory profile, which counts it from 0.27.0
+(model_executor/offloader/prefetch.py, config/offload.py, v1/worker/gpu_model_runner.py in 0.17.0-0.32.0). The
+estimate ignored the flags: the same pool with them as without."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_kvcheck
+from tests.datapaths import MODELS
+
+LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
+DEEPSEEK_V3 = MODELS / "deepseek-ai--DeepSeek-V3.json"
+# Llama-3.1-8B's decoder layer on one GPU, bf16: q/o 2 x 4096 x 4096, k/v 2 x 4096 x 1024, MLP 3 x 4096 x 14336,
+# two RMSNorms of 4096: every parameter PrefetchOffloader moves of one layer, and one StaticBufferPool slot
+LLAMA_8B_LAYER = (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2 + 2 * 4096 * 2
+BLOCK = 16 * 32 * 2 * 8 * 128 * 2  # a 16-token block of Llama-3.1-8B's bf16 KV cache
+
+
+def _write(tmp_path: Path, name: str, args: str, *, version: str = "0.32.0", gpu: str = "H100",
+           window: int = 131072, config: Path = LLAMA_8B, gpus: str = "[0]") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"context_length: {window}\n"
+        f"model: {{path: some/model, config: {config}}}\n"
+        f'engine: {{name: vllm, version: "{version}"}}\n'
+        f"gpu: {gpu}\n"
+        f"args: {{max-model-len: {window}{', ' + args if args else ''}}}\n"
+        f"roles:\n  server: {{gpus: {gpus}}}\n", encoding="utf-8")
+    return path
+
+
+def _verify(tmp_path: Path, name: str, args: str, **kw: object) -> tuple[int, dict]:
+    done = run_kvcheck("verify", str(_write(tmp_path, name, args, **kw)), "--mode", "estimate",  # type: ignore[arg-type]
+                       "--format", "json")
+    return done.exit_code, json.loads(done.stdout)
+
+
+def test_the_moved_layers_less_one_staging_layer_come_out_of_the_pool_to_the_byte(tmp_path: Path) -> None:
+    """Llama-3.1-8B on one H100, groups of 4: layers 3, 7, ..., 31 move (8 of 32), and the pool keeps one layer's
+    copy: 7 layers' bytes more for the KV cache, priced (no KV113)."""
+    code, plain = _verify(tmp_path, "plain", "")
+    assert code == 0, plain
+    code, moved = _verify(tmp_path, "moved", "offload-group-size: 4, offload-num-in-group: 1, offload-prefetch-step: 1")
+    assert code == 0, moved
+    [a], [b] = plain["roles"], moved["roles"]
+    assert moved["findings"] == []
+    net = 7 * LLAMA_8B_LAYER  # 3,053,568,000 bytes
+    assert b["details"]["weights_off_gpu_bytes"] == [round(net * 0.98), net, round(net * 1.02)]
+    grown = b["details"]["num_gpu_blocks"] - a["details"]["num_gpu_blocks"]
+    assert grown in (net // BLOCK, net // BLOCK + 1)  # 1,456 blocks, whatever the remainder of the plain pool
+    assert b["pool_tokens"] - a["pool_tokens"] == grown * 16
+    assert b["details"]["pool_range"][1] > a["details"]["pool_range"][1]
+    [note] = [x for x in b["details"]["assumptions"] if x.startswith("--offload-group-size")]
+    assert note.startswith(
+        "--offload-group-size 4 --offload-num-in-group 1 --offload-prefetch-step 1: vLLM's PrefetchOffloader moves "
+        "every parameter of 8 of the 32 layers on each GPU to the CPU (the last 1 of every 4; "
+        "model_executor/offloader/prefetch.py) as it builds the model: 3.250 GiB off the GPU, less the 1 staging copy "
+        "of a moved layer (0.406 GiB) kept on it")
+    assert note.endswith("2.844 GiB net, priced from the layers' count (+-2%)")
+
+
+def test_before_0_27_the_profile_does_not_count_the_staging_pool(tmp_path: Path) -> None:
+    """vLLM 0.25.0: non_kv_cache_memory is the weights measured before post_init plus the torch peak's increase
+    over the profile, so the pool allocated between them is not taken from the KV cache: all 8 layers count."""
+    code, moved = _verify(tmp_path, "moved", "offload-group-size: 4", version="0.25.0")
+    assert code == 0, moved
+    [role] = moved["roles"]
+    assert role["details"]["weights_off_gpu_bytes"][1] == 8 * LLAMA_8B_LAYER
+    assert any("are not counted by the profile up to 0.26: they take GPU memory beyond --gpu-memory-utilization"
+               in x for x in role["details"]["assumptions"])
+
+
+def test_more_staging_slots_than_moved_layers_cost_the_pool(tmp_path: Path) -> None:
+    """Groups of 16 move layers 15 and 31; a prefetch step of 4 still allocates 4 slots: 2 layers' bytes less."""
+    code, moved = _verify(tmp_path, "moved", "offload-group-size: 16, offload-prefetch-step: 4")
+    assert code == 0, moved
+    assert moved["roles"][0]["details"]["weights_off_gpu_bytes"][1] == (2 - 4) * LLAMA_8B_LAYER
+
+
+def test_a_start_refused_with_every_weight_on_the_gpu_that_the_priced_offload_lets_through_passes(
+        tmp_path: Path) -> None:
+    """DeepSeek-V3 (FP8) at TP8 on H100s: no room for a KV cache with every weight on the GPU (KV220, exit 1);
+    groups of 4 move 15 of the 61 layers, all routed-expert ones (the first dense one is layer 2), priced."""
+    args = "tensor-parallel-size: 8"
+    kw = dict(gpu="H100", window=32768, config=DEEPSEEK_V3, gpus="[0, 1, 2, 3, 4, 5, 6, 7]")
+    code, plain = _verify(tmp_path, "plain", args, **kw)
+    assert code == 1 and [f["rule"] for f in plain["findings"]] == ["KV220", "KV101"]
+    code, moved = _verify(tmp_path, "moved", args + ", offload-group-size: 4", **kw)
+    assert [f["rule"] for f in moved["findings"]] == ["KV105"]  # priced: the usual range, no KV113
+    assert moved["roles"][0]["pool_tokens"] > 0
+
+
+def test_moved_layers_of_two_kinds_are_a_bound(tmp_path: Path) -> None:
+    """Groups of 2 on DeepSeek-V3 move layer 1 (dense) and 3, 5, ... (routed experts): the pool keeps a copy of each
+    distinct parameter, and a dense and an expert layer share their attention's, which the count does not split:
+    the figure charges both whole layers (KV113), the high end only the larger."""
+    kw = dict(gpu="H200", window=32768, config=DEEPSEEK_V3, gpus="[0, 1, 2, 3, 4, 5, 6, 7]")
+    code, moved = _verify(tmp_path, "moved", "tensor-parallel-size: 8, offload-group-size: 2", **kw)
+    assert code == 0, moved
+    [kv113] = moved["findings"]
+    [role] = moved["roles"]
+    assert (kv113["rule"], kv113["severity"]) == ("KV113", "warning")
+    assert kv113["message"] == (
+        "--offload-group-size 2 --offload-num-in-group 1 --offload-prefetch-step 1 is not priced: the pool is "
+        f"predicted with the fewest weight bytes off the GPU these settings allow ({role['pool_tokens']:,} tokens), "
+        f"and the weights vLLM moves to the CPU leave a larger one, up to {role['details']['pool_range'][1]:,} tokens "
+        "(the estimate's range); a role that fails here may fit")
+    assert kv113["location"]["line"] == 5
+    low, point, high = role["details"]["weights_off_gpu_bytes"]
+    assert low < point < high
+
+
+def test_offload_params_is_a_bound(tmp_path: Path) -> None:
+    """--offload-params moves the parameters whose names it matches, which config.json does not size: the figure
+    moves nothing (a prefetch step of 1 against 8 moved layers can only free memory), KV113 names the flags."""
+    code, plain = _verify(tmp_path, "plain", "")
+    code, moved = _verify(tmp_path, "moved", "offload-group-size: 4, offload-params: [mlp]")
+    assert code == 0, moved
+    assert moved["roles"][0]["pool_tokens"] == plain["roles"][0]["pool_tokens"]
+    assert [f["rule"] for f in moved["findings"]] == ["KV113"]
+    assert moved["findings"][0]["message"].startswith(
+        "--offload-group-size 4 --offload-num-in-group 1 --offload-prefetch-step 1 --offload-params is not priced")
+    assert moved["roles"][0]["details"]["weights_off_gpu_bytes"][2] == round(7 * LLAMA_8B_LAYER * 1.02)
+
+
+def test_one_offloader_is_built_the_other_flags_are_ignored(tmp_path: Path) -> None:
+    """create_offloader builds the prefetch backend when --offload-group-size is set under `auto`, UVA under `uva`:
+    --cpu-offload-gb beside the group flags was a KV113 bound on a budget vLLM never moves."""
+    _, group = _verify(tmp_path, "group", "offload-group-size: 4")
+    _, both = _verify(tmp_path, "both", "offload-group-size: 4, cpu-offload-gb: 8")
+    assert both["findings"] == [] and both["roles"][0]["pool_tokens"] == group["roles"][0]["pool_tokens"]
+    assert any("--cpu-offload-gb 8 is ignored" in x for x in both["roles"][0]["details"]["assumptions"])
+    _, uva = _verify(tmp_path, "uva", "cpu-offload-gb: 8")
+    _, named = _verify(tmp_path, "named", "offload-group-size: 4, cpu-offload-gb: 8, offload-backend: uva")
+    assert named["roles"][0]["details"]["pool_range"] == uva["roles"][0]["details"]["pool_range"]
+    assert [f["rule"] for f in named["findings"]] == ["KV113"]
+
+
+@pytest.mark.parametrize(("args", "column", "reason"), [
+    ("offload-group-size: 4, offload-num-in-group: 5", 54,
+     "offload_num_in_group (5) must be <= offload_group_size (4)"),
+    ("offload-group-size: 4, offload-prefetch-step: 0", 54,
+     "offload_prefetch_step (0) must be >= 1 when prefetch offloading is enabled (offload_group_size > 0)"),
+    ("offload-backend: prefetch", 31, "offload_num_in_group (1) must be <= offload_group_size (0)"),
+])
+def test_settings_vllm_refuses_before_any_model_loads_are_exit_2(tmp_path: Path, args: str, column: int,
+                                                                  reason: str) -> None:
+    """OffloadConfig.validate_offload_config (config/offload.py) raises while EngineArgs builds the config."""
+    path = _write(tmp_path, "refused", args)
+    done = run_kvcheck("verify", str(path), "--mode", "estimate")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[0] == (
+        f"kvcheck: error: {path}:5:{column}: role server: vLLM 0.32.0 refuses these offload settings before any model "
+        f"loads: OffloadConfig raises '{reason}' (config/offload.py)")

@@ -39,6 +39,7 @@ from kvcheck.engines.sglang.sizing.refusals import (
     check_dsv4_hook,
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
+    check_group_offload,
     check_kv_hooks,
     check_parallel,
     check_quantization,
@@ -62,6 +63,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     config_weights,
     has_shared_experts,
     largest_layer_bytes,
+    moe_layer_ids,
     mtp_draft_bytes,
     pp_layer_split,
     routed_experts,
@@ -770,7 +772,7 @@ def estimate_role(
     weights_band = 0.0 if known_weights else WEIGHTS_BAND_FRACTION
     overhead_band = 0.0 if known_weights else LOAD_OVERHEAD_BAND_GIB
     weights_band_up = _weights_band_up(shape, weights_band)
-    offload = _cpu_offload(args, model, par, stage_weights, assumptions)
+    offload = _weight_offload(target, args, model, par, stage_weights, stage_ranges, assumptions)
     low_phys, _ = sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)
     high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band),
                               offload.high_bytes)
@@ -847,8 +849,19 @@ def estimate_role(
     )
 
 
-def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_weights: list[float],
-                 assumptions: list[str]) -> WeightOffload:
+def _weight_offload(target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel,
+                    stage_weights: list[float], stage_ranges: list[range], assumptions: list[str]) -> WeightOffload:
+    """The weights a rank's offloader may take off its GPU before the pool is sized: OffloaderV1 for
+    --cpu-offload-gb, which SGLang builds first (the group flags are then ignored), as a bound."""
+    offload = _cpu_offload(args, model, par, stage_weights)
+    if offload.active and (args.get("offload_group_size") or 0) > 0:
+        offload = replace(offload, note=f"{offload.note}; --offload-group-size is ignored: SGLang builds OffloaderV1 "
+                          "when --cpu-offload-gb is set (create_offloader), never OffloaderV2 beside it")
+    assumptions.extend(offload.notes())
+    return offload
+
+
+def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_weights: list[float]) -> WeightOffload:
     """The weight bytes --cpu-offload-gb may move off a rank, as a bound (kvcheck.engines.offload).
 
     SGLang's OffloaderV1 (srt/utils/offloader.py:144-190 in 0.5.23, :97 in 0.5.9) moves the parameters of the
@@ -868,9 +881,7 @@ def _cpu_offload(args: Mapping[str, Any], model: _Model, par: Parallel, stage_we
         layer = 0.0
     if layer <= 0:  # a layout the per-layer count does not cover: twice the stage's mean layer
         layer = 2 * max(stage_weights) / layers
-    offload = budget_offload("SGLang", gib, layer, "srt/utils/offloader.py")
-    assumptions.extend(offload.notes())
-    return offload
+    return budget_offload("SGLang", gib, layer, "srt/utils/offloader.py")
 
 
 def _v4_unplaced(target: RoleTarget) -> bool:
@@ -932,6 +943,12 @@ def _checked_resolve(
         )
         archs = model.source.config.get("architectures") or []
         check_deepep_v2_architecture(target, arch=archs[0] if archs else None, a2a=a2a)
+        moe_layers = moe_layer_ids(shape, model.source.text)
+        check_group_offload(
+            target, args, architecture=archs[0] if archs else shape.architecture, tp=res.tp,
+            stage_ranges=pp_layer_split(shape.num_layers, res.pp), moe_layers=moe_layers,
+            nvfp4_experts=bool(moe_layers) and model.scheme.fmt(
+                f"model.layers.{min(moe_layers)}.mlp.experts.0.up_proj") == "nvfp4")
         check_kv_hooks(target, args, kind=shape.kind, arch=shape.architecture, gpu=gpu, backend=res.attention_backend)
     except EngineRefusal as exc:
         if planning:

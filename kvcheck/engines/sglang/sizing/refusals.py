@@ -7,13 +7,14 @@ not start, nor crash on one (a page size of 0 used to be a ZeroDivisionError, ex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.defaults import context_len_of
 from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
+from kvcheck.engines.sglang.sizing.offload import DEEPSEEK_V2_MODEL, MODES, SHARED_MODES, group_settings
 from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
 from kvcheck.errors import EstimateError, KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
@@ -700,3 +701,77 @@ def check_quantization(target: RoleTarget, args: Mapping[str, Any], quant: Mappi
         f"`quantization` argument ({arg}).' (configs/model_config.py _verify_quantization)",
         hint="drop --quantization (the checkpoint's fp8 is used)",
     )
+
+
+def check_group_offload(target: RoleTarget, args: Mapping[str, Any], *, architecture: str, tp: int,
+                        stage_ranges: Sequence[range], moe_layers: frozenset[int], nvfp4_experts: bool) -> None:
+    """Group offload settings SGLang stops on (sizing/offload.py has what OffloaderV2 does), each before it serves:
+    at argument time (--ple-offload-embedding), as the model runner builds OffloaderV2 (a shared mode over TP), as
+    the model is built (a class that names no submodule to offload, an unknown mode, pre-0.5.3 block scales), in
+    post_init (a prefetch step beyond the offloaded layers) or at the first forward (a prefetch step of 0)."""
+    gib = args.get("cpu_offload_gb") or 0
+    group = args.get("offload_group_size")
+    if args.get("ple_offload_embedding") is True and (
+            (isinstance(gib, int | float) and gib > 0) or (isinstance(group, int) and group > 0)):
+        raise _refuse(
+            target, ("ple_offload_embedding", "offload_group_size", "cpu_offload_gb"),
+            "SGLang refuses --ple-offload-embedding with --cpu-offload-gb or --offload-group-size "
+            "('generic layer offload would stage the pinned PLE embedding back to the device', "
+            "arg_groups/memory_hook.py handle_offload_compatibility)",
+            hint="drop --ple-offload-embedding, or the layer offload")
+    settings = group_settings(args)
+    if settings is None:
+        return
+    text = settings.text
+    if settings.mode in SHARED_MODES and tp != 1:
+        raise _refuse(
+            target, ("offload_mode", "tp_size"),
+            f"{text}: OffloaderV2 asserts 'not yet support tp_size!=1' for --offload-mode {settings.mode} as the "
+            f"model runner starts (srt/utils/offloader.py:216-217 in 0.5.23), and --tp-size is {tp}",
+            hint="use --offload-mode cpu, or --tp-size 1")
+    picked = settings.by_stage(stage_ranges)
+    step = settings.prefetch_step
+    if architecture not in DEEPSEEK_V2_MODEL:
+        if step >= 1:
+            raise _refuse(
+                target, ("offload_group_size",),
+                f"{text}: SGLang's {architecture} model does not name the submodule OffloaderV2 offloads (only the "
+                "DeepSeek-V2 model passes offloader_kwargs to make_layers), so SGLang stops loading it: with a "
+                "TypeError in OffloaderV2.wrap_modules where a layer falls in a group's last --offload-num-in-group, "
+                "else with an IndexError in post_init, which prefetches layers it did not offload "
+                "(srt/utils/offloader.py:252 and :282-283 in 0.5.23)",
+                hint="drop the group offload flags (--cpu-offload-gb moves weights of any model class)")
+        return
+    for s, layers in enumerate(picked):
+        where = "each rank" if len(picked) == 1 else f"pipeline stage {s}"
+        if step > len(layers):
+            raise _refuse(
+                target, ("offload_prefetch_step", "offload_group_size", "offload_num_in_group"),
+                f"{text}: OffloaderV2 offloads {len(layers)} of the {len(stage_ranges[s])} layers of {where}, and "
+                f"post_init prefetches the first {step}: SGLang stops with an IndexError before the pool is sized "
+                "(srt/utils/offloader.py:282-283 in 0.5.23)",
+                hint=f"set --offload-prefetch-step to at most {len(layers)}" if layers else
+                "set --offload-group-size and --offload-num-in-group so that some layer is offloaded")
+        if step < 1 and layers:
+            raise _refuse(
+                target, ("offload_prefetch_step",),
+                f"{text}: with no layer prefetched, the first forward finds layer {layers[0]}'s experts not copied "
+                "back and asserts (wait_and_get_device_tensors, srt/utils/offloader.py:371 in 0.5.23): SGLang stops "
+                "at its warmup", hint="set --offload-prefetch-step to 1 or more")
+    moved_moe = [i for layers in picked for i in layers if i in moe_layers]
+    if not moved_moe:
+        return
+    if settings.mode not in MODES:
+        raise _refuse(
+            target, ("offload_mode",),
+            f"--offload-mode {settings.mode} is not one SGLang has ({', '.join(MODES)}): _BaseParamOffloader.create "
+            "stops with a KeyError as the first offloaded experts are built (srt/utils/offloader.py:386-393 in 0.5.23)",
+            hint="use --offload-mode cpu")
+    if not nvfp4_experts and not rel.rules_for(target.engine_version).has(rel.OFFLOAD_V2_ANY_EXPERT_FORMAT):
+        raise _refuse(
+            target, ("offload_group_size", "quantization"),
+            f"{text}: SGLang {target.engine_version}'s DeepSeek-V2 model names the NVFP4 block scales "
+            "(w13_blockscale_swizzled, w2_blockscale_swizzled) of every offloaded MoE layer, which these experts do "
+            f"not have (layer {moved_moe[0]}): _ModuleOffloader asserts as the model is built (srt/offloader.py; "
+            f"from {rel.OFFLOAD_V2_ANY_EXPERT_FORMAT} it names them only where they exist)",
+            hint=f"use SGLang {rel.OFFLOAD_V2_ANY_EXPERT_FORMAT} or later, or drop the group offload flags")

@@ -116,6 +116,10 @@ DRAFT_HEAD_IN_BUDGET = "0.5.14"  # the draft loads before the target's pool is s
 K3_AUTO_FLASHINFER_MXFP4 = "0.5.19"  # Kimi-K3's `auto` MoE runner on SM100/SM103/SM107 is flashinfer_mxfp4
 #   (kimi_k3.py _kimi_k3_moe_runner_overrides)
 
+# --- weight offload (srt/utils/offloader.py, srt/offloader.py before 0.5.3; models/deepseek_v2.py)
+OFFLOAD_V2_ANY_EXPERT_FORMAT = "0.5.3"  # OffloaderV2 names the NVFP4 block scales only where the experts have them
+#   (before: always, so _ModuleOffloader's assertion stops a start that offloads any other MoE layer)
+
 # --- the environment (sglang/srt/environ.py)
 SGL_PREFIX_RENAMED = "0.5.3"  # importing environ.py copies each legacy SGL_X to SGLANG_X, over a value already set
 

@@ -563,6 +563,11 @@ def largest_layer_bytes(shape: ModelShape, text: Mapping[str, Any], scheme: Quan
     return largest
 
 
+def moe_layer_ids(shape: ModelShape, text: Mapping[str, Any]) -> frozenset[int]:
+    """The decoder layers (global indices) whose MLP is a routed-expert block, as config_weights places them."""
+    return frozenset(_moe_layout(shape, text).moe_layers)
+
+
 def mtp_draft_bytes(
     shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int, *,
     own_embed_head: bool = False,

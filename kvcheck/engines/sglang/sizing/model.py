@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from kvcheck.engines.offload import NO_OFFLOAD, WeightOffload, budget_offload
 from kvcheck.engines.sglang import serving
 from kvcheck.engines.sglang.serving import admission_bound
 from kvcheck.engines.sglang.sizing import dsv4
+from kvcheck.engines.sglang.sizing import offload as group
 from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.allocator import SLACK, rounds_weights
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
@@ -61,6 +62,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     Parallel,
     WeightsEstimate,
     config_weights,
+    expert_bytes_by_layer,
     has_shared_experts,
     largest_layer_bytes,
     moe_layer_ids,
@@ -774,8 +776,9 @@ def estimate_role(
     weights_band_up = _weights_band_up(shape, weights_band)
     offload = _weight_offload(target, args, model, par, stage_weights, stage_ranges, assumptions)
     low_phys, _ = sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)
+    moved_high = offload.stage_high_bytes or offload.high_bytes
     high_phys, _ = sizer.pool(pre_gib + pre_band_gib, 1 - weights_band, max(0.0, overhead_gib - overhead_band),
-                              offload.high_bytes)
+                              moved_high)
     findings = []
     if v4_unknown is not None:
         # KV108: the layout of the declared build is not known, so the range spans every layout's pool
@@ -790,7 +793,7 @@ def estimate_role(
                 for r in stage_ranges])
             lows.append(alt_sizer.pool(pre_gib - pre_band_above_gib, 1 + weights_band_up, overhead_gib + overhead_band)[0])
             highs.append(alt_sizer.pool(pre_gib + pre_band_gib, 1 - weights_band,
-                                        max(0.0, overhead_gib - overhead_band), offload.high_bytes)[0])
+                                        max(0.0, overhead_gib - overhead_band), moved_high)[0])
         low_phys, high_phys = min(lows), max(highs)
         message = (f"{v4_unknown}: the pool is priced with the layout of SGLang {dsv4.LAYOUTS[v4_layout]}, "
                    f"and its range {low_phys * res.dcp:,}-{high_phys * res.dcp:,} spans every layout kvcheck knows")
@@ -852,11 +855,18 @@ def estimate_role(
 def _weight_offload(target: RoleTarget, args: Mapping[str, Any], model: _Model, par: Parallel,
                     stage_weights: list[float], stage_ranges: list[range], assumptions: list[str]) -> WeightOffload:
     """The weights a rank's offloader may take off its GPU before the pool is sized: OffloaderV1 for
-    --cpu-offload-gb, which SGLang builds first (the group flags are then ignored), as a bound."""
+    --cpu-offload-gb, which SGLang builds first (the group flags are then ignored), else OffloaderV2 for
+    --offload-group-size (sizing/offload.py); both bounds."""
     offload = _cpu_offload(args, model, par, stage_weights)
     if offload.active and (args.get("offload_group_size") or 0) > 0:
         offload = replace(offload, note=f"{offload.note}; --offload-group-size is ignored: SGLang builds OffloaderV1 "
                           "when --cpu-offload-gb is set (create_offloader), never OffloaderV2 beside it")
+    settings = group.group_settings(args)
+    if settings is not None:
+        archs = model.source.config.get("architectures") or []
+        experts = expert_bytes_by_layer(model.shape, model.source.text, model.scheme, par)
+        offload = group.group_offload(settings, archs[0] if archs else model.shape.architecture, stage_ranges,
+                                      experts)
     assumptions.extend(offload.notes())
     return offload
 
@@ -1142,13 +1152,15 @@ class _PoolSizer:
     # DSA before 0.5.3.post1: the token count leaves the indexer's rows out (rel.DSA_BUDGET_INDEXER)
     dsa_budget_no_indexer: bool = False
 
-    def pool(self, pre: float, weights_scale: float, overhead: float, offloaded: float = 0.0) -> tuple[int, dict]:
+    def pool(self, pre: float, weights_scale: float, overhead: float,
+             offloaded: float | Sequence[float] = 0.0) -> tuple[int, dict]:
         """Tokens (logical) for one set of uncertain inputs: min over PP stages. `offloaded`: weight bytes a rank
-        moves to the CPU (--cpu-offload-gb), at most its stage's weights."""
+        moves to the CPU (kvcheck.engines.offload), at most its stage's weights; one figure, or one per stage."""
         best = None
         info: dict[str, Any] = {}
         for s, layer_range in enumerate(self.stage_ranges):
-            tokens, stage_info = self._stage(s, layer_range, pre, weights_scale, overhead, offloaded)
+            moved = offloaded[s] if isinstance(offloaded, Sequence) else offloaded
+            tokens, stage_info = self._stage(s, layer_range, pre, weights_scale, overhead, moved)
             if best is None or tokens < best:
                 best, info = tokens, stage_info
         return (best or 0), info

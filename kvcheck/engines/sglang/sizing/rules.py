@@ -66,11 +66,15 @@ KV113 = define_rule(
     offloader) moves up to N GiB of each GPU's layer weights, parameter by parameter in the model class's
     own order: which parameters depends on the model class (one that does not build its layers through
     make_layers moves none), on quantization methods that replace parameters after loading and on the
-    parameters the engine keeps resident. vLLM's group offload (`--offload-group-size`, the prefetch
-    backend) is priced, except where the moved layers are of two kinds (dense and routed-expert), the
-    model is a hybrid or `--offload-params` picks parameters by name. Where the offload is not priced, the predicted pool is the smallest the settings can leave
+    parameters the engine keeps resident. SGLang's group offload (`--offload-group-size`, OffloaderV2)
+    moves the routed experts of the last `--offload-num-in-group` layers of every group, less the
+    `--offload-prefetch-step` layers it copies back, unless the quantization method re-creates them on
+    the GPU. vLLM's group offload (the prefetch backend) is priced, except where the moved layers are of
+    two kinds (dense and routed-expert), the model is a hybrid or `--offload-params` picks parameters by
+    name. Where the offload is not priced, the predicted pool is the smallest the settings can leave
     (every weight on the GPU, or vLLM's staging copies at their largest) and the range's high end moves
-    the most they can; the finding names the flags. A role that fails in estimate mode may fit.
+    the most they can; the finding names the flags, the mode included. A role that fails in estimate
+    mode may fit.
     Fix: measure the role on its GPUs (`kvcheck verify` without `--mode estimate`), or size the
     deployment without the offload.""",
 )

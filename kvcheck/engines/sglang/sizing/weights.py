@@ -568,6 +568,19 @@ def moe_layer_ids(shape: ModelShape, text: Mapping[str, Any]) -> frozenset[int]:
     return frozenset(_moe_layout(shape, text).moe_layers)
 
 
+def expert_bytes_by_layer(shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel) -> list[float]:
+    """Bytes one rank holds of each layer's routed and shared experts (scales and biases included), as
+    config_weights counts them (no allocator rounding); 0 for a dense layer. An upper bound on the expert
+    tensors a group offload can move (the routed experts' weights, and the shared ones where SGLang fuses them)."""
+    moe = _moe_layout(shape, text)
+    out = []
+    for i in range(shape.num_layers):
+        acc = _Acc(scheme, rounding=False)
+        _layer(acc, shape, moe, text, i, par)
+        out.append(acc.bytes.get("moe_experts", 0.0) + acc.bytes.get("shared_experts", 0.0))
+    return out
+
+
 def mtp_draft_bytes(
     shape: ModelShape, text: Mapping[str, Any], scheme: QuantScheme, par: Parallel, layers: int, *,
     own_embed_head: bool = False,

@@ -1,9 +1,10 @@
 """Kimi-K3's weights per GPU as SGLang builds them (models/kimi_k3.py, models/kimi_k3_vl.py and
-layers/quantization/mxfp4.py, the same in 0.5.17 to 0.5.23), module by module, to the byte.
+layers/quantization/mxfp4.py, 0.5.17 to 0.5.23), module by module, to the byte.
 
 The KDA forget gate is low-rank (f_a_proj + f_b_proj; use_full_rank_gate makes the *output* gate full-rank), the
 MLA layers carry an output gate g_proj, the vision tower's attention is qkv_hidden_size wide, and the MXFP4 experts
-carry what Mxfp4MoEMethod adds to the checkpoint's bytes: zero biases off ROCm, aiter's padded scales on ROCm."""
+are what Mxfp4MoEMethod holds after loading on the path it takes (sizing/mxfp4_moe.py): padded, re-laid out, with
+zero biases off ROCm, or upcast to bf16."""
 
 from __future__ import annotations
 
@@ -80,29 +81,90 @@ def test_vision_tower_attention_is_qkv_hidden_size_wide():
     assert vision_tower_bytes(vision, H) == params * BF16 == 884_998_144
 
 
-def _expert_bytes(local: int, inter_pp: int, *, scale_cols_w2: int, bias: int) -> int:
-    w13 = local * 2 * inter_pp * (LATENT // 2 + LATENT // 32)
+def _expert_bytes(local: int, inter_pp: int, *, scale_cols_w2: int, bias: int, scale_cols_w13: int = LATENT // 32,
+                  scalars: int = 0) -> int:
+    w13 = local * 2 * inter_pp * (LATENT // 2 + scale_cols_w13)
     w2 = local * LATENT * (inter_pp // 2 + scale_cols_w2)
-    return w13 + w2 + bias * local * (2 * inter_pp + LATENT)
+    return w13 + w2 + bias * local * (2 * inter_pp + LATENT) + scalars * local * FP32
+
+
+DEEP_GEMM = Mxfp4ExpertLayout(scale_k_align=4, bias_bytes=2, bias_as_made=True)
+MARLIN = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=2)
+CUTLASS_SM90 = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=2, expert_scalars=3)
+CUTLASS_SM120 = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=2, expert_scalars=4)
+TRTLLM = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4, expert_scalars=3)
+TRITON = Mxfp4ExpertLayout(inter_align=64, bias_bytes=4)
+BF16_UPCAST = Mxfp4ExpertLayout(inter_align=64, upcast_bf16=True, bias_bytes=2, bias_as_made=True)
+BF16_UPCAST_ROCM = Mxfp4ExpertLayout(inter_align=64, upcast_bf16=True)
+AITER_K3_OPT = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, scale_k_align=8)
 
 
 def test_deep_gemm_experts_keep_zero_bf16_biases():
     # Mxfp4MoEMethod.create_weights: `create_bias = with_bias or not _is_hip`; the deep_gemm runner keeps them
-    comps = _components(ep=8, mxfp4_experts=Mxfp4ExpertLayout(bias_bytes=2))
+    comps = _components(ep=8, mxfp4_experts=DEEP_GEMM)
     per_layer = _expert_bytes(EXPERTS // 8, INTER, scale_cols_w2=INTER // 32, bias=BF16)
     assert comps["moe_experts"] == MOE_LAYERS * per_layer
     assert MOE_LAYERS * BF16 * (EXPERTS // 8) * (2 * INTER + LATENT) == 200_474_624  # the biases, EP8
 
 
+def test_deep_gemm_packs_the_scales_in_fours():
+    # transform_sf_into_required_layout: UE8M0 packed four to an int32, so the K/32 columns round up to 4: at TP16
+    # without EP the down projection's 192 / 32 = 6 columns take 8 (its gate_up's 3584 / 32 = 112 are a multiple)
+    comps = _components(tp=16, mxfp4_experts=DEEP_GEMM)
+    assert comps["moe_experts"] == MOE_LAYERS * _expert_bytes(EXPERTS, 192, scale_cols_w2=8, bias=BF16)
+    assert comps["moe_experts"] - _components(tp=16, mxfp4_experts=replace(DEEP_GEMM, scale_k_align=1))[
+        "moe_experts"] == MOE_LAYERS * EXPERTS * LATENT * 2 == 590_872_576
+
+
+def test_marlin_pads_the_intermediate_to_128():
+    # create_weights (use_marlin): round_up(intermediate, 128), round_up(hidden, 256); prepare_moe_mxfp4_layer_for_
+    # marlin repacks 4-bit weights and one-byte E8M0 scales of the padded shapes and re-makes the biases in bf16.
+    # TP8: 384 stays; TP16 without EP: 192 becomes 256, a third more expert bytes (28.1 GiB a GPU)
+    assert _components(mxfp4_experts=MARLIN)["moe_experts"] == MOE_LAYERS * _expert_bytes(
+        EXPERTS, 384, scale_cols_w2=12, bias=BF16)
+    tp16 = _components(tp=16, mxfp4_experts=MARLIN)["moe_experts"]
+    assert tp16 == MOE_LAYERS * _expert_bytes(EXPERTS, 256, scale_cols_w2=8, bias=BF16) == 121_213_288_448
+    # with EP16 each rank holds 56 experts of the whole 3072: nothing to pad
+    assert _components(tp=16, ep=16, mxfp4_experts=MARLIN)["moe_experts"] == MOE_LAYERS * _expert_bytes(
+        EXPERTS // 16, INTER, scale_cols_w2=INTER // 32, bias=BF16)
+
+
+@pytest.mark.parametrize(("layout", "bias", "scalars"), [(CUTLASS_SM90, BF16, 3), (CUTLASS_SM120, BF16, 4),
+                                                           (TRTLLM, FP32, 3)])
+def test_flashinfer_pads_to_128_and_remakes_the_biases(layout, bias, scalars):
+    # the CUTLASS paths (_process_weights_for_sm90/sm120_cutlass) pad after loading and re-make the biases in their
+    # dtype, with 3 (SM90: swiglu alpha/beta/limit) or 4 (SM120: and the MXFP4 global scale) float32 vectors of one
+    # value per expert; trtllm-gen pads in create_weights, re-makes the biases in float32, adds gemm1 alpha/beta/limit
+    comps = _components(tp=16, mxfp4_experts=layout)
+    assert comps["moe_experts"] == MOE_LAYERS * _expert_bytes(EXPERTS, 256, scale_cols_w2=8, bias=bias, scalars=scalars)
+
+
+def test_the_triton_kernel_runner_pads_to_64_with_float32_biases():
+    # TP32: 96 -> 128 (create_weights: triton_kernels_padding_alignment); the biases become float32 Parameters
+    comps = _components(tp=32, mxfp4_experts=TRITON)
+    assert comps["moe_experts"] == MOE_LAYERS * _expert_bytes(EXPERTS, 128, scale_cols_w2=4, bias=FP32)
+
+
+def test_the_bf16_upcast_holds_the_experts_in_bf16():
+    # the last resort: upcast_from_mxfp(..., torch.bfloat16) replaces w13/w2 by bf16 tensors and frees the scales;
+    # the zero biases stay as made. 3.77 times the MXFP4 bytes: 317.6 GiB a GPU at TP16, 5 TiB over 16 GPUs
+    per_layer = EXPERTS * 3 * 192 * LATENT * BF16 + BF16 * EXPERTS * (2 * 192 + LATENT)
+    comps = _components(tp=16, mxfp4_experts=BF16_UPCAST)
+    assert comps["moe_experts"] == MOE_LAYERS * per_layer == 340_996_784_128
+    mxfp4 = MOE_LAYERS * _expert_bytes(EXPERTS, 192, scale_cols_w2=6, bias=0)
+    assert comps["moe_experts"] / mxfp4 == pytest.approx(3.77, abs=0.01)
+    # TP32: each rank's 96 rows are padded to 128 (create_weights pads for triton_kernels, which the upcast needs)
+    assert _components(tp=32, mxfp4_experts=BF16_UPCAST_ROCM)["moe_experts"] == MOE_LAYERS * EXPERTS * 3 * 128 * LATENT * BF16
+
+
 def test_aiter_pads_the_down_projections_scales_to_eight_columns():
     # TP8: 3072 / 8 = 384 per rank (a multiple of 128 under SGLANG_AITER_K3_OPT), 12 scale columns -> 16
-    layout = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, scale_k_align=8)
-    comps = _components(mxfp4_experts=layout)
+    comps = _components(mxfp4_experts=AITER_K3_OPT)
     assert comps["moe_experts"] == MOE_LAYERS * _expert_bytes(EXPERTS, INTER // 8, scale_cols_w2=16, bias=0)
     plain = _components()["moe_experts"]
     assert comps["moe_experts"] - plain == MOE_LAYERS * EXPERTS * LATENT * 4 == 1_181_745_152
     # without SGLANG_AITER_K3_OPT: 384 -> 512
-    wide = _components(mxfp4_experts=replace(layout, inter_align=256))["moe_experts"]
+    wide = _components(mxfp4_experts=replace(AITER_K3_OPT, inter_align=256))["moe_experts"]
     assert wide == MOE_LAYERS * _expert_bytes(EXPERTS, 512, scale_cols_w2=16, bias=0)
 
 
@@ -111,17 +173,33 @@ def _est(gpu: str, version: str, env: dict[str, str] | None = None, **args):
 
 
 @pytest.mark.parametrize(("gpu", "version", "env", "args", "layout"), [
-    ("B300", "0.5.19", None, {"moe_runner_backend": "deep_gemm"}, Mxfp4ExpertLayout(bias_bytes=2)),
-    # K3's `auto` runner on SM100/SM103 is flashinfer_mxfp4 from 0.5.19 (model_overrides/kimi_k3.py), which keeps
-    # the biases in float32
-    ("B300", "0.5.19", None, {}, Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4)),
-    ("B300", "0.5.18", None, {}, Mxfp4ExpertLayout(bias_bytes=2)),
-    ("H200", "0.5.23", None, {}, Mxfp4ExpertLayout(bias_bytes=2)),
-    ("MI355X", "0.5.23", None, {}, None),  # ROCm without aiter: no biases, no aiter layout
-    ("MI355X", "0.5.15.post1", nc.K3_MI355X_ENV, {},
-     Mxfp4ExpertLayout(inter_align=128, hidden_align=256, scale_k_align=8)),
-    ("MI355X", "0.5.23", {"SGLANG_USE_AITER": "1"}, {},
-     Mxfp4ExpertLayout(inter_align=256, hidden_align=256, scale_k_align=8)),
+    # Hopper: SGLang leaves `auto` unresolved (its own resolution, tools/sglang-reference): the bf16 upcast
+    ("H200", "0.5.23", None, {}, BF16_UPCAST),
+    ("H100", "0.5.17", None, {}, BF16_UPCAST),
+    ("H200", "0.5.23", None, {"moe_runner_backend": "marlin"}, MARLIN),
+    ("H200", "0.5.23", None, {"moe_runner_backend": "flashinfer_mxfp4"}, CUTLASS_SM90),
+    ("H200", "0.5.23", None, {"moe_runner_backend": "triton"}, BF16_UPCAST),  # no MXFP4 path of its own
+    ("H200", "0.5.23", None, {"moe_runner_backend": "triton_kernel"}, TRITON),
+    # the megamoe all-to-all takes DeepGEMM's layout whatever the runner from 0.5.18 (its runner alias too)
+    ("H200", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
+    ("H200", "0.5.19", None, {"moe_runner_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
+    ("H200", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8, "moe_runner_backend": "marlin"}, DEEP_GEMM),
+    ("H200", "0.5.17", None, {"moe_a2a_backend": "megamoe", "ep_size": 8}, BF16_UPCAST),  # 0.5.17: deep_gemm only
+    # SM100/SM103: `auto` is flashinfer_mxfp4 (trtllm-gen) from 0.5.17, and in a K3 branch labelled older
+    ("B300", "0.5.19", None, {}, TRTLLM),
+    ("B300", "0.5.18", None, {}, TRTLLM),
+    ("B200", "0.5.17", None, {}, TRTLLM),
+    ("B200", "0.5.16", None, {}, TRTLLM),
+    ("B300", "0.5.19", None, {"moe_runner_backend": "deep_gemm"}, DEEP_GEMM),
+    ("B200", "0.5.23", None, {"moe_runner_backend": "triton"}, BF16_UPCAST),
+    # SM120: `auto` stays unresolved
+    ("RTX-PRO-6000", "0.5.23", None, {}, BF16_UPCAST),
+    ("RTX-PRO-6000", "0.5.23", None, {"moe_runner_backend": "flashinfer_mxfp4"}, CUTLASS_SM120),
+    # ROCm: no biases; without SGLANG_USE_AITER ('true' or '1', get_bool_env_var) the bf16 upcast
+    ("MI355X", "0.5.23", None, {}, BF16_UPCAST_ROCM),
+    ("MI355X", "0.5.23", {"SGLANG_USE_AITER": "yes"}, {}, BF16_UPCAST_ROCM),
+    ("MI355X", "0.5.15.post1", nc.K3_MI355X_ENV, {}, AITER_K3_OPT),
+    ("MI355X", "0.5.23", {"SGLANG_USE_AITER": "1"}, {}, replace(AITER_K3_OPT, inter_align=256)),
 ])
 def test_the_layout_each_device_and_runner_gets(monkeypatch, gpu, version, env, args, layout):
     seen = []

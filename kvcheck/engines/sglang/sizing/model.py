@@ -22,6 +22,7 @@ from kvcheck.engines.sglang.sizing.allocator import SLACK, rounds_weights
 from kvcheck.engines.sglang.sizing.config import ModelSource, load_model_source, parse_override_args
 from kvcheck.engines.sglang.sizing.defaults import Resolved, resolve, vision_as_sglang_loads
 from kvcheck.engines.sglang.sizing.environ import effective_env
+from kvcheck.engines.sglang.sizing.mxfp4_moe import ExpertPath, kimi_k3_expert_path
 from kvcheck.engines.sglang.sizing.overrides import apply_model_overrides
 from kvcheck.engines.sglang.sizing.placement import (
     KIMI_K3,
@@ -58,7 +59,6 @@ from kvcheck.engines.sglang.sizing.shape import (
     model_shape,
 )
 from kvcheck.engines.sglang.sizing.weights import (
-    Mxfp4ExpertLayout,
     Parallel,
     WeightsEstimate,
     config_weights,
@@ -459,55 +459,17 @@ def _placed(
     return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
 
 
-def _get_bool_env_var(value: object) -> bool:
-    """SGLang's get_bool_env_var (utils/common.py): on for 'true' and '1' only."""
-    return value is not None and str(value).lower() in ("true", "1")
-
-
-def _kimi_k3_mxfp4_experts(
+def _kimi_k3_experts(
     target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile, assumptions: list[str]
-) -> Mxfp4ExpertLayout | None:
-    """Kimi-K3's MXFP4 experts as SGLang lays them out on this device (None: the checkpoint's bytes).
-
-    KimiK3MoE hands its compressed-tensors MXFP4 experts to Mxfp4MoEMethod (models/kimi_k3.py, `Mxfp4Config(
-    is_checkpoint_mxfp4_serialized=True)`), whose create_weights / process_weights_after_loading
-    (layers/quantization/mxfp4.py) read the same in 0.5.17, the first release with models/kimi_k3.py, through
-    0.5.23; a Kimi-K3 run labelled older is a K3 branch carrying that code (the MI355X sweep's
-    0.5.15.post1.dev sets SGLANG_AITER_K3_OPT, which only that code reads), so every release is priced so.
-    - Off ROCm, `create_bias = with_bias or not _is_hip` makes zero w13/w2 bias tensors (bf16: experts x
-      2 x intermediate, experts x hidden) for a checkpoint that has none; the deep_gemm runner keeps them
-      as made, flashinfer_mxfp4 on SM100/SM103/SM107 (its trtllm-gen path; the `auto` runner there from
-      0.5.19, arg_groups/model_overrides/kimi_k3.py _kimi_k3_moe_runner_overrides) in float32
-      (`w13_weight_bias.data.to(torch.float32)`), after padding the intermediate to 128 and (FusedMoE) the
-      hidden size to 256; its SM90/SM120 CUTLASS paths keep the bias dtype.
-    - On ROCm with SGLANG_USE_AITER (`_use_aiter`): no biases; the intermediate of each rank padded to 128
-      under SGLANG_AITER_K3_OPT, else 256, the hidden size to 256; and aiter's shuffle_scale (aiter/ops/
-      shuffle.py, both its layouts) pads the scales' K/32 columns to a multiple of 8 in the copy SGLang keeps
-      (K3 at TP8: the down projection's 12 columns become 16).
-    """
+) -> ExpertPath | None:
+    """The path Kimi-K3's MXFP4 experts take in Mxfp4MoEMethod on this device (sizing/mxfp4_moe.py; None: not
+    Kimi-K3's MXFP4 experts, the checkpoint's bytes)."""
     if model.shape.architecture not in KIMI_K3 or gpu.is_npu or model.scheme.default_fmt != "mxfp4":
         return None
-    env = target.env
-    if gpu.is_rocm:
-        if not _get_bool_env_var(env.get("SGLANG_USE_AITER")):
-            return None
-        k3_opt = _get_bool_env_var(env.get("SGLANG_AITER_K3_OPT"))
-        assumptions.append(
-            "Kimi-K3 MXFP4 experts on the aiter path (SGLANG_USE_AITER): each rank's intermediate padded to "
-            f"{128 if k3_opt else 256}{' (SGLANG_AITER_K3_OPT)' if k3_opt else ''}, the hidden size to 256, the "
-            "scales' K/32 columns to a multiple of 8 (aiter shuffle_scale)"
-        )
-        return Mxfp4ExpertLayout(inter_align=128 if k3_opt else 256, hidden_align=256, scale_k_align=8)
-    runner = str(args.get("moe_runner_backend") or "auto")
-    if (runner == "auto" and gpu.sm in (100, 103, 107)
-            and rel.rules_for(target.engine_version).has(rel.K3_AUTO_FLASHINFER_MXFP4)):
-        runner = "flashinfer_mxfp4"
-    if runner == "flashinfer_mxfp4" and gpu.sm in (100, 103, 107):  # the trtllm-gen path (SM90/SM120: CUTLASS, bf16)
-        assumptions.append("Kimi-K3 MXFP4 experts on flashinfer_mxfp4: zero w13/w2 biases kept in float32")
-        return Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4)
-    assumptions.append("Kimi-K3 MXFP4 experts: zero w13/w2 biases in bf16 beside them (Mxfp4MoEMethod makes them "
-                       "off ROCm)")
-    return Mxfp4ExpertLayout(bias_bytes=2)
+    path = kimi_k3_expert_path(target.env, target.engine_version, args, gpu,
+                               a2a_backend(args, target.env, target.engine_version))
+    assumptions.append(path.note)
+    return path
 
 
 def _kimi_k3_front(target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile) -> int:
@@ -722,13 +684,14 @@ def estimate_role(
         shape = replace(shape, kind=MHA, full_layer_ids=tuple(range(shape.num_layers)), swa_layer_ids=())
         assumptions.append("--disable-hybrid-swa-memory: every layer priced as full attention")
 
+    k3_experts = _kimi_k3_experts(target, args, model, gpu, assumptions)
     par = Parallel(
         tp=res.tp, pp=res.pp, ep=res.ep, attn_dp=res.attn_dp, attn_cp=res.attn_cp,
         moe_dense_tp=args.get("moe_dense_tp_size"),
         redundant_experts=int(args.get("ep_num_redundant_experts") or 0),
         hip=gpu.is_rocm,
         allocator_rounding=rounds_weights(target.env, npu=gpu.is_npu, rocm=gpu.is_rocm),
-        mxfp4_experts=_kimi_k3_mxfp4_experts(target, args, model, gpu, assumptions),
+        mxfp4_experts=k3_experts.layout if k3_experts is not None else None,
         k3_front=_kimi_k3_front(target, args, model, gpu),
     )
     par = _placed(target, args, model, par, gpu, assumptions)

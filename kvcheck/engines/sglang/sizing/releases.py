@@ -113,8 +113,12 @@ DRAFT_HEAD_IN_BUDGET = "0.5.14"  # the draft loads before the target's pool is s
 #   (EagleDraftWorker.alloc_memory_pool -> init_lm_head): the target's budget pays for them
 
 # --- MoE runners (arg_groups/model_overrides/)
-K3_AUTO_FLASHINFER_MXFP4 = "0.5.19"  # Kimi-K3's `auto` MoE runner on SM100/SM103/SM107 is flashinfer_mxfp4
-#   (kimi_k3.py _kimi_k3_moe_runner_overrides)
+K3_AUTO_FLASHINFER_MXFP4 = "0.5.17"  # Kimi-K3's `auto` MoE runner on SM100/SM103 is flashinfer_mxfp4
+#   (arg_groups/overrides.py _kimi_k3_moe_runner_overrides; 0.5.17 refuses it without the SiTU cubin pool)
+K3_FLASHINFER_SITU_BUNDLED = "0.5.18"  # ... FlashInfer ships the SiTU kernels: no SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL
+K3_MEGAMOE_ANY_RUNNER = "0.5.18"  # Mxfp4MoEMethod takes DeepGEMM's layout under the megamoe all-to-all whatever the
+#   runner (use_mega_moe; 0.5.17: only under the deep_gemm runner)
+K3_AUTO_FLASHINFER_SM107 = "0.5.19"  # ... and on SM107 (arg_groups/model_overrides/kimi_k3.py)
 
 # --- weight offload (srt/utils/offloader.py, srt/offloader.py before 0.5.3; models/deepseek_v2.py)
 OFFLOAD_V2_ANY_EXPERT_FORMAT = "0.5.3"  # OffloaderV2 names the NVFP4 block scales only where the experts have them

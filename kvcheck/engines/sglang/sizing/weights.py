@@ -19,20 +19,25 @@ GIB = float(1 << 30)
 
 @dataclass(frozen=True)
 class Mxfp4ExpertLayout:
-    """How SGLang's Mxfp4MoEMethod (layers/quantization/mxfp4.py) lays one rank's MXFP4 experts out on the
-    device, where that differs from the checkpoint's packed e2m1 weights and e8m0 scales (sizing/model.py
-    picks it; only Kimi-K3's compressed-tensors MXFP4 experts take this path today).
+    """What SGLang's Mxfp4MoEMethod (layers/quantization/mxfp4.py) holds for one rank's MXFP4 experts once the
+    model is loaded, where that differs from the checkpoint's packed e2m1 weights and e8m0 scales (sizing/
+    mxfp4_moe.py picks it by path; only Kimi-K3's compressed-tensors MXFP4 experts take this path today).
 
-    `inter_align` / `hidden_align`: create_weights pads each rank's expert intermediate and the hidden size up
-    to these (the ROCm aiter path). `scale_k_align`: the scales' group columns padded up to a multiple of this
-    when process_weights_after_loading re-lays them out (aiter's shuffle_scale). `bias_bytes`: bytes per element
-    of the zero w13/w2 bias tensors create_weights allocates (0: none).
+    `inter_align` / `hidden_align`: each rank's expert intermediate and the hidden size padded up to these
+    (create_weights, or a re-layout after loading). `scale_k_align`: the scales' group columns padded up to a
+    multiple of this (aiter's shuffle_scale, DeepGEMM's packed UE8M0). `upcast_bf16`: the experts materialised in
+    bf16 and their scales freed (the last-resort upcast). `bias_bytes`: bytes per element of the w13/w2 biases
+    the rank holds (0: none); `bias_as_made`: they are the zero tensors create_weights made, not re-made after
+    loading. `expert_scalars`: float32 vectors of one value per local expert the path adds (SwiGLU constants).
     """
 
     inter_align: int = 1
     hidden_align: int = 1
     scale_k_align: int = 1
+    upcast_bf16: bool = False
     bias_bytes: int = 0
+    bias_as_made: bool = False
+    expert_scalars: int = 0
 
 
 @dataclass(frozen=True)
@@ -445,23 +450,29 @@ def _round_up(value: float, align: int) -> float:
 def _mxfp4_experts(
     acc: _Acc, layout: Mxfp4ExpertLayout, par: Parallel, experts: int, hidden: int, inter: int, mats: int
 ) -> float:
-    """One rank's MXFP4 experts as Mxfp4MoEMethod holds them (layers/quantization/mxfp4.py): create_weights'
-    w13/w2 packed-e2m1 weights and e8m0 scales (one byte per 32 weights), each rank's expert intermediate and
-    the hidden size padded to `layout`'s alignment, the scales' group columns to its scale alignment, and the
-    zero w13/w2 biases where it makes them. Each is a tensor of its own to the caching allocator. Returns the
-    w13 bias's bytes (0: none)."""
+    """One rank's MXFP4 experts as Mxfp4MoEMethod holds them after loading (layers/quantization/mxfp4.py): the
+    w13/w2 packed-e2m1 weights and e8m0 scales (one byte per 32 weights), or the weights in bf16 where it upcasts
+    them; each rank's expert intermediate and the hidden size padded to `layout`'s alignment, the scales' group
+    columns to its scale alignment; the zero w13/w2 biases and per-expert vectors where the path keeps them. Each
+    is a tensor of its own to the caching allocator. Returns the w13 bias's bytes (0: none)."""
     ep = max(1, par.ep)
     local = experts / ep  # num_local_experts
     inter_pp = _round_up(inter / max(1, par.tp // ep), layout.inter_align)  # over the MoE TP group (tp / ep)
     hid = _round_up(hidden, layout.hidden_align)
     rows13 = (mats - 1) * inter_pp
-    byte = "int8"  # uint8 storage: one byte per element
-    acc.plain("moe_experts", local * rows13 * hid / 2, byte, tensor="w13_weight", parts=(1,))
-    acc.plain("moe_experts", local * rows13 * _round_up(hid / 32, layout.scale_k_align), byte,
-              tensor="w13_weight_scale", parts=(1,))
-    acc.plain("moe_experts", local * hid * inter_pp / 2, byte, tensor="w2_weight", parts=(1,))
-    acc.plain("moe_experts", local * hid * _round_up(inter_pp / 32, layout.scale_k_align), byte,
-              tensor="w2_weight_scale", parts=(1,))
+    if layout.upcast_bf16:  # upcast_from_mxfp(..., torch.bfloat16): new weights, the packed ones and scales freed
+        acc.plain("moe_experts", local * rows13 * hid, "bf16", tensor="w13_weight", parts=(1,))
+        acc.plain("moe_experts", local * hid * inter_pp, "bf16", tensor="w2_weight", parts=(1,))
+    else:
+        byte = "int8"  # uint8 storage: one byte per element
+        acc.plain("moe_experts", local * rows13 * hid / 2, byte, tensor="w13_weight", parts=(1,))
+        acc.plain("moe_experts", local * rows13 * _round_up(hid / 32, layout.scale_k_align), byte,
+                  tensor="w13_weight_scale", parts=(1,))
+        acc.plain("moe_experts", local * hid * inter_pp / 2, byte, tensor="w2_weight", parts=(1,))
+        acc.plain("moe_experts", local * hid * _round_up(inter_pp / 32, layout.scale_k_align), byte,
+                  tensor="w2_weight_scale", parts=(1,))
+    if layout.expert_scalars:  # tensors of a few KiB: the small pool, no rounding of their own
+        acc.plain("moe_experts", layout.expert_scalars * local, "fp32")
     if not layout.bias_bytes:
         return 0.0
     bias = "fp32" if layout.bias_bytes == 4 else "bf16"

@@ -9,6 +9,7 @@ zero biases off ROCm, or upcast to bf16."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -22,6 +23,7 @@ from kvcheck.engines.sglang.sizing.weights import (
     config_weights,
     vision_tower_bytes,
 )
+from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS_ABSENT
 from tests.estimate.helpers import model_config, role
 
@@ -266,3 +268,83 @@ def test_kimi_k3_b300_weights_per_gpu():
                                      engine_version="0.5.19"), offline=True)
     # 2 MiB a layer more slack unmerged (gate 1.75 + latent down 1 against the front's 0.75), no pinned segment
     assert unmerged.details["weights_gib_per_gpu"] == 212.499
+
+
+def test_where_the_bf16_experts_would_fit_the_range_holds_their_pool():
+    # 32 B300s, EP32, a runner without an MXFP4 path: as SGLang installs, the load stops (no triton_kernels); with
+    # the package the bf16 experts fit (173.4 GiB a GPU) and leave a pool: the point is the refusal, the range both
+    est = _est("B300", "0.5.23", tp_size=32, ep_size=32, nnodes=4, moe_runner_backend="triton")
+    assert (est.pool_tokens, est.pool_range) == (0, (0, 1_028_544))
+    [kv120] = [f for f in est.findings if f.rule == "KV120"]
+    assert kv120.message.endswith("With triton_kernels installed the experts are upcast to bf16: the weights come "
+                                  "to 173.4 GiB a GPU, leaving a pool of 979,520 tokens")
+    assert kv120.hint == "leave --moe-runner-backend auto (flashinfer_mxfp4 on SM100/SM103/SM107), or use marlin or deep_gemm"
+
+
+@pytest.mark.parametrize(("runner", "message"), [
+    ("marlin", "Mxfp4MoEMethod.process_weights_after_loading stops: 'MXFP4 Marlin requires SM90+.' (marlin's MXFP4 "
+               "kernels run on SM90, SM100 and SM120 only)"),
+    ("flashinfer_mxfp4", "Mxfp4MoEMethod stops: 'moe_runner_backend=flashinfer_mxfp4 requires SM90, SM100, or SM120.'"),
+])
+def test_mxfp4_kernels_off_their_gpus_are_refused(runner, message):
+    est = _est("A100-80GB", "0.5.23", tp_size=8, moe_runner_backend=runner)
+    assert est.pool_tokens == 0
+    assert [f.message for f in est.findings if f.rule == "KV120"] == [
+        f"the engine would refuse to start: Kimi-K3's MXFP4 experts: {message}"]
+
+
+H200_TP16 = """\
+name: kimi-k3-h200
+context_length: 131072
+model:
+  path: moonshotai/Kimi-K3
+  config: k3.json
+engine:
+  version: "0.5.23"
+gpu: H200
+args:
+  tp-size: 16
+  nnodes: 2
+roles:
+  server:
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+"""
+
+
+def _verify(tmp_path, manifest: str):
+    shutil.copy(model_config(K3), tmp_path / "k3.json")
+    (tmp_path / "m.yaml").write_text(manifest)
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    return done, json.loads(done.stdout)
+
+
+def test_the_default_runner_on_h200_is_a_refused_start(tmp_path):
+    # SGLang leaves `auto` unresolved on Hopper, so Mxfp4MoEMethod takes its last resort: the bf16 upcast through
+    # triton_kernels, which SGLang does not install; where it is installed, 335 GiB of weights a GPU
+    done, report = _verify(tmp_path, H200_TP16)
+    assert done.exit_code == 1, done.stderr
+    findings = {f["rule"]: f for f in report["findings"]}
+    assert findings["KV120"]["message"] == (
+        "the engine would refuse to start: Kimi-K3's MXFP4 experts: the `auto` runner stays unresolved on SM90, so "
+        "Mxfp4MoEMethod.process_weights_after_loading imports triton_kernels for the bf16 upcast (upcast_from_mxfp), "
+        "a package SGLang 0.5.23 does not install (no release from 0.5.17 to 0.5.23 depends on it): the load stops "
+        "with ModuleNotFoundError: No module named 'triton_kernels'. With triton_kernels installed the experts are "
+        "upcast to bf16: the weights come to 335.4 GiB a GPU, more than the 137.3 GiB free before them: CUDA out of "
+        "memory while loading")
+    assert findings["KV120"]["hint"] == "use --moe-runner-backend marlin (or flashinfer_mxfp4, FlashInfer's SM90 CUTLASS kernels)"
+    assert findings["KV101"]["message"].startswith("no KV pool:")
+    [role_report] = report["roles"]
+    assert role_report["pool_tokens"] == 0
+
+
+def test_marlin_with_ep16_on_h200_loads(tmp_path):
+    # the llm-jp ABCI launch (TP16 EP16, marlin): each rank's 56 experts keep the whole 3072 intermediate, nothing
+    # to pad; without EP marlin pads 192 to 256 and the weights (130.9 GiB) leave no pool under the default fraction
+    done, report = _verify(tmp_path, H200_TP16.replace("  nnodes: 2\n", "  nnodes: 2\n  ep-size: 16\n"
+                                                       "  moe-runner-backend: marlin\n"))
+    assert done.exit_code == 0, done.stdout
+    [role_report] = report["roles"]
+    assert role_report["pool_tokens"] == 247_955
+    done, report = _verify(tmp_path, H200_TP16.replace("  nnodes: 2\n", "  nnodes: 2\n  moe-runner-backend: marlin\n"))
+    assert done.exit_code == 1
+    assert {f["rule"] for f in report["findings"]} >= {"KV120", "KV101"}

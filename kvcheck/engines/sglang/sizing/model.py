@@ -771,16 +771,17 @@ def estimate_role(
 
     findings.extend(offload.findings(target, pool_tokens, pool_range[1]))
     swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
+    stop, hint = _expert_stop(k3_experts, info, sizer.budget, tokens_physical * res.dcp, refusal)
+    refusal, tokens_physical, pool_range = _stopped(stop, refusal, tokens_physical, pool_range)
     offload.check_start(refusal or (_no_pool_note(info, res.mem_fraction_static) if tokens_physical <= 0
                                               else None), pool_range[1])
     if tokens_physical <= 0:
         pool_tokens = 0
-        assumptions.append(_no_pool_note(info, res.mem_fraction_static))
+        assumptions.extend(_no_pool_notes(info, res.mem_fraction_static, stopped=stop is not None))
     if refusal is not None:
         assumptions.append(f"SGLang would refuse to start: {refusal}")
         findings.append(finding(
-            "KV120", target.name, f"the engine would refuse to start: {refusal}",
-            hint="raise mem-fraction-static, add GPUs (tp-size), or use a smaller checkpoint", location=target.location,
+            "KV120", target.name, f"the engine would refuse to start: {refusal}", hint=hint, location=target.location,
         ))
 
     max_input = max(0, admission_bound(res.context_len, pool_tokens, args, target.engine_version, target.env))
@@ -1254,6 +1255,55 @@ def _refusal_message(
     elif rules.has(rel.NOT_ENOUGH_MEMORY_VALUE):
         suffix = f" Current value: self.server_args.mem_fraction_static={f:g}"
     return f"Not enough memory. Please try to increase --mem-fraction-static.{suffix}"
+
+
+MEMORY_REFUSAL_HINT = "raise mem-fraction-static, add GPUs (tp-size), or use a smaller checkpoint"
+
+
+def _expert_stop(
+    path: ExpertPath | None, info: Mapping[str, Any], budget: _Budget, tokens: int, memory_refusal: str | None
+) -> tuple[str | None, str]:
+    """(SGLang's refusal where Kimi-K3's experts take a path that stops the load, else None; the fix of the role's
+    refusal, whichever it is)."""
+    if path is None or path.refusal is None:
+        return None, MEMORY_REFUSAL_HINT
+    return (_expert_refusal(path, info, budget, tokens, memory_refusal),
+            path.hint or "measure the role, or change its MoE runner")
+
+
+def _stopped(
+    stop: str | None, refusal: str | None, tokens: int, pool_range: tuple[int, int]
+) -> tuple[str | None, int, tuple[int, int]]:
+    """(refusal, pool, range) once a Kimi-K3 expert path that stops the load whatever the memory (`stop`) is taken:
+    no pool; the range keeps the pool the path would leave where what it lacks is installed (triton_kernels)."""
+    if stop is None:
+        return refusal, tokens, pool_range
+    return stop, 0, (0, pool_range[1])
+
+
+def _expert_refusal(
+    path: ExpertPath, info: Mapping[str, Any], budget: _Budget, tokens: int, memory_refusal: str | None
+) -> str:
+    """Why Kimi-K3's experts stop the load on their path, and, for a path that only lacks triton_kernels, what the
+    weights would come to with it installed."""
+    message = f"Kimi-K3's MXFP4 experts: {path.refusal}"
+    if path.name not in ("bf16_upcast", "triton_kernel"):
+        return message
+    weights = float(info.get("weights_gib", 0.0))
+    loaded = "the experts are upcast to bf16" if path.name == "bf16_upcast" else "the triton_kernel runner loads"
+    if weights > budget.pre_gib:
+        outcome = (f"the weights come to {weights:.1f} GiB a GPU, more than the {budget.pre_gib:.1f} GiB free before "
+                   "them: CUDA out of memory while loading")
+    elif memory_refusal is not None or tokens <= 0:
+        outcome = f"the weights come to {weights:.1f} GiB a GPU, and then: {memory_refusal}"
+    else:
+        outcome = f"the weights come to {weights:.1f} GiB a GPU, leaving a pool of {tokens:,} tokens"
+    return f"{message}. With triton_kernels installed {loaded}: {outcome}"
+
+
+def _no_pool_notes(info: Mapping[str, Any], f: float, *, stopped: bool) -> list[str]:
+    """The no-pool note, unless the start stopped before the pool was sized (its refusal says why)."""
+    return [] if stopped else [_no_pool_note(info, f)]
 
 
 def _no_pool_note(info: Mapping[str, Any], f: float) -> str:

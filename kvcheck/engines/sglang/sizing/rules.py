@@ -50,11 +50,15 @@ KV120 = define_rule(
     cache" from 0.5.14, "Not enough memory. Please try to increase --mem-fraction-static." before),
     DeepSeek-V4's request-scoped state leaves no full-token pool, or a sliding-window pool cannot hold
     one request ("SWA pool (N tokens) cannot hold even one request", from 0.5.16; older releases start
-    and hang at warmup instead). The finding quotes the message the declared release prints. The
+    and hang at warmup instead), or Kimi-K3's MXFP4 experts take a path that cannot load them
+    (marlin or flashinfer_mxfp4 on a GPU their kernels do not support; the bf16 upcast SGLang falls
+    back to, or the triton_kernel runner, which need the triton_kernels package SGLang does not
+    install). The finding quotes the message the declared release prints. The
     predicted pool is 0 tokens, so the gate fails (KV101) rather than passing a deployment the engine
     will not boot, or calling it unchecked.
     Fix: raise `mem-fraction-static` above the minimum the message names, use more GPUs (a larger
-    TP), a smaller-weight checkpoint, or (SWA models) a larger `swa-full-tokens-ratio`.""",
+    TP), a smaller-weight checkpoint, (SWA models) a larger `swa-full-tokens-ratio`, or (Kimi-K3) the
+    MoE runner the hint names.""",
 )
 
 KV113 = define_rule(

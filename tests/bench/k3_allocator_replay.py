@@ -8,8 +8,9 @@ cache emptied. The estimate prices each tensor's own rounding and, where Kimi-K3
 gate's split tail, the gate's segment that stays reserved once _merge_front_weights frees the gate. This
 script replays the whole allocation sequence instead: construction in module order (models/kimi_k3.py,
 kimi_k3_vl.py and layers/quantization/mxfp4.py create_weights, 0.5.19), post_load_weights (the MLA w_kc/w_vc
-copies, the attention-residual weight caches, the front and [f_a | b] merges, the fused-decode stashes) and
-the deep_gemm runner's scale re-layout, through the allocator's rules (c10/cuda/CUDACachingAllocator.cpp:
+copies, the attention-residual weight caches, the front and [f_a | b] merges, the fused-decode stashes), then
+process_weights_after_loading as the layout's path runs it (the deep_gemm runner's scale re-layout, or marlin's
+re-made biases; the other paths' weight re-layouts are not replayed), through the allocator's rules (c10/cuda/CUDACachingAllocator.cpp:
 512 B rounding; 2 MiB segments for requests up to 1 MiB, 20 MiB for those under 10 MiB, the request rounded
 to 2 MiB beyond; best fit per pool; a block split where more than 1 MiB (large pool) or 512 B (small pool)
 is left; neighbours coalesced on free; empty_cache releasing only wholly free segments).
@@ -128,6 +129,7 @@ class Layout:
     front: int  # _merge_front_weights: 3 [shared gate_up | gate | latent down], 2 [gate | latent down], 0 none
     bias: bool  # Mxfp4MoEMethod's zero bf16 biases (off ROCm)
     deep_gemm: bool  # the deep_gemm runner's scale re-layout in process_weights_after_loading
+    bias_remade: bool = False  # process_weights_after_loading re-makes the biases (marlin: bf16, new tensors)
 
 
 class Replay:
@@ -260,12 +262,23 @@ class Replay:
                 self.drop(previous)
 
 
+    def remade_biases(self) -> None:
+        """A path that re-makes the zero biases after the merges (marlin's _permute_bias: a new bf16 tensor each,
+        made while the old one is alive, which the assignment then frees), layer by layer."""
+        for i in range(1, LAYERS):
+            for name, nbytes in (("w13_bias", self.local * 2 * self.inter * BF16), ("w2_bias", self.local * LATENT * BF16)):
+                self.new(f"L{i}.{name}.new", nbytes)
+                self.drop(f"L{i}.{name}")
+
+
 def replay(layout: Layout, *, merges: bool = True) -> Allocator:
     load = Replay(layout)
     load.construct()
     load.post_load(merges)
     if layout.deep_gemm:
         load.deep_gemm_scales()
+    if layout.bias_remade:
+        load.remade_biases()
     load.alloc.empty_cache()
     return load.alloc
 
@@ -279,8 +292,14 @@ def estimated_overhead(layout: Layout) -> float:
 
     target = role("moonshotai--Kimi-K3", gpu="H200", tp_size=layout.tp)
     model = sizing_model._model(target, target.args, offline=True)
+    if layout.deep_gemm:  # the biases live on as made; the scales packed (no padding at these shapes)
+        experts = Mxfp4ExpertLayout(scale_k_align=4, bias_bytes=BF16, bias_as_made=True)
+    elif layout.bias_remade:  # marlin (no padding at TP8)
+        experts = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=BF16)
+    else:  # ROCm: no biases (aiter's padding and re-layout not replayed)
+        experts = Mxfp4ExpertLayout()
     par = Parallel(tp=layout.tp, ep=layout.ep, shared_tp=layout.shared_tp, k3_front=layout.front,
-                   mxfp4_experts=Mxfp4ExpertLayout(bias_bytes=BF16 if layout.bias else 0))
+                   mxfp4_experts=experts)
     stage = config_weights(model.shape, model.source.text, model.scheme, par, tied=False).stages[0]
     return stage.components.get(SLACK, 0.0) / GIB
 
@@ -289,7 +308,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     layouts = (
         Layout("B300 TP8 EP8, deepep + deep_gemm (the whn09 case)", 8, 8, 1, 2, True, True),
-        Layout("CUDA TP8, no all-to-all", 8, 1, 8, 3, True, False),
+        Layout("CUDA TP8, no all-to-all, deep_gemm runner", 8, 1, 8, 3, True, True),
+        Layout("Hopper TP8, no all-to-all, marlin (biases re-made after the merge)", 8, 1, 8, 3, True, False, True),
+        Layout("H200 TP16 EP16, no all-to-all, marlin (the llm-jp case)", 16, 16, 16, 3, True, False, True),
         Layout("CUDA TP16 EP16, deepep + deep_gemm", 16, 16, 1, 2, True, True),
         Layout("ROCm TP8 (no biases; aiter's re-layout not replayed)", 8, 1, 8, 3, False, False),
     )

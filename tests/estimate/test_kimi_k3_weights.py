@@ -233,13 +233,18 @@ GATE_PINNED = 14 * MIB - 1.3125 * MIB  # the gate's 14 MiB segment, less the w13
 
 
 @pytest.mark.parametrize(("tp", "ep", "front", "layout", "pinned"), [
-    (8, 8, 2, Mxfp4ExpertLayout(bias_bytes=2), GATE_PINNED),  # deepep: 112 experts x 6144 rows x 2 B = 1.3125 MiB
-    (8, 1, 3, Mxfp4ExpertLayout(bias_bytes=2), GATE_PINNED),  # no all-to-all: 896 x 768 x 2 B, the same
-    (16, 16, 2, Mxfp4ExpertLayout(bias_bytes=2), 0),  # 56 x 6144 x 2 B = 0.66 MiB: a small-pool request
-    (16, 1, 3, Mxfp4ExpertLayout(bias_bytes=2), 0),  # 896 x 384 x 2 B, the same
-    (8, 8, 0, Mxfp4ExpertLayout(bias_bytes=2), 0),  # SGLANG_K3_FUSED_FRONT=0: the gate is never freed
-    (8, 1, 3, Mxfp4ExpertLayout(inter_align=128, hidden_align=256, scale_k_align=8), 0),  # aiter: no bias
-    (8, 1, 3, Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4), 0),  # flashinfer: not modelled
+    (8, 8, 2, DEEP_GEMM, GATE_PINNED),  # deepep: 112 experts x 6144 rows x 2 B = 1.3125 MiB
+    (8, 1, 3, DEEP_GEMM, GATE_PINNED),  # no all-to-all: 896 x 768 x 2 B, the same
+    (8, 1, 3, BF16_UPCAST, GATE_PINNED),  # the upcast frees the weights and scales, not the bias
+    (16, 16, 2, DEEP_GEMM, 0),  # 56 x 6144 x 2 B = 0.66 MiB: a small-pool request
+    (16, 1, 3, DEEP_GEMM, 0),  # 896 x 384 x 2 B, the same
+    (8, 8, 0, DEEP_GEMM, 0),  # SGLANG_K3_FUSED_FRONT=0: the gate is never freed
+    (8, 1, 3, AITER_K3_OPT, 0),  # ROCm: no bias
+    # paths that re-make the bias after the merge free its tail, so the gate's whole segment
+    (8, 1, 3, MARLIN, 0),
+    (8, 1, 3, CUTLASS_SM90, 0),
+    (8, 1, 3, TRTLLM, 0),
+    (8, 1, 3, TRITON, 0),
 ])
 def test_the_freed_router_gate_stays_reserved_where_the_w13_bias_took_its_tail(tp, ep, front, layout, pinned):
     # KimiK3MoE builds the gate, then the experts; a w13 bias of 1-1.75 MiB takes the gate segment's split

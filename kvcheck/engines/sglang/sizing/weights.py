@@ -405,13 +405,15 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
             _shared_experts(acc, moe, par, text, prefix, h, front if par.k3_front == 3 else None)
         if k3:  # a tensor of its own (12.25 MiB on Kimi-K3), or part of the merged front
             acc.plain("router", moe.experts * h, tensor=front or f"{prefix}.gate", parts=(1,))
-            if front and par.mxfp4_experts is not None and par.mxfp4_experts.bias_bytes == 2:
+            if front and w13_bias:
                 # KimiK3MoE builds the gate (12.25 MiB: a 14 MiB segment with a 1.75 MiB split tail), then the
                 # experts, whose bf16 zero w13 bias (1.3125 MiB at TP8, with or without EP) takes that tail;
-                # _merge_front_weights copies the gate into the front and frees it, but the bias keeps its
-                # segment: 12.69 MiB a layer stay reserved (1.14 GiB a rank; a replay of the whole load
-                # through the allocator's rules, tests/bench/k3_allocator_replay.py, gives 1.08). The float32
-                # bias of flashinfer_mxfp4 is re-made after the merge: not modelled there.
+                # load_weights ends in post_load_weights -> _merge_front_weights, which copies the gate into the
+                # front and frees it before the loader's process_weights_after_loading, and where that leaves the
+                # bias as made (deep_gemm, megamoe, the bf16 upcast) it keeps the segment: 12.69 MiB a layer stay
+                # reserved (1.14 GiB a rank; a replay of the whole load through the allocator's rules,
+                # tests/bench/k3_allocator_replay.py, gives 1.08). A path that re-makes the bias (marlin,
+                # flashinfer_mxfp4, triton_kernel) frees the tail, and with it the whole segment.
                 acc.pinned("router", pinned_segment(moe.experts * h * FMT_BYTES[acc.scheme.unquantized_fmt],
                                                     w13_bias))
         else:
@@ -454,7 +456,8 @@ def _mxfp4_experts(
     w13/w2 packed-e2m1 weights and e8m0 scales (one byte per 32 weights), or the weights in bf16 where it upcasts
     them; each rank's expert intermediate and the hidden size padded to `layout`'s alignment, the scales' group
     columns to its scale alignment; the zero w13/w2 biases and per-expert vectors where the path keeps them. Each
-    is a tensor of its own to the caching allocator. Returns the w13 bias's bytes (0: none)."""
+    is a tensor of its own to the caching allocator. Returns the bytes of the w13 bias create_weights made where
+    it lives on as made (0: none, or re-made after loading)."""
     ep = max(1, par.ep)
     local = experts / ep  # num_local_experts
     inter_pp = _round_up(inter / max(1, par.tp // ep), layout.inter_align)  # over the MoE TP group (tp / ep)
@@ -478,7 +481,7 @@ def _mxfp4_experts(
     bias = "fp32" if layout.bias_bytes == 4 else "bf16"
     acc.plain("moe_experts", local * rows13, bias, tensor="w13_weight_bias", parts=(1,))
     acc.plain("moe_experts", local * hid, bias, tensor="w2_weight_bias", parts=(1,))
-    return local * rows13 * FMT_BYTES[bias]
+    return local * rows13 * FMT_BYTES[bias] if layout.bias_as_made else 0.0
 
 
 def _nemotron_mlp_layers(text: Mapping[str, Any]) -> set[int]:

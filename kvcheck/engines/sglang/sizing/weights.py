@@ -412,7 +412,8 @@ def _mlp(acc: _Acc, shape: ModelShape, moe: _Moe, i: int, par: Parallel, text: M
                 # front and frees it before the loader's process_weights_after_loading, and where that leaves the
                 # bias as made (deep_gemm, megamoe, the bf16 upcast) it keeps the segment: 12.69 MiB a layer stay
                 # reserved (1.14 GiB a rank; a replay of the whole load through the allocator's rules,
-                # tests/bench/k3_allocator_replay.py, gives 1.08). A path that re-makes the bias (marlin,
+                # tests/bench/k3_allocator_replay.py, holds 0.05 GiB more
+                # than the estimate in all under an all-to-all). A path that re-makes the bias (marlin,
                 # flashinfer_mxfp4, triton_kernel) frees the tail, and with it the whole segment.
                 acc.pinned("router", pinned_segment(moe.experts * h * FMT_BYTES[acc.scheme.unquantized_fmt],
                                                     w13_bias))

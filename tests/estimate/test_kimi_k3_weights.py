@@ -353,3 +353,20 @@ def test_marlin_with_ep16_on_h200_loads(tmp_path):
     done, report = _verify(tmp_path, H200_TP16.replace("  nnodes: 2\n", "  nnodes: 2\n  moe-runner-backend: marlin\n"))
     assert done.exit_code == 1
     assert {f["rule"] for f in report["findings"]} >= {"KV120", "KV101"}
+
+
+def test_an_expert_path_that_cannot_load_stays_a_refused_start_beside_cpu_offload(tmp_path):
+    # the triton_kernel runner needs triton_kernels, which SGLang does not install: moving weights to the CPU cannot
+    # install a package, so --cpu-offload-gb leaves the refused start (KV120, exit 1), not "could not check" (exit 3)
+    manifest = H200_TP16.replace("  nnodes: 2\n", "  nnodes: 2\n  cpu-offload-gb: 10\n"
+                                 "  moe-runner-backend: triton_kernel\n").replace("gpu: H200", "gpu: B300")
+    done, report = _verify(tmp_path, manifest)
+    assert done.exit_code == 1, done.stderr
+    findings = {f["rule"]: f for f in report["findings"]}
+    assert "KV305" not in findings
+    assert findings["KV120"]["message"].startswith(
+        "the engine would refuse to start: Kimi-K3's MXFP4 experts: Mxfp4MoEMethod.process_weights_after_loading "
+        "imports triton_kernels for the triton_kernel runner's weight swizzle (triton_kernels.matmul), a package "
+        "SGLang 0.5.23 does not install")
+    [role_report] = report["roles"]
+    assert role_report["pool_tokens"] == 0

@@ -772,9 +772,8 @@ def estimate_role(
     findings.extend(offload.findings(target, pool_tokens, pool_range[1]))
     swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
     stop, hint = _expert_stop(k3_experts, info, sizer.budget, tokens_physical * res.dcp, refusal)
+    offload.check_start(_memory_refusal(stop, refusal, info, res.mem_fraction_static, tokens_physical), pool_range[1])
     refusal, tokens_physical, pool_range = _stopped(stop, refusal, tokens_physical, pool_range)
-    offload.check_start(refusal or (_no_pool_note(info, res.mem_fraction_static) if tokens_physical <= 0
-                                              else None), pool_range[1])
     if tokens_physical <= 0:
         pool_tokens = 0
         assumptions.extend(_no_pool_notes(info, res.mem_fraction_static, stopped=stop is not None))
@@ -1269,6 +1268,17 @@ def _expert_stop(
         return None, MEMORY_REFUSAL_HINT
     return (_expert_refusal(path, info, budget, tokens, memory_refusal),
             path.hint or "measure the role, or change its MoE runner")
+
+
+def _memory_refusal(
+    stop: str | None, refusal: str | None, info: Mapping[str, Any], f: float, tokens: int
+) -> str | None:
+    """The refused start the weights an offload moves may lift (offload.check_start): a memory refusal only. A
+    Kimi-K3 expert path that cannot load (`stop`: a missing package, a kernel the GPU lacks) stops whatever moves,
+    so it stays the refused start (KV120), never "could not check"."""
+    if stop is not None:
+        return None
+    return refusal or (_no_pool_note(info, f) if tokens <= 0 else None)
 
 
 def _stopped(

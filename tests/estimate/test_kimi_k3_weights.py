@@ -190,7 +190,7 @@ def _est(gpu: str, version: str, env: dict[str, str] | None = None, **args):
     # SM100/SM103: `auto` is flashinfer_mxfp4 (trtllm-gen) from 0.5.17, and in a K3 branch labelled older
     ("B300", "0.5.19", None, {}, TRTLLM),
     ("B300", "0.5.18", None, {}, TRTLLM),
-    ("B200", "0.5.17", None, {}, TRTLLM),
+    ("B200", "0.5.17", {"SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL": "/opt/pool"}, {}, TRTLLM),  # 0.5.17 wants the SiTU pool
     ("B200", "0.5.16", None, {}, TRTLLM),
     ("B300", "0.5.19", None, {"moe_runner_backend": "deep_gemm"}, DEEP_GEMM),
     ("B200", "0.5.23", None, {"moe_runner_backend": "triton"}, BF16_UPCAST),
@@ -370,3 +370,41 @@ def test_an_expert_path_that_cannot_load_stays_a_refused_start_beside_cpu_offloa
         "SGLang 0.5.23 does not install")
     [role_report] = report["roles"]
     assert role_report["pool_tokens"] == 0
+
+
+B300_0517 = H200_TP16.replace("gpu: H200", "gpu: B300").replace('version: "0.5.23"', 'version: "0.5.17"').replace(
+    "  tp-size: 16\n  nnodes: 2\n", "  tp-size: 8\n").replace("  server:\n", "  server:\n")
+
+SITU_REFUSAL = (
+    "role server: SGLang 0.5.17 stops while it resolves the arguments: \"Kimi-K3 on Blackwell with "
+    "moe_runner_backend='auto' or 'flashinfer_mxfp4' requires a valid SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL.\" "
+    "(arg_groups/overrides.py _kimi_k3_moe_runner_overrides; SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL is unset in the role's "
+    "environment and has no default)")
+
+
+@pytest.mark.parametrize("runner", ["", "  moe-runner-backend: auto\n", "  moe-runner-backend: flashinfer_mxfp4\n"])
+def test_0517_without_the_situ_cubin_pool_is_refused_at_argument_time(tmp_path, runner):
+    # 0.5.17's _kimi_k3_moe_runner_overrides raises RuntimeError on SM100/SM103 under auto or flashinfer_mxfp4 when
+    # trtllm_gen_moe.available() is false: SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL is EnvStr(None), no default
+    shutil.copy(model_config(K3), tmp_path / "k3.json")
+    (tmp_path / "m.yaml").write_text(B300_0517.replace("  tp-size: 8\n", "  tp-size: 8\n" + runner))
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate")
+    assert done.exit_code == 2, done.stdout
+    assert SITU_REFUSAL in done.stderr
+    assert "set SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL in engine.env" in done.stderr
+
+
+@pytest.mark.parametrize(("version", "env", "runner"), [
+    ("0.5.17", {"SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL": "/opt/trtllm_gen_moe_cubin_pool"}, "auto"),  # the image sets it
+    ("0.5.17", None, "marlin"),  # an explicit non-FlashInfer runner wins
+    ("0.5.18", None, "auto"),  # FlashInfer 0.6.17 ships the SiTU kernels: the guard is gone
+    ("0.5.16", None, "auto"),  # a K3 branch labelled older: not known to carry the guard (the B200 server started)
+])
+def test_the_situ_guard_only_where_0517_raises_it(version, env, runner):
+    est = _est("B300", version, env, tp_size=8, moe_runner_backend=runner)
+    assert est.pool_tokens > 0
+
+
+def test_the_situ_guard_is_not_raised_off_sm100_sm103():
+    est = _est("H200", "0.5.17", None, tp_size=16, nnodes=2, ep_size=16, moe_runner_backend="flashinfer_mxfp4")
+    assert not [f for f in est.findings if f.rule == "KV120" and "CUBIN_POOL" in f.message]

@@ -42,6 +42,7 @@ from kvcheck.engines.sglang.sizing.refusals import (
     check_dsv4_kv_dtype,
     check_dsv4_state_dtype,
     check_group_offload,
+    check_k3_situ_pool,
     check_kv_hooks,
     check_parallel,
     check_quantization,
@@ -459,12 +460,17 @@ def _placed(
     return replace(par, shared_tp=where.shared_tp, embed_tp=where.embed_tp, lm_head_tp=where.lm_head_tp)
 
 
+def _k3_mxfp4(model: _Model, gpu: GpuProfile) -> bool:
+    """Kimi-K3 with MXFP4 experts on a GPU: Mxfp4MoEMethod takes them."""
+    return model.shape.architecture in KIMI_K3 and not gpu.is_npu and model.scheme.default_fmt == "mxfp4"
+
+
 def _kimi_k3_experts(
     target: RoleTarget, args: Mapping[str, Any], model: _Model, gpu: GpuProfile, assumptions: list[str]
 ) -> ExpertPath | None:
     """The path Kimi-K3's MXFP4 experts take in Mxfp4MoEMethod on this device (sizing/mxfp4_moe.py; None: not
     Kimi-K3's MXFP4 experts, the checkpoint's bytes)."""
-    if model.shape.architecture not in KIMI_K3 or gpu.is_npu or model.scheme.default_fmt != "mxfp4":
+    if not _k3_mxfp4(model, gpu):
         return None
     path = kimi_k3_expert_path(target.env, target.engine_version, args, gpu,
                                a2a_backend(args, target.env, target.engine_version))
@@ -916,6 +922,7 @@ def _checked_resolve(
         )
         archs = model.source.config.get("architectures") or []
         check_deepep_v2_architecture(target, arch=archs[0] if archs else None, a2a=a2a)
+        check_k3_situ_pool(target, args, gpu, k3_mxfp4=_k3_mxfp4(model, gpu))
         moe_layers = moe_layer_ids(shape, model.source.text)
         check_group_offload(
             target, args, architecture=archs[0] if archs else shape.architecture, tp=res.tp,

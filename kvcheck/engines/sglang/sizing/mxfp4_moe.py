@@ -127,6 +127,28 @@ def kimi_k3_expert_path(
     return _fallback(gpu, given, runner, rules, version, bias)
 
 
+SITU_POOL_ENV = "SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL"
+
+
+def situ_pool_refusal(env: Mapping[str, str], version: str | None, args: Mapping[str, Any], gpu: GpuProfile) -> str | None:
+    """SGLang 0.5.17's refusal of Kimi-K3 on SM100/SM103 under `auto` or flashinfer_mxfp4 without the trtllm-gen SiTU
+    cubin pool, else None. arg_groups/overrides.py `_kimi_k3_moe_runner_overrides` (0.5.17) raises RuntimeError while
+    the arguments resolve when `trtllm_gen_moe.available()` is false: SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL unset or empty
+    (environ.py: `EnvStr(None)`, no packaged default) or not a directory holding the pool. The directory itself is
+    not checked here: a set variable is taken at its word. From 0.5.18 FlashInfer ships the SiTU kernels and the
+    guard is gone; a K3 branch labelled before 0.5.17 is not known to carry it (the 0.5.16 B200 server started)."""
+    rules = rel.rules_for(version)
+    if not rules.has(rel.K3_AUTO_FLASHINFER_MXFP4) or rules.has(rel.K3_FLASHINFER_SITU_BUNDLED):
+        return None
+    if gpu.is_rocm or gpu.sm not in (100, 103) or env.get(SITU_POOL_ENV):
+        return None
+    if str(args.get("moe_runner_backend") or "auto") not in ("auto", "flashinfer_mxfp4"):
+        return None
+    return ("SGLang 0.5.17 stops while it resolves the arguments: \"Kimi-K3 on Blackwell with moe_runner_backend='auto' "
+            f"or 'flashinfer_mxfp4' requires a valid {SITU_POOL_ENV}.\" (arg_groups/overrides.py "
+            f"_kimi_k3_moe_runner_overrides; {SITU_POOL_ENV} is unset in the role's environment and has no default)")
+
+
 def _marlin(major: int | None) -> ExpertPath:
     layout = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=2)
     note = ("Kimi-K3 MXFP4 experts on marlin: each rank's intermediate padded to 128, the hidden size to 256, "
@@ -156,10 +178,10 @@ def _flashinfer(sm: int | None, given: str, rules: rel.SizingRules, env: Mapping
         layout = Mxfp4ExpertLayout(inter_align=128, hidden_align=256, bias_bytes=4, expert_scalars=3)
         note = (f"Kimi-K3 MXFP4 experts on {why}, the trtllm-gen kernel: intermediate padded to 128, hidden size "
                 "to 256, zero w13/w2 biases re-made in float32")
-        if (sm in (100, 103) and not rules.has(rel.K3_FLASHINFER_SITU_BUNDLED)
-                and not env.get("SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL")):
-            note += ("; SGLang 0.5.17 refuses it unless SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL names the SiTU cubin pool, "
-                     "which the Kimi-K3 images set")
+        if sm in (100, 103) and not rules.has(rel.K3_FLASHINFER_SITU_BUNDLED):
+            note += ("; SGLang 0.5.17 wants the SiTU cubin pool, taken to be unpacked where "
+                     f"{SITU_POOL_ENV} points" if env.get(SITU_POOL_ENV) else
+                     f"; a K3 branch labelled before 0.5.17 is taken to find the SiTU cubin pool ({SITU_POOL_ENV})")
         return ExpertPath("flashinfer_trtllm", layout, note)
     return ExpertPath(
         "flashinfer_mxfp4", Mxfp4ExpertLayout(), f"Kimi-K3 MXFP4 experts on {why}",

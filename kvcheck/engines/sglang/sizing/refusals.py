@@ -14,9 +14,11 @@ from kvcheck.engines.sglang.sizing import releases as rel
 from kvcheck.engines.sglang.sizing.defaults import context_len_of
 from kvcheck.engines.sglang.sizing.dsv4 import ONLINE_COMPRESS_ENV, STATE_DTYPE_BYTES, STATE_DTYPE_ENV
 from kvcheck.engines.sglang.sizing.environ import env_bool
+from kvcheck.engines.sglang.sizing.mxfp4_moe import SITU_POOL_ENV, situ_pool_refusal
 from kvcheck.engines.sglang.sizing.offload import DEEPSEEK_V2_MODEL, MODES, SHARED_MODES, group_settings
 from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
 from kvcheck.errors import EstimateError, KvcheckError
+from kvcheck.gpus import GpuProfile
 from kvcheck.model import ExitCode, RoleTarget
 
 # 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
@@ -310,6 +312,20 @@ def check_deepep_v2_architecture(target: RoleTarget, *, arch: str | None, a2a: s
         f"SGLang refuses --moe-a2a-backend deepep_v2 for {arch}: \"DeepEP v2 MoE is not validated for {arch!r}\" "
         f"({where}; validated in {target.engine_version or 'the newest release'}: {', '.join(sorted(allowed))})",
         hint="use --moe-a2a-backend deepep",
+    )
+
+
+def check_k3_situ_pool(target: RoleTarget, args: Mapping[str, Any], gpu: GpuProfile, *, k3_mxfp4: bool) -> None:
+    """SGLang 0.5.17 refuses Kimi-K3's MXFP4 experts on SM100/SM103 under `auto` or flashinfer_mxfp4 while the
+    arguments resolve when the trtllm-gen SiTU cubin pool is missing (mxfp4_moe.situ_pool_refusal). `k3_mxfp4`: the model is Kimi-K3 with MXFP4 experts on a
+    GPU (the override's `_is_mxfp4_pack_quantized`)."""
+    why = situ_pool_refusal(target.env, target.engine_version, args, gpu) if k3_mxfp4 else None
+    if why is None:
+        return
+    raise _refuse(
+        target, ("moe_runner_backend",), why,
+        hint=f"set {SITU_POOL_ENV} in engine.env to the unpacked SiTU cubin pool (as the Kimi-K3 images do), "
+             "set --moe-runner-backend marlin, or run SGLang 0.5.18 or later (FlashInfer ships the SiTU kernels)",
     )
 
 

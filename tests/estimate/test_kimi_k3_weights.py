@@ -183,9 +183,9 @@ def _est(gpu: str, version: str, env: dict[str, str] | None = None, **args):
     ("H200", "0.5.23", None, {"moe_runner_backend": "triton"}, BF16_UPCAST),  # no MXFP4 path of its own
     ("H200", "0.5.23", None, {"moe_runner_backend": "triton_kernel"}, TRITON),
     # the megamoe all-to-all takes DeepGEMM's layout whatever the runner from 0.5.18 (its runner alias too)
-    ("H200", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
-    ("H200", "0.5.19", None, {"moe_runner_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
-    ("H200", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8, "moe_runner_backend": "marlin"}, DEEP_GEMM),
+    ("B300", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
+    ("B300", "0.5.19", None, {"moe_runner_backend": "megamoe", "ep_size": 8}, DEEP_GEMM),
+    ("B300", "0.5.19", None, {"moe_a2a_backend": "megamoe", "ep_size": 8, "moe_runner_backend": "marlin"}, DEEP_GEMM),
     ("H200", "0.5.17", None, {"moe_a2a_backend": "megamoe", "ep_size": 8}, BF16_UPCAST),  # 0.5.17: deep_gemm only
     # SM100/SM103: `auto` is flashinfer_mxfp4 (trtllm-gen) from 0.5.17, and in a K3 branch labelled older
     ("B300", "0.5.19", None, {}, TRTLLM),
@@ -408,3 +408,25 @@ def test_the_situ_guard_only_where_0517_raises_it(version, env, runner):
 def test_the_situ_guard_is_not_raised_off_sm100_sm103():
     est = _est("H200", "0.5.17", None, tp_size=16, nnodes=2, ep_size=16, moe_runner_backend="flashinfer_mxfp4")
     assert not [f for f in est.findings if f.rule == "KV120" and "CUBIN_POOL" in f.message]
+
+
+@pytest.mark.parametrize(("gpu", "args", "where"), [
+    ("H200", {"tp_size": 16, "nnodes": 2, "moe_runner_backend": "deep_gemm"}, "SM90"),
+    ("H100", {"tp_size": 16, "nnodes": 2, "moe_runner_backend": "deep_gemm"}, "SM90"),
+    ("H200", {"tp_size": 16, "nnodes": 2, "ep_size": 16, "moe_a2a_backend": "megamoe"}, "SM90"),
+    ("MI355X", {"tp_size": 8, "moe_runner_backend": "deep_gemm"}, "ROCm"),
+])
+def test_deep_gemm_off_sm100_is_not_a_pass(gpu, args, where):
+    # Mxfp4MoEMethod's DeepGEMM path is the SM100 fp8_fp4 grouped GEMM and imports deep_gemm on every device; no
+    # release guards it while the arguments resolve, and whether it loads elsewhere is not in SGLang's source
+    with pytest.raises(sizing_model.EstimateError, match=f"SGLang does not refuse it on {where} while the arguments"):
+        _est(gpu, "0.5.19", None, **args)
+
+
+def test_deep_gemm_off_sm100_is_could_not_check_end_to_end(tmp_path):
+    done, report = _verify(tmp_path, H200_TP16.replace("  nnodes: 2\n", "  nnodes: 2\n  moe-runner-backend: deep_gemm\n"))
+    assert done.exit_code == 3, done.stdout
+    [kv305] = [f for f in report["findings"] if f["rule"] == "KV305"]
+    assert kv305["message"].startswith(
+        "pool could not be estimated: Kimi-K3's MXFP4 experts on the deep_gemm runner use DeepGEMM's fp8_fp4 grouped "
+        "GEMM, an SM100 kernel")

@@ -474,6 +474,9 @@ def _kimi_k3_experts(
         return None
     path = kimi_k3_expert_path(target.env, target.engine_version, args, gpu,
                                a2a_backend(args, target.env, target.engine_version))
+    if path.unchecked is not None:
+        raise EstimateError(path.unchecked, hint="use --moe-runner-backend marlin (or flashinfer_mxfp4) off SM100/SM103, "
+                            "SGLANG_USE_AITER=1 on MI355X, or measure the role")
     assumptions.append(path.note)
     return path
 

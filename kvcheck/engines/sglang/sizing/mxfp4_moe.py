@@ -61,6 +61,7 @@ class ExpertPath:
     note: str
     refusal: str | None = None
     hint: str | None = None
+    unchecked: str | None = None  # why the estimate cannot tell whether the path loads (KV305)
 
 
 def _get_bool_env_var(value: object) -> bool:
@@ -106,7 +107,8 @@ def kimi_k3_expert_path(
         which = "the megamoe all-to-all" if mega and runner != "deep_gemm" else "the deep_gemm runner"
         return ExpertPath("deep_gemm", layout, f"Kimi-K3 MXFP4 experts on {which}: unpadded, scales packed as "
                           "UE8M0 int32 (K/32 columns to a multiple of 4)"
-                          + (", zero w13/w2 biases kept in bf16 as made" if bias else ""))
+                          + (", zero w13/w2 biases kept in bf16 as made" if bias else ""),
+                          unchecked=_deep_gemm_unchecked(gpu, which))
     if runner == "flashinfer_mxfp4":
         return _flashinfer(gpu.sm, given, rules, env)
     if gpu.is_rocm and _get_bool_env_var(env.get("SGLANG_USE_AITER")):
@@ -147,6 +149,21 @@ def situ_pool_refusal(env: Mapping[str, str], version: str | None, args: Mapping
     return ("SGLang 0.5.17 stops while it resolves the arguments: \"Kimi-K3 on Blackwell with moe_runner_backend='auto' "
             f"or 'flashinfer_mxfp4' requires a valid {SITU_POOL_ENV}.\" (arg_groups/overrides.py "
             f"_kimi_k3_moe_runner_overrides; {SITU_POOL_ENV} is unset in the role's environment and has no default)")
+
+
+def _deep_gemm_unchecked(gpu: GpuProfile, which: str) -> str | None:
+    """Why the estimate cannot tell whether DeepGEMM's MXFP4 path loads Kimi-K3 on `gpu` (None: SM100/SM103, where
+    it runs). Mxfp4MoEMethod calls it 'DeepGEMM fp8_fp4 grouped GEMM (SM100 MXF8F6F4 UMMA)' (0.5.23
+    quantization/mxfp4.py:400) and process_weights_after_loading imports DeepGEMM's transform_sf_into_required_layout
+    on every device (:669-670); no release from 0.5.17 to 0.5.23 guards the runner by GPU while the arguments
+    resolve. Whether the load or the first forward stops on SM90, ROCm or another GPU (DeepGEMM's own architecture
+    dispatch, a CUDA-only package) is not in SGLang's source: not a pass."""
+    if not gpu.is_rocm and gpu.sm in (100, 103):
+        return None
+    where = "ROCm" if gpu.is_rocm else f"SM{gpu.sm}"
+    return (f"Kimi-K3's MXFP4 experts on {which} use DeepGEMM's fp8_fp4 grouped GEMM, an SM100 kernel (Mxfp4MoEMethod: "
+            "'SM100 MXF8F6F4 UMMA'), and process_weights_after_loading imports DeepGEMM on every device; SGLang does "
+            f"not refuse it on {where} while the arguments resolve, and whether it loads there is not in its source")
 
 
 def _marlin(major: int | None) -> ExpertPath:

@@ -49,6 +49,12 @@ class WeightOffload:
     priced: bool = False
     basis: str = EVERY_WEIGHT_ON_GPU  # the figure of a bound: how few weight bytes it takes off the GPU
     stage_high_bytes: tuple[float, ...] = ()  # the high end per pipeline stage, where the stages differ
+    # staging copies physically on the GPU that high_bytes does not net out (vLLM up to 0.26, whose profiler does
+    # not count them, or an unstated release): the room checks of an explicit cache subtract them all the same
+    gpu_staging_bytes: float = 0.0
+    # (fewest, most) staging bytes a profiled pool does not count (a stated vLLM release up to 0.26): vLLM sizes
+    # the KV cache as without them, so they take GPU memory beyond --gpu-memory-utilization
+    staging_outside_bytes: tuple[float, float] = (0.0, 0.0)
 
     def moved(self, end: int, weights_bytes: float) -> float:
         """The weight bytes off the GPU at one end of the estimate's range (-1 low, 0 figure, +1 high); negative

@@ -77,6 +77,52 @@ def test_before_0_27_the_profile_does_not_count_the_staging_pool(tmp_path: Path)
                in x for x in role["details"]["assumptions"])
 
 
+# review8 finding 1: Llama-3.1-8B on one H100, 68 GiB of explicit KV cache; groups of 2 with a prefetch step of 16
+# move 16 layers and keep 16 staging copies on the GPU, a net of nothing on every release
+KVB68 = "kv-cache-memory-bytes: 73014444032"
+G2S16 = "offload-group-size: 2, offload-prefetch-step: 16"
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.32.0"])
+def test_an_explicit_cache_counts_the_staging_copies_on_every_release(tmp_path: Path, version: str) -> None:
+    """The 68 GiB cache does not fit beside Llama-3.1-8B's weights (KV220, exit 1); the offload moves 16 layers and
+    keeps 16 copies of them on the GPU, which up to 0.26 the profiler does not count but the GPU still holds: the
+    same refused start on 0.25.0 as on 0.32.0 (0.25.0 passed, the copies charged nowhere)."""
+    code, plain = _verify(tmp_path, "plain", KVB68, version=version)
+    assert code == 1 and [f["rule"] for f in plain["findings"]][0] == "KV220", plain
+    code, moved = _verify(tmp_path, "moved", f"{KVB68}, {G2S16}", version=version)
+    assert code == 1, moved
+    [kv220] = [f for f in moved["findings"] if f["rule"] == "KV220"]
+    assert "--kv-cache-memory-bytes asks for 68.00 GiB" in kv220["message"]
+    assert moved["roles"][0]["pool_tokens"] == 0
+
+
+def test_before_0_27_staging_copies_larger_than_the_memory_outside_the_budget_refuse_the_start(
+        tmp_path: Path) -> None:
+    """vLLM 0.25.0 at --gpu-memory-utilization 0.95: the KV cache takes the whole budget as if the 6.5 GiB of
+    staging copies were not there, and an H100 has 3.96 GiB outside it: out of memory (KV220, exit 1), where
+    kvcheck passed a larger pool than without the offload. 0.32.0 counts the copies and passes."""
+    code, plain = _verify(tmp_path, "plain", "gpu-memory-utilization: 0.95", version="0.25.0")
+    assert code == 0, plain
+    code, moved = _verify(tmp_path, "moved", f"gpu-memory-utilization: 0.95, {G2S16}", version="0.25.0")
+    assert code == 1, moved
+    [kv220] = [f for f in moved["findings"] if f["rule"] == "KV220"]
+    assert "PrefetchOffloader keeps 6.37 GiB of staging copies" in kv220["message"]
+    code, counted = _verify(tmp_path, "counted", f"gpu-memory-utilization: 0.95, {G2S16}", version="0.32.0")
+    assert code == 0, counted
+
+
+def test_before_0_27_staging_copies_near_the_memory_outside_the_budget_are_not_checked(tmp_path: Path) -> None:
+    """At 0.9 an H100 has 7.92 GiB outside the budget: 6.5 GiB of copies may fit or may not beside the CUDA graphs
+    vLLM 0.25.0 captures there, so the role is not checked (KV305, exit 3), never passed; one copy fits (exit 0)."""
+    code, moved = _verify(tmp_path, "moved", G2S16, version="0.25.0")
+    assert code == 3, moved
+    assert [f["rule"] for f in moved["findings"]] == ["KV305"]
+    assert "beyond the --gpu-memory-utilization budget" in moved["findings"][0]["message"]
+    code, one = _verify(tmp_path, "one", "offload-group-size: 2", version="0.25.0")
+    assert code == 0, one
+
+
 def test_more_staging_slots_than_moved_layers_cost_the_pool(tmp_path: Path) -> None:
     """Groups of 16 move layers 15 and 31; a prefetch step of 4 still allocates 4 slots: 2 layers' bytes less."""
     code, moved = _verify(tmp_path, "moved", "offload-group-size: 16, offload-prefetch-step: 4")

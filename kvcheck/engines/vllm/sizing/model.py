@@ -404,6 +404,9 @@ def estimate_role(
         details["assumptions"] = [*best.assumptions, note]
         return replace(best, pool_range=(low, high), details=details, assumptions=(*best.assumptions, note))
     oom = _allocation_oom(target, source, inp, layout, total, gpu, model_dtype, avail[2], assumptions, offload)
+    if oom is None and total is not None and gpu is not None and inp.explicit_kv_bytes is None \
+            and inp.num_blocks_override is None:
+        oom = _staging_oom(target, inp, total, gpu, offload)
     return _finish(target, source, inp, layout, avail, parts, assumptions, gpu, kv_dtype, model_dtype, oom=oom,
                    offload=offload)
 
@@ -442,6 +445,49 @@ def _allocation_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, layou
     return oom
 
 
+# The share of the memory outside --gpu-memory-utilization that uncounted staging copies may take before the
+# estimate cannot tell whether vLLM starts: the rest is what vLLM takes there after its profile (CUDA graphs on
+# releases that do not subtract them, the allocator's fragmentation), which the estimate does not price there.
+STAGING_SHARE_OUTSIDE = 0.5
+
+
+def _staging_oom(target: RoleTarget, inp: _Inputs, total: mem.DeviceTotal, gpu: GpuProfile,
+                  offload: WeightOffload) -> _Oom | None:
+    """Why a profiled pool cannot be allocated beside staging copies the profiler does not count (vLLM's
+    PrefetchOffloader up to 0.26, sizing/offload.py), or None when it can.
+
+    Up to 0.26 non_kv_cache_memory leaves the StaticBufferPool out (utils/mem_utils.py:279-312 and
+    v1/worker/gpu_worker.py:486-523 in 0.25.0), so vLLM allocates the KV cache to the full --gpu-memory-utilization
+    budget with the pool already on the GPU: the pool must fit in the memory outside the budget. A pool larger than
+    all of it runs out of memory for certain (KV220); one larger than what is left of it at the other end of the
+    device's band, or beside the CUDA graphs vLLM captures later, cannot be checked (EstimateError)."""
+    fewest, most = offload.staging_outside_bytes
+    if most <= 0:
+        return None
+    util = inp.utilization
+    least_util, most_util = sorted((inp.utilization, inp.utilization_other))
+    outside_most = ((total.gib + total.band_gib) - mem.ceil_requested(total.gib + total.band_gib, least_util)) * GIB
+    outside_least = max(0.0, (total.gib - total.band_gib)
+                        - mem.ceil_requested(total.gib - total.band_gib, most_util)) * GIB
+    if fewest > outside_most:
+        return _Oom(
+            f"vLLM {target.engine_version}'s PrefetchOffloader keeps {fewest / GIB:,.2f} GiB of staging copies on "
+            f"each GPU, which its memory profile does not count (up to 0.26): it sizes the KV cache to the whole "
+            f"--gpu-memory-utilization {util:g} budget, and a {gpu.name} has only {outside_most / GIB:,.2f} GiB "
+            "beyond it: the cache allocation runs out of GPU memory (torch.OutOfMemoryError) and vLLM does not "
+            "start", "lower --offload-prefetch-step or --gpu-memory-utilization so the staging copies fit beside "
+            "the budget, or use vLLM 0.27.0 or later, whose profiler counts them", "offload_prefetch_step")
+    if most > outside_least * STAGING_SHARE_OUTSIDE:
+        raise EstimateError(
+            f"vLLM {target.engine_version}'s PrefetchOffloader keeps up to {most / GIB:,.2f} GiB of staging copies "
+            "on each GPU beyond the --gpu-memory-utilization budget (its memory profile does not count them up to "
+            f"0.26), next to the {outside_least / GIB:,.2f} GiB a {gpu.name} has outside it, which the CUDA graphs "
+            "and other memory captured after the profile share: the estimate cannot tell whether vLLM starts",
+            hint="measure the role, lower --offload-prefetch-step or --gpu-memory-utilization, or use vLLM 0.27.0 "
+            "or later")
+    return None
+
+
 def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, total: mem.DeviceTotal,
                          model_dtype: str, assumptions: list[str], what: str,
                          offload: WeightOffload) -> tuple[float, float]:
@@ -454,7 +500,7 @@ def _room_beside_weights(target: RoleTarget, source: ModelSource, inp: _Inputs, 
         assumptions.append(f"the weights are not known (this hybrid's are not counted from config.json): "
                            f"{what} is checked against the whole GPU only")
         weights, band = 0.0, 0.0
-    light = max(0.0, weights * (1 - band) - offload.high_bytes)
+    light = max(0.0, weights * (1 - band) - offload.high_bytes + offload.gpu_staging_bytes)
     return (total.gib + total.band_gib) * GIB - light, light
 
 
@@ -470,7 +516,7 @@ def _explicit_cache_oom(target: RoleTarget, source: ModelSource, inp: _Inputs, t
         return None
     return _Oom(
         f"--kv-cache-memory-bytes asks for {inp.explicit_kv_bytes / GIB:,.2f} GiB of KV cache, but a {gpu.name} "
-        f"holds {total.gib:,.2f} GiB, of which the weights take at least {room[1] / GIB:,.2f} GiB per GPU: the "
+        f"holds {total.gib:,.2f} GiB, of which the weights{_staged(offload)} take at least {room[1] / GIB:,.2f} GiB per GPU: the "
         "cache allocation runs out of GPU memory (torch.OutOfMemoryError) and vLLM does not start",
         "lower --kv-cache-memory-bytes below what the weights leave, or drop it and size the pool with "
         "--gpu-memory-utilization (vLLM then profiles)", "kv_cache_memory_bytes")
@@ -769,3 +815,8 @@ def _finish(target: RoleTarget, source: ModelSource, inp: _Inputs, layout: KvLay
         details=details, assumptions=tuple(assumptions), findings=tuple(findings),
     )
 
+
+
+def _staged(offload: WeightOffload) -> str:
+    """How the room checks name the staging copies they count with the weights."""
+    return " and the offload's staging copies" if offload.gpu_staging_bytes else ""

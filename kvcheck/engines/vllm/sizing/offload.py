@@ -135,6 +135,7 @@ class _StageNet:
     staging: float  # the figure's staging pool
     layers: int  # moved layers
     count: int  # the stage's layers
+    pool: tuple[float, float] = (0.0, 0.0)  # (fewest, most) bytes the staging pool takes on the GPU
 
 
 def _stage(figures: LayerFigures, start: int, count: int, group: int, num_in_group: int, step: int,
@@ -152,7 +153,8 @@ def _stage(figures: LayerFigures, start: int, count: int, group: int, num_in_gro
         largest = max(sizes.values(), default=0.0)
         low = min(0, len(picked) - 2 * slots) * largest if pool_counted else 0.0
         high = len(picked) * largest
-        return _StageNet(low, low, high, moved, slots * largest, len(picked), count)
+        return _StageNet(low, low, high, moved, slots * largest, len(picked), count,
+                         (0.0, slots * largest))  # the bound says nothing of a layer's least bytes
     if by_name:  # --offload-params: some of each layer's parameters, as many bytes as their names say
         if len(counts) == 1:
             (kind,) = counts
@@ -161,15 +163,17 @@ def _stage(figures: LayerFigures, start: int, count: int, group: int, num_in_gro
         else:
             low = sum(min(0, n - slots) * sizes[k] for k, n in counts.items()) if pool_counted else 0.0
             high = moved
-        return _StageNet(low, low, high, moved, slots * max(sizes.values(), default=0.0), len(picked), count)
+        # the parameters it names: from none of a layer's bytes to all of them per slot
+        return _StageNet(low, low, high, moved, slots * max(sizes.values(), default=0.0), len(picked), count,
+                         (0.0, slots * sum(sizes.values())))
     # every parameter of each moved layer: one copy per distinct parameter, so one layer of each kind per slot; a
     # dense and a routed-expert layer share their attention's names and shapes, which the count does not split
     smallest_pool = slots * max(sizes.values(), default=0.0)
     largest_pool = slots * sum(sizes.values())
     if not pool_counted:
-        return _StageNet(moved, moved, moved, moved, smallest_pool, len(picked), count)
+        return _StageNet(moved, moved, moved, moved, smallest_pool, len(picked), count, (smallest_pool, largest_pool))
     return _StageNet(moved - largest_pool, moved - largest_pool, moved - smallest_pool, moved, largest_pool,
-                     len(picked), count)
+                     len(picked), count, (smallest_pool, largest_pool))
 
 
 def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: int, pp: int,
@@ -195,6 +199,12 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
     low = min(s[0].low for s in stages)
     point = worst.point
     high = min(s[1].high for s in stages)
+    # the staging copies are GPU memory on every release: where the high end does not net them out (a profiler
+    # that does not count them, or an unstated release), the room checks take the fewest back
+    uncounted = release is None or not counted
+    fewest_copies = min(_pool_bounds(s[1])[0] for s in stages) if uncounted else 0.0
+    outside = ((min(_pool_bounds(s[0])[0] for s in stages), max(_pool_bounds(s[0])[1] for s in stages))
+               if not counted else (0.0, 0.0))
     priced = figures.counted and not by_name and low == point == min(s[0].high for s in stages)
     setting = (f"--offload-group-size {group} --offload-num-in-group {num_in_group} --offload-prefetch-step {step}"
                + (" --offload-params" if by_name else ""))
@@ -224,7 +234,14 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
         engine="vLLM", setting=setting, flag="--offload-group-size", field="offload_group_size", note=note,
         low_bytes=_banded(low, -1, band), point_bytes=point, high_bytes=_banded(high, 1, band), priced=priced,
         basis="with the fewest weight bytes off the GPU these settings allow",
+        gpu_staging_bytes=fewest_copies * (1 - band),
+        staging_outside_bytes=(outside[0] * (1 - band), outside[1] * (1 + band)),
     )
+
+
+def _pool_bounds(net: _StageNet) -> tuple[float, float]:
+    """(fewest, most) GPU bytes of one stage's staging pool."""
+    return net.pool
 
 
 def _banded(net: float, end: int, band: float) -> float:

@@ -257,12 +257,21 @@ def _weight_offload(target: RoleTarget, source: ModelSource, inp: _Inputs, model
     moves_budget = isinstance(gib, int | float) and gib > 0
     if chosen == "prefetch":
         version = mem.release(target.engine_version)
-        band = MXFP4_WEIGHTS_BAND if linear_bytes(source.quant, 2, args.get("quantization"))[1] == "mxfp4" \
-            else mem.WEIGHTS_BAND
+        scheme = linear_bytes(source.quant, 2, args.get("quantization"))[1]
+        band = MXFP4_WEIGHTS_BAND if scheme == "mxfp4" else mem.WEIGHTS_BAND
+        # A quantized MoE method may replace the expert parameters in process_weights_after_loading: MXFP4 on the
+        # TRITON backends (gpt-oss on Hopper) deletes w13/w2_weight and re-stores the swizzled tensors as plain
+        # attributes (0.32.0 fused_moe/oracle/mxfp4.py:1381-1386, quantization/mxfp4.py:361-372), made on the GPU,
+        # which the PrefetchOffloader then prunes (prefetch.py:755-767) or cannot re-point: the experts stay.
+        # No quantized method is shown to keep them as parameters, so every one is a bound.
+        replaced = (f"vLLM's {scheme} MoE method may replace the routed experts' parameters after loading "
+                    "(process_weights_after_loading; MXFP4 on the TRITON backends re-stores them on the GPU as "
+                    "plain attributes, which the PrefetchOffloader does not move)"
+                    if scheme != "none" and _moe_split(target, source, inp)[1] > 1 else "")
         offload = offloading.prefetch_offload(
             target, _layer_figures(target, source, inp, model_dtype),
             num_layers=int(source.text.get("num_hidden_layers") or 1), pp=inp.pp,
-            release=version.release if version is not None else None, band=band)
+            release=version.release if version is not None else None, band=band, experts_replaced=replaced)
         if moves_budget:
             offload = replace(offload, note=f"{offload.note}; --cpu-offload-gb {gib:g} is ignored: vLLM builds one "
                               "offloader, the prefetch one when --offload-group-size is set (base.py create_offloader)")

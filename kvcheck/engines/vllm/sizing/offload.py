@@ -176,8 +176,20 @@ def _stage(figures: LayerFigures, start: int, count: int, group: int, num_in_gro
                      len(picked), count, (smallest_pool, largest_pool))
 
 
+def _experts_stay(net: _StageNet, figures: LayerFigures, picked_moe: bool, pool_counted: bool) -> _StageNet:
+    """A stage whose moved routed-expert layers may keep their experts on the GPU: the figure and low end move no
+    expert bytes (at most a layer's non-expert parameters move, each at most a dense layer, and as many staging
+    copies as the pool holds are charged where the profiler counts them); the high end is unchanged."""
+    if not picked_moe:
+        return net
+    slots = round(net.pool[1] / max(figures.moe_bytes, 1.0)) if figures.moe_bytes else 0
+    low = min(0, net.layers - slots) * figures.dense_bytes if pool_counted else 0.0
+    return _StageNet(min(low, net.low), min(low, net.point), net.high, net.moved, net.staging, net.layers,
+                     net.count, (0.0, net.pool[1]))
+
+
 def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: int, pp: int,
-                     release: tuple[int, ...] | None, band: float) -> WeightOffload:
+                     release: tuple[int, ...] | None, band: float, experts_replaced: str = "") -> WeightOffload:
     """The prefetch backend's net bytes off each GPU (kvcheck.engines.offload.WeightOffload): a price, at the
     weights' band, for layers of one kind moved whole; a bound (KV113) for mixed kinds, a hybrid or --offload-params.
     An unstated release may predate 0.27.0: the range's high end then leaves the staging pool uncounted."""
@@ -193,6 +205,9 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
         net = _stage(figures, start, count, group, num_in_group, step, by_name, counted)
         free = net if release is not None else _stage(figures, start, count, group, num_in_group, step, by_name,
                                                       False)
+        if experts_replaced:
+            picked_moe = any(figures.kind(start + i) == "moe" for i in selected_layers(count, group, num_in_group))
+            net = _experts_stay(net, figures, picked_moe, counted)
         stages.append((net, free))
         start += count
     worst = min(stages, key=lambda s: s[0].point)[0]  # the stage whose pool is smallest sizes every worker's
@@ -205,7 +220,8 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
     fewest_copies = min(_pool_bounds(s[1])[0] for s in stages) if uncounted else 0.0
     outside = ((min(_pool_bounds(s[0])[0] for s in stages), max(_pool_bounds(s[0])[1] for s in stages))
                if not counted else (0.0, 0.0))
-    priced = figures.counted and not by_name and low == point == min(s[0].high for s in stages)
+    priced = figures.counted and not by_name and low == point == min(s[0].high for s in stages) \
+        and not (experts_replaced and point < high)
     setting = (f"--offload-group-size {group} --offload-num-in-group {num_in_group} --offload-prefetch-step {step}"
                + (" --offload-params" if by_name else ""))
     what = ("the parameters --offload-params names in" if by_name else "every parameter of")
@@ -224,7 +240,9 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
         note += (f": {worst.moved / GIB:.3f} GiB off the GPU, {kept}; {point / GIB:.3f} GiB net, priced from the "
                  f"layers' count (+-{band:.0%})")
     else:
-        why = ("--offload-params moves the parameters whose names it matches, which config.json does not size"
+        why = (f"{experts_replaced}: the figure moves no routed-expert bytes, the high end moves them all"
+               if experts_replaced and not by_name and figures.counted else
+               "--offload-params moves the parameters whose names it matches, which config.json does not size"
                if by_name else "a hybrid's layers are not counted one by one (each is taken at twice the mean)"
                if not figures.counted else "the moved layers are of two kinds (dense and routed-expert), whose "
                "staging copies share the attention's parameters, which the count does not split")
@@ -233,7 +251,8 @@ def prefetch_offload(target: RoleTarget, figures: LayerFigures, *, num_layers: i
     return WeightOffload(
         engine="vLLM", setting=setting, flag="--offload-group-size", field="offload_group_size", note=note,
         low_bytes=_banded(low, -1, band), point_bytes=point, high_bytes=_banded(high, 1, band), priced=priced,
-        basis="with the fewest weight bytes off the GPU these settings allow",
+        basis=("with no routed-expert bytes off the GPU" if experts_replaced and not priced else
+               "with the fewest weight bytes off the GPU these settings allow"),
         gpu_staging_bytes=fewest_copies * (1 - band),
         staging_outside_bytes=(outside[0] * (1 - band), outside[1] * (1 + band)),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -205,7 +206,7 @@ class Catalogue:
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise FlagError(f"'{name}' must be a number, not {value!r}")
-            out = float(value)
+            out = _finite(name, value)
         elif kind == "human_readable_int":
             out = parse_human_readable_int(name, value)
         elif kind in JSON_TYPES:
@@ -426,3 +427,22 @@ def pick_catalogue(version: str, available: Sequence[str], *, label: str, exampl
         f"no flag catalogue for {label} {version}; arguments were checked against {older[-1]}, "
         "the nearest older release"
     )
+
+
+# The largest magnitude a number flag may have: beyond any byte, token or GiB count an engine reads, and small
+# enough that an engine's own arithmetic on it stays finite (vLLM's int(cpu_offload_gb * 1024**3) overflows a
+# float from about 1.7e299 GiB, base.py:174 in 0.32.0).
+FLOAT_FLAG_LIMIT = 1e18
+
+
+def _finite(name: str, value: int | float) -> float:
+    """A number flag's value as a float: bad input (FlagError) where it is infinite, not a number, or too large
+    for a float or for the engine's arithmetic, rather than a traceback further on."""
+    try:
+        out = float(value)
+    except OverflowError:
+        raise FlagError(f"'{name}' must be a finite number of sensible size, not a {len(str(abs(value)))}-digit "
+                        "integer") from None
+    if not math.isfinite(out) or abs(out) > FLOAT_FLAG_LIMIT:
+        raise FlagError(f"'{name}' must be a finite number no larger than {FLOAT_FLAG_LIMIT:g}, not {value!r}")
+    return out

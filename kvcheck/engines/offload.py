@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 GIB = float(1 << 30)
 EVERY_WEIGHT_ON_GPU = "with every weight on the GPU"
+BUDGET_CAP_GIB = 1 << 20  # a --cpu-offload-gb budget beyond this moves every weight of any GPU (1 PiB)
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,13 @@ class WeightOffload:
 
 
 def budget_offload(engine: str, gib: float, layer_bytes: float, source: str) -> WeightOffload:
-    """--cpu-offload-gb: a bound, the budget plus the largest layer at the high end."""
-    high = float(gib) * GIB + layer_bytes
+    """--cpu-offload-gb: a bound, the budget plus the largest layer at the high end. A budget beyond any GPU's
+    weights (an integer flag may be any size) is taken at BUDGET_CAP_GIB, which moves every weight all the same."""
+    high = float(min(gib, BUDGET_CAP_GIB)) * GIB + layer_bytes
+    shown = f"{gib:g}" if isinstance(gib, float) or abs(gib) < 10**15 else f"<{len(str(abs(gib)))}-digit integer>"
     return WeightOffload(
-        engine=engine, setting=f"--cpu-offload-gb {gib:g}", flag="--cpu-offload-gb", field="cpu_offload_gb",
-        note=(f"--cpu-offload-gb {gib:g}: {engine} moves layer weights to the CPU parameter by parameter in its model "
+        engine=engine, setting=f"--cpu-offload-gb {shown}", flag="--cpu-offload-gb", field="cpu_offload_gb",
+        note=(f"--cpu-offload-gb {shown}: {engine} moves layer weights to the CPU parameter by parameter in its model "
               f"class's order ({source}), which the estimate does not price: the figure keeps every weight on the "
               f"GPU, the range's high end moves up to {high / GIB:.2f} GiB per GPU (the budget plus the largest "
               f"layer, {layer_bytes / GIB:.2f} GiB, as the parameter that crosses the budget moves whole)"),

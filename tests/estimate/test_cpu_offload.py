@@ -129,3 +129,46 @@ def test_the_largest_layer_is_one_decoder_layer_as_the_weights_count_it() -> Non
     v3 = json.loads((MODELS / "deepseek-ai--DeepSeek-V3.json").read_text())
     moe = largest_layer_bytes(v3, tp=8, model_bytes=2, linear=1.0)
     assert moe > 256 * 3 * 7168 * 2048 / 8  # the routed experts alone
+
+
+def _run(tmp_path: Path, command: str, engine: str, version: str, args: str) -> tuple[int, str]:
+    path = tmp_path / f"{command}-{engine}.yaml"
+    path.write_text(
+        "context_length: 131072\n"
+        f"model: {{path: some/model, config: {LLAMA_8B}}}\n"
+        f'engine: {{name: {engine}, version: "{version}"}}\n'
+        "gpu: H100\n"
+        f"args: {{{args}}}\n"
+        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    extra = ("--mode", "estimate") if command == "verify" else ()
+    done = run_kvcheck(command, str(path), *extra)
+    return done.exit_code, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "plan"])
+@pytest.mark.parametrize("value", [".inf", "1.0e+300", "-.inf"])
+def test_vllm_an_infinite_or_absurd_offload_budget_is_bad_input(tmp_path: Path, command: str, value: str) -> None:
+    """vLLM's --cpu-offload-gb is a float: `.inf` and 1e300 were a traceback (exit 4, round(inf) in the sizing);
+    vLLM itself fails on them in int(cpu_offload_gb * 1024**3) (offloader/base.py:174). Bad input, exit 2."""
+    code, out = _run(tmp_path, command, "vllm", "0.32.0", f"max-model-len: 131072, cpu-offload-gb: {value}")
+    assert code == 2, out
+    assert "'cpu-offload-gb' must be a finite number no larger than 1e+18" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", ["verify", "plan"])
+def test_sglang_a_huge_integer_offload_budget_is_taken_as_every_weight(tmp_path: Path, command: str) -> None:
+    """SGLang's --cpu-offload-gb is an integer, which may be of any size: a 300-digit one was a traceback (exit 4,
+    float() in the bound). Now the budget is capped (it moves every weight all the same): no traceback, the same
+    verdict as a budget of the whole model; infinity is not an integer (exit 2)."""
+    huge = "1" + "0" * 300
+    code, out = _run(tmp_path, command, "sglang", "0.5.23", f"cpu-offload-gb: {huge}")
+    assert code in (0, 1), out
+    assert "Traceback" not in out
+    if command == "verify":
+        assert "--cpu-offload-gb <301-digit integer>" in out
+    (tmp_path / "ref").mkdir()
+    ref, ref_out = _run(tmp_path / "ref", command, "sglang", "0.5.23", "cpu-offload-gb: 1000")
+    assert code == ref, (out, ref_out)
+    code, out = _run(tmp_path, command, "sglang", "0.5.23", "cpu-offload-gb: .inf")
+    assert code == 2 and "'cpu-offload-gb' must be an integer" in out, out

@@ -77,8 +77,9 @@ class WeightOffload:
         return [self.note] if self.note else []
 
     def findings(self, target: RoleTarget, pool_tokens: int, high_tokens: int) -> list[Finding]:
-        """KV113 for a bound: the pool is predicted at the bound's small end, and may be larger."""
-        if not self.unpriced:
+        """KV113 for a bound: the pool is predicted at the bound's small end, and may be larger. None where even
+        the bound's large end leaves no larger pool: the verdict is the same whatever moves."""
+        if not self.unpriced or high_tokens <= pool_tokens:
             return []
         return [finding(
             "KV113", target.name,

@@ -172,3 +172,13 @@ def test_sglang_a_huge_integer_offload_budget_is_taken_as_every_weight(tmp_path:
     assert code == ref, (out, ref_out)
     code, out = _run(tmp_path, command, "sglang", "0.5.23", "cpu-offload-gb: .inf")
     assert code == 2 and "'cpu-offload-gb' must be an integer" in out, out
+
+
+def test_an_offload_that_cannot_leave_a_larger_pool_is_not_told_as_one(tmp_path: Path) -> None:
+    # Kimi-K3 on 8 B200s: 20 GiB moved still leaves no pool, so KV113's "a role that fails here may fit" (up to 0
+    # tokens) would contradict the refusal beside it
+    code, report = _verify(tmp_path, "k3", "sglang", "0.5.23", "B200", 131072, "tp-size: 8, cpu-offload-gb: 20",
+                           config=MODELS / "moonshotai--Kimi-K3.json", gpus="[0,1,2,3,4,5,6,7]")
+    assert code == 1
+    assert report["roles"][0]["pool_tokens"] == 0
+    assert [f["rule"] for f in report["findings"]] == ["KV120", "KV101"]

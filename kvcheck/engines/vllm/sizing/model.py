@@ -38,6 +38,7 @@ from kvcheck.engines.vllm.sizing.weights import (
     hybrid_weights_bytes,
     layer_bytes,
     linear_bytes,
+    stage_layer_counts,
     vision_tower_bytes,
     vision_tower_loaded,
 )
@@ -201,9 +202,12 @@ def _weights(target: RoleTarget, source: ModelSource, inp: _Inputs, model_bytes:
     tied = bool(source.text.get("tie_word_embeddings", source.config.get("tie_word_embeddings", False)))
     attention = float(model_bytes) if attention_unquantized(source.quant) else None
     mxfp4 = scheme == "mxfp4"
+    layers = int(source.text.get("num_hidden_layers") or source.text.get("n_layers") or
+                 source.text.get("num_layers") or 0)
+    stages = stage_layer_counts(layers, inp.pp, target.env) if layers else None
     total = config_weights_bytes(source.text, tp=inp.tp, pp=inp.pp, model_bytes=model_bytes, linear=linear, tied=tied,
                                  attention_bytes=attention, moe_pad=MXFP4_EXPERT_PAD if mxfp4 else None,
-                                 moe_split=split)
+                                 moe_split=split, stages=stages)
     vision = vision_tower_bytes(source.vision, tp=inp.tp, model_bytes=model_bytes,
                                 text_hidden=int(source.text.get("hidden_size") or 0))
     if vision:
@@ -323,6 +327,12 @@ def _device_memory(target: RoleTarget, device: str, profiles: GpuProfiles | Mapp
     return gpu, mem.device_total(gpu.name, gpu.memory_total_mib, target.estimate.gpu_memory_mib)
 
 
+def _check_partition(target: RoleTarget, text: Mapping[str, Any], pp: int) -> None:
+    """A VLLM_PP_LAYER_PARTITION vLLM refuses is exit 2 before anything is priced (weights.stage_layer_counts)."""
+    if layers := int(text.get("num_hidden_layers") or text.get("n_layers") or text.get("num_layers") or 0):
+        stage_layer_counts(layers, pp, target.env)
+
+
 def estimate_role(
     target: RoleTarget,
     *,
@@ -344,6 +354,7 @@ def estimate_role(
     device = _device(target)
     gpu, total = _device_memory(target, device, profiles)
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
+    _check_partition(target, text, inp.pp)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
     if arg_flag(args, "enable_lora") and inp.explicit_kv_bytes is None:

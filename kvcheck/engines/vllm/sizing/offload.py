@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcheck.engines.offload import GIB, WeightOffload, selected_layers
+from kvcheck.engines.vllm.sizing.weights import stage_layer_counts
 from kvcheck.errors import KvcheckError
 from kvcheck.model import ExitCode, RoleTarget
 
@@ -88,24 +89,6 @@ def _refuse(target: RoleTarget, fields: tuple[str, ...], reason: str, hint: str)
     release = f"vLLM {target.engine_version}" if target.engine_version else "vLLM"
     return OffloadRefusal(f"{prefix}role {target.name}: {release} refuses these offload settings before any model "
                           f"loads: OffloadConfig raises '{reason}' (config/offload.py)", hint=hint)
-
-
-def stage_layer_counts(num_layers: int, pp: int, env: Mapping[str, str]) -> list[int]:
-    """The layers of each pipeline stage, as get_pp_indices splits them (distributed/utils.py:126-166 in 0.32.0, the
-    same in 0.17.0): VLLM_PP_LAYER_PARTITION when it names every stage's share, else an even split whose remainder
-    goes to the stages before the last, nearest the last first."""
-    given = env.get("VLLM_PP_LAYER_PARTITION", "").strip()
-    if given:
-        try:
-            parts = [int(x) for x in given.split(",")]
-        except ValueError:
-            parts = []
-        if len(parts) == pp and sum(parts) == num_layers:
-            return parts
-    parts = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        parts[-i] += 1
-    return parts
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcheck.engines.vllm.sizing.moe import MoeSplit
-from kvcheck.errors import EstimateError
+from kvcheck.errors import EstimateError, KvcheckError
 from kvcheck.io.jsontext import JsonRejected
 from kvcheck.io.jsontext import loads as json_loads
+from kvcheck.model import ExitCode
 
 # Bytes per weight of a quantized linear layer, scales included (per-group scales of 4-bit formats).
 QUANT_LINEAR_BYTES = {
@@ -68,12 +68,48 @@ def attention_unquantized(quant: Mapping[str, Any] | None) -> bool:
     return any("self_attn" in str(name) or "attn" == str(name).rsplit(".", 1)[-1] for name in names)
 
 
+class PartitionRefused(KvcheckError):
+    """A VLLM_PP_LAYER_PARTITION vLLM refuses as it builds the model: exit 2, as the settings vLLM refuses are,
+    whatever the mode."""
+
+    exit_code = ExitCode.INPUT
+
+
+def stage_layer_counts(num_layers: int, pp: int, env: Mapping[str, str]) -> list[int]:
+    """The layers of each pipeline stage, as get_pp_indices splits them (distributed/utils.py:126-166 in 0.32.0, the
+    same in 0.17.0): VLLM_PP_LAYER_PARTITION where it is set, else an even split whose remainder goes to the stages
+    before the last, nearest the last first. vLLM raises a ValueError as the model is built for a partition that is
+    not integers, one a stage, adding up to the layers: exit 2 with its words."""
+    given = env.get("VLLM_PP_LAYER_PARTITION")
+    if given is not None:
+        try:
+            parts = [int(layer) for layer in str(given).split(",")]
+        except ValueError:
+            raise PartitionRefused(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
+                                   f"('Invalid partition string: {given}', distributed/utils.py get_pp_indices)",
+                                   hint="name every pipeline stage's share of the layers, adding up to the model's") from None
+        if len(parts) != pp or sum(parts) != num_layers:
+            mismatch = (f"{len(parts)=} does not match pp_size={pp}" if len(parts) != pp
+                        else f"sum(partitions)={sum(parts)} does not match num_hidden_layers={num_layers}")
+            raise PartitionRefused(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
+                                   f"('{mismatch}.', distributed/utils.py get_pp_indices)",
+                                   hint="name every pipeline stage's share of the layers, adding up to the model's")
+        return parts
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
 def config_weights_bytes(
     text: Mapping[str, Any], *, tp: int, pp: int, model_bytes: int, linear: float, tied: bool,
     attention_bytes: float | None = None, moe_pad: int | None = None, moe_split: MoeSplit | None = None,
+    stages: Sequence[int] | None = None,
 ) -> float:
-    """Weights of the most loaded worker, bytes (the first PP stage: its layers plus the embedding). The routed
-    experts as `moe_split` places them (sizing/moe.py: over dp x tp, whole under EP); default: split by TP."""
+    """Weights of the most loaded worker, bytes: each pipeline stage's layers (`stages`, vLLM's split; default its
+    even one), dense and with routed experts as the stage holds them, with the embedding on the first stage and
+    the lm_head on the last. The routed experts as `moe_split` places them (sizing/moe.py: over dp x tp, whole
+    under EP); default: split by TP."""
     hidden = _i(text, "hidden_size", "n_embd")
     layers = _i(text, "num_hidden_layers", "n_layers", "num_layers")
     vocab = _i(text, "vocab_size")
@@ -107,16 +143,20 @@ def config_weights_bytes(
         moe = split.routed(experts, 3 * hidden * moe_inter) + 3 * hidden * shared / split.shared_tp() + hidden * experts
         first_dense = _i(text, "first_k_dense_replace")
         dense_layers = first_dense
-    stage_layers = math.ceil(layers / max(1, pp))
-    moe_layers = max(0, stage_layers - min(dense_layers, stage_layers)) if experts else 0
-    dense_stage = stage_layers - moe_layers
     attn_bytes = linear if attention_bytes is None else attention_bytes
-    mlp_linear = 3 * hidden * inter / tp * dense_stage + moe * moe_layers
     embed = vocab * hidden / tp * model_bytes
     head = 0.0 if (tied and pp == 1) else vocab * hidden / tp * model_bytes
-    first_stage_extra = embed + (head if pp == 1 else 0.0)
-    norms = 2 * hidden * stage_layers * model_bytes
-    return attn * stage_layers * attn_bytes + mlp_linear * linear + max(first_stage_extra, head) + norms
+    counts = list(stages) if stages is not None else stage_layer_counts(layers, max(1, pp), {})
+    worst, start = 0.0, 0
+    for i, count in enumerate(counts):
+        dense_stage = max(0, min(start + count, dense_layers) - start) if experts else count
+        moe_layers = count - dense_stage
+        mlp_linear = 3 * hidden * inter / tp * dense_stage + moe * moe_layers
+        ends = (embed if i == 0 else 0.0) + (head if i == len(counts) - 1 else 0.0)
+        norms = 2 * hidden * count * model_bytes
+        worst = max(worst, attn * count * attn_bytes + mlp_linear * linear + ends + norms)
+        start += count
+    return worst
 
 
 def layer_bytes(

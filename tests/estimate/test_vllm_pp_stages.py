@@ -37,9 +37,11 @@ def test_the_even_split_puts_the_remainder_before_the_last_stage():
     ("61", "len(parts)=1 does not match pp_size=2"),
     ("30;31", "Invalid partition string: 30;31"),
     ("", "Invalid partition string: "),
+    ("69,-8", "a stage of -8 layers"),
+    ("61,0", "a stage of 0 layers"),
 ])
 def test_a_partition_vllm_refuses_is_bad_input(given, words):
-    with pytest.raises(PartitionRefused, match="vLLM refuses it as the model is built") as refused:
+    with pytest.raises(PartitionRefused, match="VLLM_PP_LAYER_PARTITION=") as refused:
         stage_layer_counts(61, 2, {"VLLM_PP_LAYER_PARTITION": given})
     assert words in refused.value.message
 
@@ -61,14 +63,14 @@ def test_an_uneven_partition_weighs_the_stage_it_loads():
     assert skewed - even == pytest.approx(10 * layer_bytes(DSV3, dense=False, **COMMON), rel=1e-9)
 
 
-def _verify(tmp_path: Path, env: str) -> tuple[int, str, dict | None]:
+def _verify(tmp_path: Path, env: str, utilization: float = 0.9) -> tuple[int, str, dict | None]:
     path = tmp_path / "m.yaml"
     path.write_text(
-        "context_length: 8192\n"
+        "context_length: 131072\n"
         f"model: {{path: some/model, config: {LLAMA_8B}}}\n"
         f'engine: {{name: vllm, version: "0.32.0", env: {{{env}}}}}\n'
         "gpu: H100\n"
-        "args: {pipeline-parallel-size: 2}\n"
+        f"args: {{pipeline-parallel-size: 2, gpu-memory-utilization: {utilization}}}\n"
         "roles:\n  server: {gpus: [0, 1]}\n", encoding="utf-8")
     done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     return done.exit_code, done.stderr, json.loads(done.stdout) if done.stdout.strip() else None
@@ -84,3 +86,15 @@ def test_end_to_end_a_refused_partition_is_exit_2_and_a_valid_one_moves_the_weig
     assert code == 0 and skewed is not None
     # 10 more layers on the first stage: less room for its KV cache, which sizes every worker's
     assert skewed["roles"][0]["pool_tokens"] < even["roles"][0]["pool_tokens"]
+
+
+def test_the_stage_with_the_most_layers_sizes_the_kv_cache(tmp_path: Path):
+    # Llama-3.1-8B on 2 H100s, "30,2": stage 0's KV holds 30 layers a token (122,880 B), not ceil(32 / 2) = 16;
+    # at 0.35 its pool is about 103K tokens, under the 131,072 window, which vLLM refuses to start
+    code, _, skewed = _verify(tmp_path, 'VLLM_PP_LAYER_PARTITION: "30,2"', utilization=0.35)
+    assert code == 1 and skewed is not None
+    assert skewed["roles"][0]["details"]["kv_bytes_per_token"] == 30 * 4096
+    assert skewed["roles"][0]["pool_tokens"] < 131_072
+    code, _, even = _verify(tmp_path, "", utilization=0.35)
+    assert code == 0 and even is not None
+    assert even["roles"][0]["details"]["kv_bytes_per_token"] == 16 * 4096

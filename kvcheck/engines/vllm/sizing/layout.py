@@ -12,13 +12,14 @@ pages. One block of the pool is the null block: a request can use (num_blocks - 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import Version
 
 from kvcheck.engines.vllm import serving
+from kvcheck.engines.vllm.sizing.weights import stage_layer_counts
 from kvcheck.errors import EstimateError
 
 FULL = "full_attention"
@@ -235,12 +236,19 @@ def kv_layout(
     version: Version | None = None,
     sm: int | None = None,
     args: Mapping[str, Any] | None = None,
+    stages: Sequence[int] | None = None,
 ) -> KvLayout:
-    """The KV layout of the most loaded worker (its PP stage holds ceil(layers / pp) layers).
+    """The KV layout of the most loaded worker: the PP stage with the most layers, of `stages` (vLLM's split,
+    weights.stage_layer_counts; default ceil(layers / pp) from the first layer). Paired with the heaviest stage's
+    weights, which for an uneven split may be another stage's, the pool is the smaller of the two's or below it.
 
     A model with recurrent-state layers goes to `hybrid_layout` (the release, the GPU's SM and the role's
     arguments decide its block size and state dtype there); the others need only the shapes."""
     if is_hybrid(text, architecture):
+        if stages is not None and len(set(stages)) > 1 and list(stages) != stage_layer_counts(sum(stages), pp, {}):
+            raise EstimateError(
+                f"VLLM_PP_LAYER_PARTITION {','.join(map(str, stages))} on {architecture}: the vLLM estimate prices a "
+                "hybrid model's stages as the even split only", hint="measure the role (kvcheck verify MANIFEST)")
         return hybrid_layout(text, architecture, tp=tp, pp=pp, kv_dtype=kv_dtype, block_size=block_size,
                              device=device, model_dtype=model_dtype or model_dtype_of({}, text, None),
                              version=version, sm=sm, args=args or {})
@@ -259,7 +267,12 @@ def kv_layout(
     layers_total = _int(text, "num_hidden_layers", "n_layers", "num_layers")
     if layers_total is None:
         raise EstimateError(f"model config of {architecture} states no num_hidden_layers")
-    layers = math.ceil(layers_total / max(1, pp))
+    if stages:
+        most = max(range(len(stages)), key=lambda i: stages[i])  # the first stage with the most layers
+        stage = range(sum(stages[:most]), sum(stages[:most]) + stages[most])
+    else:
+        stage = range(0, math.ceil(layers_total / max(1, pp)))
+    layers = len(stage)
     elem = KV_DTYPE_BYTES[kv_dtype]
     default_block = 128 if device == "cpu" else 16
     kv_lora = _int(text, "kv_lora_rank")
@@ -287,7 +300,6 @@ def kv_layout(
     types = _layer_types(text, layers_total)
     sliding_ids = [i for i, t in enumerate(types) if "sliding" in t]
     window = _int(text, "sliding_window")
-    stage = range(0, layers)  # the first stage holds the most layers
     sliding = sum(1 for i in sliding_ids if i in stage) if window else 0
     full = layers - sliding
     parts: dict[str, Any] = {"kv_heads_per_rank": per_rank, "head_dim": head_dim, "layers": layers,

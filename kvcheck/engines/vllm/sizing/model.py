@@ -327,10 +327,12 @@ def _device_memory(target: RoleTarget, device: str, profiles: GpuProfiles | Mapp
     return gpu, mem.device_total(gpu.name, gpu.memory_total_mib, target.estimate.gpu_memory_mib)
 
 
-def _check_partition(target: RoleTarget, text: Mapping[str, Any], pp: int) -> None:
-    """A VLLM_PP_LAYER_PARTITION vLLM refuses is exit 2 before anything is priced (weights.stage_layer_counts)."""
+def _stages(target: RoleTarget, text: Mapping[str, Any], pp: int) -> list[int] | None:
+    """Each pipeline stage's layers as vLLM splits them (weights.stage_layer_counts); a VLLM_PP_LAYER_PARTITION vLLM
+    refuses is exit 2 before anything is priced."""
     if layers := int(text.get("num_hidden_layers") or text.get("n_layers") or text.get("num_layers") or 0):
-        stage_layer_counts(layers, pp, target.env)
+        return stage_layer_counts(layers, pp, target.env)
+    return None
 
 
 def estimate_role(
@@ -354,7 +356,7 @@ def estimate_role(
     device = _device(target)
     gpu, total = _device_memory(target, device, profiles)
     inp = _inputs(target, text, device, total.gib if total else None, gpu.name if gpu else "", version)
-    _check_partition(target, text, inp.pp)
+    stages = _stages(target, text, inp.pp)
     model_dtype = model_dtype_of(source.config, text, args.get("dtype"))
     kv_dtype = resolve_kv_dtype(args.get("kv_cache_dtype"), model_dtype, source.quant)
     if arg_flag(args, "enable_lora") and inp.explicit_kv_bytes is None:
@@ -376,7 +378,7 @@ def estimate_role(
                             f"--tensor-parallel-size {inp.tp}")
     layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
                        block_size=_int_arg(args, "block_size"), device=device, model_dtype=model_dtype,
-                       version=version, sm=gpu.sm if gpu else None, args=args)
+                       version=version, sm=gpu.sm if gpu else None, args=args, stages=stages)
     # after the layout, so a config it refuses keeps its specific reason; before any figure is made
     scope.check_architecture(source.architecture)
     if layout.mamba_layers:
@@ -408,7 +410,8 @@ def estimate_role(
         # pool (the null block costs a CPU pool more), the range covers both.
         try:
             cpu_layout = kv_layout(text, source.architecture, tp=inp.tp, pp=inp.pp, kv_dtype=kv_dtype,
-                                   block_size=None, device="cpu", model_dtype=model_dtype, version=version, args=args)
+                                   block_size=None, device="cpu", model_dtype=model_dtype, version=version, args=args,
+                                   stages=stages)
         except EstimateError as exc:  # a hybrid: the CPU build's layout is not priced, so neither build is certain
             raise EstimateError(f"no GPU named, so vLLM's CPU build is possible: {exc.message}",
                                 hint="name the GPU (gpu: in the manifest) so the CUDA build's layout is priced") from exc

@@ -94,6 +94,11 @@ def stage_layer_counts(num_layers: int, pp: int, env: Mapping[str, str]) -> list
             raise PartitionRefused(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
                                    f"('{mismatch}.', distributed/utils.py get_pp_indices)",
                                    hint="name every pipeline stage's share of the layers, adding up to the model's")
+        if min(parts) < 1:
+            raise PartitionRefused(
+                f"VLLM_PP_LAYER_PARTITION={given!r}: a stage of {min(parts)} layers; vLLM does not check the shares "
+                "and builds a pipeline stage with no layers (or a negative count) it cannot serve",
+                hint="give every pipeline stage one layer or more")
         return parts
     parts = [num_layers // pp] * pp
     for i in range(2, num_layers % pp + 2):

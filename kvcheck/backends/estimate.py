@@ -58,7 +58,7 @@ class EstimateBackend(Backend):
         findings = list(est.findings)
         low, high = est.pool_range
         required = target.required_tokens
-        if low < required <= high:
+        if low < required <= high and not est.refused_whatever_pool:
             findings.append(
                 finding(
                     INSIDE_RANGE,

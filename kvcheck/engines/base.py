@@ -416,6 +416,9 @@ class PoolEstimate:
     details: Mapping[str, Any] = field(default_factory=dict)
     assumptions: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()  # the engine's own warnings about this estimate (rules in Engine.rules())
+    # the engine refuses to start whatever the pool (a load path that cannot run, KV120): the range decides
+    # nothing, so no "might not fit" (KV105) beside the refusal
+    refused_whatever_pool: bool = False
 
 
 @dataclass(frozen=True)

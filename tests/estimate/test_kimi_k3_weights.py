@@ -363,7 +363,8 @@ def test_an_expert_path_that_cannot_load_stays_a_refused_start_beside_cpu_offloa
     done, report = _verify(tmp_path, manifest)
     assert done.exit_code == 1, done.stderr
     findings = {f["rule"]: f for f in report["findings"]}
-    assert "KV305" not in findings
+    # no "may fit" (KV113) or "might not fit" (KV105) beside a refusal no offload can lift
+    assert [f["rule"] for f in report["findings"]] == ["KV120", "KV101"]
     assert findings["KV120"]["message"].startswith(
         "the engine would refuse to start: Kimi-K3's MXFP4 experts: Mxfp4MoEMethod.process_weights_after_loading "
         "imports triton_kernels for the triton_kernel runner's weight swizzle (triton_kernels.matmul), a package "
@@ -430,3 +431,60 @@ def test_deep_gemm_off_sm100_is_could_not_check_end_to_end(tmp_path):
     assert kv305["message"].startswith(
         "pool could not be estimated: Kimi-K3's MXFP4 experts on the deep_gemm runner use DeepGEMM's fp8_fp4 grouped "
         "GEMM, an SM100 kernel")
+
+
+def _linear_config(tmp_path) -> None:
+    """Kimi-K3's text config under KimiK3LinearForCausalLM (an EntryClass of models/kimi_k3.py from 0.5.19)."""
+    text = json.loads(open(model_config(K3)).read())["text_config"]
+    text.update(architectures=["KimiK3LinearForCausalLM"], model_type="kimi_linear")
+    (tmp_path / "k3.json").write_text(json.dumps(text))
+
+
+LINEAR_B300 = B300_0517.replace('version: "0.5.17"', 'version: "0.5.19"')
+NOT_OVERRIDDEN = ("the `auto` runner stays unresolved on SM103 (SGLang's `auto` -> flashinfer_mxfp4 override is "
+                  "registered for KimiK3ForConditionalGeneration only, not KimiK3LinearForCausalLM)")
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_the_linear_class_keeps_auto_on_b300_a_refused_start(tmp_path, version):
+    # _kimi_k3_moe_runner_overrides is registered for KimiK3ForConditionalGeneration only (keyed on architectures[0]):
+    # for KimiK3LinearForCausalLM `auto` stays `auto`, and Mxfp4MoEMethod takes the bf16 upcast through
+    # triton_kernels, which SGLang does not install
+    _linear_config(tmp_path)
+    (tmp_path / "m.yaml").write_text(LINEAR_B300.replace('version: "0.5.19"', f'version: "{version}"'))
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert [f["rule"] for f in report["findings"]] == ["KV120", "KV101"]
+    kv120 = report["findings"][0]
+    assert kv120["message"].startswith(f"the engine would refuse to start: Kimi-K3's MXFP4 experts: {NOT_OVERRIDDEN}, "
+                                       "so Mxfp4MoEMethod.process_weights_after_loading imports triton_kernels")
+    assert kv120["hint"].startswith("use --moe-runner-backend flashinfer_mxfp4")
+    [role_report] = report["roles"]
+    assert role_report["pool_tokens"] == 0
+    assert "Kimi-K3 MLA layers: attention backend flashinfer, page size 1" in role_report["details"]["assumptions"]
+
+
+def test_the_linear_class_gets_no_0517_situ_refusal(tmp_path):
+    # 0.5.17's SiTU guard lives in the same override: not raised for KimiK3LinearForCausalLM (exit 2 before)
+    _linear_config(tmp_path)
+    (tmp_path / "m.yaml").write_text(B300_0517)
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stdout + done.stderr
+    assert "CUBIN_POOL" not in done.stdout + done.stderr
+    assert [f["rule"] for f in json.loads(done.stdout)["findings"]] == ["KV120", "KV101"]
+
+
+def test_the_linear_class_with_flashinfer_mxfp4_loads(tmp_path):
+    # the weights are priced alike for both classes (one models/kimi_k3.py): flashinfer_mxfp4 named explicitly
+    # takes the trtllm-gen path for either
+    _linear_config(tmp_path)
+    (tmp_path / "m.yaml").write_text(LINEAR_B300.replace("  tp-size: 8\n", "  tp-size: 8\n"
+                                                         "  moe-runner-backend: flashinfer_mxfp4\n"))
+    done = run_kvcheck("verify", str(tmp_path / "m.yaml"), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert [f["rule"] for f in report["findings"]] == []
+    [role_report] = report["roles"]
+    assert any(a.startswith("Kimi-K3 MXFP4 experts on flashinfer_mxfp4, the trtllm-gen kernel")
+               for a in role_report["details"]["assumptions"])

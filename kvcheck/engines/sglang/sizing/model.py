@@ -75,7 +75,7 @@ from kvcheck.engines.sglang.sizing.weights import (
 )
 from kvcheck.errors import EstimateError
 from kvcheck.gpus import GpuProfile, GpuProfiles, as_profiles
-from kvcheck.model import RoleTarget
+from kvcheck.model import Finding, RoleTarget
 from kvcheck.policy.registry import finding
 
 GIB = float(1 << 30)
@@ -473,7 +473,7 @@ def _kimi_k3_experts(
     if not _k3_mxfp4(model, gpu):
         return None
     path = kimi_k3_expert_path(target.env, target.engine_version, args, gpu,
-                               a2a_backend(args, target.env, target.engine_version))
+                               a2a_backend(args, target.env, target.engine_version), model.shape.architecture)
     if path.unchecked is not None:
         raise EstimateError(path.unchecked, hint="use --moe-runner-backend marlin (or flashinfer_mxfp4) off SM100/SM103, "
                             "SGLANG_USE_AITER=1 on MI355X, or measure the role")
@@ -778,9 +778,9 @@ def estimate_role(
     pool_tokens = tokens_physical * res.dcp
     pool_range = (low_phys * res.dcp, high_phys * res.dcp)
 
-    findings.extend(offload.findings(target, pool_tokens, pool_range[1]))
     swa_tokens, tokens_physical, refusal = _swa_or_refusal(target, sizer, info, tokens_physical)
     stop, hint = _expert_stop(k3_experts, info, sizer.budget, tokens_physical * res.dcp, refusal)
+    findings.extend(_offload_findings(offload, target, stop, pool_tokens, pool_range[1]))
     offload.check_start(_memory_refusal(stop, refusal, info, res.mem_fraction_static, tokens_physical), pool_range[1])
     refusal, tokens_physical, pool_range = _stopped(stop, refusal, tokens_physical, pool_range)
     if tokens_physical <= 0:
@@ -821,6 +821,7 @@ def estimate_role(
         details=details,
         assumptions=tuple(assumptions),
         findings=tuple(findings),
+        refused_whatever_pool=stop is not None,
     )
 
 
@@ -925,7 +926,7 @@ def _checked_resolve(
         )
         archs = model.source.config.get("architectures") or []
         check_deepep_v2_architecture(target, arch=archs[0] if archs else None, a2a=a2a)
-        check_k3_situ_pool(target, args, gpu, k3_mxfp4=_k3_mxfp4(model, gpu))
+        check_k3_situ_pool(target, args, gpu, arch=shape.architecture, k3_mxfp4=_k3_mxfp4(model, gpu))
         moe_layers = moe_layer_ids(shape, model.source.text)
         check_group_offload(
             target, args, architecture=archs[0] if archs else shape.architecture, tp=res.tp,
@@ -1278,6 +1279,14 @@ def _expert_stop(
         return None, MEMORY_REFUSAL_HINT
     return (_expert_refusal(path, info, budget, tokens, memory_refusal),
             path.hint or "measure the role, or change its MoE runner")
+
+
+def _offload_findings(
+    offload: WeightOffload, target: RoleTarget, stop: str | None, pool_tokens: int, high_tokens: int
+) -> list[Finding]:
+    """The offload's KV113 ("a role that fails here may fit"), none beside a Kimi-K3 expert path that cannot load
+    (`stop`): no weight that moves lifts that refusal."""
+    return [] if stop is not None else offload.findings(target, pool_tokens, high_tokens)
 
 
 def _memory_refusal(

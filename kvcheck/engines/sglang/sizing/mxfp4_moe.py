@@ -28,6 +28,9 @@ is_checkpoint_mxfp4_serialized=True)`, 0.5.17 to 0.5.23; a Kimi-K3 run labelled 
 `auto` becomes flashinfer_mxfp4 for Kimi-K3 on SM100/SM103 from 0.5.17 (arg_groups/overrides.py
 `_kimi_k3_moe_runner_overrides`; 0.5.17 also requires the SiTU cubin pool) and SM107 from 0.5.19
 (arg_groups/model_overrides/kimi_k3.py), nowhere else: SGLang's own resolution leaves it `auto` on H100/H200.
+SGLang keys that override on `hf_config.architectures[0]` and registers it for KimiK3ForConditionalGeneration
+only (0.5.17 overrides.py:507, 0.5.19 to 0.5.23 model_overrides/kimi_k3.py:172): KimiK3LinearForCausalLM (an
+EntryClass of the same models/kimi_k3.py from 0.5.19) keeps `auto` on every GPU, and no SiTU refusal applies to it.
 Off ROCm create_weights makes zero bf16 w13/w2 biases (`create_bias = with_bias or not _is_hip`).
 
 The last two paths import triton_kernels, which no release from 0.5.17 to 0.5.23 depends on (their wheels'
@@ -49,6 +52,9 @@ from kvcheck.engines.sglang.sizing.weights import Mxfp4ExpertLayout
 from kvcheck.gpus import GpuProfile
 
 K3_FIRST_RELEASE = "0.5.17"  # models/kimi_k3.py; a K3 run labelled older is a K3 branch carrying this code
+# The architectures SGLang registers `_kimi_k3_overrides` (attention backend) and `_kimi_k3_moe_runner_overrides`
+# (`auto` runner, 0.5.17's SiTU refusal) for, 0.5.17 to 0.5.23 (`_register_for`, keyed on architectures[0])
+K3_OVERRIDE_ARCHS = frozenset({"KimiK3ForConditionalGeneration"})
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,10 @@ def k3_rules(version: str | None) -> rel.SizingRules:
     return rel.rules_for(K3_FIRST_RELEASE) if rules.release < Version(K3_FIRST_RELEASE) else rules
 
 
-def _auto_runner(gpu: GpuProfile, rules: rel.SizingRules) -> str:
-    """What Kimi-K3's `auto` MoE runner resolves to (_kimi_k3_moe_runner_overrides)."""
+def _auto_runner(gpu: GpuProfile, rules: rel.SizingRules, arch: str) -> str:
+    """What Kimi-K3's `auto` MoE runner resolves to (_kimi_k3_moe_runner_overrides, for K3_OVERRIDE_ARCHS only)."""
+    if arch not in K3_OVERRIDE_ARCHS:
+        return "auto"
     if gpu.sm in (100, 103) and rules.has(rel.K3_AUTO_FLASHINFER_MXFP4):
         return "flashinfer_mxfp4"
     if gpu.sm == 107 and rules.has(rel.K3_AUTO_FLASHINFER_SM107):
@@ -87,16 +95,18 @@ def _auto_runner(gpu: GpuProfile, rules: rel.SizingRules) -> str:
 
 
 def kimi_k3_expert_path(
-    env: Mapping[str, str], version: str | None, args: Mapping[str, Any], gpu: GpuProfile, a2a: str
+    env: Mapping[str, str], version: str | None, args: Mapping[str, Any], gpu: GpuProfile, a2a: str,
+    arch: str = "KimiK3ForConditionalGeneration",
 ) -> ExpertPath:
-    """The path Kimi-K3's MXFP4 experts take on `gpu` under the role's runner, all-to-all backend and env."""
+    """The path Kimi-K3's MXFP4 experts take on `gpu` under the role's runner, all-to-all backend and env, for
+    architecture `arch` (architectures[0]: only K3_OVERRIDE_ARCHS get the `auto` override)."""
     rules = k3_rules(version)
     runner = str(args.get("moe_runner_backend") or "auto")
     if runner == "megamoe":  # 0.5.18 on: an alias of --moe-a2a-backend megamoe (handle_moe_runner_backend_alias)
         runner, a2a = "auto", "megamoe"
     given = runner
     if runner == "auto" and not gpu.is_rocm:
-        runner = _auto_runner(gpu, rules)
+        runner = _auto_runner(gpu, rules, arch)
     mega = a2a == "megamoe" and rules.has(rel.K3_MEGAMOE_ANY_RUNNER)
     major = gpu.sm // 10 if gpu.sm is not None else None
     bias = 0 if gpu.is_rocm else 2  # create_bias = with_bias or not _is_hip: bf16 zeros off ROCm
@@ -125,20 +135,24 @@ def kimi_k3_expert_path(
             "Kimi-K3 MXFP4 experts on the triton_kernel runner: intermediate padded to 64, biases re-made in "
             "float32, triton_kernels' swizzled layouts priced at the packed bytes",
             refusal=_no_triton_kernels(version, "the triton_kernel runner's weight swizzle (triton_kernels.matmul)"),
-            hint=_fix(gpu, rules))
-    return _fallback(gpu, given, runner, rules, version, bias)
+            hint=_fix(gpu, rules, arch))
+    return _fallback(gpu, given, runner, rules, version, bias, arch)
 
 
 SITU_POOL_ENV = "SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL"
 
 
-def situ_pool_refusal(env: Mapping[str, str], version: str | None, args: Mapping[str, Any], gpu: GpuProfile) -> str | None:
+def situ_pool_refusal(env: Mapping[str, str], version: str | None, args: Mapping[str, Any], gpu: GpuProfile,
+                      arch: str = "KimiK3ForConditionalGeneration") -> str | None:
     """SGLang 0.5.17's refusal of Kimi-K3 on SM100/SM103 under `auto` or flashinfer_mxfp4 without the trtllm-gen SiTU
     cubin pool, else None. arg_groups/overrides.py `_kimi_k3_moe_runner_overrides` (0.5.17) raises RuntimeError while
     the arguments resolve when `trtllm_gen_moe.available()` is false: SGLANG_TRTLLM_GEN_MOE_CUBIN_POOL unset or empty
     (environ.py: `EnvStr(None)`, no packaged default) or not a directory holding the pool. The directory itself is
     not checked here: a set variable is taken at its word. From 0.5.18 FlashInfer ships the SiTU kernels and the
-    guard is gone; a K3 branch labelled before 0.5.17 is not known to carry it (the 0.5.16 B200 server started)."""
+    guard is gone; a K3 branch labelled before 0.5.17 is not known to carry it (the 0.5.16 B200 server started).
+    The override is registered for K3_OVERRIDE_ARCHS only: no refusal for another `arch`."""
+    if arch not in K3_OVERRIDE_ARCHS:
+        return None
     rules = rel.rules_for(version)
     if not rules.has(rel.K3_AUTO_FLASHINFER_MXFP4) or rules.has(rel.K3_FLASHINFER_SITU_BUNDLED):
         return None
@@ -207,13 +221,16 @@ def _flashinfer(sm: int | None, given: str, rules: rel.SizingRules, env: Mapping
 
 
 def _fallback(
-    gpu: GpuProfile, given: str, runner: str, rules: rel.SizingRules, version: str | None, bias: int
+    gpu: GpuProfile, given: str, runner: str, rules: rel.SizingRules, version: str | None, bias: int, arch: str
 ) -> ExpertPath:
     """The last branch: triton_kernels' upcast_from_mxfp materialises the experts in bf16."""
     if gpu.is_rocm:
         why = f"ROCm without SGLANG_USE_AITER, runner {given}"
     elif runner == "auto":
         why = f"the `auto` runner stays unresolved on SM{gpu.sm}"
+        if arch not in K3_OVERRIDE_ARCHS:
+            why += (f" (SGLang's `auto` -> flashinfer_mxfp4 override is registered for "
+                    f"{', '.join(sorted(K3_OVERRIDE_ARCHS))} only, not {arch})")
     else:
         why = f"the {runner} runner has no MXFP4 path of its own"
     layout = Mxfp4ExpertLayout(inter_align=64, upcast_bf16=True, bias_bytes=bias, bias_as_made=bool(bias))
@@ -221,7 +238,7 @@ def _fallback(
             "triton_kernels, each rank's intermediate padded to 64" + (", zero biases kept as made" if bias else ""))
     return ExpertPath("bf16_upcast", layout, note,
                       refusal=f"{why}, so " + _no_triton_kernels(version, "the bf16 upcast (upcast_from_mxfp)"),
-                      hint=_fix(gpu, rules))
+                      hint=_fix(gpu, rules, arch))
 
 
 def _no_triton_kernels(version: str | None, what: str) -> str:
@@ -231,12 +248,14 @@ def _no_triton_kernels(version: str | None, what: str) -> str:
             "ModuleNotFoundError: No module named 'triton_kernels'")
 
 
-def _fix(gpu: GpuProfile, rules: rel.SizingRules) -> str:
+def _fix(gpu: GpuProfile, rules: rel.SizingRules, arch: str) -> str:
     """The runner or setting that keeps Kimi-K3's experts in MXFP4 on this device."""
     if gpu.is_rocm:
         return "set SGLANG_USE_AITER=1 (aiter's MXFP4 experts; SGLANG_AITER_K3_OPT=1 pads them to 128, not 256)"
     if gpu.sm == 90:
         return "use --moe-runner-backend marlin (or flashinfer_mxfp4, FlashInfer's SM90 CUTLASS kernels)"
+    if gpu.sm is not None and gpu.sm // 10 == 10 and arch not in K3_OVERRIDE_ARCHS:
+        return "use --moe-runner-backend flashinfer_mxfp4 (`auto` is not overridden for this architecture), marlin or deep_gemm"
     if gpu.sm is not None and gpu.sm // 10 == 10:
         return ("leave --moe-runner-backend auto (flashinfer_mxfp4 on SM100/SM103"
                 + ("/SM107" if rules.has(rel.K3_AUTO_FLASHINFER_SM107) else "") + "), or use marlin or deep_gemm")

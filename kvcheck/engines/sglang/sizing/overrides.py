@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvcheck.engines.sglang.sizing.defaults import Resolved, vlm_factor
+from kvcheck.engines.sglang.sizing.mxfp4_moe import K3_OVERRIDE_ARCHS
 from kvcheck.engines.sglang.sizing.shape import DSV4, HYBRID_LINEAR, ModelShape
 from kvcheck.errors import EstimateError as EngineRefusalLike
 from kvcheck.gpus import GpuProfile
@@ -41,7 +42,7 @@ def apply_model_overrides(
         res = _deepseek_v4(res, gpu, args)
         return _no_prefill_graph(res, shape, args, gpu_mib, vision, "DeepSeek-V4")
     if shape.kind == HYBRID_LINEAR and shape.mamba is not None and shape.mamba.kind == "kda":
-        res = _kimi_k3(res, gpu, args)
+        res = _kimi_k3(res, gpu, args, shape.architecture)
         return _no_prefill_graph(res, shape, args, gpu_mib, vision, "KDA hybrid")
     return res
 
@@ -69,12 +70,16 @@ def _no_prefill_graph(
     return replace(res, prefill_graph=False, notes=tuple(notes))
 
 
-def _kimi_k3(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any]) -> Resolved:
-    """Kimi-K3's full-attention layers are MLA: SGLang's MLA backend defaults apply (trtllm_mla and
-    page 64 on SM100, fa3 on Hopper, triton elsewhere), not the MHA ones."""
+def _kimi_k3(res: Resolved, gpu: GpuProfile, args: Mapping[str, Any], arch: str) -> Resolved:
+    """A KDA hybrid's full-attention layers are MLA: SGLang's MLA backend defaults apply (get_default_attn_backend:
+    flashinfer on SM100, fa3 on Hopper, triton elsewhere), not the MHA ones. On SM100 `_kimi_k3_overrides` makes
+    it trtllm_mla (page 64), registered for K3_OVERRIDE_ARCHS only (keyed on architectures[0], 0.5.17 to 0.5.23):
+    Kimi-Linear and KimiK3LinearForCausalLM keep flashinfer."""
     if args.get("attention_backend"):
         return res
-    if gpu.is_sm100:
+    if gpu.is_sm100 and arch not in K3_OVERRIDE_ARCHS:
+        backend, page = "flashinfer", res.page_size if args.get("page_size") is not None else 1
+    elif gpu.is_sm100:
         backend = "trtllm_mla"
         page = res.page_size if args.get("page_size") in (32, 64) else 64
     elif gpu.is_hopper:

@@ -315,11 +315,13 @@ def check_deepep_v2_architecture(target: RoleTarget, *, arch: str | None, a2a: s
     )
 
 
-def check_k3_situ_pool(target: RoleTarget, args: Mapping[str, Any], gpu: GpuProfile, *, k3_mxfp4: bool) -> None:
+def check_k3_situ_pool(
+    target: RoleTarget, args: Mapping[str, Any], gpu: GpuProfile, *, arch: str, k3_mxfp4: bool
+) -> None:
     """SGLang 0.5.17 refuses Kimi-K3's MXFP4 experts on SM100/SM103 under `auto` or flashinfer_mxfp4 while the
     arguments resolve when the trtllm-gen SiTU cubin pool is missing (mxfp4_moe.situ_pool_refusal). `k3_mxfp4`: the model is Kimi-K3 with MXFP4 experts on a
-    GPU (the override's `_is_mxfp4_pack_quantized`)."""
-    why = situ_pool_refusal(target.env, target.engine_version, args, gpu) if k3_mxfp4 else None
+    GPU (the override's `_is_mxfp4_pack_quantized`); `arch` its architectures[0], which the override is keyed on."""
+    why = situ_pool_refusal(target.env, target.engine_version, args, gpu, arch) if k3_mxfp4 else None
     if why is None:
         return
     raise _refuse(

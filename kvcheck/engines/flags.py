@@ -202,13 +202,13 @@ class Catalogue:
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FlagError(f"'{name}' must be an integer, not {value!r}")
-            out: Any = value
+            out: Any = bounded_int(name, value)
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise FlagError(f"'{name}' must be a number, not {value!r}")
             out = _finite(name, value)
         elif kind == "human_readable_int":
-            out = parse_human_readable_int(name, value)
+            out = bounded_int(name, parse_human_readable_int(name, value))
         elif kind in JSON_TYPES:
             out = _json_value(name, kind, value)
         elif kind == "bool":
@@ -429,20 +429,44 @@ def pick_catalogue(version: str, available: Sequence[str], *, label: str, exampl
     )
 
 
-# The largest magnitude a number flag may have: beyond any byte, token or GiB count an engine reads, and small
-# enough that an engine's own arithmetic on it stays finite (vLLM's int(cpu_offload_gb * 1024**3) overflows a
-# float from about 1.7e299 GiB, base.py:174 in 0.32.0).
+# The largest magnitude a number flag may have, integer or float: beyond any byte, token or GiB count an engine
+# reads, and small enough that an engine's own arithmetic on it stays finite (vLLM's int(cpu_offload_gb * 1024**3)
+# overflows a float from about 1.7e299 GiB, base.py:174 in 0.32.0) and that kvcheck's own (float() of an integer,
+# SGLang's capture sizes) stays cheap.
 FLOAT_FLAG_LIMIT = 1e18
+INT_FLAG_LIMIT = 10**18
+
+
+def _shown(value: int | float) -> str:
+    """A flag's value for a message: an integer too long to read is told by its number of digits."""
+    if isinstance(value, float) or abs(value) < 10**20:
+        return repr(value)
+    if value.bit_length() > 14_000:  # str() refuses integers of more than 4,300 digits
+        return ("a negative integer" if value < 0 else "an integer") + " of over 4,000 digits"
+    return ("a negative " if value < 0 else "a ") + f"{len(str(abs(value)))}-digit integer"
+
+
+def _out_of_range(name: str, kind: str, value: int | float) -> FlagError:
+    if isinstance(value, float) and math.isnan(value):
+        return FlagError(f"'{name}' must be a finite number, not nan")
+    side = f"no smaller than {-FLOAT_FLAG_LIMIT:g}" if value < 0 else f"no larger than {FLOAT_FLAG_LIMIT:g}"
+    return FlagError(f"'{name}' must be {kind} {side}, not {_shown(value)}")
+
+
+def bounded_int(name: str, value: int) -> int:
+    """An integer flag's value, or FlagError where its magnitude is above 1e18: a 400-digit one was an
+    OverflowError in the sizing's float arithmetic, and SGLang's capture sizes counted up to it."""
+    if abs(value) > INT_FLAG_LIMIT:
+        raise _out_of_range(name, "an integer", value)
+    return value
 
 
 def _finite(name: str, value: int | float) -> float:
     """A number flag's value as a float: bad input (FlagError) where it is infinite, not a number, or too large
     for a float or for the engine's arithmetic, rather than a traceback further on."""
-    try:
-        out = float(value)
-    except OverflowError:
-        raise FlagError(f"'{name}' must be a finite number of sensible size, not a {len(str(abs(value)))}-digit "
-                        "integer") from None
+    if isinstance(value, int) and abs(value) > INT_FLAG_LIMIT:
+        raise _out_of_range(name, "a finite number", value)
+    out = float(value)
     if not math.isfinite(out) or abs(out) > FLOAT_FLAG_LIMIT:
-        raise FlagError(f"'{name}' must be a finite number no larger than {FLOAT_FLAG_LIMIT:g}, not {value!r}")
+        raise _out_of_range(name, "a finite number", value)
     return out

@@ -105,7 +105,7 @@ class WeightOffload:
 
 def budget_offload(engine: str, gib: float, layer_bytes: float, source: str) -> WeightOffload:
     """--cpu-offload-gb: a bound, the budget plus the largest layer at the high end. A budget beyond any GPU's
-    weights (an integer flag may be any size) is taken at BUDGET_CAP_GIB, which moves every weight all the same."""
+    weights (the catalogue takes up to 1e18) is taken at BUDGET_CAP_GIB, which moves every weight all the same."""
     high = float(min(gib, BUDGET_CAP_GIB)) * GIB + layer_bytes
     shown = f"{gib:g}" if isinstance(gib, float) or abs(gib) < 10**15 else f"<{len(str(abs(gib)))}-digit integer>"
     return WeightOffload(

@@ -108,6 +108,18 @@ class _BoundedConstructor(yaml.constructor.SafeConstructor):
             )
 
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # int() reads at most 4,300 digits (sys.get_int_max_str_digits)
+            line, column = _mark(node)
+            raise InputError(f"{self.filename}:{line}:{column}: an integer of more than 4,300 digits") from None
+
+
+_BoundedConstructor.add_constructor(  # type: ignore[type-var]  # stubs: add_constructor of a subclass
+    "tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
+
+
 def load_yaml_with_positions(text: str, filename: str) -> tuple[Any, Positions, list[InputIssue]]:
     """Parse one YAML document; duplicate keys are reported (YAML would silently keep the last)."""
     positions = Positions()

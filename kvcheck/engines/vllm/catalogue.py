@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -18,9 +19,11 @@ from typing import Any
 from packaging.version import Version
 
 from kvcheck.engines.flags import (
+    FLOAT_FLAG_LIMIT,
     Catalogue,
     Flag,
     FlagError,
+    bounded_int,
     catalogued_versions,
     flag_from_json,
     json_text,
@@ -73,7 +76,11 @@ def human_readable_int(name: str, value: Any, *, auto: bool = False) -> int:
     if match:
         number, suffix = match.groups()
         if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
+            scaled = float(number) * _DECIMAL[suffix]  # vLLM's own float arithmetic; a 400-digit number is inf
+            if not math.isfinite(scaled):
+                shown = repr(text) if len(text) <= 40 else f"a {len(number)}-character number with the suffix {suffix}"
+                raise FlagError(f"'{name}' must be an integer no larger than {FLOAT_FLAG_LIMIT:g}, not {shown}")
+            return int(scaled)
         if "." in number:
             raise FlagError(
                 f"'{name}': decimals are not allowed with binary suffixes like {suffix} ({text!r}); "
@@ -117,7 +124,7 @@ class VllmCatalogue(Catalogue):
         if flag.type in (HUMAN_INT, HUMAN_INT_OR_AUTO):
             if value is None:
                 raise FlagError(f"'{flag.name[2:]}' needs a value (remove the key to use vLLM's default)")
-            out = human_readable_int(flag.name[2:], value, auto=flag.type == HUMAN_INT_OR_AUTO)
+            out = bounded_int(flag.name[2:], human_readable_int(flag.name[2:], value, auto=flag.type == HUMAN_INT_OR_AUTO))
         elif flag.type == "json" and isinstance(value, str) and value in ("", "None"):
             return None  # vLLM's optional_type: an empty or "None" value unsets a config
         elif flag.type in (LEVEL_OR_JSON, LEVEL_OR_LITERAL):

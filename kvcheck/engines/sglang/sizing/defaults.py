@@ -30,25 +30,34 @@ KV_DTYPE_ALIASES = {
 A2A_BCG_OK = ("none", "deepep", "megamoe", "flashinfer")
 
 
-def decode_capture_sizes(max_bs: int, *, speculative: bool) -> list[int]:
-    """SGLang's decode CUDA-graph batch sizes up to max_bs (max_bs itself always captured)."""
+# SGLang's capture lists: the fixed sizes, then (start, step) up to the largest size. Counted, not built: the
+# largest size is the user's (--cuda-graph-max-bs, --chunked-prefill-size), and a list of every bucket up to
+# 1e14 tokens does not fit in memory.
+_DECODE_FIXED = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16))
+_DECODE_FIXED_SPECULATIVE = (*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8))
+_PREFILL_FIXED = (*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+                  *range(1280, 4097, 256))
+
+
+def _count_up_to(fixed: tuple[int, ...], start: int, step: int, top: int) -> tuple[int, bool]:
+    """(how many of `fixed` + range(start, top + 1, step) are <= top, whether top is one of them)."""
+    tail = (top - start) // step + 1 if top >= start else 0
+    on_tail = top >= start and (top - start) % step == 0
+    return sum(1 for s in fixed if s <= top) + tail, on_tail or top in fixed
+
+
+def decode_capture_count(max_bs: int, *, speculative: bool) -> int:
+    """How many decode CUDA-graph batch sizes SGLang captures up to max_bs (max_bs itself always captured)."""
     if speculative:
-        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+        count, has_top = _count_up_to(_DECODE_FIXED_SPECULATIVE, 272, 16, max_bs)
     else:
-        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
-    sizes = [s for s in sizes if s <= max_bs]
-    if max_bs not in sizes:
-        sizes.append(max_bs)
-    return sizes
+        count, has_top = _count_up_to(_DECODE_FIXED, 512, 32, max_bs)
+    return count if has_top else count + 1
 
 
-def prefill_capture_sizes(max_tokens: int) -> list[int]:
-    """SGLang's prefill (breakable) CUDA-graph token buckets up to max_tokens."""
-    sizes = [
-        *range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-        *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512),
-    ]
-    return [s for s in sizes if s <= max_tokens]
+def prefill_capture_count(max_tokens: int) -> int:
+    """How many prefill (breakable) CUDA-graph token buckets SGLang captures up to max_tokens."""
+    return _count_up_to(_PREFILL_FIXED, 4608, 512, max_tokens)[0]
 
 
 def capacity_defaults(gpu_mib: int | None, tp: int) -> tuple[int, int]:
@@ -541,7 +550,7 @@ def _prefill_captures(c: _Inputs, cps: int, model_path: str | None) -> int:
         if model_path and "llama-2" in model_path.lower():
             prefill_max = min(prefill_max, 4096)
     prefill_list = _arg(args, "cuda_graph_bs_prefill", args.get("piecewise_cuda_graph_tokens"))
-    return len(prefill_list) if isinstance(prefill_list, list | tuple) else len(prefill_capture_sizes(int(prefill_max)))
+    return len(prefill_list) if isinstance(prefill_list, list | tuple) else prefill_capture_count(int(prefill_max))
 
 
 _QWEN3_5_ARCHS = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")

@@ -98,3 +98,37 @@ def test_the_stage_with_the_most_layers_sizes_the_kv_cache(tmp_path: Path):
     code, _, even = _verify(tmp_path, "", utilization=0.35)
     assert code == 0 and even is not None
     assert even["roles"][0]["details"]["kv_bytes_per_token"] == 16 * 4096
+
+
+def test_sliding_window_groups_are_the_whole_models_projected_on_each_stage():
+    from packaging.version import Version
+
+    from kvcheck.engines.vllm.sizing.layout import _swa_pages_per_block
+
+    sliding = list(range(0, 36, 2))  # gpt-oss: 18 sliding and 18 full layers, alternating
+    assert _swa_pages_per_block(sliding, 36, [36], Version("0.32.0")) == 18  # one group of each type
+    # PP8 (4,4,4,5,5,5,5,4): a 5-layer stage holds 3 of one type, so its block costs 3 pages, not the 2 its own
+    # counts (3 and 2) would group by
+    assert _swa_pages_per_block(sliding, 36, stage_layer_counts(36, 8, {}), Version("0.32.0")) == 3
+    assert _swa_pages_per_block(sliding, 36, stage_layer_counts(36, 4, {}), Version("0.32.0")) == 5
+    # 10 sliding and 13 full: one type 1.3 times the other groups by the larger from 0.18.0 (1.5), by the
+    # smaller before (1.25): groups of 10, the full layers in two groups of 7 and 6
+    mixed = list(range(10))
+    assert _swa_pages_per_block(mixed, 23, [23], Version("0.18.0")) == 13
+    assert _swa_pages_per_block(mixed, 23, [23], Version("0.17.0")) == 10
+
+
+def test_gpt_oss_120b_at_pp8_is_sized_by_vllms_grouping(tmp_path: Path):
+    # the utilisation kvcheck plan used to advise for 131,072 tokens: with 3 pages a block vLLM holds about 91K
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "context_length: 131072\n"
+        f"model: {{path: some/model, config: {MODELS / 'openai--gpt-oss-120b.json'}}}\n"
+        'engine: {name: vllm, version: "0.32.0"}\n'
+        "gpu: L40S\n"
+        "args: {pipeline-parallel-size: 8, gpu-memory-utilization: 0.243}\n"
+        "roles:\n  server: {gpus: [0, 1, 2, 3, 4, 5, 6, 7]}\n", encoding="utf-8")
+    done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
+    assert done.exit_code == 1, done.stdout + done.stderr
+    role = json.loads(done.stdout)["roles"][0]
+    assert role["pool_tokens"] == 91_056

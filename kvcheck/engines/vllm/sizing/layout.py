@@ -223,6 +223,32 @@ def _layer_types(text: Mapping[str, Any], n: int) -> list[str]:
     return ["full_attention"] * n
 
 
+def _swa_pages_per_block(sliding_ids: Sequence[int], layers_total: int, stages: Sequence[int],
+                         version: Version | None) -> int:
+    """Pages one block of a sliding-window model's pool costs on its most costly pipeline stage.
+
+    get_kv_cache_configs (v1/core/kv_cache_utils.py, 0.14.0 to 0.32.0) groups the layers of the whole model
+    once (_get_kv_cache_groups_uniform_page_size): groups of the smaller type's layer count, or of the larger
+    one's when it is less than 1.25 times the smaller (1.5 from 0.18.0), the i-th group of a type taking its
+    layers[i::num_groups]. Each worker keeps its own layers of every group, and a block costs a page for each
+    layer of its largest group there (_get_kv_cache_bytes_per_block): a PP stage of 3 full and 2 sliding layers
+    of gpt-oss (18 and 18: one group of each) pays 3 pages, not the 2 its own counts would group by. The stage
+    that pays most is taken, beside the heaviest stage's weights: the pool is at or below the smallest worker's."""
+    sliding_set = set(sliding_ids)
+    buckets = [[i for i in range(layers_total) if i not in sliding_set], sorted(sliding_set)]
+    buckets = [b for b in buckets if b]
+    threshold = 1.5 if (version or NEWEST_RULES) >= Version("0.18.0") else 1.25
+    fewest, most = min(len(b) for b in buckets), max(len(b) for b in buckets)
+    size = most if most < fewest * threshold else fewest
+    groups = [bucket[i::-(-len(bucket) // size)] for bucket in buckets for i in range(-(-len(bucket) // size))]
+    worst, start = 0, 0
+    for count in stages:
+        stage = range(start, start + count)
+        worst = max(worst, max(sum(1 for i in group if i in stage) for group in groups))
+        start += count
+    return worst
+
+
 def kv_layout(
     text: Mapping[str, Any],
     architecture: str,
@@ -313,11 +339,8 @@ def kv_layout(
         return KvLayout(kind=FULL, block_size=block, full_layers=layers, sliding_layers=0, sliding_window=None,
                         page_bytes=page, group_layers=layers, kv_dtype=kv_dtype, kv_heads_per_rank=per_rank,
                         parts=parts)
-    # hybrid: groups of gcd-size repeats (get_kv_cache_groups -> _get_kv_cache_groups_uniform_page_size)
-    # _get_kv_cache_groups_uniform_page_size: groups of the smaller type's layer count, or of the larger
-    # one's when they differ by less than 25% (the smaller type's group is then padded)
-    fewest, most = min(full, sliding) or max(full, sliding), max(full, sliding)
-    group = most if most < fewest * 1.25 else fewest
+    group = _swa_pages_per_block(sliding_ids, layers_total, stages or stage_layer_counts(layers_total, max(1, pp), {}),
+                                 version)
     parts.update(full_layers=full, sliding_layers=sliding, sliding_window=window, group_layers=group)
     return KvLayout(kind="hybrid_swa", block_size=block, full_layers=full, sliding_layers=sliding,
                     sliding_window=window, page_bytes=page, group_layers=group, kv_dtype=kv_dtype,

@@ -95,6 +95,31 @@ def check_report_schema(stdout: str) -> None:
     jsonschema.Draft202012Validator(REPORT_JSON_SCHEMA).validate(document)
 
 
+def run_kvcheck_in_terminal(*args: str, columns: int) -> tuple[int, str]:
+    """Run `kvcheck ARGS` with stdout and stderr a pseudo-terminal of `columns` columns, colours allowed, from the
+    repository root: its exit code and everything it wrote."""
+    import pty
+
+    code = f"import sys; sys.argv = ['kvcheck', *{list(args)!r}]; from kvcheck.cli import main; main()"
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout and stderr are the pseudo-terminal
+        os.chdir(REPO_ROOT)
+        os.environ.update({"PYTHONPATH": str(REPO_ROOT), "COLUMNS": str(columns)})
+        os.environ.pop("NO_COLOR", None)
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode()
+
+
 def run_kvcheck_process(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                         stdin: str | None = None, timeout: float = 120) -> CliResult:
     """Run `python -m kvcheck ARGS` as a real process: for signals, closed pipes, the watchdog, a terminal."""

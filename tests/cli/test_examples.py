@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO_ROOT, run_kvcheck
+from tests.conftest import EXAMPLES, REPO_ROOT, run_kvcheck, run_kvcheck_in_terminal
 
 INCIDENT = "docs/examples/incident/manifest.yaml"
 SINGLE = "docs/examples/single-server/manifest.yaml"
@@ -135,28 +134,8 @@ def test_internal_error_is_exit_4_with_a_report_hint_and_no_traceback() -> None:
 
 def test_table_on_a_terminal_uses_its_width_and_colour() -> None:
     # stdout a terminal: the table takes the terminal's width and colours; this path once crashed (exit 4)
-    code = (
-        f"import sys; sys.argv = ['kvcheck', 'verify', {SINGLE!r}, '--mode', 'estimate'];"
-        "from kvcheck.cli import main; main()"
-    )
-    pid, fd = pty.fork()
-    if pid == 0:  # child: stdout and stderr are the pseudo-terminal
-        os.chdir(REPO_ROOT)
-        os.environ.update({"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "120"})
-        os.environ.pop("NO_COLOR", None)
-        os.execv(sys.executable, [sys.executable, "-c", code])
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    output = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, output
+    code, output = run_kvcheck_in_terminal("verify", str(SINGLE), "--mode", "estimate", columns=120)
+    assert code == 0, output
     assert "\x1b[1;32mPASS\x1b[0m (exit 0)" in output  # coloured on a terminal
     assert "412,019" in output
     assert "internal error" not in output

@@ -49,19 +49,30 @@ def role(
     )
 
 
+def one_role_manifest(
+    tmp_path: Path, config: Path, args: str, *, name: str = "manifest", engine: str = "vllm",
+    version: str = "0.32.0", gpu: str = "H100", gpus: str = "[0]", window: int = 131072, env: str = "",
+    model: str = "some/model",
+) -> Path:
+    """A one-role manifest file, tmp_path/NAME.yaml, its engine arguments on line 5. `args` and `env` are the
+    bodies of the flow mappings of engine arguments and engine environment."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"context_length: {window}\n"
+        f"model: {{path: {model}, config: {config}}}\n"
+        f'engine: {{name: {engine}, version: "{version}"{f", env: {{{env}}}" if env else ""}}}\n'
+        f"gpu: {gpu}\n"
+        f"args: {{{args}}}\n"
+        f"roles:\n  server: {{gpus: {gpus}}}\n", encoding="utf-8")
+    return path
+
+
 def verify_estimate(
     tmp_path: Path, config: Path, args: str, *, engine: str = "vllm", version: str = "0.32.0",
     window: int = 131072, model: str = "meta-llama/Llama-3.1-8B-Instruct",
 ) -> tuple[int, dict]:
     """`kvcheck verify --mode estimate --format json` on a one-role manifest on one H100: (exit code, report).
     `args` is the body of the manifest's flow mapping of engine arguments."""
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(
-        f"context_length: {window}\n"
-        f"model: {{path: {model}, config: {config}}}\n"
-        f'engine: {{name: {engine}, version: "{version}"}}\n'
-        "gpu: H100\n"
-        f"args: {{{args}}}\n"
-        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    manifest = one_role_manifest(tmp_path, config, args, engine=engine, version=version, window=window, model=model)
     done = run_kvcheck("verify", str(manifest), "--mode", "estimate", "--format", "json")
     return done.exit_code, json.loads(done.stdout)

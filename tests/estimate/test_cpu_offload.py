@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
+from tests.estimate.helpers import one_role_manifest
 
 LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
 LLAMA_70B = MODELS / "meta-llama--Meta-Llama-3.1-70B.json"
@@ -26,14 +27,8 @@ LLAMA_8B_LAYER = (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2 + 2 
 
 def _verify(tmp_path: Path, name: str, engine: str, version: str, gpu: str, window: int, args: str,
             config: Path = LLAMA_8B, gpus: str = "[0]") -> tuple[int, dict]:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"context_length: {window}\n"
-        f"model: {{path: some/model, config: {config}}}\n"
-        f'engine: {{name: {engine}, version: "{version}"}}\n'
-        f"gpu: {gpu}\n"
-        f"args: {{{args}}}\n"
-        f"roles:\n  server: {{gpus: {gpus}}}\n", encoding="utf-8")
+    path = one_role_manifest(tmp_path, config, args, name=name, engine=engine, version=version, gpu=gpu, gpus=gpus,
+                             window=window)
     done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     return done.exit_code, json.loads(done.stdout)
 
@@ -132,14 +127,7 @@ def test_the_largest_layer_is_one_decoder_layer_as_the_weights_count_it() -> Non
 
 
 def _run(tmp_path: Path, command: str, engine: str, version: str, args: str) -> tuple[int, str]:
-    path = tmp_path / f"{command}-{engine}.yaml"
-    path.write_text(
-        "context_length: 131072\n"
-        f"model: {{path: some/model, config: {LLAMA_8B}}}\n"
-        f'engine: {{name: {engine}, version: "{version}"}}\n'
-        "gpu: H100\n"
-        f"args: {{{args}}}\n"
-        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    path = one_role_manifest(tmp_path, LLAMA_8B, args, name=f"{command}-{engine}", engine=engine, version=version)
     extra = ("--mode", "estimate") if command == "verify" else ()
     done = run_kvcheck(command, str(path), *extra)
     return done.exit_code, done.stdout + done.stderr

@@ -15,6 +15,7 @@ from kvcheck.engines.offload import GIB
 from kvcheck.engines.sglang.sizing.offload import GroupSettings, group_offload
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
+from tests.estimate.helpers import one_role_manifest
 
 LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
 DEEPSEEK_V3 = MODELS / "deepseek-ai--DeepSeek-V3.json"
@@ -26,14 +27,9 @@ V3_EXPERTS = (256 + 1) * 3 * 7168 * 2048 // 8 * (1 + 4 / (128 * 128))
 
 def _write(tmp_path: Path, name: str, args: str, *, version: str = "0.5.23", gpu: str = "H200",
            config: Path = DEEPSEEK_V3, gpus: str = EIGHT) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        "context_length: 32768\n"
-        f"model: {{path: some/model, config: {config}}}\n"
-        f'engine: {{name: sglang, version: "{version}"}}\n'
-        f"gpu: {gpu}\n"
-        f"args: {{context-length: 32768{', ' + args if args else ''}}}\n"
-        f"roles:\n  server: {{gpus: {gpus}}}\n", encoding="utf-8")
+    body = f"context-length: 32768{', ' + args if args else ''}"
+    path = one_role_manifest(tmp_path, config, body, name=name, engine="sglang", version=version, gpu=gpu,
+                             gpus=gpus, window=32768)
     return path
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
+from tests.estimate.helpers import one_role_manifest
 
 LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
 DEEPSEEK_V3 = MODELS / "deepseek-ai--DeepSeek-V3.json"
@@ -25,14 +26,9 @@ BLOCK = 16 * 32 * 2 * 8 * 128 * 2  # a 16-token block of Llama-3.1-8B's bf16 KV 
 
 def _write(tmp_path: Path, name: str, args: str, *, version: str = "0.32.0", gpu: str = "H100",
            window: int = 131072, config: Path = LLAMA_8B, gpus: str = "[0]") -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"context_length: {window}\n"
-        f"model: {{path: some/model, config: {config}}}\n"
-        f'engine: {{name: vllm, version: "{version}"}}\n'
-        f"gpu: {gpu}\n"
-        f"args: {{max-model-len: {window}{', ' + args if args else ''}}}\n"
-        f"roles:\n  server: {{gpus: {gpus}}}\n", encoding="utf-8")
+    body = f"max-model-len: {window}{', ' + args if args else ''}"
+    path = one_role_manifest(tmp_path, config, body, name=name, version=version, gpu=gpu, gpus=gpus,
+                             window=window)
     return path
 
 

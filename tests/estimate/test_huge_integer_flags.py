@@ -13,6 +13,7 @@ import pytest
 from kvcheck.engines.sglang.sizing.defaults import decode_capture_count, prefill_capture_count
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
+from tests.estimate.helpers import one_role_manifest
 
 LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
 DIGITS_400 = "9" * 400
@@ -31,14 +32,7 @@ HUGE = [
 
 
 def _run(tmp_path: Path, command: str, engine: str, version: str, args: str) -> tuple[int, str, Path]:
-    path = tmp_path / f"{command}-{engine}.yaml"
-    path.write_text(
-        "context_length: 131072\n"
-        f"model: {{path: some/model, config: {LLAMA_8B}}}\n"
-        f'engine: {{name: {engine}, version: "{version}"}}\n'
-        "gpu: H100\n"
-        f"args: {{{args}}}\n"
-        "roles:\n  server: {gpus: [0]}\n", encoding="utf-8")
+    path = one_role_manifest(tmp_path, LLAMA_8B, args, name=f"{command}-{engine}", engine=engine, version=version)
     extra = ("--mode", "estimate") if command == "verify" else ()
     done = run_kvcheck(command, str(path), *extra)
     return done.exit_code, done.stdout + done.stderr, path

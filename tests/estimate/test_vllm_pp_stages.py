@@ -18,6 +18,7 @@ from kvcheck.engines.vllm.sizing.weights import (
 )
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
+from tests.estimate.helpers import one_role_manifest
 
 DSV3 = json.loads((MODELS / "deepseek-ai--DeepSeek-V3.json").read_text())
 LLAMA_8B = MODELS / "meta-llama--Meta-Llama-3.1-8B.json"
@@ -64,14 +65,8 @@ def test_an_uneven_partition_weighs_the_stage_it_loads():
 
 
 def _verify(tmp_path: Path, env: str, utilization: float = 0.9) -> tuple[int, str, dict | None]:
-    path = tmp_path / "m.yaml"
-    path.write_text(
-        "context_length: 131072\n"
-        f"model: {{path: some/model, config: {LLAMA_8B}}}\n"
-        f'engine: {{name: vllm, version: "0.32.0", env: {{{env}}}}}\n'
-        "gpu: H100\n"
-        f"args: {{pipeline-parallel-size: 2, gpu-memory-utilization: {utilization}}}\n"
-        "roles:\n  server: {gpus: [0, 1]}\n", encoding="utf-8")
+    path = one_role_manifest(tmp_path, LLAMA_8B, f"pipeline-parallel-size: 2, gpu-memory-utilization: {utilization}",
+                             gpus="[0, 1]", env=env)
     done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     return done.exit_code, done.stderr, json.loads(done.stdout) if done.stdout.strip() else None
 
@@ -120,14 +115,9 @@ def test_sliding_window_groups_are_the_whole_models_projected_on_each_stage():
 
 def test_gpt_oss_120b_at_pp8_is_sized_by_vllms_grouping(tmp_path: Path):
     # the utilisation kvcheck plan used to advise for 131,072 tokens: with 3 pages a block vLLM holds about 91K
-    path = tmp_path / "m.yaml"
-    path.write_text(
-        "context_length: 131072\n"
-        f"model: {{path: some/model, config: {MODELS / 'openai--gpt-oss-120b.json'}}}\n"
-        'engine: {name: vllm, version: "0.32.0"}\n'
-        "gpu: L40S\n"
-        "args: {pipeline-parallel-size: 8, gpu-memory-utilization: 0.243}\n"
-        "roles:\n  server: {gpus: [0, 1, 2, 3, 4, 5, 6, 7]}\n", encoding="utf-8")
+    path = one_role_manifest(tmp_path, MODELS / "openai--gpt-oss-120b.json",
+                             "pipeline-parallel-size: 8, gpu-memory-utilization: 0.243", gpu="L40S",
+                             gpus="[0, 1, 2, 3, 4, 5, 6, 7]")
     done = run_kvcheck("verify", str(path), "--mode", "estimate", "--format", "json")
     assert done.exit_code == 1, done.stdout + done.stderr
     role = json.loads(done.stdout)["roles"][0]

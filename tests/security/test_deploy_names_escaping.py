@@ -10,17 +10,14 @@ Every format runs the real CLI on a real deployment file.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import sys
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
 
 from kvcheck.report.formats import FORMATTERS
-from tests.conftest import REPO_ROOT, run_kvcheck
+from tests.conftest import REPO_ROOT, run_kvcheck, run_kvcheck_in_terminal
 
 FIX = REPO_ROOT / "tests" / "inputs" / "deploy" / "fixtures"
 LLAMA = str(REPO_ROOT / "docs" / "examples" / "single-server" / "llama-3.1-8b-instruct.config.json")
@@ -119,25 +116,10 @@ def test_a_file_name_with_a_newline_does_not_start_a_line_of_its_own(tmp_path: P
 
 def test_a_terminal_in_colour_shows_the_markup_as_written(tmp_path: Path) -> None:
     path = _files(tmp_path)
-    code = (f"import sys; sys.argv = ['kvcheck', 'verify', {str(path)!r}, '--mode', 'estimate', '--model-config', "
-            f"{LLAMA!r}]; from kvcheck.cli import main; main()")
-    pid, fd = pty.fork()
-    if pid == 0:  # child: stdout and stderr are the pseudo-terminal, wide enough for the message on one line
-        os.environ.update({"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "400"})
-        os.environ.pop("NO_COLOR", None)
-        os.execv(sys.executable, [sys.executable, "-c", code])
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    output = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, output
+    # wide enough for the message on one line
+    code, output = run_kvcheck_in_terminal("verify", str(path), "--mode", "estimate", "--model-config", LLAMA,
+                                           columns=400)
+    assert code == 0, output
     assert "\x1b[31mKV" not in output  # kvcheck's own colours only: WARNING in yellow, no red from the name
     assert "\x1b[2J" not in output and "\x1b]8;;" not in output and "\x07" not in output
     assert KV319_MESSAGE in output

@@ -24,6 +24,17 @@ class InputError(KvcheckError):
     exit_code = ExitCode.INPUT
 
 
+class EngineRefusal(KvcheckError):
+    """The engine would refuse these settings at startup (or as it builds the model): exit 2, with the engine's
+    own reason.
+
+    Deliberately not an EstimateError/InputError: those make a role "not estimated" (KV305, exit 3), while
+    settings the engine refuses are the manifest's error, whatever the mode.
+    """
+
+    exit_code = ExitCode.INPUT
+
+
 @dataclass(frozen=True)
 class InputIssue:
     """One problem in an input file, pointing at the exact place."""

@@ -19,8 +19,9 @@ low end, figure and high end, priced or a bound, with the assumption that explai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvcheck.errors import EstimateError
 from kvcheck.policy.registry import finding
@@ -101,6 +102,16 @@ class WeightOffload:
             f"CPU may leave a pool of up to {high_tokens:,} tokens: the estimate does not price which weights move, "
             "so it cannot tell whether the role starts",
             hint="measure the role (kvcheck verify without --mode estimate)")
+
+
+def int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
+    """An offload flag's integer value, `default` where it is unset or not a number (the catalogue has refused
+    what the engine would)."""
+    value = args.get(name)
+    try:
+        return default if value is None else int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def budget_offload(engine: str, gib: float, layer_bytes: float, source: str) -> WeightOffload:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from kvcheck.engines.vllm.sizing.weights import (
-    PartitionRefused,
     config_weights_bytes,
     layer_bytes,
     stage_layer_counts,
 )
+from kvcheck.errors import EngineRefusal
 from tests.conftest import run_kvcheck
 from tests.datapaths import MODELS
 from tests.estimate.helpers import one_role_manifest
@@ -42,7 +42,7 @@ def test_the_even_split_puts_the_remainder_before_the_last_stage():
     ("61,0", "a stage of 0 layers"),
 ])
 def test_a_partition_vllm_refuses_is_bad_input(given, words):
-    with pytest.raises(PartitionRefused, match="VLLM_PP_LAYER_PARTITION=") as refused:
+    with pytest.raises(EngineRefusal, match="VLLM_PP_LAYER_PARTITION=") as refused:
         stage_layer_counts(61, 2, {"VLLM_PP_LAYER_PARTITION": given})
     assert words in refused.value.message
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcheck.engines.offload import GIB, WeightOffload, ignored, selected_layers
+from kvcheck.engines.offload import GIB, WeightOffload, ignored, int_arg, selected_layers
 from kvcheck.errors import EstimateError
 
 SOURCE = "srt/utils/offloader.py"
@@ -39,14 +39,6 @@ DEEPSEEK_V2_MODEL = frozenset({
 })  # fmt: skip
 MODES = ("cpu", "meta", "shm_cpu", "sharded_gpu")  # _BaseParamOffloader.create (:387-393)
 SHARED_MODES = frozenset({"shm_cpu", "sharded_gpu"})  # OffloaderV2.__init__ asserts tp_size == 1 (:216-217)
-
-
-def _int(args: Mapping[str, Any], name: str, default: int) -> int:
-    value = args.get(name)
-    try:
-        return default if value is None else int(value)
-    except (TypeError, ValueError):
-        return default
 
 
 @dataclass(frozen=True)
@@ -70,11 +62,11 @@ class GroupSettings:
 
 def group_settings(args: Mapping[str, Any]) -> GroupSettings | None:
     """The settings when SGLang builds OffloaderV2: --offload-group-size above 0 and no --cpu-offload-gb."""
-    group = _int(args, "offload_group_size", -1)
+    group = int_arg(args, "offload_group_size", -1)
     gib = args.get("cpu_offload_gb") or 0
     if group <= 0 or (isinstance(gib, int | float) and gib > 0):
         return None
-    return GroupSettings(group, _int(args, "offload_num_in_group", 1), _int(args, "offload_prefetch_step", 1),
+    return GroupSettings(group, int_arg(args, "offload_num_in_group", 1), int_arg(args, "offload_prefetch_step", 1),
                          str(args.get("offload_mode") or "cpu"))
 
 

@@ -17,9 +17,9 @@ from kvcheck.engines.sglang.sizing.environ import env_bool
 from kvcheck.engines.sglang.sizing.mxfp4_moe import SITU_POOL_ENV, situ_pool_refusal
 from kvcheck.engines.sglang.sizing.offload import DEEPSEEK_V2_MODEL, MODES, SHARED_MODES, group_settings
 from kvcheck.engines.sglang.sizing.placement import K3_SHARED_TP_SIZE_FROM
-from kvcheck.errors import EstimateError, KvcheckError
+from kvcheck.errors import EngineRefusal, EstimateError
 from kvcheck.gpus import GpuProfile
-from kvcheck.model import ExitCode, RoleTarget
+from kvcheck.model import RoleTarget
 
 # 0.4.x-0.5.1 assert dp_size > 1 under --enable-dp-attention; 0.5.2 on turn DP attention off at dp_size 1
 DP_SIZE_ONE_TURNS_DP_ATTENTION_OFF = "0.5.2"
@@ -36,16 +36,6 @@ POSITIVE_INTS = {
     "nnodes": "--nnodes",
     "page_size": "--page-size",
 }
-
-
-class EngineRefusal(KvcheckError):
-    """SGLang would refuse these settings at startup: exit 2, with SGLang's own reason.
-
-    Deliberately not an EstimateError/InputError: those make a role "not estimated" (KV305,
-    exit 3), while settings the engine refuses are the manifest's error, whatever the mode.
-    """
-
-    exit_code = ExitCode.INPUT
 
 
 class RefusedCandidate(EstimateError):

@@ -25,28 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvcheck.engines.offload import GIB, WeightOffload, selected_layers
+from kvcheck.engines.offload import GIB, WeightOffload, int_arg, selected_layers
 from kvcheck.engines.vllm.sizing.weights import stage_layer_counts
-from kvcheck.errors import KvcheckError
-from kvcheck.model import ExitCode, RoleTarget
+from kvcheck.errors import EngineRefusal
+from kvcheck.model import RoleTarget
 
 POOL_COUNTED_FROM = (0, 27, 0)  # sizing/memory.py TOTAL_CONSUMED_FROM: the profiler sees the staging pool
 SOURCE = "model_executor/offloader/prefetch.py"
-
-
-class OffloadRefusal(KvcheckError):
-    """Offload settings vLLM refuses when `vllm serve` builds its config, before any model loads: exit 2, as the
-    flag catalogue's refusals are, whatever the mode."""
-
-    exit_code = ExitCode.INPUT
-
-
-def int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
-    value = args.get(name)
-    try:
-        return default if value is None else int(value)
-    except (TypeError, ValueError):
-        return default
 
 
 def backend(args: Mapping[str, Any]) -> str:
@@ -83,11 +68,11 @@ def check_config(target: RoleTarget) -> None:
                       hint="set --offload-prefetch-step to 1 or more (the default is 1)")
 
 
-def _refuse(target: RoleTarget, fields: tuple[str, ...], reason: str, hint: str) -> OffloadRefusal:
+def _refuse(target: RoleTarget, fields: tuple[str, ...], reason: str, hint: str) -> EngineRefusal:
     where = target.arg_location(*fields)
     prefix = f"{where.render()}: " if where is not None else ""
     release = f"vLLM {target.engine_version}" if target.engine_version else "vLLM"
-    return OffloadRefusal(f"{prefix}role {target.name}: {release} refuses these offload settings before any model "
+    return EngineRefusal(f"{prefix}role {target.name}: {release} refuses these offload settings before any model "
                           f"loads: OffloadConfig raises '{reason}' (config/offload.py)", hint=hint)
 
 

@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcheck.engines.vllm.sizing.moe import MoeSplit
-from kvcheck.errors import EstimateError, KvcheckError
+from kvcheck.errors import EngineRefusal, EstimateError
 from kvcheck.io.jsontext import JsonRejected
 from kvcheck.io.jsontext import loads as json_loads
-from kvcheck.model import ExitCode
 
 # Bytes per weight of a quantized linear layer, scales included (per-group scales of 4-bit formats).
 QUANT_LINEAR_BYTES = {
@@ -68,13 +67,6 @@ def attention_unquantized(quant: Mapping[str, Any] | None) -> bool:
     return any("self_attn" in str(name) or "attn" == str(name).rsplit(".", 1)[-1] for name in names)
 
 
-class PartitionRefused(KvcheckError):
-    """A VLLM_PP_LAYER_PARTITION vLLM refuses as it builds the model: exit 2, as the settings vLLM refuses are,
-    whatever the mode."""
-
-    exit_code = ExitCode.INPUT
-
-
 def stage_layer_counts(num_layers: int, pp: int, env: Mapping[str, str]) -> list[int]:
     """The layers of each pipeline stage, as get_pp_indices splits them (distributed/utils.py:126-166 in 0.32.0, the
     same in 0.17.0): VLLM_PP_LAYER_PARTITION where it is set, else an even split whose remainder goes to the stages
@@ -85,17 +77,17 @@ def stage_layer_counts(num_layers: int, pp: int, env: Mapping[str, str]) -> list
         try:
             parts = [int(layer) for layer in str(given).split(",")]
         except ValueError:
-            raise PartitionRefused(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
+            raise EngineRefusal(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
                                    f"('Invalid partition string: {given}', distributed/utils.py get_pp_indices)",
                                    hint="name every pipeline stage's share of the layers, adding up to the model's") from None
         if len(parts) != pp or sum(parts) != num_layers:
             mismatch = (f"{len(parts)=} does not match pp_size={pp}" if len(parts) != pp
                         else f"sum(partitions)={sum(parts)} does not match num_hidden_layers={num_layers}")
-            raise PartitionRefused(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
+            raise EngineRefusal(f"VLLM_PP_LAYER_PARTITION={given!r}: vLLM refuses it as the model is built "
                                    f"('{mismatch}.', distributed/utils.py get_pp_indices)",
                                    hint="name every pipeline stage's share of the layers, adding up to the model's")
         if min(parts) < 1:
-            raise PartitionRefused(
+            raise EngineRefusal(
                 f"VLLM_PP_LAYER_PARTITION={given!r}: a stage of {min(parts)} layers; vLLM does not check the shares "
                 "and builds a pipeline stage with no layers (or a negative count) it cannot serve",
                 hint="give every pipeline stage one layer or more")

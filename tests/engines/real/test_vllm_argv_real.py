@@ -9,15 +9,14 @@ readers) and compares. Skips without KVCHECK_REAL_VLLM, fails without it under K
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvcheck.engines import get_engine
 from tests.conftest import REPO_ROOT, run_kvcheck
+from tests.engines.real.conftest import RealVllm
 
 pytestmark = [pytest.mark.real_engine]
 
@@ -59,15 +58,9 @@ LINES = [
 
 
 @pytest.fixture(scope="module")
-def real_parse() -> list[dict[str, Any]]:
+def real_parse(real_vllm: RealVllm) -> list[dict[str, Any]]:
     """Real vLLM's values for LINES, and for the compose fixture's `--config` line (run in its folder)."""
-    dest = os.environ.get("KVCHECK_REAL_VLLM")
-    python = Path(dest or "") / "venv" / "bin" / "python"
-    if not dest or not python.is_file():
-        problem = "KVCHECK_REAL_VLLM names no vLLM install (bash tests/engines/real/install_vllm.sh DEST)"
-        if os.environ.get("KVCHECK_TEST_REAL") == "required":
-            pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
-        pytest.skip(problem)
+    python = real_vllm.python
     lines = [*LINES, ["serve", "Qwen/Qwen3-8B", "--config", "vllm-config.yaml", "--max-model-len", "16384"],
              ["serve", "m"]]  # the last: vLLM's defaults
     done = subprocess.run([str(python), "-c", PARSE, json.dumps(KEYS), json.dumps(lines)], cwd=FIX / "compose-config",

@@ -5,7 +5,6 @@ gives vLLM the same values as the dotted command line a user would type. No engi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from kvcheck.engines import get_engine
 from kvcheck.inputs.manifest.load import load_manifest
+from tests.engines.real.conftest import RealVllm
 
 pytestmark = [pytest.mark.real_engine]
 
@@ -54,14 +54,9 @@ TYPED = ["serve", "m", "--max-model-len", "4096", "--kv-transfer-config.kv_conne
          "--hf-overrides.max_position_embeddings", "4096"]
 
 
-def test_the_boot_command_line_gives_vllm_what_the_dotted_command_line_does(tmp_path: Path) -> None:
-    dest = os.environ.get("KVCHECK_REAL_VLLM")
-    python = Path(dest or "") / "venv" / "bin" / "python"
-    if not dest or not python.is_file():
-        problem = "KVCHECK_REAL_VLLM names no vLLM install (bash tests/engines/real/install_vllm.sh DEST)"
-        if os.environ.get("KVCHECK_TEST_REAL") == "required":
-            pytest.fail(f"KVCHECK_TEST_REAL=required: {problem}", pytrace=False)
-        pytest.skip(problem)
+def test_the_boot_command_line_gives_vllm_what_the_dotted_command_line_does(tmp_path: Path,
+                                                                           real_vllm: RealVllm) -> None:
+    python = real_vllm.python
     path = tmp_path / "m.yaml"
     path.write_text(MANIFEST, encoding="utf-8")
     [target] = load_manifest(path).targets
